@@ -1,0 +1,27 @@
+// The `local` transport: N ranks as threads of one process, for fast deterministic tests.
+//
+// Matching follows the transport contract (source, tag, posting order). The second side to
+// arrive copies the payload straight from the sender's buffer into the receiver's buffer: one
+// copy per message, no staging. Waiting spins briefly, then sleeps on a condition variable.
+#pragma once
+
+#include "backends/transport.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+namespace detail {
+class LocalWorld;
+}
+
+// Creates the transports of an n-rank local world; element r is rank r's.
+std::vector<std::shared_ptr<Transport>> make_local_world(int n);
+
+// Declares `rank` of a local world dead (as if its process had died): every pending and later
+// request that involves it fails with PeerFailure carrying `why`.
+void fail_local_rank(Transport& any_rank_of_world, int rank, const std::string& why);
+
+}  // namespace ferry

@@ -1,0 +1,77 @@
+// The transport interface: tagged, non-blocking point-to-point between the ranks of one world.
+//
+// Every algorithm in collectives/ is written once over this interface, so a transport only has
+// to move bytes. Sends and receives match on (source, tag) in posting order, as in MPI. A send
+// may complete only when its receive has been posted (rendezvous): the sender's buffer must stay
+// untouched until its request completes. A receive must be posted with exactly the number of
+// bytes the matching send carries; otherwise both fail with MismatchError.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ferry {
+
+using Clock = std::chrono::steady_clock;
+
+// Names one message: which group, which operation, which part of the operation.
+struct Tag {
+  uint32_t group = 0;  // group id, unique within the process while the group lives
+  uint32_t slot = 0;   // algorithm step, or the user's tag for send/recv
+  uint64_t seq = 0;    // collective sequence number in the group (kP2PSeq for send/recv)
+  friend bool operator==(const Tag&, const Tag&) = default;
+};
+// User send/recv do not advance a group's collective sequence; they use this one.
+inline constexpr uint64_t kP2PSeq = ~uint64_t{0};
+
+std::string tag_str(const Tag& tag);
+
+// One posted send or receive.
+class Request {
+ public:
+  virtual ~Request() = default;
+  // True once the request finished, successfully or not. Never blocks.
+  virtual bool test() = 0;
+  // Blocks (without spinning for long) until finished or `deadline`; false on expiry.
+  virtual bool wait_until(Clock::time_point deadline) = 0;
+  // Withdraws an unfinished request: afterwards the transport no longer touches its buffer.
+  // Used when a deadline expired. No effect on a finished request.
+  virtual void cancel() = 0;
+  // After the request finished: throws its error (MismatchError, PeerFailure, TransportError).
+  virtual void rethrow_if_failed() = 0;
+
+  int peer() const { return peer_; }
+  bool is_send() const { return is_send_; }
+
+ protected:
+  Request(int peer, bool is_send) : peer_(peer), is_send_(is_send) {}
+  int peer_;
+  bool is_send_;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;  // "local", "mpi", "ucx"
+  virtual int rank() const = 0;          // rank in the world
+  virtual int size() const = 0;          // world size
+
+  // `dst` / `src` are world ranks. Zero-byte messages are legal and still match.
+  virtual std::unique_ptr<Request> isend(int dst, const Tag& tag, const void* data,
+                                         size_t bytes) = 0;
+  virtual std::unique_ptr<Request> irecv(int src, const Tag& tag, void* data, size_t bytes) = 0;
+
+  // Group ids: every process proposes its next free id when a group is split and all adopt the
+  // largest proposal, so ids stay unique within each process (see Group::split).
+  uint32_t propose_group_id() const { return next_group_id_.load(); }
+  void adopt_group_id(uint32_t id);
+
+ private:
+  std::atomic<uint32_t> next_group_id_{1};  // 0 is the world group
+};
+
+}  // namespace ferry

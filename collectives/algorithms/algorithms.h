@@ -1,0 +1,80 @@
+// Collective algorithms over point-to-point (internal).
+//
+// Written once over OpContext, they serve every transport that has no native collectives (local
+// now, UCX later). Each works on raw bytes laid out in per-rank blocks; the engine
+// (collectives/*.cpp) validates arguments and turns tensors into these layouts. Ranks are group
+// ranks. Reductions receive element counts and a dtype that `combine` accepts.
+#pragma once
+
+#include "collectives/collectives.h"
+#include "collectives/op_context.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ferry::detail {
+
+// Block k of a buffer: `bytes[k]` bytes at `offset[k]`.
+struct Blocks {
+  std::vector<size_t> offset;
+  std::vector<size_t> bytes;
+  size_t total() const { return offset.empty() ? 0 : offset.back() + bytes.back(); }
+  size_t max_bytes() const;
+};
+// Contiguous blocks of rows[k] * row_bytes bytes, in rank order.
+Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes);
+// `count` elements cut into `parts` nearly equal blocks (the first count % parts get one more).
+Blocks even_blocks(size_t count, int parts, size_t elem_bytes);
+
+struct ReduceSpec {
+  DType dtype;  // a dtype `combine` accepts
+  ReduceOp op;  // never Avg
+  size_t elem_bytes() const { return dtype_size(dtype); }
+};
+
+// ---- ring (bandwidth-optimal: each rank moves (W-1)/W of the data per phase) ----
+// After it, `out` holds the reduction over ranks of block `rank` of `in`. `work` is either null
+// (a scratch carry is used and `in` is left unchanged) or a buffer laid out like `in` that may
+// be overwritten (may be `in` itself); then the result is written into work's block `rank` too.
+void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
+                         const Blocks& blocks, const ReduceSpec& spec);
+// Block `rank` of `buf` is in place; afterwards every block is.
+void ring_all_gather(OpContext& ctx, char* buf, const Blocks& blocks);
+// reduce_scatter + all_gather; `out` may be `in`.
+void ring_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
+                     const ReduceSpec& spec);
+
+// ---- direct (every rank talks to every rank at once; latency-optimal for few ranks) ----
+void direct_all_gather(OpContext& ctx, char* buf, const Blocks& blocks);
+
+// ---- binomial trees (log2(W) rounds; latency-optimal for small payloads) ----
+void tree_broadcast(OpContext& ctx, char* buf, size_t bytes, int root);
+// `out` receives the reduction on root; elsewhere it is ignored (may be null).
+void tree_reduce(OpContext& ctx, const char* in, char* out, size_t count, int root,
+                 const ReduceSpec& spec);
+// tree_reduce to rank 0, then tree_broadcast; `out` may be `in`.
+void tree_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
+                     const ReduceSpec& spec);
+
+// ---- pairwise exchange: at step s rank r sends to r+s and receives from r-s ----
+// send[j] / recv[k]: the buffer going to rank j / coming from rank k.
+struct Exchange {
+  std::vector<const char*> send;
+  std::vector<size_t> send_bytes;
+  std::vector<char*> recv;
+  std::vector<size_t> recv_bytes;
+};
+void pairwise_all_to_all(OpContext& ctx, const Exchange& x);
+
+// ---- linear (root talks to every rank) ----
+// On root, recv[k] receives rank k's `in`; own block copied locally.
+void linear_gather(OpContext& ctx, const char* in, size_t bytes, const std::vector<char*>& recv,
+                   const std::vector<size_t>& recv_bytes, int root);
+void linear_scatter(OpContext& ctx, const std::vector<const char*>& send,
+                    const std::vector<size_t>& send_bytes, char* out, size_t bytes, int root);
+
+// ---- dissemination barrier: ceil(log2 W) rounds of zero-byte messages ----
+void dissemination_barrier(OpContext& ctx);
+
+}  // namespace ferry::detail

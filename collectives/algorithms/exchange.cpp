@@ -1,0 +1,78 @@
+// Algorithms that are a fixed pattern of direct messages: pairwise all-to-all, direct
+// all-gather, linear gather and scatter, and the dissemination barrier.
+#include "collectives/algorithms/algorithms.h"
+
+#include <cstring>
+
+namespace ferry::detail {
+
+void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
+  const int n = ctx.size(), r = ctx.rank();
+  if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r])
+    std::memcpy(x.recv[r], x.send[r], x.recv_bytes[r]);
+  // All pairs are posted at once, in pairwise order so that no rank is everyone's first target.
+  for (int s = 1; s < n; ++s) {
+    const int to = (r + s) % n, from = (r - s + n) % n;
+    ctx.recv(from, 0, x.recv[from], x.recv_bytes[from]);
+    ctx.send(to, 0, x.send[to], x.send_bytes[to]);
+  }
+  ctx.wait_all();
+}
+
+void direct_all_gather(OpContext& ctx, char* buf, const Blocks& blocks) {
+  const int n = ctx.size(), r = ctx.rank();
+  for (int s = 1; s < n; ++s) {
+    const int to = (r + s) % n, from = (r - s + n) % n;
+    ctx.recv(from, 0, buf + blocks.offset[from], blocks.bytes[from]);
+    ctx.send(to, 0, buf + blocks.offset[r], blocks.bytes[r]);
+  }
+  ctx.wait_all();
+}
+
+void linear_gather(OpContext& ctx, const char* in, size_t bytes, const std::vector<char*>& recv,
+                   const std::vector<size_t>& recv_bytes, int root) {
+  const int n = ctx.size(), r = ctx.rank();
+  if (r != root) {
+    ctx.send(root, 0, in, bytes);
+  } else {
+    for (int k = 0; k < n; ++k) {
+      if (k == r) {
+        if (bytes > 0 && recv[k] != in) std::memcpy(recv[k], in, bytes);
+      } else {
+        ctx.recv(k, 0, recv[k], recv_bytes[k]);
+      }
+    }
+  }
+  ctx.wait_all();
+}
+
+void linear_scatter(OpContext& ctx, const std::vector<const char*>& send,
+                    const std::vector<size_t>& send_bytes, char* out, size_t bytes, int root) {
+  const int n = ctx.size(), r = ctx.rank();
+  if (r != root) {
+    ctx.recv(root, 0, out, bytes);
+  } else {
+    for (int k = 0; k < n; ++k) {
+      if (k == r) {
+        if (bytes > 0 && send[k] != out) std::memcpy(out, send[k], bytes);
+      } else {
+        ctx.send(k, 0, send[k], send_bytes[k]);
+      }
+    }
+  }
+  ctx.wait_all();
+}
+
+// Round k: tell rank r + 2^k we are here and hear from rank r - 2^k. After ceil(log2 W) rounds
+// every rank has (transitively) heard from every other.
+void dissemination_barrier(OpContext& ctx) {
+  const int n = ctx.size(), r = ctx.rank();
+  uint32_t round = 0;
+  for (int d = 1; d < n; d <<= 1, ++round) {
+    ctx.send((r + d) % n, round, nullptr, 0);
+    ctx.recv((r - d + n) % n, round, nullptr, 0);
+    ctx.wait_all();
+  }
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,78 @@
+#include "collectives/algorithms/algorithms.h"
+
+#include "collectives/reduce_kernels.h"
+
+#include <cstring>
+
+namespace ferry::detail {
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+// Step s (0..W-2): send block r-s-1 (taken from `in` at step 0, else the carry reduced at the
+// previous step), receive block r-s-2 from the left neighbour and reduce it with our own copy
+// of that block. The block received at the last step is block r: it goes to `out`.
+void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
+                         const Blocks& blocks, const ReduceSpec& spec) {
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t eb = spec.elem_bytes();
+  if (n == 1) {
+    if (out != in) std::memcpy(out, in, blocks.bytes[0]);
+    return;
+  }
+  const int right = mod(r + 1, n), left = mod(r - 1, n);
+  char* tmp = ctx.scratch(0, blocks.max_bytes());
+  // Without a work buffer, partial reductions live in a scratch carry. One suffices: each step
+  // waits for its send to finish before the carry is overwritten.
+  char* carry = work == nullptr ? ctx.scratch(1, blocks.max_bytes()) : nullptr;
+  const char* sending = in + blocks.offset[mod(r - 1, n)];
+  for (int s = 0; s < n - 1; ++s) {
+    const int sb = mod(r - s - 1, n), rb = mod(r - s - 2, n);
+    ctx.send(right, s, sending, blocks.bytes[sb]);
+    ctx.recv(left, s, tmp, blocks.bytes[rb]);
+    ctx.wait_all();
+    char* dst;
+    if (s == n - 2) {
+      dst = out;
+    } else if (work != nullptr) {
+      dst = work + blocks.offset[rb];
+    } else {
+      dst = carry;
+    }
+    combine(dst, in + blocks.offset[rb], tmp, blocks.bytes[rb] / eb, spec.dtype, spec.op);
+    if (s == n - 2 && work != nullptr && work + blocks.offset[rb] != out)
+      std::memcpy(work + blocks.offset[rb], out, blocks.bytes[rb]);
+    sending = dst;
+  }
+}
+
+// Step s: send block r-s (which we hold complete) right, receive block r-s-1 from the left.
+void ring_all_gather(OpContext& ctx, char* buf, const Blocks& blocks) {
+  const int n = ctx.size(), r = ctx.rank();
+  const int right = mod(r + 1, n), left = mod(r - 1, n);
+  for (int s = 0; s < n - 1; ++s) {
+    const int sb = mod(r - s, n), rb = mod(r - s - 1, n);
+    ctx.send(right, s, buf + blocks.offset[sb], blocks.bytes[sb]);
+    ctx.recv(left, s, buf + blocks.offset[rb], blocks.bytes[rb]);
+    ctx.wait_all();
+  }
+}
+
+void ring_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
+                     const ReduceSpec& spec) {
+  const int n = ctx.size(), r = ctx.rank();
+  Blocks blocks = even_blocks(count, n, spec.elem_bytes());
+  if (n == 1) {
+    if (out != in) std::memcpy(out, in, count * spec.elem_bytes());
+    return;
+  }
+  // `out` is the work buffer: blocks reduced on the way are written there, so `in` stays intact
+  // and no extra copy of the payload is made.
+  ring_reduce_scatter(ctx, in, out, out + blocks.offset[r], blocks, spec);
+  ctx.next_phase();
+  ring_all_gather(ctx, out, blocks);
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,87 @@
+// The raw (non-differentiable) collectives.
+//
+// Every call is asynchronous: it validates its arguments on the calling rank, throwing
+// InvalidArgument before any data moves, then returns a Work while the data moves in the
+// background. The caller keeps ownership of the tensors; the op holds handles to them until it
+// completes, and the caller must not touch their contents until Work::wait() returns.
+//
+// Every member of the group must issue the same collectives in the same order with matching
+// arguments (same dtype, same reduce op, same root, consistent sizes). A mismatch that can only
+// be seen across ranks fails with MismatchError; a missing rank with TimeoutError at the
+// deadline. Sizes ("splits") are counts of rows along dim 0.
+//
+// Every dtype works. float16 and bfloat16 reductions accumulate in float32 and round once at the
+// end. Integer sums wrap around. Avg is only defined for floating dtypes.
+#pragma once
+
+#include "collectives/group.h"
+#include "runtime/tensor.h"
+#include "runtime/work.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace ferry {
+
+enum class ReduceOp { Sum, Avg, Prod, Min, Max };
+const char* reduce_op_name(ReduceOp op);
+
+// ---- reductions ----
+// In place: every rank ends with the reduction of all ranks' `tensor`.
+Work all_reduce(Tensor tensor, const Group& group, ReduceOp op = ReduceOp::Sum);
+// Out of place: `output` (same dtype and shape as input, not overlapping it unless it is the
+// very same tensor) receives the reduction; `input` is left unchanged.
+Work all_reduce(const Tensor& input, Tensor output, const Group& group,
+                ReduceOp op = ReduceOp::Sum);
+// The reduction arrives on `root` only, in `output` (same dtype and shape as input). On other
+// ranks `output` may be undefined and is not touched.
+Work reduce(const Tensor& input, Tensor output, int root, const Group& group,
+            ReduceOp op = ReduceOp::Sum);
+// input: [W*m, ...]; output: [m, ...]. Rank r receives the reduction of every rank's block r.
+// output may be exactly rank r's block of input (a view); any other overlap is rejected.
+Work reduce_scatter(const Tensor& input, Tensor output, const Group& group,
+                    ReduceOp op = ReduceOp::Sum);
+// input: [sum(sizes), ...]; output: [sizes[rank], ...]. sizes: one row count per rank, the same
+// on every rank.
+Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
+                      const Group& group, ReduceOp op = ReduceOp::Sum);
+
+// ---- data movement ----
+// `tensor` on root is sent to every rank's `tensor` (same dtype and shape everywhere).
+Work broadcast(Tensor tensor, int root, const Group& group);
+// input: [m, ...] on every rank (same m); output: [W*m, ...], rank k's input in block k.
+// input may be exactly the caller's block of output; any other overlap is rejected.
+Work all_gather(const Tensor& input, Tensor output, const Group& group);
+// Uneven: rank k contributes sizes[k] rows; output: [sum(sizes), ...] in rank order.
+Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
+                  const Group& group);
+// Uneven with the sizes exchanged first; the output is allocated by the op:
+// work.output(0) is the gathered tensor, work.output(1) the int64 sizes per rank.
+Work all_gather_v(const Tensor& input, const Group& group);
+// Equal: input and output have the same shape [W*m, ...]; block j of input goes to rank j and
+// block k of output comes from rank k.
+Work all_to_all_single(const Tensor& input, Tensor output, const Group& group);
+// Uneven (torch.distributed order): input_split_sizes[j] rows go to rank j, output_split_sizes[k]
+// rows come from rank k. Each rank's output_split_sizes[k] must equal rank k's
+// input_split_sizes[me].
+Work all_to_all_single(const Tensor& input, Tensor output,
+                       const std::vector<int64_t>& output_split_sizes,
+                       const std::vector<int64_t>& input_split_sizes, const Group& group);
+// Lists of W tensors: inputs[j] goes to rank j, outputs[k] comes from rank k. Every tensor of
+// both lists has one dtype; shapes may differ but bytes must match pairwise across ranks.
+Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                const Group& group);
+// On root, outputs holds W tensors (outputs[k] receives rank k's input); elsewhere it is
+// ignored and may be empty.
+Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
+            const Group& group);
+// On root, inputs holds W tensors (inputs[k] goes to rank k's output); elsewhere ignored.
+Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const Group& group);
+Work barrier(const Group& group);
+
+// ---- point to point ----
+// Match by (peer, tag) in posting order; they do not advance the group's sequence number.
+Work send(const Tensor& tensor, int dst, const Group& group, int tag = 0);
+Work recv(Tensor tensor, int src, const Group& group, int tag = 0);
+
+}  // namespace ferry

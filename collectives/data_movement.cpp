@@ -1,0 +1,280 @@
+// broadcast, all_gather(_v), all_to_all(_single), gather, scatter, barrier.
+#include "collectives/algorithm_table.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/engine.h"
+
+#include <cstring>
+
+namespace ferry {
+namespace {
+
+using detail::OpContext;
+
+char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
+const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
+
+std::string describe(const Tensor& t) {
+  return detail::str("(", dtype_name(t.dtype()), " ", shape_str(t.shape()), ")");
+}
+
+void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
+                   const detail::Blocks& blocks) {
+  char* out = bytes_of(output);
+  const int me = ctx.rank();
+  if (out + blocks.offset[me] != bytes_of(input) && blocks.bytes[me] > 0)
+    std::memcpy(out + blocks.offset[me], bytes_of(input), blocks.bytes[me]);
+  if (choose_algorithm(Collective::AllGather, blocks.bytes[me], ctx.size()) == "direct")
+    detail::direct_all_gather(ctx, out, blocks);
+  else
+    detail::ring_all_gather(ctx, out, blocks);
+  output.bump_version();
+}
+
+}  // namespace
+
+Work broadcast(Tensor tensor, int root, const Group& group) {
+  detail::Validator v("broadcast", group);
+  v.root(root);
+  v.defined(tensor, "tensor");
+  return detail::submit(group, "broadcast", describe(tensor) + detail::str(" root ", root),
+                        [tensor, root](OpContext& ctx) mutable {
+    detail::tree_broadcast(ctx, bytes_of(tensor), tensor.nbytes(), root);
+    if (ctx.rank() != root) tensor.bump_version();
+    return std::vector<Tensor>{tensor};
+  });
+}
+
+Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
+                  const Group& group) {
+  detail::Validator v("all_gather", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.at_least_1d(input, "input");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  const int64_t total = v.sizes(sizes, "sizes");
+  const int me = group.rank();
+  if (sizes[me] != input.size(0))
+    v.fail(detail::str("sizes[", me, "] must equal input.size(0) = ", input.size(0), ", given ",
+                       sizes[me]));
+  v.shape_is(output, "output", detail::with_rows(input.shape(), total));
+  int64_t start = 0;
+  for (int k = 0; k < me; ++k) start += sizes[k];
+  v.no_overlap(output, "output", input, "input", output.narrow(0, start, sizes[me]));
+  return detail::submit(group, "all_gather", describe(input),
+                        [input, output, sizes](OpContext& ctx) mutable {
+    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)));
+    return std::vector<Tensor>{output};
+  });
+}
+
+Work all_gather(const Tensor& input, Tensor output, const Group& group) {
+  detail::Validator v("all_gather", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  const int world = group.size();
+  // A 0-d input gathers into a vector of W elements, like torch.
+  const int64_t rows = input.dim() == 0 ? 1 : input.size(0);
+  v.shape_is(output, "output", detail::with_rows(input.shape(), rows * world));
+  const Tensor own = output.narrow(0, rows * group.rank(), rows);
+  v.no_overlap(output, "output", input, "input", own);
+  return detail::submit(group, "all_gather", describe(input),
+                        [input, output, rows, world](OpContext& ctx) mutable {
+    gather_blocks(ctx, output, input,
+                  detail::contiguous_blocks(std::vector<int64_t>(world, rows),
+                                            detail::row_bytes(input)));
+    return std::vector<Tensor>{output};
+  });
+}
+
+Work all_gather_v(const Tensor& input, const Group& group) {
+  detail::Validator v("all_gather", group);
+  v.defined(input, "input");
+  v.at_least_1d(input, "input");
+  const int world = group.size();
+  return detail::submit(group, "all_gather", describe(input) + " with exchanged sizes",
+                        [input, world](OpContext& ctx) {
+    // Phase 1: every rank's (rows, elements per row), so the output can be sized and a rank
+    // whose rows have another shape is named instead of corrupting the gather.
+    Tensor meta = empty({2 * static_cast<int64_t>(world)}, DType::Int64);
+    int64_t* m = meta.data<int64_t>();
+    const int64_t row_numel = shape_numel(detail::with_rows(input.shape(), 1));
+    m[2 * ctx.rank()] = input.size(0);
+    m[2 * ctx.rank() + 1] = row_numel;
+    detail::direct_all_gather(ctx, bytes_of(meta),
+                              detail::contiguous_blocks(std::vector<int64_t>(world, 1), 16));
+    std::vector<int64_t> sizes(world);
+    int64_t total = 0;
+    for (int k = 0; k < world; ++k) {
+      FERRY_CHECK(m[2 * k + 1] == row_numel, MismatchError, "all_gather (seq ", ctx.seq(),
+                  ") with exchanged sizes: rank ", ctx.rank(), " has rows of ", row_numel,
+                  " elements (shape ", shape_str(input.shape()), ") but rank ", k, " has rows of ",
+                  m[2 * k + 1], " elements");
+      sizes[k] = m[2 * k];
+      total += sizes[k];
+    }
+    ctx.next_phase();
+    Tensor output = empty(detail::with_rows(input.shape(), total), input.dtype());
+    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)));
+    return std::vector<Tensor>{output, from_vector<int64_t>(sizes)};
+  });
+}
+
+Work all_to_all_single(const Tensor& input, Tensor output,
+                       const std::vector<int64_t>& output_split_sizes,
+                       const std::vector<int64_t>& input_split_sizes, const Group& group) {
+  detail::Validator v("all_to_all_single", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.at_least_1d(input, "input");
+  v.at_least_1d(output, "output");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  const int world = group.size();
+  // Empty split lists mean equal blocks, as in torch.distributed.
+  auto resolve = [&](const std::vector<int64_t>& splits, const Tensor& t, const char* name) {
+    if (!splits.empty()) {
+      const int64_t total = v.sizes(splits, name);
+      if (total != t.size(0))
+        v.fail(detail::str(name, " must add up to ", t.size(0), " (dim 0 of the tensor), given ",
+                           total));
+      return splits;
+    }
+    if (t.size(0) % world != 0)
+      v.fail(detail::str("without ", name, ", dim 0 (", t.size(0),
+                         ") must be a multiple of the group size ", world));
+    return std::vector<int64_t>(world, t.size(0) / world);
+  };
+  std::vector<int64_t> in_splits = resolve(input_split_sizes, input, "input_split_sizes");
+  std::vector<int64_t> out_splits = resolve(output_split_sizes, output, "output_split_sizes");
+  if (detail::with_rows(input.shape(), 1) != detail::with_rows(output.shape(), 1))
+    v.fail(detail::str("input and output must agree beyond dim 0, given ",
+                       shape_str(input.shape()), " and ", shape_str(output.shape())));
+  const int me = group.rank();
+  if (in_splits[me] != out_splits[me])
+    v.fail(detail::str("input_split_sizes[", me, "] and output_split_sizes[", me,
+                       "] (the block a rank keeps) must be equal, given ", in_splits[me], " and ",
+                       out_splits[me]));
+  v.no_overlap(input, "input", output, "output");
+  return detail::submit(group, "all_to_all_single", describe(input),
+                        [input, output, in_splits, out_splits, world](OpContext& ctx) mutable {
+    const size_t rb = detail::row_bytes(input);
+    detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
+    detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
+    detail::Exchange x;
+    for (int k = 0; k < world; ++k) {
+      x.send.push_back(bytes_of(input) + in_b.offset[k]);
+      x.send_bytes.push_back(in_b.bytes[k]);
+      x.recv.push_back(bytes_of(output) + out_b.offset[k]);
+      x.recv_bytes.push_back(out_b.bytes[k]);
+    }
+    detail::pairwise_all_to_all(ctx, x);
+    output.bump_version();
+    return std::vector<Tensor>{output};
+  });
+}
+
+Work all_to_all_single(const Tensor& input, Tensor output, const Group& group) {
+  return all_to_all_single(input, output, {}, {}, group);
+}
+
+Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                const Group& group) {
+  detail::Validator v("all_to_all", group);
+  if (inputs.empty() || !inputs[0].defined())
+    v.fail("inputs must hold one defined tensor per rank");
+  const DType dtype = inputs[0].dtype();
+  v.tensor_list(inputs, "inputs", dtype);
+  v.tensor_list(outputs, "outputs", dtype);
+  const int me = group.rank();
+  if (inputs[me].nbytes() != outputs[me].nbytes())
+    v.fail(detail::str("inputs[", me, "] and outputs[", me, "] (the block a rank keeps) must ",
+                       "have the same size, given ", shape_str(inputs[me].shape()), " and ",
+                       shape_str(outputs[me].shape())));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = 0; j < inputs.size(); ++j)
+      v.no_overlap(inputs[j], "an input", outputs[i], "an output");
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      v.no_overlap(outputs[i], "an output", outputs[j], "another output");
+  }
+  return detail::submit(group, "all_to_all", detail::str("(", dtype_name(dtype), " lists)"),
+                        [inputs, outputs = std::vector<Tensor>(outputs)](OpContext& ctx) mutable {
+    detail::Exchange x;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      x.send.push_back(bytes_of(inputs[k]));
+      x.send_bytes.push_back(inputs[k].nbytes());
+      x.recv.push_back(bytes_of(outputs[k]));
+      x.recv_bytes.push_back(outputs[k].nbytes());
+    }
+    detail::pairwise_all_to_all(ctx, x);
+    for (Tensor& t : outputs) t.bump_version();
+    return outputs;
+  });
+}
+
+Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
+            const Group& group) {
+  detail::Validator v("gather", group);
+  v.root(root);
+  v.defined(input, "input");
+  const bool is_root = group.rank() == root;
+  if (is_root) {
+    v.tensor_list(outputs, "outputs", input.dtype());
+    if (outputs[root].nbytes() != input.nbytes())
+      v.fail(detail::str("outputs[root] must have the size of input ", shape_str(input.shape()),
+                         ", given ", shape_str(outputs[root].shape())));
+    for (const Tensor& o : outputs) v.no_overlap(input, "input", o, "an output", outputs[root]);
+  }
+  return detail::submit(group, "gather", describe(input) + detail::str(" root ", root),
+                        [input, outputs = std::vector<Tensor>(outputs), root, is_root](OpContext& ctx) mutable {
+    std::vector<char*> recv;
+    std::vector<size_t> recv_bytes;
+    if (is_root) {
+      for (Tensor& o : outputs) {
+        recv.push_back(bytes_of(o));
+        recv_bytes.push_back(o.nbytes());
+      }
+    }
+    detail::linear_gather(ctx, bytes_of(input), input.nbytes(), recv, recv_bytes, root);
+    if (!is_root) return std::vector<Tensor>{};
+    for (Tensor& o : outputs) o.bump_version();
+    return outputs;
+  });
+}
+
+Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const Group& group) {
+  detail::Validator v("scatter", group);
+  v.root(root);
+  v.defined(output, "output");
+  const bool is_root = group.rank() == root;
+  if (is_root) {
+    v.tensor_list(inputs, "inputs", output.dtype());
+    if (inputs[root].nbytes() != output.nbytes())
+      v.fail(detail::str("inputs[root] must have the size of output ", shape_str(output.shape()),
+                         ", given ", shape_str(inputs[root].shape())));
+    for (const Tensor& i : inputs) v.no_overlap(i, "an input", output, "output", inputs[root]);
+  }
+  return detail::submit(group, "scatter", describe(output) + detail::str(" root ", root),
+                        [inputs, output, root, is_root](OpContext& ctx) mutable {
+    std::vector<const char*> send;
+    std::vector<size_t> send_bytes;
+    if (is_root) {
+      for (const Tensor& i : inputs) {
+        send.push_back(bytes_of(i));
+        send_bytes.push_back(i.nbytes());
+      }
+    }
+    detail::linear_scatter(ctx, send, send_bytes, bytes_of(output), output.nbytes(), root);
+    output.bump_version();
+    return std::vector<Tensor>{output};
+  });
+}
+
+Work barrier(const Group& group) {
+  detail::Validator v("barrier", group);
+  return detail::submit(group, "barrier", "", [](OpContext& ctx) {
+    detail::dissemination_barrier(ctx);
+    return std::vector<Tensor>{};
+  });
+}
+
+}  // namespace ferry

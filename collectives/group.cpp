@@ -1,0 +1,145 @@
+#include "collectives/group.h"
+
+#include "collectives/collectives.h"
+#include "collectives/group_impl.h"
+#include "collectives/algorithm_table.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+#include <tuple>
+
+namespace ferry {
+namespace detail {
+
+ScratchArena::~ScratchArena() {
+  for (char* p : data_) std::free(p);
+}
+
+char* ScratchArena::get(int slot, size_t bytes) {
+  if (bytes > capacity_[slot]) {
+    std::free(data_[slot]);
+    size_t rounded = (bytes + 4095) / 4096 * 4096;
+    data_[slot] = static_cast<char*>(std::aligned_alloc(64, rounded));
+    FERRY_CHECK(data_[slot] != nullptr, Error, "scratch allocation of ", rounded, " bytes failed");
+    capacity_[slot] = rounded;
+  }
+  return data_[slot];
+}
+
+GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> members, int rank,
+                     uint32_t id)
+    : transport_(std::move(transport)), members_(std::move(members)), rank_(rank), id_(id) {}
+
+GroupImpl::~GroupImpl() = default;
+
+std::string GroupImpl::describe() const {
+  std::string ranks;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (i == 8 && members_.size() > 10) {
+      ranks += ",...";
+      break;
+    }
+    if (i) ranks += ',';
+    ranks += std::to_string(members_[i]);
+  }
+  return str("group ", id_, " [world ", ranks, "] rank ", rank_, "/", members_.size());
+}
+
+void GroupImpl::poison(std::exception_ptr cause, const std::string& why) {
+  std::lock_guard<std::mutex> lock(poison_mu_);
+  if (poisoned_.load()) return;
+  poison_cause_ = std::move(cause);
+  poison_why_ = why;
+  poisoned_.store(true);
+}
+
+std::string GroupImpl::poison_reason() const {
+  std::lock_guard<std::mutex> lock(poison_mu_);
+  return poison_why_;
+}
+
+void GroupImpl::throw_if_poisoned(const std::string& op) const {
+  if (!poisoned_.load()) return;
+  std::exception_ptr cause;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(poison_mu_);
+    cause = poison_cause_;
+    why = poison_why_;
+  }
+  rethrow_with_prefix(cause, str(op, " on ", describe(),
+                                 ": the group is poisoned by an earlier failure and can no longer "
+                                 "be used; the failure was: "));
+}
+
+}  // namespace detail
+
+Group Group::world(std::shared_ptr<Transport> transport) {
+  FERRY_CHECK(transport != nullptr, InvalidArgument, "Group::world: transport is null");
+  std::vector<int> members(transport->size());
+  std::iota(members.begin(), members.end(), 0);
+  int rank = transport->rank();
+  FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank, " of ",
+            transport->size(), "; algorithms:\n", algorithm_table());
+  return Group(std::make_shared<detail::GroupImpl>(std::move(transport), std::move(members), rank,
+                                                   /*id=*/0));
+}
+
+detail::GroupImpl& Group::impl() const {
+  FERRY_CHECK(impl_ != nullptr, InvalidArgument,
+              "use of a null Group (a rank that split with kUndefinedColor gets one)");
+  return *impl_;
+}
+
+int Group::rank() const { return impl().rank(); }
+int Group::size() const { return impl().size(); }
+uint32_t Group::id() const { return impl().id(); }
+uint64_t Group::sequence_number() const { return impl().sequence_number(); }
+const std::vector<int>& Group::members() const { return impl().members(); }
+Transport& Group::transport() const { return impl().transport(); }
+bool Group::poisoned() const { return impl().poisoned(); }
+std::string Group::poison_reason() const { return impl().poison_reason(); }
+std::string Group::describe() const { return valid() ? impl().describe() : "null group"; }
+
+int Group::world_rank(int group_rank) const {
+  FERRY_CHECK(group_rank >= 0 && group_rank < size(), InvalidArgument, "Group::world_rank on ",
+              describe(), ": rank must be in [0, ", size(), "), given ", group_rank);
+  return members()[group_rank];
+}
+
+Group Group::split(int color, int key) const {
+  detail::GroupImpl& parent = impl();
+  FERRY_CHECK(color >= 0 || color == kUndefinedColor, InvalidArgument, "Group::split on rank ",
+              rank(), " of ", describe(), ": color must be >= 0 or kUndefinedColor, given ",
+              color);
+  // Everyone learns everyone's (color, key, proposed id) with one all_gather on the parent.
+  const int n = size();
+  Tensor mine = from_vector<int64_t>(
+      {color, key, static_cast<int64_t>(parent.transport().propose_group_id())});
+  Tensor all = empty({3 * static_cast<int64_t>(n)}, DType::Int64);
+  all_gather(mine, all, *this).wait();
+  const int64_t* v = all.data<int64_t>();
+
+  uint32_t id = 0;
+  for (int r = 0; r < n; ++r) id = std::max<uint32_t>(id, static_cast<uint32_t>(v[3 * r + 2]));
+  parent.transport().adopt_group_id(id);
+  if (color == kUndefinedColor) return Group();
+
+  std::vector<std::tuple<int64_t, int, int>> chosen;  // (key, parent rank, world rank)
+  for (int r = 0; r < n; ++r)
+    if (v[3 * r] == color) chosen.emplace_back(v[3 * r + 1], r, parent.members()[r]);
+  std::sort(chosen.begin(), chosen.end());
+  std::vector<int> members;
+  int my_rank = -1;
+  for (const auto& [k, parent_rank, world] : chosen) {
+    if (parent_rank == rank()) my_rank = static_cast<int>(members.size());
+    members.push_back(world);
+  }
+  return Group(std::make_shared<detail::GroupImpl>(parent.transport_ptr(), std::move(members),
+                                                   my_rank, id));
+}
+
+}  // namespace ferry

@@ -1,0 +1,77 @@
+// The state behind a Group handle (internal).
+#pragma once
+
+#include "backends/transport.h"
+#include "collectives/executor.h"
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ferry::detail {
+
+// Scratch memory reused across the ops of one group: a fresh 64 MiB buffer per call would cost
+// ~20 ms of first-touch page faults. Only the group's worker thread uses it.
+class ScratchArena {
+ public:
+  ScratchArena() = default;
+  ScratchArena(const ScratchArena&) = delete;
+  ScratchArena& operator=(const ScratchArena&) = delete;
+  ~ScratchArena();
+  // Buffer number `slot` (0..kSlots-1) with room for at least `bytes`; contents undefined.
+  char* get(int slot, size_t bytes);
+  static constexpr int kSlots = 4;
+
+ private:
+  char* data_[kSlots] = {};
+  size_t capacity_[kSlots] = {};
+};
+
+class GroupImpl {
+ public:
+  GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> members, int rank, uint32_t id);
+  ~GroupImpl();
+
+  Transport& transport() { return *transport_; }
+  const std::shared_ptr<Transport>& transport_ptr() const { return transport_; }
+  const std::vector<int>& members() const { return members_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  uint32_t id() const { return id_; }
+  uint64_t sequence_number() const { return seq_.load(); }
+  uint64_t take_sequence_number() { return seq_.fetch_add(1); }
+
+  // "group 2 [world 0,2] rank 1/2"
+  std::string describe() const;
+
+  // The first failure poisons the group; every later op fails at once with an error of the
+  // same type that quotes it.
+  void poison(std::exception_ptr cause, const std::string& why);
+  bool poisoned() const { return poisoned_.load(); }
+  std::string poison_reason() const;
+  void throw_if_poisoned(const std::string& op) const;
+
+  ScratchArena& scratch() { return scratch_; }
+  Executor& executor() { return executor_; }
+
+ private:
+  std::shared_ptr<Transport> transport_;
+  std::vector<int> members_;
+  int rank_;
+  uint32_t id_;
+  std::atomic<uint64_t> seq_{0};
+
+  std::atomic<bool> poisoned_{false};
+  mutable std::mutex poison_mu_;
+  std::exception_ptr poison_cause_;
+  std::string poison_why_;
+
+  ScratchArena scratch_;
+  Executor executor_;  // last: destroyed first, so queued ops finish while the rest still lives
+};
+
+}  // namespace ferry::detail

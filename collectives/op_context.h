@@ -1,0 +1,55 @@
+// What an algorithm sees of the op it carries: the group's ranks, tagged point-to-point with
+// the op's sequence number, a deadline, and scratch memory.
+//
+// Algorithms post sends and receives, then wait_all(). A wait that outlives the deadline raises
+// TimeoutError naming the op, the group, the sequence number and the peers not heard from; any
+// failure withdraws the op's other pending requests first, so no buffer is touched afterwards.
+#pragma once
+
+#include "backends/transport.h"
+#include "collectives/group_impl.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::detail {
+
+class OpContext {
+ public:
+  OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time_point deadline);
+  ~OpContext();  // cancels whatever is still pending
+  OpContext(const OpContext&) = delete;
+  OpContext& operator=(const OpContext&) = delete;
+
+  int rank() const { return group_.rank(); }
+  int size() const { return group_.size(); }
+  const std::string& op() const { return op_; }
+  uint64_t seq() const { return seq_; }
+
+  // `peer` is a group rank; `step` tells the messages of one op apart (a pair of ranks that
+  // exchanges several messages in one op gives each its own step).
+  void send(int peer, uint32_t step, const void* data, size_t bytes);
+  void recv(int peer, uint32_t step, void* data, size_t bytes);
+  // Completes every request posted so far.
+  void wait_all();
+
+  // Later steps are numbered afresh: an op made of phases (sizes, then data) calls this between.
+  void next_phase() { phase_ += 1; }
+
+  char* scratch(int slot, size_t bytes) { return group_.scratch().get(slot, bytes); }
+
+ private:
+  Tag tag(uint32_t step) const;
+  [[noreturn]] void fail_timeout();
+
+  GroupImpl& group_;
+  std::string op_;
+  uint64_t seq_;
+  Clock::time_point start_;
+  Clock::time_point deadline_;
+  uint32_t phase_ = 0;
+  std::vector<std::unique_ptr<Request>> pending_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,161 @@
+// all_reduce, reduce, reduce_scatter and reduce_scatter_v: validation, then the algorithm.
+#include "collectives/algorithm_table.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/engine.h"
+#include "collectives/reduce_kernels.h"
+
+namespace ferry {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Prod: return "prod";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+namespace {
+
+using detail::OpContext;
+using detail::ReduceSpec;
+
+// The buffers a reduction runs on. 16-bit floats are widened to float32 once on the way in and
+// rounded once on the way out, so sums accumulate in float32 whatever the algorithm.
+struct Accumulation {
+  Tensor in;   // what the algorithm reads
+  Tensor out;  // what it writes (may be `in`)
+  ReduceSpec spec;
+
+  Accumulation(const Tensor& input, const Tensor& output, ReduceOp op, bool in_place) {
+    const DType acc = detail::accumulation_dtype(input.dtype());
+    spec = ReduceSpec{acc, op == ReduceOp::Avg ? ReduceOp::Sum : op};
+    if (acc == input.dtype()) {
+      in = input;
+      out = output;
+    } else {
+      in = input.to(acc);
+      out = in_place ? in : (output.defined() ? empty(output.shape(), acc) : Tensor());
+    }
+  }
+
+  // Divides for Avg and writes the widened result back to the caller's output.
+  void finish(Tensor& output, ReduceOp op, int world) {
+    if (op == ReduceOp::Avg)
+      detail::divide(out.raw_data(), static_cast<size_t>(out.numel()), out.dtype(), world);
+    if (out.raw_data() != output.raw_data())
+      output.copy_(out);
+    else
+      output.bump_version();
+  }
+};
+
+std::string describe_reduction(const Tensor& t, ReduceOp op) {
+  return detail::str("(", reduce_op_name(op), ", ", dtype_name(t.dtype()), " ",
+                     shape_str(t.shape()), ")");
+}
+
+}  // namespace
+
+Work all_reduce(Tensor tensor, const Group& group, ReduceOp op) {
+  return all_reduce(tensor, tensor, group, op);
+}
+
+Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp op) {
+  detail::Validator v("all_reduce", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  v.shape_is(output, "output", input.shape());
+  v.no_overlap(input, "input", output, "output", input);
+  v.reduce_op(op, input.dtype());
+  const int world = group.size();
+  return detail::submit(group, "all_reduce", describe_reduction(input, op),
+                        [input, output, op, world](OpContext& ctx) mutable {
+    const bool in_place = input.raw_data() == output.raw_data();
+    Accumulation a(input, output, op, in_place);
+    const size_t count = static_cast<size_t>(input.numel());
+    const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
+    const char* in = static_cast<const char*>(a.in.raw_data());
+    char* out = static_cast<char*>(a.out.raw_data());
+    if (algo == "tree")
+      detail::tree_all_reduce(ctx, in, out, count, a.spec);
+    else
+      detail::ring_all_reduce(ctx, in, out, count, a.spec);
+    a.finish(output, op, world);
+    return std::vector<Tensor>{output};
+  });
+}
+
+Work reduce(const Tensor& input, Tensor output, int root, const Group& group, ReduceOp op) {
+  detail::Validator v("reduce", group);
+  v.root(root);
+  v.defined(input, "input");
+  v.reduce_op(op, input.dtype());
+  const bool is_root = group.rank() == root;
+  if (is_root) {
+    v.defined(output, "output (on root)");
+    v.same_dtype(output, "output", input.dtype(), "input");
+    v.shape_is(output, "output", input.shape());
+    v.no_overlap(input, "input", output, "output", input);
+  }
+  const int world = group.size();
+  return detail::submit(group, "reduce", describe_reduction(input, op) + detail::str(" root ", root),
+                        [input, output, op, root, world, is_root](OpContext& ctx) mutable {
+    Tensor out_arg = is_root ? output : Tensor();
+    Accumulation a(input, out_arg, op, is_root && input.raw_data() == output.raw_data());
+    detail::tree_reduce(ctx, static_cast<const char*>(a.in.raw_data()),
+                        is_root ? static_cast<char*>(a.out.raw_data()) : nullptr,
+                        static_cast<size_t>(input.numel()), root, a.spec);
+    if (is_root) a.finish(output, op, world);
+    return is_root ? std::vector<Tensor>{output} : std::vector<Tensor>{};
+  });
+}
+
+Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
+                      const Group& group, ReduceOp op) {
+  detail::Validator v("reduce_scatter", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.at_least_1d(input, "input");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  v.reduce_op(op, input.dtype());
+  const int64_t total = v.sizes(sizes, "sizes");
+  if (total != input.size(0))
+    v.fail(detail::str("sizes must add up to input.size(0) = ", input.size(0), ", given ",
+                       total));
+  const int me = group.rank();
+  int64_t start = 0;
+  for (int k = 0; k < me; ++k) start += sizes[k];
+  Tensor own_block = input.narrow(0, start, sizes[me]);
+  v.shape_is(output, "output", own_block.shape());
+  v.no_overlap(input, "input", output, "output", own_block);
+  const int world = group.size();
+  return detail::submit(group, "reduce_scatter", describe_reduction(input, op),
+                        [input, output, op, sizes, world](OpContext& ctx) mutable {
+    // An output that is exactly our block of the input is fine: the algorithm reads that block
+    // only in its last step, elementwise, while writing the result.
+    Accumulation a(input, output, op, /*in_place=*/false);
+    detail::Blocks blocks = detail::contiguous_blocks(sizes, detail::row_bytes(a.in));
+    detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
+                                static_cast<char*>(a.out.raw_data()), blocks, a.spec);
+    a.finish(output, op, world);
+    return std::vector<Tensor>{output};
+  });
+}
+
+Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, ReduceOp op) {
+  detail::Validator v("reduce_scatter", group);
+  v.defined(input, "input");
+  v.at_least_1d(input, "input");
+  const int world = group.size();
+  if (input.size(0) % world != 0)
+    v.fail(detail::str("input.size(0) must be a multiple of the group size ", world, ", given ",
+                       input.size(0), " (use reduce_scatter_v for uneven blocks)"));
+  return reduce_scatter_v(input, output, std::vector<int64_t>(world, input.size(0) / world),
+                          group, op);
+}
+
+}  // namespace ferry

@@ -1,0 +1,17 @@
+// ferry: the umbrella header. Link with `pkg-config --libs ferry`.
+#pragma once
+
+#include "runtime/config.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/tensor.h"
+#include "runtime/work.h"
+
+#include "backends/transport.h"
+#include "backends/local/local_transport.h"
+
+#include "collectives/algorithm_table.h"
+#include "collectives/collectives.h"
+#include "collectives/group.h"
+#include "collectives/run_ranks.h"

@@ -1,0 +1,29 @@
+#include "runtime/error.h"
+
+#include <exception>
+
+namespace ferry {
+
+void rethrow_with_prefix(std::exception_ptr error, const std::string& prefix) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(prefix + e.what());
+  } catch (const MismatchError& e) {
+    throw MismatchError(prefix + e.what());
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(prefix + e.what());
+  } catch (const PeerFailure& e) {
+    throw PeerFailure(prefix + e.what());
+  } catch (const TransportError& e) {
+    throw TransportError(prefix + e.what());
+  } catch (const Error& e) {
+    throw Error(prefix + e.what());
+  } catch (const std::exception& e) {
+    throw Error(prefix + e.what());
+  } catch (...) {
+    throw Error(prefix + "unknown exception");
+  }
+}
+
+}  // namespace ferry

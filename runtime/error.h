@@ -1,0 +1,83 @@
+// The ferry::Error hierarchy and the checks that raise it.
+//
+// Every error that reaches a user is one of these types. Messages say which op, which rank,
+// what was expected and what was given; FERRY_CHECK / FERRY_THROW append file:line.
+#pragma once
+
+#include <exception>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace ferry {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The caller passed something the op cannot accept. Raised on the calling rank before any data
+// moves, so the group stays usable.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+// Ranks disagree about a call (different sizes, dtypes, ops). Detected while data moves.
+class MismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A deadline expired. The group the op ran on is poisoned afterwards.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A peer died or was declared dead.
+class PeerFailure : public Error {
+ public:
+  using Error::Error;
+};
+
+// The transport failed for a reason of its own (MPI or UCX error, closed connection, ...).
+class TransportError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+
+template <class... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+template <class E>
+[[noreturn]] void raise(const char* file, int line, const std::string& message) {
+  throw E(str("ferry: ", message, " [", file, ":", line, "]"));
+}
+
+}  // namespace detail
+}  // namespace ferry
+
+// FERRY_CHECK(cond, ErrorType, message parts...): throws ErrorType when cond is false.
+#define FERRY_CHECK(cond, ErrorType, ...)                                                 \
+  do {                                                                                    \
+    if (!(cond)) [[unlikely]]                                                             \
+      ::ferry::detail::raise<ErrorType>(__FILE__, __LINE__, ::ferry::detail::str(__VA_ARGS__)); \
+  } while (0)
+
+// FERRY_THROW(ErrorType, message parts...): throws unconditionally.
+#define FERRY_THROW(ErrorType, ...) \
+  ::ferry::detail::raise<ErrorType>(__FILE__, __LINE__, ::ferry::detail::str(__VA_ARGS__))
+
+namespace ferry {
+// Throws a new exception of the same ferry::Error type as `error` whose message is
+// `prefix` + the original message. Anything that is not a ferry::Error becomes a ferry::Error.
+// Used where an error crosses a boundary that adds context (a rank, a group, an op).
+[[noreturn]] void rethrow_with_prefix(std::exception_ptr error, const std::string& prefix);
+}  // namespace ferry

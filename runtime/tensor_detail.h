@@ -1,0 +1,56 @@
+// Internals shared by the runtime/tensor*.cpp files. Not installed, not part of the public API:
+// tensor.h only forward-declares Storage so that users never depend on its layout.
+#pragma once
+
+#include "runtime/dtype.h"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace ferry::detail {
+
+struct Storage {
+  // Owned memory is 64-byte aligned so that every view starting on an element boundary of a
+  // fresh tensor is suitably aligned for Eigen's vectorised maps and for transports that DMA.
+  static constexpr size_t kAlignment = 64;
+
+  static std::shared_ptr<Storage> allocate(size_t nbytes);
+  static std::shared_ptr<Storage> borrow(void* data, size_t nbytes);
+
+  Storage(std::byte* data, size_t nbytes, bool owned) : data_(data), nbytes_(nbytes), owned_(owned) {}
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  std::byte* data_ = nullptr;  // null only for a borrowed zero-byte blob
+  size_t nbytes_ = 0;
+  bool owned_ = false;
+  std::atomic<uint64_t> version_{0};
+};
+
+// Product of the dims; throws InvalidArgument naming `op` for a negative dim or int64 overflow.
+int64_t checked_numel(const std::vector<int64_t>& shape, const char* op);
+
+// Element conversion with the rules Tensor::to documents: floating targets round to nearest
+// even (with a single rounding, also from float64 and int64), integer targets truncate toward
+// zero and saturate, NaN becomes 0. Source and destination must not overlap unless equal.
+void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+// Writes `value`, converted as above, to n consecutive elements.
+void fill_elements(void* dst, DType dtype, int64_t n, double value);
+double load_as_double(const void* base, DType dtype, int64_t i);
+void store_from_double(void* base, DType dtype, int64_t i, double value);
+
+// The correctly rounded conversions used by convert_elements, exposed for the tests.
+half double_to_half(double value);
+bfloat16 double_to_bfloat16(double value);
+bfloat16 int64_to_bfloat16(int64_t value);
+// Round-to-odd narrowing: the float nearest below |value| in magnitude with its last mantissa
+// bit forced to 1 when the conversion is inexact. A second rounding of the result to a format
+// with at most 22 significant bits equals a single rounding of `value`.
+float double_to_float_odd(double value);
+float int64_to_float_odd(int64_t value);
+
+}  // namespace ferry::detail

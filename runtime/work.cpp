@@ -1,0 +1,97 @@
+#include "runtime/work.h"
+
+#include "runtime/config.h"
+#include "runtime/error.h"
+
+namespace ferry {
+namespace detail {
+
+void WorkState::complete(std::vector<Tensor> outputs) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outputs_ = std::move(outputs);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+void WorkState::fail(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::move(error);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool WorkState::is_completed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_until(lock, deadline, [&] { return done_; });
+}
+
+void WorkState::rethrow_if_failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace detail
+
+Work Work::completed(std::vector<Tensor> outputs, std::string description) {
+  auto state = std::make_shared<detail::WorkState>(std::move(description));
+  state->complete(std::move(outputs));
+  return Work(std::move(state));
+}
+
+bool Work::is_completed() const { return !state_ || state_->is_completed(); }
+
+void Work::wait() {
+  if (!state_) return;
+  // A self-timed op needs its own deadline, and may queue behind one op that uses up its
+  // deadline before failing (the ops behind it then fail at once): two deadlines bound that.
+  auto budget = state_->self_timed ? 2 * default_timeout() + std::chrono::seconds(1)
+                                   : default_timeout();
+  wait(budget);
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (!state_) return;
+  if (!state_->wait_until(std::chrono::steady_clock::now() + timeout)) {
+    std::string why = detail::str(state_->description(), ": not completed within ",
+                                  timeout.count(), " ms (Work::wait)");
+    if (state_->on_wait_timeout) state_->on_wait_timeout(why);
+    FERRY_THROW(TimeoutError, why);
+  }
+  state_->rethrow_if_failed();
+}
+
+const std::vector<Tensor>& Work::outputs() {
+  static const std::vector<Tensor> kNone;
+  if (!state_) return kNone;
+  wait();
+  return state_->outputs();
+}
+
+Tensor Work::output(size_t i) {
+  const std::vector<Tensor>& outs = outputs();
+  FERRY_CHECK(i < outs.size(), InvalidArgument, "Work::output: ", describe(), " produced ",
+              outs.size(), " output(s), asked for index ", i);
+  return outs[i];
+}
+
+std::string Work::describe() const { return state_ ? state_->description() : "completed work"; }
+
+void wait_all(std::vector<Work>& works) {
+  auto deadline = std::chrono::steady_clock::now() + default_timeout();
+  for (Work& w : works) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    w.wait(std::max(left, std::chrono::milliseconds(1)));
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,89 @@
+// Work: the handle of an asynchronous operation.
+//
+// Every collective returns a Work at once; the data moves in the background. wait() blocks until
+// the op finished and rethrows its error, if any; every wait has a deadline (the default one is
+// FERRY_TIMEOUT). A wait that expires throws TimeoutError and poisons the op's group: MPI-style
+// collectives cannot be cancelled half-way, so the group cannot be trusted afterwards.
+#pragma once
+
+#include "runtime/tensor.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+namespace detail {
+
+// Shared between the Work handles a user holds and whoever completes the op.
+class WorkState {
+ public:
+  explicit WorkState(std::string description) : description_(std::move(description)) {}
+  virtual ~WorkState() = default;
+
+  const std::string& description() const { return description_; }
+
+  // Completion, called once by whoever runs the op.
+  void complete(std::vector<Tensor> outputs = {});
+  void fail(std::exception_ptr error);
+
+  virtual bool is_completed() const;
+  // Blocks until completed or `deadline`; returns false on expiry. Rethrows nothing.
+  virtual bool wait_until(std::chrono::steady_clock::time_point deadline);
+  // After completion: rethrows the op's error, if any.
+  void rethrow_if_failed() const;
+  const std::vector<Tensor>& outputs() const { return outputs_; }
+
+  // True when the op enforces its own deadline (collectives: FERRY_TIMEOUT from the moment it
+  // starts, failing with a TimeoutError that names the silent peers). Work::wait() then waits
+  // for that error rather than racing it with a deadline of its own.
+  bool self_timed = false;
+
+  // Called when a user's wait expired (the group poisons itself here). Set by the issuer.
+  std::function<void(const std::string& why)> on_wait_timeout;
+
+ protected:
+  std::string description_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<Tensor> outputs_;
+};
+
+}  // namespace detail
+
+class Work {
+ public:
+  Work() = default;  // an already-completed, empty Work
+  explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+
+  // A Work that is complete at birth with these outputs (ops that need no communication).
+  static Work completed(std::vector<Tensor> outputs = {}, std::string description = "");
+
+  bool is_completed() const;
+  // Waits for the op to finish and rethrows its error. A collective fails by itself with
+  // TimeoutError once it ran FERRY_TIMEOUT (set_default_timeout) without finishing, so this
+  // returns or throws within a bounded time; for send/recv it waits FERRY_TIMEOUT.
+  void wait();
+  // Waits at most `timeout`; throws TimeoutError naming the op on expiry.
+  void wait(std::chrono::milliseconds timeout);
+  // Tensors the op produced (e.g. the output of all_gather_v with exchanged sizes). Waits first.
+  const std::vector<Tensor>& outputs();
+  Tensor output(size_t i = 0);
+  std::string describe() const;
+
+ private:
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+// Waits for every Work in order, with one deadline for all.
+void wait_all(std::vector<Work>& works);
+
+}  // namespace ferry

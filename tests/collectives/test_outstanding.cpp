@@ -1,0 +1,231 @@
+// Several collectives in flight before any wait (mixed kinds, waited in reverse, with wait_all,
+// by polling), and every algorithm of algorithms_for(c) forced with set_algorithm_override.
+#include "checks.h"
+
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+using namespace ftest;
+
+namespace {
+
+OpCase make_case(DType dt, int64_t rows, int64_t inner, ReduceOp op, int root, int variant,
+                 uint64_t salt) {
+  OpCase c;
+  c.dtype = dt;
+  c.rows = rows;
+  c.inner = inner;
+  c.op = op;
+  c.root = root;
+  c.variant = variant;
+  c.salt = salt;
+  return c;
+}
+
+// One of every kind, issued back to back on `g`.
+std::vector<Pending> start_mixed(Ctx& ctx, const Group& g, DType dt, int64_t rows, int64_t inner) {
+  const int W = g.size();
+  const ReduceOp red = dt == DType::UInt8 ? ReduceOp::Max : ReduceOp::Sum;
+  std::vector<Pending> p;
+  p.push_back(start_all_reduce(ctx, g, make_case(dt, rows, inner, red, 0, 0, 1)));
+  p.push_back(start_broadcast(ctx, g, make_case(dt, rows, inner, red, W - 1, 0, 2)));
+  p.push_back(start_all_gather(ctx, g, make_case(dt, rows, inner, red, 0, 0, 3)));
+  p.push_back(start_reduce_scatter(ctx, g, make_case(dt, rows, inner, ReduceOp::Max, 0, 0, 4)));
+  p.push_back(start_all_to_all_single(ctx, g, make_case(dt, rows, inner, red, 0, 0, 5)));
+  p.push_back(start_ring_send_recv(ctx, g, make_case(dt, rows, inner, red, 0, 0, 6)));
+  p.push_back(start_all_to_all_single_v(ctx, g, make_case(dt, rows, inner, red, 0, 0, 7)));
+  p.push_back(start_all_gather_v_exchanged(ctx, g, make_case(dt, rows, inner, red, 0, 0, 8)));
+  p.push_back(start_reduce(ctx, g, make_case(dt, rows, inner, ReduceOp::Min, 0, 1, 9)));
+  p.push_back(start_barrier(ctx, g, make_case(dt, rows, inner, red, 0, 0, 10)));
+  p.push_back(start_gather(ctx, g, make_case(dt, rows, inner, red, W / 2, 0, 11)));
+  p.push_back(start_scatter(ctx, g, make_case(dt, rows, inner, red, W - 1, 0, 12)));
+  p.push_back(start_all_to_all(ctx, g, make_case(dt, rows, inner, red, 0, 0, 13)));
+  p.push_back(start_reduce_scatter_v(ctx, g, make_case(dt, rows, inner, red, 0, 0, 14)));
+  p.push_back(start_all_gather_v(ctx, g, make_case(dt, rows, inner, red, 0, 0, 15)));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("outstanding: mixed collectives, waited in reverse order", "[outstanding]") {
+  const int world = GENERATE(1, 2, 3, 4, 7, 8);
+  run_checked(world, [](Group& g, Ctx& ctx) {
+    for (DType dt : ferry::kAllDTypes) {
+      std::vector<Pending> p = start_mixed(ctx, g, dt, 37, 0);
+      for (auto it = p.rbegin(); it != p.rend(); ++it) finish(ctx, *it);
+    }
+  });
+}
+
+TEST_CASE("outstanding: mixed collectives, wait_all and polling", "[outstanding]") {
+  const int world = GENERATE(2, 3, 4, 8);
+  run_checked(world, [](Group& g, Ctx& ctx) {
+    {  // wait_all over every Work of every op
+      std::vector<Pending> p = start_mixed(ctx, g, DType::Float32, 5, 3);
+      std::vector<Work> all;
+      for (Pending& x : p) all.insert(all.end(), x.works.begin(), x.works.end());
+      ferry::wait_all(all);
+      for (Pending& x : p) {
+        for (Work& w : x.works) FT_CHECK(ctx, w.is_completed(), x.where + ": completed after wait_all");
+        x.verify();
+      }
+    }
+    {  // poll is_completed until every op finished (bounded), then wait and verify
+      std::vector<Pending> p = start_mixed(ctx, g, DType::Int64, 1, 0);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto all_done = [&] {
+        for (Pending& x : p)
+          for (Work& w : x.works)
+            if (!w.is_completed()) return false;
+        return true;
+      };
+      while (!all_done() && seconds_since(t0) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      FT_CHECK(ctx, all_done(), where(g, "every op completes without anyone waiting"));
+      for (Pending& x : p) finish(ctx, x);
+    }
+  });
+}
+
+TEST_CASE("outstanding: many all_reduces of different sizes, then wait_all", "[outstanding]") {
+  const int world = GENERATE(1, 3, 4, 8);
+  run_checked(world, [](Group& g, Ctx& ctx) {
+    std::vector<Pending> p;
+    for (uint64_t i = 0; i < 24; ++i)
+      p.push_back(start_all_reduce(
+          ctx, g, make_case(i % 3 == 0 ? DType::BFloat16 : DType::Float32, static_cast<int64_t>(i * i * 7),
+                            0, i % 4 == 0 ? ReduceOp::Max : ReduceOp::Sum, 0, static_cast<int>(i % 3), i)));
+    std::vector<Work> all;
+    for (Pending& x : p) all.push_back(x.works[0]);
+    ferry::wait_all(all);
+    for (Pending& x : p) x.verify();
+  });
+}
+
+TEST_CASE("outstanding: a large op and small ones behind it", "[outstanding][large]") {
+  const int world = GENERATE(2, 3);
+  run_checked(world, [](Group& g, Ctx& ctx) {
+    std::vector<Pending> p;
+    p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, kLarge, 0, ReduceOp::Sum, 0, 1, 1)));
+    p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, 37, 0, ReduceOp::Sum, 0, 0, 2)));
+    p.push_back(start_all_gather(ctx, g, make_case(DType::Int32, 1, 0, ReduceOp::Sum, 0, 0, 3)));
+    p.push_back(start_all_to_all_single(ctx, g, make_case(DType::Float64, kLarge / 8, 0, ReduceOp::Sum, 0, 0, 4)));
+    finish(ctx, p[1]);  // the small ones first
+    finish(ctx, p[2]);
+    finish(ctx, p[0]);
+    finish(ctx, p[3]);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Algorithm overrides.
+
+namespace {
+
+const ferry::Collective kCollectives[] = {
+    ferry::Collective::AllReduce, ferry::Collective::Reduce,    ferry::Collective::ReduceScatter,
+    ferry::Collective::AllGather, ferry::Collective::AllToAll,  ferry::Collective::Broadcast,
+    ferry::Collective::Gather,    ferry::Collective::Scatter,   ferry::Collective::Barrier};
+
+// Every raw op that the collective's algorithm carries, for one dtype and shape.
+void run_ops_of(ferry::Collective coll, Ctx& ctx, const Group& g, DType dt, int64_t rows, int64_t inner) {
+  const int W = g.size();
+  auto c = [&](ReduceOp op, int root, int variant, uint64_t salt) {
+    return make_case(dt, rows, inner, op, root, variant, salt);
+  };
+  const bool fl = dt == DType::Float32 || dt == DType::Float16;
+  switch (coll) {
+    case ferry::Collective::AllReduce:
+      run_case(ctx, g, start_all_reduce, c(ReduceOp::Sum, 0, 0, 1));
+      run_case(ctx, g, start_all_reduce, c(ReduceOp::Max, 0, 1, 2));
+      run_case(ctx, g, start_all_reduce, c(fl ? ReduceOp::Avg : ReduceOp::Prod, 0, 2, 3));
+      break;
+    case ferry::Collective::Reduce:
+      run_case(ctx, g, start_reduce, c(ReduceOp::Sum, 0, 0, 1));
+      run_case(ctx, g, start_reduce, c(ReduceOp::Min, W - 1, 1, 2));
+      break;
+    case ferry::Collective::ReduceScatter:
+      run_case(ctx, g, start_reduce_scatter, c(ReduceOp::Sum, 0, 0, 1));
+      run_case(ctx, g, start_reduce_scatter, c(ReduceOp::Max, 0, 1, 2));
+      run_case(ctx, g, start_reduce_scatter_v, c(ReduceOp::Sum, 0, 0, 3));
+      break;
+    case ferry::Collective::AllGather:
+      run_case(ctx, g, start_all_gather, c(ReduceOp::Sum, 0, 0, 1));
+      run_case(ctx, g, start_all_gather, c(ReduceOp::Sum, 0, 1, 2));
+      run_case(ctx, g, start_all_gather_v, c(ReduceOp::Sum, 0, 0, 3));
+      run_case(ctx, g, start_all_gather_v_exchanged, c(ReduceOp::Sum, 0, 0, 4));
+      break;
+    case ferry::Collective::AllToAll:
+      run_case(ctx, g, start_all_to_all_single, c(ReduceOp::Sum, 0, 0, 1));
+      run_case(ctx, g, start_all_to_all_single_v, c(ReduceOp::Sum, 0, 0, 2));
+      run_case(ctx, g, start_all_to_all, c(ReduceOp::Sum, 0, 0, 3));
+      break;
+    case ferry::Collective::Broadcast:
+      run_case(ctx, g, start_broadcast, c(ReduceOp::Sum, 0, 0, 1));
+      run_case(ctx, g, start_broadcast, c(ReduceOp::Sum, W - 1, 0, 2));
+      break;
+    case ferry::Collective::Gather:
+      run_case(ctx, g, start_gather, c(ReduceOp::Sum, 0, 0, 1));
+      run_case(ctx, g, start_gather, c(ReduceOp::Sum, W - 1, 0, 2));
+      break;
+    case ferry::Collective::Scatter:
+      run_case(ctx, g, start_scatter, c(ReduceOp::Sum, 0, 0, 1));
+      run_case(ctx, g, start_scatter, c(ReduceOp::Sum, W - 1, 0, 2));
+      break;
+    case ferry::Collective::Barrier:
+      run_case(ctx, g, start_barrier, c(ReduceOp::Sum, 0, 1, 1));
+      run_case(ctx, g, start_barrier, c(ReduceOp::Sum, 0, 0, 2));
+      break;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("algorithm overrides: every algorithm of every collective", "[outstanding][algorithms]") {
+  const ferry::Collective coll = GENERATE(from_range(std::begin(kCollectives), std::end(kCollectives)));
+  const std::vector<std::string>& algos = ferry::algorithms_for(coll);
+  REQUIRE_FALSE(algos.empty());
+  const std::string algo = GENERATE_COPY(from_range(algos));
+  const int world = GENERATE(1, 2, 3, 4, 7, 8);
+  const std::string spec = std::string(ferry::collective_name(coll)) + ":" + algo;
+  INFO("override " << spec << ", world size " << world);
+  ScopedAlgorithm override_algo(spec);  // restored with set_algorithm_override("") at scope exit
+  CHECK(ferry::choose_algorithm(coll, 4096, world) == algo);
+  CHECK(ferry::choose_algorithm(coll, 64u << 20, world) == algo);
+  run_checked(world, [coll](Group& g, Ctx& ctx) {
+    // [0], [1], [37], [5, 3] for all these dtypes; a larger odd count on small worlds.
+    for (DType dt : {DType::Float32, DType::Float16, DType::Int32, DType::UInt8})
+      for (auto [rows, inner] : {std::pair<int64_t, int64_t>{0, 0}, {1, 0}, {37, 0}, {5, 3}})
+        run_ops_of(coll, ctx, g, dt, rows, inner);
+    if (g.size() <= 4) run_ops_of(coll, ctx, g, DType::Float32, 65537, 0);
+  });
+}
+
+TEST_CASE("algorithm overrides: restore, table and bad specs", "[outstanding][algorithms]") {
+  for (ferry::Collective coll : kCollectives) {
+    const std::string name = ferry::collective_name(coll);
+    INFO(name);
+    const std::vector<std::string>& algos = ferry::algorithms_for(coll);
+    REQUIRE_FALSE(algos.empty());
+    const std::string automatic = ferry::choose_algorithm(coll, 1 << 20, 4);
+    CHECK(std::find(algos.begin(), algos.end(), automatic) != algos.end());
+    {
+      ScopedAlgorithm o(name + ":" + algos.back());
+      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4) == algos.back());
+      CHECK(ferry::algorithm_table().find(name) != std::string::npos);
+    }
+    CHECK(ferry::choose_algorithm(coll, 1 << 20, 4) == automatic);  // "" restored the automatic rule
+    for (const std::string& a : algos) CHECK(ferry::algorithm_table().find(a) != std::string::npos);
+  }
+  {  // several overrides in one spec, FERRY_ALGO syntax
+    const auto& ar = ferry::algorithms_for(ferry::Collective::AllReduce);
+    const auto& bc = ferry::algorithms_for(ferry::Collective::Broadcast);
+    ScopedAlgorithm o("all_reduce:" + ar.front() + ",broadcast:" + bc.back());
+    CHECK(ferry::choose_algorithm(ferry::Collective::AllReduce, 123, 3) == ar.front());
+    CHECK(ferry::choose_algorithm(ferry::Collective::Broadcast, 123, 3) == bc.back());
+  }
+  CHECK_THROWS_AS(ferry::set_algorithm_override("no_such_collective:ring"), ferry::InvalidArgument);
+  CHECK_THROWS_AS(ferry::set_algorithm_override("all_reduce:no_such_algorithm"), ferry::InvalidArgument);
+  CHECK_THROWS_AS(ferry::set_algorithm_override("all_reduce"), ferry::InvalidArgument);
+  ferry::set_algorithm_override("");
+}

@@ -1,0 +1,194 @@
+// No silent hang: a rank that skips a collective makes the others fail with TimeoutError naming
+// the op, the sequence number and (where the waiter depends on it directly) the missing rank,
+// and poisons the group; Work::wait(timeout) has its own deadline; calls that disagree across
+// ranks fail with MismatchError; a failing rank makes run_ranks rethrow its error and its peers
+// fail with PeerFailure instead of waiting for the deadline.
+//
+// A skipped rank stays alive (waiting on a latch) until the others are done: it is late, not
+// dead, so what the others see is a timeout and not a peer failure.
+#include "test_helpers.h"
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <latch>
+#include <regex>
+
+using namespace ftest;
+
+namespace {
+
+Work issue(const std::string& op, Tensor& t, const Group& g) {
+  return op == "barrier" ? ferry::barrier(g) : ferry::all_reduce(t, g);
+}
+
+bool names_sequence(const std::string& msg, uint64_t seq) {
+  // The sequence number of the op: before or after it was taken, "(seq 3)", "sequence 3", ...
+  const std::regex re("\\bseq(uence)?( number)?[^0-9]{0,3}(" + std::to_string(seq) + "|" +
+                          std::to_string(seq + 1) + ")\\b",
+                      std::regex::icase);
+  return std::regex_search(msg, re);
+}
+
+bool names_rank(const std::string& msg, int rank) {
+  // "rank K", not the waiter's own "rank r/W" description.
+  const std::regex re("\\brank " + std::to_string(rank) + "\\b(?!/)");
+  return std::regex_search(msg, re);
+}
+
+// The waiting side: issue `op` (which one rank skipped), expect TimeoutError within bounds,
+// then a poisoned group whose next call fails at once.
+void expect_timeout(Ctx& ctx, Group& g, const std::string& op, int skipped, bool names_skipped,
+                    double deadline_s) {
+  const std::string w = where(g, op + " skipped by rank " + std::to_string(skipped));
+  Tensor t = ferry::ones({16});
+  const uint64_t seq = g.sequence_number();
+  Work work = issue(op, t, g);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::exception_ptr e = capture([&] { work.wait(); });
+  const double s = seconds_since(t0);
+  const std::string msg = what_of(e);
+  ctx.expect(error_kind(e) == "TimeoutError",
+             [&] { return w + ": expected TimeoutError, got " + error_kind(e) + ": " + msg; });
+  ctx.expect(s >= 0.5 * deadline_s && s < deadline_s + 10.0,
+             [&] { return w + ": timed out after " + std::to_string(s) + " s"; });
+  FT_CHECK(ctx, msg.find(op) != std::string::npos, w + ": message names the op: " + msg);
+  FT_CHECK(ctx, names_sequence(msg, seq), w + ": message names the sequence number " + std::to_string(seq) + ": " + msg);
+  if (names_skipped)
+    FT_CHECK(ctx, names_rank(msg, skipped), w + ": message names the missing rank: " + msg);
+  FT_CHECK(ctx, g.poisoned(), w + ": a timeout poisons the group");
+  FT_CHECK(ctx, !g.poison_reason().empty(), w + ": poison_reason");
+  const auto t1 = std::chrono::steady_clock::now();
+  Work later;
+  const std::exception_ptr again = capture([&] { later = ferry::barrier(g); });
+  const double s1 = seconds_since(t1);
+  ctx.expect(again != nullptr && error_kind(again).rfind("non-ferry", 0) != 0,
+             [&] { return w + ": a call on a poisoned group must throw a ferry::Error at once, got " + error_kind(again); });
+  ctx.expect(s1 < 0.5 * deadline_s, [&] { return w + ": the call on the poisoned group took " + std::to_string(s1) + " s"; });
+  if (!again) capture([&] { later.wait(std::chrono::milliseconds(100)); });
+}
+
+}  // namespace
+
+TEST_CASE("timeout: the only peer skips (world 2)", "[timeout]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(1000));
+  const int skipped = GENERATE(0, 1);
+  const std::string op = GENERATE(as<std::string>{}, "barrier", "all_reduce");
+  INFO(op << " skipped by rank " << skipped);
+  std::latch waiters_done(1);
+  run_checked(2, [&](Group& g, Ctx& ctx) {
+    const CountDownOnExit done(waiters_done, g.rank() != skipped);
+    for (int i = 0; i < 3; ++i) ferry::barrier(g).wait();  // a sequence number other than 0
+    if (g.rank() == skipped) {
+      waiters_done.wait();
+      return;
+    }
+    expect_timeout(ctx, g, op, skipped, /*names_skipped=*/true, 1.0);
+  });
+}
+
+TEST_CASE("timeout: one of 3 or 4 ranks skips", "[timeout]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(500));
+  const int world = GENERATE(3, 4);
+  const int skipped = GENERATE_COPY(1, world - 1);
+  const std::string op = GENERATE(as<std::string>{}, "barrier", "all_reduce");
+  INFO(op << " skipped by rank " << skipped << " of " << world);
+  std::latch waiters_done(world - 1);
+  run_checked(world, [&](Group& g, Ctx& ctx) {
+    const CountDownOnExit done(waiters_done, g.rank() != skipped);
+    for (int i = 0; i < 2; ++i) ferry::barrier(g).wait();
+    if (g.rank() == skipped) {
+      waiters_done.wait();
+      return;
+    }
+    // Which rank a waiter depends on directly is the algorithm's business: no "rank K" check.
+    expect_timeout(ctx, g, op, skipped, /*names_skipped=*/false, 0.5);
+  });
+}
+
+TEST_CASE("timeout: Work::wait(50 ms) on an op that cannot complete", "[timeout]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(3000));  // the 50 ms must be what fires
+  std::latch waiter_done(1);
+  run_checked(2, [&](Group& g, Ctx& ctx) {
+    const CountDownOnExit done(waiter_done, g.rank() == 0);
+    if (g.rank() == 1) {
+      waiter_done.wait();
+      return;
+    }
+    const std::string w = where(g, "all_reduce with rank 1 absent, wait(50 ms)");
+    Tensor t = ferry::ones({4});
+    Work work = ferry::all_reduce(t, g);
+    FT_CHECK(ctx, !work.is_completed(), w + ": cannot be complete");
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::exception_ptr e = capture([&] { work.wait(std::chrono::milliseconds(50)); });
+    const double s = seconds_since(t0);
+    ctx.expect(error_kind(e) == "TimeoutError",
+               [&] { return w + ": expected TimeoutError, got " + error_kind(e) + ": " + what_of(e); });
+    ctx.expect(s >= 0.04 && s < 1.5, [&] { return w + ": returned after " + std::to_string(s) + " s"; });
+    FT_CHECK(ctx, what_of(e).find("all_reduce") != std::string::npos, w + ": names the op: " + what_of(e));
+    FT_CHECK(ctx, g.poisoned(), w + ": an expired wait poisons the group");
+  });
+}
+
+TEST_CASE("mismatch: ranks disagree about the size", "[timeout][mismatch]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(3000));
+  const std::string op = GENERATE(as<std::string>{}, "all_reduce", "broadcast", "all_gather");
+  INFO(op << ": rank 0 passes 10 elements, rank 1 passes 12");
+  std::array<std::string, 2> kinds;
+  std::array<std::string, 2> messages;
+  run_checked(2, [&](Group& g, Ctx& ctx) {
+    const int n = g.rank() == 0 ? 10 : 12;
+    Tensor t = ferry::ones({n});
+    Tensor out = ferry::zeros({2 * n});
+    const std::exception_ptr e = capture([&] {
+      Work w = op == "all_reduce" ? ferry::all_reduce(t, g)
+               : op == "broadcast" ? ferry::broadcast(t, 0, g)
+                                   : ferry::all_gather(t, out, g);
+      w.wait();
+    });
+    kinds[static_cast<size_t>(g.rank())] = error_kind(e);
+    messages[static_cast<size_t>(g.rank())] = what_of(e);
+    FT_CHECK(ctx, e != nullptr, where(g, op + " with mismatched sizes must fail"));
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << kinds[r] << ": " << messages[r]);
+    CHECK((kinds[r] == "MismatchError" || kinds[r] == "TimeoutError" || kinds[r] == "PeerFailure"));
+  }
+  CHECK((kinds[0] == "MismatchError" || kinds[1] == "MismatchError"));
+  for (size_t r = 0; r < 2; ++r)
+    if (kinds[r] == "MismatchError") CHECK(messages[r].find(op) != std::string::npos);
+}
+
+TEST_CASE("peer failure: run_ranks rethrows the first failure, peers fail fast", "[timeout][peer_failure]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(5000));
+  const int world = GENERATE(2, 3);
+  std::vector<std::string> kinds(static_cast<size_t>(world));
+  std::vector<double> seconds(static_cast<size_t>(world), 0.0);
+  const std::exception_ptr thrown = capture([&] {
+    ferry::run_ranks(world, [&](Group& g) {
+      if (g.rank() == 1) throw ferry::InvalidArgument("deliberate failure of rank 1");
+      Tensor t = ferry::ones({8});
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::exception_ptr e = capture([&] { ferry::all_reduce(t, g).wait(); });
+      seconds[static_cast<size_t>(g.rank())] = seconds_since(t0);
+      kinds[static_cast<size_t>(g.rank())] = error_kind(e);
+    });
+  });
+  REQUIRE(thrown != nullptr);
+  CHECK(error_kind(thrown) == "InvalidArgument");  // the type is kept
+  const std::string msg = what_of(thrown);
+  CHECK(msg.rfind("rank 1: ", 0) == 0);
+  CHECK(msg.find("deliberate failure of rank 1") != std::string::npos);
+  int peer_failures = 0;
+  for (int r = 0; r < world; ++r) {
+    if (r == 1) continue;
+    INFO("rank " << r << " got " << kinds[r] << " after " << seconds[r] << " s");
+    CHECK((kinds[r] == "PeerFailure" || kinds[r] == "TimeoutError"));
+    if (kinds[r] == "PeerFailure") {
+      ++peer_failures;
+      CHECK(seconds[r] < 2.5);  // well before the 5 s deadline
+    }
+  }
+  CHECK(peer_failures >= 1);
+  if (world == 2) CHECK(kinds[0] == "PeerFailure");  // its only peer died
+}

@@ -1,0 +1,87 @@
+// The operations ferry-bench measures, with the nccl-tests conventions for what "size" means and
+// how bus bandwidth is derived, so numbers can be compared with nccl-tests and OSU runs.
+#pragma once
+
+#include "ferry.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry::bench {
+
+enum class OpKind { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Reduce, Memcpy };
+
+// Every op in the order `--op all` runs them.
+const std::vector<OpKind>& all_ops();
+const char* op_name(OpKind op);
+std::optional<OpKind> op_from_name(std::string_view name);
+std::string op_names();  // "all_reduce, all_gather, ..." for messages
+
+// Elements the op's count refers to for a per-rank buffer of `bytes`: all_reduce, broadcast,
+// reduce: the tensor; all_gather: the output; reduce_scatter: the input; all_to_all: the whole
+// input. Rounded down to a multiple of the world size where the op splits the buffer in W blocks.
+int64_t element_count(OpKind op, size_t bytes, DType dtype, int world_size);
+
+// busbw / algbw (nccl-tests' PERFORMANCE.md): the fraction of the data each rank must move over
+// its slowest link, so busbw of a good implementation approaches the link bandwidth whatever W is.
+double bus_factor(OpKind op, int world_size);
+
+// The algorithm the runtime picks for `count` elements, as printed in the table. choose_algorithm
+// takes the bytes of one rank's input, which for all_gather is 1/W of the reported size.
+std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size);
+
+// The tensors of one collective at one size on one rank. Inputs are filled with values that
+// depend on the sending rank (and block), so check() can tell a right result from a stale or
+// misplaced one.
+class OpCase {
+ public:
+  // `op` must not be Memcpy. Allocates and touches every buffer, so no page fault lands in a
+  // timed iteration.
+  OpCase(OpKind op, int64_t count, DType dtype, const Group& group);
+
+  // Issues the op once. Repeating it is harmless: inputs are never written (broadcast rewrites
+  // the root's own values).
+  Work launch();
+
+  // After one launch() has completed: empty when this rank's outputs are right, otherwise a
+  // description of the first wrong element. Samples the first, middle and last element of each
+  // block rather than every element: it runs once per size and must stay cheap at 64 MiB.
+  std::string check() const;
+
+ private:
+  std::string check_range(const Tensor& t, int64_t begin, int64_t end, double expected,
+                          const std::string& what) const;
+
+  OpKind op_;
+  int64_t count_;
+  DType dtype_;
+  Group group_;
+  Tensor input_;
+  Tensor output_;
+};
+
+// The root of broadcast and reduce (nccl-tests' default).
+inline constexpr int kRoot = 0;
+
+// Times std::memcpy of `bytes` between two preallocated buffers, one sample per call. Small
+// copies are repeated inside a sample so the clock's own cost (~20 ns) does not dominate; the
+// sample is the time of one copy.
+class MemcpyCase {
+ public:
+  explicit MemcpyCase(size_t bytes);
+  double time_one_seconds();
+  // Empty when the last copy delivered the source bytes.
+  std::string check() const;
+
+ private:
+  size_t bytes_;
+  int reps_;
+  Tensor src_;
+  Tensor dst_;
+};
+
+}  // namespace ferry::bench

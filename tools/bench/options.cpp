@@ -1,0 +1,221 @@
+#include "tools/bench/options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+namespace ferry::bench {
+namespace {
+
+constexpr int kMaxWorldSize = 1024;  // one thread per rank: beyond this it is a typo, not a test
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+int parse_int(const std::string& flag, const std::string& text, int min, int max) {
+  int value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < min || value > max) {
+    std::ostringstream os;
+    os << flag << " expects an integer in " << min << ".." << max << ", given '" << text << "'";
+    throw UsageError(os.str());
+  }
+  return value;
+}
+
+std::vector<OpKind> parse_ops(const std::string& text) {
+  std::vector<OpKind> ops;
+  auto add = [&](OpKind op) {
+    if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+  };
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (lower(item) == "all") {
+      for (OpKind op : all_ops()) add(op);
+    } else if (auto op = op_from_name(item)) {
+      add(*op);
+    } else {
+      throw UsageError("--op: unknown op '" + item + "'; expected all or a comma list of " +
+                       op_names());
+    }
+  }
+  if (ops.empty()) throw UsageError("--op: no op given; expected all or one of " + op_names());
+  return ops;
+}
+
+DType parse_dtype(const std::string& text) {
+  try {
+    return dtype_from_name(text);
+  } catch (const InvalidArgument&) {
+    std::string valid;
+    for (DType t : kAllDTypes) valid += std::string(valid.empty() ? "" : ", ") + dtype_name(t);
+    throw UsageError("--dtype: unknown dtype '" + text + "'; expected one of " + valid);
+  }
+}
+
+}  // namespace
+
+size_t parse_bytes(const std::string& flag, const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string suffix = lower(text.substr(digits));
+  size_t shift = 0;
+  if (suffix.empty() || suffix == "b") {
+    shift = 0;
+  } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
+    shift = 10;
+  } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
+    shift = 20;
+  } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
+    shift = 30;
+  } else {
+    digits = 0;  // reported below
+  }
+  size_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + digits, value);
+  if (digits == 0 || ec != std::errc() || ptr != text.data() + digits ||
+      value > (std::numeric_limits<size_t>::max() >> shift)) {
+    throw UsageError(flag + " expects a byte count like 8, 64K, 1M or 2G (binary units), given '" +
+                     text + "'");
+  }
+  return value << shift;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  bool ops_given = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;
+    if (arg.rfind("--", 0) == 0) {
+      if (auto eq = arg.find('='); eq != std::string::npos) {
+        inline_value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+      }
+    } else if (arg.rfind("-n", 0) == 0 && arg.size() > 2) {  // -n4
+      inline_value = arg.substr(2);
+      arg = "-n";
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+    } else if (arg == "--op") {
+      o.ops = parse_ops(value());
+      ops_given = true;
+    } else if (arg == "--transport") {
+      o.transport = value();
+    } else if (arg == "-n" || arg == "--world-size") {
+      o.world_size = parse_int(arg, value(), 1, kMaxWorldSize);
+    } else if (arg == "--dtype") {
+      o.dtype = parse_dtype(value());
+    } else if (arg == "--min-bytes" || arg == "-b") {
+      o.min_bytes = parse_bytes(arg, value());
+    } else if (arg == "--max-bytes" || arg == "-e") {
+      o.max_bytes = parse_bytes(arg, value());
+    } else if (arg == "--factor" || arg == "-f") {
+      o.factor = parse_int(arg, value(), 2, 1 << 20);
+    } else if (arg == "--iters") {
+      const std::string v = value();
+      o.iters = lower(v) == "auto" ? 0 : parse_int(arg, v, 1, 100'000'000);
+    } else if (arg == "--warmup") {
+      o.warmup = parse_int(arg, value(), 0, 100'000'000);
+    } else if (arg == "--algo") {
+      o.algo = value();
+    } else if (arg == "--csv") {
+      o.csv_path = value();
+      if (o.csv_path.empty()) throw UsageError("--csv needs a file name");
+    } else {
+      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
+    }
+  }
+  if (!ops_given) o.ops = {OpKind::AllReduce};  // nccl-tests' all_reduce_perf is the usual ask
+  if (o.min_bytes > o.max_bytes) {
+    throw UsageError("--min-bytes (" + bytes_str(o.min_bytes) + ") is larger than --max-bytes (" +
+                     bytes_str(o.max_bytes) + ")");
+  }
+  return o;
+}
+
+std::vector<size_t> sweep_sizes(const Options& o) {
+  std::vector<size_t> sizes;
+  size_t s = o.min_bytes;
+  while (s <= o.max_bytes) {
+    sizes.push_back(s);
+    if (s == 0) {
+      s = 1;  // 0 * factor would never grow
+      continue;
+    }
+    if (s > o.max_bytes / static_cast<size_t>(o.factor)) break;
+    s *= static_cast<size_t>(o.factor);
+  }
+  if (sizes.empty() || sizes.back() != o.max_bytes) sizes.push_back(o.max_bytes);
+  return sizes;
+}
+
+std::string bytes_str(size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (v == static_cast<double>(static_cast<int64_t>(v)))
+    std::snprintf(buf, sizeof buf, "%lld %s", static_cast<long long>(v), units[u]);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string usage() {
+  std::ostringstream os;
+  os << "usage: ferry-bench [options]\n"
+        "\n"
+        "Measures ferry's collectives in the style of nccl-tests: for each size, the median\n"
+        "time over iterations (an iteration's time is the slowest rank's), algbw = size / time\n"
+        "and busbw = algbw * the op's bus factor. \"size\" is the per-rank buffer the op's count\n"
+        "refers to: the tensor (all_reduce, broadcast, reduce), the output (all_gather), the\n"
+        "input (reduce_scatter, all_to_all).\n"
+        "\n"
+        "  --op NAME[,NAME...]|all  all_reduce, all_gather, reduce_scatter, all_to_all,\n"
+        "                           broadcast, reduce, memcpy (default all_reduce; all runs\n"
+        "                           every op)\n"
+        "  --transport NAME         local (threads in this process); mpi and ucx are launched\n"
+        "                           differently and are not built into ferry-bench yet\n"
+        "                           (default local)\n"
+        "  -n, --world-size N       ranks (default 2)\n"
+        "  --dtype NAME             float32, float64, float16, bfloat16, int32, int64, uint8\n"
+        "                           (default float32)\n"
+        "  -b, --min-bytes SIZE     smallest size (default 8); K, M, G suffixes are KiB, MiB, GiB\n"
+        "  -e, --max-bytes SIZE     largest size (default 64M)\n"
+        "  -f, --factor F           size multiplier between steps (default 4)\n"
+        "  --iters N|auto           timed iterations per size (default auto: about "
+     << kTargetSecondsPerSize << " s\n"
+        "                           per size, at least "
+     << kMinIters << ", at most " << kMaxIters
+     << ")\n"
+        "  --warmup N               untimed iterations per size (default 3)\n"
+        "  --algo SPEC              algorithm override, e.g. all_reduce:ring,all_gather:direct\n"
+        "                           (same syntax as FERRY_ALGO, which it replaces)\n"
+        "  --csv FILE               also write the rows to FILE as CSV\n"
+        "  -h, --help               this text\n"
+        "\n"
+        "Exit status: 0 on success, 1 when a result is wrong (\"check failed\") or the runtime\n"
+        "fails, 2 for a bad command line.\n";
+  return os.str();
+}
+
+}  // namespace ferry::bench

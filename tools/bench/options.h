@@ -1,0 +1,55 @@
+// Command line of ferry-bench (nccl-tests style flags).
+#pragma once
+
+#include "tools/bench/ops.h"
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ferry::bench {
+
+// A bad command line; main prints it and exits with status 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::vector<OpKind> ops;  // in the order they run
+  std::string transport = "local";
+  int world_size = 2;
+  DType dtype = DType::Float32;
+  size_t min_bytes = 8;
+  size_t max_bytes = size_t{64} << 20;
+  int factor = 4;
+  int iters = 0;  // 0: adaptive (see kTargetSecondsPerSize)
+  int warmup = 3;
+  std::string algo;      // --algo spec; empty: the runtime's automatic choice
+  std::string csv_path;  // empty: no CSV
+  bool help = false;
+};
+
+// Adaptive iteration count: enough for about this long per size, within [kMinIters, kMaxIters].
+inline constexpr double kTargetSecondsPerSize = 0.2;
+inline constexpr int kMinIters = 5;
+inline constexpr int kMaxIters = 1000;
+
+// Throws UsageError naming the flag and what it expected. Does not check that the transport is
+// built in: make_launcher does, so the transport is decided in one place.
+Options parse_options(int argc, char** argv);
+
+// "8", "64K", "1M", "2G", "1MiB" (binary units); throws UsageError.
+size_t parse_bytes(const std::string& flag, const std::string& text);
+
+// The per-rank sizes of a sweep: min, min*factor, ... up to max, and max itself when the
+// geometric steps skip it (8 B .. 64 MiB by 4 would otherwise end at 32 MiB).
+std::vector<size_t> sweep_sizes(const Options& opts);
+
+std::string usage();
+
+// "512 B", "4 KiB", "1.5 MiB".
+std::string bytes_str(size_t bytes);
+
+}  // namespace ferry::bench

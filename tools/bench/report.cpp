@@ -1,0 +1,75 @@
+#include "tools/bench/report.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace ferry::bench {
+
+Stats summarize(std::vector<double> seconds) {
+  FERRY_CHECK(!seconds.empty(), InvalidArgument, "summarize: no samples");
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  Stats s;
+  s.min = seconds.front();
+  s.max = seconds.back();
+  s.median = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+  return s;
+}
+
+void set_bandwidth(Row& row, int world_size) {
+  row.algbw_gbps = row.time.median > 0 ? static_cast<double>(row.bytes) / row.time.median / 1e9 : 0;
+  row.busbw_gbps = row.algbw_gbps * bus_factor(row.op, world_size);
+}
+
+Report::Report(Setup setup, std::FILE* csv) : setup_(std::move(setup)), csv_(csv) {
+  if (csv_) {
+    std::fprintf(csv_,
+                 "op,transport,world_size,dtype,bytes,count,algorithm,time_us_median,time_us_min,"
+                 "time_us_max,algbw_gbps,busbw_gbps\n");
+    std::fflush(csv_);
+  }
+}
+
+void Report::header(const std::string& sizes, const std::string& iters,
+                    const std::string& algo_table) {
+  std::printf("# ferry-bench  transport: %s  world size: %d  dtype: %s\n",
+              setup_.transport.c_str(), setup_.world_size, dtype_name(setup_.dtype));
+  std::printf("# sizes: %s  iters: %s\n", sizes.c_str(), iters.c_str());
+  std::printf("# time: median over iterations of the slowest rank; GB/s = 1e9 B/s\n");
+  std::printf("# algorithms:\n");
+  std::istringstream lines(algo_table);
+  for (std::string line; std::getline(lines, line);) std::printf("#   %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void Report::begin_op(OpKind op) {
+  busbw_sum_ = 0;
+  rows_ = 0;
+  std::printf("#\n# %s (busbw = algbw * %.3f)\n", op_name(op), bus_factor(op, setup_.world_size));
+  std::printf("# %13s %12s %-12s %6s %11s %11s %11s %12s %12s\n", "size(B)", "count", "algorithm",
+              "iters", "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)");
+  std::fflush(stdout);
+}
+
+void Report::row(const Row& r) {
+  std::printf("  %13zu %12lld %-12s %6d %11.3f %11.3f %11.3f %12.3f %12.3f\n", r.bytes,
+              static_cast<long long>(r.count), r.algorithm.c_str(), r.iters, r.time.median * 1e6,
+              r.time.min * 1e6, r.time.max * 1e6, r.algbw_gbps, r.busbw_gbps);
+  std::fflush(stdout);
+  if (csv_) {
+    std::fprintf(csv_, "%s,%s,%d,%s,%zu,%lld,%s,%.3f,%.3f,%.3f,%.4f,%.4f\n", op_name(r.op),
+                 setup_.transport.c_str(), setup_.world_size, dtype_name(setup_.dtype), r.bytes,
+                 static_cast<long long>(r.count), r.algorithm.c_str(), r.time.median * 1e6,
+                 r.time.min * 1e6, r.time.max * 1e6, r.algbw_gbps, r.busbw_gbps);
+    std::fflush(csv_);
+  }
+  busbw_sum_ += r.busbw_gbps;
+  ++rows_;
+}
+
+void Report::end_op() {
+  if (rows_ > 0) std::printf("# mean busbw: %.3f GB/s over %d sizes\n", busbw_sum_ / rows_, rows_);
+  std::fflush(stdout);
+}
+
+}  // namespace ferry::bench

@@ -1,0 +1,59 @@
+// Statistics over iterations and the two outputs of ferry-bench: the table on stdout and the
+// optional CSV file (same rows).
+#pragma once
+
+#include "tools/bench/ops.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace ferry::bench {
+
+struct Stats {
+  double median = 0;  // seconds
+  double min = 0;
+  double max = 0;
+};
+
+// `seconds` must not be empty. The median of an even count is the mean of the middle two.
+Stats summarize(std::vector<double> seconds);
+
+struct Row {
+  OpKind op;
+  size_t bytes;   // count * dtype size: the size actually moved, after rounding
+  int64_t count;  // elements
+  std::string algorithm;
+  int iters;
+  Stats time;
+  double algbw_gbps;
+  double busbw_gbps;
+};
+
+// Fills the bandwidth fields of `row` from its time (GB = 1e9 bytes, as nccl-tests).
+void set_bandwidth(Row& row, int world_size);
+
+class Report {
+ public:
+  struct Setup {
+    std::string transport;
+    int world_size;
+    DType dtype;
+  };
+  // `csv` may be null; the Report writes to it but does not own it.
+  Report(Setup setup, std::FILE* csv);
+
+  void header(const std::string& sizes, const std::string& iters, const std::string& algo_table);
+  void begin_op(OpKind op);
+  void row(const Row& row);
+  // Ends an op's table with nccl-tests' summary line (mean busbw over its sizes).
+  void end_op();
+
+ private:
+  Setup setup_;
+  std::FILE* csv_;
+  double busbw_sum_ = 0;
+  int rows_ = 0;
+};
+
+}  // namespace ferry::bench

@@ -1,0 +1,216 @@
+// ferry-bench: time, algbw and busbw of ferry's collectives over a sweep of sizes, with the
+// conventions of nccl-tests so the numbers can be put next to NCCL's and MPI's.
+//
+// One launch of the ranks serves the whole sweep (thread start-up and world set-up stay out of
+// the numbers); tensors are allocated per size. Each iteration starts with a barrier and every
+// rank times its own op(...).wait(); the iteration's time is the slowest rank's, as a user
+// waiting for the step to finish would see it.
+#include "ferry.h"
+#include "tools/bench/launcher.h"
+#include "tools/bench/ops.h"
+#include "tools/bench/options.h"
+#include "tools/bench/report.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace ferry::bench {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+int adaptive_iters(double seconds_per_iter) {
+  if (!(seconds_per_iter > 0)) return kMaxIters;
+  const double n = std::ceil(kTargetSecondsPerSize / seconds_per_iter);
+  return static_cast<int>(std::clamp(n, double{kMinIters}, double{kMaxIters}));
+}
+
+// The iterations run before the timed ones. Without a fixed --iters at least one is needed to
+// estimate how many iterations fit in the time budget.
+int calibration_iters(const Options& o) { return o.iters == 0 ? std::max(o.warmup, 1) : o.warmup; }
+
+std::vector<double> time_iterations(OpCase& op_case, const Group& group, int n) {
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    // Start together, so the slowest rank's time is the op's and not how late it arrived.
+    barrier(group).wait();
+    const auto t0 = SteadyClock::now();
+    op_case.launch().wait();
+    seconds.push_back(std::chrono::duration<double>(SteadyClock::now() - t0).count());
+  }
+  return seconds;
+}
+
+void report_check_failure(const std::string& what) {
+  // One fprintf per line: ranks are threads and may fail together.
+  std::fprintf(stderr, "ferry-bench: check failed: %s\n", what.c_str());
+}
+
+struct Sweep {
+  const Options& opts;
+  std::vector<size_t> sizes;
+  Report* report;  // on the reporting rank only, null elsewhere
+};
+
+// Every rank returns the same: false when any rank's result was wrong.
+bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& sync) {
+  const Options& o = sweep.opts;
+  const int w = world.size();
+  if (sweep.report) sweep.report->begin_op(op);
+  int64_t previous_count = -1;
+  for (size_t bytes : sweep.sizes) {
+    const int64_t count = element_count(op, bytes, o.dtype, w);
+    if (count == previous_count) continue;  // rounding down made it the previous size again
+    previous_count = count;
+
+    OpCase op_case(op, count, o.dtype, world);
+    // Checked once per size, before timing: a runtime that returns early or moves the wrong
+    // bytes must not get to report a fast time.
+    op_case.launch().wait();
+    const std::string error = op_case.check();
+    if (!error.empty()) report_check_failure(error);
+    if (!sync.all_of(error.empty())) return false;
+
+    int iters = o.iters;
+    const std::vector<double> warm = time_iterations(op_case, world, calibration_iters(o));
+    if (iters == 0) iters = adaptive_iters(summarize(sync.max_over_ranks(warm)).median);
+    const std::vector<double> slowest = sync.max_over_ranks(time_iterations(op_case, world, iters));
+
+    if (sweep.report) {
+      Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count,
+              algorithm_for(op, count, o.dtype, w), iters, summarize(slowest), 0, 0};
+      set_bandwidth(row, w);
+      sweep.report->row(row);
+    }
+  }
+  if (sweep.report) sweep.report->end_op();
+  return true;
+}
+
+// The machine's copy bandwidth, as a yardstick for the collectives: one rank copies while the
+// others wait in a barrier, so they do not compete with it for the cores.
+bool bench_memcpy(const Sweep& sweep, Group& world, RankSync& sync) {
+  const Options& o = sweep.opts;
+  bool ok = true;
+  if (world.rank() == 0) {
+    if (sweep.report) sweep.report->begin_op(OpKind::Memcpy);
+    int64_t previous_count = -1;
+    for (size_t size : sweep.sizes) {
+      const int64_t count = element_count(OpKind::Memcpy, size, o.dtype, world.size());
+      if (count == previous_count) continue;
+      previous_count = count;
+      const size_t bytes = static_cast<size_t>(count) * dtype_size(o.dtype);
+      MemcpyCase copy(bytes);
+      copy.time_one_seconds();
+      if (const std::string error = copy.check(); !error.empty()) {
+        report_check_failure(error);
+        ok = false;
+        break;
+      }
+      std::vector<double> warm;
+      for (int i = 0; i < calibration_iters(o); ++i) warm.push_back(copy.time_one_seconds());
+      const int iters = o.iters != 0 ? o.iters : adaptive_iters(summarize(warm).median);
+      std::vector<double> seconds;
+      for (int i = 0; i < iters; ++i) seconds.push_back(copy.time_one_seconds());
+      if (sweep.report) {
+        Row row{OpKind::Memcpy, bytes, count, "memcpy", iters, summarize(seconds), 0, 0};
+        set_bandwidth(row, world.size());
+        sweep.report->row(row);
+      }
+    }
+    if (sweep.report) sweep.report->end_op();
+  }
+  return sync.all_of(ok);
+}
+
+std::string sizes_str(const Options& o, const std::vector<size_t>& sizes) {
+  return bytes_str(o.min_bytes) + " .. " + bytes_str(o.max_bytes) + " by x" +
+         std::to_string(o.factor) + " (" + std::to_string(sizes.size()) + " sizes)";
+}
+
+std::string iters_str(const Options& o) {
+  char buf[128];
+  if (o.iters == 0)
+    std::snprintf(buf, sizeof buf, "auto (~%.1f s per size, %d..%d)  warmup: %d",
+                  kTargetSecondsPerSize, kMinIters, kMaxIters, o.warmup);
+  else
+    std::snprintf(buf, sizeof buf, "%d  warmup: %d", o.iters, o.warmup);
+  return buf;
+}
+
+int run(int argc, char** argv) {
+  Options opts;
+  std::unique_ptr<Launcher> launcher;
+  std::FILE* csv = nullptr;
+  try {
+    opts = parse_options(argc, argv);
+    if (opts.help) {
+      std::fputs(usage().c_str(), stdout);
+      return 0;
+    }
+    launcher = make_launcher(opts.transport, opts.world_size);
+    if (!opts.algo.empty()) {
+      try {
+        set_algorithm_override(opts.algo);
+      } catch (const InvalidArgument& e) {
+        throw UsageError(std::string("--algo: ") + e.what());
+      }
+    }
+    if (!opts.csv_path.empty()) {
+      csv = std::fopen(opts.csv_path.c_str(), "w");
+      if (!csv)
+        throw UsageError("--csv: cannot write '" + opts.csv_path + "': " + std::strerror(errno));
+    }
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "ferry-bench: %s\nRun 'ferry-bench --help' for the options.\n", e.what());
+    return 2;
+  }
+
+  const std::vector<size_t> sizes = sweep_sizes(opts);
+  Report report({opts.transport, opts.world_size, opts.dtype}, csv);
+  report.header(sizes_str(opts, sizes), iters_str(opts), algorithm_table());
+
+  std::atomic<bool> all_ok{true};
+  int status = 0;
+  try {
+    launcher->run([&](Group& world, RankSync& sync) {
+      Sweep sweep{opts, sizes, world.rank() == 0 ? &report : nullptr};
+      for (OpKind op : opts.ops) {
+        const bool ok = op == OpKind::Memcpy ? bench_memcpy(sweep, world, sync)
+                                             : bench_collective(op, sweep, world, sync);
+        if (!ok) {
+          all_ok = false;
+          return;  // every rank saw the same verdict, so all stop here together
+        }
+      }
+    });
+    if (!all_ok) {
+      std::fprintf(stderr, "ferry-bench: check failed: stopped before timing a wrong result\n");
+      status = 1;
+    }
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ferry-bench: error: %s\n", e.what());
+    status = 1;
+  }
+  if (csv && std::fclose(csv) != 0) {
+    std::fprintf(stderr, "ferry-bench: error writing '%s': %s\n", opts.csv_path.c_str(),
+                 std::strerror(errno));
+    status = 1;
+  }
+  return status;
+}
+
+}  // namespace
+}  // namespace ferry::bench
+
+int main(int argc, char** argv) { return ferry::bench::run(argc, argv); }
