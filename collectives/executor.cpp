@@ -1,6 +1,6 @@
 #include "collectives/executor.h"
 
-#include "backends/wait_policy.h"
+#include "runtime/wait_policy.h"
 
 namespace ferry::detail {
 

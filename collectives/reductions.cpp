@@ -23,25 +23,35 @@ using detail::OpContext;
 using detail::ReduceSpec;
 
 // The buffers a reduction runs on. 16-bit floats are widened to float32 once on the way in and
-// rounded once on the way out, so sums accumulate in float32 whatever the algorithm.
+// rounded once on the way out, so sums accumulate in float32 whatever the algorithm. The widened
+// copies live in the group's scratch (slots 2 and 3; the algorithms use 0 and 1), so repeated
+// calls do not pay for fresh pages.
 struct Accumulation {
   Tensor in;   // what the algorithm reads
   Tensor out;  // what it writes (may be `in`)
   ReduceSpec spec;
 
-  Accumulation(const Tensor& input, const Tensor& output, ReduceOp op, bool in_place) {
+  Accumulation(OpContext& ctx, const Tensor& input, const Tensor& output, ReduceOp op,
+               bool in_place) {
     const DType acc = detail::accumulation_dtype(input.dtype());
     spec = ReduceSpec{acc, op == ReduceOp::Avg ? ReduceOp::Sum : op};
     if (acc == input.dtype()) {
       in = input;
       out = output;
-    } else {
-      in = input.to(acc);
-      out = in_place ? in : (output.defined() ? empty(output.shape(), acc) : Tensor());
+      return;
     }
+    auto widened = [&](int slot, const Shape& shape) {
+      return Tensor::from_blob(ctx.scratch(slot, shape_numel(shape) * dtype_size(acc)), shape, acc);
+    };
+    in = widened(2, input.shape());
+    in.copy_(input);
+    if (in_place)
+      out = in;
+    else if (output.defined())
+      out = widened(3, output.shape());
   }
 
-  // Divides for Avg and writes the widened result back to the caller's output.
+  // Divides for Avg and writes the result to the caller's output (rounding 16-bit floats once).
   void finish(Tensor& output, ReduceOp op, int world) {
     if (op == ReduceOp::Avg)
       detail::divide(out.raw_data(), static_cast<size_t>(out.numel()), out.dtype(), world);
@@ -75,7 +85,7 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   return detail::submit(group, "all_reduce", describe_reduction(input, op),
                         [input, output, op, world](OpContext& ctx) mutable {
     const bool in_place = input.raw_data() == output.raw_data();
-    Accumulation a(input, output, op, in_place);
+    Accumulation a(ctx, input, output, op, in_place);
     const size_t count = static_cast<size_t>(input.numel());
     const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
     const char* in = static_cast<const char*>(a.in.raw_data());
@@ -105,7 +115,7 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
   return detail::submit(group, "reduce", describe_reduction(input, op) + detail::str(" root ", root),
                         [input, output, op, root, world, is_root](OpContext& ctx) mutable {
     Tensor out_arg = is_root ? output : Tensor();
-    Accumulation a(input, out_arg, op, is_root && input.raw_data() == output.raw_data());
+    Accumulation a(ctx, input, out_arg, op, is_root && input.raw_data() == output.raw_data());
     detail::tree_reduce(ctx, static_cast<const char*>(a.in.raw_data()),
                         is_root ? static_cast<char*>(a.out.raw_data()) : nullptr,
                         static_cast<size_t>(input.numel()), root, a.spec);
@@ -137,7 +147,7 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
                         [input, output, op, sizes, world](OpContext& ctx) mutable {
     // An output that is exactly our block of the input is fine: the algorithm reads that block
     // only in its last step, elementwise, while writing the result.
-    Accumulation a(input, output, op, /*in_place=*/false);
+    Accumulation a(ctx, input, output, op, /*in_place=*/false);
     detail::Blocks blocks = detail::contiguous_blocks(sizes, detail::row_bytes(a.in));
     detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
                                 static_cast<char*>(a.out.raw_data()), blocks, a.spec);

@@ -5,6 +5,7 @@
 
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,24 +19,28 @@ void run_ranks(int n, const std::function<void(Group& world)>& fn) {
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      // The group outlives the catch below: the failing rank is declared dead first, so that its
+      // own queued ops and the peers waiting on it fail at once instead of at their deadline.
+      Group world = Group::world(transports[r]);
       try {
-        Group world = Group::world(transports[r]);
         fn(world);
-      } catch (const std::exception& e) {
+      } catch (...) {
+        std::exception_ptr error = std::current_exception();
         {
           std::lock_guard<std::mutex> lock(mu);
           if (!first) {
-            first = std::current_exception();
+            first = error;
             first_rank = r;
           }
         }
-        fail_local_rank(*transports[r], r, e.what());
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first) {
-          first = std::current_exception();
-          first_rank = r;
+        std::string why = "it raised an exception";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          why = e.what();
+        } catch (...) {
         }
+        fail_local_rank(*transports[r], r, why);
       }
     });
   }

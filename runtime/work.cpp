@@ -2,6 +2,7 @@
 
 #include "runtime/config.h"
 #include "runtime/error.h"
+#include "runtime/wait_policy.h"
 
 namespace ferry {
 namespace detail {
@@ -30,6 +31,8 @@ bool WorkState::is_completed() const {
 }
 
 bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline) {
+  // Most waits end within microseconds of being called: spin a little before sleeping.
+  if (spin_then_yield([&] { return is_completed(); })) return true;
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_until(lock, deadline, [&] { return done_; });
 }

@@ -96,40 +96,44 @@ bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& syn
   return true;
 }
 
-// The machine's copy bandwidth, as a yardstick for the collectives: one rank copies while the
-// others wait in a barrier, so they do not compete with it for the cores.
+// The machine's copy bandwidth, as a yardstick for the collectives: rank 0 copies while the
+// others wait, so they do not compete with it for the cores. The ranks meet after every size
+// rather than once at the end, so no wait comes near its deadline however long the sweep is.
 bool bench_memcpy(const Sweep& sweep, Group& world, RankSync& sync) {
   const Options& o = sweep.opts;
-  bool ok = true;
-  if (world.rank() == 0) {
-    if (sweep.report) sweep.report->begin_op(OpKind::Memcpy);
-    int64_t previous_count = -1;
-    for (size_t size : sweep.sizes) {
-      const int64_t count = element_count(OpKind::Memcpy, size, o.dtype, world.size());
-      if (count == previous_count) continue;
-      previous_count = count;
+  const bool measuring = world.rank() == 0;
+  if (sweep.report) sweep.report->begin_op(OpKind::Memcpy);
+  int64_t previous_count = -1;
+  for (size_t size : sweep.sizes) {
+    const int64_t count = element_count(OpKind::Memcpy, size, o.dtype, world.size());
+    if (count == previous_count) continue;
+    previous_count = count;
+    std::string error;
+    if (measuring) {
       const size_t bytes = static_cast<size_t>(count) * dtype_size(o.dtype);
       MemcpyCase copy(bytes);
       copy.time_one_seconds();
-      if (const std::string error = copy.check(); !error.empty()) {
+      error = copy.check();
+      if (error.empty()) {
+        std::vector<double> warm;
+        for (int i = 0; i < calibration_iters(o); ++i) warm.push_back(copy.time_one_seconds());
+        const int iters = o.iters != 0 ? o.iters : adaptive_iters(summarize(warm).median);
+        std::vector<double> seconds;
+        seconds.reserve(static_cast<size_t>(iters));
+        for (int i = 0; i < iters; ++i) seconds.push_back(copy.time_one_seconds());
+        if (sweep.report) {
+          Row row{OpKind::Memcpy, bytes, count, "memcpy", iters, summarize(seconds), 0, 0};
+          set_bandwidth(row, world.size());
+          sweep.report->row(row);
+        }
+      } else {
         report_check_failure(error);
-        ok = false;
-        break;
-      }
-      std::vector<double> warm;
-      for (int i = 0; i < calibration_iters(o); ++i) warm.push_back(copy.time_one_seconds());
-      const int iters = o.iters != 0 ? o.iters : adaptive_iters(summarize(warm).median);
-      std::vector<double> seconds;
-      for (int i = 0; i < iters; ++i) seconds.push_back(copy.time_one_seconds());
-      if (sweep.report) {
-        Row row{OpKind::Memcpy, bytes, count, "memcpy", iters, summarize(seconds), 0, 0};
-        set_bandwidth(row, world.size());
-        sweep.report->row(row);
       }
     }
-    if (sweep.report) sweep.report->end_op();
+    if (!sync.all_of(error.empty())) return false;
   }
-  return sync.all_of(ok);
+  if (sweep.report) sweep.report->end_op();
+  return true;
 }
 
 std::string sizes_str(const Options& o, const std::vector<size_t>& sizes) {
@@ -151,6 +155,7 @@ int run(int argc, char** argv) {
   Options opts;
   std::unique_ptr<Launcher> launcher;
   std::FILE* csv = nullptr;
+  std::string algo_table;
   try {
     opts = parse_options(argc, argv);
     if (opts.help) {
@@ -158,12 +163,11 @@ int run(int argc, char** argv) {
       return 0;
     }
     launcher = make_launcher(opts.transport, opts.world_size);
-    if (!opts.algo.empty()) {
-      try {
-        set_algorithm_override(opts.algo);
-      } catch (const InvalidArgument& e) {
-        throw UsageError(std::string("--algo: ") + e.what());
-      }
+    try {
+      if (!opts.algo.empty()) set_algorithm_override(opts.algo);
+      algo_table = algorithm_table();  // reads FERRY_ALGO when --algo is absent
+    } catch (const InvalidArgument& e) {
+      throw UsageError(std::string(opts.algo.empty() ? "FERRY_ALGO: " : "--algo: ") + e.what());
     }
     if (!opts.csv_path.empty()) {
       csv = std::fopen(opts.csv_path.c_str(), "w");
@@ -177,7 +181,7 @@ int run(int argc, char** argv) {
 
   const std::vector<size_t> sizes = sweep_sizes(opts);
   Report report({opts.transport, opts.world_size, opts.dtype}, csv);
-  report.header(sizes_str(opts, sizes), iters_str(opts), algorithm_table());
+  report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
 
   std::atomic<bool> all_ok{true};
   int status = 0;

@@ -1,6 +1,6 @@
 #include "backends/local/local_transport.h"
 
-#include "backends/wait_policy.h"
+#include "runtime/wait_policy.h"
 #include "runtime/error.h"
 
 #include <condition_variable>

@@ -50,7 +50,10 @@ std::vector<int> expected_members(const SplitSpec& s, int n, int me) {
 
 std::string ints(const std::vector<int>& v) {
   std::string s = "{";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(v[i]);
+  }
   return s + "}";
 }
 
