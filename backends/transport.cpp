@@ -6,6 +6,7 @@ namespace ferry {
 
 std::string tag_str(const Tag& tag) {
   if (tag.seq == kP2PSeq) return detail::str("group ", tag.group, " send/recv tag ", tag.slot);
+  if (tag.seq == kDiagnosisSeq) return detail::str("group ", tag.group, " timeout diagnosis");
   return detail::str("group ", tag.group, " seq ", tag.seq, " step ", tag.slot);
 }
 

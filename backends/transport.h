@@ -27,6 +27,8 @@ struct Tag {
 };
 // User send/recv do not advance a group's collective sequence; they use this one.
 inline constexpr uint64_t kP2PSeq = ~uint64_t{0};
+// The exchange that names the missing ranks after a collective timed out (OpContext).
+inline constexpr uint64_t kDiagnosisSeq = kP2PSeq - 1;
 
 std::string tag_str(const Tag& tag);
 

@@ -2,6 +2,7 @@
 
 #include "runtime/error.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace ferry::detail {
@@ -44,6 +45,47 @@ void OpContext::wait_all() {
   pending_.clear();
 }
 
+std::vector<int> OpContext::ranks_not_here() {
+  // Every rank stuck in this op times out at about the same moment (same deadline, counted from
+  // a start that was in step), so each tells every peer which op it is stuck in and listens for
+  // a short while. A rank that never reached the op is elsewhere and stays silent, or answers
+  // from another op: those are the culprits, named on every rank, not only on its neighbours.
+  // It costs nothing until a timeout. It can reach each rank once per group: the timeout
+  // poisons the group, and ops on a poisoned group fail before they get here.
+  const int n = size(), me = rank();
+  const Tag tag{group_.id(), 0, kDiagnosisSeq};
+  const auto window = std::clamp<Clock::duration>((deadline_ - start_) / 4,
+                                                  std::chrono::milliseconds(50),
+                                                  std::chrono::seconds(2));
+  std::vector<uint64_t> theirs(n, 0);
+  std::vector<std::unique_ptr<Request>> requests;
+  std::vector<int> peer_of;
+  for (int k = 0; k < n; ++k) {
+    if (k == me) continue;
+    requests.push_back(group_.transport().irecv(group_.members()[k], tag, &theirs[k], 8));
+    peer_of.push_back(k);
+  }
+  for (int k = 0; k < n; ++k) {
+    if (k == me) continue;
+    requests.push_back(group_.transport().isend(group_.members()[k], tag, &seq_, 8));
+  }
+  const auto until = Clock::now() + window;
+  std::vector<int> absent;
+  for (size_t i = 0; i < peer_of.size(); ++i) {
+    bool ok = requests[i]->wait_until(until);
+    if (ok) {
+      try {
+        requests[i]->rethrow_if_failed();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (!ok || theirs[peer_of[i]] != seq_) absent.push_back(peer_of[i]);
+  }
+  for (auto& r : requests) r->cancel();  // our sends and `theirs` must not be touched later
+  return absent;
+}
+
 void OpContext::fail_timeout() {
   // Which group ranks we still wait on: a receive means we have not heard from the peer; a send
   // means the peer has not come to take our data.
@@ -57,23 +99,23 @@ void OpContext::fail_timeout() {
     if (r->test()) continue;
     std::vector<int>& list = r->is_send() ? not_taking : silent;
     int peer = group_rank_of(r->peer());
-    bool seen = false;
-    for (int p : list) seen = seen || p == peer;
-    if (!seen) list.push_back(peer);
+    if (std::find(list.begin(), list.end(), peer) == list.end()) list.push_back(peer);
   }
   for (auto& r : pending_) r->cancel();
   pending_.clear();
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
+  std::vector<int> absent = ranks_not_here();
   auto ranks = [](const std::vector<int>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", rank " : "rank ") + std::to_string(v[i]);
+    std::string s = v.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
     return s;
   };
-  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
   std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
                         waited.count(), " ms;");
-  if (!silent.empty()) msg += str(" not heard from ", ranks(silent), ";");
-  if (!not_taking.empty()) msg += str(" data not taken by ", ranks(not_taking), ";");
-  msg += " the group is poisoned (did every rank issue this collective?)";
+  if (!absent.empty()) msg += str(" ", ranks(absent), " did not reach this collective;");
+  if (!silent.empty()) msg += str(" waiting for data from ", ranks(silent), ";");
+  if (!not_taking.empty()) msg += str(" waiting for ", ranks(not_taking), " to take our data;");
+  msg += " the group is poisoned (every rank must issue the same collectives in the same order)";
   FERRY_THROW(TimeoutError, msg);
 }
 

@@ -42,6 +42,8 @@ class OpContext {
  private:
   Tag tag(uint32_t step) const;
   [[noreturn]] void fail_timeout();
+  // After a timeout: the group ranks that are not stuck in this same op.
+  std::vector<int> ranks_not_here();
 
   GroupImpl& group_;
   std::string op_;

@@ -13,7 +13,12 @@ namespace detail {
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   // Never a null pointer, even for zero bytes, so memcpy of 0 bytes from raw_data() is valid.
   void* p = ::operator new(nbytes == 0 ? kAlignment : nbytes, std::align_val_t{kAlignment});
-  return std::make_shared<Storage>(static_cast<std::byte*>(p), nbytes, true);
+  try {
+    return std::make_shared<Storage>(static_cast<std::byte*>(p), nbytes, true);
+  } catch (...) {
+    ::operator delete(p, std::align_val_t{kAlignment});
+    throw;
+  }
 }
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) {
@@ -58,7 +63,10 @@ Tensor Tensor::from_blob(void* data, Shape shape, DType dtype) {
   FERRY_CHECK(data != nullptr || n == 0, InvalidArgument,
               "Tensor::from_blob: data is null but shape ", shape_str(shape), " has ", n,
               " elements");
-  const size_t nbytes = static_cast<size_t>(n) * dtype_size(dtype);
+  size_t nbytes = 0;
+  FERRY_CHECK(!__builtin_mul_overflow(static_cast<size_t>(n), dtype_size(dtype), &nbytes),
+              InvalidArgument, "Tensor::from_blob: shape ", shape_str(shape), " of ",
+              dtype_name(dtype), " needs more bytes than size_t can count");
   return Tensor(detail::Storage::borrow(data, nbytes), 0, std::move(shape), dtype);
 }
 

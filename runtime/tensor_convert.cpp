@@ -55,8 +55,6 @@ namespace {
 
 template <class T>
 inline constexpr bool kIsReduced = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
-template <class T>
-inline constexpr bool kIsFloating = std::is_floating_point_v<T> || kIsReduced<T>;
 
 // A value that is not NaN, truncated toward zero and clamped to To's range.
 template <class To>

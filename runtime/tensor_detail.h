@@ -13,8 +13,8 @@
 namespace ferry::detail {
 
 struct Storage {
-  // Owned memory is 64-byte aligned so that every view starting on an element boundary of a
-  // fresh tensor is suitably aligned for Eigen's vectorised maps and for transports that DMA.
+  // Owned memory starts on a cache line: fresh tensors suit Eigen's vectorised maps and
+  // transports that register memory, and two tensors never share their first cache line.
   static constexpr size_t kAlignment = 64;
 
   static std::shared_ptr<Storage> allocate(size_t nbytes);
@@ -36,7 +36,7 @@ int64_t checked_numel(const std::vector<int64_t>& shape, const char* op);
 
 // Element conversion with the rules Tensor::to documents: floating targets round to nearest
 // even (with a single rounding, also from float64 and int64), integer targets truncate toward
-// zero and saturate, NaN becomes 0. Source and destination must not overlap unless equal.
+// zero and saturate, NaN becomes 0. Ranges may overlap only when the dtypes are equal (memmove).
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
 // Writes `value`, converted as above, to n consecutive elements.
 void fill_elements(void* dst, DType dtype, int64_t n, double value);

@@ -2,6 +2,7 @@
 
 #include "collectives/reduce_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ferry::detail {
@@ -9,11 +10,18 @@ namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// 1 MiB: half the L2 of a core here, so a segment and its reduction stay in cache.
+constexpr size_t kSegmentBytes = size_t{1} << 20;
+
 }  // namespace
 
 // Step s (0..W-2): send block r-s-1 (taken from `in` at step 0, else the carry reduced at the
 // previous step), receive block r-s-2 from the left neighbour and reduce it with our own copy
 // of that block. The block received at the last step is block r: it goes to `out`.
+//
+// Blocks move in segments of at most kSegmentBytes, each reduced right after it arrived, while
+// it is still in cache: reducing a 32 MiB block after copying all of it reads it back from
+// memory.
 void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
                          const Blocks& blocks, const ReduceSpec& spec) {
   const int n = ctx.size(), r = ctx.rank();
@@ -23,16 +31,14 @@ void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
     return;
   }
   const int right = mod(r + 1, n), left = mod(r - 1, n);
-  char* tmp = ctx.scratch(0, blocks.max_bytes());
-  // Without a work buffer, partial reductions live in a scratch carry. One suffices: each step
-  // waits for its send to finish before the carry is overwritten.
+  const size_t segment = kSegmentBytes / eb * eb;
+  char* tmp = ctx.scratch(0, std::min(blocks.max_bytes(), segment));
+  // Without a work buffer, partial reductions live in a scratch carry. One suffices: each
+  // segment waits for its send to finish before the carry is overwritten.
   char* carry = work == nullptr ? ctx.scratch(1, blocks.max_bytes()) : nullptr;
   const char* sending = in + blocks.offset[mod(r - 1, n)];
   for (int s = 0; s < n - 1; ++s) {
     const int sb = mod(r - s - 1, n), rb = mod(r - s - 2, n);
-    ctx.send(right, s, sending, blocks.bytes[sb]);
-    ctx.recv(left, s, tmp, blocks.bytes[rb]);
-    ctx.wait_all();
     char* dst;
     if (s == n - 2) {
       dst = out;
@@ -41,9 +47,19 @@ void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
     } else {
       dst = carry;
     }
-    combine(dst, in + blocks.offset[rb], tmp, blocks.bytes[rb] / eb, spec.dtype, spec.op);
+    // Both neighbours cut a block into the same segments: the sender's block sb is the
+    // receiver's block rb, of the same size.
+    const size_t send_bytes = blocks.bytes[sb], recv_bytes = blocks.bytes[rb];
+    for (size_t at = 0; at < std::max(send_bytes, recv_bytes) || at == 0; at += segment) {
+      if (at < send_bytes || at == 0)
+        ctx.send(right, s, sending + at, std::min(segment, send_bytes - std::min(at, send_bytes)));
+      const size_t len = std::min(segment, recv_bytes - std::min(at, recv_bytes));
+      if (at < recv_bytes || at == 0) ctx.recv(left, s, tmp, len);
+      ctx.wait_all();
+      combine(dst + at, in + blocks.offset[rb] + at, tmp, len / eb, spec.dtype, spec.op);
+    }
     if (s == n - 2 && work != nullptr && work + blocks.offset[rb] != out)
-      std::memcpy(work + blocks.offset[rb], out, blocks.bytes[rb]);
+      std::memcpy(work + blocks.offset[rb], out, recv_bytes);
     sending = dst;
   }
 }
