@@ -89,6 +89,10 @@ Work submit(const Group& group, const std::string& op, const std::string& what, 
   auto state = std::make_shared<WorkState>(
       str(op, what.empty() ? "" : " ", what, " (seq ", seq, ") on ", g.describe()));
   state->self_timed = true;
+  state->help = [weak = group.weak_impl()] {
+    auto g = weak.lock();
+    return g && g->executor().run_one_here();
+  };
   // A Work that a user gave up waiting for leaves the ranks out of step: poison the group.
   // Weak, so that a Work outliving its group does not keep it (and its worker) alive.
   state->on_wait_timeout = [weak = group.weak_impl()](const std::string& why) {

@@ -22,26 +22,54 @@ void Executor::enqueue(std::function<void()> task) {
   cv_.notify_one();
 }
 
+bool Executor::run_one_here() {
+  std::function<void()> task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_ || tasks_.empty()) return false;
+    task = std::move(tasks_.front());
+    tasks_.pop_front();
+    running_ = true;
+  }
+  task();
+  finished_one();
+  return true;
+}
+
+void Executor::finished_one() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();
+}
+
 void Executor::loop() {
+  auto runnable = [&] { return (!tasks_.empty() && !running_) || (stopping_ && tasks_.empty()); };
   for (;;) {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (tasks_.empty()) {
+      if (!runnable()) {
         // A trainer often issues the next op right away: look briefly before sleeping.
         lock.unlock();
         spin_then_yield([&] {
           std::lock_guard<std::mutex> peek(mu_);
-          return !tasks_.empty() || stopping_;
+          return runnable();
         });
         lock.lock();
       }
-      cv_.wait(lock, [&] { return !tasks_.empty() || stopping_; });
-      if (tasks_.empty()) return;  // stopping and drained
+      cv_.wait(lock, runnable);
+      if (tasks_.empty()) {  // stopping and drained; a helping thread may still run the last one
+        cv_.wait(lock, [&] { return !running_; });
+        return;
+      }
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      running_ = true;
     }
     task();  // tasks catch their own errors and report them through their Work
+    finished_one();
   }
 }
 

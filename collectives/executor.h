@@ -24,13 +24,20 @@ class Executor {
   // The thread starts at the first task, so groups that never run a collective cost nothing.
   void enqueue(std::function<void()> task);
 
+  // Runs the oldest queued task on the calling thread, unless a task is running already or none
+  // is queued (then returns false). A caller about to block in Work::wait helps this way: the
+  // op runs without the two thread hand-offs (~20 us each here) of waking the worker.
+  bool run_one_here();
+
  private:
   void loop();
+  void finished_one();
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
+  bool running_ = false;  // one task at a time, whichever thread runs it: order is the contract
   std::thread thread_;
 };
 

@@ -16,7 +16,7 @@ class RequestWork final : public detail::WorkState {
 
   bool is_completed() const override { return request_->test(); }
 
-  bool wait_until(Clock::time_point deadline) override {
+  bool wait_until(Clock::time_point deadline, bool /*may_help*/) override {
     std::lock_guard<std::mutex> lock(wait_mu_);
     if (finished_) return true;
     if (!request_->wait_until(deadline)) {

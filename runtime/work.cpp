@@ -30,7 +30,11 @@ bool WorkState::is_completed() const {
   return done_;
 }
 
-bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline) {
+bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline, bool may_help) {
+  if (may_help && help) {
+    while (!is_completed() && help()) {
+    }
+  }
   // Most waits end within microseconds of being called: spin a little before sleeping.
   if (spin_then_yield([&] { return is_completed(); })) return true;
   std::unique_lock<std::mutex> lock(mu_);
@@ -58,12 +62,14 @@ void Work::wait() {
   // deadline before failing (the ops behind it then fail at once): two deadlines bound that.
   auto budget = state_->self_timed ? 2 * default_timeout() + std::chrono::seconds(1)
                                    : default_timeout();
-  wait(budget);
+  wait_for(budget, /*may_help=*/state_->self_timed);
 }
 
-void Work::wait(std::chrono::milliseconds timeout) {
+void Work::wait(std::chrono::milliseconds timeout) { wait_for(timeout, /*may_help=*/false); }
+
+void Work::wait_for(std::chrono::milliseconds timeout, bool may_help) {
   if (!state_) return;
-  if (!state_->wait_until(std::chrono::steady_clock::now() + timeout)) {
+  if (!state_->wait_until(std::chrono::steady_clock::now() + timeout, may_help)) {
     std::string why = detail::str(state_->description(), ": not completed within ",
                                   timeout.count(), " ms (Work::wait)");
     if (state_->on_wait_timeout) state_->on_wait_timeout(why);

@@ -34,8 +34,10 @@ class WorkState {
   void fail(std::exception_ptr error);
 
   virtual bool is_completed() const;
-  // Blocks until completed or `deadline`; returns false on expiry. Rethrows nothing.
-  virtual bool wait_until(std::chrono::steady_clock::time_point deadline);
+  // Blocks until completed or `deadline`; returns false on expiry. Rethrows nothing. With
+  // `may_help`, the waiting thread may run the op itself (see `help`); only a wait that lasts
+  // at least as long as the op's own deadline may, since a running op cannot be left early.
+  virtual bool wait_until(std::chrono::steady_clock::time_point deadline, bool may_help = false);
   // After completion: rethrows the op's error, if any.
   void rethrow_if_failed() const;
   const std::vector<Tensor>& outputs() const { return outputs_; }
@@ -44,6 +46,10 @@ class WorkState {
   // starts, failing with a TimeoutError that names the silent peers). Work::wait() then waits
   // for that error rather than racing it with a deadline of its own.
   bool self_timed = false;
+
+  // Runs one queued op of the issuer on the calling thread; false when there is none it can
+  // run now. Set by the issuer (collectives run on a per-group worker otherwise).
+  std::function<bool()> help;
 
   // Called when a user's wait expired (the group poisons itself here). Set by the issuer.
   std::function<void(const std::string& why)> on_wait_timeout;
@@ -80,6 +86,7 @@ class Work {
   std::string describe() const;
 
  private:
+  void wait_for(std::chrono::milliseconds timeout, bool may_help);
   std::shared_ptr<detail::WorkState> state_;
 };
 
