@@ -4,6 +4,7 @@
 #include "runtime/error.h"
 
 #include <condition_variable>
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -13,10 +14,12 @@ namespace ferry {
 namespace detail {
 namespace {
 
-enum class OpState : int { Posted, Copying, Done };
+// Posted: queued in the receiving rank's mailbox. Matched (receives only): a send arrived for
+// it; the receiver copies the next time it tests or waits. Copying: a thread is copying. Done.
+// Posted -> * and Matched -> * happen under the receiving rank's mailbox lock.
+enum class OpState : int { Posted, Matched, Copying, Done };
 
-// One posted send or receive. `state` moves Posted -> Copying -> Done (or Posted -> Done on
-// cancel or failure); only the Posted -> * transitions happen under the destination mailbox lock.
+// One posted send or receive.
 struct LocalOp {
   int owner = 0;  // rank that posted it
   int peer = 0;
@@ -26,51 +29,189 @@ struct LocalOp {
   void* recv_data = nullptr;
   size_t bytes = 0;
   std::atomic<OpState> state{OpState::Posted};
-  std::exception_ptr error;  // written before state becomes Done
+  std::exception_ptr error;          // written before state becomes Done
+  std::shared_ptr<LocalOp> partner;  // a Matched receive's send, until the copy is done
+
+  int receiver() const { return is_send ? peer : owner; }
+  int sender() const { return is_send ? owner : peer; }
 };
 
 using OpPtr = std::shared_ptr<LocalOp>;
 
 }  // namespace
 
+// The receiver copies: each rank pulls its own incoming data, so in a ring both ranks copy at
+// the same time instead of whichever arrives second copying both directions.
 class LocalWorld {
  public:
   explicit LocalWorld(int n) : boxes_(n), wakers_(n), dead_(n) {}
 
   int size() const { return static_cast<int>(boxes_.size()); }
 
-  // Posts `op` into the mailbox of the receiving rank; completes at once when it matches.
   void post(const OpPtr& op) {
-    int dst = op->is_send ? op->peer : op->owner;
-    int src = op->is_send ? op->owner : op->peer;
-    Mailbox& box = boxes_[dst];
-    OpPtr match;
+    Mailbox& box = boxes_[op->receiver()];
+    OpPtr send;  // set when `op` is a receive that found its send: copy below
     {
       std::lock_guard<std::mutex> lock(box.mu);
-      if (int dead = first_dead(src, dst); dead >= 0) {
+      if (int dead = first_dead(op->sender(), op->receiver()); dead >= 0) {
         finish(op, peer_failure(dead));
         return;
       }
-      std::deque<OpPtr>& others = op->is_send ? box.recvs : box.sends;
-      for (auto it = others.begin(); it != others.end(); ++it) {
-        LocalOp& o = **it;
-        int o_src = o.is_send ? o.owner : o.peer;
-        if (o_src == src && o.tag == op->tag) {
-          match = *it;
-          others.erase(it);
-          match->state.store(OpState::Copying);
-          op->state.store(OpState::Copying);
-          break;
-        }
-      }
+      OpPtr match = take_match(op->is_send ? box.recvs : box.sends, *op);
       if (!match) {
         (op->is_send ? box.sends : box.recvs).push_back(op);
         return;
       }
+      if (op->is_send) {
+        // Leave the copy to the receiver, which is (or soon will be) waiting for it.
+        match->partner = op;
+        match->state.store(OpState::Matched);
+        op->state.store(OpState::Matched);
+        box.matched.push_back(match);
+        box.matched_count.fetch_add(1, std::memory_order_release);
+        wake(match->owner);
+        return;
+      }
+      send = match;
+      send->state.store(OpState::Copying);
+      op->state.store(OpState::Copying);
     }
-    // Copy outside the lock so other pairs of this mailbox are not held up by a large payload.
-    const OpPtr& send = op->is_send ? op : match;
-    const OpPtr& recv = op->is_send ? match : op;
+    copy_and_finish(op, send);
+  }
+
+  // Called by any thread of `rank` that tests or waits: copies every receive of the rank whose
+  // send has arrived. Progressing all of them, not only the one waited for, keeps two ranks that
+  // each wait on their own send first from waiting on each other.
+  void progress(int rank) {
+    Mailbox& box = boxes_[rank];
+    if (box.matched_count.load(std::memory_order_acquire) == 0) return;
+    std::vector<std::pair<OpPtr, OpPtr>> copies;  // (receive, send)
+    {
+      std::lock_guard<std::mutex> lock(box.mu);
+      for (OpPtr& recv : box.matched) {
+        recv->state.store(OpState::Copying);
+        OpPtr send = std::move(recv->partner);
+        send->state.store(OpState::Copying);  // so that a cancelling sender waits for the copy
+        copies.emplace_back(std::move(recv), std::move(send));
+      }
+      box.matched.clear();
+      box.matched_count.store(0);
+    }
+    for (auto& [recv, send] : copies) copy_and_finish(recv, send);
+  }
+
+  // Withdraws `op`; afterwards its buffer is never touched. A matched partner fails.
+  void cancel(const OpPtr& op) {
+    Mailbox& box = boxes_[op->receiver()];
+    {
+      std::lock_guard<std::mutex> lock(box.mu);
+      if (erase(op->is_send ? box.sends : box.recvs, op)) {
+        finish(op, withdrawn(*op, "cancelled"));
+        return;
+      }
+      if (op->state.load() == OpState::Matched) {
+        OpPtr recv = op->is_send ? find_matched_recv(box, op) : op;
+        erase(box.matched, recv);
+        box.matched_count.fetch_sub(1);
+        OpPtr send = std::move(recv->partner);
+        const char* why = op->is_send ? "the sender withdrew it" : "the receiver withdrew it";
+        finish(send, withdrawn(*send, why));
+        finish(recv, withdrawn(*recv, why));
+        return;
+      }
+    }
+    while (op->state.load() != OpState::Done) std::this_thread::yield();  // a copy is finishing
+  }
+
+  bool test(const OpPtr& op) {
+    progress(op->owner);
+    return op->state.load(std::memory_order_acquire) == OpState::Done;
+  }
+
+  bool wait_until(const OpPtr& op, Clock::time_point deadline) {
+    // A waiter also wakes up when a send for any receive of its rank arrives, to copy it.
+    std::atomic<int>& copies_due = boxes_[op->owner].matched_count;
+    auto ready = [&] {
+      return op->state.load(std::memory_order_acquire) == OpState::Done ||
+             copies_due.load(std::memory_order_acquire) > 0;
+    };
+    for (;;) {
+      if (test(op)) return true;
+      if (spin_then_yield(ready)) continue;
+      Waker& w = wakers_[op->owner];
+      std::unique_lock<std::mutex> lock(w.mu);
+      if (!w.cv.wait_until(lock, deadline, ready)) return false;
+    }
+  }
+
+  void declare_dead(int rank, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(dead_mu_);
+      if (dead_[rank]) return;
+      dead_[rank] = true;
+      dead_why_ = why;
+      any_dead_.store(true);
+    }
+    auto involves = [&](const LocalOp& o) { return o.sender() == rank || o.receiver() == rank; };
+    for (Mailbox& box : boxes_) {
+      std::lock_guard<std::mutex> lock(box.mu);
+      for (std::deque<OpPtr>* q : {&box.sends, &box.recvs}) {
+        std::erase_if(*q, [&](const OpPtr& o) {
+          if (!involves(*o)) return false;
+          finish(o, peer_failure(rank));
+          return true;
+        });
+      }
+      std::erase_if(box.matched, [&](const OpPtr& recv) {
+        if (!involves(*recv)) return false;
+        box.matched_count.fetch_sub(1);
+        OpPtr send = std::move(recv->partner);
+        finish(send, peer_failure(rank));
+        finish(recv, peer_failure(rank));
+        return true;
+      });
+    }
+  }
+
+ private:
+  struct Mailbox {
+    std::mutex mu;
+    std::deque<OpPtr> sends;    // sends to this rank that no receive matched yet
+    std::deque<OpPtr> recvs;    // receives this rank posted that no send matched yet
+    std::deque<OpPtr> matched;  // receives of this rank whose send arrived, copy pending
+    std::atomic<int> matched_count{0};  // matched.size(), readable without the lock
+  };
+  struct Waker {
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+
+  // The oldest op of `q` from the same sender with the same tag (MPI's matching order).
+  static OpPtr take_match(std::deque<OpPtr>& q, const LocalOp& op) {
+    for (auto it = q.begin(); it != q.end(); ++it) {
+      if ((*it)->sender() == op.sender() && (*it)->tag == op.tag) {
+        OpPtr match = *it;
+        q.erase(it);
+        return match;
+      }
+    }
+    return nullptr;
+  }
+
+  static bool erase(std::deque<OpPtr>& q, const OpPtr& op) {
+    auto it = std::find(q.begin(), q.end(), op);
+    if (it == q.end()) return false;
+    q.erase(it);
+    return true;
+  }
+
+  static OpPtr find_matched_recv(Mailbox& box, const OpPtr& send) {
+    for (const OpPtr& r : box.matched)
+      if (r->partner == send) return r;
+    return nullptr;  // unreachable: a Matched send's receive is in its receiver's list
+  }
+
+  void copy_and_finish(const OpPtr& recv, const OpPtr& send) {
     std::exception_ptr error;
     if (send->bytes != recv->bytes) {
       error = std::make_exception_ptr(MismatchError(str(
@@ -83,65 +224,6 @@ class LocalWorld {
     finish(send, error);
     finish(recv, error);
   }
-
-  // Withdraws `op` if still queued; otherwise waits until a copy in progress is over.
-  void cancel(const OpPtr& op) {
-    int dst = op->is_send ? op->peer : op->owner;
-    Mailbox& box = boxes_[dst];
-    {
-      std::lock_guard<std::mutex> lock(box.mu);
-      if (remove_locked(box, op)) {
-        finish(op, std::make_exception_ptr(TransportError(
-                                   str("ferry: request for ", tag_str(op->tag), " cancelled"))));
-        return;
-      }
-    }
-    while (op->state.load() != OpState::Done) std::this_thread::yield();  // a copy is finishing
-  }
-
-  bool wait_until(const OpPtr& op, Clock::time_point deadline) {
-    auto done = [&] { return op->state.load(std::memory_order_acquire) == OpState::Done; };
-    if (spin_then_yield(done)) return true;
-    Waker& w = wakers_[op->owner];
-    std::unique_lock<std::mutex> lock(w.mu);
-    return w.cv.wait_until(lock, deadline, done);
-  }
-
-  void declare_dead(int rank, const std::string& why) {
-    {
-      std::lock_guard<std::mutex> lock(dead_mu_);
-      if (dead_[rank]) return;
-      dead_[rank] = true;
-      dead_why_ = why;
-      any_dead_.store(true);
-    }
-    for (int dst = 0; dst < size(); ++dst) {
-      Mailbox& box = boxes_[dst];
-      std::lock_guard<std::mutex> lock(box.mu);
-      for (std::deque<OpPtr>* q : {&box.sends, &box.recvs}) {
-        for (auto it = q->begin(); it != q->end();) {
-          int src = (*it)->is_send ? (*it)->owner : (*it)->peer;
-          if (src == rank || dst == rank) {
-            finish(*it, peer_failure(rank));
-            it = q->erase(it);
-          } else {
-            ++it;
-          }
-        }
-      }
-    }
-  }
-
- private:
-  struct Mailbox {
-    std::mutex mu;
-    std::deque<OpPtr> sends;  // sends to this rank that no receive matched yet
-    std::deque<OpPtr> recvs;  // receives this rank posted that no send matched yet
-  };
-  struct Waker {
-    std::mutex mu;
-    std::condition_variable cv;
-  };
 
   int first_dead(int a, int b) {
     if (!any_dead_.load()) return -1;
@@ -157,24 +239,22 @@ class LocalWorld {
         PeerFailure(str("ferry: rank ", rank, " of the local world failed: ", dead_why_)));
   }
 
-  static bool remove_locked(Mailbox& box, const OpPtr& op) {
-    std::deque<OpPtr>& q = op->is_send ? box.sends : box.recvs;
-    for (auto it = q.begin(); it != q.end(); ++it) {
-      if (*it == op) {
-        q.erase(it);
-        return true;
-      }
-    }
-    return false;
+  static std::exception_ptr withdrawn(const LocalOp& op, const char* why) {
+    return std::make_exception_ptr(TransportError(str(
+        "ferry: ", op.is_send ? "send to rank " : "receive from rank ", op.peer, " for ",
+        tag_str(op.tag), " withdrawn: ", why)));
   }
 
+  void wake(int rank) {
+    Waker& w = wakers_[rank];
+    std::lock_guard<std::mutex> lock(w.mu);  // pairs with the waiter's predicate check
+    w.cv.notify_all();
+  }
 
   void finish(const OpPtr& op, std::exception_ptr error) {
     op->error = std::move(error);
     op->state.store(OpState::Done, std::memory_order_release);
-    Waker& w = wakers_[op->owner];
-    std::lock_guard<std::mutex> lock(w.mu);  // pairs with the waiter's predicate check
-    w.cv.notify_all();
+    wake(op->owner);
   }
 
   std::vector<Mailbox> boxes_;
@@ -193,12 +273,12 @@ class LocalRequest final : public Request {
       : Request(op->peer, op->is_send), world_(std::move(world)), op_(std::move(op)) {}
   ~LocalRequest() override { cancel(); }
 
-  bool test() override { return op_->state.load(std::memory_order_acquire) == OpState::Done; }
+  bool test() override { return world_->test(op_); }
   bool wait_until(Clock::time_point deadline) override {
     return world_->wait_until(op_, deadline);
   }
   void cancel() override {
-    if (!test()) world_->cancel(op_);
+    if (op_->state.load() != OpState::Done) world_->cancel(op_);
   }
   void rethrow_if_failed() override {
     if (op_->error) std::rethrow_exception(op_->error);

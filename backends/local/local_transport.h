@@ -1,8 +1,9 @@
 // The `local` transport: N ranks as threads of one process, for fast deterministic tests.
 //
-// Matching follows the transport contract (source, tag, posting order). The second side to
-// arrive copies the payload straight from the sender's buffer into the receiver's buffer: one
-// copy per message, no staging. Waiting spins briefly, then sleeps on a condition variable.
+// Matching follows the transport contract (source, tag, posting order). The receiving rank
+// copies the payload straight from the sender's buffer into its own: one copy per message, no
+// staging, and each rank pulls its own incoming data so that both directions of an exchange
+// are copied at the same time. Waiting spins briefly, then sleeps on a condition variable.
 #pragma once
 
 #include "backends/transport.h"
