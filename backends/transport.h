@@ -67,6 +67,15 @@ class Transport {
                                          size_t bytes) = 0;
   virtual std::unique_ptr<Request> irecv(int src, const Tag& tag, void* data, size_t bytes) = 0;
 
+  // This rank gives up on group `group` after an error (the group is poisoned here): the
+  // peers' pending and later messages with this rank in that group fail with PeerFailure, so
+  // that a rank waiting on us fails at once instead of at its deadline, and in turn gives up.
+  // Best effort; a transport that cannot tell its peers leaves them to their deadlines.
+  virtual void abandon_group(uint32_t group, const std::string& why) {
+    (void)group;
+    (void)why;
+  }
+
   // Group ids: every process proposes its next free id when a group is split and all adopt the
   // largest proposal, so ids stay unique within each process (see Group::split).
   uint32_t propose_group_id() const { return next_group_id_.load(); }

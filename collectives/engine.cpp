@@ -107,8 +107,14 @@ Work submit(const Group& group, const std::string& op, const std::string& what, 
       std::vector<Tensor> outputs = body(ctx);
       FERRY_LOG(Trace, "coll", state->description(), " done");
       state->complete(std::move(outputs));
+    } catch (const TimeoutError& e) {
+      // Every stuck rank times out by itself and names the absent ones; telling the others
+      // would race their own diagnosis.
+      gp->poison(std::current_exception(), e.what());
+      state->fail(std::current_exception());
     } catch (const std::exception& e) {
       gp->poison(std::current_exception(), e.what());
+      gp->transport().abandon_group(gp->id(), e.what());
       state->fail(std::current_exception());
     }
   });

@@ -29,7 +29,12 @@ void OpContext::recv(int peer, uint32_t step, void* data, size_t bytes) {
 
 void OpContext::wait_all() {
   for (auto& r : pending_) {
-    if (!r->wait_until(deadline_)) fail_timeout();
+    // In slices, so that an op whose group was poisoned meanwhile (a user's Work::wait gave up)
+    // stops waiting instead of holding the worker until its own deadline.
+    while (!r->wait_until(std::min(deadline_, Clock::now() + kPoisonCheck))) {
+      if (Clock::now() >= deadline_) fail_timeout();
+      if (group_.poisoned()) abort_poisoned();
+    }
   }
   // Everything finished; report the first failure (after which nothing is pending any more).
   for (auto& r : pending_) {
@@ -84,6 +89,13 @@ std::vector<int> OpContext::ranks_not_here() {
   }
   for (auto& r : requests) r->cancel();  // our sends and `theirs` must not be touched later
   return absent;
+}
+
+void OpContext::abort_poisoned() {
+  for (auto& r : pending_) r->cancel();
+  pending_.clear();
+  group_.throw_if_poisoned(str(op_, " (seq ", seq_, ")"));
+  FERRY_THROW(Error, "abort_poisoned on a group that is not poisoned (internal error)");
 }
 
 void OpContext::fail_timeout() {

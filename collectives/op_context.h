@@ -42,6 +42,8 @@ class OpContext {
  private:
   Tag tag(uint32_t step) const;
   [[noreturn]] void fail_timeout();
+  [[noreturn]] void abort_poisoned();
+  static constexpr auto kPoisonCheck = std::chrono::milliseconds(50);
   // After a timeout: the group ranks that are not stuck in this same op.
   std::vector<int> ranks_not_here();
 

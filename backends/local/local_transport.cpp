@@ -9,6 +9,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <tuple>
 
 namespace ferry {
 namespace detail {
@@ -53,8 +54,8 @@ class LocalWorld {
     OpPtr send;  // set when `op` is a receive that found its send: copy below
     {
       std::lock_guard<std::mutex> lock(box.mu);
-      if (int dead = first_dead(op->sender(), op->receiver()); dead >= 0) {
-        finish(op, peer_failure(dead));
+      if (std::exception_ptr failure = failure_for(*op)) {
+        finish(op, failure);
         return;
       }
       OpPtr match = take_match(op->is_send ? box.recvs : box.sends, *op);
@@ -144,6 +145,17 @@ class LocalWorld {
     }
   }
 
+  void abandon_group(uint32_t group, int rank, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(dead_mu_);
+      abandoned_.emplace_back(group, rank, why);
+      any_dead_.store(true);
+    }
+    sweep([&](const LocalOp& o) {
+      return o.tag.group == group && (o.sender() == rank || o.receiver() == rank);
+    }, [&] { return abandoned_failure(group, rank, why); });
+  }
+
   void declare_dead(int rank, const std::string& why) {
     {
       std::lock_guard<std::mutex> lock(dead_mu_);
@@ -152,25 +164,8 @@ class LocalWorld {
       dead_why_ = why;
       any_dead_.store(true);
     }
-    auto involves = [&](const LocalOp& o) { return o.sender() == rank || o.receiver() == rank; };
-    for (Mailbox& box : boxes_) {
-      std::lock_guard<std::mutex> lock(box.mu);
-      for (std::deque<OpPtr>* q : {&box.sends, &box.recvs}) {
-        std::erase_if(*q, [&](const OpPtr& o) {
-          if (!involves(*o)) return false;
-          finish(o, peer_failure(rank));
-          return true;
-        });
-      }
-      std::erase_if(box.matched, [&](const OpPtr& recv) {
-        if (!involves(*recv)) return false;
-        box.matched_count.fetch_sub(1);
-        OpPtr send = std::move(recv->partner);
-        finish(send, peer_failure(rank));
-        finish(recv, peer_failure(rank));
-        return true;
-      });
-    }
+    sweep([&](const LocalOp& o) { return o.sender() == rank || o.receiver() == rank; },
+          [&] { return peer_failure(rank); });
   }
 
  private:
@@ -185,6 +180,29 @@ class LocalWorld {
     std::mutex mu;
     std::condition_variable cv;
   };
+
+  // Fails every queued or matched op for which `hit` holds with the error `make_error` makes.
+  template <class Hit, class MakeError>
+  void sweep(Hit hit, MakeError make_error) {
+    for (Mailbox& box : boxes_) {
+      std::lock_guard<std::mutex> lock(box.mu);
+      for (std::deque<OpPtr>* q : {&box.sends, &box.recvs}) {
+        std::erase_if(*q, [&](const OpPtr& o) {
+          if (!hit(*o)) return false;
+          finish(o, make_error());
+          return true;
+        });
+      }
+      std::erase_if(box.matched, [&](const OpPtr& recv) {
+        if (!hit(*recv)) return false;
+        box.matched_count.fetch_sub(1);
+        OpPtr send = std::move(recv->partner);
+        finish(send, make_error());
+        finish(recv, make_error());
+        return true;
+      });
+    }
+  }
 
   // The oldest op of `q` from the same sender with the same tag (MPI's matching order).
   static OpPtr take_match(std::deque<OpPtr>& q, const LocalOp& op) {
@@ -212,31 +230,48 @@ class LocalWorld {
   }
 
   void copy_and_finish(const OpPtr& recv, const OpPtr& send) {
-    std::exception_ptr error;
     if (send->bytes != recv->bytes) {
-      error = std::make_exception_ptr(MismatchError(str(
-          "ferry: rank ", send->owner, " sent ", send->bytes, " bytes to rank ", recv->owner,
-          " for ", tag_str(send->tag), " but rank ", recv->owner, " expected ", recv->bytes,
-          " bytes: the ranks called the collective with different sizes")));
-    } else if (send->bytes > 0) {
-      std::memcpy(recv->recv_data, send->send_data, send->bytes);
+      // One exception object per side: the two ranks' threads rethrow and destroy them apart.
+      auto mismatch = [&] {
+        return std::make_exception_ptr(MismatchError(str(
+            "ferry: rank ", send->owner, " sent ", send->bytes, " bytes to rank ", recv->owner,
+            " for ", tag_str(send->tag), " but rank ", recv->owner, " expected ", recv->bytes,
+            " bytes: the ranks called the collective with different sizes")));
+      };
+      finish(send, mismatch());
+      finish(recv, mismatch());
+      return;
     }
-    finish(send, error);
-    finish(recv, error);
+    if (send->bytes > 0) std::memcpy(recv->recv_data, send->send_data, send->bytes);
+    finish(send, nullptr);
+    finish(recv, nullptr);
   }
 
-  int first_dead(int a, int b) {
-    if (!any_dead_.load()) return -1;
+  // The error an op must fail with at once: one side is dead, or abandoned the op's group.
+  std::exception_ptr failure_for(const LocalOp& op) {
+    if (!any_dead_.load()) return nullptr;
     std::lock_guard<std::mutex> lock(dead_mu_);
-    if (dead_[a]) return a;
-    if (dead_[b]) return b;
-    return -1;
+    for (int r : {op.sender(), op.receiver()}) {
+      if (dead_[r]) return peer_failure_locked(r);
+      for (const auto& [group, rank, why] : abandoned_)
+        if (group == op.tag.group && rank == r) return abandoned_failure(group, rank, why);
+    }
+    return nullptr;
   }
 
   std::exception_ptr peer_failure(int rank) {
     std::lock_guard<std::mutex> lock(dead_mu_);
+    return peer_failure_locked(rank);
+  }
+
+  std::exception_ptr peer_failure_locked(int rank) {
     return std::make_exception_ptr(
         PeerFailure(str("ferry: rank ", rank, " of the local world failed: ", dead_why_)));
+  }
+
+  static std::exception_ptr abandoned_failure(uint32_t group, int rank, const std::string& why) {
+    return std::make_exception_ptr(PeerFailure(str("ferry: world rank ", rank,
+                                                   " gave up on group ", group, " after: ", why)));
   }
 
   static std::exception_ptr withdrawn(const LocalOp& op, const char* why) {
@@ -262,7 +297,8 @@ class LocalWorld {
   std::mutex dead_mu_;
   std::vector<bool> dead_;
   std::string dead_why_;
-  std::atomic<bool> any_dead_{false};
+  std::vector<std::tuple<uint32_t, int, std::string>> abandoned_;  // (group, world rank, why)
+  std::atomic<bool> any_dead_{false};  // anything in dead_ or abandoned_: check before posting
 };
 
 namespace {
@@ -304,6 +340,10 @@ class LocalTransport final : public Transport {
   }
   std::unique_ptr<Request> irecv(int src, const Tag& tag, void* data, size_t bytes) override {
     return post(src, tag, false, data, bytes);
+  }
+
+  void abandon_group(uint32_t group, const std::string& why) override {
+    world_->abandon_group(group, rank_, why);
   }
 
   LocalWorld& world() { return *world_; }

@@ -212,6 +212,11 @@ std::vector<BadCase> bad_cases() {
       {"scatter: undefined output", 1, kAny, [](G g) { return ferry::scatter(tensors(g.size(), 2), Tensor(), 0, g); }},
       {"scatter: root inputs list too long", 1, 1, [](G g) { return ferry::scatter(tensors(2, 2), zeros({2}), 0, g); }},
       {"scatter: root input dtype differs", 1, 1, [](G g) { return ferry::scatter(tensors(1, 2, DType::Int64), zeros({2}), 0, g); }},
+      // ---- split (collective, MPI_Comm_split: color >= 0 or kUndefinedColor) ----
+      {"split: negative color other than kUndefinedColor", 1, kAny, [](G g) {
+         (void)g.split(-5, 0);
+         return Work();
+       }},
       // ---- point to point ----
       {"send: dst -1", 1, kAny, [](G g) { return ferry::send(zeros({2}), -1, g); }},
       {"send: dst == size", 1, kAny, [](G g) { return ferry::send(zeros({2}), g.size(), g); }},
@@ -232,7 +237,7 @@ void check_still_usable(Ctx& ctx, Group& g, const std::string& w) {
 
 }  // namespace
 
-TEST_CASE("bad input: InvalidArgument from the call, on every rank", "[bad_input]") {
+TEST_CASE("bad input: InvalidArgument from the call; on every rank", "[bad_input]") {
   ScopedDefaultTimeout timeout(std::chrono::milliseconds(5000));  // nothing may hang for long
   const int world = GENERATE(1, 2, 3);
   for (const BadCase& bad : bad_cases()) {
@@ -263,7 +268,7 @@ TEST_CASE("bad input: InvalidArgument messages say what was given", "[bad_input]
   });
 }
 
-TEST_CASE("bad input on rank 0 only: rank 0 fails at once, the others time out", "[bad_input][timeout]") {
+TEST_CASE("bad input on rank 0 only: rank 0 fails at once; the others time out", "[bad_input][timeout]") {
   ScopedDefaultTimeout timeout(std::chrono::milliseconds(500));
   const int world = GENERATE(2, 3);
   std::latch others_done(world - 1);

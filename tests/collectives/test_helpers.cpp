@@ -3,19 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <typeinfo>
 
 namespace ftest {
 
 namespace {
-
-uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 template <class T>
 constexpr bool kIsHalf = std::is_same_v<T, ferry::half> || std::is_same_v<T, ferry::bfloat16>;
@@ -45,29 +39,27 @@ Pattern pattern_for(ReduceOp op) { return op == ReduceOp::Prod ? Pattern::Prod :
 Gen::Gen(Pattern pattern, DType dtype, int rank, uint64_t salt)
     : pattern_(pattern), dtype_(dtype), rank_(rank), salt_(salt),
       seed_(mix64(static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull ^
-                  mix64(salt * 0xC2B2AE3D27D4EB4Full + static_cast<uint64_t>(pattern)))) {}
+                  mix64(salt * 0xC2B2AE3D27D4EB4Full + static_cast<uint64_t>(pattern)))) {
+  if (pattern == Pattern::Small) {  // [-5, 5], or [0, 10] for uint8
+    range_ = 11;
+    offset_ = dtype == DType::UInt8 ? 0.0 : -5.0;
+    return;
+  }
+  switch (dtype) {  // Pattern::Move: the widest range that stays exact in the dtype
+    case DType::UInt8: range_ = 256; offset_ = 0.0; break;
+    case DType::BFloat16: range_ = 255; offset_ = -127.0; break;
+    case DType::Float16: range_ = 2047; offset_ = -1023.0; break;
+    default: range_ = 200001; offset_ = -100000.0; break;
+  }
+}
 
-double Gen::operator()(int64_t i) const {
-  if (pattern_ == Pattern::Prod) {
-    // Per index, exactly two of any 8 consecutive ranks get the factor 2 and at most two the
-    // extra 1: |product over <= 8 ranks| <= 16.
-    const int64_t s = static_cast<int64_t>(salt_ % 1000);
-    double v = 1.0 + ((rank_ + i + s) % 4 == 0 ? 1.0 : 0.0) +
-               ((rank_ + 2 * i + s) % 7 == 3 ? 1.0 : 0.0);
-    if (dtype_ != DType::UInt8 && (3 * rank_ + i + s) % 5 == 0) v = -v;
-    return v;
-  }
-  const uint64_t h = mix64(seed_ + static_cast<uint64_t>(i) * 0xD6E8FEB86659FD93ull);
-  if (pattern_ == Pattern::Small) {
-    const double v = static_cast<double>(h % 11);
-    return dtype_ == DType::UInt8 ? v : v - 5.0;
-  }
-  switch (dtype_) {  // Pattern::Move: the widest range that stays exact
-    case DType::UInt8: return static_cast<double>(h % 256);
-    case DType::BFloat16: return static_cast<double>(h % 255) - 127.0;
-    case DType::Float16: return static_cast<double>(h % 2047) - 1023.0;
-    default: return static_cast<double>(h % 200001) - 100000.0;
-  }
+double Gen::prod_value(int64_t i) const {
+  // Per index, exactly two of any 8 consecutive ranks get the factor 2 and at most two the
+  // extra 1: |product over <= 8 ranks| <= 16.
+  const int64_t s = static_cast<int64_t>(salt_ % 1000);
+  double v = 1.0 + ((rank_ + i + s) % 4 == 0 ? 1.0 : 0.0) + ((rank_ + 2 * i + s) % 7 == 3 ? 1.0 : 0.0);
+  if (dtype_ != DType::UInt8 && (3 * rank_ + i + s) % 5 == 0) v = -v;
+  return v;
 }
 
 std::vector<double> gen_values(const Gen& gen, int64_t offset, int64_t n) {
@@ -83,6 +75,22 @@ void fill_from(Tensor& t, const Gen& gen, int64_t offset) {
     T* p = t.data<T>();
     for (int64_t i = 0; i < n; ++i) p[i] = from_double<T>(gen(offset + i));
   });
+}
+
+void fill_constant(Tensor& t, double value) {
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  ferry::visit_dtype(t.dtype(), [&]<class T>() {
+    T* p = t.data<T>();
+    const T v = from_double<T>(value);
+    for (int64_t i = 0; i < n; ++i) p[i] = v;
+  });
+}
+
+Tensor snapshot(const Tensor& t) {
+  Tensor copy = ferry::empty(t.shape(), t.dtype());
+  if (t.nbytes() > 0) std::memcpy(copy.raw_data(), t.raw_data(), t.nbytes());
+  return copy;
 }
 
 Tensor make_tensor(const Gen& gen, const Shape& shape, DType dtype, int64_t offset) {
@@ -236,6 +244,21 @@ void Ctx::expect_tensor(const std::string& where, const Tensor& got, DType dtype
                         const Shape& shape, const std::vector<double>& expected, double rtol) {
   const std::string diff = compare(got, dtype, shape, expected, rtol, rtol > 0 ? 1e-6 : 0.0);
   expect(diff.empty(), [&] { return where + ": " + diff; });
+}
+
+void Ctx::expect_unchanged(const std::string& where, const Tensor& now, const Tensor& before) {
+  bool same = now.defined() && now.dtype() == before.dtype() && now.shape() == before.shape();
+  size_t first = 0;
+  if (same && before.nbytes() > 0) {
+    const auto* a = static_cast<const unsigned char*>(now.raw_data());
+    const auto* b = static_cast<const unsigned char*>(before.raw_data());
+    same = std::memcmp(a, b, before.nbytes()) == 0;
+    while (!same && first < before.nbytes() && a[first] == b[first]) ++first;
+  }
+  expect(same, [&] {
+    return where + ": modified (first differing byte " + std::to_string(first) + " of " +
+           std::to_string(before.nbytes()) + ")";
+  });
 }
 
 const std::vector<double>& Ctx::shared(const std::string& key,

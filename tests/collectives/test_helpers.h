@@ -55,24 +55,43 @@ enum class Pattern {
 
 Pattern pattern_for(ReduceOp op);
 
+inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 // Value number `i` (flat index) of rank `rank`'s data; `salt` varies the data between ops.
+// Inline and division-free: the 1M-element cases generate a lot of these.
 class Gen {
  public:
   Gen(Pattern pattern, DType dtype, int rank, uint64_t salt = 0);
-  double operator()(int64_t i) const;
+  double operator()(int64_t i) const {
+    if (pattern_ == Pattern::Prod) return prod_value(i);
+    const uint64_t h = mix64(seed_ + static_cast<uint64_t>(i) * 0xD6E8FEB86659FD93ull) >> 32;
+    return static_cast<double>((h * range_) >> 32) + offset_;  // uniform in [0, range) + offset
+  }
 
  private:
+  double prod_value(int64_t i) const;
+
   Pattern pattern_;
   DType dtype_;
   int rank_;
   uint64_t salt_;
   uint64_t seed_;
+  uint64_t range_ = 1;
+  double offset_ = 0.0;
 };
 
 std::vector<double> gen_values(const Gen& gen, int64_t offset, int64_t n);
 // A new tensor of `shape` whose flat element t is gen(offset + t).
 Tensor make_tensor(const Gen& gen, const Shape& shape, DType dtype, int64_t offset = 0);
 void fill_from(Tensor& t, const Gen& gen, int64_t offset = 0);
+void fill_constant(Tensor& t, double value);
+// A byte copy made by the test itself (not Tensor::clone), to check later that `t` is unchanged.
+Tensor snapshot(const Tensor& t);
 std::vector<double> to_doubles(const Tensor& t);
 
 // Reduction over ranks 0..world-1 of Gen(pattern_for(op), dtype, k, salt), flat elements
@@ -112,6 +131,9 @@ class Ctx {
   // Checks a tensor against a reference (see compare()).
   void expect_tensor(const std::string& where, const Tensor& got, DType dtype, const Shape& shape,
                      const std::vector<double>& expected, double rtol = 0.0);
+
+  // Checks that `now` still holds the bytes `before` (a snapshot()) holds.
+  void expect_unchanged(const std::string& where, const Tensor& now, const Tensor& before);
 
   // A value computed once for all rank threads (the first caller computes, the others wait).
   // `compute` must not communicate.

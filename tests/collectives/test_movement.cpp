@@ -66,14 +66,14 @@ TEST_CASE("all_gather: equal blocks", "[movement][all_gather]") {
   });
 }
 
-TEST_CASE("all_gather_v: given sizes, zero-size ranks", "[movement][all_gather_v]") {
+TEST_CASE("all_gather_v: given sizes; zero-size ranks", "[movement][all_gather_v]") {
   const int world = GENERATE(1, 2, 3, 4, 7, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     small_sweep(g, ctx, start_all_gather_v, false, {0}, {0, 1, 2});
   });
 }
 
-TEST_CASE("all_gather_v: exchanged sizes, zero-size ranks", "[movement][all_gather_v]") {
+TEST_CASE("all_gather_v: exchanged sizes; zero-size ranks", "[movement][all_gather_v]") {
   const int world = GENERATE(1, 2, 3, 4, 7, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     small_sweep(g, ctx, start_all_gather_v_exchanged, false, {0}, {0, 1, 2});
@@ -94,7 +94,7 @@ TEST_CASE("all_to_all_single: uneven splits with zeros", "[movement][all_to_all]
   });
 }
 
-TEST_CASE("all_to_all: lists, shapes differ but bytes match", "[movement][all_to_all]") {
+TEST_CASE("all_to_all: lists; shapes differ but bytes match", "[movement][all_to_all]") {
   const int world = GENERATE(1, 2, 3, 4, 7, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     small_sweep(g, ctx, start_all_to_all, false, {0}, {0, 1});
@@ -148,7 +148,7 @@ TEST_CASE("barrier: nobody leaves before everyone arrived", "[movement][barrier]
   });
 }
 
-TEST_CASE("send/recv: ring, every dtype", "[movement][p2p]") {
+TEST_CASE("send/recv: ring; every dtype", "[movement][p2p]") {
   const int world = GENERATE(2, 3, 4, 7, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     const uint64_t seq = g.sequence_number();
@@ -205,7 +205,7 @@ TEST_CASE("send/recv: one tag keeps posting order", "[movement][p2p]") {
   });
 }
 
-TEST_CASE("send/recv: every pair, tagged by sender", "[movement][p2p]") {
+TEST_CASE("send/recv: every pair; tagged by sender", "[movement][p2p]") {
   const int world = GENERATE(2, 3, 4, 7);
   run_checked(world, [](Group& g, Ctx& ctx) {
     const int W = g.size(), me = g.rank();

@@ -48,7 +48,7 @@ std::vector<Pending> start_mixed(Ctx& ctx, const Group& g, DType dt, int64_t row
 
 }  // namespace
 
-TEST_CASE("outstanding: mixed collectives, waited in reverse order", "[outstanding]") {
+TEST_CASE("outstanding: mixed collectives; waited in reverse order", "[outstanding]") {
   const int world = GENERATE(1, 2, 3, 4, 7, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     for (DType dt : ferry::kAllDTypes) {
@@ -58,7 +58,7 @@ TEST_CASE("outstanding: mixed collectives, waited in reverse order", "[outstandi
   });
 }
 
-TEST_CASE("outstanding: mixed collectives, wait_all and polling", "[outstanding]") {
+TEST_CASE("outstanding: mixed collectives; wait_all and polling", "[outstanding]") {
   const int world = GENERATE(2, 3, 4, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     {  // wait_all over every Work of every op
@@ -87,7 +87,7 @@ TEST_CASE("outstanding: mixed collectives, wait_all and polling", "[outstanding]
   });
 }
 
-TEST_CASE("outstanding: many all_reduces of different sizes, then wait_all", "[outstanding]") {
+TEST_CASE("outstanding: many all_reduces of different sizes; then wait_all", "[outstanding]") {
   const int world = GENERATE(1, 3, 4, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     std::vector<Pending> p;
@@ -201,7 +201,7 @@ TEST_CASE("algorithm overrides: every algorithm of every collective", "[outstand
   });
 }
 
-TEST_CASE("algorithm overrides: restore, table and bad specs", "[outstanding][algorithms]") {
+TEST_CASE("algorithm overrides: restore; table and bad specs", "[outstanding][algorithms]") {
   for (ferry::Collective coll : kCollectives) {
     const std::string name = ferry::collective_name(coll);
     INFO(name);

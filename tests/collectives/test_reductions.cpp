@@ -48,7 +48,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-TEST_CASE("all_reduce: every op, dtype, world size and small shape", "[reductions][all_reduce]") {
+TEST_CASE("all_reduce: every op; dtype; world size and small shape", "[reductions][all_reduce]") {
   const int world = GENERATE(1, 2, 3, 4, 7, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     for (DType dt : ferry::kAllDTypes)
@@ -122,7 +122,7 @@ TEST_CASE("reduce: 1M elements", "[reductions][reduce][large]") {
   });
 }
 
-TEST_CASE("reduce_scatter: every op, dtype, world size and small block", "[reductions][reduce_scatter]") {
+TEST_CASE("reduce_scatter: every op; dtype; world size and small block", "[reductions][reduce_scatter]") {
   const int world = GENERATE(1, 2, 3, 4, 7, 8);
   run_checked(world, [](Group& g, Ctx& ctx) {
     for (DType dt : ferry::kAllDTypes)

@@ -12,7 +12,7 @@
 
 #include <array>
 #include <latch>
-#include <regex>
+#include <cctype>
 
 using namespace ftest;
 
@@ -22,18 +22,40 @@ Work issue(const std::string& op, Tensor& t, const Group& g) {
   return op == "barrier" ? ferry::barrier(g) : ferry::all_reduce(t, g);
 }
 
+// Hand-written matchers: std::regex is avoided on rank threads (its locale use races under
+// ThreadSanitizer).
+bool is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+
+// True when the whole number `n` appears at `pos` (not inside a longer number).
+bool number_at(const std::string& msg, size_t pos, uint64_t n) {
+  const std::string digits = std::to_string(n);
+  return msg.compare(pos, digits.size(), digits) == 0 &&
+         (pos + digits.size() == msg.size() || !is_digit(msg[pos + digits.size()]));
+}
+
 bool names_sequence(const std::string& msg, uint64_t seq) {
-  // The sequence number of the op: before or after it was taken, "(seq 3)", "sequence 3", ...
-  const std::regex re("\\bseq(uence)?( number)?[^0-9]{0,3}(" + std::to_string(seq) + "|" +
-                          std::to_string(seq + 1) + ")\\b",
-                      std::regex::icase);
-  return std::regex_search(msg, re);
+  // "seq" or "sequence" followed, within a few non-digits, by the op's sequence number (taken
+  // before or after the op was counted): "(seq 3)", "sequence number 3", ...
+  std::string lower = msg;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (size_t at = lower.find("seq"); at != std::string::npos; at = lower.find("seq", at + 1)) {
+    size_t pos = at + 3;
+    for (int skipped = 0; pos < lower.size() && !is_digit(lower[pos]) && skipped < 20; ++skipped) ++pos;
+    if (pos < lower.size() && is_digit(lower[pos]) && (number_at(lower, pos, seq) || number_at(lower, pos, seq + 1)))
+      return true;
+  }
+  return false;
 }
 
 bool names_rank(const std::string& msg, int rank) {
-  // "rank K", not the waiter's own "rank r/W" description.
-  const std::regex re("\\brank " + std::to_string(rank) + "\\b(?!/)");
-  return std::regex_search(msg, re);
+  // "rank K", but not the waiter's own "rank r/W" description.
+  const std::string needle = "rank " + std::to_string(rank);
+  for (size_t at = msg.find(needle); at != std::string::npos; at = msg.find(needle, at + 1)) {
+    const size_t end = at + needle.size();
+    const bool word_start = at == 0 || !std::isalnum(static_cast<unsigned char>(msg[at - 1]));
+    if (word_start && (end == msg.size() || (!is_digit(msg[end]) && msg[end] != '/'))) return true;
+  }
+  return false;
 }
 
 // The waiting side: issue `op` (which one rank skipped), expect TimeoutError within bounds,
@@ -69,6 +91,19 @@ void expect_timeout(Ctx& ctx, Group& g, const std::string& op, int skipped, bool
 }
 
 }  // namespace
+
+TEST_CASE("timeout: the message matchers themselves", "[timeout]") {
+  CHECK(names_sequence("all_reduce (seq 3) on group 0", 3));
+  CHECK(names_sequence("all_reduce (seq 3) on group 0", 2));  // counted before or after
+  CHECK(names_sequence("barrier: Sequence number 12 timed out", 12));
+  CHECK_FALSE(names_sequence("all_reduce (seq 13) [engine.cpp:3]", 3));
+  CHECK_FALSE(names_sequence("all_reduce timed out [engine.cpp:3]", 3));
+  CHECK(names_rank("timed out; not heard from rank 1;", 1));
+  CHECK(names_rank("waiting for rank 0", 0));
+  CHECK_FALSE(names_rank("group 0 [world ranks 0,1] rank 1/2 timed out", 1));
+  CHECK_FALSE(names_rank("not heard from rank 10", 1));
+  CHECK_FALSE(names_rank("ranks 1", 1));
+}
 
 TEST_CASE("timeout: the only peer skips (world 2)", "[timeout]") {
   ScopedDefaultTimeout timeout(std::chrono::milliseconds(1000));
@@ -107,7 +142,7 @@ TEST_CASE("timeout: one of 3 or 4 ranks skips", "[timeout]") {
 }
 
 TEST_CASE("timeout: Work::wait(50 ms) on an op that cannot complete", "[timeout]") {
-  ScopedDefaultTimeout timeout(std::chrono::milliseconds(3000));  // the 50 ms must be what fires
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(1000));  // the 50 ms must be what fires
   std::latch waiter_done(1);
   run_checked(2, [&](Group& g, Ctx& ctx) {
     const CountDownOnExit done(waiter_done, g.rank() == 0);
@@ -124,7 +159,7 @@ TEST_CASE("timeout: Work::wait(50 ms) on an op that cannot complete", "[timeout]
     const double s = seconds_since(t0);
     ctx.expect(error_kind(e) == "TimeoutError",
                [&] { return w + ": expected TimeoutError, got " + error_kind(e) + ": " + what_of(e); });
-    ctx.expect(s >= 0.04 && s < 1.5, [&] { return w + ": returned after " + std::to_string(s) + " s"; });
+    ctx.expect(s >= 0.04 && s < 0.5, [&] { return w + ": returned after " + std::to_string(s) + " s"; });
     FT_CHECK(ctx, what_of(e).find("all_reduce") != std::string::npos, w + ": names the op: " + what_of(e));
     FT_CHECK(ctx, g.poisoned(), w + ": an expired wait poisons the group");
   });
@@ -159,8 +194,8 @@ TEST_CASE("mismatch: ranks disagree about the size", "[timeout][mismatch]") {
     if (kinds[r] == "MismatchError") CHECK(messages[r].find(op) != std::string::npos);
 }
 
-TEST_CASE("peer failure: run_ranks rethrows the first failure, peers fail fast", "[timeout][peer_failure]") {
-  ScopedDefaultTimeout timeout(std::chrono::milliseconds(5000));
+TEST_CASE("peer failure: run_ranks rethrows the first failure; peers fail fast", "[timeout][peer_failure]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(2000));
   const int world = GENERATE(2, 3);
   std::vector<std::string> kinds(static_cast<size_t>(world));
   std::vector<double> seconds(static_cast<size_t>(world), 0.0);
@@ -180,15 +215,16 @@ TEST_CASE("peer failure: run_ranks rethrows the first failure, peers fail fast",
   CHECK(msg.rfind("rank 1: ", 0) == 0);
   CHECK(msg.find("deliberate failure of rank 1") != std::string::npos);
   int peer_failures = 0;
+  // Every survivor fails fast: the ones that waited on rank 1 see it dead, and give up on the
+  // group, which fails the ones waiting on them in turn.
   for (int r = 0; r < world; ++r) {
     if (r == 1) continue;
     INFO("rank " << r << " got " << kinds[r] << " after " << seconds[r] << " s");
-    CHECK((kinds[r] == "PeerFailure" || kinds[r] == "TimeoutError"));
+    CHECK(kinds[r] == "PeerFailure");
     if (kinds[r] == "PeerFailure") {
       ++peer_failures;
-      CHECK(seconds[r] < 2.5);  // well before the 5 s deadline
+      CHECK(seconds[r] < 1.0);  // well before the 2 s deadline
     }
   }
-  CHECK(peer_failures >= 1);
-  if (world == 2) CHECK(kinds[0] == "PeerFailure");  // its only peer died
+  CHECK(peer_failures == world - 1);
 }
