@@ -8,7 +8,15 @@
 // Every member of the group must issue the same collectives in the same order with matching
 // arguments (same dtype, same reduce op, same root, consistent sizes). A mismatch that can only
 // be seen across ranks fails with MismatchError; a missing rank with TimeoutError at the
-// deadline. Sizes ("splits") are counts of rows along dim 0.
+// deadline, naming the ranks that never reached the collective. Sizes ("splits") are counts of
+// rows along dim 0.
+//
+// A call rejected with InvalidArgument takes no sequence number and leaves the group usable;
+// but the other ranks, which did issue the collective, then wait for this rank until their
+// deadline. Arguments only the root holds (reduce's output, gather's and scatter's lists) are
+// checked on the root only. Any other failure (timeout, peer failure, mismatch) poisons the
+// group on the rank that saw it, and that rank gives up on the group so the peers waiting on
+// it fail at once with PeerFailure rather than at their deadline.
 //
 // Every dtype works. float16 and bfloat16 reductions accumulate in float32 and round once at the
 // end. Integer sums wrap around. Avg is only defined for floating dtypes.
@@ -59,7 +67,7 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
 // work.output(0) is the gathered tensor, work.output(1) the int64 sizes per rank.
 Work all_gather_v(const Tensor& input, const Group& group);
 // Equal: input and output have the same shape [W*m, ...]; block j of input goes to rank j and
-// block k of output comes from rank k.
+// block k of output comes from rank k. Output must not overlap input (both forms).
 Work all_to_all_single(const Tensor& input, Tensor output, const Group& group);
 // Uneven (torch.distributed order): input_split_sizes[j] rows go to rank j, output_split_sizes[k]
 // rows come from rank k. Each rank's output_split_sizes[k] must equal rank k's
@@ -71,8 +79,8 @@ Work all_to_all_single(const Tensor& input, Tensor output,
 // both lists has one dtype; shapes may differ but bytes must match pairwise across ranks.
 Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                 const Group& group);
-// On root, outputs holds W tensors (outputs[k] receives rank k's input); elsewhere it is
-// ignored and may be empty.
+// On root, outputs holds W tensors of input's dtype (outputs[k] receives rank k's input: the
+// byte counts must match, shapes may differ); elsewhere it is ignored and may be empty.
 Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
             const Group& group);
 // On root, inputs holds W tensors (inputs[k] goes to rank k's output); elsewhere ignored.
