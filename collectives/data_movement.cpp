@@ -17,13 +17,19 @@ std::string describe(const Tensor& t) {
   return detail::str("(", dtype_name(t.dtype()), " ", shape_str(t.shape()), ")");
 }
 
+// The all_gather algorithm, chosen when the op is issued from the output size, which every rank
+// agrees on (its own block size may differ between ranks in all_gather_v).
+std::string all_gather_algorithm(size_t output_bytes, int world) {
+  return choose_algorithm(Collective::AllGather, output_bytes / static_cast<size_t>(world), world);
+}
+
 void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
-                   const detail::Blocks& blocks) {
+                   const detail::Blocks& blocks, const std::string& algo) {
   char* out = bytes_of(output);
   const int me = ctx.rank();
   if (out + blocks.offset[me] != bytes_of(input) && blocks.bytes[me] > 0)
     std::memcpy(out + blocks.offset[me], bytes_of(input), blocks.bytes[me]);
-  if (choose_algorithm(Collective::AllGather, blocks.bytes[me], ctx.size()) == "direct")
+  if (algo == "direct")
     detail::direct_all_gather(ctx, out, blocks);
   else
     detail::ring_all_gather(ctx, out, blocks);
@@ -60,9 +66,11 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
   int64_t start = 0;
   for (int k = 0; k < me; ++k) start += sizes[k];
   v.no_overlap(output, "output", input, "input", output.narrow(0, start, sizes[me]));
+  const std::string algo = all_gather_algorithm(output.nbytes(), group.size());
   return detail::submit(group, "all_gather", describe(input),
-                        [input, output, sizes](OpContext& ctx) mutable {
-    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)));
+                        [input, output, sizes, algo](OpContext& ctx) mutable {
+    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)),
+                  algo);
     return std::vector<Tensor>{output};
   });
 }
@@ -78,11 +86,13 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   v.shape_is(output, "output", detail::with_rows(input.shape(), rows * world));
   const Tensor own = output.narrow(0, rows * group.rank(), rows);
   v.no_overlap(output, "output", input, "input", own);
+  const std::string algo = all_gather_algorithm(output.nbytes(), world);
   return detail::submit(group, "all_gather", describe(input),
-                        [input, output, rows, world](OpContext& ctx) mutable {
+                        [input, output, rows, world, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input,
                   detail::contiguous_blocks(std::vector<int64_t>(world, rows),
-                                            detail::row_bytes(input)));
+                                            detail::row_bytes(input)),
+                  algo);
     return std::vector<Tensor>{output};
   });
 }
@@ -115,7 +125,9 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     }
     ctx.next_phase();
     Tensor output = empty(detail::with_rows(input.shape(), total), input.dtype());
-    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)));
+    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)),
+                  // Chosen only now that the total, which every rank agrees on, is known.
+                  all_gather_algorithm(output.nbytes(), world));
     return std::vector<Tensor>{output, from_vector<int64_t>(sizes)};
   });
 }

@@ -82,9 +82,19 @@ void Validator::tensor_list(const std::vector<Tensor>& list, const char* name, D
   }
 }
 
+std::function<void(const std::string&)> poison_on_wait_timeout(const Group& group) {
+  // Weak, so that a Work outliving its group does not keep it (and its worker) alive.
+  return [weak = group.weak_impl()](const std::string& why) {
+    if (auto g = weak.lock()) g->poison(std::make_exception_ptr(TimeoutError("ferry: " + why)), why);
+  };
+}
+
 Work submit(const Group& group, const std::string& op, const std::string& what, OpBody body) {
   GroupImpl& g = group.impl();
   g.throw_if_poisoned(op);
+  // The sequence number and the queue position are taken together: two threads issuing on one
+  // group at once must not queue seq 6 ahead of seq 5.
+  std::lock_guard<std::mutex> issuing(g.issue_mutex());
   const uint64_t seq = g.take_sequence_number();
   auto state = std::make_shared<WorkState>(
       str(op, what.empty() ? "" : " ", what, " (seq ", seq, ") on ", g.describe()));
@@ -94,12 +104,11 @@ Work submit(const Group& group, const std::string& op, const std::string& what, 
     return g && g->executor().run_one_here();
   };
   // A Work that a user gave up waiting for leaves the ranks out of step: poison the group.
-  // Weak, so that a Work outliving its group does not keep it (and its worker) alive.
-  state->on_wait_timeout = [weak = group.weak_impl()](const std::string& why) {
-    if (auto g = weak.lock()) g->poison(std::make_exception_ptr(TimeoutError("ferry: " + why)), why);
-  };
+  state->on_wait_timeout = poison_on_wait_timeout(group);
   GroupImpl* gp = &g;
   g.executor().enqueue([gp, state, op, seq, body = std::move(body)] {
+    std::exception_ptr error;
+    bool tell_peers = true;
     try {
       gp->throw_if_poisoned(op);
       FERRY_LOG(Trace, "coll", state->description(), " starts");
@@ -107,16 +116,27 @@ Work submit(const Group& group, const std::string& op, const std::string& what, 
       std::vector<Tensor> outputs = body(ctx);
       FERRY_LOG(Trace, "coll", state->description(), " done");
       state->complete(std::move(outputs));
-    } catch (const TimeoutError& e) {
-      // Every stuck rank times out by itself and names the absent ones; telling the others
-      // would race their own diagnosis.
-      gp->poison(std::current_exception(), e.what());
-      state->fail(std::current_exception());
-    } catch (const std::exception& e) {
-      gp->poison(std::current_exception(), e.what());
-      gp->transport().abandon_group(gp->id(), e.what());
-      state->fail(std::current_exception());
+      return;
+    } catch (const OwnDeadlineExpired&) {
+      // Every rank stuck in this op times out by itself and names the absent ones: telling the
+      // others now would race their own diagnosis.
+      error = std::current_exception();
+      tell_peers = false;
+    } catch (...) {
+      // Anything else (a dead or mismatched peer, a poisoned group, a user who gave up): the
+      // peers waiting on this rank would wait until their deadline, so give up on the group.
+      error = std::current_exception();
     }
+    std::string why = "unknown exception";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+    }
+    gp->poison(error, why);
+    if (tell_peers) gp->transport().abandon_group(gp->id(), why);
+    state->fail(error);
   });
   return Work(state);
 }

@@ -44,6 +44,9 @@ class Validator {
 // The op's body runs on the group's worker; what it returns becomes Work::outputs().
 using OpBody = std::function<std::vector<Tensor>(OpContext&)>;
 
+// What a Work's on_wait_timeout does for a collective: poison the group.
+std::function<void(const std::string&)> poison_on_wait_timeout(const Group& group);
+
 // Takes the next sequence number of the group and queues `body`. Throws at once if the group is
 // poisoned. Any error from the body fails the Work and poisons the group (the ranks can no
 // longer be assumed to be in step).

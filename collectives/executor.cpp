@@ -31,9 +31,18 @@ bool Executor::run_one_here() {
     tasks_.pop_front();
     running_ = true;
   }
-  task();
-  finished_one();
+  run(task);
   return true;
+}
+
+void Executor::run(const std::function<void()>& task) {
+  // Tasks report their errors through their Work; should one escape anyway, the queue must not
+  // stay blocked behind a `running_` that is never reset.
+  struct Done {
+    Executor* self;
+    ~Done() { self->finished_one(); }
+  } done{this};
+  task();
 }
 
 void Executor::finished_one() {
@@ -68,8 +77,7 @@ void Executor::loop() {
       tasks_.pop_front();
       running_ = true;
     }
-    task();  // tasks catch their own errors and report them through their Work
-    finished_one();
+    run(task);
   }
 }
 

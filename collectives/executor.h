@@ -31,6 +31,7 @@ class Executor {
 
  private:
   void loop();
+  void run(const std::function<void()>& task);
   void finished_one();
 
   std::mutex mu_;

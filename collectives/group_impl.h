@@ -55,6 +55,7 @@ class GroupImpl {
   std::string poison_reason() const;
   void throw_if_poisoned(const std::string& op) const;
 
+  std::mutex& issue_mutex() { return issue_mu_; }
   ScratchArena& scratch() { return scratch_; }
   Executor& executor() { return executor_; }
 
@@ -64,6 +65,7 @@ class GroupImpl {
   int rank_;
   uint32_t id_;
   std::atomic<uint64_t> seq_{0};
+  std::mutex issue_mu_;  // taking a sequence number and queueing the op are one step
 
   std::atomic<bool> poisoned_{false};
   mutable std::mutex poison_mu_;

@@ -29,15 +29,22 @@ void OpContext::recv(int peer, uint32_t step, void* data, size_t bytes) {
 
 void OpContext::wait_all() {
   for (auto& r : pending_) {
-    // In slices, so that an op whose group was poisoned meanwhile (a user's Work::wait gave up)
-    // stops waiting instead of holding the worker until its own deadline.
-    while (!r->wait_until(std::min(deadline_, Clock::now() + kPoisonCheck))) {
+    // In slices: between them, stop if the group was poisoned meanwhile (a user's Work::wait
+    // gave up) or if another request of the op already failed (a peer died), instead of
+    // holding the worker until the deadline.
+    while (!r->wait_until(std::min(deadline_, Clock::now() + kCheckEvery))) {
       if (Clock::now() >= deadline_) fail_timeout();
       if (group_.poisoned()) abort_poisoned();
+      rethrow_first_failure();
     }
   }
-  // Everything finished; report the first failure (after which nothing is pending any more).
+  rethrow_first_failure();
+  pending_.clear();
+}
+
+void OpContext::rethrow_first_failure() {
   for (auto& r : pending_) {
+    if (!r->test()) continue;
     try {
       r->rethrow_if_failed();
     } catch (...) {
@@ -47,7 +54,6 @@ void OpContext::wait_all() {
       rethrow_with_prefix(error, str(op_, " (seq ", seq_, ") on ", group_.describe(), ": "));
     }
   }
-  pending_.clear();
 }
 
 std::vector<int> OpContext::ranks_not_here() {
@@ -128,7 +134,7 @@ void OpContext::fail_timeout() {
   if (!silent.empty()) msg += str(" waiting for data from ", ranks(silent), ";");
   if (!not_taking.empty()) msg += str(" waiting for ", ranks(not_taking), " to take our data;");
   msg += " the group is poisoned (every rank must issue the same collectives in the same order)";
-  FERRY_THROW(TimeoutError, msg);
+  FERRY_THROW(OwnDeadlineExpired, msg);
 }
 
 }  // namespace ferry::detail

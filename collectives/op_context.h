@@ -8,12 +8,20 @@
 
 #include "backends/transport.h"
 #include "collectives/group_impl.h"
+#include "runtime/error.h"
 
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace ferry::detail {
+
+// The TimeoutError of an op whose own deadline expired (as opposed to one that failed because
+// its group was poisoned meanwhile): the engine tells the two apart.
+class OwnDeadlineExpired final : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
 
 class OpContext {
  public:
@@ -43,7 +51,9 @@ class OpContext {
   Tag tag(uint32_t step) const;
   [[noreturn]] void fail_timeout();
   [[noreturn]] void abort_poisoned();
-  static constexpr auto kPoisonCheck = std::chrono::milliseconds(50);
+  // Throws the error of the first finished request that failed, after cancelling the rest.
+  void rethrow_first_failure();
+  static constexpr auto kCheckEvery = std::chrono::milliseconds(50);
   // After a timeout: the group ranks that are not stuck in this same op.
   std::vector<int> ranks_not_here();
 

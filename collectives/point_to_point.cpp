@@ -12,7 +12,7 @@ namespace {
 class RequestWork final : public detail::WorkState {
  public:
   RequestWork(std::string description, std::unique_ptr<Request> request, Tensor tensor)
-      : WorkState(std::move(description)), request_(std::move(request)), tensor_(std::move(tensor)) {}
+      : WorkState(std::move(description)), tensor_(std::move(tensor)), request_(std::move(request)) {}
 
   bool is_completed() const override { return request_->test(); }
 
@@ -37,8 +37,9 @@ class RequestWork final : public detail::WorkState {
  private:
   std::mutex wait_mu_;  // one waiter finishes the request
   bool finished_ = false;
+  Tensor tensor_;  // declared before request_: destroyed after it, so that the request is
+                   // withdrawn (and a copy in progress finished) while the buffer still lives
   std::unique_ptr<Request> request_;
-  Tensor tensor_;
 };
 
 Work post(const char* op, const Tensor& tensor, int peer, const Group& group, int tag, bool is_send) {
@@ -60,9 +61,7 @@ Work post(const char* op, const Tensor& tensor, int peer, const Group& group, in
       detail::str(op, " (", dtype_name(tensor.dtype()), " ", shape_str(tensor.shape()), ", ",
                   is_send ? "to" : "from", " rank ", peer, ", tag ", tag, ") on ", g.describe()),
       std::move(request), handle);
-  state->on_wait_timeout = [weak = group.weak_impl()](const std::string& why) {
-    if (auto gi = weak.lock()) gi->poison(std::make_exception_ptr(TimeoutError("ferry: " + why)), why);
-  };
+  state->on_wait_timeout = detail::poison_on_wait_timeout(group);
   return Work(state);
 }
 

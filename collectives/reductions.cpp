@@ -82,12 +82,13 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   v.no_overlap(input, "input", output, "output", input);
   v.reduce_op(op, input.dtype());
   const int world = group.size();
+  // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
+  const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
   return detail::submit(group, "all_reduce", describe_reduction(input, op),
-                        [input, output, op, world](OpContext& ctx) mutable {
+                        [input, output, op, world, algo](OpContext& ctx) mutable {
     const bool in_place = input.raw_data() == output.raw_data();
     Accumulation a(ctx, input, output, op, in_place);
     const size_t count = static_cast<size_t>(input.numel());
-    const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
     const char* in = static_cast<const char*>(a.in.raw_data());
     char* out = static_cast<char*>(a.out.raw_data());
     if (algo == "tree")

@@ -5,6 +5,7 @@
 
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,9 +22,10 @@ void run_ranks(int n, const std::function<void(Group& world)>& fn) {
     threads.emplace_back([&, r] {
       // The group outlives the catch below: the failing rank is declared dead first, so that its
       // own queued ops and the peers waiting on it fail at once instead of at their deadline.
-      Group world = Group::world(transports[r]);
+      std::optional<Group> world;
       try {
-        fn(world);
+        world.emplace(Group::world(transports[r]));
+        fn(*world);
       } catch (...) {
         std::exception_ptr error = std::current_exception();
         {

@@ -90,7 +90,7 @@ class Work {
   std::shared_ptr<detail::WorkState> state_;
 };
 
-// Waits for every Work in order, with one deadline for all.
+// Waits for every Work in order, each as Work::wait() does.
 void wait_all(std::vector<Work>& works);
 
 }  // namespace ferry

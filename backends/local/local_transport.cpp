@@ -45,7 +45,7 @@ using OpPtr = std::shared_ptr<LocalOp>;
 // the same time instead of whichever arrives second copying both directions.
 class LocalWorld {
  public:
-  explicit LocalWorld(int n) : boxes_(n), wakers_(n), dead_(n) {}
+  explicit LocalWorld(int n) : boxes_(n), wakers_(n), dead_(n), dead_why_(n) {}
 
   int size() const { return static_cast<int>(boxes_.size()); }
 
@@ -106,7 +106,8 @@ class LocalWorld {
     Mailbox& box = boxes_[op->receiver()];
     {
       std::lock_guard<std::mutex> lock(box.mu);
-      if (erase(op->is_send ? box.sends : box.recvs, op)) {
+      if (erase(op->is_send ? box.sends : box.recvs, op) ||
+          op->state.load() == OpState::Posted) {  // queued, or never got into a queue
         finish(op, withdrawn(*op, "cancelled"));
         return;
       }
@@ -121,7 +122,10 @@ class LocalWorld {
         return;
       }
     }
-    while (op->state.load() != OpState::Done) std::this_thread::yield();  // a copy is finishing
+    // Copying: another thread is copying this op's buffer; sleep until it is done.
+    Waker& w = wakers_[op->owner];
+    std::unique_lock<std::mutex> lock(w.mu);
+    w.cv.wait(lock, [&] { return op->state.load() == OpState::Done; });
   }
 
   bool test(const OpPtr& op) {
@@ -161,7 +165,7 @@ class LocalWorld {
       std::lock_guard<std::mutex> lock(dead_mu_);
       if (dead_[rank]) return;
       dead_[rank] = true;
-      dead_why_ = why;
+      dead_why_[rank] = why;
       any_dead_.store(true);
     }
     sweep([&](const LocalOp& o) { return o.sender() == rank || o.receiver() == rank; },
@@ -266,7 +270,7 @@ class LocalWorld {
 
   std::exception_ptr peer_failure_locked(int rank) {
     return std::make_exception_ptr(
-        PeerFailure(str("ferry: rank ", rank, " of the local world failed: ", dead_why_)));
+        PeerFailure(str("ferry: rank ", rank, " of the local world failed: ", dead_why_[rank])));
   }
 
   static std::exception_ptr abandoned_failure(uint32_t group, int rank, const std::string& why) {
@@ -296,7 +300,7 @@ class LocalWorld {
   std::vector<Waker> wakers_;
   std::mutex dead_mu_;
   std::vector<bool> dead_;
-  std::string dead_why_;
+  std::vector<std::string> dead_why_;
   std::vector<std::tuple<uint32_t, int, std::string>> abandoned_;  // (group, world rank, why)
   std::atomic<bool> any_dead_{false};  // anything in dead_ or abandoned_: check before posting
 };

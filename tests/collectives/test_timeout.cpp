@@ -12,6 +12,7 @@
 
 #include <array>
 #include <latch>
+#include <thread>
 #include <cctype>
 
 using namespace ftest;
@@ -136,8 +137,35 @@ TEST_CASE("timeout: one of 3 or 4 ranks skips", "[timeout]") {
       waiters_done.wait();
       return;
     }
-    // Which rank a waiter depends on directly is the algorithm's business: no "rank K" check.
-    expect_timeout(ctx, g, op, skipped, /*names_skipped=*/false, 0.5);
+    // Whichever rank a waiter depends on directly, the exchange after the deadline finds the
+    // rank that never reached the collective, so every waiter names it.
+    expect_timeout(ctx, g, op, skipped, /*names_skipped=*/true, 0.5);
+  });
+}
+
+TEST_CASE("timeout: a rank that gives up waiting makes a late peer fail fast", "[timeout]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(3000));
+  std::latch gave_up(1);
+  run_checked(2, [&](Group& g, Ctx& ctx) {
+    const std::string w = where(g, "rank 0 gives up after 100 ms, rank 1 arrives later");
+    if (g.rank() == 0) {
+      const CountDownOnExit done(gave_up, true);
+      Tensor t = ferry::ones({4});
+      Work work = ferry::all_reduce(t, g);
+      const std::exception_ptr e = capture([&] { work.wait(std::chrono::milliseconds(100)); });
+      FT_CHECK(ctx, error_kind(e) == "TimeoutError", w + ": expected TimeoutError, got " + error_kind(e));
+      FT_CHECK(ctx, g.poisoned(), w + ": giving up poisons the group");
+      return;
+    }
+    gave_up.wait();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0's op has stopped
+    Tensor t = ferry::ones({4});
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::exception_ptr e = capture([&] { ferry::all_reduce(t, g).wait(); });
+    const double s = seconds_since(t0);
+    ctx.expect(error_kind(e) == "PeerFailure",
+               [&] { return w + ": expected PeerFailure, got " + error_kind(e) + ": " + what_of(e); });
+    ctx.expect(s < 1.0, [&] { return w + ": failed after " + std::to_string(s) + " s, not well before the 3 s deadline"; });
   });
 }
 
