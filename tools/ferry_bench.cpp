@@ -164,6 +164,11 @@ int run(int argc, char** argv) {
     }
     launcher = make_launcher(opts.transport, opts.world_size);
     try {
+      config();  // a bad FERRY_* variable is reported here, by name
+    } catch (const InvalidArgument& e) {
+      throw UsageError(std::string("environment: ") + e.what());
+    }
+    try {
       if (!opts.algo.empty()) set_algorithm_override(opts.algo);
       algo_table = algorithm_table();  // reads FERRY_ALGO when --algo is absent
     } catch (const InvalidArgument& e) {
