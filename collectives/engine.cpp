@@ -127,13 +127,7 @@ Work submit(const Group& group, const std::string& op, const std::string& what, 
       // peers waiting on this rank would wait until their deadline, so give up on the group.
       error = std::current_exception();
     }
-    std::string why = "unknown exception";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      why = e.what();
-    } catch (...) {
-    }
+    const std::string why = error_message(error);
     gp->poison(error, why);
     if (tell_peers) gp->transport().abandon_group(gp->id(), why);
     state->fail(error);

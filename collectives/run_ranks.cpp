@@ -6,7 +6,6 @@
 #include <exception>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -35,14 +34,7 @@ void run_ranks(int n, const std::function<void(Group& world)>& fn) {
             first_rank = r;
           }
         }
-        std::string why = "it raised an exception";
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          why = e.what();
-        } catch (...) {
-        }
-        fail_local_rank(*transports[r], r, why);
+        fail_local_rank(*transports[r], r, error_message(error));
       }
     });
   }

@@ -26,4 +26,14 @@ void rethrow_with_prefix(std::exception_ptr error, const std::string& prefix) {
   }
 }
 
+std::string error_message(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 }  // namespace ferry

@@ -80,4 +80,6 @@ namespace ferry {
 // `prefix` + the original message. Anything that is not a ferry::Error becomes a ferry::Error.
 // Used where an error crosses a boundary that adds context (a rank, a group, an op).
 [[noreturn]] void rethrow_with_prefix(std::exception_ptr error, const std::string& prefix);
+// The what() of the exception `error` holds ("unknown exception" for a non-std one).
+std::string error_message(std::exception_ptr error);
 }  // namespace ferry
