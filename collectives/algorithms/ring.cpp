@@ -13,6 +13,11 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 // 1 MiB: half the L2 of a core here, so a segment and its reduction stay in cache.
 constexpr size_t kSegmentBytes = size_t{1} << 20;
 
+// Messages a block of `bytes` travels in: at least one, so that an empty block still matches.
+size_t segment_count(size_t bytes, size_t segment) {
+  return bytes == 0 ? 1 : (bytes + segment - 1) / segment;
+}
+
 }  // namespace
 
 // Step s (0..W-2): send block r-s-1 (taken from `in` at step 0, else the carry reduced at the
@@ -48,15 +53,18 @@ void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
       dst = carry;
     }
     // Both neighbours cut a block into the same segments: the sender's block sb is the
-    // receiver's block rb, of the same size.
+    // receiver's block rb. Our own sb and rb may differ in size (uneven blocks), so the two
+    // directions may have different segment counts; an empty block is one empty message.
     const size_t send_bytes = blocks.bytes[sb], recv_bytes = blocks.bytes[rb];
-    for (size_t at = 0; at < std::max(send_bytes, recv_bytes) || at == 0; at += segment) {
-      if (at < send_bytes || at == 0)
-        ctx.send(right, s, sending + at, std::min(segment, send_bytes - std::min(at, send_bytes)));
-      const size_t len = std::min(segment, recv_bytes - std::min(at, recv_bytes));
-      if (at < recv_bytes || at == 0) ctx.recv(left, s, tmp, len);
+    const size_t sends = segment_count(send_bytes, segment);
+    const size_t recvs = segment_count(recv_bytes, segment);
+    for (size_t k = 0; k < std::max(sends, recvs); ++k) {
+      const size_t at = k * segment;
+      if (k < sends) ctx.send(right, s, sending + at, std::min(segment, send_bytes - at));
+      const size_t len = k < recvs ? std::min(segment, recv_bytes - at) : 0;
+      if (k < recvs) ctx.recv(left, s, tmp, len);
       ctx.wait_all();
-      combine(dst + at, in + blocks.offset[rb] + at, tmp, len / eb, spec.dtype, spec.op);
+      if (len > 0) combine(dst + at, in + blocks.offset[rb] + at, tmp, len / eb, spec.dtype, spec.op);
     }
     if (s == n - 2 && work != nullptr && work + blocks.offset[rb] != out)
       std::memcpy(work + blocks.offset[rb], out, recv_bytes);
