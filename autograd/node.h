@@ -1,0 +1,109 @@
+// The tape's nodes and the state behind a Variable (internal).
+//
+// A node is one recorded op. It points at where the gradient of each of its inputs goes (the
+// node that produced the input, or the leaf itself) and numbers itself in recording order, so
+// that backward can run the nodes it needs in exact reverse recording order. Nodes are owned by
+// the variables they produced (and by the nodes downstream of those), as in torch: dropping the
+// outputs of a forward frees its graph without a backward.
+#pragma once
+
+#include "autograd/variable.h"
+#include "runtime/tensor.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::detail {
+
+struct VariableImpl {
+  Tensor value;
+  Tensor grad;
+  bool grad_is_private = false;  // grad was allocated by the engine, so it may be added to in place
+  bool requires_grad = false;
+  std::string name;
+  std::shared_ptr<Node> producer;  // null for leaves
+  uint32_t output_index = 0;
+  std::vector<GradHook> hooks;                     // leaves only (a non-leaf's live on its node)
+  std::vector<PostAccumulateHook> post_hooks;      // leaves only
+
+  // Backward bookkeeping (leaves): the gradient gathered so far and how many edges into this
+  // leaf have still to run.
+  Tensor pending;
+  int pending_edges = 0;
+};
+
+// Where the gradient of one input of a node goes.
+struct Edge {
+  std::shared_ptr<Node> node;           // the producer of the input, or
+  std::shared_ptr<VariableImpl> leaf;   // the input itself when it is a leaf requiring grad
+  uint32_t output_index = 0;            // which output of `node`
+  bool defined() const { return node != nullptr || leaf != nullptr; }
+};
+
+// What a node knows about each of its outputs.
+struct OutputSlot {
+  Shape shape;
+  DType dtype = DType::Float32;
+  bool differentiable = true;
+  std::vector<GradHook> hooks;
+  std::weak_ptr<VariableImpl> retained;  // set by retain_grad()
+};
+
+class Node {
+ public:
+  Node(std::string name, size_t num_outputs);
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint64_t sequence() const { return sequence_; }
+
+  // Computes the gradients of the inputs (one per edge; undefined = none) from the gradients of
+  // the outputs. `grad_outputs` holds zeros for outputs without a gradient when
+  // materialize_grads() is true, undefined tensors otherwise.
+  virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
+  // Frees what apply() needs (saved tensors, closures); called after a backward without
+  // retain_graph.
+  virtual void release() = 0;
+  virtual bool is_collective() const { return false; }
+  virtual bool materialize_grads() const { return true; }
+
+  std::vector<Edge>& edges() { return edges_; }
+  std::vector<OutputSlot>& outputs() { return outputs_; }
+
+  // Backward bookkeeping.
+  std::vector<Tensor>& pending() { return pending_; }
+  bool released() const { return released_; }
+  void mark_released() { released_ = true; }
+  bool has_run() const { return has_run_; }
+  void mark_run() { has_run_ = true; }
+
+ private:
+  std::string name_;
+  uint64_t sequence_;
+  std::vector<Edge> edges_;
+  std::vector<OutputSlot> outputs_;
+  std::vector<Tensor> pending_;
+  bool released_ = false;
+  bool has_run_ = false;
+};
+
+// Registers a collective node with this thread's tape so that backward can find it even when
+// the roots do not depend on it.
+void register_collective_node(const std::shared_ptr<Node>& node);
+
+// Makes the variables for a node's outputs and wires the node's edges to the inputs. `inputs`
+// may hold undefined variables (no edge). Returns one variable per output value; outputs the
+// node marks non-differentiable come back as plain leaves without requires_grad.
+std::vector<Variable> connect(const std::shared_ptr<Node>& node,
+                              const std::vector<const Variable*>& inputs,
+                              std::vector<Tensor> output_values);
+
+// True when grad mode is on and one of `inputs` requires grad: only then is a node recorded.
+bool should_record(const std::vector<const Variable*>& inputs);
+
+}  // namespace ferry::detail

@@ -1,0 +1,39 @@
+// Recording built-in ops on the tape (internal). A built-in op computes its value eagerly and,
+// when recording, hands the tape a closure that computes its input gradients (Flashlight style):
+//
+//   Variable relu(const Variable& x) {
+//     Tensor y = kernels::relu(x.value());
+//     if (!detail::should_record({&x})) return Variable(y);
+//     detail::SavedTensor saved_x = detail::save(x);
+//     return detail::record("relu", {&x}, y,
+//         [saved_x](const std::vector<Tensor>& g, const std::vector<bool>&) {
+//           return std::vector<Tensor>{kernels::relu_backward(g[0], saved_x.get("relu"))};
+//         });
+//   }
+#pragma once
+
+#include "autograd/node.h"
+#include "autograd/saved_tensor.h"
+#include "autograd/variable.h"
+
+#include <functional>
+#include <vector>
+
+namespace ferry::detail {
+
+// Returns one gradient per input (undefined = none). needs_input_grad[i] says whether input i
+// wants one; the closure may skip computing the others.
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs,
+                                                     const std::vector<bool>& needs_input_grad)>;
+
+// Records a node named `op` with the given inputs and output values; returns the outputs as
+// variables. Call only when should_record(inputs) is true.
+std::vector<Variable> record(const char* op, const std::vector<const Variable*>& inputs,
+                             std::vector<Tensor> outputs, BackwardFn backward);
+Variable record(const char* op, const std::vector<const Variable*>& inputs, Tensor output,
+                BackwardFn backward);
+
+// Saves a variable's value for backward, named after the variable.
+SavedTensor save(const Variable& v);
+
+}  // namespace ferry::detail
