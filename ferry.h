@@ -8,10 +8,18 @@
 #include "runtime/tensor.h"
 #include "runtime/work.h"
 
+#include "autograd/function.h"
+#include "autograd/gradcheck.h"
+#include "autograd/grad_mode.h"
+#include "autograd/optimizer.h"
+#include "autograd/variable.h"
+
 #include "backends/transport.h"
 #include "backends/local/local_transport.h"
 
 #include "collectives/algorithm_table.h"
 #include "collectives/collectives.h"
+#include "collectives/differentiable.h"
+#include "collectives/distributed_gradcheck.h"
 #include "collectives/group.h"
 #include "collectives/run_ranks.h"

@@ -35,6 +35,7 @@ class Function;
 
 namespace detail {
 class SavedTensor;
+class FunctionNode;
 }  // namespace detail
 
 class Context {
@@ -68,16 +69,17 @@ class Context {
   const T& get(const std::string& key) const;
 
  private:
-  friend class FunctionNode;
+  friend class detail::FunctionNode;
   friend std::vector<Variable> apply(std::shared_ptr<Function>, const std::vector<Variable>&);
   std::string op_;
   std::vector<bool> needs_input_grad_;
   std::vector<bool> non_differentiable_;
   bool materialize_grads_ = true;
+  // save_for_backward collects tensors here during forward; apply() turns them into saved_
+  // once it knows which input or output each one is (to name it in errors).
+  std::vector<Tensor> to_save_;
   std::vector<detail::SavedTensor> saved_;
   std::map<std::string, std::any> attributes_;
-  // Names of the inputs and outputs, to name a saved tensor that was modified in place.
-  std::vector<std::pair<Tensor, std::string>> known_tensors_;
 };
 
 class Function {

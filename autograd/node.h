@@ -48,6 +48,7 @@ struct OutputSlot {
   Shape shape;
   DType dtype = DType::Float32;
   bool differentiable = true;
+  bool produced = true;  // false when the op returned an undefined tensor for this output
   std::vector<GradHook> hooks;
   std::weak_ptr<VariableImpl> retained;  // set by retain_grad()
 };
@@ -55,7 +56,7 @@ struct OutputSlot {
 class Node {
  public:
   Node(std::string name, size_t num_outputs);
-  virtual ~Node() = default;
+  virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
@@ -95,6 +96,10 @@ class Node {
 // Registers a collective node with this thread's tape so that backward can find it even when
 // the roots do not depend on it.
 void register_collective_node(const std::shared_ptr<Node>& node);
+// The sequence number of the last node recorded on this thread (0 if none).
+uint64_t last_recorded_sequence();
+// The collective nodes of this thread that are alive and have not run a backward yet.
+std::vector<std::shared_ptr<Node>> unrun_collective_nodes();
 
 // Makes the variables for a node's outputs and wires the node's edges to the inputs. `inputs`
 // may hold undefined variables (no edge). Returns one variable per output value; outputs the

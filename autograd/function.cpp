@@ -1,0 +1,130 @@
+#include "autograd/function.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "autograd/saved_tensor.h"
+#include "runtime/error.h"
+
+#include <utility>
+
+namespace ferry {
+
+Context::Context() = default;
+Context::~Context() = default;
+
+void Context::save_for_backward(const std::vector<Tensor>& tensors) {
+  to_save_.insert(to_save_.end(), tensors.begin(), tensors.end());
+}
+
+std::vector<Tensor> Context::saved() const {
+  std::vector<Tensor> tensors;
+  tensors.reserve(saved_.size());
+  for (const auto& s : saved_) tensors.push_back(s.get(op_));
+  return tensors;
+}
+
+bool Context::needs_input_grad(size_t i) const {
+  FERRY_CHECK(i < needs_input_grad_.size(), InvalidArgument, op_, ": needs_input_grad(", i,
+              ") but the function has ", needs_input_grad_.size(), " inputs");
+  return needs_input_grad_[i];
+}
+
+void Context::mark_non_differentiable(size_t output_index) {
+  if (non_differentiable_.size() <= output_index) non_differentiable_.resize(output_index + 1);
+  non_differentiable_[output_index] = true;
+}
+
+namespace detail {
+
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::shared_ptr<Function> fn, std::unique_ptr<Context> ctx, size_t num_outputs)
+      : Node(fn->name(), num_outputs), fn_(std::move(fn)), ctx_(std::move(ctx)) {}
+
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
+    return fn_->backward(*ctx_, grad_outputs);
+  }
+  void release() override {
+    for (auto& s : ctx_->saved_) s.release();
+    ctx_->attributes_.clear();
+  }
+  bool is_collective() const override { return fn_->is_collective(); }
+  bool materialize_grads() const override { return ctx_->materialize_grads_; }
+
+ private:
+  std::shared_ptr<Function> fn_;
+  std::unique_ptr<Context> ctx_;
+};
+
+namespace {
+
+bool same_tensor(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.raw_data() == b.raw_data() && a.shape() == b.shape() &&
+         a.dtype() == b.dtype();
+}
+
+// Names a saved tensor after the input or output it is, for the in-place modification error.
+std::string owner_of(const Tensor& t, const std::vector<Variable>& inputs,
+                     const std::vector<Tensor>& outputs, const std::string& op) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].defined() && same_tensor(t, inputs[i].value())) {
+      return inputs[i].name().empty() ? str("input ", i, " of ", op) : inputs[i].describe();
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (same_tensor(t, outputs[k])) return str("output ", k, " of ", op);
+  }
+  return "a tensor saved by " + op;
+}
+
+}  // namespace
+}  // namespace detail
+
+std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Variable>& inputs) {
+  FERRY_CHECK(fn != nullptr, InvalidArgument, "apply: the function is null");
+  std::vector<const Variable*> input_ptrs;
+  std::vector<Tensor> input_values;
+  input_ptrs.reserve(inputs.size());
+  input_values.reserve(inputs.size());
+  for (const Variable& v : inputs) {
+    input_ptrs.push_back(&v);
+    input_values.push_back(v.defined() ? v.value() : Tensor());
+  }
+  const bool recording = detail::should_record(input_ptrs);
+
+  auto ctx = std::make_unique<Context>();
+  ctx->op_ = fn->name();
+  ctx->needs_input_grad_.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ctx->needs_input_grad_[i] = recording && inputs[i].defined() && inputs[i].requires_grad();
+  }
+  std::vector<Tensor> outputs;
+  {
+    NoGradGuard no_grad;  // spec §0.1: what forward calls is not differentiated
+    outputs = fn->forward(*ctx, input_values);
+  }
+
+  if (!recording) {
+    std::vector<Variable> plain;
+    plain.reserve(outputs.size());
+    for (Tensor& t : outputs) plain.push_back(t.defined() ? Variable(std::move(t)) : Variable());
+    return plain;
+  }
+
+  for (const Tensor& t : ctx->to_save_) {
+    ctx->saved_.emplace_back(t, detail::owner_of(t, inputs, outputs, ctx->op_));
+  }
+  ctx->to_save_.clear();
+  std::vector<bool> non_differentiable = ctx->non_differentiable_;
+  non_differentiable.resize(outputs.size());
+  auto node = std::make_shared<detail::FunctionNode>(fn, std::move(ctx), outputs.size());
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    // Integer outputs (sizes, indices) cannot carry a gradient.
+    if (non_differentiable[k] || (outputs[k].defined() && !is_floating(outputs[k].dtype()))) {
+      node->outputs()[k].differentiable = false;
+    }
+  }
+  return detail::connect(node, input_ptrs, std::move(outputs));
+}
+
+}  // namespace ferry

@@ -1,0 +1,116 @@
+#include "autograd/node.h"
+
+#include "autograd/grad_mode.h"
+
+#include <utility>
+
+namespace ferry::detail {
+
+namespace {
+
+// Recording order of this thread's nodes. Starts at 1 so that 0 can mean "no node".
+thread_local uint64_t t_next_sequence = 1;
+thread_local std::vector<std::weak_ptr<Node>> t_collective_nodes;
+
+// Freeing the last variable of a long chain would free its nodes recursively, one stack frame
+// per node; a deep enough graph would overflow the stack. Nodes that are about to die are moved
+// here instead and freed by a loop.
+thread_local std::vector<std::shared_ptr<Node>>* t_graveyard = nullptr;
+
+}  // namespace
+
+Node::Node(std::string name, size_t num_outputs)
+    : name_(std::move(name)), sequence_(t_next_sequence++), outputs_(num_outputs),
+      pending_(num_outputs) {}
+
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> dying;
+  for (Edge& edge : edges_) {
+    if (edge.node && edge.node.use_count() == 1) dying.push_back(std::move(edge.node));
+  }
+  if (dying.empty()) return;
+  if (t_graveyard != nullptr) {  // an outer destructor is draining: hand the nodes to it
+    for (auto& node : dying) t_graveyard->push_back(std::move(node));
+    return;
+  }
+  std::vector<std::shared_ptr<Node>> graveyard = std::move(dying);
+  t_graveyard = &graveyard;
+  while (!graveyard.empty()) {
+    std::shared_ptr<Node> node = std::move(graveyard.back());
+    graveyard.pop_back();
+    node.reset();  // may push more nodes onto the graveyard
+  }
+  t_graveyard = nullptr;
+}
+
+uint64_t last_recorded_sequence() { return t_next_sequence - 1; }
+
+void register_collective_node(const std::shared_ptr<Node>& node) {
+  // Forget nodes that died or ran, so the list stays as short as the live collectives.
+  std::erase_if(t_collective_nodes, [](const std::weak_ptr<Node>& weak) {
+    auto alive = weak.lock();
+    return !alive || alive->has_run();
+  });
+  t_collective_nodes.push_back(node);
+}
+
+std::vector<std::shared_ptr<Node>> unrun_collective_nodes() {
+  std::vector<std::shared_ptr<Node>> nodes;
+  for (const auto& weak : t_collective_nodes) {
+    auto node = weak.lock();
+    if (node && !node->has_run() && !node->released()) nodes.push_back(std::move(node));
+  }
+  return nodes;
+}
+
+bool should_record(const std::vector<const Variable*>& inputs) {
+  if (!grad_enabled()) return false;
+  for (const Variable* v : inputs) {
+    if (v != nullptr && v->defined() && v->requires_grad()) return true;
+  }
+  return false;
+}
+
+std::vector<Variable> connect(const std::shared_ptr<Node>& node,
+                              const std::vector<const Variable*>& inputs,
+                              std::vector<Tensor> output_values) {
+  auto& edges = node->edges();
+  edges.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Variable* input = inputs[i];
+    if (input == nullptr || !input->defined() || !input->requires_grad()) continue;
+    VariableImpl* impl = input->impl();
+    if (impl->producer) {
+      edges[i].node = impl->producer;
+      edges[i].output_index = impl->output_index;
+    } else {
+      edges[i].leaf = input->impl_ptr();
+    }
+  }
+  std::vector<Variable> outputs;
+  outputs.reserve(output_values.size());
+  auto& slots = node->outputs();
+  for (size_t k = 0; k < output_values.size(); ++k) {
+    OutputSlot& slot = slots[k];
+    if (!output_values[k].defined()) {  // an optional output the op did not produce
+      slot.differentiable = false;
+      slot.produced = false;
+      outputs.emplace_back();
+      continue;
+    }
+    slot.shape = output_values[k].shape();
+    slot.dtype = output_values[k].dtype();
+    auto impl = std::make_shared<VariableImpl>();
+    impl->value = std::move(output_values[k]);
+    if (slot.differentiable) {
+      impl->requires_grad = true;
+      impl->producer = node;
+      impl->output_index = static_cast<uint32_t>(k);
+    }
+    outputs.emplace_back(std::move(impl));
+  }
+  if (node->is_collective()) register_collective_node(node);
+  return outputs;
+}
+
+}  // namespace ferry::detail
