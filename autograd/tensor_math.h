@@ -49,7 +49,10 @@ Tensor scalar_div(double s, const Tensor& a);  // s / a
 Tensor neg(const Tensor& a);
 
 // ---- linear algebra ----
-Tensor matmul(const Tensor& a, const Tensor& b);  // [N, K] x [K, M] -> [N, M]
+// [N, K] x [K, M] -> [N, M], where a (b) is read transposed when transpose_a (transpose_b): the
+// backward of a matrix product needs a^T g and g b^T, and Eigen reads those without a copy.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
+              bool transpose_b = false);
 Tensor transpose(const Tensor& a);                // [N, M] -> [M, N], a copy
 
 // ---- reductions ----
@@ -93,7 +96,8 @@ Tensor embedding_bag_per_sample_weights_grad(const Tensor& grad, const Tensor& w
 // Backward helpers take the output gradient and what the derivative is cheapest from: the
 // input x (relu, log) or the output y (sigmoid, tanh; exp's is mul(grad, y)).
 Tensor relu(const Tensor& x);
-Tensor relu_backward(const Tensor& grad, const Tensor& x);  // grad where x > 0, else 0
+// grad where x > 0, else 0; x may also be relu's output, which is > 0 exactly where x is.
+Tensor relu_backward(const Tensor& grad, const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& y);  // grad * y * (1 - y)
 Tensor tanh(const Tensor& x);

@@ -42,7 +42,7 @@ Tensor ref_broadcast(const Tensor& a, const Tensor& b, const Shape& out,
 
 }  // namespace
 
-TEST_CASE("binary kernels follow the three broadcast rules", "[kernels]") {
+TEST_CASE("kernels: binary kernels follow the three broadcast rules", "[kernels]") {
   const std::vector<BroadcastCase> cases = {
       {{2, 3}, {2, 3}, {2, 3}},    {{2, 3, 4}, {4}, {2, 3, 4}}, {{4}, {2, 3, 4}, {2, 3, 4}},
       {{}, {2, 3}, {2, 3}},        {{2, 3}, {}, {2, 3}},        {{}, {}, {}},
@@ -80,7 +80,7 @@ TEST_CASE("binary kernels follow the three broadcast rules", "[kernels]") {
   }
 }
 
-TEST_CASE("binary kernels reject other shapes and dtypes", "[kernels]") {
+TEST_CASE("kernels: binary kernels reject other shapes and dtypes", "[kernels]") {
   const Tensor a = zeros({2, 3});
   REQUIRE_THROWS_WITH(kernels::add(a, zeros({2})),
                       Contains("add") && Contains("[2, 3]") && Contains("[2]"));
@@ -96,7 +96,7 @@ TEST_CASE("binary kernels reject other shapes and dtypes", "[kernels]") {
   REQUIRE_THROWS_WITH(kernels::add(Tensor(), zeros({2})), Contains("add") && Contains("undefined"));
 }
 
-TEST_CASE("reduce_to_shape undoes each broadcast", "[kernels]") {
+TEST_CASE("kernels: reduce_to_shape undoes each broadcast", "[kernels]") {
   const Tensor g = random64({2, 3, 4}, 7);
   CHECK(equal(kernels::reduce_to_shape("add", g, {2, 3, 4}), g));
   CHECK_FALSE(kernels::reduce_to_shape("add", g, {2, 3, 4}).shares_storage_with(g));
@@ -117,7 +117,7 @@ TEST_CASE("reduce_to_shape undoes each broadcast", "[kernels]") {
                       Contains("mul") && Contains("[2, 3, 4]") && Contains("[3]"));
 }
 
-TEST_CASE("scalar kernels", "[kernels]") {
+TEST_CASE("kernels: scalar kernels", "[kernels]") {
   for (DType dtype : kFloatTypes) {
     const Tensor a = uniform({3, 4}, 0.5, 3.0, 11, dtype);
     CHECK(allclose(kernels::add(a, 1.5), ref_map(a, [](double x) { return x + 1.5; })));
@@ -139,7 +139,7 @@ TEST_CASE("scalar kernels", "[kernels]") {
                       Contains("div: dtype uint8"));
 }
 
-TEST_CASE("matmul and transpose", "[kernels]") {
+TEST_CASE("kernels: matmul and transpose", "[kernels]") {
   for (DType dtype : kFloatTypes) {
     const Tensor a = uniform({3, 5}, -1, 1, 1, dtype);
     const Tensor b = uniform({5, 2}, -1, 1, 2, dtype);
@@ -147,6 +147,10 @@ TEST_CASE("matmul and transpose", "[kernels]") {
     CHECK(c.shape() == Shape{3, 2});
     CHECK(allclose(c, ref_matmul(a, b), 1e-5, 1e-6));
     const Tensor t = kernels::transpose(a);
+    const Tensor bt = kernels::transpose(b);
+    CHECK(allclose(kernels::matmul(t, b, true, false), c, 1e-6, 1e-7));
+    CHECK(allclose(kernels::matmul(a, bt, false, true), c, 1e-6, 1e-7));
+    CHECK(allclose(kernels::matmul(t, bt, true, true), c, 1e-6, 1e-7));
     REQUIRE(t.shape() == Shape{5, 3});
     for (int64_t i = 0; i < 3; ++i) {
       for (int64_t j = 0; j < 5; ++j) CHECK(t.get_flat(j * 3 + i) == a.get_flat(i * 5 + j));
@@ -158,6 +162,9 @@ TEST_CASE("matmul and transpose", "[kernels]") {
   CHECK(kernels::transpose(zeros({0, 4})).shape() == Shape{4, 0});
   REQUIRE_THROWS_WITH(kernels::matmul(zeros({2, 3}), zeros({2, 3})),
                       Contains("matmul") && Contains("[2, 3]"));
+  REQUIRE_THROWS_WITH(kernels::matmul(zeros({2, 3}), zeros({3, 2}), false, true),
+                      Contains("matmul") && Contains("[3, 2] (transposed)"));
+  CHECK(kernels::matmul(zeros({2, 3}), zeros({2, 3}), true, false).shape() == Shape{3, 3});
   REQUIRE_THROWS_WITH(kernels::matmul(zeros({3}), zeros({3, 2})),
                       Contains("matmul") && Contains("[3]") && Contains("[3, 2]"));
   REQUIRE_THROWS_WITH(kernels::transpose(zeros({2, 3, 4})), Contains("transpose") &&
@@ -166,7 +173,7 @@ TEST_CASE("matmul and transpose", "[kernels]") {
                       Contains("matmul: dtype int32"));
 }
 
-TEST_CASE("sum and mean over everything and along a dim", "[kernels]") {
+TEST_CASE("kernels: sum and mean over everything and along a dim", "[kernels]") {
   for (DType dtype : kFloatTypes) {
     const Tensor a = uniform({2, 3, 4}, -1, 1, 5, dtype);
     double total = 0;
@@ -206,7 +213,7 @@ TEST_CASE("sum and mean over everything and along a dim", "[kernels]") {
   REQUIRE_THROWS_WITH(kernels::sum(zeros({2}, DType::Int32)), Contains("sum: dtype int32"));
 }
 
-TEST_CASE("expand_scalar and expand_dim repeat a reduced gradient", "[kernels]") {
+TEST_CASE("kernels: expand_scalar and expand_dim repeat a reduced gradient", "[kernels]") {
   CHECK(equal(kernels::expand_scalar(full({}, 3.0), {2, 2}), full({2, 2}, 3.0)));
   CHECK(kernels::expand_scalar(full({}, 3.0), {0, 2}).shape() == Shape{0, 2});
   REQUIRE_THROWS_WITH(kernels::expand_scalar(zeros({2}), {2, 2}), Contains("[2]"));
@@ -241,7 +248,7 @@ TEST_CASE("expand_scalar and expand_dim repeat a reduced gradient", "[kernels]")
                       Contains("[4]") && Contains("[2, 3]"));
 }
 
-TEST_CASE("index_select and index_add along any dim", "[kernels]") {
+TEST_CASE("kernels: index_select and index_add along any dim", "[kernels]") {
   const Tensor a = random64({4, 3, 2}, 21);
   const Tensor idx = int64s({2, 0, 2});
   for (int64_t dim : {0, 1, -1}) {
@@ -311,7 +318,7 @@ Tensor ref_embedding_bag(const Tensor& w, const std::vector<int64_t>& idx,
 
 }  // namespace
 
-TEST_CASE("embedding_bag pools bags like torch", "[kernels]") {
+TEST_CASE("kernels: embedding_bag pools bags like torch", "[kernels]") {
   const Tensor w = random64({5, 3}, 31);
   const std::vector<int64_t> idx{4, 0, 2, 2, 1, 3};
   // Bags: [4, 0], [], [2, 2, 1], [3] -- one empty bag in the middle.
@@ -338,7 +345,7 @@ TEST_CASE("embedding_bag pools bags like torch", "[kernels]") {
         Shape{0, 3});
 }
 
-TEST_CASE("embedding_bag backward pieces are adjoints of the forward", "[kernels]") {
+TEST_CASE("kernels: embedding_bag backward pieces are adjoints of the forward", "[kernels]") {
   const Tensor w = random64({5, 3}, 41);
   const std::vector<int64_t> idx{4, 0, 2, 2, 1, 3};
   const std::vector<int64_t> offsets{0, 2, 2, 5};
@@ -371,7 +378,7 @@ TEST_CASE("embedding_bag backward pieces are adjoints of the forward", "[kernels
   CHECK(gp.get_flat(2) == Approx(e2));
 }
 
-TEST_CASE("embedding_bag rejects malformed bags", "[kernels]") {
+TEST_CASE("kernels: embedding_bag rejects malformed bags", "[kernels]") {
   const Tensor w = zeros({5, 3});
   const auto mean = EmbeddingBagMode::Mean;
   const auto sum = EmbeddingBagMode::Sum;
@@ -406,7 +413,7 @@ TEST_CASE("embedding_bag rejects malformed bags", "[kernels]") {
                       Contains("embedding_bag") && Contains("[2, 3]"));
 }
 
-TEST_CASE("elementwise activations and their backward helpers", "[kernels]") {
+TEST_CASE("kernels: elementwise activations and their backward helpers", "[kernels]") {
   for (DType dtype : kFloatTypes) {
     CAPTURE(dtype_name(dtype));
     const Tensor x = uniform({4, 5}, -3, 3, 51, dtype);
@@ -460,7 +467,7 @@ Tensor ref_softmax(const Tensor& x, bool take_log) {
 
 }  // namespace
 
-TEST_CASE("softmax and log_softmax over rows", "[kernels]") {
+TEST_CASE("kernels: softmax and log_softmax over rows", "[kernels]") {
   for (DType dtype : kFloatTypes) {
     CAPTURE(dtype_name(dtype));
     const Tensor x = uniform({3, 4}, -5, 5, 61, dtype);
@@ -501,7 +508,7 @@ TEST_CASE("softmax and log_softmax over rows", "[kernels]") {
                       Contains("softmax") && Contains("[2, 3]") && Contains("[3, 2]"));
 }
 
-TEST_CASE("mse_loss and its gradients", "[kernels]") {
+TEST_CASE("kernels: mse_loss and its gradients", "[kernels]") {
   for (DType dtype : kFloatTypes) {
     const Tensor x = uniform({3, 4}, -2, 2, 71, dtype);
     const Tensor t = uniform({3, 4}, -2, 2, 72, dtype);
@@ -536,7 +543,7 @@ TEST_CASE("mse_loss and its gradients", "[kernels]") {
                       Contains("mse_loss: dtype int64 is not supported"));
 }
 
-TEST_CASE("binary_cross_entropy_with_logits and its gradients", "[kernels]") {
+TEST_CASE("kernels: binary_cross_entropy_with_logits and its gradients", "[kernels]") {
   auto naive = [](double x, double t) {
     const double s = 1 / (1 + std::exp(-x));
     return -(t * std::log(s) + (1 - t) * std::log(1 - s));
