@@ -11,6 +11,7 @@
 #include "autograd/function.h"
 #include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
+#include "autograd/ops.h"
 #include "autograd/optimizer.h"
 #include "autograd/variable.h"
 

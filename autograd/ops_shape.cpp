@@ -31,8 +31,6 @@ Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   return t.narrow_copy(dim, start, length);
 }
 
-std::string sizes_str(const std::vector<int64_t>& sizes) { return shape_str(sizes); }
-
 }  // namespace
 
 Variable reshape(const Variable& x, Shape shape) {
@@ -97,10 +95,10 @@ std::vector<Variable> split(const Variable& x, const std::vector<int64_t>& sizes
   const int64_t extent = v.size(dim);
   for (int64_t s : sizes) {
     FERRY_CHECK(s >= 0, InvalidArgument, "split: sizes must be non-negative but are ",
-                sizes_str(sizes));
+                shape_str(sizes));
   }
   const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
-  FERRY_CHECK(total == extent, InvalidArgument, "split: sizes ", sizes_str(sizes), " sum to ",
+  FERRY_CHECK(total == extent, InvalidArgument, "split: sizes ", shape_str(sizes), " sum to ",
               total, " but dim ", dim, " of shape ", shape_str(v.shape()), " has size ",
               extent);
   std::vector<Tensor> pieces;

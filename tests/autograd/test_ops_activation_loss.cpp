@@ -45,7 +45,9 @@ TEST_CASE("elementwise activations: values and gradcheck", "[ops]") {
     }
   }
   // Composed: the chain rule through saved outputs.
-  check_gradients(single([](const auto& in) { return log(sigmoid(tanh(in[0])) + exp(relu(in[0]))); }),
+  check_gradients(single([](const auto& in) {
+                    return log(sigmoid(tanh(in[0])) + exp(relu(in[0])));
+                  }),
                   {random64({2, 3}, 3)});
 }
 
@@ -57,7 +59,8 @@ TEST_CASE("softmax and log_softmax over rows", "[ops]") {
     for (int64_t j = 0; j < 5; ++j) row += y.get_flat(i * 5 + j);
     CHECK(row == Approx(1.0));
   }
-  CHECK(allclose(log_softmax(Variable(x)).value(), ref_map(y, [](double v) { return std::log(v); })));
+  CHECK(allclose(log_softmax(Variable(x)).value(),
+                 ref_map(y, [](double v) { return std::log(v); })));
   for (const Shape& s : {Shape{3, 5}, Shape{1, 1}, Shape{0, 4}, Shape{2, 0}}) {
     CAPTURE(shape_str(s));
     check_gradients(single([](const auto& in) { return softmax(in[0]); }), {random64(s, 11)});
@@ -95,7 +98,8 @@ TEST_CASE("mse_loss: values, both gradients, every reduction", "[ops]") {
 TEST_CASE("binary_cross_entropy_with_logits: values, both gradients, every reduction", "[ops]") {
   const Tensor x = random64({2, 3}, 30, -4, 4);
   const Tensor t = random64({2, 3}, 31, 0, 1);
-  const Tensor l = binary_cross_entropy_with_logits(Variable(x), Variable(t), Reduction::None).value();
+  const Tensor l =
+      binary_cross_entropy_with_logits(Variable(x), Variable(t), Reduction::None).value();
   for (int64_t i = 0; i < 6; ++i) {
     const double s = 1 / (1 + std::exp(-x.get_flat(i)));
     const double ti = t.get_flat(i);

@@ -29,7 +29,9 @@ TEST_CASE("matmul and transpose", "[ops]") {
     check_gradients(single([](const auto& in) { return transpose(in[0]); }), {random64(s, 5)});
   }
   // A two-layer chain: gradients flow through both products.
-  check_gradients(single([](const auto& in) { return matmul(transpose(in[0]), matmul(in[0], in[1])); }),
+  check_gradients(single([](const auto& in) {
+                    return matmul(transpose(in[0]), matmul(in[0], in[1]));
+                  }),
                   {random64({3, 2}, 6), random64({2, 2}, 7)});
   REQUIRE_THROWS_WITH(matmul(Variable(zeros({2, 3})), Variable(zeros({2, 3}))),
                       Contains("matmul") && Contains("[2, 3]"));
