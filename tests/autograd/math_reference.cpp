@@ -1,3 +1,4 @@
+// The loop references declared in math_reference.h.
 #include "math_reference.h"
 
 namespace ferry::testing {
