@@ -73,8 +73,11 @@ void finish_leaf(const std::shared_ptr<VariableImpl>& leaf) {
   g = run_hooks(leaf->hooks, std::move(g), leaf->value.shape(), leaf->value.dtype(),
                 handle.describe());
   if (!leaf->grad.defined()) {
-    leaf->grad = std::move(g);  // may alias another gradient: never added to in place
-    leaf->grad_is_private = false;
+    // grad() is the user's to modify in place (clipping, an in-place all_reduce), so it must
+    // not share storage with another gradient or value: identity-like backwards hand the same
+    // tensor to several inputs.
+    leaf->grad = g.owns_storage_alone() ? std::move(g) : g.clone();
+    leaf->grad_is_private = true;
   } else if (leaf->grad_is_private) {
     add_in_place(leaf->grad, g);
   } else {

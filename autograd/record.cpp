@@ -39,6 +39,6 @@ Variable record(const char* op, const std::vector<const Variable*>& inputs, Tens
   return record(op, inputs, std::move(outputs), std::move(backward))[0];
 }
 
-SavedTensor save(const Variable& v) { return SavedTensor(v.value(), v.describe()); }
+SavedTensor save(const Variable& v) { return SavedTensor(v); }
 
 }  // namespace ferry::detail

@@ -1,5 +1,6 @@
 #include "autograd/saved_tensor.h"
 
+#include "autograd/node.h"
 #include "runtime/error.h"
 
 namespace ferry::detail {
@@ -7,7 +8,25 @@ namespace ferry::detail {
 SavedTensor::SavedTensor(Tensor tensor, std::string owner)
     : tensor_(std::move(tensor)),
       version_(tensor_.defined() ? tensor_.version() : 0),
-      owner_(std::move(owner)) {}
+      owner_(std::move(owner)),
+      described_(true) {}
+
+SavedTensor::SavedTensor(const Variable& v)
+    : tensor_(v.value()), version_(tensor_.version()), owner_(v.name()) {
+  // Op names are short, so these copies stay within std::string's inline buffer. Keeping the
+  // producer node itself would make a node that saves its own output own itself.
+  if (owner_.empty() && v.impl()->producer) {
+    producer_op_ = v.impl()->producer->name();
+    output_index_ = v.impl()->output_index;
+  }
+}
+
+std::string SavedTensor::describe_owner() const {
+  if (described_) return owner_;
+  if (!owner_.empty()) return "variable '" + owner_ + "'";
+  if (!producer_op_.empty()) return str("output ", output_index_, " of ", producer_op_);
+  return "a leaf variable of shape " + shape_str(tensor_.shape());
+}
 
 const Tensor& SavedTensor::get(const std::string& op) const {
   if (released_) {
@@ -16,7 +35,7 @@ const Tensor& SavedTensor::get(const std::string& op) const {
                 "the first backward to keep them)");
   }
   if (tensor_.defined() && tensor_.version() != version_) {
-    FERRY_THROW(InvalidArgument, op, ": ", owner_, ", saved for backward, was modified in place "
+    FERRY_THROW(InvalidArgument, op, ": ", describe_owner(), ", saved for backward, was modified in place "
                 "after it was saved (version ", tensor_.version(), ", expected ", version_,
                 "); compute on a copy, or modify it only after backward");
   }

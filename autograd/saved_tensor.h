@@ -1,6 +1,7 @@
 // A tensor kept for backward, with the version it had when saved (internal).
 #pragma once
 
+#include "autograd/variable.h"
 #include "runtime/tensor.h"
 
 #include <string>
@@ -12,6 +13,9 @@ class SavedTensor {
   SavedTensor() = default;
   // `owner` names the variable the tensor belongs to, for the error message.
   SavedTensor(Tensor tensor, std::string owner);
+  // The variable's value, named after the variable. Cheap: the name is only put together if
+  // the error is raised (built-in ops save on every call).
+  explicit SavedTensor(const Variable& v);
 
   // The tensor; throws InvalidArgument naming `op` and the owner if it was modified in place
   // since it was saved (its version moved on) or if it was released.
@@ -20,9 +24,14 @@ class SavedTensor {
   void release() { tensor_ = Tensor(); released_ = true; }
 
  private:
+  std::string describe_owner() const;
+
   Tensor tensor_;
   uint64_t version_ = 0;
-  std::string owner_;
+  std::string owner_;        // a full description, or the variable's name
+  std::string producer_op_;  // for a nameless non-leaf: the op that made it
+  uint32_t output_index_ = 0;
+  bool described_ = false;   // owner_ is a full description
   bool released_ = false;
 };
 

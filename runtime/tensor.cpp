@@ -137,6 +137,11 @@ const T* Tensor::data() const {
   return static_cast<const T*>(raw_data());
 }
 
+bool Tensor::owns_storage_alone() const {
+  check_defined("Tensor::owns_storage_alone");
+  return storage_.use_count() == 1;
+}
+
 bool Tensor::shares_storage_with(const Tensor& other) const {
   check_defined("Tensor::shares_storage_with");
   FERRY_CHECK(other.defined(), InvalidArgument,

@@ -60,6 +60,8 @@ class Tensor {
   template <class T> const T* data() const;
 
   bool shares_storage_with(const Tensor& other) const;
+  // True when no other Tensor handle (copy or view) refers to this one's storage.
+  bool owns_storage_alone() const;
   // True when the byte ranges of the two tensors overlap (same storage and intersecting).
   bool overlaps(const Tensor& other) const;
   uint64_t version() const;

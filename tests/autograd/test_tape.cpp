@@ -177,6 +177,8 @@ TEST_CASE("accumulating into a gradient never writes through an aliased tensor")
   Variable p(vec3(0, 0, 0), true, "p");
   Variable q(vec3(0, 0, 0), true, "q");
   sum_all(apply(std::make_shared<Fork>(), {p, q})[0]).backward();
+  // grad() is the user's to modify in place (an in-place all_reduce, clipping): never shared.
+  CHECK_FALSE(p.grad().shares_storage_with(q.grad()));
   sum_all(scale(p, 5.0)).backward();
   CHECK(equal(p.grad(), vec3(6, 6, 6)));
   CHECK(equal(q.grad(), vec3(1, 1, 1)));
