@@ -5,7 +5,6 @@
 #include "runtime/error.h"
 
 #include <algorithm>
-#include <unordered_set>
 
 namespace ferry {
 
@@ -15,6 +14,8 @@ namespace {
 // Nodes numbered at or below this were recorded before the last backward on this thread
 // started: only collectives recorded after it (the current forward) are forced into a backward.
 thread_local uint64_t t_consumed_up_to = 0;
+// Numbers this thread's backward passes, to mark what a pass has collected.
+thread_local uint64_t t_pass = 0;
 
 Tensor sum_of(const Tensor& a, const Tensor& b) {
   Tensor out = empty(a.shape(), a.dtype());
@@ -44,16 +45,20 @@ void accumulate(Tensor& pending, const Tensor& g) {
   pending = pending.defined() ? sum_of(pending, g) : g;
 }
 
+// `what` is called only to word the error: building strings per node would dominate the cost
+// of small ops.
+template <class What>
 void check_gradient(const Tensor& g, const Shape& shape, DType dtype, const std::string& op,
-                    const std::string& what) {
+                    const What& what) {
   FERRY_CHECK(g.shape() == shape && g.dtype() == dtype, InvalidArgument, op,
               ": backward returned a gradient of ", dtype_name(g.dtype()), shape_str(g.shape()),
-              " for ", what, ", which is ", dtype_name(dtype), shape_str(shape),
+              " for ", what(), ", which is ", dtype_name(dtype), shape_str(shape),
               " (a gradient must have exactly its input's shape and dtype)");
 }
 
+template <class Who>
 Tensor run_hooks(const std::vector<GradHook>& hooks, Tensor grad, const Shape& shape, DType dtype,
-                 const std::string& who) {
+                 const Who& who) {
   for (const GradHook& hook : hooks) {
     Tensor replaced = hook(grad);
     if (replaced.defined()) {
@@ -71,7 +76,7 @@ void finish_leaf(const std::shared_ptr<VariableImpl>& leaf) {
   if (!g.defined()) return;
   Variable handle(leaf);
   g = run_hooks(leaf->hooks, std::move(g), leaf->value.shape(), leaf->value.dtype(),
-                handle.describe());
+                [&] { return handle.describe(); });
   if (!leaf->grad.defined()) {
     // grad() is the user's to modify in place (clipping, an in-place all_reduce), so it must
     // not share storage with another gradient or value: identity-like backwards hand the same
@@ -142,13 +147,16 @@ class Pass {
 
  private:
   void add_node(const std::shared_ptr<Node>& node) {
-    if (seen_.insert(node.get()).second) {
+    if (node->collect_in(pass_)) {
       order_.push_back(node);
       nodes_.push_back(node.get());
     }
   }
   void add_leaf(const std::shared_ptr<VariableImpl>& leaf) {
-    if (seen_leaves_.insert(leaf.get()).second) leaves_.push_back(leaf);
+    if (leaf->pass != pass_) {
+      leaf->pass = pass_;
+      leaves_.push_back(leaf);
+    }
   }
 
   void run_node(Node& node, bool retain_graph) {
@@ -163,7 +171,7 @@ class Pass {
       if (!grads[k].defined()) continue;
       any = true;
       grads[k] = run_hooks(slots[k].hooks, std::move(grads[k]), slots[k].shape, slots[k].dtype,
-                           str("output ", k, " of ", node.name()));
+                           [&] { return str("output ", k, " of ", node.name()); });
       if (auto retained = slots[k].retained.lock()) retained->grad = grads[k];
     }
     if (any || node.is_collective()) {
@@ -200,23 +208,23 @@ class Pass {
     if (edge.node) {
       if (!g.defined()) return;
       const OutputSlot& slot = edge.node->outputs()[edge.output_index];
-      check_gradient(g, slot.shape, slot.dtype, node.name(), str("input ", i));
+      check_gradient(g, slot.shape, slot.dtype, node.name(), [&] { return str("input ", i); });
       accumulate(edge.node->pending()[edge.output_index], g);
     } else if (edge.leaf) {
       if (g.defined()) {
-        check_gradient(g, edge.leaf->value.shape(), edge.leaf->value.dtype(), node.name(),
-                       str("input ", i, " (", Variable(edge.leaf).describe(), ")"));
+        check_gradient(g, edge.leaf->value.shape(), edge.leaf->value.dtype(), node.name(), [&] {
+          return str("input ", i, " (", Variable(edge.leaf).describe(), ")");
+        });
         accumulate(edge.leaf->pending, g);
       }
       if (--edge.leaf->pending_edges == 0) finish_leaf(edge.leaf);
     }
   }
 
+  const uint64_t pass_ = ++t_pass;
   std::vector<std::shared_ptr<Node>> order_;
   std::vector<Node*> nodes_;
-  std::unordered_set<Node*> seen_;
   std::vector<std::shared_ptr<VariableImpl>> leaves_;
-  std::unordered_set<VariableImpl*> seen_leaves_;
   uint64_t max_root_sequence_ = 0;
 };
 

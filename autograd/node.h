@@ -33,6 +33,7 @@ struct VariableImpl {
   // leaf have still to run.
   Tensor pending;
   int pending_edges = 0;
+  uint64_t pass = 0;  // the backward pass that last collected this leaf
 };
 
 // Where the gradient of one input of a node goes.
@@ -82,6 +83,12 @@ class Node {
   void mark_released() { released_ = true; }
   bool has_run() const { return has_run_; }
   void mark_run() { has_run_ = true; }
+  // Marks the node as collected by backward pass `pass`; false if it already was.
+  bool collect_in(uint64_t pass) {
+    if (pass_ == pass) return false;
+    pass_ = pass;
+    return true;
+  }
 
  private:
   std::string name_;
@@ -91,6 +98,7 @@ class Node {
   std::vector<Tensor> pending_;
   bool released_ = false;
   bool has_run_ = false;
+  uint64_t pass_ = 0;
 };
 
 // Registers a collective node with this thread's tape so that backward can find it even when

@@ -1,0 +1,237 @@
+// ferry-train: the demo trainer. Data-parallel training of a small MLP classifier on an embedded
+// synthetic dataset, the way a C++ trainer would use ferry:
+//
+//   - every rank builds the same model from the same seed, then rank 0's parameters are
+//     broadcast so the replicas start identical whatever the seed;
+//   - each rank trains on its own shard of every mini-batch;
+//   - gradients are averaged over the ranks as backward produces them: a post-accumulate hook
+//     on each parameter launches an asynchronous all_reduce (avg) the moment that parameter's
+//     gradient is complete, so communication overlaps the rest of backward (what torch's DDP
+//     does with buckets); the optimizer waits for them before stepping;
+//   - each epoch the ranks agree on the mean training loss and the test accuracy with
+//     collectives, and rank 0 prints them.
+// At the end it checks that the replicas are still bit-identical and that the model learned
+// (exit status 1 otherwise).
+//
+// The dataset: 16 features drawn from N(0, 1); the label is 1 when a fixed random "teacher"
+// network (16 -> 32 -> 1, tanh) gives a positive output. 4096 training and 1024 test samples.
+#include "ferry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace ferry;
+
+struct Options {
+  int world_size = 4;
+  int epochs = 8;
+  int batch = 64;  // global mini-batch, split over the ranks
+  int hidden = 64;
+  double lr = 0.1;
+  double momentum = 0.9;
+  uint64_t seed = 7;
+};
+
+constexpr int kFeatures = 16;
+constexpr int kTrain = 4096;
+constexpr int kTest = 1024;
+
+struct Dataset {
+  Tensor x_train, y_train, x_test, y_test;  // x: [n, 16] float32, y: [n, 1] float32 in {0, 1}
+};
+
+Tensor teacher_labels(const Tensor& x, uint64_t seed) {
+  NoGradGuard no_grad;
+  // Scaled so that tanh stays mostly in its linear range: a smooth boundary a small MLP can
+  // learn to well above 90% in a few epochs.
+  Variable w1(normal({kFeatures, 32}, 0.0, 0.25, seed + 1));
+  Variable w2(normal({32, 1}, 0.0, 0.18, seed + 2));
+  Tensor logits = matmul(tanh(matmul(Variable(x), w1)), w2).value();
+  Tensor y = empty(logits.shape());
+  for (int64_t i = 0; i < logits.numel(); ++i) y.set_flat(i, logits.get_flat(i) > 0 ? 1.0 : 0.0);
+  return y;
+}
+
+Dataset make_dataset(uint64_t seed) {
+  Dataset d;
+  d.x_train = normal({kTrain, kFeatures}, 0.0, 1.0, seed + 10);
+  d.x_test = normal({kTest, kFeatures}, 0.0, 1.0, seed + 11);
+  d.y_train = teacher_labels(d.x_train, seed);
+  d.y_test = teacher_labels(d.x_test, seed);
+  return d;
+}
+
+struct Model {
+  std::vector<Variable> params;  // w1, b1, w2, b2, w3, b3
+
+  Model(int hidden, uint64_t seed) {
+    const int sizes[] = {kFeatures, hidden, hidden, 1};
+    for (int l = 0; l < 3; ++l) {
+      const double scale = std::sqrt(2.0 / sizes[l]);  // He initialisation for the ReLUs
+      params.emplace_back(normal({sizes[l], sizes[l + 1]}, 0.0, scale, seed + 100 + l), true,
+                          std::string("w").append(std::to_string(l + 1)));
+      params.emplace_back(zeros({sizes[l + 1]}), true,
+                          std::string("b").append(std::to_string(l + 1)));
+    }
+  }
+
+  Variable logits(const Variable& x) const {
+    Variable h = relu(matmul(x, params[0]) + params[1]);
+    h = relu(matmul(h, params[2]) + params[3]);
+    return matmul(h, params[4]) + params[5];
+  }
+};
+
+// Rows [begin, begin + n) of a permutation, as an int64 index tensor.
+Tensor index_tensor(const std::vector<int64_t>& order, size_t begin, size_t n) {
+  return from_vector<int64_t>(std::vector<int64_t>(order.begin() + begin, order.begin() + begin + n));
+}
+
+double sum_over_ranks(double mine, const Group& world) {
+  Tensor t = full({}, mine, DType::Float64);
+  all_reduce(t, world).wait();
+  return t.item();
+}
+
+struct Outcome {
+  double first_loss = 0, last_loss = 0, accuracy = 0;
+  bool replicas_identical = false;
+};
+
+Outcome train(Group& world, const Options& o) {
+  const int W = world.size();
+  const int me = world.rank();
+  const Dataset data = make_dataset(o.seed);
+  Model model(o.hidden, o.seed + static_cast<uint64_t>(me));  // deliberately different...
+  for (Variable& p : model.params) {
+    Tensor value = p.value();
+    broadcast(value, 0, world).wait();  // ...until rank 0's parameters are broadcast
+  }
+
+  // Gradient averaging, overlapped with backward.
+  std::vector<Work> pending(model.params.size());
+  std::vector<Tensor> averaged(model.params.size());
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    model.params[i].register_post_accumulate_hook([&, i](Variable& leaf) {
+      averaged[i] = empty(leaf.shape(), leaf.dtype());
+      pending[i] = all_reduce(leaf.grad(), averaged[i], world, ReduceOp::Avg);
+    });
+  }
+  Sgd optimizer(model.params, SgdOptions{.lr = o.lr, .momentum = o.momentum});
+
+  const int per_rank = o.batch / W;
+  const int steps = kTrain / (per_rank * W);
+  Outcome outcome;
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    // The same shuffle on every rank; rank r takes its slice of each global batch.
+    std::vector<int64_t> order(kTrain);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(o.seed * 1000 + epoch));
+    double loss_sum = 0;
+    for (int step = 0; step < steps; ++step) {
+      Tensor rows = index_tensor(order, static_cast<size_t>(step * per_rank * W + me * per_rank),
+                                 static_cast<size_t>(per_rank));
+      Variable xb = index_select(Variable(data.x_train), 0, rows);
+      Variable yb = index_select(Variable(data.y_train), 0, rows);
+      Variable loss = binary_cross_entropy_with_logits(model.logits(xb), yb);
+      loss.backward();
+      for (size_t i = 0; i < pending.size(); ++i) {
+        pending[i].wait();
+        model.params[i].set_grad(averaged[i]);
+      }
+      optimizer.step();
+      optimizer.zero_grad();
+      loss_sum += loss.value().item();
+    }
+    const double mean_loss = sum_over_ranks(loss_sum, world) / (steps * W);
+
+    // Test accuracy: each rank scores its shard of the test set.
+    NoGradGuard no_grad;
+    int64_t correct = 0, scored = 0;
+    for (int64_t i = me; i < kTest; i += W) {
+      Variable xi(data.x_test.narrow(0, i, 1));
+      const double logit = model.logits(xi).value().item();
+      correct += (logit > 0) == (data.y_test.get_flat(i) > 0.5);
+      ++scored;
+    }
+    const double accuracy = sum_over_ranks(static_cast<double>(correct), world) /
+                            sum_over_ranks(static_cast<double>(scored), world);
+    if (epoch == 0) outcome.first_loss = mean_loss;
+    outcome.last_loss = mean_loss;
+    outcome.accuracy = accuracy;
+    if (me == 0) {
+      std::printf("epoch %2d  train loss %.4f  test accuracy %5.1f%%\n", epoch + 1, mean_loss,
+                  100.0 * accuracy);
+      std::fflush(stdout);
+    }
+  }
+
+  // Replicas must still be identical: compare every parameter with rank 0's copy.
+  bool identical = true;
+  for (const Variable& p : model.params) {
+    Tensor reference = p.value().clone();
+    broadcast(reference, 0, world).wait();
+    identical = identical && equal(reference, p.value());
+  }
+  outcome.replicas_identical = sum_over_ranks(identical ? 0.0 : 1.0, world) == 0.0;
+  return outcome;
+}
+
+[[noreturn]] void usage(const char* problem) {
+  std::fprintf(stderr,
+               "ferry-train: %s\n"
+               "usage: ferry-train [--world-size N] [--epochs N] [--batch N] [--hidden N] "
+               "[--lr X] [--seed N]\n",
+               problem);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) usage(std::string("missing value after ").append(flag).c_str());
+    const char* value = argv[++i];
+    if (flag == "--world-size") o.world_size = std::atoi(value);
+    else if (flag == "--epochs") o.epochs = std::atoi(value);
+    else if (flag == "--batch") o.batch = std::atoi(value);
+    else if (flag == "--hidden") o.hidden = std::atoi(value);
+    else if (flag == "--lr") o.lr = std::atof(value);
+    else if (flag == "--seed") o.seed = std::strtoull(value, nullptr, 10);
+    else usage(std::string("unknown option ").append(flag).c_str());
+  }
+  if (o.world_size < 1 || o.epochs < 1 || o.hidden < 1 || o.lr <= 0) usage("bad value");
+  if (o.batch < o.world_size || o.batch > kTrain) usage("--batch must be in [world size, 4096]");
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  std::printf("ferry-train: %d ranks (local transport), MLP %d-%d-%d-1, global batch %d, "
+              "SGD lr %g momentum %g, %d epochs\n",
+              o.world_size, kFeatures, o.hidden, o.hidden, o.batch, o.lr, o.momentum, o.epochs);
+  Outcome result;
+  std::mutex mutex;
+  run_ranks(o.world_size, [&](Group& world) {
+    Outcome mine = train(world, o);
+    std::lock_guard lock(mutex);
+    if (world.rank() == 0) result = mine;
+  });
+  const bool learned = result.last_loss < 0.5 * result.first_loss && result.accuracy > 0.9;
+  std::printf("replicas identical: %s; loss %.4f -> %.4f; test accuracy %.1f%%: %s\n",
+              result.replicas_identical ? "yes" : "NO", result.first_loss, result.last_loss,
+              100.0 * result.accuracy, learned ? "learned" : "did NOT learn");
+  return result.replicas_identical && learned ? 0 : 1;
+}
