@@ -14,4 +14,5 @@
 #include "collectives/algorithm_table.h"
 #include "collectives/collectives.h"
 #include "collectives/group.h"
+#include "collectives/init.h"
 #include "collectives/run_ranks.h"
