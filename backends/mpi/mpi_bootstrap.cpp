@@ -1,0 +1,77 @@
+#include "backends/mpi_bootstrap.h"
+
+#include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_request.h"
+#include "backends/mpi/mpi_transport.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace ferry::detail {
+namespace {
+
+std::mutex g_mu;
+bool g_ferry_initialized_mpi = false;
+constexpr std::chrono::seconds kFinalizeWatchdog{10};
+
+}  // namespace
+
+bool mpi_built() { return true; }
+
+std::shared_ptr<Transport> mpi_world_transport() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    FERRY_CHECK(!finalized, InvalidArgument,
+                "ferry::init: MPI is finalized already and cannot be initialized again");
+    if (!initialized) {
+      int provided = MPI_THREAD_SINGLE;
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+                "MPI_Init_thread", "ferry::init");
+      g_ferry_initialized_mpi = true;
+      FERRY_LOG(Info, "init", "MPI_Init_thread(MPI_THREAD_MULTIPLE) gave thread level ",
+                provided);
+    }
+  }
+  // Checks the thread level (which matters when someone else initialized MPI).
+  return make_mpi_transport(MPI_COMM_WORLD);
+}
+
+bool mpi_finalize() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_ferry_initialized_mpi || !mpi_usable()) return false;
+  if (!anything_kept_forever()) {
+    MPI_Finalize();
+    return true;
+  }
+  // A collective timed out and can never complete. MPICH's MPI_Finalize still returns then (and
+  // it is what tells mpiexec that this rank ended on purpose, so the job ends cleanly rather
+  // than being killed), but nothing guarantees it: a watchdog ends the process should it wait.
+  FERRY_LOG(Info, "init", "MPI_Finalize after a timed-out collective; exiting in ",
+            kFinalizeWatchdog.count(), " s if it does not return");
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([done] {
+    const auto until = std::chrono::steady_clock::now() + kFinalizeWatchdog;
+    while (!done->load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (done->load()) return;
+    std::fprintf(stderr, "ferry: MPI_Finalize did not return within %d s after a timed-out "
+                 "collective; ending the process\n", static_cast<int>(kFinalizeWatchdog.count()));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }).detach();
+  MPI_Finalize();
+  done->store(true);
+  return true;
+}
+
+}  // namespace ferry::detail

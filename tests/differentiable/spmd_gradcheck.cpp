@@ -1,0 +1,33 @@
+#include "spmd_gradcheck.h"
+
+#include "collectives/collectives.h"
+#include "collectives/run_ranks.h"
+
+namespace dgtest {
+
+bool register_case(const char* name, const char* tags, Body body) {
+  return spmd::add({name, tags, [body](Group& g) { body(g); }});
+}
+
+void run_local(int n, Body body) {
+  // The first failure comes back with "rank r: " in front; REQUIRE_NOTHROW shows it.
+  REQUIRE_NOTHROW(ferry::run_ranks(n, [body](Group& g) { body(g); }));
+}
+
+void expect(bool ok, const Group& g, const std::string& what) {
+  if (!ok) throw spmd::Failed("rank " + std::to_string(g.rank()) + ": " + what);
+}
+
+void expect_passed(const ferry::DistributedGradcheckResult& r, int64_t elements, const Group& g) {
+  expect(r.ok, g, r.message);
+  expect(r.elements_checked == elements, g,
+         "checked " + std::to_string(r.elements_checked) + " elements, expected " +
+             std::to_string(elements));
+  // The same verdict on every rank: compare (worst rank, worst element) with the group's max.
+  ferry::Tensor mine = ferry::from_vector<int64_t>({r.worst_rank, r.worst_element});
+  ferry::Tensor most = mine.clone();
+  ferry::all_reduce(most, g, ferry::ReduceOp::Max).wait();
+  expect(ferry::equal(mine, most), g, "ranks disagree about the worst element: " + r.message);
+}
+
+}  // namespace dgtest
