@@ -13,10 +13,6 @@ using detail::OpContext;
 char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
 const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
 
-std::string describe(const Tensor& t) {
-  return detail::str("(", dtype_name(t.dtype()), " ", shape_str(t.shape()), ")");
-}
-
 // The all_gather algorithm, chosen when the op is issued from the output size, which every rank
 // agrees on (its own block size may differ between ranks in all_gather_v).
 std::string all_gather_algorithm(size_t output_bytes, int world) {
@@ -62,7 +58,7 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   detail::Validator v("broadcast", group);
   v.root(root);
   v.defined(tensor, "tensor");
-  return detail::submit(group, "broadcast", describe(tensor) + detail::str(" root ", root),
+  return detail::submit(group, "broadcast", detail::OpSummary::of(tensor).with_root(root),
                         [tensor, root](OpContext& ctx) mutable {
     if (NativeCollectives* native = ctx.native())
       ctx.wait_native(native->broadcast(bytes_of(tensor), tensor.nbytes(), root), {tensor});
@@ -90,7 +86,7 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
   for (int k = 0; k < me; ++k) start += sizes[k];
   v.no_overlap(output, "output", input, "input", output.narrow(0, start, sizes[me]));
   const std::string algo = all_gather_algorithm(output.nbytes(), group.size());
-  return detail::submit(group, "all_gather", describe(input),
+  return detail::submit(group, "all_gather", detail::OpSummary::of(input),
                         [input, output, sizes, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)),
                   algo);
@@ -110,7 +106,7 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   const Tensor own = output.narrow(0, rows * group.rank(), rows);
   v.no_overlap(output, "output", input, "input", own);
   const std::string algo = all_gather_algorithm(output.nbytes(), world);
-  return detail::submit(group, "all_gather", describe(input),
+  return detail::submit(group, "all_gather", detail::OpSummary::of(input),
                         [input, output, rows, world, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input,
                   detail::contiguous_blocks(std::vector<int64_t>(world, rows),
@@ -125,7 +121,7 @@ Work all_gather_v(const Tensor& input, const Group& group) {
   v.defined(input, "input");
   v.at_least_1d(input, "input");
   const int world = group.size();
-  return detail::submit(group, "all_gather", describe(input) + " with exchanged sizes",
+  return detail::submit(group, "all_gather", detail::OpSummary::of(input).with_note(" with exchanged sizes"),
                         [input, world](OpContext& ctx) {
     // Phase 1: every rank's (rows, elements per row), so the output can be sized and a rank
     // whose rows have another shape is named instead of corrupting the gather.
@@ -191,7 +187,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
                        "] (the block a rank keeps) must be equal, given ", in_splits[me], " and ",
                        out_splits[me]));
   v.no_overlap(input, "input", output, "output");
-  return detail::submit(group, "all_to_all_single", describe(input),
+  return detail::submit(group, "all_to_all_single", detail::OpSummary::of(input),
                         [input, output, in_splits, out_splits, world](OpContext& ctx) mutable {
     const size_t rb = detail::row_bytes(input);
     detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
@@ -239,7 +235,7 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
     for (size_t j = i + 1; j < outputs.size(); ++j)
       v.no_overlap(outputs[i], "an output", outputs[j], "another output");
   }
-  return detail::submit(group, "all_to_all", detail::str("(", dtype_name(dtype), " lists)"),
+  return detail::submit(group, "all_to_all", detail::OpSummary::of_lists(dtype),
                         [inputs, outputs = std::vector<Tensor>(outputs)](OpContext& ctx) mutable {
     detail::Exchange x;
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -276,7 +272,7 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
                          ", given ", shape_str(outputs[root].shape())));
     for (const Tensor& o : outputs) v.no_overlap(input, "input", o, "an output", outputs[root]);
   }
-  return detail::submit(group, "gather", describe(input) + detail::str(" root ", root),
+  return detail::submit(group, "gather", detail::OpSummary::of(input).with_root(root),
                         [input, outputs = std::vector<Tensor>(outputs), root, is_root](OpContext& ctx) mutable {
     std::vector<char*> recv;
     std::vector<size_t> recv_bytes;
@@ -314,7 +310,7 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
                          ", given ", shape_str(inputs[root].shape())));
     for (const Tensor& i : inputs) v.no_overlap(i, "an input", output, "output", inputs[root]);
   }
-  return detail::submit(group, "scatter", describe(output) + detail::str(" root ", root),
+  return detail::submit(group, "scatter", detail::OpSummary::of(output).with_root(root),
                         [inputs, output, root, is_root](OpContext& ctx) mutable {
     std::vector<const char*> send;
     std::vector<size_t> send_bytes;
@@ -340,7 +336,7 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
-  return detail::submit(group, "barrier", "", [](OpContext& ctx) {
+  return detail::submit(group, "barrier", detail::OpSummary{}, [](OpContext& ctx) {
     if (NativeCollectives* native = ctx.native())
       ctx.wait_native(native->barrier(), {});
     else

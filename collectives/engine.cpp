@@ -89,7 +89,43 @@ std::function<void(const std::string&)> poison_on_wait_timeout(const Group& grou
   };
 }
 
-Work submit(const Group& group, const std::string& op, const std::string& what, OpBody body) {
+OpSummary OpSummary::of(const Tensor& t) {
+  OpSummary s;
+  s.has_tensor = true;
+  s.dtype = t.dtype();
+  s.shape = t.shape();
+  return s;
+}
+
+OpSummary OpSummary::of(const Tensor& t, ReduceOp op) {
+  OpSummary s = of(t);
+  s.has_reduce_op = true;
+  s.reduce_op = op;
+  return s;
+}
+
+OpSummary OpSummary::of_lists(DType dtype) {
+  OpSummary s;
+  s.lists = true;
+  s.dtype = dtype;
+  return s;
+}
+
+std::string OpSummary::format() const {
+  std::string out;
+  if (lists) out.append("(").append(dtype_name(dtype)).append(" lists)");
+  if (has_tensor || has_reduce_op) {
+    out += "(";
+    if (has_reduce_op) out.append(reduce_op_name(reduce_op)).append(has_tensor ? ", " : "");
+    if (has_tensor) out.append(dtype_name(dtype)).append(" ").append(shape_str(shape));
+    out += ")";
+  }
+  if (root >= 0) out.append(" root ").append(std::to_string(root));
+  out += note;
+  return out;
+}
+
+Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
   GroupImpl& g = group.impl();
   g.throw_if_poisoned(op);
   // The sequence number and the queue position are taken together: two threads issuing on one
@@ -97,7 +133,12 @@ Work submit(const Group& group, const std::string& op, const std::string& what, 
   std::lock_guard<std::mutex> issuing(g.issue_mutex());
   const uint64_t seq = g.take_sequence_number();
   auto state = std::make_shared<WorkState>(
-      str(op, what.empty() ? "" : " ", what, " (seq ", seq, ") on ", g.describe()));
+      [op, seq, what = std::move(what), weak = group.weak_impl(), id = g.id()] {
+        const std::string summary = what.format();
+        auto live = weak.lock();
+        return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
+                   live ? live->describe() : str("group ", id));
+      });
   state->self_timed = true;
   state->help = [weak = group.weak_impl()] {
     auto g = weak.lock();

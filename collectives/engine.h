@@ -44,13 +44,33 @@ class Validator {
 // The op's body runs on the group's worker; what it returns becomes Work::outputs().
 using OpBody = std::function<std::vector<Tensor>(OpContext&)>;
 
+// What an op was called with, for its description in messages: "(sum, float32 [4, 2]) root 0".
+// Kept as values and formatted only when a message needs it.
+struct OpSummary {
+  bool has_tensor = false;
+  bool lists = false;
+  DType dtype = DType::Float32;
+  Shape shape;
+  bool has_reduce_op = false;
+  ReduceOp reduce_op = ReduceOp::Sum;
+  int root = -1;
+  const char* note = "";  // appended as is, e.g. " with exchanged sizes"
+
+  static OpSummary of(const Tensor& t);
+  static OpSummary of(const Tensor& t, ReduceOp op);
+  static OpSummary of_lists(DType dtype);  // "(float32 lists)"
+  OpSummary& with_root(int r) { root = r; return *this; }
+  OpSummary& with_note(const char* n) { note = n; return *this; }
+  std::string format() const;
+};
+
 // What a Work's on_wait_timeout does for a collective: poison the group.
 std::function<void(const std::string&)> poison_on_wait_timeout(const Group& group);
 
 // Takes the next sequence number of the group and queues `body`. Throws at once if the group is
 // poisoned. Any error from the body fails the Work and poisons the group (the ranks can no
 // longer be assumed to be in step).
-Work submit(const Group& group, const std::string& op, const std::string& what, OpBody body);
+Work submit(const Group& group, const char* op, OpSummary what, OpBody body);
 
 // Shape with dim 0 replaced: [rows, shape[1:]...].
 Shape with_rows(const Shape& shape, int64_t rows);

@@ -14,13 +14,17 @@ Executor::~Executor() {
 }
 
 void Executor::enqueue(std::function<void()> task) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back(std::move(task));
     queued_at_.push_back(std::chrono::steady_clock::now());
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    if (!thread_.joinable()) {
+      thread_ = std::thread([this] { grace_.count() > 0 ? caller_first_loop() : loop(); });
+    }
+    wake = grace_.count() == 0;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 bool Executor::run_one_here() {
@@ -48,11 +52,13 @@ void Executor::run(const std::function<void()>& task) {
 }
 
 void Executor::finished_one() {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
+    wake = grace_.count() == 0 || stopping_;  // a polling worker finds out by itself
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 void Executor::loop() {
@@ -75,13 +81,36 @@ void Executor::loop() {
         cv_.wait(lock, [&] { return !running_; });
         return;
       }
-      const auto due = queued_at_.front() + grace_;
-      if (grace_.count() > 0 && !stopping_ && std::chrono::steady_clock::now() < due) {
-        // Give a waiting caller the chance to take it (run_one_here); look again afterwards.
-        const size_t queued = tasks_.size();
-        cv_.wait_until(lock, due, [&] { return tasks_.size() != queued || running_ || stopping_; });
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+      queued_at_.pop_front();
+      running_ = true;
+    }
+    run(task);
+  }
+}
+
+void Executor::caller_first_loop() {
+  auto interval = grace_;
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stopping_ && tasks_.empty()) {
+        cv_.wait(lock, [&] { return !running_; });
+        return;
+      }
+      if (tasks_.empty() || running_) {
+        cv_.wait_for(lock, interval);  // only the destructor notifies
+        if (tasks_.empty()) interval = std::min(2 * interval, kMaxPoll);
         continue;
       }
+      const auto due = queued_at_.front() + grace_;
+      if (!stopping_ && std::chrono::steady_clock::now() < due) {
+        cv_.wait_until(lock, due);  // a waiting caller may take it meanwhile
+        continue;
+      }
+      interval = grace_;
       task = std::move(tasks_.front());
       tasks_.pop_front();
       queued_at_.pop_front();

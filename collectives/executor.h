@@ -30,14 +30,19 @@ class Executor {
   // op runs without the two thread hand-offs (~20 us each here) of waking the worker.
   bool run_one_here();
 
-  // The worker leaves a task queued this long before taking it, so that a caller that waits
-  // right away runs it itself (run_one_here) instead of racing the worker for it. For native
-  // (MPI) collectives, which progress only inside MPI calls anyway, starting a little later
-  // costs nothing, while a hand-off costs ~10 us at 8 B. Zero (the default): no grace.
-  void set_caller_grace(std::chrono::microseconds grace) { grace_ = grace; }
+  // Caller-first mode, for native (MPI) collectives, which progress only inside MPI calls
+  // anyway. Handing an op to the worker costs two thread wake-ups (~10 us at 8 B, more when
+  // ranks outnumber cores), so in this mode nothing wakes the worker: it leaves a task queued
+  // for `grace` so that a caller that waits runs it itself (run_one_here), and otherwise finds
+  // it by polling, every `grace` while it has work and backing off to kMaxPoll when idle. A
+  // collective nobody waits for therefore starts within kMaxPoll. Zero (the default): the
+  // worker is woken at every enqueue and takes tasks at once.
+  void set_caller_first(std::chrono::microseconds grace) { grace_ = grace; }
+  static constexpr std::chrono::microseconds kMaxPoll{5000};
 
  private:
   void loop();
+  void caller_first_loop();
   void run(const std::function<void()>& task);
   void finished_one();
 

@@ -43,7 +43,7 @@ GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> memb
       members_(std::move(members)),
       rank_(rank),
       id_(id) {
-  if (native_) executor_.set_caller_grace(std::chrono::microseconds(100));
+  if (native_) executor_.set_caller_first(std::chrono::microseconds(100));
 }
 
 GroupImpl::~GroupImpl() = default;

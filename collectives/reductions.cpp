@@ -53,11 +53,6 @@ struct Accumulation {
   }
 };
 
-std::string describe_reduction(const Tensor& t, ReduceOp op) {
-  return detail::str("(", reduce_op_name(op), ", ", dtype_name(t.dtype()), " ",
-                     shape_str(t.shape()), ")");
-}
-
 }  // namespace
 
 Work all_reduce(Tensor tensor, const Group& group, ReduceOp op) {
@@ -75,7 +70,7 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   const int world = group.size();
   // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
   const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
-  return detail::submit(group, "all_reduce", describe_reduction(input, op),
+  return detail::submit(group, "all_reduce", detail::OpSummary::of(input, op),
                         [input, output, op, world, algo](OpContext& ctx) mutable {
     const bool in_place = input.raw_data() == output.raw_data();
     Accumulation a(ctx, input, output, op, in_place);
@@ -107,7 +102,7 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
     v.no_overlap(input, "input", output, "output", input);
   }
   const int world = group.size();
-  return detail::submit(group, "reduce", describe_reduction(input, op) + detail::str(" root ", root),
+  return detail::submit(group, "reduce", detail::OpSummary::of(input, op).with_root(root),
                         [input, output, op, root, world, is_root](OpContext& ctx) mutable {
     Tensor out_arg = is_root ? output : Tensor();
     Accumulation a(ctx, input, out_arg, op, is_root && input.raw_data() == output.raw_data());
@@ -143,7 +138,7 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   v.shape_is(output, "output", own_block.shape());
   v.no_overlap(input, "input", output, "output", own_block);
   const int world = group.size();
-  return detail::submit(group, "reduce_scatter", describe_reduction(input, op),
+  return detail::submit(group, "reduce_scatter", detail::OpSummary::of(input, op),
                         [input, output, op, sizes, world](OpContext& ctx) mutable {
     // An output that is exactly our block of the input is fine: the algorithm reads that block
     // only in its last step, elementwise, while writing the result.

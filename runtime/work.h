@@ -25,9 +25,12 @@ namespace detail {
 class WorkState {
  public:
   explicit WorkState(std::string description) : description_(std::move(description)) {}
+  // The description is put together only when something asks for it (an error, a trace line):
+  // formatting it for every op would cost more than a small collective.
+  explicit WorkState(std::function<std::string()> describe) : describe_(std::move(describe)) {}
   virtual ~WorkState() = default;
 
-  const std::string& description() const { return description_; }
+  std::string description() const { return describe_ ? describe_() : description_; }
 
   // Completion, called once by whoever runs the op.
   void complete(std::vector<Tensor> outputs = {});
@@ -56,6 +59,7 @@ class WorkState {
 
  protected:
   std::string description_;
+  std::function<std::string()> describe_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
