@@ -11,7 +11,8 @@
 //   - each epoch the ranks agree on the mean training loss and the test accuracy with
 //     collectives, and rank 0 prints them.
 // At the end it checks that the replicas are still bit-identical and that the model learned
-// (exit status 1 otherwise).
+// (exit status 1 otherwise). Runs its ranks as threads (local transport) by default, or one
+// rank per process under mpiexec: `mpiexec -n 2 ferry-train`.
 //
 // The dataset: 16 features drawn from N(0, 1); the label is 1 when a fixed random "teacher"
 // network (16 -> 32 -> 1, tanh) gives a positive output. 4096 training and 1024 test samples.
@@ -219,19 +220,36 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  std::printf("ferry-train: %d ranks (local transport), MLP %d-%d-%d-1, global batch %d, "
-              "SGD lr %g momentum %g, %d epochs\n",
-              o.world_size, kFeatures, o.hidden, o.hidden, o.batch, o.lr, o.momentum, o.epochs);
+  // Under mpiexec (or with FERRY_BACKEND set to a multi-process transport) every process is one
+  // rank of init()'s world; otherwise the ranks are --world-size threads of this process.
+  Group launched = init();
+  const bool one_process_per_rank = launched.size() > 1;
+  const int world_size = one_process_per_rank ? launched.size() : o.world_size;
+  const bool printer = !one_process_per_rank || launched.rank() == 0;
+  if (printer) {
+    std::printf("ferry-train: %d ranks (%s), MLP %d-%d-%d-1, global batch %d, SGD lr %g "
+                "momentum %g, %d epochs\n",
+                world_size, one_process_per_rank ? backend_name().c_str() : "local transport",
+                kFeatures, o.hidden, o.hidden, o.batch, o.lr, o.momentum, o.epochs);
+  }
   Outcome result;
-  std::mutex mutex;
-  run_ranks(o.world_size, [&](Group& world) {
-    Outcome mine = train(world, o);
-    std::lock_guard lock(mutex);
-    if (world.rank() == 0) result = mine;
-  });
+  if (one_process_per_rank) {
+    if (o.batch < world_size) usage("--batch must be at least the world size");
+    result = train(launched, o);
+  } else {
+    std::mutex mutex;
+    run_ranks(o.world_size, [&](Group& world) {
+      Outcome mine = train(world, o);
+      std::lock_guard lock(mutex);
+      if (world.rank() == 0) result = mine;
+    });
+  }
   const bool learned = result.last_loss < 0.5 * result.first_loss && result.accuracy > 0.9;
-  std::printf("replicas identical: %s; loss %.4f -> %.4f; test accuracy %.1f%%: %s\n",
-              result.replicas_identical ? "yes" : "NO", result.first_loss, result.last_loss,
-              100.0 * result.accuracy, learned ? "learned" : "did NOT learn");
+  if (printer) {
+    std::printf("replicas identical: %s; loss %.4f -> %.4f; test accuracy %.1f%%: %s\n",
+                result.replicas_identical ? "yes" : "NO", result.first_loss, result.last_loss,
+                100.0 * result.accuracy, learned ? "learned" : "did NOT learn");
+  }
+  finalize();
   return result.replicas_identical && learned ? 0 : 1;
 }
