@@ -108,7 +108,7 @@ class Pass {
   void seed(const Variable& root, Tensor grad) {
     VariableImpl* impl = root.impl();
     if (impl->producer) {
-      accumulate(impl->producer->pending()[impl->output_index], grad);
+      accumulate(impl->producer->pending(impl->output_index), grad);
       add_node(impl->producer);
       max_root_sequence_ = std::max(max_root_sequence_, impl->producer->sequence());
     } else {
@@ -164,8 +164,8 @@ class Pass {
                 " was already differentiated by an earlier backward that freed its saved "
                 "tensors; pass retain_graph = true to the first backward to run a second one");
     auto& slots = node.outputs();
-    std::vector<Tensor> grads = std::move(node.pending());
-    node.pending().assign(slots.size(), Tensor());
+    std::vector<Tensor> grads = std::move(node.pending());  // pending(k) makes room again
+    grads.resize(slots.size());
     bool any = false;
     for (size_t k = 0; k < slots.size(); ++k) {
       if (!grads[k].defined()) continue;
@@ -209,7 +209,7 @@ class Pass {
       if (!g.defined()) return;
       const OutputSlot& slot = edge.node->outputs()[edge.output_index];
       check_gradient(g, slot.shape, slot.dtype, node.name(), [&] { return str("input ", i); });
-      accumulate(edge.node->pending()[edge.output_index], g);
+      accumulate(edge.node->pending(edge.output_index), g);
     } else if (edge.leaf) {
       if (g.defined()) {
         check_gradient(g, edge.leaf->value.shape(), edge.leaf->value.dtype(), node.name(), [&] {

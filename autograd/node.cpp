@@ -20,8 +20,7 @@ thread_local std::vector<std::shared_ptr<Node>>* t_graveyard = nullptr;
 }  // namespace
 
 Node::Node(std::string name, size_t num_outputs)
-    : name_(std::move(name)), sequence_(t_next_sequence++), outputs_(num_outputs),
-      pending_(num_outputs) {}
+    : name_(std::move(name)), sequence_(t_next_sequence++), outputs_(num_outputs) {}
 
 Node::~Node() {
   std::vector<std::shared_ptr<Node>> dying;
@@ -63,7 +62,7 @@ std::vector<std::shared_ptr<Node>> unrun_collective_nodes() {
   return nodes;
 }
 
-bool should_record(const std::vector<const Variable*>& inputs) {
+bool should_record(VariablePtrs inputs) {
   if (!grad_enabled()) return false;
   for (const Variable* v : inputs) {
     if (v != nullptr && v->defined() && v->requires_grad()) return true;
@@ -71,10 +70,10 @@ bool should_record(const std::vector<const Variable*>& inputs) {
   return false;
 }
 
-std::vector<Variable> connect(const std::shared_ptr<Node>& node,
-                              const std::vector<const Variable*>& inputs,
-                              std::vector<Tensor> output_values) {
-  auto& edges = node->edges();
+namespace {
+
+void wire_edges(Node& node, VariablePtrs inputs) {
+  auto& edges = node.edges();
   edges.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Variable* input = inputs[i];
@@ -87,30 +86,46 @@ std::vector<Variable> connect(const std::shared_ptr<Node>& node,
       edges[i].leaf = input->impl_ptr();
     }
   }
+}
+
+Variable make_output(const std::shared_ptr<Node>& node, size_t k, Tensor value) {
+  OutputSlot& slot = node->outputs()[k];
+  if (!value.defined()) {  // an optional output the op did not produce
+    slot.differentiable = false;
+    slot.produced = false;
+    return Variable();
+  }
+  slot.shape = value.shape();
+  slot.dtype = value.dtype();
+  auto impl = std::make_shared<VariableImpl>();
+  impl->value = std::move(value);
+  if (slot.differentiable) {
+    impl->requires_grad = true;
+    impl->producer = node;
+    impl->output_index = static_cast<uint32_t>(k);
+  }
+  return Variable(std::move(impl));
+}
+
+}  // namespace
+
+std::vector<Variable> connect(const std::shared_ptr<Node>& node, VariablePtrs inputs,
+                              std::vector<Tensor> output_values) {
+  wire_edges(*node, inputs);
   std::vector<Variable> outputs;
   outputs.reserve(output_values.size());
-  auto& slots = node->outputs();
   for (size_t k = 0; k < output_values.size(); ++k) {
-    OutputSlot& slot = slots[k];
-    if (!output_values[k].defined()) {  // an optional output the op did not produce
-      slot.differentiable = false;
-      slot.produced = false;
-      outputs.emplace_back();
-      continue;
-    }
-    slot.shape = output_values[k].shape();
-    slot.dtype = output_values[k].dtype();
-    auto impl = std::make_shared<VariableImpl>();
-    impl->value = std::move(output_values[k]);
-    if (slot.differentiable) {
-      impl->requires_grad = true;
-      impl->producer = node;
-      impl->output_index = static_cast<uint32_t>(k);
-    }
-    outputs.emplace_back(std::move(impl));
+    outputs.push_back(make_output(node, k, std::move(output_values[k])));
   }
   if (node->is_collective()) register_collective_node(node);
   return outputs;
+}
+
+Variable connect_one(const std::shared_ptr<Node>& node, VariablePtrs inputs, Tensor output) {
+  wire_edges(*node, inputs);
+  Variable out = make_output(node, 0, std::move(output));
+  if (node->is_collective()) register_collective_node(node);
+  return out;
 }
 
 }  // namespace ferry::detail

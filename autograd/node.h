@@ -12,7 +12,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -77,8 +79,12 @@ class Node {
   std::vector<Edge>& edges() { return edges_; }
   std::vector<OutputSlot>& outputs() { return outputs_; }
 
-  // Backward bookkeeping.
+  // Backward bookkeeping: the gradient gathered so far for each output.
   std::vector<Tensor>& pending() { return pending_; }
+  Tensor& pending(size_t k) {
+    if (pending_.size() != outputs_.size()) pending_.resize(outputs_.size());
+    return pending_[k];
+  }
   bool released() const { return released_; }
   void mark_released() { released_ = true; }
   bool has_run() const { return has_run_; }
@@ -109,14 +115,21 @@ uint64_t last_recorded_sequence();
 // The collective nodes of this thread that are alive and have not run a backward yet.
 std::vector<std::shared_ptr<Node>> unrun_collective_nodes();
 
+using VariablePtrs = std::span<const Variable* const>;
+
 // Makes the variables for a node's outputs and wires the node's edges to the inputs. `inputs`
 // may hold undefined variables (no edge). Returns one variable per output value; outputs the
-// node marks non-differentiable come back as plain leaves without requires_grad.
-std::vector<Variable> connect(const std::shared_ptr<Node>& node,
-                              const std::vector<const Variable*>& inputs,
+// node marks non-differentiable come back as plain leaves without requires_grad, and undefined
+// output values as undefined variables.
+std::vector<Variable> connect(const std::shared_ptr<Node>& node, VariablePtrs inputs,
                               std::vector<Tensor> output_values);
+// The same for a node with exactly one output.
+Variable connect_one(const std::shared_ptr<Node>& node, VariablePtrs inputs, Tensor output);
 
 // True when grad mode is on and one of `inputs` requires grad: only then is a node recorded.
-bool should_record(const std::vector<const Variable*>& inputs);
+bool should_record(VariablePtrs inputs);
+inline bool should_record(std::initializer_list<const Variable*> inputs) {
+  return should_record(VariablePtrs(inputs.begin(), inputs.size()));
+}
 
 }  // namespace ferry::detail

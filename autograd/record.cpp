@@ -13,30 +13,31 @@ class LambdaNode final : public Node {
       : Node(op, num_outputs), backward_(std::move(backward)) {}
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
-    std::vector<bool> needs(edges().size());
-    for (size_t i = 0; i < needs.size(); ++i) needs[i] = edges()[i].defined();
-    return backward_(grad_outputs, needs);
+    if (needs_.size() != edges().size()) {  // the edges are fixed once recorded
+      needs_.resize(edges().size());
+      for (size_t i = 0; i < needs_.size(); ++i) needs_[i] = edges()[i].defined();
+    }
+    return backward_(grad_outputs, needs_);
   }
 
   void release() override { backward_ = nullptr; }
 
  private:
   BackwardFn backward_;
+  std::vector<bool> needs_;
 };
 
 }  // namespace
 
-std::vector<Variable> record(const char* op, const std::vector<const Variable*>& inputs,
-                             std::vector<Tensor> outputs, BackwardFn backward) {
+std::vector<Variable> record(const char* op, VariablePtrs inputs, std::vector<Tensor> outputs,
+                             BackwardFn backward) {
   auto node = std::make_shared<LambdaNode>(op, outputs.size(), std::move(backward));
   return connect(node, inputs, std::move(outputs));
 }
 
-Variable record(const char* op, const std::vector<const Variable*>& inputs, Tensor output,
-                BackwardFn backward) {
-  std::vector<Tensor> outputs;
-  outputs.push_back(std::move(output));
-  return record(op, inputs, std::move(outputs), std::move(backward))[0];
+Variable record(const char* op, VariablePtrs inputs, Tensor output, BackwardFn backward) {
+  auto node = std::make_shared<LambdaNode>(op, 1, std::move(backward));
+  return connect_one(node, inputs, std::move(output));
 }
 
 SavedTensor save(const Variable& v) { return SavedTensor(v); }

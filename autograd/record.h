@@ -28,10 +28,19 @@ using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& 
 
 // Records a node named `op` with the given inputs and output values; returns the outputs as
 // variables. Call only when should_record(inputs) is true.
-std::vector<Variable> record(const char* op, const std::vector<const Variable*>& inputs,
-                             std::vector<Tensor> outputs, BackwardFn backward);
-Variable record(const char* op, const std::vector<const Variable*>& inputs, Tensor output,
-                BackwardFn backward);
+std::vector<Variable> record(const char* op, VariablePtrs inputs, std::vector<Tensor> outputs,
+                             BackwardFn backward);
+Variable record(const char* op, VariablePtrs inputs, Tensor output, BackwardFn backward);
+inline std::vector<Variable> record(const char* op, std::initializer_list<const Variable*> inputs,
+                                    std::vector<Tensor> outputs, BackwardFn backward) {
+  return record(op, VariablePtrs(inputs.begin(), inputs.size()), std::move(outputs),
+                std::move(backward));
+}
+inline Variable record(const char* op, std::initializer_list<const Variable*> inputs,
+                       Tensor output, BackwardFn backward) {
+  return record(op, VariablePtrs(inputs.begin(), inputs.size()), std::move(output),
+                std::move(backward));
+}
 
 // Saves a variable's value for backward, named after the variable.
 SavedTensor save(const Variable& v);
