@@ -22,4 +22,5 @@
 #include "collectives/differentiable.h"
 #include "collectives/distributed_gradcheck.h"
 #include "collectives/group.h"
+#include "collectives/init.h"
 #include "collectives/run_ranks.h"

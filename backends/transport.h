@@ -16,6 +16,8 @@
 
 namespace ferry {
 
+class NativeCollectives;
+
 using Clock = std::chrono::steady_clock;
 
 // Names one message: which group, which operation, which part of the operation.
@@ -75,6 +77,10 @@ class Transport {
     (void)group;
     (void)why;
   }
+
+  // The transport's own collectives for the world group (null: the engine's algorithms over
+  // isend/irecv carry them). Called once per world Group; see native_collectives.h.
+  virtual std::shared_ptr<NativeCollectives> native_world() { return nullptr; }
 
   // Group ids: every process proposes its next free id when a group is split and all adopt the
   // largest proposal, so ids stay unique within each process (see Group::split).

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "collectives/group.h"
+#include "runtime/reduce_op.h"
 #include "runtime/tensor.h"
 #include "runtime/work.h"
 
@@ -30,9 +31,6 @@
 #include <vector>
 
 namespace ferry {
-
-enum class ReduceOp { Sum, Avg, Prod, Min, Max };
-const char* reduce_op_name(ReduceOp op);
 
 // ---- reductions ----
 // In place: every rank ends with the reduction of all ranks' `tensor`.

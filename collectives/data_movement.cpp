@@ -23,10 +23,30 @@ std::string all_gather_algorithm(size_t output_bytes, int world) {
   return choose_algorithm(Collective::AllGather, output_bytes / static_cast<size_t>(world), world);
 }
 
+// Block `rank` of `buf` is in place; afterwards every block is.
+void all_gather_in_place(OpContext& ctx, char* buf, const detail::Blocks& blocks,
+                         const std::string& algo, std::vector<Tensor> keep) {
+  if (NativeCollectives* native = ctx.native())
+    ctx.wait_native(native->all_gather(buf + blocks.offset[ctx.rank()], buf, blocks.bytes,
+                                       blocks.offset),
+                    std::move(keep));
+  else if (algo == "direct")
+    detail::direct_all_gather(ctx, buf, blocks);
+  else
+    detail::ring_all_gather(ctx, buf, blocks);
+}
+
 void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
                    const detail::Blocks& blocks, const std::string& algo) {
   char* out = bytes_of(output);
   const int me = ctx.rank();
+  if (NativeCollectives* native = ctx.native()) {
+    // The transport places our own block too (or sees that it is in place).
+    ctx.wait_native(native->all_gather(bytes_of(input), out, blocks.bytes, blocks.offset),
+                    {input, output});
+    output.bump_version();
+    return;
+  }
   if (out + blocks.offset[me] != bytes_of(input) && blocks.bytes[me] > 0)
     std::memcpy(out + blocks.offset[me], bytes_of(input), blocks.bytes[me]);
   if (algo == "direct")
@@ -44,7 +64,10 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   v.defined(tensor, "tensor");
   return detail::submit(group, "broadcast", describe(tensor) + detail::str(" root ", root),
                         [tensor, root](OpContext& ctx) mutable {
-    detail::tree_broadcast(ctx, bytes_of(tensor), tensor.nbytes(), root);
+    if (NativeCollectives* native = ctx.native())
+      ctx.wait_native(native->broadcast(bytes_of(tensor), tensor.nbytes(), root), {tensor});
+    else
+      detail::tree_broadcast(ctx, bytes_of(tensor), tensor.nbytes(), root);
     if (ctx.rank() != root) tensor.bump_version();
     return std::vector<Tensor>{tensor};
   });
@@ -111,8 +134,9 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     const int64_t row_numel = shape_numel(detail::with_rows(input.shape(), 1));
     m[2 * ctx.rank()] = input.size(0);
     m[2 * ctx.rank() + 1] = row_numel;
-    detail::direct_all_gather(ctx, bytes_of(meta),
-                              detail::contiguous_blocks(std::vector<int64_t>(world, 1), 16));
+    all_gather_in_place(ctx, bytes_of(meta),
+                        detail::contiguous_blocks(std::vector<int64_t>(world, 1), 16), "direct",
+                        {meta});
     std::vector<int64_t> sizes(world);
     int64_t total = 0;
     for (int k = 0; k < world; ++k) {
@@ -172,6 +196,13 @@ Work all_to_all_single(const Tensor& input, Tensor output,
     const size_t rb = detail::row_bytes(input);
     detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
     detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
+    if (NativeCollectives* native = ctx.native()) {
+      ctx.wait_native(native->all_to_all_single(bytes_of(input), in_b.bytes, in_b.offset,
+                                                bytes_of(output), out_b.bytes, out_b.offset),
+                      {input, output});
+      output.bump_version();
+      return std::vector<Tensor>{output};
+    }
     detail::Exchange x;
     for (int k = 0; k < world; ++k) {
       x.send.push_back(bytes_of(input) + in_b.offset[k]);
@@ -217,7 +248,16 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
       x.recv.push_back(bytes_of(outputs[k]));
       x.recv_bytes.push_back(outputs[k].nbytes());
     }
-    detail::pairwise_all_to_all(ctx, x);
+    if (NativeCollectives* native = ctx.native()) {
+      std::vector<const void*> send(x.send.begin(), x.send.end());
+      std::vector<void*> recv(x.recv.begin(), x.recv.end());
+      std::vector<Tensor> keep = inputs;
+      keep.insert(keep.end(), outputs.begin(), outputs.end());
+      ctx.wait_native(native->all_to_all(send, x.send_bytes, recv, x.recv_bytes),
+                      std::move(keep));
+    } else {
+      detail::pairwise_all_to_all(ctx, x);
+    }
     for (Tensor& t : outputs) t.bump_version();
     return outputs;
   });
@@ -246,7 +286,16 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
         recv_bytes.push_back(o.nbytes());
       }
     }
-    detail::linear_gather(ctx, bytes_of(input), input.nbytes(), recv, recv_bytes, root);
+    if (NativeCollectives* native = ctx.native()) {
+      std::vector<Tensor> keep = outputs;
+      keep.push_back(input);
+      ctx.wait_native(native->gather(bytes_of(input), input.nbytes(),
+                                     std::vector<void*>(recv.begin(), recv.end()), recv_bytes,
+                                     root),
+                      std::move(keep));
+    } else {
+      detail::linear_gather(ctx, bytes_of(input), input.nbytes(), recv, recv_bytes, root);
+    }
     if (!is_root) return std::vector<Tensor>{};
     for (Tensor& o : outputs) o.bump_version();
     return outputs;
@@ -275,7 +324,15 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
         send_bytes.push_back(i.nbytes());
       }
     }
-    detail::linear_scatter(ctx, send, send_bytes, bytes_of(output), output.nbytes(), root);
+    if (NativeCollectives* native = ctx.native()) {
+      std::vector<Tensor> keep = inputs;
+      keep.push_back(output);
+      ctx.wait_native(native->scatter(std::vector<const void*>(send.begin(), send.end()),
+                                      send_bytes, bytes_of(output), output.nbytes(), root),
+                      std::move(keep));
+    } else {
+      detail::linear_scatter(ctx, send, send_bytes, bytes_of(output), output.nbytes(), root);
+    }
     output.bump_version();
     return std::vector<Tensor>{output};
   });
@@ -284,7 +341,10 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
   return detail::submit(group, "barrier", "", [](OpContext& ctx) {
-    detail::dissemination_barrier(ctx);
+    if (NativeCollectives* native = ctx.native())
+      ctx.wait_native(native->barrier(), {});
+    else
+      detail::dissemination_barrier(ctx);
     return std::vector<Tensor>{};
   });
 }

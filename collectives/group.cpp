@@ -29,9 +29,20 @@ char* ScratchArena::get(int slot, size_t bytes) {
   return data_[slot];
 }
 
+void ScratchArena::leak() {
+  for (int i = 0; i < kSlots; ++i) {
+    data_[i] = nullptr;
+    capacity_[i] = 0;
+  }
+}
+
 GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> members, int rank,
-                     uint32_t id)
-    : transport_(std::move(transport)), members_(std::move(members)), rank_(rank), id_(id) {}
+                     uint32_t id, std::shared_ptr<NativeCollectives> native)
+    : transport_(std::move(transport)),
+      native_(std::move(native)),
+      members_(std::move(members)),
+      rank_(rank),
+      id_(id) {}
 
 GroupImpl::~GroupImpl() = default;
 
@@ -82,10 +93,17 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   std::vector<int> members(transport->size());
   std::iota(members.begin(), members.end(), 0);
   int rank = transport->rank();
-  FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank, " of ",
-            transport->size(), "; algorithms:\n", algorithm_table());
+  std::shared_ptr<NativeCollectives> native = transport->native_world();
+  if (native)
+    FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,
+              " of ", transport->size(), "; every collective is carried natively by ",
+              native->name(), " (the algorithm table and FERRY_ALGO do not apply):\n",
+              algorithm_table());
+  else
+    FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,
+              " of ", transport->size(), "; algorithms:\n", algorithm_table());
   return Group(std::make_shared<detail::GroupImpl>(std::move(transport), std::move(members), rank,
-                                                   /*id=*/0));
+                                                   /*id=*/0, std::move(native)));
 }
 
 detail::GroupImpl& Group::impl() const {
@@ -126,6 +144,10 @@ Group Group::split(int color, int key) const {
   uint32_t id = 0;
   for (int r = 0; r < n; ++r) id = std::max<uint32_t>(id, static_cast<uint32_t>(v[3 * r + 2]));
   parent.transport().adopt_group_id(id);
+  // The transport's own sub-communicator: every member takes part (the all_gather above proved
+  // they are all here), undefined colors included.
+  std::shared_ptr<NativeCollectives> native =
+      parent.native() ? parent.native()->split(color, key, id) : nullptr;
   if (color == kUndefinedColor) return Group();
 
   std::vector<std::tuple<int64_t, int, int>> chosen;  // (key, parent rank, world rank)
@@ -139,7 +161,7 @@ Group Group::split(int color, int key) const {
     members.push_back(world);
   }
   return Group(std::make_shared<detail::GroupImpl>(parent.transport_ptr(), std::move(members),
-                                                   my_rank, id));
+                                                   my_rank, id, std::move(native)));
 }
 
 }  // namespace ferry

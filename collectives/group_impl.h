@@ -1,6 +1,7 @@
 // The state behind a Group handle (internal).
 #pragma once
 
+#include "backends/native_collectives.h"
 #include "backends/transport.h"
 #include "collectives/executor.h"
 
@@ -24,6 +25,9 @@ class ScratchArena {
   ~ScratchArena();
   // Buffer number `slot` (0..kSlots-1) with room for at least `bytes`; contents undefined.
   char* get(int slot, size_t bytes);
+  // Forgets the buffers without freeing them: a collective that timed out on a transport that
+  // cannot cancel it may still write into them.
+  void leak();
   static constexpr int kSlots = 4;
 
  private:
@@ -33,10 +37,13 @@ class ScratchArena {
 
 class GroupImpl {
  public:
-  GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> members, int rank, uint32_t id);
+  // `native`: the transport's collectives for this group, or null (see native_collectives.h).
+  GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> members, int rank, uint32_t id,
+            std::shared_ptr<NativeCollectives> native = nullptr);
   ~GroupImpl();
 
   Transport& transport() { return *transport_; }
+  NativeCollectives* native() const { return native_.get(); }
   const std::shared_ptr<Transport>& transport_ptr() const { return transport_; }
   const std::vector<int>& members() const { return members_; }
   int rank() const { return rank_; }
@@ -61,6 +68,7 @@ class GroupImpl {
 
  private:
   std::shared_ptr<Transport> transport_;
+  std::shared_ptr<NativeCollectives> native_;
   std::vector<int> members_;
   int rank_;
   uint32_t id_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 
 namespace ferry::detail {
 
@@ -40,6 +41,54 @@ void OpContext::wait_all() {
   }
   rethrow_first_failure();
   pending_.clear();
+}
+
+void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep) {
+  // In slices, as wait_all: a poisoned group stops the wait before the deadline.
+  while (!request->wait_until(std::min(deadline_, Clock::now() + kCheckEvery))) {
+    const bool expired = Clock::now() >= deadline_;
+    if (!expired && !group_.poisoned()) continue;
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
+    const std::string transport = native()->name();
+    abandon_native(std::move(request), std::move(keep));
+    const std::string never = str(" ", transport, " cannot cancel a collective, so the group's ",
+                                  transport, " communicator can never be used again and the job "
+                                  "must end (exit, or MPI_Abort)");
+    if (!expired) {
+      group_.throw_if_poisoned(str(op_, " (seq ", seq_, ") abandoned;", never, ";"));
+    }
+    std::vector<int> absent = ranks_not_here();
+    std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
+                          waited.count(), " ms;");
+    if (!absent.empty()) {
+      msg += absent.size() == 1 ? " rank " : " ranks ";
+      for (size_t i = 0; i < absent.size(); ++i) msg += str(i ? ", " : "", absent[i]);
+      msg += " did not reach this collective;";
+    }
+    msg += str(" the group is poisoned;", never,
+               " (every rank must issue the same collectives in the same order)");
+    FERRY_THROW(OwnDeadlineExpired, msg);
+  }
+  try {
+    request->rethrow_if_failed();
+  } catch (...) {
+    rethrow_with_prefix(std::current_exception(),
+                        str(op_, " (seq ", seq_, ") on ", group_.describe(), ": "));
+  }
+}
+
+void OpContext::abandon_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep) {
+  // The transport may still write into these buffers whenever the absent peers arrive: they
+  // live as long as the process (which must end anyway).
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::vector<Tensor>>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    kept->push_back(std::move(keep));
+  }
+  group_.scratch().leak();
+  native()->abandon_stuck_request(std::move(request));
 }
 
 void OpContext::rethrow_first_failure() {

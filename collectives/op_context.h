@@ -9,6 +9,7 @@
 #include "backends/transport.h"
 #include "collectives/group_impl.h"
 #include "runtime/error.h"
+#include "runtime/tensor.h"
 
 #include <memory>
 #include <string>
@@ -47,9 +48,18 @@ class OpContext {
 
   char* scratch(int slot, size_t bytes) { return group_.scratch().get(slot, bytes); }
 
+  // The group's transport collectives, or null (then the algorithms run over send / recv).
+  NativeCollectives* native() const { return group_.native(); }
+  // Waits for a native collective under the op's deadline. A native collective cannot be
+  // withdrawn: on a timeout (or when the group is poisoned meanwhile) the request, `keep` (the
+  // tensors it reads or writes) and the group's scratch are kept for the rest of the process,
+  // and the TimeoutError says that the job must end.
+  void wait_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep);
+
  private:
   Tag tag(uint32_t step) const;
   [[noreturn]] void fail_timeout();
+  void abandon_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep);
   [[noreturn]] void abort_poisoned();
   // Throws the error of the first finished request that failed, after cancelling the rest.
   void rethrow_first_failure();

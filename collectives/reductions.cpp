@@ -4,18 +4,9 @@
 #include "collectives/engine.h"
 #include "collectives/reduce_kernels.h"
 
-namespace ferry {
+#include <cstring>
 
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-  }
-  return "?";
-}
+namespace ferry {
 
 namespace {
 
@@ -91,7 +82,10 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
     const size_t count = static_cast<size_t>(input.numel());
     const char* in = static_cast<const char*>(a.in.raw_data());
     char* out = static_cast<char*>(a.out.raw_data());
-    if (algo == "tree")
+    if (NativeCollectives* native = ctx.native())
+      ctx.wait_native(native->all_reduce(in, out, count, a.spec.dtype, a.spec.op),
+                      {input, output});
+    else if (algo == "tree")
       detail::tree_all_reduce(ctx, in, out, count, a.spec);
     else
       detail::ring_all_reduce(ctx, in, out, count, a.spec);
@@ -117,9 +111,14 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
                         [input, output, op, root, world, is_root](OpContext& ctx) mutable {
     Tensor out_arg = is_root ? output : Tensor();
     Accumulation a(ctx, input, out_arg, op, is_root && input.raw_data() == output.raw_data());
-    detail::tree_reduce(ctx, static_cast<const char*>(a.in.raw_data()),
-                        is_root ? static_cast<char*>(a.out.raw_data()) : nullptr,
-                        static_cast<size_t>(input.numel()), root, a.spec);
+    const char* in = static_cast<const char*>(a.in.raw_data());
+    char* out = is_root ? static_cast<char*>(a.out.raw_data()) : nullptr;
+    const size_t count = static_cast<size_t>(input.numel());
+    if (NativeCollectives* native = ctx.native())
+      ctx.wait_native(native->reduce(in, out, count, a.spec.dtype, a.spec.op, root),
+                      {input, output});
+    else
+      detail::tree_reduce(ctx, in, out, count, root, a.spec);
     if (is_root) a.finish(output, op, world);
     return is_root ? std::vector<Tensor>{output} : std::vector<Tensor>{};
   });
@@ -149,6 +148,23 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
     // An output that is exactly our block of the input is fine: the algorithm reads that block
     // only in its last step, elementwise, while writing the result.
     Accumulation a(ctx, input, output, op, /*in_place=*/false);
+    if (NativeCollectives* native = ctx.native()) {
+      // Native reductions must not write into their input: an output that is our block of the
+      // input receives the result through scratch.
+      const bool aliased = a.out.overlaps(a.in);
+      char* out = aliased ? ctx.scratch(3, a.out.nbytes()) : static_cast<char*>(a.out.raw_data());
+      const size_t per_row = a.in.dim() == 0 || a.in.size(0) == 0
+                                 ? 0
+                                 : static_cast<size_t>(a.in.numel() / a.in.size(0));
+      std::vector<size_t> counts;
+      for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
+      ctx.wait_native(native->reduce_scatter(a.in.raw_data(), out, counts, a.spec.dtype,
+                                             a.spec.op),
+                      {input, output});
+      if (aliased && a.out.nbytes() > 0) std::memcpy(a.out.raw_data(), out, a.out.nbytes());
+      a.finish(output, op, world);
+      return std::vector<Tensor>{output};
+    }
     detail::Blocks blocks = detail::contiguous_blocks(sizes, detail::row_bytes(a.in));
     detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
                                 static_cast<char*>(a.out.raw_data()), blocks, a.spec);

@@ -1,0 +1,349 @@
+#include "backends/mpi/mpi_collectives.h"
+
+#include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_request.h"
+#include "backends/mpi/mpi_types.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace ferry::detail {
+namespace {
+
+class MpiCollectiveRequest final : public NativeRequest {
+ public:
+  explicit MpiCollectiveRequest(std::string describe) : pending_(std::move(describe)) {}
+  bool test() override { return pending_.test(); }
+  bool wait_until(Clock::time_point deadline) override { return pending_.wait_until(deadline); }
+  void rethrow_if_failed() override { pending_.rethrow_if_failed(); }
+  MpiPending& pending() { return pending_; }
+
+ private:
+  MpiPending pending_;
+};
+
+// A datatype covering `bytes` bytes at the absolute address `p` (for MPI_BOTTOM): lets a call
+// take separately allocated tensors without copying them into one buffer.
+MPI_Datatype absolute_bytes(const void* p, size_t bytes, const std::string& where) {
+  MPI_Aint address = 0;
+  check_mpi(MPI_Get_address(p, &address), "MPI_Get_address", where);
+  const int length = static_cast<int>(bytes);
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  check_mpi(MPI_Type_create_hindexed(1, &length, &address, MPI_BYTE, &type),
+            "MPI_Type_create_hindexed", where);
+  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit", where);
+  return type;
+}
+
+class MpiCollectives final : public NativeCollectives {
+ public:
+  MpiCollectives(std::shared_ptr<MpiWorld> world, uint32_t id,
+                 std::shared_ptr<MpiGroupComms> comms)
+      : world_(std::move(world)), id_(id), comms_(std::move(comms)) {
+    MPI_Comm_rank(comms_->coll, &rank_);
+    MPI_Comm_size(comms_->coll, &size_);
+    world_->add(id_, comms_);
+  }
+  ~MpiCollectives() override { world_->remove(id_); }
+
+  std::string name() const override { return "MPI"; }
+
+  std::unique_ptr<NativeRequest> all_reduce(const void* in, void* out, size_t count,
+                                            DType dtype, ReduceOp op) override {
+    auto r = start("all_reduce");
+    const int n = fit(count, "all_reduce", "elements");
+    const void* send = in == out ? MPI_IN_PLACE : in;
+    check_started(*r, MPI_Iallreduce(send, out, n, mpi_datatype(dtype), mpi_op(op), comms_->coll,
+                                     r->pending().handle()),
+                  "MPI_Iallreduce");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> reduce(const void* in, void* out, size_t count, DType dtype,
+                                        ReduceOp op, int root) override {
+    auto r = start("reduce");
+    const int n = fit(count, "reduce", "elements");
+    const void* send = (rank_ == root && in == out) ? MPI_IN_PLACE : in;
+    check_started(*r, MPI_Ireduce(send, rank_ == root ? out : nullptr, n, mpi_datatype(dtype),
+                                  mpi_op(op), root, comms_->coll, r->pending().handle()),
+                  "MPI_Ireduce");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> reduce_scatter(const void* in, void* out,
+                                                const std::vector<size_t>& counts, DType dtype,
+                                                ReduceOp op) override {
+    auto r = start("reduce_scatter");
+    const MPI_Datatype type = mpi_datatype(dtype);
+    if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; })) {
+      check_started(*r, MPI_Ireduce_scatter_block(in, out, fit(counts[0], "reduce_scatter", "elements"),
+                                                  type, mpi_op(op), comms_->coll,
+                                                  r->pending().handle()),
+                    "MPI_Ireduce_scatter_block");
+      return r;
+    }
+    std::vector<int>& c = r->pending().ints(counts.size());
+    for (size_t k = 0; k < counts.size(); ++k) c[k] = fit(counts[k], "reduce_scatter", "elements");
+    check_started(*r, MPI_Ireduce_scatter(in, out, c.data(), type, mpi_op(op), comms_->coll,
+                                          r->pending().handle()),
+                  "MPI_Ireduce_scatter");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> broadcast(void* buf, size_t bytes, int root) override {
+    auto r = start("broadcast");
+    check_started(*r, MPI_Ibcast(buf, fit(bytes, "broadcast", "bytes"), MPI_BYTE, root,
+                                 comms_->coll, r->pending().handle()),
+                  "MPI_Ibcast");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
+                                            const std::vector<size_t>& bytes,
+                                            const std::vector<size_t>& offset) override {
+    auto r = start("all_gather");
+    char* base = static_cast<char*>(out);
+    const void* send = in == base + offset[rank_] ? MPI_IN_PLACE : in;
+    if (equal_contiguous(bytes, offset)) {
+      const int b = fit(bytes[0], "all_gather", "bytes");
+      check_started(*r, MPI_Iallgather(send, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
+                                       r->pending().handle()),
+                    "MPI_Iallgather");
+      return r;
+    }
+    std::vector<int>& c = r->pending().ints(bytes.size());
+    std::vector<int>& d = r->pending().ints(bytes.size());
+    fill(c, bytes, "all_gather");
+    fill(d, offset, "all_gather");
+    check_started(*r, MPI_Iallgatherv(send, c[rank_], MPI_BYTE, out, c.data(), d.data(), MPI_BYTE,
+                                      comms_->coll, r->pending().handle()),
+                  "MPI_Iallgatherv");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> all_to_all_single(const void* in,
+                                                   const std::vector<size_t>& send_bytes,
+                                                   const std::vector<size_t>& send_offset,
+                                                   void* out,
+                                                   const std::vector<size_t>& recv_bytes,
+                                                   const std::vector<size_t>& recv_offset) override {
+    auto r = start("all_to_all_single");
+    if (equal_contiguous(send_bytes, send_offset) && equal_contiguous(recv_bytes, recv_offset) &&
+        send_bytes[0] == recv_bytes[0]) {
+      const int b = fit(send_bytes[0], "all_to_all_single", "bytes");
+      check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
+                                      r->pending().handle()),
+                    "MPI_Ialltoall");
+      return r;
+    }
+    const size_t n = send_bytes.size();
+    std::vector<int>& sc = r->pending().ints(n);
+    std::vector<int>& sd = r->pending().ints(n);
+    std::vector<int>& rc = r->pending().ints(n);
+    std::vector<int>& rd = r->pending().ints(n);
+    fill(sc, send_bytes, "all_to_all_single");
+    fill(sd, send_offset, "all_to_all_single");
+    fill(rc, recv_bytes, "all_to_all_single");
+    fill(rd, recv_offset, "all_to_all_single");
+    check_started(*r, MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(),
+                                     rd.data(), MPI_BYTE, comms_->coll, r->pending().handle()),
+                  "MPI_Ialltoallv");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> all_to_all(const std::vector<const void*>& send,
+                                            const std::vector<size_t>& send_bytes,
+                                            const std::vector<void*>& recv,
+                                            const std::vector<size_t>& recv_bytes) override {
+    auto r = start("all_to_all");
+    lists_by_address(*r, send, send_bytes, recv, recv_bytes, "all_to_all");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> gather(const void* in, size_t bytes,
+                                        const std::vector<void*>& recv,
+                                        const std::vector<size_t>& recv_bytes,
+                                        int root) override {
+    auto r = start("gather");
+    const int b = fit(bytes, "gather", "bytes");
+    if (rank_ != root) {
+      check_started(*r, MPI_Igatherv(in, b, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root,
+                                     comms_->coll, r->pending().handle()),
+                    "MPI_Igatherv");
+      return r;
+    }
+    std::vector<int>& c = r->pending().ints(recv.size());
+    std::vector<int>& d = r->pending().ints(recv.size());
+    char* base = nullptr;
+    if (relative_to_lowest(recv, recv_bytes, c, d, base, "gather")) {
+      const void* send = in == recv[static_cast<size_t>(root)] ? MPI_IN_PLACE : in;
+      check_started(*r, MPI_Igatherv(send, b, MPI_BYTE, base, c.data(), d.data(), MPI_BYTE, root,
+                                     comms_->coll, r->pending().handle()),
+                    "MPI_Igatherv");
+      return r;
+    }
+    // Outputs spread over more than 2 GiB of addresses: receive by absolute address instead.
+    std::vector<const void*> send(recv.size(), nullptr);
+    std::vector<size_t> send_bytes(recv.size(), 0);
+    send[static_cast<size_t>(root)] = in;
+    send_bytes[static_cast<size_t>(root)] = bytes;
+    lists_by_address(*r, send, send_bytes, recv, recv_bytes, "gather");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> scatter(const std::vector<const void*>& send,
+                                         const std::vector<size_t>& send_bytes, void* out,
+                                         size_t bytes, int root) override {
+    auto r = start("scatter");
+    const int b = fit(bytes, "scatter", "bytes");
+    if (rank_ != root) {
+      check_started(*r, MPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, out, b, MPI_BYTE,
+                                      root, comms_->coll, r->pending().handle()),
+                    "MPI_Iscatterv");
+      return r;
+    }
+    std::vector<int>& c = r->pending().ints(send.size());
+    std::vector<int>& d = r->pending().ints(send.size());
+    char* base = nullptr;
+    std::vector<void*> as_mutable(send.size());
+    for (size_t k = 0; k < send.size(); ++k) as_mutable[k] = const_cast<void*>(send[k]);
+    if (relative_to_lowest(as_mutable, send_bytes, c, d, base, "scatter")) {
+      void* recv = out == send[static_cast<size_t>(root)] ? MPI_IN_PLACE : out;
+      check_started(*r, MPI_Iscatterv(base, c.data(), d.data(), MPI_BYTE, recv, b, MPI_BYTE, root,
+                                      comms_->coll, r->pending().handle()),
+                    "MPI_Iscatterv");
+      return r;
+    }
+    std::vector<void*> recv(send.size(), nullptr);
+    std::vector<size_t> recv_bytes(send.size(), 0);
+    recv[static_cast<size_t>(root)] = out;
+    recv_bytes[static_cast<size_t>(root)] = bytes;
+    lists_by_address(*r, send, send_bytes, recv, recv_bytes, "scatter");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> barrier() override {
+    auto r = start("barrier");
+    check_started(*r, MPI_Ibarrier(comms_->coll, r->pending().handle()), "MPI_Ibarrier");
+    return r;
+  }
+
+  std::shared_ptr<NativeCollectives> split(int color, int key, uint32_t group_id) override {
+    const std::string where = str("the split of group ", id_, " into group ", group_id);
+    MPI_Comm comm = MPI_COMM_NULL;
+    // MPI orders the new communicator by (key, rank here), exactly as Group::split orders the
+    // members, so group rank and communicator rank agree.
+    check_mpi(MPI_Comm_split(comms_->side, color < 0 ? MPI_UNDEFINED : color, key, &comm),
+              "MPI_Comm_split", where);
+    if (comm == MPI_COMM_NULL) return nullptr;
+    check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+              where);
+    MPI_Comm side = MPI_COMM_NULL;
+    const int code = MPI_Comm_dup(comm, &side);
+    if (code != MPI_SUCCESS) MPI_Comm_free(&comm);
+    check_mpi(code, "MPI_Comm_dup", where);
+    MPI_Comm_set_errhandler(side, MPI_ERRORS_RETURN);
+    return make_mpi_collectives(
+        world_, group_id,
+        std::make_shared<MpiGroupComms>(comm, side, world_->world_ranks_of(comm), world_->size()));
+  }
+
+  void abandon_stuck_request(std::unique_ptr<NativeRequest> request) override {
+    comms_->stuck.store(true);
+    keep_forever(std::shared_ptr<NativeRequest>(std::move(request)));
+  }
+
+ private:
+  std::unique_ptr<MpiCollectiveRequest> start(const char* op) {
+    return std::make_unique<MpiCollectiveRequest>(str(op, " on group ", id_));
+  }
+
+  void check_started(MpiCollectiveRequest& r, int code, const char* call) {
+    check_mpi(code, call, r.pending().describe());
+  }
+
+  int fit(size_t n, const char* op, const char* unit) const {
+    FERRY_CHECK(n <= static_cast<size_t>(INT_MAX), InvalidArgument, op, " on the mpi transport: ",
+                "at most 2^31-1 ", unit, " per block, given ", n);
+    return static_cast<int>(n);
+  }
+
+  void fill(std::vector<int>& to, const std::vector<size_t>& from, const char* op) const {
+    for (size_t k = 0; k < from.size(); ++k) to[k] = fit(from[k], op, "bytes");
+  }
+
+  static bool equal_contiguous(const std::vector<size_t>& bytes,
+                               const std::vector<size_t>& offset) {
+    for (size_t k = 0; k < bytes.size(); ++k)
+      if (bytes[k] != bytes[0] || offset[k] != k * bytes[0]) return false;
+    return true;
+  }
+
+  // Byte displacements of `bufs` from the lowest of them (returned in `base`); false when they
+  // do not fit MPI's int displacements.
+  bool relative_to_lowest(const std::vector<void*>& bufs, const std::vector<size_t>& bytes,
+                          std::vector<int>& counts, std::vector<int>& displs, char*& base,
+                          const char* op) const {
+    base = nullptr;
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      counts[k] = fit(bytes[k], op, "bytes");
+      char* p = static_cast<char*>(bufs[k]);
+      if (bytes[k] > 0 && (base == nullptr || p < base)) base = p;
+    }
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      if (bytes[k] == 0) continue;
+      const size_t d = static_cast<size_t>(static_cast<char*>(bufs[k]) - base);
+      if (d > static_cast<size_t>(INT_MAX)) return false;
+      displs[k] = static_cast<int>(d);
+    }
+    return true;
+  }
+
+  // MPI_Ialltoallw over MPI_BOTTOM with one absolute-address datatype per buffer.
+  void lists_by_address(MpiCollectiveRequest& r, const std::vector<const void*>& send,
+                        const std::vector<size_t>& send_bytes, const std::vector<void*>& recv,
+                        const std::vector<size_t>& recv_bytes, const char* op) {
+    const size_t n = static_cast<size_t>(size_);
+    std::vector<int>& sc = r.pending().ints(n);
+    std::vector<int>& rc = r.pending().ints(n);
+    std::vector<int>& zeros = r.pending().ints(n);
+    // Datatypes and count arrays must stay untouched until the request finishes: they live
+    // (and the datatypes are freed) with it.
+    std::vector<MPI_Datatype>& st = r.pending().datatypes(n, MPI_BYTE);
+    std::vector<MPI_Datatype>& rt = r.pending().datatypes(n, MPI_BYTE);
+    const std::string& where = r.pending().describe();
+    for (size_t k = 0; k < n; ++k) {
+      fit(send_bytes[k], op, "bytes");
+      fit(recv_bytes[k], op, "bytes");
+      if (send_bytes[k] > 0) {
+        st[k] = absolute_bytes(send[k], send_bytes[k], where);
+        sc[k] = 1;
+      }
+      if (recv_bytes[k] > 0) {
+        rt[k] = absolute_bytes(recv[k], recv_bytes[k], where);
+        rc[k] = 1;
+      }
+    }
+    const int code = MPI_Ialltoallw(MPI_BOTTOM, sc.data(), zeros.data(), st.data(), MPI_BOTTOM,
+                                    rc.data(), zeros.data(), rt.data(), comms_->coll,
+                                    r.pending().handle());
+    check_started(r, code, "MPI_Ialltoallw");
+  }
+
+  std::shared_ptr<MpiWorld> world_;
+  uint32_t id_;
+  std::shared_ptr<MpiGroupComms> comms_;
+  int rank_ = 0;
+  int size_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<NativeCollectives> make_mpi_collectives(std::shared_ptr<MpiWorld> world,
+                                                        uint32_t group_id,
+                                                        std::shared_ptr<MpiGroupComms> comms) {
+  return std::make_shared<MpiCollectives>(std::move(world), group_id, std::move(comms));
+}
+
+}  // namespace ferry::detail

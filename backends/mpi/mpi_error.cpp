@@ -1,0 +1,30 @@
+#include "backends/mpi/mpi_error.h"
+
+#include "runtime/error.h"
+
+namespace ferry::detail {
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return str("MPI error code ", code);
+  int error_class = code;
+  MPI_Error_class(code, &error_class);
+  return str(std::string(text, static_cast<size_t>(length)), " (MPI error class ", error_class,
+             ")");
+}
+
+void check_mpi(int code, const char* call, const std::string& where) {
+  if (code == MPI_SUCCESS) [[likely]]
+    return;
+  throw TransportError(str("ferry: ", call, " on ", where, " failed: ", mpi_error_string(code)));
+}
+
+bool mpi_usable() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+}  // namespace ferry::detail

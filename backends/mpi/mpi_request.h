@@ -1,0 +1,73 @@
+// One MPI request and how ferry waits for it (internal).
+//
+// MPI progresses only inside MPI calls, and MPICH's own MPI_Wait spins on the core. ferry tests
+// instead: back to back for a few microseconds (a small collective between two ranks finishes in
+// about one), then yielding, then sleeping with a growing pause (up to 1 ms), so a rank that
+// waits long leaves the core to the ranks it waits for (3 ranks on 2 cores in the tests).
+#pragma once
+
+#include "backends/transport.h"
+
+#include <mpi.h>
+
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ferry::detail {
+
+class MpiPending {
+ public:
+  // `describe` names the request in errors ("all_reduce on group 2", "send to rank 1 ...").
+  // `on_status` (optional) inspects a receive's status and returns its error, if any.
+  explicit MpiPending(std::string describe,
+                      std::function<std::exception_ptr(const MPI_Status&)> on_status = nullptr)
+      : describe_(std::move(describe)), on_status_(std::move(on_status)) {}
+  ~MpiPending();  // frees the datatypes below (when MPI is still usable)
+  MpiPending(const MpiPending&) = delete;
+  MpiPending& operator=(const MpiPending&) = delete;
+
+  // The handle to pass to the MPI call that starts the request.
+  MPI_Request* handle() { return &request_; }
+  // When the starting call failed: the request is finished with that error.
+  void fail_start(std::exception_ptr error);
+
+  bool test();  // thread-safe; never blocks
+  bool wait_until(Clock::time_point deadline);
+  void rethrow_if_failed();
+  const std::string& describe() const { return describe_; }
+
+  // Storage MPI reads until the request finishes (count and displacement arrays of the
+  // v-collectives must stay untouched until then).
+  std::vector<int>& ints(size_t n) {
+    arrays_.emplace_back(n, 0);
+    return arrays_.back();
+  }
+  // Datatype arrays likewise; committed types put here are freed with the request.
+  std::vector<MPI_Datatype>& datatypes(size_t n, MPI_Datatype fill) {
+    types_.emplace_back(n, fill);
+    return types_.back();
+  }
+
+ private:
+  std::mutex mu_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::string describe_;
+  std::function<std::exception_ptr(const MPI_Status&)> on_status_;
+  std::deque<std::vector<int>> arrays_;  // deque: references stay valid as it grows
+  std::deque<std::vector<MPI_Datatype>> types_;
+};
+
+// Keeps requests (and whatever they own) that can never be completed or freed (a collective
+// that timed out, a send MPI could not cancel) until the process ends.
+void keep_forever(std::shared_ptr<void> anything);
+// True once anything was kept forever: MPI_Finalize could wait on it, so ferry skips it.
+bool anything_kept_forever();
+
+}  // namespace ferry::detail

@@ -1,0 +1,24 @@
+// The MPI transport (MPICH): point-to-point on MPI_Isend / MPI_Irecv, and every collective on
+// its non-blocking MPI call (see native_collectives.h).
+//
+// Thread level: ferry runs each group's collectives on a worker thread of the group and posts
+// send / recv from the calling thread, so it needs MPI_THREAD_MULTIPLE. ferry::init() asks for
+// it; a communicator handed in here must come from an MPI initialized with it.
+#pragma once
+
+#include "backends/transport.h"
+
+#include <mpi.h>
+
+#include <memory>
+
+namespace ferry {
+
+// A transport over a duplicate of `comm`, which stays the caller's: ferry neither initializes
+// nor finalizes MPI, and never uses `comm` itself. Group::world(make_mpi_transport(comm)) is
+// the group of comm's ranks, in comm's order. Throws InvalidArgument when MPI is not
+// initialized (or already finalized) or was initialized below MPI_THREAD_MULTIPLE. Collective
+// over `comm` (it duplicates it).
+std::shared_ptr<Transport> make_mpi_transport(MPI_Comm comm);
+
+}  // namespace ferry

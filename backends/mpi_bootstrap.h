@@ -1,0 +1,24 @@
+// Starting and ending MPI for ferry::init() (internal). Compiled whether or not ferry is built
+// with MPI (backends/no_mpi.cpp stands in without it), so callers need no <mpi.h>.
+#pragma once
+
+#include "backends/transport.h"
+
+#include <memory>
+#include <string>
+
+namespace ferry::detail {
+
+// False when this ferry was built without MPI.
+bool mpi_built();
+
+// Initializes MPI with MPI_THREAD_MULTIPLE unless it is initialized already (then checks that
+// level), and returns a transport over MPI_COMM_WORLD. Throws TransportError without MPI.
+std::shared_ptr<Transport> mpi_world_transport();
+
+// MPI_Finalize, when ferry initialized MPI and it is not finalized yet. Skipped (and says so,
+// returning false) after a collective timed out: MPI cannot cancel it, and finalizing could
+// wait for it; the process should end instead.
+bool mpi_finalize();
+
+}  // namespace ferry::detail

@@ -1,0 +1,94 @@
+// The hook through which a transport carries collectives itself (MPI) instead of the engine's
+// algorithms over point-to-point.
+//
+// The engine validates every call identically on every transport, widens 16-bit floats into
+// float32 scratch and turns Avg into Sum before it asks a group's NativeCollectives (if it has
+// one) to start the op; it then polls the returned NativeRequest against the op's deadline. So
+// an implementation only maps already-checked buffers onto its own calls: it sees reductions
+// only in dtypes it can reduce natively (never float16 / bfloat16) and never Avg.
+//
+// One object per group and rank, created with the group (Transport::native_world, then split)
+// and used by the group's worker one op at a time, in issue order.
+#pragma once
+
+#include "backends/transport.h"
+#include "runtime/dtype.h"
+#include "runtime/reduce_op.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+// One started collective.
+class NativeRequest {
+ public:
+  virtual ~NativeRequest() = default;
+  // True once finished, successfully or not. Never blocks.
+  virtual bool test() = 0;
+  // Waits (without spinning for long) until finished or `deadline`; false on expiry.
+  virtual bool wait_until(Clock::time_point deadline) = 0;
+  // After it finished: throws its error (TransportError).
+  virtual void rethrow_if_failed() = 0;
+};
+
+// Ranks are group ranks. Buffers are the caller's and must stay valid until the request
+// finished; a request that never finishes (its op timed out) keeps them forever.
+class NativeCollectives {
+ public:
+  virtual ~NativeCollectives() = default;
+  virtual std::string name() const = 0;  // "mpi"
+
+  // `in == out` means in place; otherwise they do not overlap. `count` elements of `dtype`.
+  virtual std::unique_ptr<NativeRequest> all_reduce(const void* in, void* out, size_t count,
+                                                    DType dtype, ReduceOp op) = 0;
+  // `out` is used on root only (it may be `in` there).
+  virtual std::unique_ptr<NativeRequest> reduce(const void* in, void* out, size_t count,
+                                                DType dtype, ReduceOp op, int root) = 0;
+  // `in` holds sum(counts) elements, rank k's result block is the counts[k] elements after
+  // those of the ranks before it; `out` (counts[rank] elements) does not overlap `in`.
+  virtual std::unique_ptr<NativeRequest> reduce_scatter(const void* in, void* out,
+                                                        const std::vector<size_t>& counts,
+                                                        DType dtype, ReduceOp op) = 0;
+  virtual std::unique_ptr<NativeRequest> broadcast(void* buf, size_t bytes, int root) = 0;
+  // Rank k's block (bytes[k] bytes) lands at out + offset[k]. `in` holds this rank's block;
+  // `in == out + offset[rank]` means it is already in place.
+  virtual std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
+                                                    const std::vector<size_t>& bytes,
+                                                    const std::vector<size_t>& offset) = 0;
+  // One buffer each way: block j of `in` (send_bytes[j] at send_offset[j]) goes to rank j,
+  // block k of `out` comes from rank k. `in` and `out` do not overlap.
+  virtual std::unique_ptr<NativeRequest> all_to_all_single(
+      const void* in, const std::vector<size_t>& send_bytes,
+      const std::vector<size_t>& send_offset, void* out, const std::vector<size_t>& recv_bytes,
+      const std::vector<size_t>& recv_offset) = 0;
+  // Lists: send[j] goes to rank j, recv[k] comes from rank k; no buffer overlaps another.
+  virtual std::unique_ptr<NativeRequest> all_to_all(const std::vector<const void*>& send,
+                                                    const std::vector<size_t>& send_bytes,
+                                                    const std::vector<void*>& recv,
+                                                    const std::vector<size_t>& recv_bytes) = 0;
+  // On root, recv[k] receives rank k's `in` (recv[root] may be `in`); elsewhere recv is empty.
+  virtual std::unique_ptr<NativeRequest> gather(const void* in, size_t bytes,
+                                                const std::vector<void*>& recv,
+                                                const std::vector<size_t>& recv_bytes,
+                                                int root) = 0;
+  // On root, send[k] goes to rank k's `out` (send[root] may be `out`); elsewhere send is empty.
+  virtual std::unique_ptr<NativeRequest> scatter(const std::vector<const void*>& send,
+                                                 const std::vector<size_t>& send_bytes,
+                                                 void* out, size_t bytes, int root) = 0;
+  virtual std::unique_ptr<NativeRequest> barrier() = 0;
+
+  // Collective over this group, called by every member after the engine agreed on the new
+  // group (Group::split): the native collectives of the sub-group this rank joins, with the
+  // same (color, key) ordering, identified as `group_id` in Tags. Null for color < 0.
+  virtual std::shared_ptr<NativeCollectives> split(int color, int key, uint32_t group_id) = 0;
+
+  // Called once a request of this group was given up (its op timed out): a collective cannot
+  // be cancelled, so the implementation must never release what that request may still use.
+  virtual void abandon_stuck_request(std::unique_ptr<NativeRequest> request) = 0;
+};
+
+}  // namespace ferry

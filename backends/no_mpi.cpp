@@ -1,0 +1,19 @@
+// Stands in for backends/mpi when ferry is built without MPI (MLX's no_mpi.cpp pattern): the
+// core builds and runs, and asking for MPI says why it is not there.
+#include "backends/mpi_bootstrap.h"
+
+#include "runtime/error.h"
+
+namespace ferry::detail {
+
+bool mpi_built() { return false; }
+
+std::shared_ptr<Transport> mpi_world_transport() {
+  FERRY_THROW(TransportError,
+              "the mpi transport was asked for, but this ferry was built without MPI (meson did "
+              "not find mpich); install libmpich-dev and rebuild, or set FERRY_BACKEND=local");
+}
+
+bool mpi_finalize() { return false; }
+
+}  // namespace ferry::detail
