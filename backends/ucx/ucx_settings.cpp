@@ -1,0 +1,46 @@
+#include "backends/ucx/ucx_settings.h"
+
+#include "backends/ucx/ucx_worker.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+#include <cstdlib>
+
+namespace ferry::detail {
+namespace {
+
+struct Default {
+  const char* name;   // UCX variable without the UCX_ prefix
+  const char* value;
+};
+
+// Why each one:
+//  - POSIX_ / SYSV_ERROR_HANDLING: ferry's endpoints use UCP_ERR_HANDLING_MODE_PEER (a dead peer
+//    must fail our requests, not hang them). UCX 1.13 leaves the shared-memory transports out of
+//    such endpoints unless they handle errors, and then falls back to TCP on loopback. With
+//    these, shared memory stays in use and a dead peer is found by the keepalive below.
+//  - KEEPALIVE_INTERVAL: how often UCX checks that peers live (for shared memory: that the
+//    process exists). UCX's 20 s would outlast most deadlines; 1 s costs one cheap check per
+//    peer per second.
+constexpr Default kDefaults[] = {
+    {"POSIX_ERROR_HANDLING", "y"},
+    {"SYSV_ERROR_HANDLING", "y"},
+    {"KEEPALIVE_INTERVAL", "1s"},
+};
+
+}  // namespace
+
+void apply_ucx_defaults(ucp_config_t* config) {
+  for (const Default& d : kDefaults) {
+    const std::string env = std::string("UCX_") + d.name;
+    if (const char* v = std::getenv(env.c_str()); v != nullptr && *v != '\0') continue;
+    const ucs_status_t status = ucp_config_modify(config, d.name, d.value);
+    FERRY_CHECK(status == UCS_OK, TransportError, "ucx transport: setting UCX ", d.name, "=",
+                d.value, " failed: ", ucx_status_str(status), "; set ", env,
+                " yourself to override");
+    FERRY_LOG(Info, "ucx", "UCX ", d.name, "=", d.value, " (ferry's default; set ", env,
+              " to change it)");
+  }
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,18 @@
+// The UCX settings ferry chooses for its own context (internal).
+//
+// Each applies only when the user did not set the matching UCX_* variable, so UCX_TLS=tcp,self
+// and any other UCX variable keep their usual meaning. See the README's UCX section for the
+// measurements behind them.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <string>
+
+namespace ferry::detail {
+
+// Applies ferry's defaults to `config` (from ucp_config_read). Throws TransportError when UCX
+// rejects one.
+void apply_ucx_defaults(ucp_config_t* config);
+
+}  // namespace ferry::detail
