@@ -40,7 +40,6 @@ struct UcxOp {
   size_t bytes = 0;
   void* request = nullptr;        // UCX's request while UCX holds the operation
   bool ucx_done = false;          // UCX completed it (its callback ran, or it never held it)
-  ucp_tag_recv_info_t info{};     // filled when a receive completes at once
   std::exception_ptr forced;      // the error to report whatever UCX says (peer failed, ...)
   std::exception_ptr error;       // the outcome; written before `done`
   std::atomic<bool> done{false};  // the caller may look at `error`

@@ -12,26 +12,51 @@ namespace {
 struct Default {
   const char* name;   // UCX variable without the UCX_ prefix
   const char* value;
+  bool transport_level;  // read by UCT from the environment, out of ucp_config_modify's reach
 };
 
 // Why each one:
 //  - POSIX_ / SYSV_ERROR_HANDLING: ferry's endpoints use UCP_ERR_HANDLING_MODE_PEER (a dead peer
 //    must fail our requests, not hang them). UCX 1.13 leaves the shared-memory transports out of
-//    such endpoints unless they handle errors, and then falls back to TCP on loopback. With
-//    these, shared memory stays in use and a dead peer is found by the keepalive below.
+//    such endpoints unless they handle errors, and then falls back to TCP on loopback (3-4x the
+//    latency here). With these, shared memory stays in use and a dead peer is found by the
+//    keepalive below. UCX reads them only from the environment, so they are set there (never
+//    overriding a value the user set).
 //  - KEEPALIVE_INTERVAL: how often UCX checks that peers live (for shared memory: that the
 //    process exists). UCX's 20 s would outlast most deadlines; 1 s costs one cheap check per
 //    peer per second.
 constexpr Default kDefaults[] = {
-    {"POSIX_ERROR_HANDLING", "y"},
-    {"SYSV_ERROR_HANDLING", "y"},
-    {"KEEPALIVE_INTERVAL", "1s"},
+    {"POSIX_ERROR_HANDLING", "y", true},
+    {"SYSV_ERROR_HANDLING", "y", true},
+    {"KEEPALIVE_INTERVAL", "1s", false},
 };
+
+// False when UCX_TLS leaves shared memory out (UCX_TLS=tcp,self): UCX would then warn that
+// the shared-memory variables are unused.
+bool shared_memory_wanted() {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || *tls == '\0' || *tls == '^') return true;
+  const std::string t = tls;
+  for (const char* name : {"all", "sm", "shm", "posix", "sysv", "mm"})
+    if (t.find(name) != std::string::npos) return true;
+  return false;
+}
 
 }  // namespace
 
+void apply_ucx_transport_defaults() {
+  if (!shared_memory_wanted()) return;
+  for (const Default& d : kDefaults) {
+    if (!d.transport_level) continue;
+    const std::string env = std::string("UCX_") + d.name;
+    if (setenv(env.c_str(), d.value, /*overwrite=*/0) == 0)
+      FERRY_LOG(Info, "ucx", env, "=", std::getenv(env.c_str()));
+  }
+}
+
 void apply_ucx_defaults(ucp_config_t* config) {
   for (const Default& d : kDefaults) {
+    if (d.transport_level) continue;
     const std::string env = std::string("UCX_") + d.name;
     if (const char* v = std::getenv(env.c_str()); v != nullptr && *v != '\0') continue;
     const ucs_status_t status = ucp_config_modify(config, d.name, d.value);

@@ -11,7 +11,10 @@
 
 namespace ferry::detail {
 
-// Applies ferry's defaults to `config` (from ucp_config_read). Throws TransportError when UCX
+// Puts ferry's defaults for UCT transports into the environment (where UCT reads them) unless
+// the user set them. Call before ucp_config_read.
+void apply_ucx_transport_defaults();
+// Applies ferry's UCP-level defaults to `config` (from ucp_config_read). Throws TransportError when UCX
 // rejects one.
 void apply_ucx_defaults(ucp_config_t* config);
 

@@ -29,6 +29,7 @@ void check_ucx(ucs_status_t status, const char* call) {
 }  // namespace
 
 UcxWorker::UcxWorker(int world_size) {
+  apply_ucx_transport_defaults();
   ucp_config_t* config = nullptr;
   check_ucx(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   apply_ucx_defaults(config);
