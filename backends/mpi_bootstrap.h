@@ -16,9 +16,9 @@ bool mpi_built();
 // level), and returns a transport over MPI_COMM_WORLD. Throws TransportError without MPI.
 std::shared_ptr<Transport> mpi_world_transport();
 
-// MPI_Finalize, when ferry initialized MPI and it is not finalized yet. Skipped (and says so,
-// returning false) after a collective timed out: MPI cannot cancel it, and finalizing could
-// wait for it; the process should end instead.
+// MPI_Finalize, when ferry initialized MPI and it is not finalized yet; returns whether it ran.
+// After a collective timed out (MPI cannot cancel it) it still runs, under a watchdog that ends
+// the process should MPI_Finalize wait for the stuck collective.
 bool mpi_finalize();
 
 }  // namespace ferry::detail

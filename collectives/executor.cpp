@@ -17,6 +17,7 @@ void Executor::enqueue(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back(std::move(task));
+    queued_at_.push_back(std::chrono::steady_clock::now());
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   }
   cv_.notify_one();
@@ -29,6 +30,7 @@ bool Executor::run_one_here() {
     if (running_ || tasks_.empty()) return false;
     task = std::move(tasks_.front());
     tasks_.pop_front();
+    queued_at_.pop_front();
     running_ = true;
   }
   run(task);
@@ -73,8 +75,16 @@ void Executor::loop() {
         cv_.wait(lock, [&] { return !running_; });
         return;
       }
+      const auto due = queued_at_.front() + grace_;
+      if (grace_.count() > 0 && !stopping_ && std::chrono::steady_clock::now() < due) {
+        // Give a waiting caller the chance to take it (run_one_here); look again afterwards.
+        const size_t queued = tasks_.size();
+        cv_.wait_until(lock, due, [&] { return tasks_.size() != queued || running_ || stopping_; });
+        continue;
+      }
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      queued_at_.pop_front();
       running_ = true;
     }
     run(task);

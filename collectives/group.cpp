@@ -42,7 +42,9 @@ GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> memb
       native_(std::move(native)),
       members_(std::move(members)),
       rank_(rank),
-      id_(id) {}
+      id_(id) {
+  if (native_) executor_.set_caller_grace(std::chrono::microseconds(100));
+}
 
 GroupImpl::~GroupImpl() = default;
 

@@ -32,8 +32,9 @@ Group init();
 // The backend init() chose ("mpi", "ucx", "local"), or "" before init().
 std::string backend_name();
 
-// Ends what init() started: MPI_Finalize if ferry initialized MPI (skipped, with a FERRY_DEBUG
-// note, after a collective timed out, since MPI cannot cancel it and the process must end).
+// Ends what init() started: MPI_Finalize if ferry initialized MPI. After a collective timed out
+// (MPI cannot cancel it, so the job must end) it still finalizes, under a 10 s watchdog that
+// ends the process should MPI_Finalize wait for the stuck collective.
 // Call it after every Work completed and before exit; Groups must not be used afterwards.
 // If it is not called, it runs at exit (so a rank that returns from main early does not make
 // mpiexec kill the ranks still finishing). Idempotent.

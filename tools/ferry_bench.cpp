@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,17 +38,30 @@ int adaptive_iters(double seconds_per_iter) {
 // estimate how many iterations fit in the time budget.
 int calibration_iters(const Options& o) { return o.iters == 0 ? std::max(o.warmup, 1) : o.warmup; }
 
-std::vector<double> time_iterations(OpCase& op_case, const Group& group, int n) {
-  std::vector<double> seconds;
-  seconds.reserve(static_cast<size_t>(n));
+struct Samples {
+  std::vector<double> ferry;
+  std::vector<double> baseline;  // empty without a baseline
+};
+
+// With a baseline, its iterations alternate with ferry's: the host's drift (the two vCPUs move)
+// then affects both alike, and their ratio is what the run measures.
+Samples time_iterations(OpCase& op_case, Baseline* baseline, const Group& group, int n) {
+  Samples s;
+  s.ferry.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     // Start together, so the slowest rank's time is the op's and not how late it arrived.
     barrier(group).wait();
     const auto t0 = SteadyClock::now();
     op_case.launch().wait();
-    seconds.push_back(std::chrono::duration<double>(SteadyClock::now() - t0).count());
+    s.ferry.push_back(std::chrono::duration<double>(SteadyClock::now() - t0).count());
+    if (baseline) {
+      baseline->barrier();
+      const auto t1 = SteadyClock::now();
+      baseline->run();
+      s.baseline.push_back(std::chrono::duration<double>(SteadyClock::now() - t1).count());
+    }
   }
-  return seconds;
+  return s;
 }
 
 void report_check_failure(const std::string& what) {
@@ -59,6 +73,7 @@ struct Sweep {
   const Options& opts;
   std::vector<size_t> sizes;
   Report* report;  // on the reporting rank only, null elsewhere
+  Launcher* launcher;
 };
 
 // Every rank returns the same: false when any rank's result was wrong.
@@ -80,14 +95,28 @@ bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& syn
     if (!error.empty()) report_check_failure(error);
     if (!sync.all_of(error.empty())) return false;
 
+    std::unique_ptr<Baseline> baseline =
+        o.vs_mpi ? sweep.launcher->baseline(op, count, o.dtype) : nullptr;
     int iters = o.iters;
-    const std::vector<double> warm = time_iterations(op_case, world, calibration_iters(o));
-    if (iters == 0) iters = adaptive_iters(summarize(sync.max_over_ranks(warm)).median);
-    const std::vector<double> slowest = sync.max_over_ranks(time_iterations(op_case, world, iters));
+    const Samples warm = time_iterations(op_case, baseline.get(), world, calibration_iters(o));
+    if (iters == 0) {
+      // Both sides get the same count, from the slower of the two.
+      std::vector<double> medians{summarize(warm.ferry).median};
+      if (baseline) medians.push_back(summarize(warm.baseline).median);
+      const std::vector<double> slowest = sync.max_over_ranks(medians);
+      iters = adaptive_iters(*std::max_element(slowest.begin(), slowest.end()));
+    }
+    const Samples timed = time_iterations(op_case, baseline.get(), world, iters);
+    const std::vector<double> slowest = sync.max_over_ranks(timed.ferry);
+    std::optional<Stats> baseline_stats;
+    if (baseline) baseline_stats = summarize(sync.max_over_ranks(timed.baseline));
 
     if (sweep.report) {
-      Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count,
-              algorithm_for(op, count, o.dtype, w), iters, summarize(slowest), 0, 0};
+      // MPI carries every collective natively: the algorithm table does not apply there.
+      const std::string algorithm =
+          o.transport == "mpi" ? "native" : algorithm_for(op, count, o.dtype, w);
+      Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count, algorithm, iters,
+              summarize(slowest), 0, 0, baseline_stats};
       set_bandwidth(row, w);
       sweep.report->row(row);
     }
@@ -122,7 +151,7 @@ bool bench_memcpy(const Sweep& sweep, Group& world, RankSync& sync) {
         seconds.reserve(static_cast<size_t>(iters));
         for (int i = 0; i < iters; ++i) seconds.push_back(copy.time_one_seconds());
         if (sweep.report) {
-          Row row{OpKind::Memcpy, bytes, count, "memcpy", iters, summarize(seconds), 0, 0};
+          Row row{OpKind::Memcpy, bytes, count, "memcpy", iters, summarize(seconds), 0, 0, {}};
           set_bandwidth(row, world.size());
           sweep.report->row(row);
         }
@@ -163,6 +192,7 @@ int run(int argc, char** argv) {
       return 0;
     }
     launcher = make_launcher(opts.transport, opts.world_size);
+    opts.world_size = launcher->world_size();
     try {
       config();  // a bad FERRY_* variable is reported here, by name
     } catch (const InvalidArgument& e) {
@@ -174,7 +204,7 @@ int run(int argc, char** argv) {
     } catch (const InvalidArgument& e) {
       throw UsageError(std::string(opts.algo.empty() ? "FERRY_ALGO: " : "--algo: ") + e.what());
     }
-    if (!opts.csv_path.empty()) {
+    if (!opts.csv_path.empty() && launcher->reports()) {
       csv = std::fopen(opts.csv_path.c_str(), "w");
       if (!csv)
         throw UsageError("--csv: cannot write '" + opts.csv_path + "': " + std::strerror(errno));
@@ -185,14 +215,14 @@ int run(int argc, char** argv) {
   }
 
   const std::vector<size_t> sizes = sweep_sizes(opts);
-  Report report({opts.transport, opts.world_size, opts.dtype}, csv);
-  report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
+  Report report({opts.transport, opts.world_size, opts.dtype, opts.vs_mpi}, csv);
+  if (launcher->reports()) report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
 
   std::atomic<bool> all_ok{true};
   int status = 0;
   try {
     launcher->run([&](Group& world, RankSync& sync) {
-      Sweep sweep{opts, sizes, world.rank() == 0 ? &report : nullptr};
+      Sweep sweep{opts, sizes, world.rank() == 0 ? &report : nullptr, launcher.get()};
       for (OpKind op : opts.ops) {
         const bool ok = op == OpKind::Memcpy ? bench_memcpy(sweep, world, sync)
                                              : bench_collective(op, sweep, world, sync);

@@ -7,13 +7,19 @@
 #include "runtime/log.h"
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <thread>
 
 namespace ferry::detail {
 namespace {
 
 std::mutex g_mu;
 bool g_ferry_initialized_mpi = false;
+constexpr std::chrono::seconds kFinalizeWatchdog{10};
 
 }  // namespace
 
@@ -43,12 +49,28 @@ std::shared_ptr<Transport> mpi_world_transport() {
 bool mpi_finalize() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_ferry_initialized_mpi || !mpi_usable()) return false;
-  if (anything_kept_forever()) {
-    FERRY_LOG(Info, "init", "MPI_Finalize skipped: a collective timed out and MPI cannot cancel "
-              "it; the process must end");
-    return false;
+  if (!anything_kept_forever()) {
+    MPI_Finalize();
+    return true;
   }
+  // A collective timed out and can never complete. MPICH's MPI_Finalize still returns then (and
+  // it is what tells mpiexec that this rank ended on purpose, so the job ends cleanly rather
+  // than being killed), but nothing guarantees it: a watchdog ends the process should it wait.
+  FERRY_LOG(Info, "init", "MPI_Finalize after a timed-out collective; exiting in ",
+            kFinalizeWatchdog.count(), " s if it does not return");
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([done] {
+    const auto until = std::chrono::steady_clock::now() + kFinalizeWatchdog;
+    while (!done->load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (done->load()) return;
+    std::fprintf(stderr, "ferry: MPI_Finalize did not return within %d s after a timed-out "
+                 "collective; ending the process\n", static_cast<int>(kFinalizeWatchdog.count()));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }).detach();
   MPI_Finalize();
+  done->store(true);
   return true;
 }
 

@@ -388,21 +388,23 @@ Pending start_scatter(Ctx& ctx, const Group& g, const OpCase& c) {
 
 Pending start_barrier(Ctx& ctx, const Group& g, const OpCase& c) {
   const int W = g.size(), me = g.rank();
-  // Members issue their collectives in the same order, so (members, sequence number) names
-  // this barrier identically on every member.
-  std::string name = "barrier|" + std::to_string(g.sequence_number()) + "|";
-  for (int r : g.members()) name += std::to_string(r) + ",";
   if (c.variant == 1 && me == W - 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  std::atomic<int>& arrived = ctx.counter(name);
-  arrived.fetch_add(1);
+  // steady_clock is CLOCK_MONOTONIC, one clock for every thread and process of the host: the
+  // ranks compare arrival times whether they are threads (run_ranks) or processes (mpiexec).
+  const double arrived = seconds_now();
   Pending p{where(g, c.describe("barrier")), {}, {}};
   p.works.push_back(ferry::barrier(g));
-  p.verify = [&ctx, &arrived, W, w = p.where] {
-    const int seen = arrived.load();
-    ctx.expect(seen == W, [&] {
-      return w + ": left the barrier after " + std::to_string(seen) + " of " + std::to_string(W) +
-             " members arrived";
-    });
+  p.verify = [&ctx, g, arrived, W, w = p.where] {
+    const double left = seconds_now();  // the barrier's wait has returned
+    Tensor all = ferry::zeros({W}, DType::Float64);
+    ferry::all_gather(ferry::from_vector<double>({arrived}), all, g).wait();
+    for (int k = 0; k < W; ++k) {
+      const double t = all.get_flat(k);
+      ctx.expect(t <= left, [&] {
+        return w + ": left the barrier " + std::to_string(t - left) + " s before rank " +
+               std::to_string(k) + " arrived";
+      });
+    }
   };
   return p;
 }

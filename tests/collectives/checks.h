@@ -63,7 +63,8 @@ Pending start_all_to_all_single_v(Ctx&, const Group&, const OpCase&);
 Pending start_all_to_all(Ctx&, const Group&, const OpCase&);
 Pending start_gather(Ctx&, const Group&, const OpCase&);
 Pending start_scatter(Ctx&, const Group&, const OpCase&);
-// Verifies that every member arrived before anyone left. variant 1: the last rank arrives late.
+// Verifies that every member arrived before anyone left (verify() exchanges the arrival times
+// with an all_gather, so every member must call it). variant 1: the last rank arrives late.
 Pending start_barrier(Ctx&, const Group&, const OpCase&);
 // send/recv around the ring (tag 100 + salt % 1000); nothing to do on one rank.
 Pending start_ring_send_recv(Ctx&, const Group&, const OpCase&);

@@ -4,6 +4,7 @@
 // every rank (so nobody waits for anyone), at world sizes 1, 2 and 3 where it applies; cases
 // that only the root can detect run at world size 1. Finally one case where only rank 0 passes
 // bad input: it fails at once, the others time out, and their group is poisoned.
+#include "spmd_case.h"
 #include "test_helpers.h"
 
 #include <catch2/catch.hpp>
@@ -235,6 +236,33 @@ void check_still_usable(Ctx& ctx, Group& g, const std::string& w) {
                     std::vector<double>(3, W * (W + 1) / 2.0));
 }
 
+
+// The call throws InvalidArgument on this rank, and leaves the group usable.
+void check_rejected(Ctx& ctx, Group& g, const BadCase& bad) {
+  const std::string w = where(g, bad.name);
+  const uint64_t seq = g.sequence_number();
+  expect_invalid(ctx, w, [&] { return bad.call(g); });
+  FT_CHECK(ctx, !g.poisoned(), w + ": InvalidArgument must leave the group usable");
+  FT_CHECK(ctx, g.sequence_number() == seq, w + ": a rejected call must not take a sequence number");
+  check_still_usable(ctx, g, w);
+}
+
+// Under mpiexec the world is given: every case runs on it, and those only a root can detect
+// (max_world 1) on a one-rank group split off it.
+void bad_input_on_one_world(Group& g, Ctx& ctx) {
+  Group alone = g.split(g.rank(), 0);
+  for (const BadCase& bad : bad_cases()) {
+    if (g.size() >= bad.min_world && g.size() <= bad.max_world)
+      check_rejected(ctx, g, bad);
+    else if (bad.min_world <= 1 && bad.max_world < g.size())
+      check_rejected(ctx, alone, bad);
+  }
+}
+
+[[maybe_unused]] const bool kBadInputRegistered = register_spmd_case(
+    "bad input: InvalidArgument from the call; on every rank", "[bad_input]",
+    bad_input_on_one_world);
+
 }  // namespace
 
 TEST_CASE("bad input: InvalidArgument from the call; on every rank", "[bad_input]") {
@@ -243,29 +271,20 @@ TEST_CASE("bad input: InvalidArgument from the call; on every rank", "[bad_input
   for (const BadCase& bad : bad_cases()) {
     if (world < bad.min_world || world > bad.max_world) continue;
     INFO(bad.name);
-    run_checked(world, [&bad](Group& g, Ctx& ctx) {
-      const std::string w = where(g, bad.name);
-      const uint64_t seq = g.sequence_number();
-      expect_invalid(ctx, w, [&] { return bad.call(g); });
-      FT_CHECK(ctx, !g.poisoned(), w + ": InvalidArgument must leave the group usable");
-      FT_CHECK(ctx, g.sequence_number() == seq, w + ": a rejected call must not take a sequence number");
-      check_still_usable(ctx, g, w);
-    });
+    run_checked(world, [&bad](Group& g, Ctx& ctx) { check_rejected(ctx, g, bad); });
   }
 }
 
-TEST_CASE("bad input: InvalidArgument messages say what was given", "[bad_input]") {
-  run_checked(2, [](Group& g, Ctx& ctx) {
-    try {
-      (void)ferry::all_reduce(zeros({8}), zeros({9}), g);
-      ctx.fail(where(g, "shape mismatch accepted"));
-    } catch (const ferry::InvalidArgument& e) {
-      const std::string msg = e.what();
-      FT_CHECK(ctx, msg.find("all_reduce") != std::string::npos, where(g, "message names the op: " + msg));
-      FT_CHECK(ctx, msg.find("[9]") != std::string::npos && msg.find("[8]") != std::string::npos,
-               where(g, "message shows both shapes (shape_str form): " + msg));
-    }
-  });
+FT_SPMD_CASE("bad input: InvalidArgument messages say what was given", "[bad_input]", 2) {
+  try {
+    (void)ferry::all_reduce(zeros({8}), zeros({9}), g);
+    ctx.fail(where(g, "shape mismatch accepted"));
+  } catch (const ferry::InvalidArgument& e) {
+    const std::string msg = e.what();
+    FT_CHECK(ctx, msg.find("all_reduce") != std::string::npos, where(g, "message names the op: " + msg));
+    FT_CHECK(ctx, msg.find("[9]") != std::string::npos && msg.find("[8]") != std::string::npos,
+             where(g, "message shows both shapes (shape_str form): " + msg));
+  }
 }
 
 TEST_CASE("bad input on rank 0 only: rank 0 fails at once; the others time out", "[bad_input][timeout]") {

@@ -2,6 +2,7 @@
 // kUndefinedColor -> null Group), splits of splits, collectives on sub-groups (also on disjoint
 // sub-groups at the same time and interleaved with the parent), sequence numbers.
 #include "checks.h"
+#include "spmd_case.h"
 
 #include <catch2/catch.hpp>
 
@@ -111,118 +112,103 @@ Group check_split(Ctx& ctx, const Group& parent, const SplitSpec& spec, uint64_t
 
 }  // namespace
 
-TEST_CASE("split: MPI_Comm_split semantics", "[groups][split]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    uint64_t salt = 0;
-    for (const SplitSpec& spec : specs()) check_split(ctx, g, spec, salt++);
-    FT_CHECK(ctx, !g.poisoned(), where(g, "world after splits"));
-  });
+FT_SPMD_CASE("split: MPI_Comm_split semantics", "[groups][split]", 1, 2, 3, 4, 7, 8) {
+  uint64_t salt = 0;
+  for (const SplitSpec& spec : specs()) check_split(ctx, g, spec, salt++);
+  FT_CHECK(ctx, !g.poisoned(), where(g, "world after splits"));
 }
 
-TEST_CASE("split: a split of a split", "[groups][split]") {
-  const int world = GENERATE(2, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    const SplitSpec outer{"parity, reversed", [](int r, int) { return r % 2; }, [](int r, int) { return -r; }};
-    const SplitSpec inner{"halves, keys by rank", [](int r, int n) { return r < n / 2 ? 0 : 1; },
-                          [](int r, int) { return r; }};
-    Group a = check_split(ctx, g, outer, 1);
-    if (!a.valid()) return;
-    Group b = check_split(ctx, a, inner, 2);
-    // The nested group still works next to its parents.
+FT_SPMD_CASE("split: a split of a split", "[groups][split]", 2, 4, 7, 8) {
+  const SplitSpec outer{"parity, reversed", [](int r, int) { return r % 2; }, [](int r, int) { return -r; }};
+  const SplitSpec inner{"halves, keys by rank", [](int r, int n) { return r < n / 2 ? 0 : 1; },
+                        [](int r, int) { return r; }};
+  Group a = check_split(ctx, g, outer, 1);
+  if (!a.valid()) return;
+  Group b = check_split(ctx, a, inner, 2);
+  // The nested group still works next to its parents.
+  OpCase c;
+  c.dtype = DType::Int32;
+  c.rows = 5;
+  c.inner = 3;
+  c.salt = 9;
+  if (b.valid()) run_case(ctx, b, start_all_gather, c);
+  run_case(ctx, a, start_all_to_all_single, c);
+  run_case(ctx, g, start_all_reduce, c);
+}
+
+FT_SPMD_CASE("sub-groups: disjoint groups run collectives at the same time", "[groups][concurrent]", 4, 7, 8) {
+  // Three disjoint sub-groups (rank % 3), plus the world, all with operations in flight.
+  Group sub = g.split(g.rank() % 3, g.rank());
+  FT_CHECK(ctx, sub.valid(), where(g, "split rank % 3"));
+  if (!sub.valid()) return;
+  const DType dtypes[] = {DType::Float32, DType::Int64, DType::BFloat16, DType::UInt8};
+  for (uint64_t iter = 0; iter < 8; ++iter) {
     OpCase c;
-    c.dtype = DType::Int32;
-    c.rows = 5;
-    c.inner = 3;
-    c.salt = 9;
-    if (b.valid()) run_case(ctx, b, start_all_gather, c);
-    run_case(ctx, a, start_all_to_all_single, c);
-    run_case(ctx, g, start_all_reduce, c);
-  });
+    c.dtype = dtypes[iter % 4];
+    c.rows = iter % 2 == 0 ? 37 : 1000 + static_cast<int64_t>(iter);
+    c.salt = iter;
+    c.root = static_cast<int>(iter) % sub.size();
+    std::vector<Pending> pending;
+    pending.push_back(start_all_reduce(ctx, sub, c));
+    pending.push_back(start_all_reduce(ctx, g, c));
+    pending.push_back(start_broadcast(ctx, sub, c));
+    pending.push_back(start_all_gather(ctx, sub, c));
+    pending.push_back(start_reduce_scatter(ctx, g, c));
+    for (auto it = pending.rbegin(); it != pending.rend(); ++it) finish(ctx, *it);
+  }
 }
 
-TEST_CASE("sub-groups: disjoint groups run collectives at the same time", "[groups][concurrent]") {
-  const int world = GENERATE(4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    // Three disjoint sub-groups (rank % 3), plus the world, all with operations in flight.
-    Group sub = g.split(g.rank() % 3, g.rank());
-    FT_CHECK(ctx, sub.valid(), where(g, "split rank % 3"));
-    if (!sub.valid()) return;
-    const DType dtypes[] = {DType::Float32, DType::Int64, DType::BFloat16, DType::UInt8};
-    for (uint64_t iter = 0; iter < 8; ++iter) {
-      OpCase c;
-      c.dtype = dtypes[iter % 4];
-      c.rows = iter % 2 == 0 ? 37 : 1000 + static_cast<int64_t>(iter);
-      c.salt = iter;
-      c.root = static_cast<int>(iter) % sub.size();
-      std::vector<Pending> pending;
-      pending.push_back(start_all_reduce(ctx, sub, c));
-      pending.push_back(start_all_reduce(ctx, g, c));
-      pending.push_back(start_broadcast(ctx, sub, c));
-      pending.push_back(start_all_gather(ctx, sub, c));
-      pending.push_back(start_reduce_scatter(ctx, g, c));
-      for (auto it = pending.rbegin(); it != pending.rend(); ++it) finish(ctx, *it);
-    }
-  });
+FT_SPMD_CASE("sub-groups: overlapping groups interleaved", "[groups][concurrent]", 3, 4, 8) {
+  const int W = g.size(), me = g.rank();
+  Group a = g.split(me % 2, 0);
+  Group b = g.split(me < W / 2 ? 0 : 1, -me);
+  OpCase c;
+  c.dtype = DType::Float16;
+  c.rows = 37;
+  for (uint64_t iter = 0; iter < 5; ++iter) {
+    c.salt = iter;
+    c.op = iter % 2 ? ReduceOp::Max : ReduceOp::Sum;
+    std::vector<Pending> pending;
+    pending.push_back(start_all_reduce(ctx, a, c));
+    pending.push_back(start_all_reduce(ctx, b, c));
+    pending.push_back(start_all_to_all_single(ctx, a, c));
+    pending.push_back(start_all_gather_v(ctx, b, c));
+    pending.push_back(start_barrier(ctx, g, c));
+    for (Pending& p : pending) finish(ctx, p);
+  }
 }
 
-TEST_CASE("sub-groups: overlapping groups interleaved", "[groups][concurrent]") {
-  const int world = GENERATE(3, 4, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    const int W = g.size(), me = g.rank();
-    Group a = g.split(me % 2, 0);
-    Group b = g.split(me < W / 2 ? 0 : 1, -me);
-    OpCase c;
-    c.dtype = DType::Float16;
-    c.rows = 37;
-    for (uint64_t iter = 0; iter < 5; ++iter) {
-      c.salt = iter;
-      c.op = iter % 2 ? ReduceOp::Max : ReduceOp::Sum;
-      std::vector<Pending> pending;
-      pending.push_back(start_all_reduce(ctx, a, c));
-      pending.push_back(start_all_reduce(ctx, b, c));
-      pending.push_back(start_all_to_all_single(ctx, a, c));
-      pending.push_back(start_all_gather_v(ctx, b, c));
-      pending.push_back(start_barrier(ctx, g, c));
-      for (Pending& p : pending) finish(ctx, p);
-    }
-  });
-}
-
-TEST_CASE("sequence numbers advance once per collective", "[groups][sequence]") {
-  const int world = GENERATE(1, 2, 3, 4);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    const int W = g.size(), me = g.rank();
-    const uint64_t s0 = g.sequence_number();
-    Tensor t = ferry::ones({4});
-    Work a = ferry::all_reduce(t, g);
-    FT_CHECK(ctx, g.sequence_number() == s0 + 1, where(g, "after issuing all_reduce"));
-    Work b = ferry::barrier(g);
-    FT_CHECK(ctx, g.sequence_number() == s0 + 2, where(g, "after issuing barrier"));
-    a.wait();
-    b.wait();
-    FT_CHECK(ctx, g.sequence_number() == s0 + 2, where(g, "waiting does not advance it"));
-    ctx.expect_tensor(where(g, "all_reduce of ones"), t, DType::Float32, {4},
-                      std::vector<double>(4, static_cast<double>(W)));
-    if (W > 1) {
-      Tensor out = ferry::full({2}, me), in = ferry::zeros({2});
-      Work s = ferry::send(out, (me + 1) % W, g, 1);
-      Work r = ferry::recv(in, (me + W - 1) % W, g, 1);
-      s.wait();
-      r.wait();
-      FT_CHECK(ctx, g.sequence_number() == s0 + 2, where(g, "send/recv do not advance it"));
-    }
-    Group sub = g.split(0, -me);
-    const uint64_t s1 = g.sequence_number();
-    FT_CHECK(ctx, sub.valid() && sub.sequence_number() == 0, where(g, "new group"));
-    if (!sub.valid()) return;
-    Tensor u = ferry::ones({3}, DType::Int32);
-    ferry::all_reduce(u, sub).wait();
-    ferry::barrier(sub).wait();
-    FT_CHECK(ctx, sub.sequence_number() == 2, where(g, "sub-group after two collectives"));
-    FT_CHECK(ctx, g.sequence_number() == s1, where(g, "sub-group ops leave the parent's sequence"));
-    ferry::barrier(g).wait();
-    FT_CHECK(ctx, g.sequence_number() == s1 + 1, where(g, "parent after a barrier"));
-    FT_CHECK(ctx, sub.sequence_number() == 2, where(g, "parent ops leave the sub-group's sequence"));
-  });
+FT_SPMD_CASE("sequence numbers advance once per collective", "[groups][sequence]", 1, 2, 3, 4) {
+  const int W = g.size(), me = g.rank();
+  const uint64_t s0 = g.sequence_number();
+  Tensor t = ferry::ones({4});
+  Work a = ferry::all_reduce(t, g);
+  FT_CHECK(ctx, g.sequence_number() == s0 + 1, where(g, "after issuing all_reduce"));
+  Work b = ferry::barrier(g);
+  FT_CHECK(ctx, g.sequence_number() == s0 + 2, where(g, "after issuing barrier"));
+  a.wait();
+  b.wait();
+  FT_CHECK(ctx, g.sequence_number() == s0 + 2, where(g, "waiting does not advance it"));
+  ctx.expect_tensor(where(g, "all_reduce of ones"), t, DType::Float32, {4},
+                    std::vector<double>(4, static_cast<double>(W)));
+  if (W > 1) {
+    Tensor out = ferry::full({2}, me), in = ferry::zeros({2});
+    Work s = ferry::send(out, (me + 1) % W, g, 1);
+    Work r = ferry::recv(in, (me + W - 1) % W, g, 1);
+    s.wait();
+    r.wait();
+    FT_CHECK(ctx, g.sequence_number() == s0 + 2, where(g, "send/recv do not advance it"));
+  }
+  Group sub = g.split(0, -me);
+  const uint64_t s1 = g.sequence_number();
+  FT_CHECK(ctx, sub.valid() && sub.sequence_number() == 0, where(g, "new group"));
+  if (!sub.valid()) return;
+  Tensor u = ferry::ones({3}, DType::Int32);
+  ferry::all_reduce(u, sub).wait();
+  ferry::barrier(sub).wait();
+  FT_CHECK(ctx, sub.sequence_number() == 2, where(g, "sub-group after two collectives"));
+  FT_CHECK(ctx, g.sequence_number() == s1, where(g, "sub-group ops leave the parent's sequence"));
+  ferry::barrier(g).wait();
+  FT_CHECK(ctx, g.sequence_number() == s1 + 1, where(g, "parent after a barrier"));
+  FT_CHECK(ctx, sub.sequence_number() == 2, where(g, "parent ops leave the sub-group's sequence"));
 }

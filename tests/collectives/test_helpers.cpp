@@ -274,13 +274,6 @@ const std::vector<double>& Ctx::shared(const std::string& key,
   return memo->value;  // the map keeps the Memo alive for the Ctx's lifetime
 }
 
-std::atomic<int>& Ctx::counter(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = counters_[key];
-  if (!slot) slot = std::make_shared<std::atomic<int>>(0);
-  return *slot;
-}
-
 size_t Ctx::checks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return checks_;
@@ -385,6 +378,10 @@ void expect_invalid(Ctx& ctx, const std::string& where, const std::function<Work
   } catch (...) {
     // already reported: the call should never have started
   }
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

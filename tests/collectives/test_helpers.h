@@ -139,8 +139,6 @@ class Ctx {
   // `compute` must not communicate.
   const std::vector<double>& shared(const std::string& key,
                                     const std::function<std::vector<double>()>& compute);
-  // A counter shared by all rank threads under `key`.
-  std::atomic<int>& counter(const std::string& key);
 
   size_t checks() const;
   size_t failures() const;
@@ -157,7 +155,6 @@ class Ctx {
   size_t failures_ = 0;
   std::vector<std::string> messages_;
   std::map<std::string, std::shared_ptr<Memo>> memo_;
-  std::map<std::string, std::shared_ptr<std::atomic<int>>> counters_;
 };
 
 std::string located(const char* file, int line, const char* expr, const std::string& where);
@@ -187,6 +184,8 @@ std::exception_ptr capture(const std::function<void()>& fn);
 std::string what_of(const std::exception_ptr& e);
 
 double seconds_since(std::chrono::steady_clock::time_point t0);
+// steady_clock now, in seconds since its epoch (comparable between processes of one host).
+double seconds_now();
 
 // ---------------------------------------------------------------------------------------------
 // Scoped process-wide settings; set them on the main thread, outside run_ranks.

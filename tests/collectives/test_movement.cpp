@@ -13,6 +13,7 @@
 //     the output of all_gather and gather, the input/output of all_to_all, the tensor of
 //     broadcast; per-rank blocks are then about 1M / W rows (uneven cases: about 1.3M in total).
 #include "checks.h"
+#include "spmd_case.h"
 
 #include <catch2/catch.hpp>
 
@@ -54,63 +55,40 @@ void small_sweep(Group& g, Ctx& ctx, Starter start, bool every_root, std::vector
 
 }  // namespace
 
-TEST_CASE("broadcast: from every root", "[movement][broadcast]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) { small_sweep(g, ctx, start_broadcast, true, {0}, {0}); });
+FT_SPMD_CASE("broadcast: from every root", "[movement][broadcast]", 1, 2, 3, 4, 7, 8) {
+  small_sweep(g, ctx, start_broadcast, true, {0}, {0});
 }
 
-TEST_CASE("all_gather: equal blocks", "[movement][all_gather]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    small_sweep(g, ctx, start_all_gather, false, {0, 1}, {0});  // 1: input is own block of output
-  });
+FT_SPMD_CASE("all_gather: equal blocks", "[movement][all_gather]", 1, 2, 3, 4, 7, 8) {
+  small_sweep(g, ctx, start_all_gather, false, {0, 1}, {0});  // 1: input is own block of output
 }
 
-TEST_CASE("all_gather_v: given sizes; zero-size ranks", "[movement][all_gather_v]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    small_sweep(g, ctx, start_all_gather_v, false, {0}, {0, 1, 2});
-  });
+FT_SPMD_CASE("all_gather_v: given sizes; zero-size ranks", "[movement][all_gather_v]", 1, 2, 3, 4, 7, 8) {
+  small_sweep(g, ctx, start_all_gather_v, false, {0}, {0, 1, 2});
 }
 
-TEST_CASE("all_gather_v: exchanged sizes; zero-size ranks", "[movement][all_gather_v]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    small_sweep(g, ctx, start_all_gather_v_exchanged, false, {0}, {0, 1, 2});
-  });
+FT_SPMD_CASE("all_gather_v: exchanged sizes; zero-size ranks", "[movement][all_gather_v]", 1, 2, 3, 4, 7, 8) {
+  small_sweep(g, ctx, start_all_gather_v_exchanged, false, {0}, {0, 1, 2});
 }
 
-TEST_CASE("all_to_all_single: equal blocks", "[movement][all_to_all]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    small_sweep(g, ctx, start_all_to_all_single, false, {0}, {0});
-  });
+FT_SPMD_CASE("all_to_all_single: equal blocks", "[movement][all_to_all]", 1, 2, 3, 4, 7, 8) {
+  small_sweep(g, ctx, start_all_to_all_single, false, {0}, {0});
 }
 
-TEST_CASE("all_to_all_single: uneven splits with zeros", "[movement][all_to_all]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    small_sweep(g, ctx, start_all_to_all_single_v, false, {0}, {0, 1, 2});
-  });
+FT_SPMD_CASE("all_to_all_single: uneven splits with zeros", "[movement][all_to_all]", 1, 2, 3, 4, 7, 8) {
+  small_sweep(g, ctx, start_all_to_all_single_v, false, {0}, {0, 1, 2});
 }
 
-TEST_CASE("all_to_all: lists; shapes differ but bytes match", "[movement][all_to_all]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    small_sweep(g, ctx, start_all_to_all, false, {0}, {0, 1});
-  });
+FT_SPMD_CASE("all_to_all: lists; shapes differ but bytes match", "[movement][all_to_all]", 1, 2, 3, 4, 7, 8) {
+  small_sweep(g, ctx, start_all_to_all, false, {0}, {0, 1});
 }
 
-TEST_CASE("gather and scatter: every root", "[movement][gather][scatter]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    small_sweep(g, ctx, start_gather, true, {0}, {0});
-    small_sweep(g, ctx, start_scatter, true, {0}, {0});
-  });
+FT_SPMD_CASE("gather and scatter: every root", "[movement][gather][scatter]", 1, 2, 3, 4, 7, 8) {
+  small_sweep(g, ctx, start_gather, true, {0}, {0});
+  small_sweep(g, ctx, start_scatter, true, {0}, {0});
 }
 
-TEST_CASE("movement: 1M elements", "[movement][large]") {
-  const int world = GENERATE(2, 3, 8);
+FT_SPMD_CASE("movement: 1M elements", "[movement][large]", 2, 3, 8) {
   struct Large {
     const char* name;
     Starter start;
@@ -130,107 +108,92 @@ TEST_CASE("movement: 1M elements", "[movement][large]") {
       {"scatter", start_scatter, DType::Float64, true, false},
       {"send/recv", start_ring_send_recv, DType::Int64, false, false},
   };
-  const Large op = GENERATE_REF(from_range(std::begin(large), std::end(large)));
-  const DType dt = GENERATE_COPY(DType::Float32, op.other);
-  INFO(op.name << " " << ferry::dtype_name(dt));
-  run_checked(world, [op, dt](Group& g, Ctx& ctx) {
-    const int W = g.size();
-    const int64_t rows = op.uneven ? 2 * kLarge / W : op.per_rank_block ? ceil_div(kLarge, W) : kLarge;
-    run_case(ctx, g, op.start, make_case(dt, rows, 0, /*root=*/W - 1, 0, 1));
-  });
+  // Each failure message names the op and dtype (Pending::where).
+  for (const Large& op : large) {
+    for (DType dt : {DType::Float32, op.other}) {
+      const int W = g.size();
+      const int64_t rows = op.uneven ? 2 * kLarge / W : op.per_rank_block ? ceil_div(kLarge, W) : kLarge;
+      run_case(ctx, g, op.start, make_case(dt, rows, 0, /*root=*/W - 1, 0, 1));
+    }
+  }
 }
 
-TEST_CASE("barrier: nobody leaves before everyone arrived", "[movement][barrier]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    for (int round = 0; round < 6; ++round)
-      run_case(ctx, g, start_barrier, make_case(DType::Float32, 0, 0, 0, round % 2));
-  });
+FT_SPMD_CASE("barrier: nobody leaves before everyone arrived", "[movement][barrier]", 1, 2, 3, 4, 7, 8) {
+  for (int round = 0; round < 6; ++round)
+    run_case(ctx, g, start_barrier, make_case(DType::Float32, 0, 0, 0, round % 2));
 }
 
-TEST_CASE("send/recv: ring; every dtype", "[movement][p2p]") {
-  const int world = GENERATE(2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    const uint64_t seq = g.sequence_number();
-    small_sweep(g, ctx, start_ring_send_recv, false, {0}, {0, 5});
-    FT_CHECK(ctx, g.sequence_number() == seq, where(g, "send/recv must not advance the sequence"));
-  });
+FT_SPMD_CASE("send/recv: ring; every dtype", "[movement][p2p]", 2, 3, 4, 7, 8) {
+  const uint64_t seq = g.sequence_number();
+  small_sweep(g, ctx, start_ring_send_recv, false, {0}, {0, 5});
+  FT_CHECK(ctx, g.sequence_number() == seq, where(g, "send/recv must not advance the sequence"));
 }
 
-TEST_CASE("send/recv: user tags match regardless of posting order", "[movement][p2p]") {
-  const int world = GENERATE(2, 3, 4);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    const int W = g.size(), me = g.rank(), next = (me + 1) % W, prev = (me + W - 1) % W;
-    const DType dt = DType::Int32;
-    // Tag 7 is sent first, tag 3 second; the receiver posts tag 3 first.
-    Tensor a = make_tensor(Gen(Pattern::Move, dt, me, 7), {11}, dt);
-    Tensor b = make_tensor(Gen(Pattern::Move, dt, me, 3), {11}, dt);
-    Tensor ra = ferry::zeros({11}, dt), rb = ferry::zeros({11}, dt);
-    std::vector<Work> works;
-    works.push_back(ferry::send(a, next, g, 7));
-    works.push_back(ferry::send(b, next, g, 3));
-    works.push_back(ferry::recv(rb, prev, g, 3));
-    works.push_back(ferry::recv(ra, prev, g, 7));
-    for (Work& w : works) w.wait();
-    ctx.expect_tensor(where(g, "tag 7"), ra, dt, {11}, gen_values(Gen(Pattern::Move, dt, prev, 7), 0, 11));
-    ctx.expect_tensor(where(g, "tag 3"), rb, dt, {11}, gen_values(Gen(Pattern::Move, dt, prev, 3), 0, 11));
-  });
+FT_SPMD_CASE("send/recv: user tags match regardless of posting order", "[movement][p2p]", 2, 3, 4) {
+  const int W = g.size(), me = g.rank(), next = (me + 1) % W, prev = (me + W - 1) % W;
+  const DType dt = DType::Int32;
+  // Tag 7 is sent first, tag 3 second; the receiver posts tag 3 first.
+  Tensor a = make_tensor(Gen(Pattern::Move, dt, me, 7), {11}, dt);
+  Tensor b = make_tensor(Gen(Pattern::Move, dt, me, 3), {11}, dt);
+  Tensor ra = ferry::zeros({11}, dt), rb = ferry::zeros({11}, dt);
+  std::vector<Work> works;
+  works.push_back(ferry::send(a, next, g, 7));
+  works.push_back(ferry::send(b, next, g, 3));
+  works.push_back(ferry::recv(rb, prev, g, 3));
+  works.push_back(ferry::recv(ra, prev, g, 7));
+  for (Work& w : works) w.wait();
+  ctx.expect_tensor(where(g, "tag 7"), ra, dt, {11}, gen_values(Gen(Pattern::Move, dt, prev, 7), 0, 11));
+  ctx.expect_tensor(where(g, "tag 3"), rb, dt, {11}, gen_values(Gen(Pattern::Move, dt, prev, 3), 0, 11));
 }
 
-TEST_CASE("send/recv: one tag keeps posting order", "[movement][p2p]") {
-  const int world = GENERATE(2, 3, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    const int W = g.size(), me = g.rank(), next = (me + 1) % W, prev = (me + W - 1) % W;
-    const DType dt = DType::Float32;
-    constexpr int kMessages = 5;
-    std::vector<Work> works;
-    std::vector<Tensor> sent, received;
-    // Receives are posted first for odd ranks and last for even ones: order must not matter.
-    auto post_recvs = [&] {
-      for (int i = 0; i < kMessages; ++i) {
-        received.push_back(ferry::zeros({37}, dt));
-        works.push_back(ferry::recv(received.back(), prev, g, 5));
-      }
-    };
-    if (me % 2 == 1) post_recvs();
+FT_SPMD_CASE("send/recv: one tag keeps posting order", "[movement][p2p]", 2, 3, 8) {
+  const int W = g.size(), me = g.rank(), next = (me + 1) % W, prev = (me + W - 1) % W;
+  const DType dt = DType::Float32;
+  constexpr int kMessages = 5;
+  std::vector<Work> works;
+  std::vector<Tensor> sent, received;
+  // Receives are posted first for odd ranks and last for even ones: order must not matter.
+  auto post_recvs = [&] {
     for (int i = 0; i < kMessages; ++i) {
-      sent.push_back(make_tensor(Gen(Pattern::Move, dt, me, 50 + i), {37}, dt));
-      works.push_back(ferry::send(sent.back(), next, g, 5));
+      received.push_back(ferry::zeros({37}, dt));
+      works.push_back(ferry::recv(received.back(), prev, g, 5));
     }
-    if (me % 2 == 0) post_recvs();
-    for (Work& w : works) w.wait();
-    for (int i = 0; i < kMessages; ++i)
-      ctx.expect_tensor(where(g, "message " + std::to_string(i) + " on tag 5"), received[i], dt, {37},
-                        gen_values(Gen(Pattern::Move, dt, prev, 50 + i), 0, 37));
-  });
+  };
+  if (me % 2 == 1) post_recvs();
+  for (int i = 0; i < kMessages; ++i) {
+    sent.push_back(make_tensor(Gen(Pattern::Move, dt, me, 50 + i), {37}, dt));
+    works.push_back(ferry::send(sent.back(), next, g, 5));
+  }
+  if (me % 2 == 0) post_recvs();
+  for (Work& w : works) w.wait();
+  for (int i = 0; i < kMessages; ++i)
+    ctx.expect_tensor(where(g, "message " + std::to_string(i) + " on tag 5"), received[i], dt, {37},
+                      gen_values(Gen(Pattern::Move, dt, prev, 50 + i), 0, 37));
 }
 
-TEST_CASE("send/recv: every pair; tagged by sender", "[movement][p2p]") {
-  const int world = GENERATE(2, 3, 4, 7);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    const int W = g.size(), me = g.rank();
-    const DType dt = DType::BFloat16;
-    std::vector<Work> works;
-    std::vector<Tensor> out(W), in(W);
-    for (int k = W - 1; k >= 0; --k) {  // receives posted in reverse rank order
-      if (k == me) continue;
-      in[k] = ferry::zeros({k + 1, 2}, dt);
-      works.push_back(ferry::recv(in[k], k, g, k));
-    }
-    for (int k = 0; k < W; ++k) {  // rank `me` sends me's data sized for the destination
-      if (k == me) continue;
-      out[k] = make_tensor(Gen(Pattern::Move, dt, me, static_cast<uint64_t>(k)), {me + 1, 2}, dt);
-    }
-    // Every rank sends to k a tensor of (me + 1) rows; k receives (me + 1) rows from me.
-    for (int k = 0; k < W; ++k) {
-      if (k == me) continue;
-      works.push_back(ferry::send(out[k], k, g, me));
-    }
-    for (Work& w : works) w.wait();
-    for (int k = 0; k < W; ++k) {
-      if (k == me) continue;
-      ctx.expect_tensor(where(g, "from rank " + std::to_string(k)), in[k], dt, {k + 1, 2},
-                        gen_values(Gen(Pattern::Move, dt, k, static_cast<uint64_t>(me)), 0, 2 * (k + 1)));
-    }
-  });
+FT_SPMD_CASE("send/recv: every pair; tagged by sender", "[movement][p2p]", 2, 3, 4, 7) {
+  const int W = g.size(), me = g.rank();
+  const DType dt = DType::BFloat16;
+  std::vector<Work> works;
+  std::vector<Tensor> out(W), in(W);
+  for (int k = W - 1; k >= 0; --k) {  // receives posted in reverse rank order
+    if (k == me) continue;
+    in[k] = ferry::zeros({k + 1, 2}, dt);
+    works.push_back(ferry::recv(in[k], k, g, k));
+  }
+  for (int k = 0; k < W; ++k) {  // rank `me` sends me's data sized for the destination
+    if (k == me) continue;
+    out[k] = make_tensor(Gen(Pattern::Move, dt, me, static_cast<uint64_t>(k)), {me + 1, 2}, dt);
+  }
+  // Every rank sends to k a tensor of (me + 1) rows; k receives (me + 1) rows from me.
+  for (int k = 0; k < W; ++k) {
+    if (k == me) continue;
+    works.push_back(ferry::send(out[k], k, g, me));
+  }
+  for (Work& w : works) w.wait();
+  for (int k = 0; k < W; ++k) {
+    if (k == me) continue;
+    ctx.expect_tensor(where(g, "from rank " + std::to_string(k)), in[k], dt, {k + 1, 2},
+                      gen_values(Gen(Pattern::Move, dt, k, static_cast<uint64_t>(me)), 0, 2 * (k + 1)));
+  }
 }

@@ -1,6 +1,7 @@
 // Several collectives in flight before any wait (mixed kinds, waited in reverse, with wait_all,
 // by polling), and every algorithm of algorithms_for(c) forced with set_algorithm_override.
 #include "checks.h"
+#include "spmd_case.h"
 
 #include <catch2/catch.hpp>
 
@@ -48,73 +49,61 @@ std::vector<Pending> start_mixed(Ctx& ctx, const Group& g, DType dt, int64_t row
 
 }  // namespace
 
-TEST_CASE("outstanding: mixed collectives; waited in reverse order", "[outstanding]") {
-  const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    for (DType dt : ferry::kAllDTypes) {
-      std::vector<Pending> p = start_mixed(ctx, g, dt, 37, 0);
-      for (auto it = p.rbegin(); it != p.rend(); ++it) finish(ctx, *it);
-    }
-  });
+FT_SPMD_CASE("outstanding: mixed collectives; waited in reverse order", "[outstanding]", 1, 2, 3, 4, 7, 8) {
+  for (DType dt : ferry::kAllDTypes) {
+    std::vector<Pending> p = start_mixed(ctx, g, dt, 37, 0);
+    for (auto it = p.rbegin(); it != p.rend(); ++it) finish(ctx, *it);
+  }
 }
 
-TEST_CASE("outstanding: mixed collectives; wait_all and polling", "[outstanding]") {
-  const int world = GENERATE(2, 3, 4, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    {  // wait_all over every Work of every op
-      std::vector<Pending> p = start_mixed(ctx, g, DType::Float32, 5, 3);
-      std::vector<Work> all;
-      for (Pending& x : p) all.insert(all.end(), x.works.begin(), x.works.end());
-      ferry::wait_all(all);
-      for (Pending& x : p) {
-        for (Work& w : x.works) FT_CHECK(ctx, w.is_completed(), x.where + ": completed after wait_all");
-        x.verify();
-      }
-    }
-    {  // poll is_completed until every op finished (bounded), then wait and verify
-      std::vector<Pending> p = start_mixed(ctx, g, DType::Int64, 1, 0);
-      const auto t0 = std::chrono::steady_clock::now();
-      auto all_done = [&] {
-        for (Pending& x : p)
-          for (Work& w : x.works)
-            if (!w.is_completed()) return false;
-        return true;
-      };
-      while (!all_done() && seconds_since(t0) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      FT_CHECK(ctx, all_done(), where(g, "every op completes without anyone waiting"));
-      for (Pending& x : p) finish(ctx, x);
-    }
-  });
-}
-
-TEST_CASE("outstanding: many all_reduces of different sizes; then wait_all", "[outstanding]") {
-  const int world = GENERATE(1, 3, 4, 8);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    std::vector<Pending> p;
-    for (uint64_t i = 0; i < 24; ++i)
-      p.push_back(start_all_reduce(
-          ctx, g, make_case(i % 3 == 0 ? DType::BFloat16 : DType::Float32, static_cast<int64_t>(i * i * 7),
-                            0, i % 4 == 0 ? ReduceOp::Max : ReduceOp::Sum, 0, static_cast<int>(i % 3), i)));
+FT_SPMD_CASE("outstanding: mixed collectives; wait_all and polling", "[outstanding]", 2, 3, 4, 8) {
+  {  // wait_all over every Work of every op
+    std::vector<Pending> p = start_mixed(ctx, g, DType::Float32, 5, 3);
     std::vector<Work> all;
-    for (Pending& x : p) all.push_back(x.works[0]);
+    for (Pending& x : p) all.insert(all.end(), x.works.begin(), x.works.end());
     ferry::wait_all(all);
-    for (Pending& x : p) x.verify();
-  });
+    for (Pending& x : p) {
+      for (Work& w : x.works) FT_CHECK(ctx, w.is_completed(), x.where + ": completed after wait_all");
+      x.verify();
+    }
+  }
+  {  // poll is_completed until every op finished (bounded), then wait and verify
+    std::vector<Pending> p = start_mixed(ctx, g, DType::Int64, 1, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto all_done = [&] {
+      for (Pending& x : p)
+        for (Work& w : x.works)
+          if (!w.is_completed()) return false;
+      return true;
+    };
+    while (!all_done() && seconds_since(t0) < 30) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    FT_CHECK(ctx, all_done(), where(g, "every op completes without anyone waiting"));
+    for (Pending& x : p) finish(ctx, x);
+  }
 }
 
-TEST_CASE("outstanding: a large op and small ones behind it", "[outstanding][large]") {
-  const int world = GENERATE(2, 3);
-  run_checked(world, [](Group& g, Ctx& ctx) {
-    std::vector<Pending> p;
-    p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, kLarge, 0, ReduceOp::Sum, 0, 1, 1)));
-    p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, 37, 0, ReduceOp::Sum, 0, 0, 2)));
-    p.push_back(start_all_gather(ctx, g, make_case(DType::Int32, 1, 0, ReduceOp::Sum, 0, 0, 3)));
-    p.push_back(start_all_to_all_single(ctx, g, make_case(DType::Float64, kLarge / 8, 0, ReduceOp::Sum, 0, 0, 4)));
-    finish(ctx, p[1]);  // the small ones first
-    finish(ctx, p[2]);
-    finish(ctx, p[0]);
-    finish(ctx, p[3]);
-  });
+FT_SPMD_CASE("outstanding: many all_reduces of different sizes; then wait_all", "[outstanding]", 1, 3, 4, 8) {
+  std::vector<Pending> p;
+  for (uint64_t i = 0; i < 24; ++i)
+    p.push_back(start_all_reduce(
+        ctx, g, make_case(i % 3 == 0 ? DType::BFloat16 : DType::Float32, static_cast<int64_t>(i * i * 7),
+                          0, i % 4 == 0 ? ReduceOp::Max : ReduceOp::Sum, 0, static_cast<int>(i % 3), i)));
+  std::vector<Work> all;
+  for (Pending& x : p) all.push_back(x.works[0]);
+  ferry::wait_all(all);
+  for (Pending& x : p) x.verify();
+}
+
+FT_SPMD_CASE("outstanding: a large op and small ones behind it", "[outstanding][large]", 2, 3) {
+  std::vector<Pending> p;
+  p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, kLarge, 0, ReduceOp::Sum, 0, 1, 1)));
+  p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, 37, 0, ReduceOp::Sum, 0, 0, 2)));
+  p.push_back(start_all_gather(ctx, g, make_case(DType::Int32, 1, 0, ReduceOp::Sum, 0, 0, 3)));
+  p.push_back(start_all_to_all_single(ctx, g, make_case(DType::Float64, kLarge / 8, 0, ReduceOp::Sum, 0, 0, 4)));
+  finish(ctx, p[1]);  // the small ones first
+  finish(ctx, p[2]);
+  finish(ctx, p[0]);
+  finish(ctx, p[3]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class LocalRankSync : public RankSync {
 class LocalLauncher : public Launcher {
  public:
   explicit LocalLauncher(int world_size) : world_size_(world_size) {}
+  int world_size() const override { return world_size_; }
 
   void run(const RankFn& fn) override {
     LocalShared shared(world_size_);
@@ -76,6 +77,7 @@ const std::vector<std::string>& known_transports() {
 
 std::unique_ptr<Launcher> make_launcher(const std::string& transport, int world_size) {
   if (transport == "local") return std::make_unique<LocalLauncher>(world_size);
+  if (transport == "mpi") return make_mpi_launcher();
   if (std::find(known_transports().begin(), known_transports().end(), transport) !=
       known_transports().end()) {
     throw UsageError("transport " + transport + " is not built into this ferry");

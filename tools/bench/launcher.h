@@ -1,11 +1,12 @@
 // How ferry-bench starts its ranks and how they agree on numbers outside the timed region.
 //
 // make_launcher is the one place a transport is chosen: `local` runs the ranks as threads of
-// this process; `mpi` and `ucx` will run one rank per process under mpiexec, with a RankSync
-// built on collectives instead of shared memory.
+// this process; `mpi` runs one rank per process under mpiexec, with a RankSync on raw MPI calls
+// over a communicator of its own (so the exchanges never touch the runtime under test).
 #pragma once
 
 #include "ferry.h"
+#include "tools/bench/ops.h"
 
 #include <functional>
 #include <memory>
@@ -26,6 +27,15 @@ class RankSync {
   virtual bool all_of(bool mine) = 0;
 };
 
+// The same op at the same size through the transport's own raw call (--vs-mpi: the blocking MPI
+// call), with its own buffers, timed next to ferry's in the same run.
+class Baseline {
+ public:
+  virtual ~Baseline() = default;
+  virtual void barrier() = 0;  // the baseline's own barrier, before each timed iteration
+  virtual void run() = 0;      // one call, returns when this rank's part is complete
+};
+
 // The body of a benchmark on one rank.
 using RankFn = std::function<void(Group& world, RankSync& sync)>;
 
@@ -34,10 +44,24 @@ class Launcher {
   virtual ~Launcher() = default;
   // Runs `fn` on every rank and returns when all finished; rethrows the first rank's error.
   virtual void run(const RankFn& fn) = 0;
+  virtual int world_size() const = 0;
+  // Whether this process prints the header and the table (one process of an MPI job does).
+  virtual bool reports() const { return true; }
+  // The baseline for --vs-mpi on the calling rank, or null when the transport has none.
+  virtual std::unique_ptr<Baseline> baseline(OpKind op, int64_t count, DType dtype) {
+    (void)op;
+    (void)count;
+    (void)dtype;
+    return nullptr;
+  }
 };
 
-// Throws UsageError for an unknown transport or one this build cannot run.
+// Throws UsageError for an unknown transport or one this build cannot run. `world_size` is the
+// --world-size flag, for local; an MPI job's size is mpiexec's.
 std::unique_ptr<Launcher> make_launcher(const std::string& transport, int world_size);
+
+// The launcher of a job started by mpiexec (mpi_launcher.cpp; no_mpi_launcher.cpp without MPI).
+std::unique_ptr<Launcher> make_mpi_launcher();
 
 // Transports ferry-bench knows about, built in or not, for messages.
 const std::vector<std::string>& known_transports();

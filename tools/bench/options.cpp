@@ -133,6 +133,8 @@ Options parse_options(int argc, char** argv) {
       o.warmup = parse_int(arg, value(), 0, 100'000'000);
     } else if (arg == "--algo") {
       o.algo = value();
+    } else if (arg == "--vs-mpi") {
+      o.vs_mpi = true;
     } else if (arg == "--csv") {
       o.csv_path = value();
       if (o.csv_path.empty()) throw UsageError("--csv needs a file name");
@@ -140,6 +142,8 @@ Options parse_options(int argc, char** argv) {
       throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
+  if (o.vs_mpi && o.transport != "mpi")
+    throw UsageError("--vs-mpi compares with raw MPI calls and needs --transport mpi");
   if (!ops_given) o.ops = {OpKind::AllReduce};  // nccl-tests' all_reduce_perf is the usual ask
   if (o.min_bytes > o.max_bytes) {
     throw UsageError("--min-bytes (" + bytes_str(o.min_bytes) + ") is larger than --max-bytes (" +
@@ -193,10 +197,14 @@ std::string usage() {
         "  --op NAME[,NAME...]|all  all_reduce, all_gather, reduce_scatter, all_to_all,\n"
         "                           broadcast, reduce, memcpy (default all_reduce; all runs\n"
         "                           every op)\n"
-        "  --transport NAME         local (threads in this process); mpi and ucx are launched\n"
-        "                           differently and are not built into ferry-bench yet\n"
-        "                           (default local)\n"
-        "  -n, --world-size N       ranks (default 2)\n"
+        "  --transport NAME         local (threads in this process) or mpi (one rank per\n"
+        "                           process: mpiexec -n N ferry-bench --transport mpi; rank 0\n"
+        "                           prints); ucx is not built yet (default local)\n"
+        "  -n, --world-size N       ranks of the local transport (default 2); mpiexec's -n\n"
+        "                           sets them for mpi\n"
+        "  --vs-mpi                 (mpi) also time the blocking MPI call of the same op and\n"
+        "                           size, alternating iterations with ferry's, and print\n"
+        "                           its median, ferry/mpi and ferry - mpi\n"
         "  --dtype NAME             float32, float64, float16, bfloat16, int32, int64, uint8\n"
         "                           (default float32)\n"
         "  -b, --min-bytes SIZE     smallest size (default 8); K, M, G suffixes are KiB, MiB, GiB\n"

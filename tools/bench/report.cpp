@@ -25,7 +25,7 @@ Report::Report(Setup setup, std::FILE* csv) : setup_(std::move(setup)), csv_(csv
   if (csv_) {
     std::fprintf(csv_,
                  "op,transport,world_size,dtype,bytes,count,algorithm,time_us_median,time_us_min,"
-                 "time_us_max,algbw_gbps,busbw_gbps\n");
+                 "time_us_max,algbw_gbps,busbw_gbps,mpi_time_us_median,ratio\n");
     std::fflush(csv_);
   }
 }
@@ -36,6 +36,9 @@ void Report::header(const std::string& sizes, const std::string& iters,
               setup_.transport.c_str(), setup_.world_size, dtype_name(setup_.dtype));
   std::printf("# sizes: %s  iters: %s\n", sizes.c_str(), iters.c_str());
   std::printf("# time: median over iterations of the slowest rank; GB/s = 1e9 B/s\n");
+  if (setup_.vs_mpi)
+    std::printf("# mpi: the blocking MPI call of the same op and size, iterations alternating "
+                "with ferry's; ratio = time / mpi, added = time - mpi\n");
   std::printf("# algorithms:\n");
   std::istringstream lines(algo_table);
   for (std::string line; std::getline(lines, line);) std::printf("#   %s\n", line.c_str());
@@ -46,21 +49,32 @@ void Report::begin_op(OpKind op) {
   busbw_sum_ = 0;
   rows_ = 0;
   std::printf("#\n# %s (busbw = algbw * %.3f)\n", op_name(op), bus_factor(op, setup_.world_size));
-  std::printf("# %13s %12s %-12s %6s %11s %11s %11s %12s %12s\n", "size(B)", "count", "algorithm",
+  std::printf("# %13s %12s %-12s %6s %11s %11s %11s %12s %12s", "size(B)", "count", "algorithm",
               "iters", "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)");
+  if (setup_.vs_mpi) std::printf(" %11s %7s %10s", "mpi(us)", "ratio", "added(us)");
+  std::printf("\n");
   std::fflush(stdout);
 }
 
 void Report::row(const Row& r) {
-  std::printf("  %13zu %12lld %-12s %6d %11.3f %11.3f %11.3f %12.3f %12.3f\n", r.bytes,
+  std::printf("  %13zu %12lld %-12s %6d %11.3f %11.3f %11.3f %12.3f %12.3f", r.bytes,
               static_cast<long long>(r.count), r.algorithm.c_str(), r.iters, r.time.median * 1e6,
               r.time.min * 1e6, r.time.max * 1e6, r.algbw_gbps, r.busbw_gbps);
+  const double ratio = r.baseline && r.baseline->median > 0 ? r.time.median / r.baseline->median : 0;
+  if (r.baseline)
+    std::printf(" %11.3f %7.3f %10.3f", r.baseline->median * 1e6, ratio,
+                (r.time.median - r.baseline->median) * 1e6);
+  std::printf("\n");
   std::fflush(stdout);
   if (csv_) {
-    std::fprintf(csv_, "%s,%s,%d,%s,%zu,%lld,%s,%.3f,%.3f,%.3f,%.4f,%.4f\n", op_name(r.op),
+    std::fprintf(csv_, "%s,%s,%d,%s,%zu,%lld,%s,%.3f,%.3f,%.3f,%.4f,%.4f,", op_name(r.op),
                  setup_.transport.c_str(), setup_.world_size, dtype_name(setup_.dtype), r.bytes,
                  static_cast<long long>(r.count), r.algorithm.c_str(), r.time.median * 1e6,
                  r.time.min * 1e6, r.time.max * 1e6, r.algbw_gbps, r.busbw_gbps);
+    if (r.baseline)
+      std::fprintf(csv_, "%.3f,%.4f\n", r.baseline->median * 1e6, ratio);
+    else
+      std::fprintf(csv_, ",\n");
     std::fflush(csv_);
   }
   busbw_sum_ += r.busbw_gbps;

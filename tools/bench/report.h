@@ -5,6 +5,7 @@
 #include "tools/bench/ops.h"
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct Row {
   Stats time;
   double algbw_gbps;
   double busbw_gbps;
+  std::optional<Stats> baseline;  // --vs-mpi: the raw MPI call's times
 };
 
 // Fills the bandwidth fields of `row` from its time (GB = 1e9 bytes, as nccl-tests).
@@ -39,6 +41,7 @@ class Report {
     std::string transport;
     int world_size;
     DType dtype;
+    bool vs_mpi = false;
   };
   // `csv` may be null; the Report writes to it but does not own it.
   Report(Setup setup, std::FILE* csv);

@@ -1,0 +1,164 @@
+// No silent hang under MPI: a rank that skips a collective, or that passes bad input and so
+// never issues it, makes every other rank fail with TimeoutError within FERRY_TIMEOUT (1.5 s
+// here), naming the op, its sequence number and the absent rank, and saying the job must end;
+// the group is poisoned and later calls fail at once.
+//
+// Run as its own mpiexec job (mpiexec -n 2|3 test_timeout_mpi): a timed-out MPI collective can
+// never be completed, so the communicators are left behind and the job ends with
+// ferry::finalize() (exit status 0 when every check passed on every rank).
+#include "ferry.h"
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace ferry;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kDeadline{1500};
+constexpr int kDoneTag = 7;
+
+struct Checks {
+  int made = 0;
+  std::vector<std::string> failed;
+  void expect(bool ok, const std::string& what) {
+    ++made;
+    if (!ok) failed.push_back(what);
+  }
+};
+
+std::string kind_of(const std::exception_ptr& e) {
+  if (!e) return "no exception";
+  try {
+    std::rethrow_exception(e);
+  } catch (const TimeoutError&) {
+    return "TimeoutError";
+  } catch (const InvalidArgument&) {
+    return "InvalidArgument";
+  } catch (const Error&) {
+    return "another ferry::Error";
+  } catch (...) {
+    return "a non-ferry exception";
+  }
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// On a rank that issued the all_reduce the absent rank never joined.
+void expect_timeout(Checks& c, Group& g, Work& work, uint64_t seq, int absent,
+                    const std::string& scenario) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::exception_ptr e;
+  try {
+    work.wait();
+  } catch (...) {
+    e = std::current_exception();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string msg = e ? error_message(e) : "";
+  const std::string w = scenario + " on rank " + std::to_string(g.rank()) + ": ";
+  c.expect(kind_of(e) == "TimeoutError", w + "expected TimeoutError, got " + kind_of(e) + ": " + msg);
+  c.expect(s >= 0.5 * kDeadline.count() / 1000.0 && s < kDeadline.count() / 1000.0 + 10.0,
+           w + "timed out after " + std::to_string(s) + " s");
+  c.expect(contains(msg, "all_reduce"), w + "the message names the op: " + msg);
+  c.expect(contains(msg, "seq " + std::to_string(seq)), w + "the message names seq " + std::to_string(seq) + ": " + msg);
+  c.expect(contains(msg, "rank " + std::to_string(absent) + " did not reach"),
+           w + "the message names absent rank " + std::to_string(absent) + ": " + msg);
+  c.expect(contains(msg, "job must end"), w + "the message says the job must end: " + msg);
+  c.expect(g.poisoned(), w + "the timeout poisons the group");
+  const auto t1 = std::chrono::steady_clock::now();
+  std::exception_ptr later;
+  try {
+    barrier(g).wait();
+  } catch (...) {
+    later = std::current_exception();
+  }
+  const double s1 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  c.expect(later != nullptr && kind_of(later) != "a non-ferry exception",
+           w + "a call on the poisoned group throws a ferry::Error, got " + kind_of(later));
+  c.expect(s1 < 0.5, w + "the call on the poisoned group took " + std::to_string(s1) + " s");
+}
+
+// The absent rank stays alive, outside the collective, until every other rank is done with it
+// (it is late, not dead), then checks its own view.
+void wait_for_the_others(Checks& c, Group& control, int me, const std::string& scenario) {
+  for (int k = 0; k < control.size(); ++k) {
+    if (k == me) continue;
+    Tensor done = zeros({1});
+    recv(done, k, control, kDoneTag).wait(milliseconds(30'000));
+    c.expect(done.get_flat(0) == 1.0, scenario + ": rank " + std::to_string(k) + " reported done");
+  }
+}
+
+void tell_absent_rank(Group& control, int absent) {
+  send(ones({1}), absent, control, kDoneTag).wait(milliseconds(30'000));
+}
+
+}  // namespace
+
+int main() {
+  set_default_timeout(kDeadline);
+  Group world = init();
+  const int me = world.rank(), W = world.size();
+  // One group per scenario (each is poisoned by it) and one that stays healthy for the
+  // hand-shakes and the verdict.
+  Group control = world.split(0, me);
+  Group skip_group = world.split(0, me);
+  Group bad_group = world.split(0, me);
+  Checks c;
+
+  {  // A rank skips the collective.
+    const std::string scenario = "rank " + std::to_string(W - 1) + " skips all_reduce";
+    for (int i = 0; i < 2; ++i) barrier(skip_group).wait();  // a sequence number other than 0
+    if (me == W - 1) {
+      wait_for_the_others(c, control, me, scenario);
+      c.expect(!skip_group.poisoned(), scenario + ": the absent rank's group is not poisoned");
+    } else {
+      Tensor t = ones({16});
+      const uint64_t seq = skip_group.sequence_number();
+      Work work = all_reduce(t, skip_group);
+      expect_timeout(c, skip_group, work, seq, W - 1, scenario);
+      tell_absent_rank(control, W - 1);
+    }
+  }
+  {  // Rank 0 passes bad input: it fails at once, the others time out waiting for it.
+    const std::string scenario = "rank 0 passes a mismatched output dtype";
+    barrier(bad_group).wait();
+    if (me == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::exception_ptr e;
+      try {
+        (void)all_reduce(zeros({8}), zeros({8}, DType::Float64), bad_group);
+      } catch (...) {
+        e = std::current_exception();
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      c.expect(kind_of(e) == "InvalidArgument", scenario + ": expected InvalidArgument, got " + kind_of(e));
+      c.expect(s < 0.25, scenario + ": InvalidArgument took " + std::to_string(s) + " s");
+      c.expect(!bad_group.poisoned(), scenario + ": the rejecting rank keeps a usable group");
+      wait_for_the_others(c, control, me, scenario);
+    } else {
+      Tensor in = ones({8}), out = zeros({8});
+      const uint64_t seq = bad_group.sequence_number();
+      Work work = all_reduce(in, out, bad_group);
+      expect_timeout(c, bad_group, work, seq, 0, scenario);
+      tell_absent_rank(control, 0);
+    }
+  }
+
+  for (const std::string& f : c.failed) std::fprintf(stderr, "[timeout rank %d] FAILED %s\n", me, f.c_str());
+  Tensor flag = full({1}, c.failed.empty() && c.made > 0 ? 0 : 1, DType::Int32);
+  all_reduce(flag, control, ReduceOp::Max).wait();
+  const bool ok = flag.get_flat(0) == 0;
+  if (me == 0) std::printf("[timeout %d ranks] %s (%d checks on rank 0)\n", W, ok ? "ok" : "FAILED", c.made);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  finalize();
+  return ok ? 0 : 1;
+}

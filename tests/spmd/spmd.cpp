@@ -1,0 +1,105 @@
+#include "tests/spmd/spmd.h"
+
+#include "ferry.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <unistd.h>
+
+namespace spmd {
+namespace {
+
+std::vector<Case>& registry() {
+  static std::vector<Case> r;
+  return r;
+}
+
+bool selected(const Case& c, int argc, char** argv) {
+  if (argc <= 1) return true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string want = argv[i];
+    if (c.name.find(want) != std::string::npos || c.tags.find(want) != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+// True on every rank when every rank passed `mine` true. Runs on the world group, which the
+// caller checked is not poisoned on this rank.
+bool all_passed(ferry::Group& world, bool mine) {
+  ferry::Tensor flag = ferry::full({1}, mine ? 0 : 1, ferry::DType::Int32);
+  ferry::all_reduce(flag, world, ferry::ReduceOp::Max).wait();
+  return flag.get_flat(0) == 0;
+}
+
+}  // namespace
+
+bool add(Case c) {
+  registry().push_back(std::move(c));
+  return true;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> sorted = registry();
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Case& a, const Case& b) { return a.name < b.name; });
+  return sorted;
+}
+
+int main_under_mpi(int argc, char** argv) {
+  if (std::getenv("FERRY_TIMEOUT") == nullptr)
+    ferry::set_default_timeout(std::chrono::milliseconds(60'000));
+  ferry::Group world = ferry::init();
+  const int me = world.rank();
+  const auto t_all = std::chrono::steady_clock::now();
+  int ran = 0, failed = 0;
+  bool stopped = false;
+  for (const Case& c : cases()) {
+    if (!selected(c, argc, argv)) continue;
+    ++ran;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      c.run(world);
+    } catch (const std::exception& e) {
+      error = e.what();
+    } catch (...) {
+      error = "an exception not derived from std::exception";
+    }
+    if (!error.empty())
+      std::fprintf(stderr, "[spmd rank %d/%d] FAILED %s: %s\n", me, world.size(), c.name.c_str(),
+                   error.c_str());
+    if (world.poisoned()) {
+      std::fprintf(stderr, "[spmd rank %d] the world group is poisoned after '%s'; stopping\n", me,
+                   c.name.c_str());
+      ++failed;
+      stopped = true;
+      break;
+    }
+    const bool ok = all_passed(world, error.empty());
+    if (!ok) ++failed;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (me == 0)
+      std::printf("[spmd %d ranks] %-8s %6.2f s  %s\n", world.size(), ok ? "ok" : "FAILED", s,
+                  c.name.c_str());
+    std::fflush(stdout);
+  }
+  const double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
+  if (me == 0)
+    std::printf("[spmd %d ranks] %d cases, %d failed, %.1f s\n", world.size(), ran, failed, total);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (ran == 0) {
+    std::fprintf(stderr, "[spmd rank %d] no case matched the arguments\n", me);
+    failed = 1;
+  }
+  if (stopped) _exit(1);  // a poisoned group may leave MPI unable to finalize
+  ferry::finalize();
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace spmd
