@@ -5,6 +5,8 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 
+#include <poll.h>
+
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -28,6 +30,18 @@ bool is_peer_status(ucs_status_t s) {
          s == UCS_ERR_IO_ERROR;
 }
 
+std::vector<bool> locals_of(const std::vector<UcxPeerInfo>& peers) {
+  std::vector<bool> v;
+  for (const UcxPeerInfo& p : peers) v.push_back(p.local);
+  return v;
+}
+
+std::vector<ProcessId> processes_of(const std::vector<UcxPeerInfo>& peers) {
+  std::vector<ProcessId> v;
+  for (const UcxPeerInfo& p : peers) v.push_back(p.process);
+  return v;
+}
+
 std::string op_str(const UcxOp& op) {
   return str(op.is_send ? "send to rank " : "receive from rank ", op.peer, " for ",
              tag_str(op.tag));
@@ -35,15 +49,19 @@ std::string op_str(const UcxOp& op) {
 
 }  // namespace
 
-UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank,
-                 const std::vector<std::string>& addresses, int local_ranks)
-    : worker_(std::move(worker)), rank_(rank), dead_why_(addresses.size()) {
-  const int n = static_cast<int>(addresses.size());
+UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers)
+    : worker_(std::move(worker)),
+      rank_(rank),
+      dead_why_(peers.size()),
+      watch_(rank, locals_of(peers), processes_of(peers)) {
+  const int n = static_cast<int>(peers.size());
   FERRY_CHECK(n <= kUcxMaxRanks, InvalidArgument, "ucx transport: at most ", kUcxMaxRanks,
               " ranks fit its tags, given a world of ", n);
+  int local_ranks = 0;
+  for (const UcxPeerInfo& p : peers) local_ranks += p.local ? 1 : 0;
   worker_->set_oversubscribed(local_ranks > static_cast<int>(std::thread::hardware_concurrency()));
-  peer_args_.resize(addresses.size());
-  eps_.assign(addresses.size(), nullptr);
+  peer_args_.resize(peers.size());
+  eps_.assign(peers.size(), nullptr);
   auto lock = worker_->lock();
   ucp_am_handler_param_t am{};
   am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -59,7 +77,7 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank,
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(addresses[p].data());
+    params.address = reinterpret_cast<const ucp_address_t*>(peers[p].address.data());
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &UcxComm::on_ep_error;
     params.err_handler.arg = &peer_args_[p];
@@ -70,11 +88,15 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank,
                   ": cannot create the endpoint to rank ", p, ": ", ucx_status_str(status));
     }
   }
+  worker_->set_sleep_hook(this);
+  FERRY_LOG(Info, "ucx", "rank ", rank, ": watching the processes of ", watch_.watched(),
+            " local peers");
 }
 
 UcxComm::~UcxComm() {
   {
     auto lock = worker_->lock();
+    worker_->set_sleep_hook(nullptr);
     close_endpoints();
   }
   // The worker goes while pending_ still holds what its callbacks may touch.
@@ -207,26 +229,33 @@ void UcxComm::fail_pending(Hit hit, MakeError error) {
     if (!op->done.load(std::memory_order_relaxed) && hit(*op)) hits.push_back(op);
   for (auto& op : hits) {
     op->forced = error(*op);
-    if (op->is_send) {
-      // UCX cannot withdraw a send; the peer will not take it, so report the failure now.
-      finish(*op, op->forced);
-    } else if (op->request != nullptr) {
-      ucp_request_cancel(worker_->worker(), op->request);  // its callback reports `forced`
-    }
+    // A receive not matched yet is withdrawn (its callback reports `forced`). A send, or a
+    // receive whose data is already moving, cannot be withdrawn from UCX: it stays registered
+    // until UCX lets go, but the caller learns of the failure now instead of waiting for a
+    // transfer that a dead peer, or one that gave up, will not finish.
+    if (!op->is_send && op->request != nullptr) ucp_request_cancel(worker_->worker(), op->request);
+    if (!op->done.load(std::memory_order_relaxed)) finish(*op, op->forced);
   }
 }
 
 void UcxComm::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
   (void)ep;
   auto* peer = static_cast<PeerArg*>(arg);
-  peer->comm->peer_failed(peer->rank, status);
+  peer->comm->peer_failed(peer->rank, str("UCX reported ", ucx_status_str(status),
+                                          " on the endpoint (the process ended or the "
+                                          "connection broke)"));
 }
 
-void UcxComm::peer_failed(int rank, ucs_status_t status) {
+void UcxComm::before_sleep_locked() {
+  for (int rank : watch_.take_dead()) peer_failed(rank, "its process ended");
+}
+
+void UcxComm::append_wake_fds_locked(std::vector<pollfd>& fds) { watch_.append_fds(fds); }
+
+void UcxComm::peer_failed(int rank, const std::string& why) {
   if (!dead_why_[rank].empty()) return;
-  dead_why_[rank] = str("UCX reported ", ucx_status_str(status),
-                        " on the endpoint (the process ended or the connection broke)");
-  FERRY_LOG(Info, "ucx", "rank ", rank_, ": rank ", rank, " failed: ", dead_why_[rank]);
+  dead_why_[rank] = why;
+  FERRY_LOG(Info, "ucx", "rank ", rank_, ": rank ", rank, " failed: ", why);
   fail_pending([&](const UcxOp& op) { return op.peer == rank; },
                [&](const UcxOp&) { return peer_failure(rank); });
 }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "backends/transport.h"
+#include "backends/ucx/peer_watch.h"
 #include "backends/ucx/ucx_worker.h"
 
 #include <ucp/api/ucp.h>
@@ -45,12 +46,17 @@ struct UcxOp {
   std::atomic<bool> done{false};  // the caller may look at `error`
 };
 
-class UcxComm {
+// What each rank publishes about itself, besides its worker address.
+struct UcxPeerInfo {
+  std::string address;  // UCP worker address
+  bool local = false;   // runs on this host
+  ProcessId process;
+};
+
+class UcxComm final : public UcxSleepHook {
  public:
-  // `addresses[r]` is rank r's worker address; `local_ranks` how many ranks share this host.
-  UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<std::string>& addresses,
-          int local_ranks);
-  ~UcxComm();
+  UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers);
+  ~UcxComm() override;
   UcxComm(const UcxComm&) = delete;
   UcxComm& operator=(const UcxComm&) = delete;
 
@@ -92,7 +98,9 @@ class UcxComm {
   // sends finish at once (UCX may still hold them; they stay registered until it lets go).
   template <class Hit, class MakeError>
   void fail_pending(Hit hit, MakeError error);
-  void peer_failed(int rank, ucs_status_t status);
+  void peer_failed(int rank, const std::string& why);
+  void before_sleep_locked() override;
+  void append_wake_fds_locked(std::vector<pollfd>& fds) override;
   void close_endpoints();  // under the lock
   // The error an op with `peer` in `group` must fail with at once, or null.
   std::exception_ptr failure_for(int peer, uint32_t group) const;
@@ -106,6 +114,7 @@ class UcxComm {
   std::map<std::pair<uint32_t, int>, std::string> abandoned_;  // (group, rank) -> why
   std::unordered_map<UcxOp*, std::shared_ptr<UcxOp>> pending_;  // ops UCX holds
   std::vector<std::unique_ptr<AmSend>> am_sends_;
+  PeerWatch watch_;
 };
 
 }  // namespace ferry::detail

@@ -15,7 +15,8 @@ namespace detail {
 namespace {
 
 // What each rank publishes: its host name (to count the ranks sharing a host, which decides
-// how long waiters poll) and its worker address.
+// how long waiters poll), its process (watched by local peers, see peer_watch.h) and its
+// worker address.
 constexpr size_t kMaxHostBytes = 255;
 constexpr size_t kMaxAddressBytes = 64 * 1024;
 
@@ -25,25 +26,36 @@ std::string host_name() {
   return std::string(buf, strnlen(buf, kMaxHostBytes));
 }
 
-std::string encode_blob(const std::string& host, const std::string& address) {
+// Layout: host name length (1 byte), host name, pid (4 bytes), start time (8 bytes), address.
+std::string encode_blob(const std::string& host, const ProcessId& id, const std::string& address) {
   std::string out(1, static_cast<char>(host.size()));
   out += host;
+  out.append(reinterpret_cast<const char*>(&id.pid), sizeof id.pid);
+  out.append(reinterpret_cast<const char*>(&id.start_time), sizeof id.start_time);
   out += address;
   return out;
 }
 
 struct Peer {
-  std::string host, address;
+  std::string host;
+  ProcessId process;
+  std::string address;
 };
 
 Peer decode_blob(const std::string& blob, int rank, int from) {
+  constexpr size_t kIdBytes = sizeof(uint32_t) + sizeof(uint64_t);
   const size_t host = blob.empty() ? 0 : static_cast<unsigned char>(blob[0]);
-  FERRY_CHECK(!blob.empty() && blob.size() > 1 + host &&
-                  blob.size() - 1 - host <= kMaxAddressBytes,
+  FERRY_CHECK(!blob.empty() && blob.size() > 1 + host + kIdBytes &&
+                  blob.size() - 1 - host - kIdBytes <= kMaxAddressBytes,
               TransportError, "ucx transport on rank ", rank, ": the address of rank ", from,
-              " is malformed (", blob.size(), " bytes; expected a host name and a UCX worker "
-              "address of at most ", kMaxAddressBytes, " bytes)");
-  return Peer{blob.substr(1, host), blob.substr(1 + host)};
+              " is malformed (", blob.size(), " bytes; expected a host name, a process id and a "
+              "UCX worker address of at most ", kMaxAddressBytes, " bytes)");
+  Peer p;
+  p.host = blob.substr(1, host);
+  std::memcpy(&p.process.pid, blob.data() + 1 + host, sizeof p.process.pid);
+  std::memcpy(&p.process.start_time, blob.data() + 1 + host + 4, sizeof p.process.start_time);
+  p.address = blob.substr(1 + host + kIdBytes);
+  return p;
 }
 
 class UcxRequest final : public Request {
@@ -121,18 +133,20 @@ std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
               detail::kUcxMaxRanks, " ranks fit the UCX transport's tags, given ", size);
   auto worker = std::make_unique<detail::UcxWorker>(size);
   const std::string host = detail::host_name();
-  std::vector<std::string> blobs = all_gather(detail::encode_blob(host, worker->address()));
+  std::vector<std::string> blobs =
+      all_gather(detail::encode_blob(host, detail::self_process_id(), worker->address()));
   FERRY_CHECK(static_cast<int>(blobs.size()) == size, TransportError, "ucx transport on rank ",
               rank, ": the address exchange returned ", blobs.size(), " addresses for a world of ",
               size);
-  std::vector<std::string> addresses;
+  std::vector<detail::UcxPeerInfo> peers;
   int local = 0;
   for (int r = 0; r < size; ++r) {
     detail::Peer peer = detail::decode_blob(blobs[r], rank, r);
-    local += peer.host == host ? 1 : 0;
-    addresses.push_back(std::move(peer.address));
+    const bool same_host = peer.host == host;
+    local += same_host ? 1 : 0;
+    peers.push_back(detail::UcxPeerInfo{std::move(peer.address), same_host, peer.process});
   }
-  auto comm = std::make_shared<detail::UcxComm>(std::move(worker), rank, addresses, local);
+  auto comm = std::make_shared<detail::UcxComm>(std::move(worker), rank, peers);
   FERRY_LOG(Info, "ucx", "rank ", rank, " of ", size, ": UCP worker ready, ", local,
             " ranks on this host");
   return std::make_shared<detail::UcxTransport>(std::move(comm));

@@ -106,26 +106,28 @@ bool UcxWorker::wait_until(const std::function<bool()>& done, Clock::time_point 
     // Then block. sleepers_ goes up before the last check, under the lock, so a thread that
     // completes our request after the check sees a sleeper and signals.
     ucs_status_t armed;
+    std::vector<pollfd> fds{pollfd{event_fd_, POLLIN, 0}};
     {
       std::lock_guard<std::mutex> lock(mu_);
       sleepers_.fetch_add(1, std::memory_order_acq_rel);
+      if (hook_ != nullptr) hook_->before_sleep_locked();
       progress_locked();
       armed = done() ? UCS_ERR_ALREADY_EXISTS : ucp_worker_arm(worker_);
+      if (hook_ != nullptr) hook_->append_wake_fds_locked(fds);
     }
-    if (armed == UCS_OK) sleep_on_fd(deadline);
+    if (armed == UCS_OK) sleep_on_fds(fds, deadline);
     sleepers_.fetch_sub(1, std::memory_order_acq_rel);
     // UCS_ERR_BUSY: events arrived meanwhile; progress again.
   }
 }
 
-void UcxWorker::sleep_on_fd(Clock::time_point deadline) {
+void UcxWorker::sleep_on_fds(std::vector<pollfd>& fds, Clock::time_point deadline) {
   const auto until = std::min(deadline, Clock::now() + kSleepSlice);
   const auto left = std::max(until - Clock::now(), Clock::duration::zero());
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
   timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  pollfd pfd{event_fd_, POLLIN, 0};
   // EINTR and spurious wakeups are harmless: the caller re-checks and sleeps again.
-  (void)ppoll(&pfd, 1, &ts, nullptr);
+  (void)ppoll(fds.data(), fds.size(), &ts, nullptr);
 }
 
 }  // namespace ferry::detail

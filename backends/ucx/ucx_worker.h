@@ -29,8 +29,20 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
+
+struct pollfd;
 
 namespace ferry::detail {
+
+// What a waiter does under the lock before it sleeps, and more fds to sleep on (UcxComm: the
+// pidfds of local peers, see peer_watch.h).
+class UcxSleepHook {
+ public:
+  virtual ~UcxSleepHook() = default;
+  virtual void before_sleep_locked() = 0;
+  virtual void append_wake_fds_locked(std::vector<pollfd>& fds) = 0;
+};
 
 class UcxWorker {
  public:
@@ -50,6 +62,9 @@ class UcxWorker {
   // Poll long (no other local rank competes for our core) or briefly with yields.
   void set_oversubscribed(bool oversubscribed) { oversubscribed_.store(oversubscribed); }
 
+  // Set under the lock, before any waiting; null to remove.
+  void set_sleep_hook(UcxSleepHook* hook) { hook_ = hook; }
+
   // Callbacks (run under the lock) call this when they completed a request.
   void note_completion() { completions_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -64,7 +79,7 @@ class UcxWorker {
   static constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 
  private:
-  void sleep_on_fd(Clock::time_point deadline);
+  void sleep_on_fds(std::vector<pollfd>& fds, Clock::time_point deadline);
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -74,6 +89,7 @@ class UcxWorker {
   std::atomic<int> sleepers_{0};
   std::atomic<uint64_t> completions_{0};
   std::atomic<bool> oversubscribed_{true};
+  UcxSleepHook* hook_ = nullptr;  // under mu_
 };
 
 // "UCS_ERR_..." and UCX's description of `status`.

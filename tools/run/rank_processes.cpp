@@ -37,7 +37,12 @@ std::vector<std::string> child_env(const std::vector<std::pair<std::string, std:
     for (const auto& [k, v] : set) replaced = replaced || k == name;
     if (!replaced) out.push_back(kv);
   }
-  for (const auto& [k, v] : set) out.push_back(k + "=" + v);
+  // Later entries of `set` win, so a caller's variable replaces a launcher default.
+  for (size_t i = 0; i < set.size(); ++i) {
+    bool overridden = false;
+    for (size_t j = i + 1; j < set.size(); ++j) overridden = overridden || set[j].first == set[i].first;
+    if (!overridden) out.push_back(set[i].first + "=" + set[i].second);
+  }
   return out;
 }
 
