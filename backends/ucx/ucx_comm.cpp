@@ -8,6 +8,7 @@
 #include <poll.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <thread>
 
@@ -89,6 +90,18 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
     }
   }
   worker_->set_sleep_hook(this);
+  if (log_enabled(LogLevel::Trace, "ucx") && n > 1) {
+    // UCX's own description of the lanes and protocols to the next rank (FERRY_DEBUG=trace).
+    char* text = nullptr;
+    size_t length = 0;
+    if (FILE* f = open_memstream(&text, &length)) {
+      ucp_ep_print_info(eps_[(rank + 1) % n], f);
+      std::fclose(f);
+      log_line(LogLevel::Trace, "ucx", str("rank ", rank, " endpoint to rank ", (rank + 1) % n,
+                                            ":\n", std::string(text, length)));
+      std::free(text);
+    }
+  }
   FERRY_LOG(Info, "ucx", "rank ", rank, ": watching the processes of ", watch_.watched(),
             " local peers");
 }
