@@ -1,6 +1,7 @@
 #include "backends/ucx/ucx_comm.h"
 
 #include "backends/ucx/ucx_abandon_message.h"
+#include "backends/ucx/ucx_settings.h"
 #include "backends/ucx/ucx_tag.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -73,13 +74,14 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
   ucs_status_t status = ucp_worker_set_am_recv_handler(worker_->worker(), &am);
   FERRY_CHECK(status == UCS_OK, TransportError, "ucx transport on rank ", rank,
               ": ucp_worker_set_am_recv_handler failed: ", ucx_status_str(status));
+  const bool peer_errors = ucx_peer_error_handling();
   for (int p = 0; p < n; ++p) {
     peer_args_[p] = PeerArg{this, p};
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address = reinterpret_cast<const ucp_address_t*>(peers[p].address.data());
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     params.err_handler.cb = &UcxComm::on_ep_error;
     params.err_handler.arg = &peer_args_[p];
     status = ucp_ep_create(worker_->worker(), &params, &eps_[p]);
@@ -112,8 +114,10 @@ UcxComm::~UcxComm() {
     worker_->set_sleep_hook(nullptr);
     close_endpoints();
   }
-  // The worker goes while pending_ still holds what its callbacks may touch.
-  worker_.reset();
+  // The worker goes while pending_ still holds what its callbacks may touch; worker_ is null
+  // meanwhile, so finish() called from those callbacks does not touch it.
+  std::unique_ptr<UcxWorker> worker = std::move(worker_);
+  worker.reset();
 }
 
 void UcxComm::close_endpoints() {
@@ -213,7 +217,7 @@ void UcxComm::complete(UcxOp* op, ucs_status_t status, size_t length) {
 void UcxComm::finish(UcxOp& op, std::exception_ptr error) {
   op.error = std::move(error);
   op.done.store(true, std::memory_order_release);
-  worker_->note_completion();
+  if (worker_) worker_->note_completion();
 }
 
 void UcxComm::on_send_done(void* request, ucs_status_t status, void* user_data) {

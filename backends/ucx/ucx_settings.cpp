@@ -44,8 +44,17 @@ bool shared_memory_wanted() {
 
 }  // namespace
 
+bool ucx_peer_error_handling() {
+  const char* v = std::getenv("FERRY_UCX_ERROR_HANDLING");
+  const std::string mode = v == nullptr ? "" : v;
+  FERRY_CHECK(mode.empty() || mode == "peer" || mode == "none", InvalidArgument,
+              "FERRY_UCX_ERROR_HANDLING: expected peer or none, given '", mode, "'");
+  return mode != "none";
+}
+
 void apply_ucx_transport_defaults() {
-  if (!shared_memory_wanted()) return;
+  // Without peer error handling UCX keeps shared memory anyway.
+  if (!shared_memory_wanted() || !ucx_peer_error_handling()) return;
   for (const Default& d : kDefaults) {
     if (!d.transport_level) continue;
     const std::string env = std::string("UCX_") + d.name;
