@@ -11,7 +11,10 @@ namespace ferry::detail {
 namespace {
 
 constexpr auto kSpinFor = std::chrono::microseconds(20);
-constexpr auto kYieldFor = std::chrono::microseconds(200);
+// MPI progresses only while it is called: a large collective needs thousands of calls, so
+// sleeping between them stalls it. Yield-and-test keeps it moving while leaving the core to any
+// other rank that needs it (oversubscribed runs); only a wait longer than this sleeps.
+constexpr auto kYieldFor = std::chrono::milliseconds(20);
 constexpr auto kFirstSleep = std::chrono::microseconds(20);
 constexpr auto kLongestSleep = std::chrono::microseconds(1000);
 
