@@ -2,6 +2,7 @@
 
 #include "backends/local/local_transport.h"
 #include "backends/mpi_bootstrap.h"
+#include "backends/ucx_bootstrap.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -17,6 +18,7 @@ struct InitState {
   Group world;
   std::string backend;
   bool finalized = false;
+  bool mpi_started = false;  // mpi, or ucx bootstrapped through MPI: finalize MPI at the end
   bool at_exit_registered = false;
 };
 
@@ -56,18 +58,27 @@ Group init() {
   std::shared_ptr<Transport> transport;
   if (backend == "mpi") {
     transport = detail::mpi_world_transport();
-    if (!s.at_exit_registered) {
-      std::atexit(finalize_at_exit);
-      s.at_exit_registered = true;
-    }
+    s.mpi_started = true;
   } else if (backend == "local") {
     transport = make_local_world(1)[0];
   } else if (backend == "ucx") {
-    FERRY_THROW(TransportError, "ferry::init: FERRY_BACKEND=ucx: the UCX transport is not built "
-                "yet; use mpi or local");
+    // The rendezvous when asked for by name (also under mpiexec), else MPI's launcher.
+    const char* rendezvous = std::getenv("FERRY_RENDEZVOUS");
+    const bool through_mpi = (rendezvous == nullptr || *rendezvous == '\0');
+    FERRY_CHECK(!through_mpi || !mpi_launcher_hint().empty(), InvalidArgument,
+                "ferry::init: FERRY_BACKEND=ucx needs either an MPI launcher (mpiexec) or the TCP "
+                "rendezvous (FERRY_RENDEZVOUS=host:port, FERRY_RANK, FERRY_WORLD_SIZE, "
+                "FERRY_SECRET)");
+    transport = detail::ucx_world_transport(through_mpi);
+    s.mpi_started = through_mpi;
+    why += through_mpi ? ", addresses through MPI" : ", addresses through the TCP rendezvous";
   } else {
     FERRY_THROW(InvalidArgument, "ferry::init: FERRY_BACKEND must be mpi, ucx or local, given '",
                 backend, "'");
+  }
+  if (backend != "local" && !s.at_exit_registered) {
+    std::atexit(finalize_at_exit);
+    s.at_exit_registered = true;
   }
   FERRY_LOG(Info, "init", "backend ", backend, " (", why, "): rank ", transport->rank(), " of ",
             transport->size());
@@ -89,7 +100,7 @@ void finalize() {
   s.finalized = true;
   // The world group's worker and communicators go first, while MPI still works.
   s.world = Group();
-  if (s.backend == "mpi") detail::mpi_finalize();
+  if (s.mpi_started) detail::mpi_finalize();
 }
 
 }  // namespace ferry

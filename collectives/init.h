@@ -8,7 +8,12 @@
 //   FERRY_BACKEND=local  a world of one rank, this process (each process of an mpiexec job is
 //                        then its own world): for running a trainer without a launcher. Tests
 //                        that want N local ranks use run_ranks instead.
-//   FERRY_BACKEND=ucx    not built yet: raises TransportError.
+//   FERRY_BACKEND=ucx    UCX (UCP) point-to-point under ferry's algorithms. The worker addresses
+//                        are exchanged through the TCP rendezvous when FERRY_RENDEZVOUS is set
+//                        (see backends/rendezvous/tcp_rendezvous.h), otherwise through MPI
+//                        under mpiexec (initialized and finalized as for mpi; it carries only
+//                        that exchange). Neither: InvalidArgument. Built without UCX:
+//                        TransportError "built without UCX".
 //
 // FERRY_DEBUG=info prints the choice, why, and the algorithm table. A build without MPI raises
 // TransportError "built without MPI" where MPI would be used.
@@ -24,7 +29,7 @@ namespace ferry {
 // unknown FERRY_BACKEND, TransportError for a backend that is not available.
 Group init();
 
-// The backend init() chose ("mpi", "local"), or "" before init().
+// The backend init() chose ("mpi", "ucx", "local"), or "" before init().
 std::string backend_name();
 
 // Ends what init() started: MPI_Finalize if ferry initialized MPI. After a collective timed out

@@ -77,7 +77,7 @@ const std::vector<std::string>& known_transports() {
 
 std::unique_ptr<Launcher> make_launcher(const std::string& transport, int world_size) {
   if (transport == "local") return std::make_unique<LocalLauncher>(world_size);
-  if (transport == "mpi") return make_mpi_launcher();
+  if (transport == "mpi" || transport == "ucx") return make_mpi_launcher(transport);
   if (std::find(known_transports().begin(), known_transports().end(), transport) !=
       known_transports().end()) {
     throw UsageError("transport " + transport + " is not built into this ferry");

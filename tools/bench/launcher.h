@@ -1,8 +1,9 @@
 // How ferry-bench starts its ranks and how they agree on numbers outside the timed region.
 //
 // make_launcher is the one place a transport is chosen: `local` runs the ranks as threads of
-// this process; `mpi` runs one rank per process under mpiexec, with a RankSync on raw MPI calls
-// over a communicator of its own (so the exchanges never touch the runtime under test).
+// this process; `mpi` and `ucx` run one rank per process under mpiexec, with a RankSync on raw
+// MPI calls over a communicator of its own (so the exchanges never touch the runtime under
+// test).
 #pragma once
 
 #include "ferry.h"
@@ -61,7 +62,16 @@ class Launcher {
 std::unique_ptr<Launcher> make_launcher(const std::string& transport, int world_size);
 
 // The launcher of a job started by mpiexec (mpi_launcher.cpp; no_mpi_launcher.cpp without MPI).
-std::unique_ptr<Launcher> make_mpi_launcher();
+// `transport` carries ferry's collectives: "mpi", or "ucx" (UCX point-to-point under ferry's
+// algorithms, its worker addresses exchanged through MPI). Either way MPI runs the rank
+// exchanges and the --vs-mpi baseline on a communicator of its own.
+std::unique_ptr<Launcher> make_mpi_launcher(const std::string& transport);
+
+// The UCX transport of this job, its addresses exchanged by `all_gather` (ucx_world.cpp;
+// no_ucx_world.cpp throws UsageError without UCX).
+std::shared_ptr<Transport> make_ucx_world(
+    int rank, int size,
+    const std::function<std::vector<std::string>(const std::string&)>& all_gather);
 
 // Transports ferry-bench knows about, built in or not, for messages.
 const std::vector<std::string>& known_transports();

@@ -1,4 +1,4 @@
-// ferry-bench under mpiexec: one rank per process. ferry-bench owns MPI here (it initializes it
+// ferry-bench under mpiexec: one rank per process, ferry over MPI or over UCX. ferry-bench owns MPI here (it initializes it
 // with MPI_THREAD_MULTIPLE and hands MPI_COMM_WORLD to make_mpi_transport, the user-owned
 // communicator path), and keeps a duplicate of its own for the rank exchanges and the --vs-mpi
 // baseline, so neither shares a communicator with ferry.
@@ -117,9 +117,30 @@ class MpiBaseline : public Baseline {
   std::vector<char> in_, out_;
 };
 
+// Every rank's blob, through MPI on `comm`: the sizes, then the bytes.
+std::vector<std::string> all_gather_blobs(MPI_Comm comm, const std::string& mine) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  int my_bytes = static_cast<int>(mine.size());
+  std::vector<int> bytes(static_cast<size_t>(size)), offset(static_cast<size_t>(size));
+  check(MPI_Allgather(&my_bytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offset[r] = total;
+    total += bytes[r];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  check(MPI_Allgatherv(mine.data(), my_bytes, MPI_BYTE, all.data(), bytes.data(), offset.data(),
+                       MPI_BYTE, comm),
+        "MPI_Allgatherv");
+  std::vector<std::string> blobs;
+  for (int r = 0; r < size; ++r) blobs.push_back(all.substr(offset[r], bytes[r]));
+  return blobs;
+}
+
 class MpiLauncher : public Launcher {
  public:
-  MpiLauncher() {
+  explicit MpiLauncher(std::string transport) : transport_(std::move(transport)) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -141,7 +162,13 @@ class MpiLauncher : public Launcher {
 
   void run(const RankFn& fn) override {
     try {
-      Group world = Group::world(make_mpi_transport(MPI_COMM_WORLD));
+      Group world = Group::world(
+          transport_ == "ucx"
+              ? make_ucx_world(rank_, size_,
+                               [this](const std::string& mine) {
+                                 return all_gather_blobs(comm_, mine);
+                               })
+              : make_mpi_transport(MPI_COMM_WORLD));
       MpiRankSync sync(comm_);
       fn(world, sync);
     } catch (const std::exception& e) {
@@ -157,6 +184,7 @@ class MpiLauncher : public Launcher {
   }
 
  private:
+  std::string transport_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
@@ -164,6 +192,8 @@ class MpiLauncher : public Launcher {
 
 }  // namespace
 
-std::unique_ptr<Launcher> make_mpi_launcher() { return std::make_unique<MpiLauncher>(); }
+std::unique_ptr<Launcher> make_mpi_launcher(const std::string& transport) {
+  return std::make_unique<MpiLauncher>(transport);
+}
 
 }  // namespace ferry::bench

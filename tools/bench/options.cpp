@@ -142,8 +142,9 @@ Options parse_options(int argc, char** argv) {
       throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
-  if (o.vs_mpi && o.transport != "mpi")
-    throw UsageError("--vs-mpi compares with raw MPI calls and needs --transport mpi");
+  if (o.vs_mpi && o.transport != "mpi" && o.transport != "ucx")
+    throw UsageError("--vs-mpi compares with raw MPI calls and needs --transport mpi or ucx "
+                     "(under mpiexec)");
   if (!ops_given) o.ops = {OpKind::AllReduce};  // nccl-tests' all_reduce_perf is the usual ask
   if (o.min_bytes > o.max_bytes) {
     throw UsageError("--min-bytes (" + bytes_str(o.min_bytes) + ") is larger than --max-bytes (" +
@@ -197,12 +198,13 @@ std::string usage() {
         "  --op NAME[,NAME...]|all  all_reduce, all_gather, reduce_scatter, all_to_all,\n"
         "                           broadcast, reduce, memcpy (default all_reduce; all runs\n"
         "                           every op)\n"
-        "  --transport NAME         local (threads in this process) or mpi (one rank per\n"
-        "                           process: mpiexec -n N ferry-bench --transport mpi; rank 0\n"
-        "                           prints); ucx is not built yet (default local)\n"
+        "  --transport NAME         local (threads in this process), mpi or ucx (one rank per\n"
+        "                           process: mpiexec -n N ferry-bench --transport ucx; rank 0\n"
+        "                           prints; ucx exchanges its addresses through MPI)\n"
+        "                           (default local)\n"
         "  -n, --world-size N       ranks of the local transport (default 2); mpiexec's -n\n"
-        "                           sets them for mpi\n"
-        "  --vs-mpi                 (mpi) also time the blocking MPI call of the same op and\n"
+        "                           sets them for mpi and ucx\n"
+        "  --vs-mpi                 (mpi, ucx) also time the blocking MPI call of the same op and\n"
         "                           size, alternating iterations with ferry's, and print\n"
         "                           its median, ferry/mpi and ferry - mpi\n"
         "  --dtype NAME             float32, float64, float16, bfloat16, int32, int64, uint8\n"

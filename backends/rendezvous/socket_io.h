@@ -1,0 +1,46 @@
+// Blocking-style TCP helpers where every operation has a deadline (internal).
+//
+// Sockets are non-blocking underneath and every wait is a poll() bounded by the deadline, so a
+// peer that stops talking (or a port scanner that connects and says nothing) costs at most the
+// time left, never a hang. Failures throw TransportError / TimeoutError naming `who`.
+#pragma once
+
+#include "backends/transport.h"
+
+#include <cstddef>
+#include <string>
+
+namespace ferry::detail {
+
+// Owns a file descriptor.
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket();
+  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Socket& operator=(Socket&& o) noexcept;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// Listens on host:port (port 0: any free port; see bound_port).
+Socket listen_on(const std::string& host, int port);
+int bound_port(const Socket& s);
+// Accepts one connection, or returns an invalid Socket when `deadline` passes first.
+// `peer` receives "address:port" of the connecting side.
+Socket accept_until(const Socket& listener, Clock::time_point deadline, std::string& peer);
+// Connects to host:port, retrying while nobody listens yet (the server may start later).
+Socket connect_until(const std::string& host, int port, Clock::time_point deadline);
+
+void write_all(const Socket& s, const void* data, size_t bytes, Clock::time_point deadline,
+               const std::string& who);
+void read_exact(const Socket& s, void* data, size_t bytes, Clock::time_point deadline,
+                const std::string& who);
+
+}  // namespace ferry::detail

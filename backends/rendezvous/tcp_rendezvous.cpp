@@ -1,0 +1,210 @@
+#include "backends/rendezvous/tcp_rendezvous.h"
+
+#include "backends/rendezvous/rendezvous_frame.h"
+#include "backends/rendezvous/socket_io.h"
+#include "runtime/config.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+namespace ferry {
+namespace detail {
+namespace {
+
+// A rank connects and speaks at once; a connection that says nothing for this long is dropped
+// so that it cannot hold the rendezvous up.
+constexpr auto kHelloWait = std::chrono::seconds(5);
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+int env_int(const char* name, int lo, int hi) {
+  const std::string v = env(name);
+  FERRY_CHECK(!v.empty(), InvalidArgument, name, " must be set for the TCP rendezvous");
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  FERRY_CHECK(end != v.c_str() && *end == '\0' && x >= lo && x <= hi, InvalidArgument, name,
+              ": expected an integer in [", lo, ", ", hi, "], given '", v, "'");
+  return static_cast<int>(x);
+}
+
+// Sends a frame; `secret` may be empty (rejects go to peers that may not know it).
+void send_frame(const Socket& s, FrameType type, uint32_t seq, uint32_t rank, uint32_t world,
+                const std::string& secret, const std::string& payload,
+                Clock::time_point deadline, const std::string& who) {
+  FrameHeader h{type, seq, rank, world, static_cast<uint32_t>(secret.size()),
+                static_cast<uint32_t>(payload.size())};
+  std::string frame = encode_header(h);
+  frame += secret;
+  frame += payload;
+  write_all(s, frame.data(), frame.size(), deadline, who);
+}
+
+// A frame whose header was validated; its secret is compared before the payload is read.
+struct Frame {
+  FrameHeader header;
+  std::string payload;
+};
+
+// Reads one frame; nullopt with `error` set when it is invalid or carries the wrong secret.
+// Every type must carry `secret` except Reject (a rank rejected for a wrong secret must still
+// learn why); the secret is compared before the payload is read.
+std::optional<Frame> read_frame(const Socket& s, const FrameExpectation& want,
+                                const std::string& secret, Clock::time_point deadline,
+                                const std::string& who, std::string& error) {
+  unsigned char raw[kFrameHeaderBytes];
+  read_exact(s, raw, sizeof raw, deadline, who);
+  std::optional<FrameHeader> h = decode_header(raw, want, error);
+  if (!h) return std::nullopt;
+  std::string theirs(h->secret_bytes, '\0');
+  read_exact(s, theirs.data(), theirs.size(), deadline, who);
+  if (h->type != FrameType::Reject && !constant_time_equal(theirs, secret)) {
+    error = "wrong secret (FERRY_SECRET differs)";
+    return std::nullopt;
+  }
+  Frame f{*h, std::string(h->payload_bytes, '\0')};
+  read_exact(s, f.payload.data(), f.payload.size(), deadline, who);
+  return f;
+}
+
+RendezvousResult serve(const RendezvousOptions& o, const std::string& blob,
+                       Clock::time_point deadline) {
+  Socket listener = listen_on(o.bind, o.port);
+  if (o.on_listening) o.on_listening(bound_port(listener));
+  FERRY_LOG(Info, "init", "rendezvous: rank 0 listening on ", o.bind, ":", bound_port(listener),
+            " for ", o.size - 1, " ranks");
+  RendezvousResult result;
+  result.blobs.assign(static_cast<size_t>(o.size), std::string());
+  result.blobs[0] = blob;
+  std::vector<Socket> conns(static_cast<size_t>(o.size));
+  int joined = 1;
+  const uint32_t world = static_cast<uint32_t>(o.size);
+  while (joined < o.size) {
+    std::string peer;
+    Socket s = accept_until(listener, deadline, peer);
+    if (!s.valid()) {
+      std::string missing;
+      for (int r = 1; r < o.size; ++r)
+        if (!conns[r].valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      std::string msg = str("rendezvous: rank 0 timed out after ", o.timeout.count(),
+                            " ms waiting for rank(s) ", missing, " to connect");
+      for (const std::string& r : result.rejected) msg.append("; rejected ").append(r);
+      FERRY_THROW(TimeoutError, msg);
+    }
+    const std::string who = "the peer at " + peer;
+    const auto hello_deadline = std::min(deadline, Clock::now() + kHelloWait);
+    std::string error;
+    std::optional<Frame> f;
+    try {
+      f = read_frame(s, FrameExpectation{{FrameType::Hello}, 0, world, true}, o.secret,
+                     hello_deadline, who, error);
+      if (f && conns[f->header.rank].valid()) {
+        error = str("rank ", f->header.rank, " joined already (two processes with FERRY_RANK=",
+                    f->header.rank, "?)");
+        f.reset();
+      }
+    } catch (const Error& e) {
+      error = e.what();  // it closed, stalled or broke off: same treatment as garbage
+    }
+    if (!f) {
+      std::string why = str(who, ": ", error);
+      std::fprintf(stderr, "ferry: rendezvous on rank 0 rejected a connection from %s\n",
+                   why.c_str());
+      result.rejected.push_back(why);
+      try {
+        send_frame(s, FrameType::Reject, 1, 0, world, "", error.substr(0, kMaxRejectBytes),
+                   std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), who);
+      } catch (const Error&) {
+        // It does not listen; closing says enough.
+      }
+      continue;
+    }
+    const uint32_t r = f->header.rank;
+    result.blobs[r] = std::move(f->payload);
+    conns[r] = std::move(s);
+    ++joined;
+  }
+  const std::string table = encode_table(result.blobs);
+  for (int r = 1; r < o.size; ++r)
+    send_frame(conns[r], FrameType::Table, 1, 0, world, o.secret, table, deadline,
+               str("rank ", r));
+  return result;
+}
+
+RendezvousResult join(const RendezvousOptions& o, const std::string& blob,
+                      Clock::time_point deadline) {
+  const std::string who = str("rank 0 at ", o.host, ":", o.port);
+  Socket s = connect_until(o.host, o.port, deadline);
+  const uint32_t world = static_cast<uint32_t>(o.size);
+  send_frame(s, FrameType::Hello, 0, static_cast<uint32_t>(o.rank), world, o.secret, blob,
+             deadline, who);
+  std::string error;
+  std::optional<Frame> f = read_frame(
+      s, FrameExpectation{{FrameType::Table, FrameType::Reject}, 1, world, false}, o.secret,
+      deadline, who, error);
+  FERRY_CHECK(f.has_value(), TransportError, "rendezvous on rank ", o.rank, ": ", who,
+              " sent an invalid answer: ", error);
+  FERRY_CHECK(f->header.type != FrameType::Reject, TransportError, "rendezvous on rank ", o.rank,
+              ": ", who, " rejected this rank: ", f->payload);
+  std::optional<std::vector<std::string>> blobs = decode_table(f->payload, world, error);
+  FERRY_CHECK(blobs.has_value(), TransportError, "rendezvous on rank ", o.rank, ": ", who,
+              " sent an invalid address table: ", error);
+  FERRY_CHECK((*blobs)[o.rank] == blob, TransportError, "rendezvous on rank ", o.rank, ": ", who,
+              " sent a table whose entry for this rank is not what this rank published");
+  return RendezvousResult{std::move(*blobs), {}};
+}
+
+}  // namespace
+}  // namespace detail
+
+RendezvousOptions rendezvous_options_from_env() {
+  using detail::env;
+  RendezvousOptions o;
+  const std::string where = env("FERRY_RENDEZVOUS");
+  const size_t colon = where.rfind(':');
+  FERRY_CHECK(colon != std::string::npos && colon > 0, InvalidArgument,
+              "FERRY_RENDEZVOUS: expected host:port (where rank 0 listens), given '", where, "'");
+  o.host = where.substr(0, colon);
+  if (o.host.size() > 2 && o.host.front() == '[' && o.host.back() == ']')
+    o.host = o.host.substr(1, o.host.size() - 2);  // [::1]:port
+  {
+    const std::string port = where.substr(colon + 1);
+    char* end = nullptr;
+    const long p = std::strtol(port.c_str(), &end, 10);
+    FERRY_CHECK(end != port.c_str() && *end == '\0' && p > 0 && p < 65536, InvalidArgument,
+                "FERRY_RENDEZVOUS: expected a port in [1, 65535] after the colon, given '",
+                where, "'");
+    o.port = static_cast<int>(p);
+  }
+  o.size = detail::env_int("FERRY_WORLD_SIZE", 1, static_cast<int>(detail::kMaxRendezvousWorld));
+  o.rank = detail::env_int("FERRY_RANK", 0, o.size - 1);
+  o.secret = env("FERRY_SECRET");
+  FERRY_CHECK(!o.secret.empty() && o.secret.size() <= detail::kMaxSecretBytes, InvalidArgument,
+              "FERRY_SECRET must be set to the job's secret (1 to ", detail::kMaxSecretBytes,
+              " bytes, the same on every rank), given ", o.secret.size(), " bytes");
+  const std::string bind = env("FERRY_RENDEZVOUS_BIND");
+  if (!bind.empty()) o.bind = bind;
+  o.timeout = default_timeout();
+  return o;
+}
+
+RendezvousResult tcp_rendezvous(const RendezvousOptions& o, const std::string& blob) {
+  FERRY_CHECK(o.size >= 1 && o.rank >= 0 && o.rank < o.size, InvalidArgument,
+              "tcp_rendezvous: rank must be in [0, size), given rank ", o.rank, " of ", o.size);
+  FERRY_CHECK(blob.size() <= detail::kMaxBlobBytes, InvalidArgument, "tcp_rendezvous: at most ",
+              detail::kMaxBlobBytes, " bytes per rank, given ", blob.size());
+  FERRY_CHECK(!o.secret.empty() && o.secret.size() <= detail::kMaxSecretBytes, InvalidArgument,
+              "tcp_rendezvous: the secret must have 1 to ", detail::kMaxSecretBytes,
+              " bytes, given ", o.secret.size());
+  if (o.size == 1) return RendezvousResult{{blob}, {}};
+  const auto deadline = Clock::now() + o.timeout;
+  return o.rank == 0 ? detail::serve(o, blob, deadline) : detail::join(o, blob, deadline);
+}
+
+}  // namespace ferry

@@ -1,0 +1,56 @@
+// The TCP rendezvous: an all-gather of one small blob per rank (the UCX worker addresses)
+// without MPI, through rank 0.
+//
+// Environment (rendezvous_options_from_env):
+//   FERRY_RENDEZVOUS=host:port  where rank 0 listens and the other ranks connect
+//   FERRY_RANK, FERRY_WORLD_SIZE  this process's rank and the number of ranks
+//   FERRY_SECRET                a per-job secret, the same on every rank (at most 256 bytes)
+//   FERRY_RENDEZVOUS_BIND       the address rank 0 binds (default 127.0.0.1: only processes of
+//                               this host can connect; set 0.0.0.0 or an interface's address
+//                               for a job that spans hosts)
+//
+// Rank r > 0 connects (retrying while rank 0 is not listening yet) and sends a Hello with its
+// rank, the world size, the secret and its blob. Rank 0 validates each Hello (see
+// rendezvous_frame.h), compares the secret before it reads the blob, and answers with the
+// table of all blobs once every rank has said hello; the table carries the secret too, and
+// each rank checks it before accepting any address. A connection that sends garbage, a wrong
+// secret, a wrong world size, a rank out of range or a rank already seen gets a Reject frame
+// (if it is still listening) and is closed; rank 0 reports it on stderr, naming the peer's
+// address, and keeps waiting for the real ranks. Every socket operation has a deadline.
+#pragma once
+
+#include "backends/transport.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+struct RendezvousOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // rank 0 may use 0 (any free port; see on_listening)
+  std::string bind = "127.0.0.1";
+  int rank = 0;
+  int size = 1;
+  std::string secret;
+  std::chrono::milliseconds timeout{300'000};
+  // Rank 0 calls it with the port it listens on, before accepting (tests use port 0).
+  std::function<void(int port)> on_listening;
+};
+
+struct RendezvousResult {
+  std::vector<std::string> blobs;  // indexed by rank
+  std::vector<std::string> rejected;  // rank 0: why each rejected connection was refused
+};
+
+// Reads the variables above (timeout: FERRY_TIMEOUT). Throws InvalidArgument naming a missing
+// or malformed variable.
+RendezvousOptions rendezvous_options_from_env();
+
+// Collective over the job's ranks. Throws TransportError (a peer sent something invalid, or
+// rank 0 rejected us: the message names who and why) or TimeoutError (ranks missing at the
+// deadline: rank 0 names them and lists the rejected connections).
+RendezvousResult tcp_rendezvous(const RendezvousOptions& options, const std::string& blob);
+
+}  // namespace ferry

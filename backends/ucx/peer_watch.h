@@ -1,0 +1,49 @@
+// Watches the processes of the ranks on this host, so that a dead one is known at once
+// (internal).
+//
+// UCX finds dead peers through its keepalive, but on shared memory that proved unreliable here
+// (UCX 1.13: a survivor sometimes never noticed, and waited until its deadline). A pidfd
+// (pidfd_open) becomes readable the moment its process ends, so sleeping waiters poll the
+// pidfds of their local peers next to the worker's event fd and wake when one dies. Each rank
+// publishes its pid and its start time; a peer is watched only when /proc shows a process with
+// that pid and start time on this host (same host name, same pid namespace), so a pid that
+// means another process here is never mistaken for the peer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct pollfd;
+
+namespace ferry::detail {
+
+struct ProcessId {
+  uint32_t pid = 0;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (clock ticks since boot)
+};
+
+// This process.
+ProcessId self_process_id();
+
+class PeerWatch {
+ public:
+  PeerWatch() = default;
+  // `local[r]`: rank r runs on this host. Ranks whose process cannot be verified are not
+  // watched (UCX's keepalive still covers them).
+  PeerWatch(int self, const std::vector<bool>& local, const std::vector<ProcessId>& ids);
+  ~PeerWatch();
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+
+  // Appends the pidfds of the peers still watched.
+  void append_fds(std::vector<pollfd>& fds) const;
+  // The watched ranks whose process ended since the last call (each reported once).
+  std::vector<int> take_dead();
+  int watched() const;
+
+ private:
+  std::vector<int> fds_;  // by rank, -1 when not watched
+};
+
+}  // namespace ferry::detail

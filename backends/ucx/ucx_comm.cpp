@@ -1,0 +1,381 @@
+#include "backends/ucx/ucx_comm.h"
+
+#include "backends/ucx/ucx_abandon_message.h"
+#include "backends/ucx/ucx_settings.h"
+#include "backends/ucx/ucx_tag.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+#include <poll.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+namespace ferry::detail {
+namespace {
+
+constexpr uint64_t kFullMask = ~uint64_t{0};
+// How long cancel() waits for UCX to let go of a receive whose data is already moving: the
+// transfer needs no help from the sender (or the sender is alive and waiting, or dead and the
+// keepalive fails it), so this is a bound that should never be reached.
+constexpr auto kCancelRecvWait = std::chrono::seconds(10);
+// Sends cannot be withdrawn from UCX; a short wait lets one that is nearly done finish.
+constexpr auto kCancelSendWait = std::chrono::milliseconds(20);
+constexpr auto kAbandonWait = std::chrono::milliseconds(200);
+constexpr auto kCloseWait = std::chrono::seconds(2);
+
+bool is_peer_status(ucs_status_t s) {
+  return s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_ENDPOINT_TIMEOUT ||
+         s == UCS_ERR_UNREACHABLE || s == UCS_ERR_REJECTED || s == UCS_ERR_NOT_CONNECTED ||
+         s == UCS_ERR_IO_ERROR;
+}
+
+std::vector<bool> locals_of(const std::vector<UcxPeerInfo>& peers) {
+  std::vector<bool> v;
+  for (const UcxPeerInfo& p : peers) v.push_back(p.local);
+  return v;
+}
+
+std::vector<ProcessId> processes_of(const std::vector<UcxPeerInfo>& peers) {
+  std::vector<ProcessId> v;
+  for (const UcxPeerInfo& p : peers) v.push_back(p.process);
+  return v;
+}
+
+std::string op_str(const UcxOp& op) {
+  return str(op.is_send ? "send to rank " : "receive from rank ", op.peer, " for ",
+             tag_str(op.tag));
+}
+
+}  // namespace
+
+UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers)
+    : worker_(std::move(worker)),
+      rank_(rank),
+      dead_why_(peers.size()),
+      watch_(rank, locals_of(peers), processes_of(peers)) {
+  const int n = static_cast<int>(peers.size());
+  FERRY_CHECK(n <= kUcxMaxRanks, InvalidArgument, "ucx transport: at most ", kUcxMaxRanks,
+              " ranks fit its tags, given a world of ", n);
+  int local_ranks = 0;
+  for (const UcxPeerInfo& p : peers) local_ranks += p.local ? 1 : 0;
+  worker_->set_oversubscribed(local_ranks > static_cast<int>(std::thread::hardware_concurrency()));
+  peer_args_.resize(peers.size());
+  eps_.assign(peers.size(), nullptr);
+  auto lock = worker_->lock();
+  ucp_am_handler_param_t am{};
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  am.id = kUcxAbandonAmId;
+  am.cb = &UcxComm::on_abandon;
+  am.arg = this;
+  ucs_status_t status = ucp_worker_set_am_recv_handler(worker_->worker(), &am);
+  FERRY_CHECK(status == UCS_OK, TransportError, "ucx transport on rank ", rank,
+              ": ucp_worker_set_am_recv_handler failed: ", ucx_status_str(status));
+  const bool peer_errors = ucx_peer_error_handling();
+  for (int p = 0; p < n; ++p) {
+    peer_args_[p] = PeerArg{this, p};
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(peers[p].address.data());
+    params.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    params.err_handler.cb = &UcxComm::on_ep_error;
+    params.err_handler.arg = &peer_args_[p];
+    status = ucp_ep_create(worker_->worker(), &params, &eps_[p]);
+    if (status != UCS_OK) {
+      close_endpoints();
+      FERRY_THROW(TransportError, "ucx transport on rank ", rank,
+                  ": cannot create the endpoint to rank ", p, ": ", ucx_status_str(status));
+    }
+  }
+  worker_->set_sleep_hook(this);
+  if (log_enabled(LogLevel::Trace, "ucx") && n > 1) {
+    // UCX's own description of the lanes and protocols to the next rank (FERRY_DEBUG=trace).
+    char* text = nullptr;
+    size_t length = 0;
+    if (FILE* f = open_memstream(&text, &length)) {
+      ucp_ep_print_info(eps_[(rank + 1) % n], f);
+      std::fclose(f);
+      log_line(LogLevel::Trace, "ucx", str("rank ", rank, " endpoint to rank ", (rank + 1) % n,
+                                            ":\n", std::string(text, length)));
+      std::free(text);
+    }
+  }
+  FERRY_LOG(Info, "ucx", "rank ", rank, ": watching the processes of ", watch_.watched(),
+            " local peers");
+}
+
+UcxComm::~UcxComm() {
+  {
+    auto lock = worker_->lock();
+    worker_->set_sleep_hook(nullptr);
+    close_endpoints();
+  }
+  // The worker goes while pending_ still holds what its callbacks may touch; worker_ is null
+  // meanwhile, so finish() called from those callbacks does not touch it.
+  std::unique_ptr<UcxWorker> worker = std::move(worker_);
+  worker.reset();
+}
+
+void UcxComm::close_endpoints() {
+  // Flush first so that sends that completed locally (buffered) still reach their peers; a dead
+  // peer's endpoint is closed at once.
+  std::vector<void*> closing;
+  for (size_t p = 0; p < eps_.size(); ++p) {
+    if (eps_[p] == nullptr) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = dead_why_[p].empty() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = ucp_ep_close_nbx(eps_[p], &param);
+    eps_[p] = nullptr;
+    if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+  }
+  const auto until = Clock::now() + kCloseWait;
+  for (void* r : closing) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until)
+      ucp_worker_progress(worker_->worker());
+    if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_->worker(), r);
+    ucp_request_free(r);
+  }
+}
+
+void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
+  FERRY_CHECK(op->peer >= 0 && op->peer < size(), InvalidArgument, "ucx transport ",
+              op->is_send ? "isend" : "irecv", " on rank ", rank_, ": peer must be in [0, ",
+              size(), "), given ", op->peer);
+  // Throws before anything is posted when the tag does not fit.
+  const uint64_t tag = pack_ucx_tag(op->is_send ? rank_ : op->peer, op->tag);
+  op->comm = this;
+  auto lock = worker_->lock();
+  if (std::exception_ptr failure = failure_for(op->peer, op->tag.group)) {
+    op->ucx_done = true;
+    finish(*op, failure);
+    return;
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.user_data = op.get();
+  // Registered first: the callback finds it even if UCX completes the op very early.
+  pending_.emplace(op.get(), op);
+  void* r;
+  if (op->is_send) {
+    param.cb.send = &UcxComm::on_send_done;
+    r = ucp_tag_send_nbx(eps_[op->peer], data, op->bytes, tag, &param);
+  } else {
+    // Always through the callback: UCX 1.13 may complete a receive at once without filling
+    // the receive info it was given, and the length is what the exact-size check needs.
+    param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = &UcxComm::on_recv_done;
+    r = ucp_tag_recv_nbx(worker_->worker(), data, op->bytes, tag, kFullMask, &param);
+  }
+  if (r == nullptr) {
+    complete(op.get(), UCS_OK, op->bytes);  // sends only: receives never complete at once
+  } else if (UCS_PTR_IS_ERR(r)) {
+    complete(op.get(), UCS_PTR_STATUS(r), 0);
+  } else if (!op->ucx_done) {
+    op->request = r;
+  }
+}
+
+void UcxComm::complete(UcxOp* op, ucs_status_t status, size_t length) {
+  auto it = pending_.find(op);
+  if (it == pending_.end()) return;  // cannot happen: every op UCX holds is registered
+  std::shared_ptr<UcxOp> keep = std::move(it->second);
+  pending_.erase(it);
+  op->ucx_done = true;
+  op->request = nullptr;
+  if (op->done.load(std::memory_order_relaxed)) return;  // failed earlier (peer died, ...)
+  if (op->forced) {
+    finish(*op, op->forced);
+    return;
+  }
+  std::exception_ptr error;
+  if (status == UCS_OK && (op->is_send || length == op->bytes)) {
+    error = nullptr;
+  } else if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) {
+    const std::string sent = status == UCS_OK ? str(length, " bytes") : "more bytes";
+    error = std::make_exception_ptr(MismatchError(str(
+        "ferry: rank ", op->peer, " sent ", sent, " to rank ", rank_, " for ", tag_str(op->tag),
+        " but rank ", rank_, " expected ", op->bytes,
+        " bytes: the ranks called the collective with different sizes")));
+  } else if (is_peer_status(status) || !dead_why_[op->peer].empty()) {
+    error = peer_failure(op->peer);
+    if (dead_why_[op->peer].empty())
+      error = std::make_exception_ptr(PeerFailure(str("ferry: ucx transport on rank ", rank_, ": ",
+          op_str(*op), " failed: rank ", op->peer, " is unreachable: ", ucx_status_str(status))));
+  } else {
+    error = std::make_exception_ptr(TransportError(str(
+        "ferry: ucx transport on rank ", rank_, ": ", op_str(*op), " failed: ",
+        ucx_status_str(status))));
+  }
+  finish(*op, error);
+}
+
+void UcxComm::finish(UcxOp& op, std::exception_ptr error) {
+  op.error = std::move(error);
+  op.done.store(true, std::memory_order_release);
+  if (worker_) worker_->note_completion();
+}
+
+void UcxComm::on_send_done(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<UcxOp*>(user_data);
+  op->comm->complete(op, status, op->bytes);
+  ucp_request_free(request);
+}
+
+void UcxComm::on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                           void* user_data) {
+  auto* op = static_cast<UcxOp*>(user_data);
+  op->comm->complete(op, status, info != nullptr ? info->length : 0);
+  ucp_request_free(request);
+}
+
+void UcxComm::on_am_sent(void* request, ucs_status_t status, void* user_data) {
+  (void)status;  // best effort: a peer we cannot tell is left to its deadline
+  static_cast<AmSend*>(user_data)->done = true;
+  ucp_request_free(request);
+}
+
+template <class Hit, class MakeError>
+void UcxComm::fail_pending(Hit hit, MakeError error) {
+  std::vector<std::shared_ptr<UcxOp>> hits;
+  for (auto& [raw, op] : pending_)
+    if (!op->done.load(std::memory_order_relaxed) && hit(*op)) hits.push_back(op);
+  for (auto& op : hits) {
+    op->forced = error(*op);
+    // A receive not matched yet is withdrawn (its callback reports `forced`). A send, or a
+    // receive whose data is already moving, cannot be withdrawn from UCX: it stays registered
+    // until UCX lets go, but the caller learns of the failure now instead of waiting for a
+    // transfer that a dead peer, or one that gave up, will not finish.
+    if (!op->is_send && op->request != nullptr) ucp_request_cancel(worker_->worker(), op->request);
+    if (!op->done.load(std::memory_order_relaxed)) finish(*op, op->forced);
+  }
+}
+
+void UcxComm::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  (void)ep;
+  auto* peer = static_cast<PeerArg*>(arg);
+  peer->comm->peer_failed(peer->rank, str("UCX reported ", ucx_status_str(status),
+                                          " on the endpoint (the process ended or the "
+                                          "connection broke)"));
+}
+
+void UcxComm::before_sleep_locked() {
+  for (int rank : watch_.take_dead()) peer_failed(rank, "its process ended");
+}
+
+void UcxComm::append_wake_fds_locked(std::vector<pollfd>& fds) { watch_.append_fds(fds); }
+
+void UcxComm::peer_failed(int rank, const std::string& why) {
+  if (!dead_why_[rank].empty()) return;
+  dead_why_[rank] = why;
+  FERRY_LOG(Info, "ucx", "rank ", rank_, ": rank ", rank, " failed: ", why);
+  fail_pending([&](const UcxOp& op) { return op.peer == rank; },
+               [&](const UcxOp&) { return peer_failure(rank); });
+}
+
+ucs_status_t UcxComm::on_abandon(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  (void)header;
+  auto* comm = static_cast<UcxComm*>(arg);
+  std::string error;
+  std::optional<AbandonMessage> m;
+  if (header_length != 0 || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    error = str("unexpected form (", header_length, " header bytes, ",
+                (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? "rendezvous" : "eager", ")");
+  } else {
+    m = decode_abandon(data, length, comm->size(), error);
+  }
+  if (!m) {
+    std::fprintf(stderr, "ferry: ucx transport on rank %d ignored a malformed give-up message: %s\n",
+                 comm->rank_, error.c_str());
+    return UCS_OK;
+  }
+  const int rank = m->rank;
+  const uint32_t group = m->group;
+  FERRY_LOG(Info, "ucx", "rank ", comm->rank_, ": rank ", rank, " gave up on group ", group,
+            ": ", m->why);
+  comm->abandoned_.emplace(std::make_pair(group, rank), m->why);
+  comm->fail_pending([&](const UcxOp& op) { return op.peer == rank && op.tag.group == group; },
+                     [&](const UcxOp&) { return comm->failure_for(rank, group); });
+  return UCS_OK;
+}
+
+void UcxComm::abandon_group(uint32_t group, const std::string& why) {
+  std::vector<AmSend*> sent;
+  {
+    auto lock = worker_->lock();
+    std::erase_if(am_sends_, [](const std::unique_ptr<AmSend>& s) { return s->done; });
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank_ || !dead_why_[p].empty()) continue;
+      auto msg = std::make_unique<AmSend>();
+      msg->bytes = encode_abandon(AbandonMessage{rank_, group, why});
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                           UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_AM_SEND_FLAG_EAGER;
+      param.cb.send = &UcxComm::on_am_sent;
+      param.user_data = msg.get();
+      // The message travels as data, not as the AM header, whose size some transports limit.
+      void* r = ucp_am_send_nbx(eps_[p], kUcxAbandonAmId, nullptr, 0, msg->bytes.data(),
+                                msg->bytes.size(), &param);
+      if (!UCS_PTR_IS_PTR(r)) continue;  // sent already, or failed (best effort)
+      sent.push_back(msg.get());
+      am_sends_.push_back(std::move(msg));  // UCX reads it until on_am_sent
+    }
+  }
+  // AmSend::done is written under the lock; read it there too.
+  auto all_done = [&] {
+    auto lock = worker_->lock();
+    for (AmSend* s : sent)
+      if (!s->done) return false;
+    return true;
+  };
+  const auto until = Clock::now() + kAbandonWait;
+  while (!sent.empty() && !all_done() && Clock::now() < until)
+    worker_->wait_until([] { return false; }, std::min(until, Clock::now() + std::chrono::milliseconds(5)));
+}
+
+void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
+  if (op->done.load(std::memory_order_acquire)) return;
+  {
+    auto lock = worker_->lock();
+    if (op->done.load(std::memory_order_relaxed)) return;
+    const char* why = op->is_send ? "the sender withdrew it" : "the receiver withdrew it";
+    op->forced = std::make_exception_ptr(TransportError(str(
+        "ferry: ucx transport on rank ", rank_, ": ", op_str(*op), " withdrawn: ", why)));
+    if (op->request != nullptr) ucp_request_cancel(worker_->worker(), op->request);
+  }
+  const auto wait = op->is_send ? Clock::duration(kCancelSendWait) : Clock::duration(kCancelRecvWait);
+  auto ucx_let_go = [&] { return op->done.load(std::memory_order_acquire); };
+  if (worker_->wait_until(ucx_let_go, Clock::now() + wait)) return;
+  auto lock = worker_->lock();
+  if (op->done.load(std::memory_order_relaxed)) return;
+  if (!op->is_send) {
+    std::fprintf(stderr, "ferry: ucx transport on rank %d: %s could not be withdrawn within %lld s; "
+                 "its buffer may still be written\n", rank_, op_str(*op).c_str(),
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(wait).count()));
+  }
+  // A send UCX still holds stays registered (and its peer may still read the buffer if it ever
+  // posts the matching receive); the caller only learns that it was withdrawn.
+  finish(*op, op->forced);
+}
+
+std::exception_ptr UcxComm::failure_for(int peer, uint32_t group) const {
+  if (!dead_why_[peer].empty()) return peer_failure(peer);
+  auto it = abandoned_.find({group, peer});
+  if (it == abandoned_.end()) return nullptr;
+  return std::make_exception_ptr(PeerFailure(str("ferry: world rank ", peer, " gave up on group ",
+                                                 group, " after: ", it->second)));
+}
+
+std::exception_ptr UcxComm::peer_failure(int peer) const {
+  return std::make_exception_ptr(PeerFailure(
+      str("ferry: rank ", peer, " of the ucx world failed (seen from rank ", rank_, "): ",
+          dead_why_[peer])));
+}
+
+}  // namespace ferry::detail

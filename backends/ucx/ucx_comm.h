@@ -1,0 +1,120 @@
+// The UCX world of this process (internal): the worker, an endpoint to every rank, the
+// operations UCX holds, and what this rank knows about dead peers and abandoned groups.
+//
+// Failure model. Endpoints use UCP_ERR_HANDLING_MODE_PEER: when UCX finds a peer dead (a broken
+// connection, or the keepalive finding that the process is gone) it calls on_ep_error, and
+// every pending and later request with that rank fails with PeerFailure naming it. UCX fails
+// the sends on that endpoint itself; tagged receives are not tied to an endpoint, so ferry
+// keeps its own list of pending operations per peer and cancels the receives. A rank that gives
+// up on a group sends an active message to every peer; they fail their pending and later
+// requests with it in that group the same way (it is alive, but will never answer there).
+//
+// Everything here runs under the worker's lock (UCX callbacks too, since they run inside
+// ucp_worker_progress); only UcxOp::done is read without it.
+#pragma once
+
+#include "backends/transport.h"
+#include "backends/ucx/peer_watch.h"
+#include "backends/ucx/ucx_worker.h"
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ferry::detail {
+
+// One posted send or receive.
+class UcxComm;
+
+struct UcxOp {
+  UcxComm* comm = nullptr;  // set by post(); UCX callbacks reach the comm through it
+  int peer = 0;  // world rank
+  Tag tag;
+  bool is_send = false;
+  size_t bytes = 0;
+  void* request = nullptr;        // UCX's request while UCX holds the operation
+  bool ucx_done = false;          // UCX completed it (its callback ran, or it never held it)
+  std::exception_ptr forced;      // the error to report whatever UCX says (peer failed, ...)
+  std::exception_ptr error;       // the outcome; written before `done`
+  std::atomic<bool> done{false};  // the caller may look at `error`
+};
+
+// What each rank publishes about itself, besides its worker address.
+struct UcxPeerInfo {
+  std::string address;  // UCP worker address
+  bool local = false;   // runs on this host
+  ProcessId process;
+};
+
+class UcxComm final : public UcxSleepHook {
+ public:
+  UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers);
+  ~UcxComm() override;
+  UcxComm(const UcxComm&) = delete;
+  UcxComm& operator=(const UcxComm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(eps_.size()); }
+  UcxWorker& worker() { return *worker_; }
+
+  // Posts `op` (peer, tag, is_send, bytes set) on `data`. Never throws for a failed peer: the
+  // op then finishes at once with PeerFailure.
+  void post(const std::shared_ptr<UcxOp>& op, void* data);
+  // Withdraws an unfinished op (see UcxRequest::cancel for what that guarantees).
+  void cancel(const std::shared_ptr<UcxOp>& op);
+  // Tells every live peer that this rank gave up on `group`; waits briefly for the messages to
+  // leave.
+  void abandon_group(uint32_t group, const std::string& why);
+
+ private:
+  struct PeerArg {
+    UcxComm* comm;
+    int rank;
+  };
+  struct AmSend {
+    std::string bytes;
+    bool done = false;
+  };
+
+  static void on_send_done(void* request, ucs_status_t status, void* user_data);
+  static void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                           void* user_data);
+  static void on_am_sent(void* request, ucs_status_t status, void* user_data);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t on_abandon(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param);
+
+  // UCX finished `op` with `status` (`length` bytes for a receive).
+  void complete(UcxOp* op, ucs_status_t status, size_t length);
+  void finish(UcxOp& op, std::exception_ptr error);
+  // Fails the pending ops for which `hit` holds with `error()`: receives are cancelled in UCX,
+  // sends finish at once (UCX may still hold them; they stay registered until it lets go).
+  template <class Hit, class MakeError>
+  void fail_pending(Hit hit, MakeError error);
+  void peer_failed(int rank, const std::string& why);
+  void before_sleep_locked() override;
+  void append_wake_fds_locked(std::vector<pollfd>& fds) override;
+  void close_endpoints();  // under the lock
+  // The error an op with `peer` in `group` must fail with at once, or null.
+  std::exception_ptr failure_for(int peer, uint32_t group) const;
+  std::exception_ptr peer_failure(int peer) const;
+
+  std::unique_ptr<UcxWorker> worker_;
+  int rank_;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<PeerArg> peer_args_;
+  std::vector<std::string> dead_why_;  // "" while the peer lives
+  std::map<std::pair<uint32_t, int>, std::string> abandoned_;  // (group, rank) -> why
+  std::unordered_map<UcxOp*, std::shared_ptr<UcxOp>> pending_;  // ops UCX holds
+  std::vector<std::unique_ptr<AmSend>> am_sends_;
+  PeerWatch watch_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,80 @@
+#include "backends/ucx/ucx_settings.h"
+
+#include "backends/ucx/ucx_worker.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+#include <cstdlib>
+
+namespace ferry::detail {
+namespace {
+
+struct Default {
+  const char* name;   // UCX variable without the UCX_ prefix
+  const char* value;
+  bool transport_level;  // read by UCT from the environment, out of ucp_config_modify's reach
+};
+
+// Why each one:
+//  - POSIX_ / SYSV_ERROR_HANDLING: ferry's endpoints use UCP_ERR_HANDLING_MODE_PEER (a dead peer
+//    must fail our requests, not hang them). UCX 1.13 leaves the shared-memory transports out of
+//    such endpoints unless they handle errors, and then falls back to TCP on loopback (3-4x the
+//    latency here). With these, shared memory stays in use and a dead peer is found by the
+//    keepalive below. UCX reads them only from the environment, so they are set there (never
+//    overriding a value the user set).
+//  - KEEPALIVE_INTERVAL: how often UCX checks that peers live (for shared memory: that the
+//    process exists). UCX's 20 s would outlast most deadlines; 1 s costs one cheap check per
+//    peer per second.
+constexpr Default kDefaults[] = {
+    {"POSIX_ERROR_HANDLING", "y", true},
+    {"SYSV_ERROR_HANDLING", "y", true},
+    {"KEEPALIVE_INTERVAL", "1s", false},
+};
+
+// False when UCX_TLS leaves shared memory out (UCX_TLS=tcp,self): UCX would then warn that
+// the shared-memory variables are unused.
+bool shared_memory_wanted() {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || *tls == '\0' || *tls == '^') return true;
+  const std::string t = tls;
+  for (const char* name : {"all", "sm", "shm", "posix", "sysv", "mm"})
+    if (t.find(name) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+bool ucx_peer_error_handling() {
+  const char* v = std::getenv("FERRY_UCX_ERROR_HANDLING");
+  const std::string mode = v == nullptr ? "" : v;
+  FERRY_CHECK(mode.empty() || mode == "peer" || mode == "none", InvalidArgument,
+              "FERRY_UCX_ERROR_HANDLING: expected peer or none, given '", mode, "'");
+  return mode != "none";
+}
+
+void apply_ucx_transport_defaults() {
+  // Without peer error handling UCX keeps shared memory anyway.
+  if (!shared_memory_wanted() || !ucx_peer_error_handling()) return;
+  for (const Default& d : kDefaults) {
+    if (!d.transport_level) continue;
+    const std::string env = std::string("UCX_") + d.name;
+    if (setenv(env.c_str(), d.value, /*overwrite=*/0) == 0)
+      FERRY_LOG(Info, "ucx", env, "=", std::getenv(env.c_str()));
+  }
+}
+
+void apply_ucx_defaults(ucp_config_t* config) {
+  for (const Default& d : kDefaults) {
+    if (d.transport_level) continue;
+    const std::string env = std::string("UCX_") + d.name;
+    if (const char* v = std::getenv(env.c_str()); v != nullptr && *v != '\0') continue;
+    const ucs_status_t status = ucp_config_modify(config, d.name, d.value);
+    FERRY_CHECK(status == UCS_OK, TransportError, "ucx transport: setting UCX ", d.name, "=",
+                d.value, " failed: ", ucx_status_str(status), "; set ", env,
+                " yourself to override");
+    FERRY_LOG(Info, "ucx", "UCX ", d.name, "=", d.value, " (ferry's default; set ", env,
+              " to change it)");
+  }
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,28 @@
+// The UCX settings ferry chooses for its own context (internal).
+//
+// Each applies only when the user did not set the matching UCX_* variable, so UCX_TLS=tcp,self
+// and any other UCX variable keep their usual meaning. See the README's UCX section for the
+// measurements behind them.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <string>
+
+namespace ferry::detail {
+
+// FERRY_UCX_ERROR_HANDLING=peer (default): endpoints in UCP_ERR_HANDLING_MODE_PEER, so UCX
+// reports dead peers. =none: UCP_ERR_HANDLING_MODE_NONE, which lets UCX 1.13 keep CMA (one copy
+// for large messages; all_gather / all_to_all ~20% faster at 16-64 MiB here) but leaves dead
+// peers to ferry's pidfd watch (ranks on this host only) and to deadlines, and UCX may abort
+// the process on a transport error. Throws InvalidArgument for another value.
+bool ucx_peer_error_handling();
+
+// Puts ferry's defaults for UCT transports into the environment (where UCT reads them) unless
+// the user set them. Call before ucp_config_read.
+void apply_ucx_transport_defaults();
+// Applies ferry's UCP-level defaults to `config` (from ucp_config_read). Throws TransportError when UCX
+// rejects one.
+void apply_ucx_defaults(ucp_config_t* config);
+
+}  // namespace ferry::detail

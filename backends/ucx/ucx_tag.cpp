@@ -1,0 +1,34 @@
+#include "backends/ucx/ucx_tag.h"
+
+#include "runtime/error.h"
+
+namespace ferry::detail {
+namespace {
+
+constexpr uint64_t kKindCollective = 0, kKindP2P = 1, kKindDiagnosis = 2;
+
+}  // namespace
+
+uint64_t pack_ucx_tag(int source, const Tag& tag) {
+  FERRY_CHECK(source >= 0 && source < kUcxMaxRanks, TransportError, "ucx transport: world rank ",
+              source, " does not fit the UCP tag (at most ", kUcxMaxRanks, " ranks)");
+  FERRY_CHECK(tag.group < kUcxMaxGroups, TransportError, "ucx transport: group id ", tag.group,
+              " does not fit the UCP tag (at most ", kUcxMaxGroups,
+              " groups may be created per process)");
+  uint64_t kind = kKindCollective, low = 0;
+  if (tag.seq == kP2PSeq) {
+    kind = kKindP2P;
+    low = tag.slot;
+  } else if (tag.seq == kDiagnosisSeq) {
+    kind = kKindDiagnosis;
+  } else {
+    // OpContext puts the phase in the slot's top 8 bits and the step in the low 24.
+    const uint32_t phase = tag.slot >> 24, step = tag.slot & 0xFFFFFF;
+    FERRY_CHECK(phase < 4 && step < (1u << 14), TransportError, "ucx transport: ", tag_str(tag),
+                " (phase ", phase, ") does not fit the UCP tag (phase < 4, step < 16384)");
+    low = (uint64_t{phase} << 30) | (uint64_t{step} << 16) | (tag.seq & 0xFFFF);
+  }
+  return (kind << 62) | (uint64_t(source) << 48) | (uint64_t{tag.group} << 32) | low;
+}
+
+}  // namespace ferry::detail

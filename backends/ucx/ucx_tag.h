@@ -1,0 +1,37 @@
+// How a ferry Tag and its source rank become one 64-bit UCP tag (internal).
+//
+// UCP matches a receive against messages from every endpoint of the worker, so the source
+// rank must be part of the tag; receives then use the full mask, never wildcards.
+//
+//   bits 63..62  kind    0 collective step, 1 user send/recv, 2 timeout diagnosis, 3 reserved
+//   bits 61..48  source  world rank of the sender          (< 16384 ranks)
+//   bits 47..32  group   group id                          (< 65536 groups per process)
+//   bits 31..0   kind 0: phase (2 bits) | step (14 bits) | seq mod 2^16 (16 bits)
+//                kind 1: the user's tag (the full 32 bits)
+//                kind 2: zero (kDiagnosisSeq, one exchange per group)
+//
+// Why 16 bits of seq suffice: UCP matches messages of one sender with equal tags in the order
+// they were sent, and every rank runs a group's collectives one after another, so a receive
+// for op s can only be matched by a message of op s + 65536 if the message of op s never
+// came, i.e. if op s failed on one side; the group is then poisoned and posts nothing more.
+// The seq bits only keep a stale message of a withdrawn op from matching the next ops.
+// Group ids cannot wrap that way: two live groups are independent streams, so an id that does
+// not fit is refused (TransportError), never truncated. Step and phase limits are checked too:
+// the algorithms use steps < group size and at most two phases.
+#pragma once
+
+#include "backends/transport.h"
+
+#include <cstdint>
+
+namespace ferry::detail {
+
+inline constexpr int kUcxMaxRanks = 1 << 14;
+inline constexpr uint32_t kUcxMaxGroups = 1u << 16;
+
+// Throws TransportError when a field does not fit the layout above.
+uint64_t pack_ucx_tag(int source, const Tag& tag);
+// The source world rank carried by a packed tag.
+inline int ucx_tag_source(uint64_t tag) { return static_cast<int>((tag >> 48) & 0x3FFF); }
+
+}  // namespace ferry::detail

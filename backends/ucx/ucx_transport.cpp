@@ -1,0 +1,155 @@
+#include "backends/ucx/ucx_transport.h"
+
+#include "backends/ucx/ucx_comm.h"
+#include "backends/ucx/ucx_tag.h"
+#include "backends/ucx/ucx_worker.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+namespace ferry {
+namespace detail {
+namespace {
+
+// What each rank publishes: its host name (to count the ranks sharing a host, which decides
+// how long waiters poll), its process (watched by local peers, see peer_watch.h) and its
+// worker address.
+constexpr size_t kMaxHostBytes = 255;
+constexpr size_t kMaxAddressBytes = 64 * 1024;
+
+std::string host_name() {
+  char buf[kMaxHostBytes + 1] = {};
+  if (gethostname(buf, kMaxHostBytes) != 0) return "?";
+  return std::string(buf, strnlen(buf, kMaxHostBytes));
+}
+
+// Layout: host name length (1 byte), host name, pid (4 bytes), start time (8 bytes), address.
+std::string encode_blob(const std::string& host, const ProcessId& id, const std::string& address) {
+  std::string out(1, static_cast<char>(host.size()));
+  out += host;
+  out.append(reinterpret_cast<const char*>(&id.pid), sizeof id.pid);
+  out.append(reinterpret_cast<const char*>(&id.start_time), sizeof id.start_time);
+  out += address;
+  return out;
+}
+
+struct Peer {
+  std::string host;
+  ProcessId process;
+  std::string address;
+};
+
+Peer decode_blob(const std::string& blob, int rank, int from) {
+  constexpr size_t kIdBytes = sizeof(uint32_t) + sizeof(uint64_t);
+  const size_t host = blob.empty() ? 0 : static_cast<unsigned char>(blob[0]);
+  FERRY_CHECK(!blob.empty() && blob.size() > 1 + host + kIdBytes &&
+                  blob.size() - 1 - host - kIdBytes <= kMaxAddressBytes,
+              TransportError, "ucx transport on rank ", rank, ": the address of rank ", from,
+              " is malformed (", blob.size(), " bytes; expected a host name, a process id and a "
+              "UCX worker address of at most ", kMaxAddressBytes, " bytes)");
+  Peer p;
+  p.host = blob.substr(1, host);
+  std::memcpy(&p.process.pid, blob.data() + 1 + host, sizeof p.process.pid);
+  std::memcpy(&p.process.start_time, blob.data() + 1 + host + 4, sizeof p.process.start_time);
+  p.address = blob.substr(1 + host + kIdBytes);
+  return p;
+}
+
+class UcxRequest final : public Request {
+ public:
+  UcxRequest(std::shared_ptr<UcxComm> comm, std::shared_ptr<UcxOp> op)
+      : Request(op->peer, op->is_send), comm_(std::move(comm)), op_(std::move(op)) {}
+  ~UcxRequest() override { cancel(); }
+
+  bool test() override {
+    if (done()) return true;
+    comm_->worker().try_progress();
+    return done();
+  }
+  bool wait_until(Clock::time_point deadline) override {
+    return comm_->worker().wait_until([this] { return done(); }, deadline);
+  }
+  // A receive is withdrawn from UCX (or, if its data is already moving, waited for); a send
+  // that UCX already started cannot be withdrawn: the request then reports it as withdrawn,
+  // and the peer (which gave up on the group too, or died) never takes it.
+  void cancel() override {
+    if (!done()) comm_->cancel(op_);
+  }
+  void rethrow_if_failed() override {
+    if (done() && op_->error) std::rethrow_exception(op_->error);
+  }
+
+ private:
+  bool done() const { return op_->done.load(std::memory_order_acquire); }
+  std::shared_ptr<UcxComm> comm_;
+  std::shared_ptr<UcxOp> op_;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(std::shared_ptr<UcxComm> comm) : comm_(std::move(comm)) {}
+
+  std::string name() const override { return "ucx"; }
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
+
+  std::unique_ptr<Request> isend(int dst, const Tag& tag, const void* data,
+                                 size_t bytes) override {
+    return post(dst, tag, true, const_cast<void*>(data), bytes);
+  }
+  std::unique_ptr<Request> irecv(int src, const Tag& tag, void* data, size_t bytes) override {
+    return post(src, tag, false, data, bytes);
+  }
+  void abandon_group(uint32_t group, const std::string& why) override {
+    comm_->abandon_group(group, why);
+  }
+
+ private:
+  std::unique_ptr<Request> post(int peer, const Tag& tag, bool is_send, void* data,
+                                size_t bytes) {
+    auto op = std::make_shared<UcxOp>();
+    op->peer = peer;
+    op->tag = tag;
+    op->is_send = is_send;
+    op->bytes = bytes;
+    comm_->post(op, data);
+    return std::make_unique<UcxRequest>(comm_, std::move(op));
+  }
+
+  std::shared_ptr<UcxComm> comm_;
+};
+
+}  // namespace
+}  // namespace detail
+
+std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
+                                              const BlobAllGather& all_gather) {
+  FERRY_CHECK(size >= 1 && rank >= 0 && rank < size, InvalidArgument,
+              "make_ucx_transport: rank must be in [0, size), given rank ", rank, " of ", size);
+  FERRY_CHECK(size <= detail::kUcxMaxRanks, InvalidArgument, "make_ucx_transport: at most ",
+              detail::kUcxMaxRanks, " ranks fit the UCX transport's tags, given ", size);
+  auto worker = std::make_unique<detail::UcxWorker>(size);
+  const std::string host = detail::host_name();
+  std::vector<std::string> blobs =
+      all_gather(detail::encode_blob(host, detail::self_process_id(), worker->address()));
+  FERRY_CHECK(static_cast<int>(blobs.size()) == size, TransportError, "ucx transport on rank ",
+              rank, ": the address exchange returned ", blobs.size(), " addresses for a world of ",
+              size);
+  std::vector<detail::UcxPeerInfo> peers;
+  int local = 0;
+  for (int r = 0; r < size; ++r) {
+    detail::Peer peer = detail::decode_blob(blobs[r], rank, r);
+    const bool same_host = peer.host == host;
+    local += same_host ? 1 : 0;
+    peers.push_back(detail::UcxPeerInfo{std::move(peer.address), same_host, peer.process});
+  }
+  auto comm = std::make_shared<detail::UcxComm>(std::move(worker), rank, peers);
+  FERRY_LOG(Info, "ucx", "rank ", rank, " of ", size, ": UCP worker ready, ", local,
+            " ranks on this host");
+  return std::make_shared<detail::UcxTransport>(std::move(comm));
+}
+
+}  // namespace ferry

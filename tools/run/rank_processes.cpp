@@ -1,0 +1,155 @@
+#include "tools/run/rank_processes.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace ferry::run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string random_secret() {
+  std::random_device rd;  // /dev/urandom
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 32; ++i) s.push_back(hex[rd() % 16]);
+  return s;
+}
+
+// The environment of rank `rank`: ours, with `set` replacing same-named variables.
+std::vector<std::string> child_env(const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    bool replaced = false;
+    for (const auto& [k, v] : set) replaced = replaced || k == name;
+    if (!replaced) out.push_back(kv);
+  }
+  // Later entries of `set` win, so a caller's variable replaces a launcher default.
+  for (size_t i = 0; i < set.size(); ++i) {
+    bool overridden = false;
+    for (size_t j = i + 1; j < set.size(); ++j) overridden = overridden || set[j].first == set[i].first;
+    if (!overridden) out.push_back(set[i].first + "=" + set[i].second);
+  }
+  return out;
+}
+
+pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(args[0], args.data(), envp.data());
+    execvpe(args[0], args.data(), envp.data());
+    std::fprintf(stderr, "ferry-run: cannot start %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+int free_loopback_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("socket() failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot find a free loopback port");
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string describe(const RankExit& e) {
+  std::string s = "rank " + std::to_string(e.rank);
+  if (e.exited) return s + " exited with status " + std::to_string(e.status);
+  s += " was killed by signal " + std::to_string(e.signal);
+  if (e.killed_by_us) s += " (by the launcher, after the timeout or another rank's failure)";
+  return s;
+}
+
+std::vector<RankExit> launch_ranks(const LaunchOptions& o) {
+  if (o.ranks < 1 || o.argv.empty()) throw std::runtime_error("launch_ranks: nothing to run");
+  const int port = o.port != 0 ? o.port : free_loopback_port();
+  const std::string secret = random_secret();
+  // SIGCHLD is blocked so that sigtimedwait can wait for it.
+  sigset_t chld, old;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &chld, &old);
+  const auto t0 = Clock::now();
+  std::vector<pid_t> pids(static_cast<size_t>(o.ranks), -1);
+  std::vector<RankExit> exits(static_cast<size_t>(o.ranks));
+  for (int r = 0; r < o.ranks; ++r) {
+    std::vector<std::pair<std::string, std::string>> set = {
+        {"FERRY_RENDEZVOUS", "127.0.0.1:" + std::to_string(port)},
+        {"FERRY_RANK", std::to_string(r)},
+        {"FERRY_WORLD_SIZE", std::to_string(o.ranks)},
+        {"FERRY_SECRET", secret}};
+    if (std::getenv("FERRY_BACKEND") == nullptr) set.push_back({"FERRY_BACKEND", "ucx"});
+    set.insert(set.end(), o.env.begin(), o.env.end());
+    exits[r].rank = r;
+    pids[r] = start(o.argv, child_env(set));
+  }
+  int running = o.ranks;
+  auto kill_at = t0 + o.timeout;
+  bool killing = false;
+  while (running > 0) {
+    for (int r = 0; r < o.ranks; ++r) {
+      if (pids[r] < 0) continue;
+      int status = 0;
+      if (waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+      RankExit& e = exits[r];
+      e.exited = WIFEXITED(status);
+      e.status = e.exited ? WEXITSTATUS(status) : 0;
+      e.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      e.killed_by_us = killing;
+      e.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      pids[r] = -1;
+      --running;
+      if (!(e.exited && e.status == 0)) kill_at = std::min(kill_at, Clock::now() + o.grace);
+    }
+    if (running == 0) break;
+    const auto now = Clock::now();
+    if (now >= kill_at) {
+      const int sig = killing ? SIGKILL : SIGTERM;
+      for (pid_t p : pids)
+        if (p > 0) kill(p, sig);
+      killing = true;
+      kill_at = now + std::chrono::seconds(1);
+      continue;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(kill_at - now).count();
+    timespec ts{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
+    sigtimedwait(&chld, nullptr, &ts);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return exits;
+}
+
+}  // namespace ferry::run

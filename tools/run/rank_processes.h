@@ -1,0 +1,45 @@
+// Starting the ranks of a job as processes of this host, joined by the TCP rendezvous
+// (FERRY_RENDEZVOUS on loopback, a fresh random FERRY_SECRET, FERRY_RANK, FERRY_WORLD_SIZE):
+// ferry-run and the UCX tests use it to run ferry without mpiexec.
+//
+// Waiting blocks in sigtimedwait for SIGCHLD (no polling loop). When a rank fails, the others
+// get `grace` to finish (they should fail fast on their own: a dead peer raises PeerFailure);
+// whatever still runs then, or at `timeout`, is killed (SIGTERM, then SIGKILL), so a launch
+// never outlives its timeout by more than a second.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry::run {
+
+struct LaunchOptions {
+  int ranks = 2;
+  std::vector<std::string> argv;                            // program and arguments
+  std::vector<std::pair<std::string, std::string>> env;     // added to (or replacing) ours
+  std::chrono::milliseconds timeout{600'000};
+  std::chrono::milliseconds grace{20'000};
+  int port = 0;  // 0: a free loopback port
+};
+
+struct RankExit {
+  int rank = 0;
+  bool exited = false;   // normal exit (status is valid)
+  int status = 0;
+  int signal = 0;        // the signal that ended it (when !exited)
+  bool killed_by_us = false;
+  double seconds = 0;    // from the launch to its end
+};
+
+// Runs the job to its end. Throws std::runtime_error when a process cannot be started.
+std::vector<RankExit> launch_ranks(const LaunchOptions& options);
+
+// "rank 2 exited with status 1" / "rank 1 was killed by signal 9" ...
+std::string describe(const RankExit& e);
+
+// A free TCP port on 127.0.0.1 at the time of the call.
+int free_loopback_port();
+
+}  // namespace ferry::run
