@@ -56,6 +56,20 @@ bool names_rank(const std::string& msg, int rank) {
     const bool word_start = at == 0 || !std::isalnum(static_cast<unsigned char>(msg[at - 1]));
     if (word_start && (end == msg.size() || (!is_digit(msg[end]) && msg[end] != '/'))) return true;
   }
+  // Or K in a list "ranks 1, 3" (under load another rank may be late too), but not in a group's
+  // description "[world ranks 0,1]".
+  for (size_t at = msg.find("ranks "); at != std::string::npos; at = msg.find("ranks ", at + 1)) {
+    if (at >= 6 && msg.compare(at - 6, 6, "world ") == 0) continue;
+    size_t pos = at + 6;
+    for (;;) {
+      size_t digits = pos;
+      while (digits < msg.size() && is_digit(msg[digits])) ++digits;
+      if (digits == pos) break;
+      if (std::stoi(msg.substr(pos, digits - pos)) == rank) return true;
+      if (msg.compare(digits, 2, ", ") != 0) break;
+      pos = digits + 2;
+    }
+  }
   return false;
 }
 
@@ -103,7 +117,10 @@ TEST_CASE("timeout: the message matchers themselves", "[timeout]") {
   CHECK(names_rank("waiting for rank 0", 0));
   CHECK_FALSE(names_rank("group 0 [world ranks 0,1] rank 1/2 timed out", 1));
   CHECK_FALSE(names_rank("not heard from rank 10", 1));
-  CHECK_FALSE(names_rank("ranks 1", 1));
+  CHECK(names_rank("timed out; ranks 1, 3 did not reach this collective;", 3));
+  CHECK(names_rank("timed out; ranks 1, 3 did not reach this collective;", 1));
+  CHECK_FALSE(names_rank("timed out; ranks 1, 3 did not reach this collective;", 2));
+  CHECK_FALSE(names_rank("group 0 [world ranks 0,1] rank 1/2 timed out", 0));
 }
 
 TEST_CASE("timeout: the only peer skips (world 2)", "[timeout]") {
