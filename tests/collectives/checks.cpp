@@ -57,7 +57,7 @@ std::vector<int64_t> prefix(const std::vector<int64_t>& sizes) {  // exclusive p
 std::string OpCase::describe(const std::string& name) const {
   std::ostringstream os;
   os << name << " " << ferry::dtype_name(dtype) << " rows " << rows << " inner " << inner << " op "
-     << op_name(op) << " root " << root << " variant " << variant << " salt " << salt;
+     << ferry::reduce_op_name(op) << " root " << root << " variant " << variant << " salt " << salt;
   return os.str();
 }
 

@@ -163,17 +163,6 @@ std::string shape_string(const Shape& s) {
   return out + "]";
 }
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-  }
-  return "?";
-}
-
 std::vector<int64_t> uneven_sizes(int world, int64_t rows, uint64_t salt) {
   std::vector<int64_t> sizes(static_cast<size_t>(world), 0);
   if (rows == 0) return sizes;

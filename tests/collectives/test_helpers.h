@@ -105,7 +105,6 @@ std::vector<ReduceOp> ops_for(DType dtype);  // Avg only for floating dtypes
 Shape shape_of(int64_t rows, int64_t inner);  // inner == 0: 1-D [rows]; else [rows, inner]
 inline int64_t row_numel(int64_t inner) { return inner == 0 ? 1 : inner; }
 std::string shape_string(const Shape& s);
-const char* op_name(ReduceOp op);
 
 // Uneven row counts with zeros: one per rank.
 std::vector<int64_t> uneven_sizes(int world, int64_t rows, uint64_t salt);
