@@ -2,6 +2,7 @@
 #include "collectives/algorithm_table.h"
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/engine.h"
+#include "collectives/native_issue.h"
 
 #include <cstring>
 
@@ -58,6 +59,13 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   detail::Validator v("broadcast", group);
   v.root(root);
   v.defined(tensor, "tensor");
+  auto work = detail::start_native_now(
+      group, "broadcast", detail::OpSummary::of(tensor).with_root(root), {tensor}, {},
+      [&](NativeCollectives& native) {
+        if (group.rank() != root) tensor.bump_version();
+        return native.broadcast(tensor.raw_data(), tensor.nbytes(), root);
+      });
+  if (work) return std::move(*work);
   return detail::submit(group, "broadcast", detail::OpSummary::of(tensor).with_root(root),
                         [tensor, root](OpContext& ctx) mutable {
     if (NativeCollectives* native = ctx.native())
@@ -105,6 +113,15 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   v.shape_is(output, "output", detail::with_rows(input.shape(), rows * world));
   const Tensor own = output.narrow(0, rows * group.rank(), rows);
   v.no_overlap(output, "output", input, "input", own);
+  auto work = detail::start_native_now(
+      group, "all_gather", detail::OpSummary::of(input), {output}, {input},
+      [&](NativeCollectives& native) {
+        const detail::Blocks blocks = detail::contiguous_blocks(std::vector<int64_t>(world, rows),
+                                                                detail::row_bytes(input));
+        output.bump_version();
+        return native.all_gather(input.raw_data(), output.raw_data(), blocks.bytes, blocks.offset);
+      });
+  if (work) return std::move(*work);
   const std::string algo = all_gather_algorithm(output.nbytes(), world);
   return detail::submit(group, "all_gather", detail::OpSummary::of(input),
                         [input, output, rows, world, algo](OpContext& ctx) mutable {
@@ -187,6 +204,17 @@ Work all_to_all_single(const Tensor& input, Tensor output,
                        "] (the block a rank keeps) must be equal, given ", in_splits[me], " and ",
                        out_splits[me]));
   v.no_overlap(input, "input", output, "output");
+  auto work = detail::start_native_now(
+      group, "all_to_all_single", detail::OpSummary::of(input), {output}, {input},
+      [&](NativeCollectives& native) {
+        const size_t rb = detail::row_bytes(input);
+        const detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
+        const detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
+        output.bump_version();
+        return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
+                                        output.raw_data(), out_b.bytes, out_b.offset);
+      });
+  if (work) return std::move(*work);
   return detail::submit(group, "all_to_all_single", detail::OpSummary::of(input),
                         [input, output, in_splits, out_splits, world](OpContext& ctx) mutable {
     const size_t rb = detail::row_bytes(input);
@@ -336,6 +364,9 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
+  auto work = detail::start_native_now(group, "barrier", detail::OpSummary{}, {}, {},
+                                       [](NativeCollectives& native) { return native.barrier(); });
+  if (work) return std::move(*work);
   return detail::submit(group, "barrier", detail::OpSummary{}, [](OpContext& ctx) {
     if (NativeCollectives* native = ctx.native())
       ctx.wait_native(native->barrier(), {});

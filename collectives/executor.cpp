@@ -41,6 +41,11 @@ bool Executor::run_one_here() {
   return true;
 }
 
+bool Executor::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tasks_.empty() && !running_;
+}
+
 void Executor::run(const std::function<void()>& task) {
   // Tasks report their errors through their Work; should one escape anyway, the queue must not
   // stay blocked behind a `running_` that is never reset.

@@ -30,6 +30,9 @@ class Executor {
   // op runs without the two thread hand-offs (~20 us each here) of waking the worker.
   bool run_one_here();
 
+  // Nothing queued and nothing running.
+  bool idle();
+
   // Caller-first mode, for native (MPI) collectives, which progress only inside MPI calls
   // anyway. Handing an op to the worker costs two thread wake-ups (~10 us at 8 B, more when
   // ranks outnumber cores), so in this mode nothing wakes the worker: it leaves a task queued

@@ -2,6 +2,7 @@
 #include "collectives/algorithm_table.h"
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/engine.h"
+#include "collectives/native_issue.h"
 #include "collectives/reduce_kernels.h"
 
 #include <cstring>
@@ -53,6 +54,12 @@ struct Accumulation {
   }
 };
 
+// Reductions a native transport can start as they are (see native_issue.h): no widening of
+// 16-bit floats, no division for Avg afterwards.
+bool natively_reducible(DType dtype, ReduceOp op) {
+  return detail::accumulation_dtype(dtype) == dtype && op != ReduceOp::Avg;
+}
+
 }  // namespace
 
 Work all_reduce(Tensor tensor, const Group& group, ReduceOp op) {
@@ -67,6 +74,16 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   v.shape_is(output, "output", input.shape());
   v.no_overlap(input, "input", output, "output", input);
   v.reduce_op(op, input.dtype());
+  if (natively_reducible(input.dtype(), op)) {
+    auto work = detail::start_native_now(
+        group, "all_reduce", detail::OpSummary::of(input, op), {output}, {input},
+        [&](NativeCollectives& native) {
+          output.bump_version();
+          return native.all_reduce(input.raw_data(), output.raw_data(),
+                                   static_cast<size_t>(input.numel()), input.dtype(), op);
+        });
+    if (work) return std::move(*work);
+  }
   const int world = group.size();
   // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
   const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
@@ -138,6 +155,19 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   v.shape_is(output, "output", own_block.shape());
   v.no_overlap(input, "input", output, "output", own_block);
   const int world = group.size();
+  const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
+  if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
+    auto work = detail::start_native_now(
+        group, "reduce_scatter", detail::OpSummary::of(input, op), {output}, {input},
+        [&](NativeCollectives& native) {
+          std::vector<size_t> counts;
+          for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
+          output.bump_version();
+          return native.reduce_scatter(input.raw_data(), output.raw_data(), counts,
+                                       input.dtype(), op);
+        });
+    if (work) return std::move(*work);
+  }
   return detail::submit(group, "reduce_scatter", detail::OpSummary::of(input, op),
                         [input, output, op, sizes, world](OpContext& ctx) mutable {
     // An output that is exactly our block of the input is fine: the algorithm reads that block

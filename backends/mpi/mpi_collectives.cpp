@@ -256,7 +256,9 @@ class MpiCollectives final : public NativeCollectives {
 
  private:
   std::unique_ptr<MpiCollectiveRequest> start(const char* op) {
-    return std::make_unique<MpiCollectiveRequest>(str(op, " on group ", id_));
+    // Appended rather than formatted with a stream: this runs for every collective.
+    return std::make_unique<MpiCollectiveRequest>(
+        std::string(op).append(" on group ").append(std::to_string(id_)));
   }
 
   void check_started(MpiCollectiveRequest& r, int code, const char* call) {

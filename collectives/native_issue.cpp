@@ -1,0 +1,182 @@
+#include "collectives/native_issue.h"
+
+#include "runtime/config.h"
+#include "runtime/log.h"
+
+namespace ferry::detail {
+
+namespace {
+
+// The Work of a native collective started at issue: whoever waits drives its request.
+class NativeWork final : public WorkState {
+ public:
+  NativeWork(std::function<std::string()> describe, std::weak_ptr<GroupImpl> group,
+             std::string op, uint64_t seq, Clock::time_point deadline,
+             std::unique_ptr<NativeRequest> request, std::vector<Tensor> outputs,
+             std::vector<Tensor> keep)
+      : WorkState(std::move(describe)), group_(std::move(group)), op_(std::move(op)), seq_(seq),
+        deadline_(deadline), request_(std::move(request)), outputs_(std::move(outputs)),
+        keep_(std::move(keep)) {
+    keep_.insert(keep_.end(), outputs_.begin(), outputs_.end());
+  }
+
+  ~NativeWork() override {
+    if (!request_) return;
+    // Dropped before it finished: MPI still owns the buffers, so the group's worker waits the
+    // request out (under the op's deadline, like any queued op) and keeps them until then.
+    if (auto group = group_.lock()) {
+      group->executor().enqueue([g = group.get(), op = op_, seq = seq_, deadline = deadline_,
+                                 request = std::shared_ptr<NativeRequest>(std::move(request_)),
+                                 keep = std::move(keep_)]() mutable {
+        try {
+          OpContext ctx(*g, op, seq, deadline);
+          ctx.wait_native(std::unique_ptr<NativeRequest>(new Forward(std::move(request))),
+                          std::move(keep));
+        } catch (...) {
+          const std::exception_ptr error = std::current_exception();
+          g->poison(error, error_message(error));
+        }
+      });
+    } else {
+      leak();
+    }
+  }
+
+  bool is_completed() const override {
+    if (WorkState::is_completed()) return true;
+    std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+    if (!drive.owns_lock() || !request_ || !request_->test()) return false;
+    const_cast<NativeWork*>(this)->settle();
+    return true;
+  }
+
+  bool wait_until(Clock::time_point deadline, bool may_help) override {
+    std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+    if (!drive.owns_lock() || !request_) {  // another thread drives it, or it is settled
+      return WorkState::wait_until(deadline, may_help);
+    }
+    if (deadline < deadline_) {
+      // A caller's own shorter timeout (Work::wait(ms)): poll; on expiry Work poisons the group.
+      while (!request_->wait_until(std::min(deadline, Clock::now() + kSlice))) {
+        if (Clock::now() >= deadline) return false;
+      }
+      settle();
+      return true;
+    }
+    auto group = group_.lock();
+    if (!group) {
+      if (!request_->wait_until(deadline)) return false;
+      settle();
+      return true;
+    }
+    try {
+      OpContext ctx(*group, op_, seq_, deadline_);
+      ctx.wait_native(std::move(request_), keep_);  // throws on timeout, poisoned, failure
+      FERRY_LOG(Trace, "coll", description(), " done");
+      keep_.clear();
+      complete(std::move(outputs_));
+    } catch (...) {
+      const std::exception_ptr error = std::current_exception();
+      group->poison(error, error_message(error));
+      fail(error);
+    }
+    request_.reset();
+    return true;
+  }
+
+ private:
+  static constexpr auto kSlice = std::chrono::milliseconds(50);
+
+  // Forwards to a request shared with the worker's cleanup task.
+  class Forward final : public NativeRequest {
+   public:
+    explicit Forward(std::shared_ptr<NativeRequest> r) : r_(std::move(r)) {}
+    bool test() override { return r_->test(); }
+    bool wait_until(Clock::time_point d) override { return r_->wait_until(d); }
+    void rethrow_if_failed() override { r_->rethrow_if_failed(); }
+
+   private:
+    std::shared_ptr<NativeRequest> r_;
+  };
+
+  // The request finished: its outcome becomes the Work's. Called with drive_mu_ held.
+  void settle() {
+    std::unique_ptr<NativeRequest> request = std::move(request_);
+    try {
+      request->rethrow_if_failed();
+      FERRY_LOG(Trace, "coll", description(), " done");
+      keep_.clear();
+      complete(std::move(outputs_));
+    } catch (...) {
+      const std::exception_ptr error = std::current_exception();
+      if (auto group = group_.lock()) group->poison(error, error_message(error));
+      fail(error);
+    }
+  }
+
+  // The group is gone with the op still running: nothing may free what MPI writes into.
+  void leak() {
+    static std::mutex mu;
+    static auto* kept = new std::vector<std::pair<std::unique_ptr<NativeRequest>,
+                                                  std::vector<Tensor>>>();
+    std::lock_guard<std::mutex> lock(mu);
+    kept->emplace_back(std::move(request_), std::move(keep_));
+  }
+
+  std::weak_ptr<GroupImpl> group_;
+  std::string op_;
+  uint64_t seq_;
+  Clock::time_point deadline_;
+  mutable std::mutex drive_mu_;  // one thread at a time tests or waits on the request
+  std::unique_ptr<NativeRequest> request_;
+  std::vector<Tensor> outputs_;
+  std::vector<Tensor> keep_;  // everything the request reads or writes, outputs included
+};
+
+}  // namespace
+
+NativeIssue::NativeIssue(const Group& group, const char* op)
+    : handle_(group), group_(&group.impl()), op_(op) {
+  if (group_->native() == nullptr) return;
+  group_->throw_if_poisoned(op);
+  lock_ = std::unique_lock<std::mutex>(group_->issue_mutex());
+  // Ops queued before this one must start first: then this one is queued behind them.
+  if (!group_->executor().idle()) lock_.unlock();
+}
+
+Work NativeIssue::finish(
+    OpSummary what, std::vector<Tensor> outputs, std::vector<Tensor> keep,
+    const std::function<std::unique_ptr<NativeRequest>(NativeCollectives&)>& start) {
+  const uint64_t seq = group_->take_sequence_number();
+  auto describe = [op = op_, seq, what = std::move(what), weak = handle_.weak_impl(),
+                   id = group_->id()] {
+    const std::string summary = what.format();
+    auto live = weak.lock();
+    return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
+               live ? live->describe() : str("group ", id));
+  };
+  const Clock::time_point deadline = Clock::now() + default_timeout();
+  std::unique_ptr<NativeRequest> request;
+  std::exception_ptr error;
+  try {
+    request = start(*group_->native());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock_.unlock();
+  if (error) {
+    auto state = std::make_shared<WorkState>(std::move(describe));
+    group_->poison(error, error_message(error));
+    state->fail(error);
+    return Work(state);
+  }
+  auto state = std::make_shared<NativeWork>(std::move(describe), handle_.weak_impl(), op_, seq,
+                                            deadline, std::move(request), std::move(outputs),
+                                            std::move(keep));
+  FERRY_LOG(Trace, "coll", state->description(), " started at issue");
+  state->self_timed = true;
+  state->on_wait_timeout = poison_on_wait_timeout(handle_);
+  return Work(state);
+}
+
+}  // namespace ferry::detail
