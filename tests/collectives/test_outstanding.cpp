@@ -218,3 +218,19 @@ TEST_CASE("algorithm overrides: restore; table and bad specs", "[outstanding][al
   CHECK_THROWS_AS(ferry::set_algorithm_override("all_reduce"), ferry::InvalidArgument);
   ferry::set_algorithm_override("");
 }
+
+FT_SPMD_CASE("outstanding: a Work dropped before it completed still completes its op", "[outstanding]",
+             1, 2, 3) {
+  // Under MPI an op may have started at issue, with MPI owning its buffers: dropping the Work
+  // must neither free them early nor leave the op unfinished for the peers.
+  Tensor a = ferry::full({1000}, g.rank() + 1.0);
+  {
+    Work dropped = ferry::all_reduce(a, g);
+  }
+  Tensor b = ferry::full({4}, 1.0);
+  ferry::all_reduce(b, g).wait();
+  ferry::barrier(g).wait();
+  const double expected = g.size() * (g.size() + 1) / 2.0;
+  FT_CHECK(ctx, a.get_flat(999) == expected, "the dropped all_reduce's result");
+  FT_CHECK(ctx, b.get_flat(0) == g.size(), "the all_reduce after it");
+}
