@@ -96,7 +96,7 @@ bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& syn
     if (!sync.all_of(error.empty())) return false;
 
     std::unique_ptr<Baseline> baseline =
-        o.vs_mpi ? sweep.launcher->baseline(op, count, o.dtype) : nullptr;
+        o.vs_mpi ? sweep.launcher->baseline(op, count, o.dtype, o.mpi_nonblocking) : nullptr;
     int iters = o.iters;
     const Samples warm = time_iterations(op_case, baseline.get(), world, calibration_iters(o));
     if (iters == 0) {
@@ -215,7 +215,8 @@ int run(int argc, char** argv) {
   }
 
   const std::vector<size_t> sizes = sweep_sizes(opts);
-  Report report({opts.transport, opts.world_size, opts.dtype, opts.vs_mpi}, csv);
+  Report report({opts.transport, opts.world_size, opts.dtype, opts.vs_mpi, opts.mpi_nonblocking},
+                csv);
   if (launcher->reports()) report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
 
   std::atomic<bool> all_ok{true};

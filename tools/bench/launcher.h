@@ -49,10 +49,13 @@ class Launcher {
   // Whether this process prints the header and the table (one process of an MPI job does).
   virtual bool reports() const { return true; }
   // The baseline for --vs-mpi on the calling rank, or null when the transport has none.
-  virtual std::unique_ptr<Baseline> baseline(OpKind op, int64_t count, DType dtype) {
+  // `nonblocking`: MPI_I<op> + MPI_Wait instead of the blocking call.
+  virtual std::unique_ptr<Baseline> baseline(OpKind op, int64_t count, DType dtype,
+                                             bool nonblocking) {
     (void)op;
     (void)count;
     (void)dtype;
+    (void)nonblocking;
     return nullptr;
   }
 };

@@ -57,8 +57,9 @@ MPI_Datatype reducible(DType dtype) {
 // The blocking MPI call a user would write for the op, with nccl-tests' sizes (ops.h).
 class MpiBaseline : public Baseline {
  public:
-  MpiBaseline(OpKind op, int64_t count, DType dtype, MPI_Comm comm)
-      : op_(op), count_(count), elem_(dtype_size(dtype)), type_(reducible(dtype)), comm_(comm) {
+  MpiBaseline(OpKind op, int64_t count, DType dtype, MPI_Comm comm, bool nonblocking)
+      : op_(op), count_(count), elem_(dtype_size(dtype)), type_(reducible(dtype)), comm_(comm),
+        nonblocking_(nonblocking) {
     MPI_Comm_size(comm_, &size_);
     const bool reduces =
         op == OpKind::AllReduce || op == OpKind::ReduceScatter || op == OpKind::Reduce;
@@ -75,6 +76,7 @@ class MpiBaseline : public Baseline {
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
   void run() override {
+    if (nonblocking_) return run_nonblocking();
     const int n = static_cast<int>(count_);
     const int block = static_cast<int>(count_ / size_);
     // Data movement counts in bytes when the dtype has no MPI type: the same bytes move.
@@ -108,11 +110,50 @@ class MpiBaseline : public Baseline {
   }
 
  private:
+  // The same calls, non-blocking, each followed by MPI_Wait.
+  void run_nonblocking() {
+    const int n = static_cast<int>(count_);
+    const int block = static_cast<int>(count_ / size_);
+    const int scale = type_ == MPI_BYTE ? static_cast<int>(elem_) : 1;
+    MPI_Request r = MPI_REQUEST_NULL;
+    switch (op_) {
+      case OpKind::AllReduce:
+        check(MPI_Iallreduce(in_.data(), out_.data(), n, type_, MPI_SUM, comm_, &r),
+              "MPI_Iallreduce");
+        break;
+      case OpKind::AllGather:
+        check(MPI_Iallgather(in_.data(), block * scale, type_, out_.data(), block * scale, type_,
+                             comm_, &r),
+              "MPI_Iallgather");
+        break;
+      case OpKind::ReduceScatter:
+        check(MPI_Ireduce_scatter_block(in_.data(), out_.data(), block, type_, MPI_SUM, comm_,
+                                        &r),
+              "MPI_Ireduce_scatter_block");
+        break;
+      case OpKind::AllToAll:
+        check(MPI_Ialltoall(in_.data(), block * scale, type_, out_.data(), block * scale, type_,
+                            comm_, &r),
+              "MPI_Ialltoall");
+        break;
+      case OpKind::Broadcast:
+        check(MPI_Ibcast(in_.data(), n * scale, type_, kRoot, comm_, &r), "MPI_Ibcast");
+        break;
+      case OpKind::Reduce:
+        check(MPI_Ireduce(in_.data(), out_.data(), n, type_, MPI_SUM, kRoot, comm_, &r),
+              "MPI_Ireduce");
+        break;
+      case OpKind::Memcpy: return;
+    }
+    check(MPI_Wait(&r, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
+
   OpKind op_;
   int64_t count_;
   size_t elem_;
   MPI_Datatype type_;
   MPI_Comm comm_;
+  bool nonblocking_;
   int size_ = 1;
   std::vector<char> in_, out_;
 };
@@ -179,8 +220,9 @@ class MpiLauncher : public Launcher {
     }
   }
 
-  std::unique_ptr<Baseline> baseline(OpKind op, int64_t count, DType dtype) override {
-    return std::make_unique<MpiBaseline>(op, count, dtype, comm_);
+  std::unique_ptr<Baseline> baseline(OpKind op, int64_t count, DType dtype,
+                                     bool nonblocking) override {
+    return std::make_unique<MpiBaseline>(op, count, dtype, comm_, nonblocking);
   }
 
  private:

@@ -135,6 +135,8 @@ Options parse_options(int argc, char** argv) {
       o.algo = value();
     } else if (arg == "--vs-mpi") {
       o.vs_mpi = true;
+    } else if (arg == "--mpi-nonblocking") {
+      o.mpi_nonblocking = true;
     } else if (arg == "--csv") {
       o.csv_path = value();
       if (o.csv_path.empty()) throw UsageError("--csv needs a file name");
@@ -142,6 +144,7 @@ Options parse_options(int argc, char** argv) {
       throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
+  if (o.mpi_nonblocking && !o.vs_mpi) throw UsageError("--mpi-nonblocking needs --vs-mpi");
   if (o.vs_mpi && o.transport != "mpi" && o.transport != "ucx")
     throw UsageError("--vs-mpi compares with raw MPI calls and needs --transport mpi or ucx "
                      "(under mpiexec)");
@@ -207,6 +210,8 @@ std::string usage() {
         "  --vs-mpi                 (mpi, ucx) also time the blocking MPI call of the same op and\n"
         "                           size, alternating iterations with ferry's, and print\n"
         "                           its median, ferry/mpi and ferry - mpi\n"
+        "  --mpi-nonblocking        with --vs-mpi: the baseline is the non-blocking call and\n"
+        "                           MPI_Wait (the call ferry makes under MPI) instead\n"
         "  --dtype NAME             float32, float64, float16, bfloat16, int32, int64, uint8\n"
         "                           (default float32)\n"
         "  -b, --min-bytes SIZE     smallest size (default 8); K, M, G suffixes are KiB, MiB, GiB\n"

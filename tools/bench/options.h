@@ -28,6 +28,7 @@ struct Options {
   int warmup = 3;
   std::string algo;      // --algo spec; empty: the runtime's automatic choice
   std::string csv_path;  // empty: no CSV
+  bool mpi_nonblocking = false;  // the --vs-mpi baseline is MPI_I<op> + MPI_Wait
   bool vs_mpi = false;   // time the raw MPI call of each op and size too (transport mpi)
   bool help = false;
 };

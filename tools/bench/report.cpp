@@ -37,8 +37,9 @@ void Report::header(const std::string& sizes, const std::string& iters,
   std::printf("# sizes: %s  iters: %s\n", sizes.c_str(), iters.c_str());
   std::printf("# time: median over iterations of the slowest rank; GB/s = 1e9 B/s\n");
   if (setup_.vs_mpi)
-    std::printf("# mpi: the blocking MPI call of the same op and size, iterations alternating "
-                "with ferry's; ratio = time / mpi, added = time - mpi\n");
+    std::printf("# mpi: the %s MPI call of the same op and size, iterations alternating "
+                "with ferry's; ratio = time / mpi, added = time - mpi\n",
+                setup_.mpi_nonblocking ? "non-blocking (+ MPI_Wait)" : "blocking");
   std::printf("# algorithms:\n");
   std::istringstream lines(algo_table);
   for (std::string line; std::getline(lines, line);) std::printf("#   %s\n", line.c_str());

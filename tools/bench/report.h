@@ -42,6 +42,7 @@ class Report {
     int world_size;
     DType dtype;
     bool vs_mpi = false;
+    bool mpi_nonblocking = false;
   };
   // `csv` may be null; the Report writes to it but does not own it.
   Report(Setup setup, std::FILE* csv);
