@@ -22,7 +22,7 @@ void Executor::enqueue(std::function<void()> task) {
     if (!thread_.joinable()) {
       thread_ = std::thread([this] { grace_.count() > 0 ? caller_first_loop() : loop(); });
     }
-    wake = grace_.count() == 0;
+    wake = grace_.count() == 0 || sleeping_;
   }
   if (wake) cv_.notify_one();
 }
@@ -105,9 +105,17 @@ void Executor::caller_first_loop() {
         cv_.wait(lock, [&] { return !running_; });
         return;
       }
+      if (tasks_.empty() && interval >= kMaxPoll) {
+        sleeping_ = true;  // idle for a while: the next enqueue wakes us
+        cv_.wait(lock, [&] { return !tasks_.empty() || stopping_; });
+        sleeping_ = false;
+        interval = grace_;
+        continue;
+      }
       if (tasks_.empty() || running_) {
-        cv_.wait_for(lock, interval);  // only the destructor notifies
-        if (tasks_.empty()) interval = std::min(2 * interval, kMaxPoll);
+        // Nothing to take, or a caller is running one: look again later, less and less often.
+        cv_.wait_for(lock, interval);
+        interval = std::min(2 * interval, kMaxPoll);
         continue;
       }
       const auto due = queued_at_.front() + grace_;

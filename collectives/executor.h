@@ -35,11 +35,12 @@ class Executor {
 
   // Caller-first mode, for native (MPI) collectives, which progress only inside MPI calls
   // anyway. Handing an op to the worker costs two thread wake-ups (~10 us at 8 B, more when
-  // ranks outnumber cores), so in this mode nothing wakes the worker: it leaves a task queued
-  // for `grace` so that a caller that waits runs it itself (run_one_here), and otherwise finds
-  // it by polling, every `grace` while it has work and backing off to kMaxPoll when idle. A
-  // collective nobody waits for therefore starts within kMaxPoll. Zero (the default): the
-  // worker is woken at every enqueue and takes tasks at once.
+  // ranks outnumber cores), so in this mode ops in a busy stretch do not wake the worker: it
+  // leaves a task queued for `grace` so that a caller that waits runs it itself (run_one_here),
+  // and otherwise finds it by polling, backing off from `grace` to kMaxPoll; after that much
+  // idleness it sleeps until the next enqueue wakes it. A collective nobody waits for therefore
+  // starts within kMaxPoll. Zero (the default): the worker is woken at every enqueue and takes
+  // tasks at once.
   void set_caller_first(std::chrono::microseconds grace) { grace_ = grace; }
   static constexpr std::chrono::microseconds kMaxPoll{5000};
 
@@ -55,6 +56,7 @@ class Executor {
   std::deque<std::chrono::steady_clock::time_point> queued_at_;  // one per task
   std::chrono::microseconds grace_{0};
   bool stopping_ = false;
+  bool sleeping_ = false;  // caller-first mode: the worker waits for an enqueue to wake it
   bool running_ = false;  // one task at a time, whichever thread runs it: order is the contract
   std::thread thread_;
 };

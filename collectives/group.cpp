@@ -46,7 +46,25 @@ GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> memb
   if (native_) executor_.set_caller_first(std::chrono::microseconds(100));
 }
 
-GroupImpl::~GroupImpl() = default;
+GroupImpl::~GroupImpl() {
+  std::vector<std::weak_ptr<InFlightNative>> in_flight;
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    in_flight.swap(in_flight_);
+  }
+  for (auto& weak : in_flight) {
+    if (auto op = weak.lock()) op->finish_before_group_ends(*this);
+  }
+  // executor_ (the last member) is destroyed first and finishes what is queued.
+}
+
+void GroupImpl::track_in_flight(std::weak_ptr<InFlightNative> op) {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  if (in_flight_.size() >= 64) {  // forget finished ones now and then
+    std::erase_if(in_flight_, [](const auto& w) { return w.expired(); });
+  }
+  in_flight_.push_back(std::move(op));
+}
 
 std::string GroupImpl::describe() const {
   std::string ranks;

@@ -35,6 +35,17 @@ class ScratchArena {
   size_t capacity_[kSlots] = {};
 };
 
+class GroupImpl;
+
+// A collective started at issue (native_issue.cpp): it lives in its Work, not in the group's
+// queue, so the group must see it finished before it ends (and before MPI is finalized).
+class InFlightNative {
+ public:
+  virtual ~InFlightNative() = default;
+  // Waits for the op under its deadline (or gives it up as a timed-out op does).
+  virtual void finish_before_group_ends(GroupImpl& group) = 0;
+};
+
 class GroupImpl {
  public:
   // `native`: the transport's collectives for this group, or null (see native_collectives.h).
@@ -63,6 +74,7 @@ class GroupImpl {
   void throw_if_poisoned(const std::string& op) const;
 
   std::mutex& issue_mutex() { return issue_mu_; }
+  void track_in_flight(std::weak_ptr<InFlightNative> op);
   ScratchArena& scratch() { return scratch_; }
   Executor& executor() { return executor_; }
 
@@ -74,6 +86,8 @@ class GroupImpl {
   uint32_t id_;
   std::atomic<uint64_t> seq_{0};
   std::mutex issue_mu_;  // taking a sequence number and queueing the op are one step
+  std::mutex in_flight_mu_;
+  std::vector<std::weak_ptr<InFlightNative>> in_flight_;
 
   std::atomic<bool> poisoned_{false};
   mutable std::mutex poison_mu_;

@@ -7,8 +7,10 @@ namespace ferry::detail {
 
 namespace {
 
-// The Work of a native collective started at issue: whoever waits drives its request.
-class NativeWork final : public WorkState {
+// The Work of a native collective started at issue: whoever waits drives its request (MPI
+// progresses only inside MPI calls), one thread at a time; the others wait for the drive lock in
+// short slices, so none of them sleeps while the request is left unpolled.
+class NativeWork final : public WorkState, public InFlightNative {
  public:
   NativeWork(std::function<std::string()> describe, std::weak_ptr<GroupImpl> group,
              std::string op, uint64_t seq, Clock::time_point deadline,
@@ -23,13 +25,15 @@ class NativeWork final : public WorkState {
   ~NativeWork() override {
     if (!request_) return;
     // Dropped before it finished: MPI still owns the buffers, so the group's worker waits the
-    // request out (under the op's deadline, like any queued op) and keeps them until then.
+    // request out (under the op's deadline, like any queued op) and keeps them until then. (A
+    // group that ended has already waited for it: see finish_before_group_ends.)
     if (auto group = group_.lock()) {
       group->executor().enqueue([g = group.get(), op = op_, seq = seq_, deadline = deadline_,
                                  request = std::shared_ptr<NativeRequest>(std::move(request_)),
                                  keep = std::move(keep_)]() mutable {
         try {
           OpContext ctx(*g, op, seq, deadline);
+          ctx.uses_no_scratch();
           ctx.wait_native(std::unique_ptr<NativeRequest>(new Forward(std::move(request))),
                           std::move(keep));
         } catch (...) {
@@ -37,55 +41,48 @@ class NativeWork final : public WorkState {
           g->poison(error, error_message(error));
         }
       });
-    } else {
-      leak();
     }
   }
 
   bool is_completed() const override {
     if (WorkState::is_completed()) return true;
-    std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+    std::unique_lock<std::timed_mutex> drive(drive_mu_, std::try_to_lock);
     if (!drive.owns_lock() || !request_ || !request_->test()) return false;
     const_cast<NativeWork*>(this)->settle();
     return true;
   }
 
   bool wait_until(Clock::time_point deadline, bool may_help) override {
-    std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
-    if (!drive.owns_lock() || !request_) {  // another thread drives it, or it is settled
-      return WorkState::wait_until(deadline, may_help);
+    std::unique_lock<std::timed_mutex> drive(drive_mu_, std::defer_lock);
+    while (!drive.try_lock_for(kDriveSlice)) {
+      if (WorkState::is_completed()) return true;
+      if (Clock::now() >= deadline) return false;
     }
+    if (!request_) return WorkState::wait_until(deadline, may_help);  // settled already
     if (deadline < deadline_) {
-      // A caller's own shorter timeout (Work::wait(ms)): poll; on expiry Work poisons the group.
+      // A caller's own shorter timeout (Work::wait(ms)): poll; on expiry Work poisons the group
+      // and the op stays in flight for a later wait (or the group's end) to finish.
       while (!request_->wait_until(std::min(deadline, Clock::now() + kSlice))) {
         if (Clock::now() >= deadline) return false;
       }
       settle();
       return true;
     }
-    auto group = group_.lock();
-    if (!group) {
-      if (!request_->wait_until(deadline)) return false;
-      settle();
+    if (auto group = group_.lock()) {
+      drive_to_the_end(*group);
       return true;
     }
-    try {
-      OpContext ctx(*group, op_, seq_, deadline_);
-      ctx.wait_native(std::move(request_), keep_);  // throws on timeout, poisoned, failure
-      FERRY_LOG(Trace, "coll", description(), " done");
-      keep_.clear();
-      complete(std::move(outputs_));
-    } catch (...) {
-      const std::exception_ptr error = std::current_exception();
-      group->poison(error, error_message(error));
-      fail(error);
-    }
-    request_.reset();
-    return true;
+    return WorkState::wait_until(deadline, may_help);  // the group ended: it finished us
+  }
+
+  void finish_before_group_ends(GroupImpl& group) override {
+    std::lock_guard<std::timed_mutex> drive(drive_mu_);
+    if (request_) drive_to_the_end(group);
   }
 
  private:
   static constexpr auto kSlice = std::chrono::milliseconds(50);
+  static constexpr auto kDriveSlice = std::chrono::milliseconds(1);
 
   // Forwards to a request shared with the worker's cleanup task.
   class Forward final : public NativeRequest {
@@ -98,6 +95,24 @@ class NativeWork final : public WorkState {
    private:
     std::shared_ptr<NativeRequest> r_;
   };
+
+  // Waits under the op's deadline with the engine's diagnosis and poisoning, as the worker's
+  // path does. Called with drive_mu_ held.
+  void drive_to_the_end(GroupImpl& group) {
+    try {
+      OpContext ctx(group, op_, seq_, deadline_);
+      ctx.uses_no_scratch();
+      ctx.wait_native(std::move(request_), keep_);  // throws on timeout, poisoned, failure
+      FERRY_LOG(Trace, "coll", description(), " done");
+      keep_.clear();
+      complete(std::move(outputs_));
+    } catch (...) {
+      const std::exception_ptr error = std::current_exception();
+      group.poison(error, error_message(error));
+      fail(error);
+    }
+    request_.reset();
+  }
 
   // The request finished: its outcome becomes the Work's. Called with drive_mu_ held.
   void settle() {
@@ -114,20 +129,11 @@ class NativeWork final : public WorkState {
     }
   }
 
-  // The group is gone with the op still running: nothing may free what MPI writes into.
-  void leak() {
-    static std::mutex mu;
-    static auto* kept = new std::vector<std::pair<std::unique_ptr<NativeRequest>,
-                                                  std::vector<Tensor>>>();
-    std::lock_guard<std::mutex> lock(mu);
-    kept->emplace_back(std::move(request_), std::move(keep_));
-  }
-
   std::weak_ptr<GroupImpl> group_;
   std::string op_;
   uint64_t seq_;
   Clock::time_point deadline_;
-  mutable std::mutex drive_mu_;  // one thread at a time tests or waits on the request
+  mutable std::timed_mutex drive_mu_;  // held by the one thread testing or waiting on request_
   std::unique_ptr<NativeRequest> request_;
   std::vector<Tensor> outputs_;
   std::vector<Tensor> keep_;  // everything the request reads or writes, outputs included
@@ -147,7 +153,25 @@ NativeIssue::NativeIssue(const Group& group, const char* op)
 Work NativeIssue::finish(
     OpSummary what, std::vector<Tensor> outputs, std::vector<Tensor> keep,
     const std::function<std::unique_ptr<NativeRequest>(NativeCollectives&)>& start) {
+  const Clock::time_point deadline = Clock::now() + default_timeout();
+  std::unique_ptr<NativeRequest> request;
+  try {
+    request = start(*group_->native());
+  } catch (const InvalidArgument&) {
+    // Refused before anything started (a block too large for MPI's int counts): like any
+    // rejected call it takes no sequence number and leaves the group usable.
+    throw;
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    const uint64_t seq = group_->take_sequence_number();
+    lock_.unlock();
+    auto state = std::make_shared<WorkState>(str(op_, " (seq ", seq, ") on ", group_->describe()));
+    group_->poison(error, error_message(error));
+    state->fail(error);
+    return Work(state);
+  }
   const uint64_t seq = group_->take_sequence_number();
+  lock_.unlock();
   auto describe = [op = op_, seq, what = std::move(what), weak = handle_.weak_impl(),
                    id = group_->id()] {
     const std::string summary = what.format();
@@ -155,24 +179,10 @@ Work NativeIssue::finish(
     return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
                live ? live->describe() : str("group ", id));
   };
-  const Clock::time_point deadline = Clock::now() + default_timeout();
-  std::unique_ptr<NativeRequest> request;
-  std::exception_ptr error;
-  try {
-    request = start(*group_->native());
-  } catch (...) {
-    error = std::current_exception();
-  }
-  lock_.unlock();
-  if (error) {
-    auto state = std::make_shared<WorkState>(std::move(describe));
-    group_->poison(error, error_message(error));
-    state->fail(error);
-    return Work(state);
-  }
   auto state = std::make_shared<NativeWork>(std::move(describe), handle_.weak_impl(), op_, seq,
                                             deadline, std::move(request), std::move(outputs),
                                             std::move(keep));
+  group_->track_in_flight(state);
   FERRY_LOG(Trace, "coll", state->description(), " started at issue");
   state->self_timed = true;
   state->on_wait_timeout = poison_on_wait_timeout(handle_);

@@ -87,7 +87,7 @@ void OpContext::abandon_native(std::unique_ptr<NativeRequest> request, std::vect
     std::lock_guard<std::mutex> lock(mu);
     kept->push_back(std::move(keep));
   }
-  group_.scratch().leak();
+  if (leak_scratch_on_abandon_) group_.scratch().leak();
   native()->abandon_stuck_request(std::move(request));
 }
 

@@ -55,6 +55,9 @@ class OpContext {
   // tensors it reads or writes) and the group's scratch are kept for the rest of the process,
   // and the TimeoutError says that the job must end.
   void wait_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep);
+  // For an op that uses none of the group's scratch (one started at issue, waited on by a
+  // caller's thread): giving it up must not touch the scratch the worker may be using.
+  void uses_no_scratch() { leak_scratch_on_abandon_ = false; }
 
  private:
   Tag tag(uint32_t step) const;
@@ -64,6 +67,7 @@ class OpContext {
   // Throws the error of the first finished request that failed, after cancelling the rest.
   void rethrow_first_failure();
   static constexpr auto kCheckEvery = std::chrono::milliseconds(50);
+  bool leak_scratch_on_abandon_ = true;
   // After a timeout: the group ranks that are not stuck in this same op.
   std::vector<int> ranks_not_here();
 

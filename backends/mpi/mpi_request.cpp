@@ -36,6 +36,12 @@ void MpiPending::fail_start(std::exception_ptr error) {
 bool MpiPending::test() {
   std::lock_guard<std::mutex> lock(mu_);
   if (done_) return true;
+  if (!mpi_usable()) {  // MPI_Test after MPI_Finalize is an error MPI cannot even report
+    error_ = std::make_exception_ptr(TransportError(
+        str("ferry: ", describe_, " was still pending when MPI was finalized")));
+    done_ = true;
+    return true;
+  }
   int flag = 0;
   MPI_Status status;
   const int code = MPI_Test(&request_, &flag, &status);
@@ -61,7 +67,10 @@ bool MpiPending::test() {
 
 bool MpiPending::wait_until(Clock::time_point deadline) {
   if (test()) return true;
-  const auto start = Clock::now();
+  // Callers wait in slices (to notice a poisoned group): the spin and yield phases count from
+  // the first wait, so a long wait for a late peer sleeps instead of yielding every slice.
+  if (first_wait_ == Clock::time_point{}) first_wait_ = Clock::now();
+  const auto start = first_wait_;
   while (Clock::now() - start < kSpinFor) {
     for (int i = 0; i < 16; ++i) {
       if (test()) return true;
@@ -71,7 +80,8 @@ bool MpiPending::wait_until(Clock::time_point deadline) {
     std::this_thread::yield();
     if (test()) return true;
   }
-  auto pause = std::chrono::duration_cast<Clock::duration>(kFirstSleep);
+  auto pause = std::chrono::duration_cast<Clock::duration>(
+      Clock::now() - start > kSpinFor + kYieldFor + kLongestSleep ? kLongestSleep : kFirstSleep);
   for (;;) {
     const auto now = Clock::now();
     if (now >= deadline) return test();

@@ -58,6 +58,7 @@ class MpiPending {
   std::mutex mu_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
+  Clock::time_point first_wait_{};  // the first wait_until, for its spin and yield phases
   std::exception_ptr error_;
   std::string describe_;
   std::function<std::exception_ptr(const MPI_Status&)> on_status_;

@@ -24,13 +24,27 @@ std::vector<std::string> all_gather_through_mpi(Transport& mpi, const std::strin
               "native collectives to exchange addresses with");
   const int n = mpi.size(), me = mpi.rank();
   const auto deadline = Clock::now() + default_timeout();
+  // What MPI writes into lives on the heap: after a timeout MPI may still write there, so the
+  // request and the buffers are then kept for the rest of the process.
+  struct Buffers {
+    std::vector<uint64_t> sizes;
+    uint64_t my_size = 0;
+    std::string all;
+  };
+  auto buffers = std::make_shared<Buffers>();
   auto run = [&](std::unique_ptr<NativeRequest> r, const char* what) {
-    FERRY_CHECK(r->wait_until(deadline), TimeoutError, "ucx bootstrap on rank ", me, ": the MPI ",
-                what, " of the worker addresses did not finish before the deadline");
+    if (!r->wait_until(deadline)) {
+      coll->abandon_stuck_request(std::move(r));
+      new std::shared_ptr<Buffers>(buffers);  // never freed, on purpose
+      FERRY_THROW(TimeoutError, "ucx bootstrap on rank ", me, ": the MPI ", what,
+                  " of the worker addresses did not finish before the deadline");
+    }
     r->rethrow_if_failed();
   };
-  std::vector<uint64_t> sizes(static_cast<size_t>(n));
-  const uint64_t my_size = mine.size();
+  std::vector<uint64_t>& sizes = buffers->sizes;
+  sizes.resize(static_cast<size_t>(n));
+  buffers->my_size = mine.size();
+  const uint64_t& my_size = buffers->my_size;
   std::vector<size_t> eight(static_cast<size_t>(n), 8), at(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) at[r] = 8 * static_cast<size_t>(r);
   run(coll->all_gather(&my_size, sizes.data(), eight, at), "size exchange");
@@ -43,7 +57,8 @@ std::vector<std::string> all_gather_through_mpi(Transport& mpi, const std::strin
     offset[r] = total;
     total += sizes[r];
   }
-  std::string all(total, '\0');
+  std::string& all = buffers->all;
+  all.assign(total, '\0');
   std::memcpy(all.data() + offset[me], mine.data(), mine.size());
   run(coll->all_gather(all.data() + offset[me], all.data(), bytes, offset), "exchange");
   std::vector<std::string> blobs;
