@@ -4,6 +4,9 @@
 #include "collectives/engine.h"
 #include "runtime/config.h"
 
+#include <mutex>
+#include <vector>
+
 namespace ferry {
 namespace {
 
@@ -13,6 +16,18 @@ class RequestWork final : public detail::WorkState {
  public:
   RequestWork(std::string description, std::unique_ptr<Request> request, Tensor tensor)
       : WorkState(std::move(description)), tensor_(std::move(tensor)), request_(std::move(request)) {}
+
+  ~RequestWork() override {
+    if (request_->test()) return;
+    request_->cancel();
+    if (request_->test()) return;
+    // Not withdrawn (MPI cannot always cancel a send that has started): the transport may still
+    // read or write the buffer, so it lives for the rest of the process.
+    static std::mutex mu;
+    static auto* kept = new std::vector<Tensor>();  // never freed, on purpose
+    std::lock_guard<std::mutex> lock(mu);
+    kept->push_back(tensor_);
+  }
 
   bool is_completed() const override { return request_->test(); }
 
