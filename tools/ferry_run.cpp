@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -37,7 +38,10 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
     if (flag == "-n") {
-      o.ranks = static_cast<int>(number("-n", value));
+      const double n = number("-n", value);
+      if (n != static_cast<double>(static_cast<int>(n)) || n > 4096)
+        usage("-n: expected a whole number of ranks in [1, 4096]");
+      o.ranks = static_cast<int>(n);
     } else if (flag == "--timeout") {
       o.timeout = std::chrono::milliseconds(static_cast<int64_t>(number("--timeout", value) * 1e3));
     } else if (flag == "--grace") {
@@ -52,8 +56,15 @@ int main(int argc, char** argv) {
   }
   if (i >= argc) usage("no program given");
   for (; i < argc; ++i) o.argv.push_back(argv[i]);
+  std::vector<ferry::run::RankExit> exits;
+  try {
+    exits = ferry::run::launch_ranks(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry-run: %s\n", e.what());
+    return 2;
+  }
   int failed = 0;
-  for (const ferry::run::RankExit& e : ferry::run::launch_ranks(o)) {
+  for (const ferry::run::RankExit& e : exits) {
     if (e.exited && e.status == 0) continue;
     ++failed;
     std::fprintf(stderr, "ferry-run: %s after %.1f s\n", ferry::run::describe(e).c_str(),

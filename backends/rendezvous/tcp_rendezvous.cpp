@@ -131,9 +131,19 @@ RendezvousResult serve(const RendezvousOptions& o, const std::string& blob,
     ++joined;
   }
   const std::string table = encode_table(result.blobs);
-  for (int r = 1; r < o.size; ++r)
-    send_frame(conns[r], FrameType::Table, 1, 0, world, o.secret, table, deadline,
-               str("rank ", r));
+  // Every rank gets the table even if one of them has died since it said hello: the others
+  // would otherwise wait for it until their deadline. The failures are reported together.
+  std::string failures;
+  for (int r = 1; r < o.size; ++r) {
+    try {
+      send_frame(conns[r], FrameType::Table, 1, 0, world, o.secret, table, deadline,
+                 str("rank ", r));
+    } catch (const std::exception& e) {
+      failures.append(failures.empty() ? "" : "; ").append(e.what());
+    }
+  }
+  FERRY_CHECK(failures.empty(), PeerFailure, "rendezvous: rank 0 could not send the address "
+              "table to every rank: ", failures);
   return result;
 }
 

@@ -114,7 +114,17 @@ std::vector<RankExit> launch_ranks(const LaunchOptions& o) {
     if (std::getenv("FERRY_BACKEND") == nullptr) set.push_back({"FERRY_BACKEND", "ucx"});
     set.insert(set.end(), o.env.begin(), o.env.end());
     exits[r].rank = r;
-    pids[r] = start(o.argv, child_env(set));
+    try {
+      pids[r] = start(o.argv, child_env(set));
+    } catch (...) {
+      // The ranks already started would wait for the missing one until their deadline.
+      for (int k = 0; k < r; ++k) {
+        kill(pids[k], SIGKILL);
+        waitpid(pids[k], nullptr, 0);
+      }
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      throw;
+    }
   }
   int running = o.ranks;
   auto kill_at = t0 + o.timeout;
