@@ -47,6 +47,23 @@ std::vector<Variable> leaves_from(const std::vector<Tensor>& inputs, bool requir
 
 }  // namespace
 
+namespace detail {
+
+std::string gradcheck_verdict(const GradcheckResult& r, const GradcheckOptions& tol,
+                              const std::string& scope, const std::string& where) {
+  if (r.worst_element < 0) return "ok: no input elements to check";
+  std::ostringstream msg;
+  msg.precision(10);
+  msg << (r.ok ? "ok: " : "FAILED: ") << r.elements_checked << " elements" << scope
+      << ", worst at " << where << "input " << r.worst_input << " element " << r.worst_element
+      << ": analytic " << r.analytic << ", numeric " << r.numeric << ", |difference| "
+      << r.worst_error << (r.ok ? " within " : " exceeds ") << "atol " << tol.atol << " + rtol "
+      << tol.rtol << " * |numeric|";
+  return msg.str();
+}
+
+}  // namespace detail
+
 GradcheckResult gradcheck(const DifferentiableFn& fn, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options) {
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -99,19 +116,7 @@ GradcheckResult gradcheck(const DifferentiableFn& fn, const std::vector<Tensor>&
     }
   }
   result.ok = worst_ratio <= 1.0;
-  std::ostringstream msg;
-  msg.precision(10);
-  if (result.worst_element < 0) {
-    msg << "ok: no input elements to check";
-  } else {
-    msg << (result.ok ? "ok: " : "FAILED: ") << result.elements_checked
-        << " elements, worst at input " << result.worst_input << " element "
-        << result.worst_element << ": analytic " << result.analytic << ", numeric "
-        << result.numeric << ", |difference| " << result.worst_error
-        << (result.ok ? " within " : " exceeds ") << "atol " << options.atol << " + rtol "
-        << options.rtol << " * |numeric|";
-  }
-  result.message = msg.str();
+  result.message = detail::gradcheck_verdict(result, options);
   return result;
 }
 

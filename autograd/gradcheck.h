@@ -43,4 +43,12 @@ using DifferentiableFn = std::function<std::vector<Variable>(const std::vector<V
 GradcheckResult gradcheck(const DifferentiableFn& fn, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 
+namespace detail {
+// The one-line verdict of a check whose worst element is filled in (worst_element < 0: none):
+// "FAILED: 12 elements<scope>, worst at <where>input 1 element 4: analytic ...". Shared with
+// distributed_gradcheck, which adds the ranks.
+std::string gradcheck_verdict(const GradcheckResult& r, const GradcheckOptions& tol,
+                              const std::string& scope = "", const std::string& where = "");
+}  // namespace detail
+
 }  // namespace ferry

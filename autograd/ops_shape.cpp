@@ -1,6 +1,7 @@
 // reshape, cat, split / chunk and narrow: ops that move elements without arithmetic.
 #include "autograd/ops.h"
 #include "autograd/ops_detail.h"
+#include "autograd/tensor_math_detail.h"
 
 #include <numeric>
 
@@ -10,15 +11,6 @@ namespace {
 
 using Grads = std::vector<Tensor>;
 using Needs = std::vector<bool>;
-
-// dim in [-rank, rank) made non-negative, or InvalidArgument naming op and shape.
-int64_t checked_dim(const char* op, int64_t dim, const Shape& shape) {
-  const auto rank = static_cast<int64_t>(shape.size());
-  FERRY_CHECK(dim >= -rank && dim < rank, InvalidArgument, op, ": dim ", dim,
-              " is out of range for shape ", shape_str(shape), " (expected [", -rank, ", ",
-              rank - 1, "])");
-  return dim < 0 ? dim + rank : dim;
-}
 
 // Elements [start, start + length) along dim: a view when that is contiguous (always along
 // dim 0), a copy otherwise.
@@ -72,7 +64,7 @@ Variable cat(const std::vector<Variable>& xs, int64_t dim) {
   }
   FERRY_CHECK(values[0].dim() >= 1, InvalidArgument, "cat: 0-d variables cannot be "
               "concatenated (input 0 has shape [])");
-  dim = checked_dim("cat", dim, values[0].shape());
+  dim = detail::normalize_dim("cat", dim, values[0].shape());
   Tensor y = ferry::cat(values, dim);  // checks the other dims, naming both shapes
   if (!detail::should_record(inputs)) return Variable(std::move(y));
   std::vector<int64_t> sizes;
@@ -91,7 +83,7 @@ Variable cat(const std::vector<Variable>& xs, int64_t dim) {
 
 std::vector<Variable> split(const Variable& x, const std::vector<int64_t>& sizes, int64_t dim) {
   const Tensor& v = detail::value_of("split", x, "x");
-  dim = checked_dim("split", dim, v.shape());
+  dim = detail::normalize_dim("split", dim, v.shape());
   const int64_t extent = v.size(dim);
   for (int64_t s : sizes) {
     FERRY_CHECK(s >= 0, InvalidArgument, "split: sizes must be non-negative but are ",
@@ -119,7 +111,7 @@ std::vector<Variable> split(const Variable& x, const std::vector<int64_t>& sizes
 
 std::vector<Variable> split(const Variable& x, int64_t split_size, int64_t dim) {
   const Tensor& v = detail::value_of("split", x, "x");
-  dim = checked_dim("split", dim, v.shape());
+  dim = detail::normalize_dim("split", dim, v.shape());
   FERRY_CHECK(split_size > 0, InvalidArgument, "split: split_size must be positive but is ",
               split_size);
   const int64_t extent = v.size(dim);
@@ -133,7 +125,7 @@ std::vector<Variable> split(const Variable& x, int64_t split_size, int64_t dim) 
 
 std::vector<Variable> chunk(const Variable& x, int64_t chunks, int64_t dim) {
   const Tensor& v = detail::value_of("chunk", x, "x");
-  dim = checked_dim("chunk", dim, v.shape());
+  dim = detail::normalize_dim("chunk", dim, v.shape());
   FERRY_CHECK(chunks > 0, InvalidArgument, "chunk: chunks must be positive but is ", chunks);
   const int64_t extent = v.size(dim);
   // No piece size is implied by an empty dim, so torch keeps `chunks` empty pieces.
@@ -143,7 +135,7 @@ std::vector<Variable> chunk(const Variable& x, int64_t chunks, int64_t dim) {
 
 Variable narrow(const Variable& x, int64_t dim, int64_t start, int64_t length) {
   const Tensor& v = detail::value_of("narrow", x, "x");
-  dim = checked_dim("narrow", dim, v.shape());
+  dim = detail::normalize_dim("narrow", dim, v.shape());
   const int64_t extent = v.size(dim);
   const int64_t first = start < 0 ? start + extent : start;
   FERRY_CHECK(first >= 0 && first <= extent && length >= 0 && length <= extent - first,

@@ -5,7 +5,6 @@
 #include "runtime/error.h"
 
 #include <cmath>
-#include <sstream>
 
 namespace ferry {
 
@@ -177,19 +176,8 @@ DistributedGradcheckResult distributed_gradcheck(const DifferentiableFn& fn,
     }
   }
   result.ok = best_ratio <= 1.0;
-  std::ostringstream msg;
-  msg.precision(10);
-  if (result.worst_rank < 0) {
-    msg << "ok: no input elements to check";
-  } else {
-    msg << (result.ok ? "ok: " : "FAILED: ") << result.elements_checked
-        << " elements over " << world << " ranks, worst at rank " << result.worst_rank
-        << " input " << result.worst_input << " element " << result.worst_element
-        << ": analytic " << result.analytic << ", numeric " << result.numeric
-        << ", |difference| " << result.worst_error << (result.ok ? " within " : " exceeds ")
-        << "atol " << tol.atol << " + rtol " << tol.rtol << " * |numeric|";
-  }
-  result.message = msg.str();
+  result.message = detail::gradcheck_verdict(result, tol, detail::str(" over ", world, " ranks"),
+                                             detail::str("rank ", result.worst_rank, " "));
   return result;
 }
 

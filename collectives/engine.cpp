@@ -125,6 +125,16 @@ std::string OpSummary::format() const {
   return out;
 }
 
+std::function<std::string()> describe_op(const char* op, uint64_t seq, OpSummary what,
+                                         const Group& group) {
+  return [op, seq, what = std::move(what), weak = group.weak_impl(), id = group.id()] {
+    const std::string summary = what.format();
+    auto live = weak.lock();
+    return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
+               live ? live->describe() : str("group ", id));
+  };
+}
+
 Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
   GroupImpl& g = group.impl();
   g.throw_if_poisoned(op);
@@ -132,13 +142,7 @@ Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
   // group at once must not queue seq 6 ahead of seq 5.
   std::lock_guard<std::mutex> issuing(g.issue_mutex());
   const uint64_t seq = g.take_sequence_number();
-  auto state = std::make_shared<WorkState>(
-      [op, seq, what = std::move(what), weak = group.weak_impl(), id = g.id()] {
-        const std::string summary = what.format();
-        auto live = weak.lock();
-        return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
-                   live ? live->describe() : str("group ", id));
-      });
+  auto state = std::make_shared<WorkState>(describe_op(op, seq, std::move(what), group));
   state->self_timed = true;
   state->help = [weak = group.weak_impl()] {
     auto g = weak.lock();

@@ -72,6 +72,11 @@ std::function<void(const std::string&)> poison_on_wait_timeout(const Group& grou
 // longer be assumed to be in step).
 Work submit(const Group& group, const char* op, OpSummary what, OpBody body);
 
+// The description of a collective's Work, "all_reduce (sum, float32 [4]) (seq 5) on group ...",
+// put together only when asked for (see WorkState).
+std::function<std::string()> describe_op(const char* op, uint64_t seq, OpSummary what,
+                                         const Group& group);
+
 // Shape with dim 0 replaced: [rows, shape[1:]...].
 Shape with_rows(const Shape& shape, int64_t rows);
 // Bytes of one row along dim 0 (the whole tensor for 0-d).

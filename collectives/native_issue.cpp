@@ -165,21 +165,15 @@ Work NativeIssue::finish(
     const std::exception_ptr error = std::current_exception();
     const uint64_t seq = group_->take_sequence_number();
     lock_.unlock();
-    auto state = std::make_shared<WorkState>(str(op_, " (seq ", seq, ") on ", group_->describe()));
+    auto state = std::make_shared<WorkState>(describe_op(op_, seq, std::move(what), handle_));
     group_->poison(error, error_message(error));
     state->fail(error);
     return Work(state);
   }
   const uint64_t seq = group_->take_sequence_number();
   lock_.unlock();
-  auto describe = [op = op_, seq, what = std::move(what), weak = handle_.weak_impl(),
-                   id = group_->id()] {
-    const std::string summary = what.format();
-    auto live = weak.lock();
-    return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
-               live ? live->describe() : str("group ", id));
-  };
-  auto state = std::make_shared<NativeWork>(std::move(describe), handle_.weak_impl(), op_, seq,
+  auto state = std::make_shared<NativeWork>(describe_op(op_, seq, std::move(what), handle_),
+                                            handle_.weak_impl(), op_, seq,
                                             deadline, std::move(request), std::move(outputs),
                                             std::move(keep));
   group_->track_in_flight(state);
