@@ -2,22 +2,13 @@
 
 #include "autograd/function.h"
 #include "collectives/collectives.h"
+#include "collectives/differentiable_checks.h"
 #include "collectives/engine.h"
 #include "runtime/error.h"
 
 namespace ferry {
 
 namespace {
-
-void check_floating(const Variable& x, const Group& group, const char* op) {
-  FERRY_CHECK(group.valid(), InvalidArgument, op, ": the group is null (this rank is not a "
-              "member of it)");
-  FERRY_CHECK(x.defined(), InvalidArgument, op, " on rank ", group.rank(),
-              ": the input is an undefined variable");
-  FERRY_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Float64, InvalidArgument, op,
-              " on rank ", group.rank(), ": differentiable collectives take float32 or float64, "
-              "given ", dtype_name(x.dtype()));
-}
 
 class AllReduceSum final : public Function {
  public:
@@ -66,15 +57,13 @@ class AllGather final : public Function {
 }  // namespace
 
 Variable all_reduce(const Variable& x, const Group& group) {
-  check_floating(x, group, "all_reduce");
+  detail::check_differentiable_input(x, group, "all_reduce");
   return apply(std::make_shared<AllReduceSum>(group), {x})[0];
 }
 
 Variable all_gather(const Variable& x, const Group& group) {
-  check_floating(x, group, "all_gather");
-  FERRY_CHECK(x.dim() >= 1, InvalidArgument, "all_gather on rank ", group.rank(),
-              ": the input must have at least one dimension (rows are gathered), given ",
-              shape_str(x.shape()));
+  detail::check_differentiable_input(x, group, "all_gather");
+  detail::check_has_rows(x, group, "all_gather");
   return apply(std::make_shared<AllGather>(group), {x})[0];
 }
 

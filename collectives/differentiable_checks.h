@@ -1,0 +1,17 @@
+// Checks shared by every differentiable collective (collectives/differentiable.h and the
+// compatibility families built on it). Internal: not part of ferry.h.
+#pragma once
+
+#include "autograd/variable.h"
+#include "collectives/group.h"
+
+namespace ferry::detail {
+
+// The group is valid and `x` is a defined float32 / float64 variable; otherwise
+// InvalidArgument naming `op` and this rank. Raised before any data moves.
+void check_differentiable_input(const Variable& x, const Group& group, const char* op);
+
+// `x` has at least one dimension (ops that cut or gather rows along dim 0).
+void check_has_rows(const Variable& x, const Group& group, const char* op);
+
+}  // namespace ferry::detail
