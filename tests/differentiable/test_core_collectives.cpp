@@ -219,3 +219,27 @@ TEST_CASE("core differentiable collectives reject bad arguments before any data 
   });
   CHECK(rejected == 16);
 }
+
+DG_CASE("the R adjoints fail the sum objective and the P adjoints fail the replicated one",
+        "[core][conventions]", 2, 3) {
+  // Without this, a gradcheck that passed everything would pass the cases above too.
+  const Tensor x = rank_input({2, 2}, g.rank());
+  auto fails = [&](const char* what, const std::function<Variable(const Variable&)>& op,
+                   GradcheckObjective o) {
+    auto fn = [&](const std::vector<Variable>& in) { return std::vector<Variable>{op(in[0])}; };
+    const auto r = distributed_gradcheck(fn, {x}, g, objective(o));
+    expect(!r.ok, g, std::string(what) + " passed a gradcheck it must fail");
+  };
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    fails("all_reduce R", [&](const Variable& v) { return all_reduce(v, g, op, Adjoint::Replicated); },
+          GradcheckObjective::Sum);
+    fails("all_reduce P", [&](const Variable& v) { return all_reduce(v, g, op); },
+          GradcheckObjective::Replicated);
+  }
+  fails("all_gather_v R", [&](const Variable& v) { return all_gather_v(v, g, Adjoint::Replicated); },
+        GradcheckObjective::Sum);
+  fails("broadcast R", [&](const Variable& v) { return broadcast(v, 0, g, Adjoint::Replicated); },
+        GradcheckObjective::Sum);
+  fails("broadcast P", [&](const Variable& v) { return broadcast(v, 0, g); },
+        GradcheckObjective::Replicated);
+}
