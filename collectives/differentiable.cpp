@@ -79,9 +79,8 @@ class AllReduce final : public Function {
   AllReduce(Group group, ReduceOp op, Adjoint adjoint)
       : group_(std::move(group)), op_(op), adjoint_(adjoint) {}
   std::string name() const override { return "all_reduce"; }
-  bool is_collective() const override {
-    return extreme() || adjoint_ == Adjoint::PerRank;
-  }
+  // R's backward does not communicate (the winner mask was found in forward).
+  bool is_collective() const override { return adjoint_ == Adjoint::PerRank; }
 
   std::vector<Tensor> forward(Context& ctx, const std::vector<Tensor>& in) override {
     Tensor y = empty(in[0].shape(), in[0].dtype());
