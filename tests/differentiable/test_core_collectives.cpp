@@ -187,6 +187,25 @@ DG_CASE("replicate: a replicated variable gets the gradient of every rank's loss
   }
 }
 
+DG_CASE("every core op on sub-groups (the halves of the world, interleaved ranks)",
+        "[core][groups]", 2, 4) {
+  Group half = g.split(g.rank() % 2, g.rank());
+  const int w = half.size();
+  const Tensor x = rank_input({2 * w, 2}, g.rank());
+  const int64_t elements = w * 2 * w * 2;
+  const std::vector<int64_t> sizes(static_cast<size_t>(w), 2);
+  check(half, [&](const Variable& v) { return all_reduce(v, half, ReduceOp::Max); }, x, elements);
+  check(half, [&](const Variable& v) { return all_gather_v(v, half); }, x, elements);
+  check(half, [&](const Variable& v) { return reduce_scatter(v, half); }, x, elements);
+  check(half, [&](const Variable& v) { return reduce_scatter_v(v, sizes, half); }, x, elements);
+  check(half, [&](const Variable& v) { return all_to_all_single(v, sizes, sizes, half); }, x,
+        elements);
+  check(half, [&](const Variable& v) { return broadcast(v, w - 1, half); }, x, elements);
+  check(half, [&](const Variable& v) { return gather(v, 0, half); }, x, elements);
+  check(half, [&](const Variable& v) { return replicate(v, half); }, rank_input({2}, 9),
+        w * 2, objective(GradcheckObjective::Sum, /*replicated_inputs=*/true));
+}
+
 DG_CASE("TC11's contrast: the P all_reduce gives dx = sum_r G_r on both ranks",
         "[core][all_reduce][spec]", 2) {
   Variable x(g.rank() == 0 ? tensor<double>({1, 2}) : tensor<double>({2, 3}), true, "x");
