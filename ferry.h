@@ -22,6 +22,8 @@
 #include "collectives/collectives.h"
 #include "collectives/differentiable.h"
 #include "collectives/distributed_gradcheck.h"
+#include "collectives/graph_parallel.h"
 #include "collectives/group.h"
 #include "collectives/init.h"
+#include "collectives/partition.h"
 #include "collectives/run_ranks.h"
