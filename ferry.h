@@ -25,5 +25,6 @@
 #include "collectives/graph_parallel.h"
 #include "collectives/group.h"
 #include "collectives/init.h"
+#include "collectives/model_parallel_regions.h"
 #include "collectives/partition.h"
 #include "collectives/run_ranks.h"
