@@ -1,6 +1,7 @@
 // ferry: the umbrella header. Link with `pkg-config --libs ferry`.
 #pragma once
 
+#include "runtime/block_cache.h"
 #include "runtime/config.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"

@@ -15,9 +15,11 @@
 // an Adjoint; for the others (reduce_scatter, all_to_all, scatter, gather) every rank's output
 // differs, the two conventions coincide, and the backward is the P adjoint.
 //
-// Every rank of the group must call these in the same order, and every rank must then run a
-// backward that reaches them (the tape runs a collective's backward even on a rank whose loss
-// ignores its output, see ferry::backward). Inputs are float32 or float64. Sizes ("splits",
+// Every rank of the group must call these in the same order, with the input's requires_grad
+// the same on every rank: a rank whose input does not require grad records no node, runs no
+// backward collective, and its peers wait for it until their deadline. The tape runs a
+// recorded collective's backward even on a rank whose loss ignores its output (see
+// ferry::backward). Inputs are float32 or float64. Sizes ("splits",
 // "sizes") count rows along dim 0. Bad arguments raise InvalidArgument on the calling rank
 // before any data moves.
 #pragma once
@@ -86,7 +88,8 @@ Variable broadcast(const Variable& x, int root, const Group& group,
                    Adjoint adjoint = Adjoint::PerRank);
 
 // On root, x is [W*m, ...] and block k goes to rank k; y_r: [m, ...]. On the other ranks x
-// only gives the output's shape [m, ...] (its values are not read and it gets no gradient).
+// only gives the output's shape [m, ...]: its values are not read and it gets no gradient, but
+// it must require grad wherever root's x does (the rule above).
 // Backward: the gradients are gathered to root's dx (block k = G_k).
 Variable scatter(const Variable& x, int root, const Group& group);
 

@@ -2,6 +2,8 @@
 #include "runtime/tensor.h"
 #include "runtime/tensor_detail.h"
 
+#include "runtime/block_cache.h"
+
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -12,11 +14,12 @@ namespace detail {
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   // Never a null pointer, even for zero bytes, so memcpy of 0 bytes from raw_data() is valid.
-  void* p = ::operator new(nbytes == 0 ? kAlignment : nbytes, std::align_val_t{kAlignment});
+  const size_t size = nbytes == 0 ? kAlignment : nbytes;
+  void* p = acquire_block(size);
   try {
     return std::make_shared<Storage>(static_cast<std::byte*>(p), nbytes, true);
   } catch (...) {
-    ::operator delete(p, std::align_val_t{kAlignment});
+    release_block(p, size);
     throw;
   }
 }
@@ -26,7 +29,7 @@ std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) {
 }
 
 Storage::~Storage() {
-  if (owned_) ::operator delete(data_, std::align_val_t{kAlignment});
+  if (owned_) release_block(data_, nbytes_ == 0 ? kAlignment : nbytes_);
 }
 
 int64_t checked_numel(const Shape& shape, const char* op) {

@@ -2,6 +2,8 @@
 // tensor.h only forward-declares Storage so that users never depend on its layout.
 #pragma once
 
+#include "runtime/block_cache.h"
+
 #include "runtime/dtype.h"
 
 #include <atomic>
@@ -15,7 +17,7 @@ namespace ferry::detail {
 struct Storage {
   // Owned memory starts on a cache line: fresh tensors suit Eigen's vectorised maps and
   // transports that register memory, and two tensors never share their first cache line.
-  static constexpr size_t kAlignment = 64;
+  static constexpr size_t kAlignment = kBlockAlignment;
 
   static std::shared_ptr<Storage> allocate(size_t nbytes);
   static std::shared_ptr<Storage> borrow(void* data, size_t nbytes);

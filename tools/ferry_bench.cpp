@@ -6,6 +6,7 @@
 // rank times its own op(...).wait(); the iteration's time is the slowest rank's, as a user
 // waiting for the step to finish would see it.
 #include "ferry.h"
+#include "tools/bench/differentiable_case.h"
 #include "tools/bench/launcher.h"
 #include "tools/bench/ops.h"
 #include "tools/bench/options.h"
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,14 +47,15 @@ struct Samples {
 
 // With a baseline, its iterations alternate with ferry's: the host's drift (the two vCPUs move)
 // then affects both alike, and their ratio is what the run measures.
-Samples time_iterations(OpCase& op_case, Baseline* baseline, const Group& group, int n) {
+Samples time_iterations(const std::function<void()>& step, Baseline* baseline, const Group& group,
+                        int n) {
   Samples s;
   s.ferry.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     // Start together, so the slowest rank's time is the op's and not how late it arrived.
     barrier(group).wait();
     const auto t0 = SteadyClock::now();
-    op_case.launch().wait();
+    step();
     s.ferry.push_back(std::chrono::duration<double>(SteadyClock::now() - t0).count());
     if (baseline) {
       baseline->barrier();
@@ -87,18 +90,32 @@ bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& syn
     if (count == previous_count) continue;  // rounding down made it the previous size again
     previous_count = count;
 
-    OpCase op_case(op, count, o.dtype, world);
     // Checked once per size, before timing: a runtime that returns early or moves the wrong
     // bytes must not get to report a fast time.
-    op_case.launch().wait();
-    const std::string error = op_case.check();
+    std::optional<OpCase> op_case;
+    std::optional<DifferentiableCase> diff_case;
+    std::function<void()> step;
+    std::unique_ptr<Baseline> baseline;
+    std::string error;
+    if (o.differentiable) {
+      diff_case.emplace(op, count, o.dtype, world);
+      diff_case->run_autograd();
+      diff_case->run_raw();
+      error = diff_case->check();
+      step = [&] { diff_case->run_autograd(); };
+      baseline = diff_case->raw_baseline();
+    } else {
+      op_case.emplace(op, count, o.dtype, world);
+      op_case->launch().wait();
+      error = op_case->check();
+      step = [&] { op_case->launch().wait(); };
+      if (o.vs_mpi) baseline = sweep.launcher->baseline(op, count, o.dtype, o.mpi_nonblocking);
+    }
     if (!error.empty()) report_check_failure(error);
     if (!sync.all_of(error.empty())) return false;
 
-    std::unique_ptr<Baseline> baseline =
-        o.vs_mpi ? sweep.launcher->baseline(op, count, o.dtype, o.mpi_nonblocking) : nullptr;
     int iters = o.iters;
-    const Samples warm = time_iterations(op_case, baseline.get(), world, calibration_iters(o));
+    const Samples warm = time_iterations(step, baseline.get(), world, calibration_iters(o));
     if (iters == 0) {
       // Both sides get the same count, from the slower of the two.
       std::vector<double> medians{summarize(warm.ferry).median};
@@ -106,7 +123,7 @@ bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& syn
       const std::vector<double> slowest = sync.max_over_ranks(medians);
       iters = adaptive_iters(*std::max_element(slowest.begin(), slowest.end()));
     }
-    const Samples timed = time_iterations(op_case, baseline.get(), world, iters);
+    const Samples timed = time_iterations(step, baseline.get(), world, iters);
     const std::vector<double> slowest = sync.max_over_ranks(timed.ferry);
     std::optional<Stats> baseline_stats;
     if (baseline) baseline_stats = summarize(sync.max_over_ranks(timed.baseline));
@@ -215,7 +232,8 @@ int run(int argc, char** argv) {
   }
 
   const std::vector<size_t> sizes = sweep_sizes(opts);
-  Report report({opts.transport, opts.world_size, opts.dtype, opts.vs_mpi, opts.mpi_nonblocking},
+  Report report({opts.transport, opts.world_size, opts.dtype, opts.vs_mpi, opts.mpi_nonblocking,
+                 opts.differentiable},
                 csv);
   if (launcher->reports()) report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
 

@@ -3,10 +3,21 @@
 #include "collectives/collectives.h"
 #include "collectives/run_ranks.h"
 
+#include <algorithm>
+
 namespace dgtest {
 
-bool register_case(const char* name, const char* tags, Body body) {
-  return spmd::add({name, tags, [body](Group& g) { body(g); }});
+bool register_case(const char* name, const char* tags, Body body, std::vector<int> world_sizes) {
+  return spmd::add({name, tags, [body, world_sizes](Group& g) {
+    int n = 0;
+    for (int size : world_sizes) {
+      if (size <= g.size()) n = std::max(n, size);
+    }
+    if (n == g.size()) return body(g);
+    // Collective on g: every rank splits, those past the first n get a null group.
+    Group first = g.split(g.rank() < n ? 0 : ferry::kUndefinedColor, g.rank());
+    if (first.valid()) body(first);
+  }});
 }
 
 void run_local(int n, Body body) {

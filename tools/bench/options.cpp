@@ -1,5 +1,7 @@
 #include "tools/bench/options.h"
 
+#include "tools/bench/differentiable_case.h"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -135,6 +137,8 @@ Options parse_options(int argc, char** argv) {
       o.algo = value();
     } else if (arg == "--vs-mpi") {
       o.vs_mpi = true;
+    } else if (arg == "--differentiable") {
+      o.differentiable = true;
     } else if (arg == "--mpi-nonblocking") {
       o.mpi_nonblocking = true;
     } else if (arg == "--csv") {
@@ -149,6 +153,18 @@ Options parse_options(int argc, char** argv) {
     throw UsageError("--vs-mpi compares with raw MPI calls and needs --transport mpi or ucx "
                      "(under mpiexec)");
   if (!ops_given) o.ops = {OpKind::AllReduce};  // nccl-tests' all_reduce_perf is the usual ask
+  if (o.differentiable) {
+    if (o.vs_mpi) throw UsageError("--differentiable has its own baseline and excludes --vs-mpi");
+    if (o.dtype != DType::Float32 && o.dtype != DType::Float64)
+      throw UsageError(std::string("--differentiable needs --dtype float32 or float64, given ") +
+                       dtype_name(o.dtype));
+    if (!ops_given) o.ops = {OpKind::AllReduce, OpKind::AllGather};
+    for (OpKind op : o.ops) {
+      if (!has_differentiable_form(op))
+        throw UsageError(std::string("--differentiable times all_reduce and all_gather, not ") +
+                         op_name(op));
+    }
+  }
   if (o.min_bytes > o.max_bytes) {
     throw UsageError("--min-bytes (" + bytes_str(o.min_bytes) + ") is larger than --max-bytes (" +
                      bytes_str(o.max_bytes) + ")");
@@ -212,6 +228,11 @@ std::string usage() {
         "                           its median, ferry/mpi and ferry - mpi\n"
         "  --mpi-nonblocking        with --vs-mpi: the baseline is the non-blocking call and\n"
         "                           MPI_Wait (the call ferry makes under MPI) instead\n"
+        "  --differentiable         time forward + backward of the differentiable all_reduce\n"
+        "                           and all_gather (default: both) against the raw forward\n"
+        "                           and backward collectives on preallocated buffers\n"
+        "                           (all_reduce + all_reduce, all_gather + reduce_scatter),\n"
+        "                           alternating iterations; float32 or float64\n"
         "  --dtype NAME             float32, float64, float16, bfloat16, int32, int64, uint8\n"
         "                           (default float32)\n"
         "  -b, --min-bytes SIZE     smallest size (default 8); K, M, G suffixes are KiB, MiB, GiB\n"

@@ -30,6 +30,9 @@ struct Options {
   std::string csv_path;  // empty: no CSV
   bool mpi_nonblocking = false;  // the --vs-mpi baseline is MPI_I<op> + MPI_Wait
   bool vs_mpi = false;   // time the raw MPI call of each op and size too (transport mpi)
+  // Time forward + backward of the differentiable op against the raw forward + backward
+  // collectives (all_reduce and all_gather only).
+  bool differentiable = false;
   bool help = false;
 };
 

@@ -36,6 +36,10 @@ void Report::header(const std::string& sizes, const std::string& iters,
               setup_.transport.c_str(), setup_.world_size, dtype_name(setup_.dtype));
   std::printf("# sizes: %s  iters: %s\n", sizes.c_str(), iters.c_str());
   std::printf("# time: median over iterations of the slowest rank; GB/s = 1e9 B/s\n");
+  if (setup_.differentiable)
+    std::printf("# time: forward + backward of the differentiable op (a Variable through the "
+                "tape); raw: the same two collectives called by hand on preallocated buffers, "
+                "iterations alternating; ratio = time / raw, added = time - raw\n");
   if (setup_.vs_mpi)
     std::printf("# mpi: the %s MPI call of the same op and size, iterations alternating "
                 "with ferry's; ratio = time / mpi, added = time - mpi\n",
@@ -52,7 +56,9 @@ void Report::begin_op(OpKind op) {
   std::printf("#\n# %s (busbw = algbw * %.3f)\n", op_name(op), bus_factor(op, setup_.world_size));
   std::printf("# %13s %12s %-12s %6s %11s %11s %11s %12s %12s", "size(B)", "count", "algorithm",
               "iters", "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)");
-  if (setup_.vs_mpi) std::printf(" %11s %7s %10s", "mpi(us)", "ratio", "added(us)");
+  if (setup_.vs_mpi || setup_.differentiable)
+    std::printf(" %11s %7s %10s", setup_.differentiable ? "raw(us)" : "mpi(us)", "ratio",
+                "added(us)");
   std::printf("\n");
   std::fflush(stdout);
 }

@@ -29,7 +29,7 @@ struct Row {
   Stats time;
   double algbw_gbps;
   double busbw_gbps;
-  std::optional<Stats> baseline;  // --vs-mpi: the raw MPI call's times
+  std::optional<Stats> baseline;  // --vs-mpi: the raw MPI call's times; --differentiable: raw pair
 };
 
 // Fills the bandwidth fields of `row` from its time (GB = 1e9 bytes, as nccl-tests).
@@ -43,6 +43,7 @@ class Report {
     DType dtype;
     bool vs_mpi = false;
     bool mpi_nonblocking = false;
+    bool differentiable = false;  // the baseline is the raw forward + backward pair
   };
   // `csv` may be null; the Report writes to it but does not own it.
   Report(Setup setup, std::FILE* csv);

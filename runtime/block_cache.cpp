@@ -1,0 +1,127 @@
+#include "runtime/block_cache.h"
+
+#include "runtime/error.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+
+namespace ferry {
+namespace {
+
+constexpr std::align_val_t kAlign{detail::kBlockAlignment};
+
+size_t limit_from_environment() {
+  const char* v = std::getenv("FERRY_HOST_CACHE_MB");
+  if (v == nullptr || *v == '\0') return size_t{256} << 20;
+  char* end = nullptr;
+  const long long mib = std::strtoll(v, &end, 10);
+  FERRY_CHECK(end != v && *end == '\0' && mib >= 0 && mib < (1LL << 30), InvalidArgument,
+              "FERRY_HOST_CACHE_MB: expected a number of MiB (0 turns the cache off), given '",
+              v, "'");
+  return static_cast<size_t>(mib) << 20;
+}
+
+class BlockCache {
+ public:
+  BlockCache() : limit_(limit_from_environment()) {}
+
+  void* acquire(size_t nbytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(nbytes);
+      if (it != free_.end()) {
+        void* block = it->second.block;
+        free_.erase(it);
+        held_ -= nbytes;
+        return block;
+      }
+    }
+    return ::operator new(nbytes, kAlign);
+  }
+
+  void release(void* block, size_t nbytes) {
+    std::map<uint64_t, Entry> evicted;  // freed outside the lock
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (nbytes > limit_) {
+        evicted.emplace(0, Entry{block, nbytes});
+      } else {
+        while (held_ + nbytes > limit_) evict_oldest(evicted);
+        free_.emplace(nbytes, Entry{block, nbytes, ++clock_});
+        held_ += nbytes;
+      }
+    }
+    for (auto& [stamp, e] : evicted) ::operator delete(e.block, kAlign);
+  }
+
+  void clear() {
+    std::multimap<size_t, Entry> all;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      all.swap(free_);
+      held_ = 0;
+    }
+    for (auto& [size, e] : all) ::operator delete(e.block, kAlign);
+  }
+
+  size_t held() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return held_;
+  }
+
+ private:
+  struct Entry {
+    void* block;
+    size_t nbytes;
+    uint64_t stamp = 0;  // when it was released; the smallest goes first
+  };
+
+  // Called with the lock held; the cache holds at most limit_ / kMinCachedBytes blocks, so the
+  // scan is short.
+  void evict_oldest(std::map<uint64_t, Entry>& evicted) {
+    auto oldest = free_.begin();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second.stamp < oldest->second.stamp) oldest = it;
+    }
+    held_ -= oldest->second.nbytes;
+    evicted.emplace(oldest->second.stamp, oldest->second);
+    free_.erase(oldest);
+  }
+
+  std::mutex mutex_;
+  const size_t limit_;
+  size_t held_ = 0;
+  uint64_t clock_ = 0;
+  std::multimap<size_t, Entry> free_;  // by size: a request takes an exact match
+};
+
+// Never destroyed: tensors in static objects may release their blocks during exit.
+BlockCache& cache() {
+  static BlockCache* c = new BlockCache();
+  return *c;
+}
+
+}  // namespace
+
+void release_cached_blocks() { cache().clear(); }
+
+size_t cached_block_bytes() { return cache().held(); }
+
+namespace detail {
+
+void* acquire_block(size_t nbytes) {
+  if (nbytes < kMinCachedBytes) return ::operator new(nbytes, kAlign);
+  return cache().acquire(nbytes);
+}
+
+void release_block(void* block, size_t nbytes) {
+  if (nbytes < kMinCachedBytes) return ::operator delete(block, kAlign);
+  cache().release(block, nbytes);
+}
+
+}  // namespace detail
+}  // namespace ferry
