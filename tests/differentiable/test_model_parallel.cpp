@@ -107,10 +107,6 @@ bool throws_invalid(F&& f, const std::string& needle = "") {
   return false;
 }
 
-// The spec's numeric cases are for two ranks: ranks 0 and 1 of the world (null elsewhere; the
-// other ranks still take part in the split).
-Group first_two(const Group& g) { return g.split(g.rank() < 2 ? 0 : kUndefinedColor, g.rank()); }
-
 }  // namespace
 
 // ---- gradchecks ----
@@ -261,110 +257,99 @@ TEST_CASE("TC2: canonical partition, pad and trim", "[model_parallel][partition]
   CHECK_THROWS_AS(pad_tensor(full({}, 1.0), 0, 1), InvalidArgument);
 }
 
-DG_CASE("TC3, TC4: scatter_to gives every rank the full gradient", "[model_parallel]", 2, 3) {
-  const Group pair = first_two(g);
-  if (!pair.valid()) return;
-  const int r = pair.rank();
+DG_CASE("TC3, TC4: scatter_to gives every rank the full gradient", "[model_parallel]", 2) {
+  const int r = g.rank();
   {  // TC3, even
     Variable x(t64({2, 3, 5, 7}), true, "x");
-    Variable y = scatter_to_model_parallel_region(x, pair, 0);
-    expect_equal(y.value(), r == 0 ? t64({2, 3}) : t64({5, 7}), pair, "TC3 y");
+    Variable y = scatter_to_model_parallel_region(x, g, 0);
+    expect_equal(y.value(), r == 0 ? t64({2, 3}) : t64({5, 7}), g, "TC3 y");
     y.backward(r == 0 ? t64({1, 10}) : t64({100, 1000}));
-    expect_equal(x.grad(), t64({1, 10, 100, 1000}), pair, "TC3 dx");
+    expect_equal(x.grad(), t64({1, 10, 100, 1000}), g, "TC3 dx");
   }
   {  // TC4, uneven
     Variable x(t64({0, 1, 2}), true, "x");
-    Variable y = scatter_to_model_parallel_region(x, pair, 0);
-    expect_equal(y.value(), r == 0 ? t64({0, 1}) : t64({2}), pair, "TC4 y");
+    Variable y = scatter_to_model_parallel_region(x, g, 0);
+    expect_equal(y.value(), r == 0 ? t64({0, 1}) : t64({2}), g, "TC4 y");
     y.backward(r == 0 ? t64({1, 2}) : t64({3}));
-    expect_equal(x.grad(), t64({1, 2, 3}), pair, "TC4 dx");
+    expect_equal(x.grad(), t64({1, 2, 3}), g, "TC4 dx");
   }
 }
 
 DG_CASE("TC5: gather_from keeps my slice of my gradient, _sum_grad sums them",
-        "[model_parallel]", 2, 3) {
-  const Group pair = first_two(g);
-  if (!pair.valid()) return;
-  const int r = pair.rank();
+        "[model_parallel]", 2) {
+  const int r = g.rank();
   const Tensor x_values = r == 0 ? t64({1, 2}) : t64({3});
   const Tensor grad = r == 0 ? t64({10, 20, 30}) : t64({40, 50, 60});
   Variable x(x_values, true, "x");
-  Variable y = gather_from_model_parallel_region(x, pair, 0);
-  expect_equal(y.value(), t64({1, 2, 3}), pair, "gather_from y");
+  Variable y = gather_from_model_parallel_region(x, g, 0);
+  expect_equal(y.value(), t64({1, 2, 3}), g, "gather_from y");
   y.backward(grad);
-  expect_equal(x.grad(), r == 0 ? t64({10, 20}) : t64({60}), pair, "gather_from dx");
+  expect_equal(x.grad(), r == 0 ? t64({10, 20}) : t64({60}), g, "gather_from dx");
 
   Variable xs(x_values, true, "xs");
-  Variable ys = gather_from_model_parallel_region_sum_grad(xs, pair, 0);
-  expect_equal(ys.value(), t64({1, 2, 3}), pair, "sum_grad y");
+  Variable ys = gather_from_model_parallel_region_sum_grad(xs, g, 0);
+  expect_equal(ys.value(), t64({1, 2, 3}), g, "sum_grad y");
   ys.backward(grad);
-  expect_equal(xs.grad(), r == 0 ? t64({50, 70}) : t64({90}), pair, "sum_grad dx");
+  expect_equal(xs.grad(), r == 0 ? t64({50, 70}) : t64({90}), g, "sum_grad dx");
 }
 
 DG_CASE("TC6: non-canonical sizes raise a clear error on every rank, the group stays usable",
-        "[model_parallel][errors]", 2, 3) {
-  const Group pair = first_two(g);
-  if (!pair.valid()) return;
-  const int r = pair.rank();
+        "[model_parallel][errors]", 2) {
+  const int r = g.rank();
   for (bool sum_grad : {false, true}) {
     Variable x(r == 0 ? t64({1}) : t64({3, 4, 5}), true, "x");
     const bool raised = throws_invalid([&] {
-      sum_grad ? gather_from_model_parallel_region_sum_grad(x, pair, 0)
-               : gather_from_model_parallel_region(x, pair, 0);
+      sum_grad ? gather_from_model_parallel_region_sum_grad(x, g, 0)
+               : gather_from_model_parallel_region(x, g, 0);
     }, "are [1, 3], expected the canonical partition [2, 2]");
-    expect(raised, pair, "non-canonical sizes (1, 3) did not raise the expected error");
+    expect(raised, g, "non-canonical sizes (1, 3) did not raise the expected error");
   }
   // Ranks disagreeing about the other dims: also refused on every rank.
   Variable m(zeros({1, r == 0 ? 2 : 3}, DType::Float64), true, "m");
-  expect(throws_invalid([&] { gather_from_model_parallel_region(m, pair, 0); }, "disagree"),
-         pair, "different trailing dims did not raise");
+  expect(throws_invalid([&] { gather_from_model_parallel_region(m, g, 0); }, "disagree"),
+         g, "different trailing dims did not raise");
   // Nothing was left half done: the next collective on the group works.
   Variable x(r == 0 ? t64({1, 2}) : t64({3}), true, "x");
-  expect_equal(gather_from_model_parallel_region(x, pair, 0).value(), t64({1, 2, 3}), pair,
+  expect_equal(gather_from_model_parallel_region(x, g, 0).value(), t64({1, 2, 3}), g,
                "gather after the error");
 }
 
-DG_CASE("TC7: reduce_from (out of place), copy_to, scale_backward_grad", "[model_parallel]", 2,
-        3) {
-  const Group pair = first_two(g);
-  if (!pair.valid()) return;
-  const int r = pair.rank();
+DG_CASE("TC7: reduce_from (out of place), copy_to, scale_backward_grad", "[model_parallel]", 2) {
+  const int r = g.rank();
   {
     Variable x(r == 0 ? t64({1, 2}) : t64({3, 4}), true, "x");
-    Variable y = reduce_from_model_parallel_region(x, pair);
-    expect_equal(y.value(), t64({4, 6}), pair, "reduce_from y");
-    expect_equal(x.value(), r == 0 ? t64({1, 2}) : t64({3, 4}), pair, "reduce_from's input");
+    Variable y = reduce_from_model_parallel_region(x, g);
+    expect_equal(y.value(), t64({4, 6}), g, "reduce_from y");
+    expect_equal(x.value(), r == 0 ? t64({1, 2}) : t64({3, 4}), g, "reduce_from's input");
     y.backward(r == 0 ? t64({1, 1}) : t64({2, 2}));
-    expect_equal(x.grad(), r == 0 ? t64({1, 1}) : t64({2, 2}), pair, "reduce_from dx");
+    expect_equal(x.grad(), r == 0 ? t64({1, 1}) : t64({2, 2}), g, "reduce_from dx");
   }
   {
     Variable x(t64({5, 6}), true, "x");
-    Variable y = copy_to_model_parallel_region(x, pair);
-    expect_equal(y.value(), t64({5, 6}), pair, "copy_to y");
+    Variable y = copy_to_model_parallel_region(x, g);
+    expect_equal(y.value(), t64({5, 6}), g, "copy_to y");
     y.backward(r == 0 ? t64({1, 2}) : t64({10, 20}));
-    expect_equal(x.grad(), t64({11, 22}), pair, "copy_to dx");
+    expect_equal(x.grad(), t64({11, 22}), g, "copy_to dx");
   }
   {
     Variable x(t64({5, 6}), true, "x");
-    scale_backward_grad(x, pair).backward(t64({3, 4}));
-    expect_equal(x.grad(), t64({6, 8}), pair, "scale_backward_grad dx");
+    scale_backward_grad(x, g).backward(t64({3, 4}));
+    expect_equal(x.grad(), t64({6, 8}), g, "scale_backward_grad dx");
   }
 }
 
 DG_CASE("TC8: scatter -> local energy -> reduce_from gives dE/dx = [7, 5, 11] on both ranks",
-        "[model_parallel]", 2, 3) {
-  const Group pair = first_two(g);
-  if (!pair.valid()) return;
-  const int r = pair.rank();
+        "[model_parallel]", 2) {
+  const int r = g.rank();
   Variable x(t64({2, 3, 5}), true, "x");
-  Variable part = scatter_to_model_parallel_region(x, pair, 0);  // r0 [2, 3], r1 [5]
+  Variable part = scatter_to_model_parallel_region(x, g, 0);  // r0 [2, 3], r1 [5]
   Variable prod = exp(sum(log(part)));                            // inputs are positive
   Variable e = r == 0 ? sum(part + prod) : sum(part + prod * prod);
-  Variable energy = reduce_from_model_parallel_region(e, pair);
-  expect(std::abs(energy.value().item() - 47.0) < 1e-9, pair,
+  Variable energy = reduce_from_model_parallel_region(e, g);
+  expect(std::abs(energy.value().item() - 47.0) < 1e-9, g,
          "E is " + energy.value().to_string() + ", expected 47");
   energy.backward();
-  expect(allclose(x.grad(), t64({7, 5, 11}), 1e-12, 1e-9), pair,
+  expect(allclose(x.grad(), t64({7, 5, 11}), 1e-12, 1e-9), g,
          "dE/dx is " + x.grad().to_string() + ", expected [7, 5, 11]");
 }
 
