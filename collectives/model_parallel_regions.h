@@ -31,11 +31,16 @@
 //    rank and a shape error on another (spec §1.9, TC6). The ranks must also agree on the size
 //    of every other dim (also InvalidArgument on every rank).
 //  - ReduceFrom is out of place (G3) in every case; G1/G2 overwrite the caller's tensor.
-//  - Nothing is padded on the wire: the gathers move exactly the elements that exist (an
-//    all_gather_v, flattened for dims other than 0), so the padding contents never matter.
+//  - Nothing is padded on the wire: after the size exchange (one all_gather of two int64 per
+//    rank: the size along dim and a fingerprint of the other dims) the gathers move exactly
+//    the elements that exist (an all_gather_v, of the flattened tensors for dims other than 0),
+//    so padding contents never matter. scatter_to's backward knows the sizes (the canonical
+//    partition of x's length) and skips the exchange.
 //  - A tensor that is empty on every rank returns the empty result and empty gradients at once
 //    (the original hangs on a zero-byte all_gather under gloo).
 //  - No process-global group (see graph_parallel.h).
+// scatter_to, gather_from and _sum_grad are collective nodes (ferry::Function::is_collective):
+// their backward runs on every rank even where the loss ignores their output.
 // Group size 1: every op is the identity in both directions. Inputs are float32 or float64;
 // bad arguments raise InvalidArgument naming the op and the rank.
 #pragma once
