@@ -1,0 +1,70 @@
+// Helpers shared by the SPMD cases of the compatibility families (ksuit, towhee, poptorch
+// cross-replica): the gradcheck call with the objective of an op's convention, the groups each
+// op is checked on, and running a spec case on exactly the world size it was written for.
+#pragma once
+
+#include "collectives/distributed_gradcheck.h"
+#include "collectives/group.h"
+#include "runtime/tensor.h"
+#include "spmd_gradcheck.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace compat {
+
+using ferry::Group;
+using ferry::Tensor;
+using ferry::Variable;
+
+inline Tensor rank_input(const ferry::Shape& shape, int seed) {
+  return ferry::uniform(shape, -1.0, 1.0, 600 + static_cast<uint64_t>(seed),
+                        ferry::DType::Float64);
+}
+
+inline ferry::DistributedGradcheckOptions objective(ferry::GradcheckObjective o,
+                                                    bool replicated_inputs = false) {
+  ferry::DistributedGradcheckOptions options;
+  options.objective = o;
+  options.replicated_inputs = replicated_inputs;
+  return options;
+}
+
+// The op through the distributed gradcheck; `elements` = input elements over all ranks.
+inline void check(const Group& g, const std::function<Variable(const Variable&)>& op,
+                  const Tensor& x, int64_t elements,
+                  const ferry::DistributedGradcheckOptions& options) {
+  auto fn = [&](const std::vector<Variable>& in) { return std::vector<Variable>{op(in[0])}; };
+  dgtest::expect_passed(ferry::distributed_gradcheck(fn, {x}, g, options), elements, g);
+}
+
+// The groups every op is checked on: the world, and from 3 ranks on also a sub-group
+// (even / odd ranks, split collectively), so that the group rank differs from the world rank.
+inline std::vector<Group> world_and_subgroup(const Group& g) {
+  std::vector<Group> groups{g};
+  if (g.size() >= 3) groups.push_back(g.split(g.rank() % 2, g.rank()));
+  return groups;
+}
+
+// Runs `body` on the first n ranks of g (a spec case written for n ranks); the others sit
+// out. Nothing runs when g has fewer than n ranks.
+inline void on_first(const Group& g, int n, const std::function<void(const Group&)>& body) {
+  if (g.size() < n) return;
+  if (g.size() == n) return body(g);
+  const Group first = g.split(g.rank() < n ? 0 : ferry::kUndefinedColor, g.rank());
+  if (first.valid()) body(first);
+}
+
+// Per-rank values of a spec case: values[rank].
+inline Tensor pick(const Group& g, const std::vector<Tensor>& values) {
+  return values.at(static_cast<size_t>(g.rank()));
+}
+
+inline void expect_equal(const Tensor& actual, const Tensor& expected, const Group& g,
+                         const std::string& what) {
+  dgtest::expect(ferry::equal(actual, expected), g,
+                 what + " is " + actual.to_string() + ", expected " + expected.to_string());
+}
+
+}  // namespace compat
