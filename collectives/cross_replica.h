@@ -4,8 +4,9 @@
 // On the IPU every replica runs the same program and "rank" is the replica index; here the
 // replicas are the ranks of `group` and the replica index is the group rank. Every rank of the
 // group must call these in the same order (and then run a backward that reaches them, see
-// ferry::backward). Inputs are float32 or float64 Variables; bad arguments raise
-// InvalidArgument on the calling rank before any data moves.
+// ferry::backward). Inputs are float32 or float64 Variables of the same shape on every replica
+// (as on the IPU, where every replica runs the same program; not compared across ranks). Bad
+// arguments raise InvalidArgument on the calling rank before any data moves.
 //
 // Adjoint convention of each backward (spec §0; P = per-rank, R = replicated):
 //   all_gather_cross_replica                     exact-P  dx_me = sum_r G_r[me]

@@ -5,8 +5,8 @@
 // ksuit always uses the world group and the global rank; here every op takes a `group` and uses
 // the rank inside it (the later variant of AllGatherGradAutograd that takes a group, spec §2.1).
 // Every rank of the group must call these in the same order, and then run a backward that
-// reaches them (see ferry::backward). "All ranks must have identical shapes" (ksuit's
-// all_gather) holds for every gather here except where stated.
+// reaches them (see ferry::backward). As in ksuit, every rank must pass the same shape to a
+// gather; that is not compared across ranks (it would cost one more collective per call).
 //
 // Adjoint convention of each backward (spec §0; P = per-rank, R = replicated):
 //   all_gather_grad            exact-P  dx_me = sum_r G_r[slot me]
