@@ -28,15 +28,6 @@ Shape prepend_one(const Shape& shape) {
   return row;
 }
 
-// x's values gathered into [W, *x.shape]: row k is rank k's x.
-Tensor gather_slots(const Tensor& x, const Group& group) {
-  Shape slots_shape = prepend_one(x.shape());
-  slots_shape[0] = group.size();
-  Tensor slots = empty(slots_shape, x.dtype());
-  ferry::all_gather(x.reshape(prepend_one(x.shape())), slots, group).wait();
-  return slots;
-}
-
 // ksuit's 0-d inputs become one row: W of them gather into a [W] vector.
 Tensor as_rows(const Tensor& v) { return v.dim() == 0 ? v.reshape({1}) : v; }
 
@@ -47,12 +38,17 @@ Tensor gather_rows(const Tensor& v, const Group& group) {
   return y;
 }
 
+// x's values gathered into [W, *x.shape]: row k is rank k's x.
+Tensor gather_slots(const Tensor& x, const Group& group) {
+  return gather_rows(x.reshape(prepend_one(x.shape())), group);
+}
+
 // dim in [-rank, rank) made non-negative, or InvalidArgument naming op and rank.
 int64_t normalize_batch_dim(int64_t dim, const Shape& shape, const Group& group,
                             const char* op) {
   const auto rank = static_cast<int64_t>(shape.size());
   FERRY_CHECK(dim >= -rank && dim < rank, InvalidArgument, op, " on rank ", group.rank(),
-              ": batch_dim ", dim, " is out of range for the gathered shape ", shape_str(shape),
+              ": batch_dim ", dim, " is out of range for the input's shape ", shape_str(shape),
               " (expected [", -rank, ", ", rank - 1, "])");
   return dim < 0 ? dim + rank : dim;
 }
