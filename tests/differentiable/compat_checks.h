@@ -1,6 +1,6 @@
 // Helpers shared by the SPMD cases of the compatibility families (ksuit, towhee, poptorch
 // cross-replica): the gradcheck call with the objective of an op's convention, the groups each
-// op is checked on, and running a spec case on exactly the world size it was written for.
+// op is checked on, and the per-rank values of the spec's numeric cases.
 #pragma once
 
 #include "collectives/distributed_gradcheck.h"
@@ -45,15 +45,6 @@ inline std::vector<Group> world_and_subgroup(const Group& g) {
   std::vector<Group> groups{g};
   if (g.size() >= 3) groups.push_back(g.split(g.rank() % 2, g.rank()));
   return groups;
-}
-
-// Runs `body` on the first n ranks of g (a spec case written for n ranks); the others sit
-// out. Nothing runs when g has fewer than n ranks.
-inline void on_first(const Group& g, int n, const std::function<void(const Group&)>& body) {
-  if (g.size() < n) return;
-  if (g.size() == n) return body(g);
-  const Group first = g.split(g.rank() < n ? 0 : ferry::kUndefinedColor, g.rank());
-  if (first.valid()) body(first);
 }
 
 // Per-rank values of a spec case: values[rank].

@@ -154,12 +154,12 @@ void at_one_replica(const Group& g) {
 }  // namespace
 
 DG_CASE("TC23: poptorch cross-replica ops at R = 2", "[poptorch][cross_replica][spec]", 2) {
-  compat::on_first(g, 2, tc23);
+  tc23(g);
 }
 
 DG_CASE("poptorch at R = 1: identities, the all_gather gives (1, *shape)",
         "[poptorch][cross_replica][spec]", 1) {
-  compat::on_first(g, 1, at_one_replica);
+  at_one_replica(g);
 }
 
 DG_CASE("poptorch all_to_all_single_cross_replica rejects an indivisible leading axis and 0-d",

@@ -182,15 +182,15 @@ void nograd_gathers(const Group& g) {
 
 DG_CASE("TC10: ksuit all_gather_grad and all_gather_grad_overwrite at W = 2", "[ksuit][spec]",
         2) {
-  compat::on_first(g, 2, tc10);
+  tc10(g);
 }
 
 DG_CASE("TC11: ksuit all_reduce_{sum,mean}_{grad,nograd} at W = 2", "[ksuit][spec]", 2) {
-  compat::on_first(g, 2, tc11);
+  tc11(g);
 }
 
 DG_CASE("ksuit all_gather_nograd(_clipped) at W = 2", "[ksuit][spec]", 2) {
-  compat::on_first(g, 2, nograd_gathers);
+  nograd_gathers(g);
 }
 
 DG_CASE("ksuit all_gather_nograd_clipped undoes a round-robin sampler at any W", "[ksuit]", 1, 2,

@@ -90,16 +90,16 @@ void tc12_four_ranks(const Group& g) {
 }  // namespace
 
 DG_CASE("TC12: towhee AllGather / AllGather2 at W = 2", "[towhee][spec]", 2) {
-  compat::on_first(g, 2, tc12_two_ranks);
+  tc12_two_ranks(g);
 }
 
 DG_CASE("TC12: towhee at W = 1 is the identity", "[towhee][spec]", 1) {
-  compat::on_first(g, 1, tc12_one_rank);
+  tc12_one_rank(g);
 }
 
 DG_CASE("TC12: towhee at W = 4, every rank gets its own rows (not the local rank's)",
         "[towhee][spec]", 4) {
-  compat::on_first(g, 4, tc12_four_ranks);
+  tc12_four_ranks(g);
 }
 
 DG_CASE("towhee all_gather(2): unequal batch sizes raise the same error on every rank",
