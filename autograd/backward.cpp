@@ -41,8 +41,10 @@ void add_in_place(Tensor& into, const Tensor& g) {
   into.bump_version();
 }
 
-void accumulate(Tensor& pending, const Tensor& g) {
-  pending = pending.defined() ? sum_of(pending, g) : g;
+// Takes `g` by value: a gradient moved in stays the only handle to its storage, so a leaf can
+// keep it as grad() without the defensive copy finish_leaf makes of shared storage.
+void accumulate(Tensor& pending, Tensor g) {
+  pending = pending.defined() ? sum_of(pending, g) : std::move(g);
 }
 
 // `what` is called only to word the error: building strings per node would dominate the cost
@@ -108,12 +110,12 @@ class Pass {
   void seed(const Variable& root, Tensor grad) {
     VariableImpl* impl = root.impl();
     if (impl->producer) {
-      accumulate(impl->producer->pending(impl->output_index), grad);
+      accumulate(impl->producer->pending(impl->output_index), std::move(grad));
       add_node(impl->producer);
       max_root_sequence_ = std::max(max_root_sequence_, impl->producer->sequence());
     } else {
       add_leaf(root.impl_ptr());
-      accumulate(impl->pending, grad);
+      accumulate(impl->pending, std::move(grad));
     }
   }
 
@@ -191,7 +193,9 @@ class Pass {
       FERRY_CHECK(input_grads.size() == edges.size(), InvalidArgument, node.name(),
                   ": backward returned ", input_grads.size(), " gradients, expected ",
                   edges.size(), " (one per input)");
-      for (size_t i = 0; i < edges.size(); ++i) deliver(node, edges[i], i, input_grads[i]);
+      for (size_t i = 0; i < edges.size(); ++i) {
+        deliver(node, edges[i], i, std::move(input_grads[i]));
+      }
     } else {
       for (auto& edge : node.edges()) {
         if (edge.leaf && --edge.leaf->pending_edges == 0) finish_leaf(edge.leaf);
@@ -204,18 +208,18 @@ class Pass {
     }
   }
 
-  void deliver(Node& node, Edge& edge, size_t i, const Tensor& g) {
+  void deliver(Node& node, Edge& edge, size_t i, Tensor g) {
     if (edge.node) {
       if (!g.defined()) return;
       const OutputSlot& slot = edge.node->outputs()[edge.output_index];
       check_gradient(g, slot.shape, slot.dtype, node.name(), [&] { return str("input ", i); });
-      accumulate(edge.node->pending(edge.output_index), g);
+      accumulate(edge.node->pending(edge.output_index), std::move(g));
     } else if (edge.leaf) {
       if (g.defined()) {
         check_gradient(g, edge.leaf->value.shape(), edge.leaf->value.dtype(), node.name(), [&] {
           return str("input ", i, " (", Variable(edge.leaf).describe(), ")");
         });
-        accumulate(edge.leaf->pending, g);
+        accumulate(edge.leaf->pending, std::move(g));
       }
       if (--edge.leaf->pending_edges == 0) finish_leaf(edge.leaf);
     }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -32,8 +33,11 @@ class BlockCache {
   void* acquire(size_t nbytes) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.find(nbytes);
-      if (it != free_.end()) {
+      // The most recently released block of this size: the likeliest to be still in cache.
+      // (A multimap keeps equal keys in insertion order, so it is the last of its range.)
+      auto it = free_.upper_bound(nbytes);
+      if (it != free_.begin() && std::prev(it)->first == nbytes) {
+        --it;
         void* block = it->second.block;
         free_.erase(it);
         held_ -= nbytes;

@@ -99,7 +99,7 @@ bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& syn
     std::string error;
     if (o.differentiable) {
       diff_case.emplace(op, count, o.dtype, world);
-      diff_case->run_autograd();
+      diff_case->run_autograd(/*keep=*/true);
       diff_case->run_raw();
       error = diff_case->check();
       step = [&] { diff_case->run_autograd(); };

@@ -19,12 +19,14 @@ DifferentiableCase::DifferentiableCase(OpKind op, int64_t count, DType dtype, co
   dx_raw_ = zeros({in_count}, dtype);
 }
 
-void DifferentiableCase::run_autograd() {
+void DifferentiableCase::run_autograd(bool keep) {
   Variable x(x_, true);
   Variable y = op_ == OpKind::AllReduce ? all_reduce(x, group_) : all_gather(x, group_);
   y.backward(upstream_);
-  y_autograd_ = y.value();
-  dx_autograd_ = x.grad();
+  if (keep) {
+    y_autograd_ = y.value();
+    dx_autograd_ = x.grad();
+  }
 }
 
 void DifferentiableCase::run_raw() {

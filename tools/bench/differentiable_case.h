@@ -23,7 +23,9 @@ class DifferentiableCase {
   DifferentiableCase(OpKind op, int64_t count, DType dtype, const Group& group);
 
   // y = op(x) with x requiring grad, then y.backward(G): two collectives through the tape.
-  void run_autograd();
+  // `keep`: hold on to y and x.grad() for check(); timed runs let them go at the end of the
+  // step, as a training step would, so the next step reuses their blocks.
+  void run_autograd(bool keep = false);
   // The same two collectives, raw, into buffers allocated once.
   void run_raw();
   // The raw pair as the timed baseline (its barrier is ferry's own, as for the autograd side).
@@ -38,7 +40,7 @@ class DifferentiableCase {
   Group group_;
   Tensor x_, upstream_;        // this rank's input and the upstream gradient G
   Tensor y_raw_, dx_raw_;      // run_raw's outputs
-  Tensor y_autograd_, dx_autograd_;  // run_autograd's last outputs
+  Tensor y_autograd_, dx_autograd_;  // run_autograd(keep)'s outputs
 };
 
 }  // namespace ferry::bench
