@@ -60,7 +60,7 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   v.root(root);
   v.defined(tensor, "tensor");
   auto work = detail::start_native_now(
-      group, "broadcast", detail::OpSummary::of(tensor).with_root(root), {tensor}, {},
+      group, "broadcast", detail::OpSummary::of(tensor).with_root(root), {}, {tensor},
       [&](NativeCollectives& native) {
         if (group.rank() != root) tensor.bump_version();
         return native.broadcast(tensor.raw_data(), tensor.nbytes(), root);
@@ -73,7 +73,7 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
     else
       detail::tree_broadcast(ctx, bytes_of(tensor), tensor.nbytes(), root);
     if (ctx.rank() != root) tensor.bump_version();
-    return std::vector<Tensor>{tensor};
+    return std::vector<Tensor>{};
   });
 }
 
@@ -98,7 +98,7 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
                         [input, output, sizes, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)),
                   algo);
-    return std::vector<Tensor>{output};
+    return std::vector<Tensor>{};
   });
 }
 
@@ -114,7 +114,7 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   const Tensor own = output.narrow(0, rows * group.rank(), rows);
   v.no_overlap(output, "output", input, "input", own);
   auto work = detail::start_native_now(
-      group, "all_gather", detail::OpSummary::of(input), {output}, {input},
+      group, "all_gather", detail::OpSummary::of(input), {}, {input, output},
       [&](NativeCollectives& native) {
         const detail::Blocks blocks = detail::contiguous_blocks(std::vector<int64_t>(world, rows),
                                                                 detail::row_bytes(input));
@@ -129,7 +129,7 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
                   detail::contiguous_blocks(std::vector<int64_t>(world, rows),
                                             detail::row_bytes(input)),
                   algo);
-    return std::vector<Tensor>{output};
+    return std::vector<Tensor>{};
   });
 }
 
@@ -205,7 +205,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
                        out_splits[me]));
   v.no_overlap(input, "input", output, "output");
   auto work = detail::start_native_now(
-      group, "all_to_all_single", detail::OpSummary::of(input), {output}, {input},
+      group, "all_to_all_single", detail::OpSummary::of(input), {}, {input, output},
       [&](NativeCollectives& native) {
         const size_t rb = detail::row_bytes(input);
         const detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
@@ -225,7 +225,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
                                                 bytes_of(output), out_b.bytes, out_b.offset),
                       {input, output});
       output.bump_version();
-      return std::vector<Tensor>{output};
+      return std::vector<Tensor>{};
     }
     detail::Exchange x;
     for (int k = 0; k < world; ++k) {
@@ -236,7 +236,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
     }
     detail::pairwise_all_to_all(ctx, x);
     output.bump_version();
-    return std::vector<Tensor>{output};
+    return std::vector<Tensor>{};
   });
 }
 
@@ -358,7 +358,7 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
       detail::linear_scatter(ctx, send, send_bytes, bytes_of(output), output.nbytes(), root);
     }
     output.bump_version();
-    return std::vector<Tensor>{output};
+    return std::vector<Tensor>{};
   });
 }
 

@@ -151,14 +151,24 @@ Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
   // A Work that a user gave up waiting for leaves the ranks out of step: poison the group.
   state->on_wait_timeout = poison_on_wait_timeout(group);
   GroupImpl* gp = &g;
-  g.executor().enqueue([gp, state, op, seq, body = std::move(body)] {
+  g.executor().enqueue([gp, state_in = state, op, seq, body_in = std::move(body)]() mutable {
+    // The task lets go of everything it holds (the body's tensor handles, its context) before
+    // the op completes: a waiter that sees the op finished then holds the only handles to its
+    // tensors. Autograd relies on that to keep a gradient a collective wrote as grad() instead
+    // of copying it.
+    std::shared_ptr<WorkState> state = std::move(state_in);
+    OpBody body = std::move(body_in);
     std::exception_ptr error;
     bool tell_peers = true;
     try {
       gp->throw_if_poisoned(op);
       FERRY_LOG(Trace, "coll", state->description(), " starts");
-      OpContext ctx(*gp, op, seq, Clock::now() + default_timeout());
-      std::vector<Tensor> outputs = body(ctx);
+      std::vector<Tensor> outputs;
+      {
+        OpContext ctx(*gp, op, seq, Clock::now() + default_timeout());
+        outputs = body(ctx);
+      }
+      body = nullptr;
       FERRY_LOG(Trace, "coll", state->description(), " done");
       state->complete(std::move(outputs));
       return;

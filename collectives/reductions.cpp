@@ -76,7 +76,7 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   v.reduce_op(op, input.dtype());
   if (natively_reducible(input.dtype(), op)) {
     auto work = detail::start_native_now(
-        group, "all_reduce", detail::OpSummary::of(input, op), {output}, {input},
+        group, "all_reduce", detail::OpSummary::of(input, op), {}, {input, output},
         [&](NativeCollectives& native) {
           output.bump_version();
           return native.all_reduce(input.raw_data(), output.raw_data(),
@@ -102,7 +102,7 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
     else
       detail::ring_all_reduce(ctx, in, out, count, a.spec);
     a.finish(output, op, world);
-    return std::vector<Tensor>{output};
+    return std::vector<Tensor>{};
   });
 }
 
@@ -132,7 +132,7 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
     else
       detail::tree_reduce(ctx, in, out, count, root, a.spec);
     if (is_root) a.finish(output, op, world);
-    return is_root ? std::vector<Tensor>{output} : std::vector<Tensor>{};
+    return std::vector<Tensor>{};
   });
 }
 
@@ -158,7 +158,7 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
   if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
     auto work = detail::start_native_now(
-        group, "reduce_scatter", detail::OpSummary::of(input, op), {output}, {input},
+        group, "reduce_scatter", detail::OpSummary::of(input, op), {}, {input, output},
         [&](NativeCollectives& native) {
           std::vector<size_t> counts;
           for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
@@ -188,13 +188,13 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
                       {input, output});
       if (aliased && a.out.nbytes() > 0) std::memcpy(a.out.raw_data(), out, a.out.nbytes());
       a.finish(output, op, world);
-      return std::vector<Tensor>{output};
+      return std::vector<Tensor>{};
     }
     detail::Blocks blocks = detail::contiguous_blocks(sizes, detail::row_bytes(a.in));
     detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
                                 static_cast<char*>(a.out.raw_data()), blocks, a.spec);
     a.finish(output, op, world);
-    return std::vector<Tensor>{output};
+    return std::vector<Tensor>{};
   });
 }
 

@@ -84,7 +84,9 @@ class Work {
   void wait();
   // Waits at most `timeout`; throws TimeoutError naming the op on expiry.
   void wait(std::chrono::milliseconds timeout);
-  // Tensors the op produced (e.g. the output of all_gather_v with exchanged sizes). Waits first.
+  // Tensors the op allocated (the gathered tensor and sizes of all_gather_v with exchanged
+  // sizes); empty for ops that write into tensors the caller passed, which the caller already
+  // holds (the runtime keeps no handle to them once the op completed). Waits first.
   const std::vector<Tensor>& outputs();
   Tensor output(size_t i = 0);
   std::string describe() const;

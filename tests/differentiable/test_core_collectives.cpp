@@ -3,6 +3,7 @@
 // objective of its convention; exact values for the tie rule of max/min and for TC11's
 // contrast; and the argument checks. SPMD cases: local worlds here, mpiexec / UCX in
 // tests/mpi and tests/ucx.
+#include "collectives/collectives.h"
 #include "collectives/differentiable.h"
 #include "collectives/distributed_gradcheck.h"
 #include "collectives/run_ranks.h"
@@ -261,4 +262,24 @@ DG_CASE("the R adjoints fail the sum objective and the P adjoints fail the repli
         GradcheckObjective::Sum);
   fails("broadcast P", [&](const Variable& v) { return broadcast(v, 0, g); },
         GradcheckObjective::Replicated);
+}
+
+DG_CASE("once wait() returns, the runtime holds no handle to a collective's output",
+        "[core][ownership]", 1, 2, 3) {
+  // Autograd keeps a gradient a collective wrote as grad() only when nothing else shares its
+  // storage (otherwise it copies it, 16 MiB per step for a 16 MiB gradient). That holds only if
+  // the op's task lets go of its tensors before completing.
+  const Tensor x = rank_input({4, 2}, g.rank());
+  for (int round = 0; round < 20; ++round) {
+    Tensor reduced = empty({4, 2}, DType::Float64);
+    ferry::all_reduce(x, reduced, g).wait();
+    Tensor gathered = empty({4 * g.size(), 2}, DType::Float64);
+    ferry::all_gather(x, gathered, g).wait();
+    expect(reduced.owns_storage_alone() && gathered.owns_storage_alone(), g,
+           "an output is still shared after wait() (round " + std::to_string(round) + ")");
+  }
+  Variable v(x, true);
+  Variable y = all_reduce(v, g);
+  y.backward(x);
+  expect(v.grad().owns_storage_alone(), g, "x.grad() shares its storage");
 }
