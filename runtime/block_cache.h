@@ -6,6 +6,8 @@
 // two-rank all_reduce (measured with ferry-bench --differentiable). Blocks of at least
 // kMinCachedBytes are kept here after their tensor dies and reused for the next request of
 // exactly the same size; the least recently released go first when the cache is over its limit.
+// The threshold is glibc's own for handing blocks to mmap (128 KiB): smaller ones stay in
+// malloc's heap and are reused without faults anyway.
 //
 //   FERRY_HOST_CACHE_MB  the most the cache holds, in MiB (default 256; 0 turns it off)
 #pragma once
@@ -21,7 +23,7 @@ size_t cached_block_bytes();
 
 namespace detail {
 
-inline constexpr size_t kMinCachedBytes = size_t{1} << 20;
+inline constexpr size_t kMinCachedBytes = size_t{128} << 10;
 inline constexpr size_t kBlockAlignment = 64;  // every block, cached or not
 
 // Blocks under kMinCachedBytes bypass the cache. release_block takes the size acquired.
