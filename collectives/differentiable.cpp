@@ -114,7 +114,7 @@ class AllReduce final : public Function {
 
 // ---- all_gather ----
 
-// Shared by the even and uneven forms: rank k's rows are `rows[k]`.
+// This rank's rows of the gathered gradient, rank k having contributed rows[k].
 Tensor own_rows_of_gradient(const Tensor& g, const std::vector<int64_t>& rows, int rank) {
   return g.narrow(0, rows_before(rows, rank), rows[rank]);
 }
