@@ -2,6 +2,8 @@
 
 #include "runtime/config.h"
 #include "runtime/error.h"
+
+#include <algorithm>
 #include "runtime/log.h"
 
 namespace ferry::detail {
@@ -93,7 +95,8 @@ OpSummary OpSummary::of(const Tensor& t) {
   OpSummary s;
   s.has_tensor = true;
   s.dtype = t.dtype();
-  s.shape = t.shape();
+  s.ndim = static_cast<int>(t.dim());
+  for (int d = 0; d < std::min(s.ndim, kDims); ++d) s.dims[static_cast<size_t>(d)] = t.size(d);
   return s;
 }
 
@@ -117,7 +120,12 @@ std::string OpSummary::format() const {
   if (has_tensor || has_reduce_op) {
     out += "(";
     if (has_reduce_op) out.append(reduce_op_name(reduce_op)).append(has_tensor ? ", " : "");
-    if (has_tensor) out.append(dtype_name(dtype)).append(" ").append(shape_str(shape));
+    if (has_tensor) {
+      const Shape shown(dims.begin(), dims.begin() + std::min(ndim, kDims));
+      std::string shape = shape_str(shown);
+      if (ndim > kDims) shape.insert(shape.size() - 1, ", ...");
+      out.append(dtype_name(dtype)).append(" ").append(shape);
+    }
     out += ")";
   }
   if (root >= 0) out.append(" root ").append(std::to_string(root));

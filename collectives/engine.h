@@ -6,6 +6,7 @@
 #include "collectives/group_impl.h"
 #include "collectives/op_context.h"
 
+#include <array>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,7 +51,11 @@ struct OpSummary {
   bool has_tensor = false;
   bool lists = false;
   DType dtype = DType::Float32;
-  Shape shape;
+  // The shape, inline: a Shape (a vector) would cost an allocation per op. Dims past kDims are
+  // shown as "...".
+  static constexpr int kDims = 6;
+  std::array<int64_t, kDims> dims{};
+  int ndim = 0;
   bool has_reduce_op = false;
   ReduceOp reduce_op = ReduceOp::Sum;
   int root = -1;

@@ -13,7 +13,7 @@ namespace {
 
 class MpiCollectiveRequest final : public NativeRequest {
  public:
-  explicit MpiCollectiveRequest(std::string describe) : pending_(std::move(describe)) {}
+  MpiCollectiveRequest(const char* op, uint32_t group_id) : pending_(op, group_id) {}
   bool test() override { return pending_.test(); }
   bool wait_until(Clock::time_point deadline) override { return pending_.wait_until(deadline); }
   void rethrow_if_failed() override { pending_.rethrow_if_failed(); }
@@ -256,13 +256,11 @@ class MpiCollectives final : public NativeCollectives {
 
  private:
   std::unique_ptr<MpiCollectiveRequest> start(const char* op) {
-    // Appended rather than formatted with a stream: this runs for every collective.
-    return std::make_unique<MpiCollectiveRequest>(
-        std::string(op).append(" on group ").append(std::to_string(id_)));
+    return std::make_unique<MpiCollectiveRequest>(op, id_);
   }
 
   void check_started(MpiCollectiveRequest& r, int code, const char* call) {
-    check_mpi(code, call, r.pending().describe());
+    if (code != MPI_SUCCESS) check_mpi(code, call, r.pending().describe());  // named on failure only
   }
 
   int fit(size_t n, const char* op, const char* unit) const {
@@ -314,7 +312,7 @@ class MpiCollectives final : public NativeCollectives {
     // (and the datatypes are freed) with it.
     std::vector<MPI_Datatype>& st = r.pending().datatypes(n, MPI_BYTE);
     std::vector<MPI_Datatype>& rt = r.pending().datatypes(n, MPI_BYTE);
-    const std::string& where = r.pending().describe();
+    const std::string where = r.pending().describe();
     for (size_t k = 0; k < n; ++k) {
       fit(send_bytes[k], op, "bytes");
       fit(recv_bytes[k], op, "bytes");

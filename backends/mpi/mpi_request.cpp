@@ -38,7 +38,7 @@ bool MpiPending::test() {
   if (done_) return true;
   if (!mpi_usable()) {  // MPI_Test after MPI_Finalize is an error MPI cannot even report
     error_ = std::make_exception_ptr(TransportError(
-        str("ferry: ", describe_, " was still pending when MPI was finalized")));
+        str("ferry: ", describe(), " was still pending when MPI was finalized")));
     done_ = true;
     return true;
   }
@@ -48,7 +48,7 @@ bool MpiPending::test() {
   if (code != MPI_SUCCESS) {
     // MPI_Test reports a failed request through its return code; the request is finished.
     error_ = std::make_exception_ptr(TransportError(
-        str("ferry: ", describe_, " failed in MPI: ", mpi_error_string(code))));
+        str("ferry: ", describe(), " failed in MPI: ", mpi_error_string(code))));
     if (on_status_) {
       status.MPI_ERROR = code;
       if (std::exception_ptr e = on_status_(status)) error_ = e;
@@ -63,6 +63,10 @@ bool MpiPending::test() {
   }
   done_ = true;
   return true;
+}
+
+std::string MpiPending::describe() const {
+  return op_ != nullptr ? str(op_, " on group ", group_id_) : describe_;
 }
 
 bool MpiPending::wait_until(Clock::time_point deadline) {

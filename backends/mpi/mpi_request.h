@@ -11,7 +11,7 @@
 
 #include <mpi.h>
 
-#include <deque>
+#include <list>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -23,11 +23,14 @@ namespace ferry::detail {
 
 class MpiPending {
  public:
-  // `describe` names the request in errors ("all_reduce on group 2", "send to rank 1 ...").
+  // `describe` names the request in errors ("send to rank 1 ...").
   // `on_status` (optional) inspects a receive's status and returns its error, if any.
   explicit MpiPending(std::string describe,
                       std::function<std::exception_ptr(const MPI_Status&)> on_status = nullptr)
       : describe_(std::move(describe)), on_status_(std::move(on_status)) {}
+  // A collective: named "<op> on group <id>" when a message needs it (formatting the name for
+  // every collective would cost an allocation each). `op` must outlive the request (a literal).
+  MpiPending(const char* op, uint32_t group_id) : op_(op), group_id_(group_id) {}
   ~MpiPending();  // frees the datatypes below (when MPI is still usable)
   MpiPending(const MpiPending&) = delete;
   MpiPending& operator=(const MpiPending&) = delete;
@@ -40,7 +43,7 @@ class MpiPending {
   bool test();  // thread-safe; never blocks
   bool wait_until(Clock::time_point deadline);
   void rethrow_if_failed();
-  const std::string& describe() const { return describe_; }
+  std::string describe() const;
 
   // Storage MPI reads until the request finishes (count and displacement arrays of the
   // v-collectives must stay untouched until then).
@@ -61,9 +64,13 @@ class MpiPending {
   Clock::time_point first_wait_{};  // the first wait_until, for its spin and yield phases
   std::exception_ptr error_;
   std::string describe_;
+  const char* op_ = nullptr;  // set for collectives, which describe themselves lazily
+  uint32_t group_id_ = 0;
   std::function<std::exception_ptr(const MPI_Status&)> on_status_;
-  std::deque<std::vector<int>> arrays_;  // deque: references stay valid as it grows
-  std::deque<std::vector<MPI_Datatype>> types_;
+  // Lists: references stay valid as they grow, and an empty one allocates nothing (most
+  // requests never use them).
+  std::list<std::vector<int>> arrays_;
+  std::list<std::vector<MPI_Datatype>> types_;
 };
 
 // Keeps requests (and whatever they own) that can never be completed or freed (a collective
