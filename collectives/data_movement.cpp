@@ -60,7 +60,7 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   v.root(root);
   v.defined(tensor, "tensor");
   auto work = detail::start_native_now(
-      group, "broadcast", detail::OpSummary::of(tensor).with_root(root), {}, {tensor},
+      group, "broadcast", detail::OpSummary::of(tensor).with_root(root), {&tensor},
       [&](NativeCollectives& native) {
         if (group.rank() != root) tensor.bump_version();
         return native.broadcast(tensor.raw_data(), tensor.nbytes(), root);
@@ -114,7 +114,7 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   const Tensor own = output.narrow(0, rows * group.rank(), rows);
   v.no_overlap(output, "output", input, "input", own);
   auto work = detail::start_native_now(
-      group, "all_gather", detail::OpSummary::of(input), {}, {input, output},
+      group, "all_gather", detail::OpSummary::of(input), {&input, &output},
       [&](NativeCollectives& native) {
         const detail::Blocks blocks = detail::contiguous_blocks(std::vector<int64_t>(world, rows),
                                                                 detail::row_bytes(input));
@@ -205,7 +205,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
                        out_splits[me]));
   v.no_overlap(input, "input", output, "output");
   auto work = detail::start_native_now(
-      group, "all_to_all_single", detail::OpSummary::of(input), {}, {input, output},
+      group, "all_to_all_single", detail::OpSummary::of(input), {&input, &output},
       [&](NativeCollectives& native) {
         const size_t rb = detail::row_bytes(input);
         const detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
@@ -364,7 +364,7 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
-  auto work = detail::start_native_now(group, "barrier", detail::OpSummary{}, {}, {},
+  auto work = detail::start_native_now(group, "barrier", detail::OpSummary{}, {},
                                        [](NativeCollectives& native) { return native.barrier(); });
   if (work) return std::move(*work);
   return detail::submit(group, "barrier", detail::OpSummary{}, [](OpContext& ctx) {

@@ -14,13 +14,9 @@ class NativeWork final : public WorkState, public InFlightNative {
  public:
   NativeWork(std::function<std::string()> describe, std::weak_ptr<GroupImpl> group,
              std::string op, uint64_t seq, Clock::time_point deadline,
-             std::unique_ptr<NativeRequest> request, std::vector<Tensor> outputs,
-             std::vector<Tensor> keep)
+             std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep)
       : WorkState(std::move(describe)), group_(std::move(group)), op_(std::move(op)), seq_(seq),
-        deadline_(deadline), request_(std::move(request)), outputs_(std::move(outputs)),
-        keep_(std::move(keep)) {
-    keep_.insert(keep_.end(), outputs_.begin(), outputs_.end());
-  }
+        deadline_(deadline), request_(std::move(request)), keep_(std::move(keep)) {}
 
   ~NativeWork() override {
     if (!request_) return;
@@ -105,7 +101,7 @@ class NativeWork final : public WorkState, public InFlightNative {
       ctx.wait_native(std::move(request_), keep_);  // throws on timeout, poisoned, failure
       FERRY_LOG(Trace, "coll", description(), " done");
       keep_.clear();
-      complete(std::move(outputs_));
+      complete();
     } catch (...) {
       const std::exception_ptr error = std::current_exception();
       group.poison(error, error_message(error));
@@ -121,7 +117,7 @@ class NativeWork final : public WorkState, public InFlightNative {
       request->rethrow_if_failed();
       FERRY_LOG(Trace, "coll", description(), " done");
       keep_.clear();
-      complete(std::move(outputs_));
+      complete();
     } catch (...) {
       const std::exception_ptr error = std::current_exception();
       if (auto group = group_.lock()) group->poison(error, error_message(error));
@@ -135,8 +131,9 @@ class NativeWork final : public WorkState, public InFlightNative {
   Clock::time_point deadline_;
   mutable std::timed_mutex drive_mu_;  // held by the one thread testing or waiting on request_
   std::unique_ptr<NativeRequest> request_;
-  std::vector<Tensor> outputs_;
-  std::vector<Tensor> keep_;  // everything the request reads or writes, outputs included
+  // Everything the request reads or writes. Released before the Work completes: the caller
+  // then holds the only handles (see submit in engine.cpp).
+  std::vector<Tensor> keep_;
 };
 
 }  // namespace
@@ -150,32 +147,22 @@ NativeIssue::NativeIssue(const Group& group, const char* op)
   if (!group_->executor().idle()) lock_.unlock();
 }
 
-Work NativeIssue::finish(
-    OpSummary what, std::vector<Tensor> outputs, std::vector<Tensor> keep,
-    const std::function<std::unique_ptr<NativeRequest>(NativeCollectives&)>& start) {
+Work NativeIssue::finish(OpSummary what, std::vector<Tensor> keep,
+                         std::unique_ptr<NativeRequest> request, std::exception_ptr start_error) {
   const Clock::time_point deadline = Clock::now() + default_timeout();
-  std::unique_ptr<NativeRequest> request;
-  try {
-    request = start(*group_->native());
-  } catch (const InvalidArgument&) {
-    // Refused before anything started (a block too large for MPI's int counts): like any
-    // rejected call it takes no sequence number and leaves the group usable.
-    throw;
-  } catch (...) {
-    const std::exception_ptr error = std::current_exception();
+  if (start_error) {
     const uint64_t seq = group_->take_sequence_number();
     lock_.unlock();
     auto state = std::make_shared<WorkState>(describe_op(op_, seq, std::move(what), handle_));
-    group_->poison(error, error_message(error));
-    state->fail(error);
+    group_->poison(start_error, error_message(start_error));
+    state->fail(start_error);
     return Work(state);
   }
   const uint64_t seq = group_->take_sequence_number();
   lock_.unlock();
   auto state = std::make_shared<NativeWork>(describe_op(op_, seq, std::move(what), handle_),
                                             handle_.weak_impl(), op_, seq,
-                                            deadline, std::move(request), std::move(outputs),
-                                            std::move(keep));
+                                            deadline, std::move(request), std::move(keep));
   group_->track_in_flight(state);
   FERRY_LOG(Trace, "coll", state->description(), " started at issue");
   state->self_timed = true;

@@ -13,7 +13,11 @@
 
 #include "collectives/engine.h"
 
+#include <exception>
+#include <initializer_list>
+#include <memory>
 #include <optional>
+#include <vector>
 
 namespace ferry::detail {
 
@@ -24,10 +28,10 @@ class NativeIssue {
   NativeIssue(const Group& group, const char* op);
   explicit operator bool() const { return lock_.owns_lock(); }
   NativeCollectives& native() { return *group_->native(); }
-  // Starts the op and wraps the request (or the error starting it threw) into the op's Work,
-  // whose outputs() are `outputs`; `keep` are the other tensors the request uses.
-  Work finish(OpSummary what, std::vector<Tensor> outputs, std::vector<Tensor> keep,
-              const std::function<std::unique_ptr<NativeRequest>(NativeCollectives&)>& start);
+  // Wraps the started request, or the error starting it threw, into the op's Work; `keep` are
+  // the tensors the request reads or writes, kept alive until it finished.
+  Work finish(OpSummary what, std::vector<Tensor> keep, std::unique_ptr<NativeRequest> request,
+              std::exception_ptr start_error);
 
  private:
   const Group& handle_;
@@ -37,14 +41,27 @@ class NativeIssue {
 };
 
 // Starts the op at issue if it can; std::nullopt tells the caller to submit() it instead.
+// `keep` points at the tensors the request uses (copied into the Work once, as handles).
 template <class Start>
 std::optional<Work> start_native_now(const Group& group, const char* op, OpSummary what,
-                                     std::vector<Tensor> outputs, std::vector<Tensor> keep,
-                                     Start&& start) {
+                                     std::initializer_list<const Tensor*> keep, Start&& start) {
   NativeIssue issue(group, op);
   if (!issue) return std::nullopt;
-  return issue.finish(std::move(what), std::move(outputs), std::move(keep),
-                      std::forward<Start>(start));
+  std::unique_ptr<NativeRequest> request;
+  std::exception_ptr start_error;
+  try {
+    request = start(issue.native());
+  } catch (const InvalidArgument&) {
+    // Refused before anything started (a block too large for MPI's int counts): like any
+    // rejected call it takes no sequence number and leaves the group usable.
+    throw;
+  } catch (...) {
+    start_error = std::current_exception();
+  }
+  std::vector<Tensor> kept;
+  kept.reserve(keep.size());
+  for (const Tensor* t : keep) kept.push_back(*t);
+  return issue.finish(std::move(what), std::move(kept), std::move(request), start_error);
 }
 
 }  // namespace ferry::detail

@@ -76,7 +76,7 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   v.reduce_op(op, input.dtype());
   if (natively_reducible(input.dtype(), op)) {
     auto work = detail::start_native_now(
-        group, "all_reduce", detail::OpSummary::of(input, op), {}, {input, output},
+        group, "all_reduce", detail::OpSummary::of(input, op), {&input, &output},
         [&](NativeCollectives& native) {
           output.bump_version();
           return native.all_reduce(input.raw_data(), output.raw_data(),
@@ -158,7 +158,7 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
   if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
     auto work = detail::start_native_now(
-        group, "reduce_scatter", detail::OpSummary::of(input, op), {}, {input, output},
+        group, "reduce_scatter", detail::OpSummary::of(input, op), {&input, &output},
         [&](NativeCollectives& native) {
           std::vector<size_t> counts;
           for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
