@@ -133,14 +133,19 @@ std::string OpSummary::format() const {
   return out;
 }
 
+OpDescription::OpDescription(const char* op, uint64_t seq, OpSummary what, const Group& group)
+    : op(op), seq(seq), what(std::move(what)), group(group.weak_impl()), group_id(group.id()) {}
+
+std::string OpDescription::format() const {
+  const std::string summary = what.format();
+  auto live = group.lock();
+  return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
+             live ? live->describe() : str("group ", group_id));
+}
+
 std::function<std::string()> describe_op(const char* op, uint64_t seq, OpSummary what,
                                          const Group& group) {
-  return [op, seq, what = std::move(what), weak = group.weak_impl(), id = group.id()] {
-    const std::string summary = what.format();
-    auto live = weak.lock();
-    return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
-               live ? live->describe() : str("group ", id));
-  };
+  return [d = OpDescription(op, seq, std::move(what), group)] { return d.format(); };
 }
 
 Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {

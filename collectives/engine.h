@@ -77,8 +77,20 @@ std::function<void(const std::string&)> poison_on_wait_timeout(const Group& grou
 // longer be assumed to be in step).
 Work submit(const Group& group, const char* op, OpSummary what, OpBody body);
 
-// The description of a collective's Work, "all_reduce (sum, float32 [4]) (seq 5) on group ...",
-// put together only when asked for (see WorkState).
+// What names a collective's Work, "all_reduce (sum, float32 [4]) (seq 5) on group ...", kept as
+// values and put together only when asked for (see WorkState).
+struct OpDescription {
+  OpDescription(const char* op, uint64_t seq, OpSummary what, const Group& group);
+  std::string format() const;
+
+  const char* op;
+  uint64_t seq;
+  OpSummary what;
+  std::weak_ptr<GroupImpl> group;  // weak: a Work may outlive its group
+  uint32_t group_id;
+};
+
+// The same as a WorkState describer.
 std::function<std::string()> describe_op(const char* op, uint64_t seq, OpSummary what,
                                          const Group& group);
 

@@ -12,11 +12,13 @@ namespace {
 // short slices, so none of them sleeps while the request is left unpolled.
 class NativeWork final : public WorkState, public InFlightNative {
  public:
-  NativeWork(std::function<std::string()> describe, std::weak_ptr<GroupImpl> group,
-             std::string op, uint64_t seq, Clock::time_point deadline,
+  NativeWork(OpDescription description, Clock::time_point deadline,
              std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep)
-      : WorkState(std::move(describe)), group_(std::move(group)), op_(std::move(op)), seq_(seq),
+      : WorkState(std::string()), op_description_(std::move(description)),
+        group_(op_description_.group), op_(op_description_.op), seq_(op_description_.seq),
         deadline_(deadline), request_(std::move(request)), keep_(std::move(keep)) {}
+
+  std::string description() const override { return op_description_.format(); }
 
   ~NativeWork() override {
     if (!request_) return;
@@ -125,6 +127,7 @@ class NativeWork final : public WorkState, public InFlightNative {
     }
   }
 
+  OpDescription op_description_;  // formatted only when a message needs it
   std::weak_ptr<GroupImpl> group_;
   std::string op_;
   uint64_t seq_;
@@ -160,8 +163,7 @@ Work NativeIssue::finish(OpSummary what, std::vector<Tensor> keep,
   }
   const uint64_t seq = group_->take_sequence_number();
   lock_.unlock();
-  auto state = std::make_shared<NativeWork>(describe_op(op_, seq, std::move(what), handle_),
-                                            handle_.weak_impl(), op_, seq,
+  auto state = std::make_shared<NativeWork>(OpDescription(op_, seq, std::move(what), handle_),
                                             deadline, std::move(request), std::move(keep));
   group_->track_in_flight(state);
   FERRY_LOG(Trace, "coll", state->description(), " started at issue");

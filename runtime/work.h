@@ -30,7 +30,9 @@ class WorkState {
   explicit WorkState(std::function<std::string()> describe) : describe_(std::move(describe)) {}
   virtual ~WorkState() = default;
 
-  std::string description() const { return describe_ ? describe_() : description_; }
+  // Virtual so that a state which keeps what describes it anyway (a native collective's Work)
+  // need not wrap it in a std::function, which would cost an allocation per op.
+  virtual std::string description() const { return describe_ ? describe_() : description_; }
 
   // Completion, called once by whoever runs the op.
   void complete(std::vector<Tensor> outputs = {});
