@@ -18,8 +18,10 @@
 // Every rank of the group must call these in the same order, with the input's requires_grad
 // the same on every rank: a rank whose input does not require grad records no node, runs no
 // backward collective, and its peers wait for it until their deadline. The tape runs a
-// recorded collective's backward even on a rank whose loss ignores its output (see
-// ferry::backward). Inputs are float32 or float64. Sizes ("splits",
+// recorded collective's backward even on a rank whose loss ignores its output, provided that
+// loss was recorded after the collective (ferry::backward forces the unrun collective nodes
+// recorded before its newest root; a loss computed earlier than the collective leaves it out,
+// and the peers wait). Inputs are float32 or float64. Sizes ("splits",
 // "sizes") count rows along dim 0. Bad arguments raise InvalidArgument on the calling rank
 // before any data moves.
 #pragma once

@@ -20,4 +20,13 @@ void check_has_rows(const Variable& x, const Group& group, const char* op) {
               shape_str(x.shape()));
 }
 
+int64_t shape_fingerprint(const Shape& shape, int64_t skip_dim) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i)
+    mix(static_cast<int64_t>(i) == skip_dim ? ~0ull : static_cast<uint64_t>(shape[i]));
+  return static_cast<int64_t>(h);
+}
+
 }  // namespace ferry::detail

@@ -30,8 +30,10 @@
 //    collectives move every dtype as it is. The differentiable ops take float32 / float64; the
 //    nograd ones take any dtype (all_reduce_mean_nograd: floating dtypes only, where torch
 //    would promote an integer sum to float on division).
-//  - "Not distributed" is W == 1: the results are the same (0-d inputs unsqueezed to [1], the
-//    clipped gather's reordering is then the identity).
+//  - ferry has no "not distributed" mode: W == 1 behaves as a distributed ksuit run with one
+//    rank. The results are those of ksuit's non-distributed path (0-d inputs unsqueezed to
+//    [1]) except all_gather_nograd_clipped, which still keeps the first max_length rows (ksuit
+//    clips only when distributed; its reordering is the identity at W == 1 either way).
 //  - all_gather_grad returns the concatenation directly; the tuple of W slots of
 //    AllGatherGradAutograd is an internal step (its slot gradients are the same).
 //  - all_gather_grad_overwrite returns the W slots as a std::vector<Variable>, as ksuit

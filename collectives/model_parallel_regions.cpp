@@ -46,17 +46,6 @@ int64_t unit_numel(const Shape& shape, int64_t dim) {
   return n;
 }
 
-// A fingerprint of every dim but `dim` (and of the rank of the shape), so that ranks can check
-// with one int64 each that they agree on everything the gather does not concatenate.
-int64_t other_dims_hash(const Shape& shape, int64_t dim) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  mix(shape.size());
-  for (size_t i = 0; i < shape.size(); ++i)
-    mix(static_cast<int64_t>(i) == dim ? ~0ull : static_cast<uint64_t>(shape[i]));
-  return static_cast<int64_t>(h);
-}
-
 // Concatenation along `dim`, in rank order, of every rank's `t`, rank k contributing sizes[k]
 // entries (known on every rank; every other dim equal on every rank). Nothing travels when the
 // result is empty, which every rank knows, so nobody waits on a zero-byte exchange.
@@ -87,13 +76,13 @@ Tensor gather_along(const Tensor& t, int64_t dim, const std::vector<int64_t>& si
   return cat(blocks, dim);
 }
 
-// The per-rank sizes of x along dim, exchanged (one all_gather of two int64 per rank), checked
-// to be the canonical partition of their total and to come with equal other dims. Every rank
-// sees the same exchanged values, so every rank raises the same error, before the data moves.
-std::vector<int64_t> exchange_canonical_sizes(const Tensor& x, int64_t dim, const Group& group,
-                                              const char* op) {
+// The per-rank sizes of x along dim, exchanged (one all_gather of two int64 per rank), with
+// the other dims checked equal on every rank. Every rank sees the same exchanged values, so
+// every rank raises the same error, before the data moves.
+std::vector<int64_t> exchange_sizes(const Tensor& x, int64_t dim, const Group& group,
+                                    const char* op) {
   const int w = group.size();
-  Tensor mine = from_vector<int64_t>({x.size(dim), other_dims_hash(x.shape(), dim)});
+  Tensor mine = from_vector<int64_t>({x.size(dim), detail::shape_fingerprint(x.shape(), dim)});
   Tensor all = empty({2 * static_cast<int64_t>(w)}, DType::Int64);
   all_gather(mine, all, group).wait();
   const int64_t* v = all.data<int64_t>();
@@ -104,12 +93,21 @@ std::vector<int64_t> exchange_canonical_sizes(const Tensor& x, int64_t dim, cons
                 ": ranks 0 and ", k, " disagree about the dims other than dim ", dim,
                 " (this rank's shape is ", shape_str(x.shape()), ")");
   }
-  const std::vector<int64_t> canonical = canonical_partition(total_of(sizes), w);
+  return sizes;
+}
+
+// exchange_sizes, and the sizes must be the canonical partition of their total (what
+// scatter_to produces), since the backward cuts the gradient that way.
+std::vector<int64_t> exchange_canonical_sizes(const Tensor& x, int64_t dim, const Group& group,
+                                              const char* op) {
+  const std::vector<int64_t> sizes = exchange_sizes(x, dim, group, op);
+  const std::vector<int64_t> canonical = canonical_partition(total_of(sizes), group.size());
   FERRY_CHECK(sizes == canonical, InvalidArgument, op, " on rank ", group.rank(),
               ": the per-rank sizes along dim ", dim, " are ", list_str(sizes),
               ", expected the canonical partition ", list_str(canonical), " of their total ",
-              total_of(sizes), " over ", w, " ranks (what scatter_to_model_parallel_region "
-              "produces); the backward's slices would not match the inputs");
+              total_of(sizes), " over ", group.size(), " ranks (what "
+              "scatter_to_model_parallel_region produces); the backward's slices would not "
+              "match the inputs");
   return sizes;
 }
 
@@ -204,6 +202,15 @@ int64_t checked_dim(const Variable& x, const Group& gp, int64_t dim, const char*
 }
 
 }  // namespace
+
+Tensor gather_with_padding(const Tensor& x, const Group& group, int64_t dim) {
+  FERRY_CHECK(group.valid(), InvalidArgument, "gather_with_padding: the group is null (this "
+              "rank is not a member of it)");
+  FERRY_CHECK(x.defined(), InvalidArgument, "gather_with_padding on rank ", group.rank(),
+              ": the input is an undefined tensor");
+  dim = detail::normalize_partition_dim("gather_with_padding", dim, x.shape(), group.rank());
+  return gather_along(x, dim, exchange_sizes(x, dim, group, "gather_with_padding"), group);
+}
 
 Variable copy_to_model_parallel_region(const Variable& x, const Group& gp) {
   detail::check_differentiable_input(x, gp, "copy_to_model_parallel_region");

@@ -10,7 +10,8 @@
 // the overloads taking a GraphParallel use its GP group and throw InvalidArgument when it is not
 // initialized, as fairchem's wrappers assert initialized(). Every rank of the group must call
 // the same ops in the same order, and every rank then runs their backward (ferry's tape runs a
-// collective node's backward even where the loss ignores its output).
+// collective node's backward even where the loss ignores its output, if the loss was recorded
+// after it: see collectives/differentiable.h).
 //
 // Adjoint convention of each backward (spec §0, §1.10):
 //   copy_to        R  forward identity; backward sum all_reduce of G (x replicated).
@@ -52,6 +53,12 @@
 #include <cstdint>
 
 namespace ferry {
+
+// fairchem's _gather_with_padding, not differentiable: every rank's x concatenated along `dim`
+// in rank order, whatever each rank's size along `dim` (no canonical partition needed); the
+// other dims must agree (else InvalidArgument on every rank). The sizes are exchanged first;
+// nothing is padded on the wire (see above). Any dtype.
+Tensor gather_with_padding(const Tensor& x, const Group& group, int64_t dim = -1);
 
 Variable copy_to_model_parallel_region(const Variable& x, const Group& gp);
 Variable reduce_from_model_parallel_region(const Variable& x, const Group& gp);

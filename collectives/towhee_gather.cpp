@@ -17,20 +17,25 @@ namespace {
 void check_same_batch_on_every_rank(const Variable& x, const Group& group, const char* op) {
   const int world = group.size();
   const Shape row_shape(x.shape().begin() + 1, x.shape().end());
-  const Tensor mine = from_vector<int64_t>({x.dim(), x.size(0), shape_numel(row_shape)});
-  Tensor all = empty({3 * static_cast<int64_t>(world)}, DType::Int64);
+  constexpr int kFields = 4;
+  const Tensor mine = from_vector<int64_t>({x.dim(), x.size(0), shape_numel(row_shape),
+                                            detail::shape_fingerprint(x.shape(), 0)});
+  Tensor all = empty({kFields * static_cast<int64_t>(world)}, DType::Int64);
   ferry::all_gather(mine, all, group).wait();
   const int64_t* a = all.data<int64_t>();
   bool same = true;
   for (int k = 1; k < world; ++k) {
-    for (int i = 0; i < 3; ++i) same = same && a[3 * k + i] == a[i];
+    for (int i = 0; i < kFields; ++i) same = same && a[kFields * k + i] == a[i];
   }
   if (same) return;
   std::ostringstream by_rank;
   for (int k = 0; k < world; ++k) {
-    by_rank << (k == 0 ? "" : ", ") << "rank " << k << ": " << a[3 * k + 1] << " rows of "
-            << a[3 * k + 2] << " elements (" << a[3 * k] << "-d)";
+    const int64_t* f = a + kFields * k;
+    by_rank << (k == 0 ? "" : ", ") << "rank " << k << ": " << f[1] << " rows of " << f[2]
+            << " elements (" << f[0] << "-d" << (f[3] == a[3] ? "" : ", another row shape")
+            << ")";
   }
+  by_rank << "; this rank's shape is " << shape_str(x.shape());
   FERRY_THROW(InvalidArgument, op, " on rank ", group.rank(),
               ": every rank must have the same batch size and row shape (towhee slices the "
               "gradient at B*rank), given ", by_rank.str());

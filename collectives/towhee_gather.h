@@ -16,7 +16,8 @@
 //    `group`, so every rank gets its own rows. There is no `args`: W is group.size(), and the
 //    group may be any group, not only the world.
 //  - Equal batch sizes are checked instead of assumed: before the data moves, every rank's
-//    (dims, rows, elements per row) are exchanged with one small all_gather of int64, and if
+//    (dims, rows, elements per row, a fingerprint of the row shape) are exchanged with one
+//    small all_gather of int64, and if
 //    any differ every rank raises the same InvalidArgument listing each rank's sizes (towhee
 //    fails or hangs inside its all_gather). That costs one extra tiny collective per call at
 //    W > 1; it is needed because each rank only knows its own batch and the raw all_gather

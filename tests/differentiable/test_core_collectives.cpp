@@ -77,19 +77,22 @@ DG_CASE("all_reduce max / min: a tie sends the whole gradient to the lowest rank
   const int last = g.size() - 1;
   const double third = me >= last - 1 ? 9.0 : 1.0 * me;
   Variable x(from_vector<double>({7.0, 1.0 * me, third}), true, "x");
-  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
-    x.zero_grad();
-    Variable y = all_reduce(x, g, op);
-    // G_r = [1, 10, 100] * (r + 1); sum_r G_r = [1, 10, 100] * W(W+1)/2.
-    const double s = g.size() * (g.size() + 1) / 2.0;
-    y.backward(from_vector<double>({1.0 * (me + 1), 10.0 * (me + 1), 100.0 * (me + 1)}));
-    const int winner1 = op == ReduceOp::Max ? last : 0;
-    const int winner2 = op == ReduceOp::Max ? std::max(0, last - 1) : 0;
-    const Tensor expected = from_vector<double>({me == 0 ? s : 0.0, me == winner1 ? 10 * s : 0.0,
-                                                 me == winner2 ? 100 * s : 0.0});
-    expect(equal(x.grad(), expected), g,
-           std::string(reduce_op_name(op)) + ": x.grad() is " + x.grad().to_string() +
-               ", expected " + expected.to_string());
+  for (Adjoint a : {Adjoint::PerRank, Adjoint::Replicated}) {
+    for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+      x.zero_grad();
+      Variable y = all_reduce(x, g, op, a);
+      // G_r = [1, 10, 100] * (r + 1). P: the winner gets sum_r G_r = [1, 10, 100] * W(W+1)/2;
+      // R: the winner gets its own G.
+      const double s = a == Adjoint::PerRank ? g.size() * (g.size() + 1) / 2.0 : me + 1.0;
+      y.backward(from_vector<double>({1.0 * (me + 1), 10.0 * (me + 1), 100.0 * (me + 1)}));
+      const int winner1 = op == ReduceOp::Max ? last : 0;
+      const int winner2 = op == ReduceOp::Max ? std::max(0, last - 1) : 0;
+      const Tensor expected = from_vector<double>(
+          {me == 0 ? s : 0.0, me == winner1 ? 10 * s : 0.0, me == winner2 ? 100 * s : 0.0});
+      expect(equal(x.grad(), expected), g,
+             std::string(reduce_op_name(op)) + " (" + adjoint_name(a) + "): x.grad() is " +
+                 x.grad().to_string() + ", expected " + expected.to_string());
+    }
   }
 }
 
@@ -134,17 +137,18 @@ DG_CASE("all_to_all_single, equal and with splits: the P adjoint (splits swapped
     check(g, [&](const Variable& v) { return all_to_all_single(v, g); },
           rank_input({rows * g.size(), 2}, g.rank()), g.size() * g.size() * rows * 2);
   }
-  // Rank me sends (me + j) % 3 rows to rank j, so it receives (k + me) % 3 rows from rank k.
+  // Rank me sends (2 me + j) % 3 rows to rank j, so it receives (2 k + me) % 3 rows from rank
+  // k: the two lists differ, so a backward that forgot to swap them would be caught.
   const int me = g.rank();
   std::vector<int64_t> in_splits, out_splits;
   for (int j = 0; j < g.size(); ++j) {
-    in_splits.push_back((me + j) % 3);
-    out_splits.push_back((j + me) % 3);
+    in_splits.push_back((2 * me + j) % 3);
+    out_splits.push_back((2 * j + me) % 3);
   }
   const int64_t sent = std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0});
   int64_t elements = 0;
   for (int k = 0; k < g.size(); ++k) {
-    for (int j = 0; j < g.size(); ++j) elements += 3 * ((k + j) % 3);
+    for (int j = 0; j < g.size(); ++j) elements += 3 * ((2 * k + j) % 3);
   }
   check(g, [&](const Variable& v) { return all_to_all_single(v, out_splits, in_splits, g); },
         rank_input({sent, 3}, g.rank()), elements);
@@ -188,6 +192,22 @@ DG_CASE("replicate: a replicated variable gets the gradient of every rank's loss
   }
 }
 
+DG_CASE("all_to_all_single with splits: exact values, the lists differing on every rank",
+        "[core][all_to_all]", 2) {
+  // Rank 0 sends 1 row to itself and 2 to rank 1; rank 1 sends 3 rows to rank 0 and none to
+  // itself.
+  const bool r0 = g.rank() == 0;
+  const std::vector<int64_t> in_splits = r0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{3, 0};
+  const std::vector<int64_t> out_splits = r0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{2, 0};
+  Variable x(r0 ? tensor<double>({1, 2, 3}) : tensor<double>({4, 5, 6}), true, "x");
+  Variable y = all_to_all_single(x, out_splits, in_splits, g);
+  const Tensor want_y = r0 ? tensor<double>({1, 4, 5, 6}) : tensor<double>({2, 3});
+  expect(equal(y.value(), want_y), g, "y is " + y.value().to_string());
+  y.backward(r0 ? tensor<double>({10, 40, 50, 60}) : tensor<double>({20, 30}));
+  const Tensor want_dx = r0 ? tensor<double>({10, 20, 30}) : tensor<double>({40, 50, 60});
+  expect(equal(x.grad(), want_dx), g, "dx is " + x.grad().to_string());
+}
+
 DG_CASE("every core op on sub-groups (the halves of the world, interleaved ranks)",
         "[core][groups]", 2, 4) {
   Group half = g.split(g.rank() % 2, g.rank());
@@ -195,7 +215,22 @@ DG_CASE("every core op on sub-groups (the halves of the world, interleaved ranks
   const Tensor x = rank_input({2 * w, 2}, g.rank());
   const int64_t elements = w * 2 * w * 2;
   const std::vector<int64_t> sizes(static_cast<size_t>(w), 2);
-  check(half, [&](const Variable& v) { return all_reduce(v, half, ReduceOp::Max); }, x, elements);
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+    check(half, [&](const Variable& v) { return all_reduce(v, half, op); }, x, elements);
+    check(half, [&](const Variable& v) { return all_reduce(v, half, op, Adjoint::Replicated); },
+          x, elements, objective(GradcheckObjective::Replicated));
+  }
+  check(half, [&](const Variable& v) { return all_gather(v, half); }, x, elements);
+  check(half, [&](const Variable& v) { return all_gather(v, half, Adjoint::Replicated); }, x,
+        elements, objective(GradcheckObjective::Replicated));
+  check(half, [&](const Variable& v) { return broadcast(v, 0, half, Adjoint::Replicated); }, x,
+        elements, objective(GradcheckObjective::Replicated));
+  // scatter: the root (half rank 0) holds [2w * w, 2] (w blocks of 2w rows); the others pass
+  // the [2w, 2] template.
+  const Tensor to_scatter =
+      half.rank() == 0 ? rank_input({2 * w * w, 2}, g.rank()) : rank_input({2 * w, 2}, g.rank());
+  check(half, [&](const Variable& v) { return scatter(v, 0, half); }, to_scatter,
+        2 * w * w * 2 + (w - 1) * 2 * w * 2);
   check(half, [&](const Variable& v) { return all_gather_v(v, half); }, x, elements);
   check(half, [&](const Variable& v) { return reduce_scatter(v, half); }, x, elements);
   check(half, [&](const Variable& v) { return reduce_scatter_v(v, sizes, half); }, x, elements);
@@ -250,7 +285,7 @@ DG_CASE("the R adjoints fail the sum objective and the P adjoints fail the repli
     const auto r = distributed_gradcheck(fn, {x}, g, objective(o));
     expect(!r.ok, g, std::string(what) + " passed a gradcheck it must fail");
   };
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
     fails("all_reduce R", [&](const Variable& v) { return all_reduce(v, g, op, Adjoint::Replicated); },
           GradcheckObjective::Sum);
     fails("all_reduce P", [&](const Variable& v) { return all_reduce(v, g, op); },
@@ -258,6 +293,10 @@ DG_CASE("the R adjoints fail the sum objective and the P adjoints fail the repli
   }
   fails("all_gather_v R", [&](const Variable& v) { return all_gather_v(v, g, Adjoint::Replicated); },
         GradcheckObjective::Sum);
+  fails("all_gather R", [&](const Variable& v) { return all_gather(v, g, Adjoint::Replicated); },
+        GradcheckObjective::Sum);
+  fails("all_gather P", [&](const Variable& v) { return all_gather(v, g); },
+        GradcheckObjective::Replicated);
   fails("broadcast R", [&](const Variable& v) { return broadcast(v, 0, g, Adjoint::Replicated); },
         GradcheckObjective::Sum);
   fails("broadcast P", [&](const Variable& v) { return broadcast(v, 0, g); },

@@ -406,3 +406,33 @@ DG_CASE("region op argument errors: bad dim, dtype, 0-d", "[model_parallel][erro
       scatter_to_model_parallel_region(Variable(t64({1, 2, 3})), g, -1), g, -1);
   expect_equal(y.value(), t64({1, 2, 3}), g, "scatter -> gather after the errors");
 }
+
+DG_CASE("gather_with_padding: any per-rank sizes, along dim 0 and dim -1", "[model_parallel]",
+        1, 2, 3, 4) {
+  // Rank k holds 2k + 1 columns (or rows) of values 100 k + i; non-canonical on purpose.
+  auto block = [](int k, int64_t dim) {
+    const int64_t n = 2 * k + 1;
+    Tensor t = arange(0.0, 2.0 * n, 1.0, DType::Float64).reshape(dim == 0 ? Shape{n, 2} : Shape{2, n});
+    Tensor shifted = t.clone();
+    for (int64_t i = 0; i < t.numel(); ++i) shifted.set_flat(i, t.get_flat(i) + 100.0 * k);
+    return shifted;
+  };
+  for (int64_t dim : {int64_t{0}, int64_t{-1}}) {
+    std::vector<Tensor> all;
+    for (int k = 0; k < g.size(); ++k) all.push_back(block(k, dim));
+    const Tensor want = cat(all, dim == 0 ? 0 : 1);
+    const Tensor got = gather_with_padding(block(g.rank(), dim), g, dim);
+    expect(equal(got, want), g,
+           "dim " + std::to_string(dim) + ": got " + got.to_string() + ", want " + want.to_string());
+  }
+  // Other dims that differ are refused on every rank (at W >= 2), before the data moves.
+  if (g.size() >= 2) {
+    bool refused = false;
+    try {
+      gather_with_padding(zeros({1, g.rank() == 0 ? 2 : 3}, DType::Float64), g, 0);
+    } catch (const InvalidArgument&) {
+      refused = true;
+    }
+    expect(refused, g, "other dims that differ were not refused");
+  }
+}

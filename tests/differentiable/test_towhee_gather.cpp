@@ -135,6 +135,17 @@ DG_CASE("towhee all_gather(2): unequal batch sizes raise the same error on every
   }
   expect(message.find("same batch size and row shape") != std::string::npos, g,
          "unequal rows: got '" + message + "'");
+  // The same number of elements per row in another shape ([2, 3] against [3, 2]) too: the
+  // gather would otherwise reinterpret the other rank's rows.
+  message.clear();
+  try {
+    const Shape row = g.rank() == 0 ? Shape{1, 2, 3} : Shape{1, 3, 2};
+    towhee::all_gather2(Variable(zeros(row, DType::Float64)), g);
+  } catch (const InvalidArgument& e) {
+    message = e.what();
+  }
+  expect(message.find("another row shape") != std::string::npos, g,
+         "rows of another shape with the same element count: got '" + message + "'");
   Variable y = towhee::all_gather(Variable(ones({1, 2}, DType::Float64)), g);
   expect(y.shape() == Shape({g.size(), 2}), g, "the group is usable after the errors");
 }
