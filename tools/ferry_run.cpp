@@ -4,6 +4,8 @@
 //   ferry-run -n 3 [--timeout SECONDS] [--grace SECONDS] program [args...]
 //
 // Exit status 0 when every rank exited with 0; otherwise 1, with one line per failed rank.
+// SIGINT / SIGTERM / SIGHUP are passed on to the ranks (SIGKILL after --grace); ferry-run then
+// exits with 128 + the signal, as a shell reports a process a signal ended.
 #include "tools/run/rank_processes.h"
 
 #include <cstdio>
@@ -56,9 +58,11 @@ int main(int argc, char** argv) {
   }
   if (i >= argc) usage("no program given");
   for (; i < argc; ++i) o.argv.push_back(argv[i]);
+  o.forward_signals = true;
   std::vector<ferry::run::RankExit> exits;
+  int forwarded = 0;
   try {
-    exits = ferry::run::launch_ranks(o);
+    exits = ferry::run::launch_ranks(o, &forwarded);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ferry-run: %s\n", e.what());
     return 2;
@@ -69,6 +73,11 @@ int main(int argc, char** argv) {
     ++failed;
     std::fprintf(stderr, "ferry-run: %s after %.1f s\n", ferry::run::describe(e).c_str(),
                  e.seconds);
+  }
+  if (forwarded != 0) {
+    std::fprintf(stderr, "ferry-run: passed signal %d (%s) on to the ranks\n", forwarded,
+                 strsignal(forwarded));
+    return 128 + forwarded;
   }
   return failed == 0 ? 0 : 1;
 }

@@ -11,7 +11,11 @@
 
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <random>
@@ -288,4 +292,33 @@ TEST_CASE("rendezvous frames: random bytes never decode into an unbounded frame"
   CHECK_FALSE(detail::constant_time_equal("abc", "abd"));
   CHECK_FALSE(detail::constant_time_equal("abc", "abcd"));
   INFO("headers with random fields that passed validation: " << accepted);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ferry-run itself (its path comes from meson in FERRY_RUN_BINARY).
+
+TEST_CASE("ferry-run passes SIGTERM on to its ranks and ends with 128 + the signal",
+          "[ferry-run]") {
+  const char* binary = std::getenv("FERRY_RUN_BINARY");  // set by meson test
+  INFO("FERRY_RUN_BINARY must name the ferry-run binary (meson test sets it)");
+  REQUIRE((binary != nullptr && *binary != '\0'));
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Only exec after fork: this process has threads.
+    execl(binary, binary, "-n", "2", "--grace", "2", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  REQUIRE(kill(pid, SIGTERM) == 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 128 + SIGTERM);
+  // sleep ends at once on SIGTERM; without the forwarding ferry-run would die and leave both
+  // ranks sleeping for 30 s, or wait for them.
+  CHECK(seconds < 5.0);
 }

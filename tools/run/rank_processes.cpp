@@ -89,18 +89,24 @@ std::string describe(const RankExit& e) {
   std::string s = "rank " + std::to_string(e.rank);
   if (e.exited) return s + " exited with status " + std::to_string(e.status);
   s += " was killed by signal " + std::to_string(e.signal);
-  if (e.killed_by_us) s += " (by the launcher, after the timeout or another rank's failure)";
+  if (e.killed_by_us)
+    s += " (by the launcher: the timeout, another rank's failure, or a signal passed on)";
   return s;
 }
 
-std::vector<RankExit> launch_ranks(const LaunchOptions& o) {
+std::vector<RankExit> launch_ranks(const LaunchOptions& o, int* forwarded) {
   if (o.ranks < 1 || o.argv.empty()) throw std::runtime_error("launch_ranks: nothing to run");
+  if (forwarded) *forwarded = 0;
   const int port = o.port != 0 ? o.port : free_loopback_port();
   const std::string secret = random_secret();
-  // SIGCHLD is blocked so that sigtimedwait can wait for it.
+  // The signals waited for are blocked so that sigtimedwait can take them (the children
+  // unblock everything before exec).
   sigset_t chld, old;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
+  if (o.forward_signals) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&chld, sig);
+  }
   pthread_sigmask(SIG_BLOCK, &chld, &old);
   const auto t0 = Clock::now();
   std::vector<pid_t> pids(static_cast<size_t>(o.ranks), -1);
@@ -156,7 +162,15 @@ std::vector<RankExit> launch_ranks(const LaunchOptions& o) {
     }
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(kill_at - now).count();
     timespec ts{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
-    sigtimedwait(&chld, nullptr, &ts);
+    const int sig = sigtimedwait(&chld, nullptr, &ts);
+    if (sig > 0 && sig != SIGCHLD) {
+      // Passed on to the ranks, which get the grace period to end before SIGKILL.
+      for (pid_t p : pids)
+        if (p > 0) kill(p, sig);
+      if (forwarded && *forwarded == 0) *forwarded = sig;
+      if (!killing) kill_at = std::min(kill_at, Clock::now() + o.grace);
+      killing = true;
+    }
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return exits;

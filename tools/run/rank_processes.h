@@ -22,6 +22,9 @@ struct LaunchOptions {
   std::chrono::milliseconds timeout{600'000};
   std::chrono::milliseconds grace{20'000};
   int port = 0;  // 0: a free loopback port
+  // SIGINT, SIGTERM and SIGHUP sent to this process are passed on to every running rank, which
+  // then gets `grace` before SIGKILL (ferry-run sets it; a Ctrl-C must not orphan the ranks).
+  bool forward_signals = false;
 };
 
 struct RankExit {
@@ -34,7 +37,8 @@ struct RankExit {
 };
 
 // Runs the job to its end. Throws std::runtime_error when a process cannot be started.
-std::vector<RankExit> launch_ranks(const LaunchOptions& options);
+// `forwarded` (optional) receives the first signal passed on to the ranks, 0 if none.
+std::vector<RankExit> launch_ranks(const LaunchOptions& options, int* forwarded = nullptr);
 
 // "rank 2 exited with status 1" / "rank 1 was killed by signal 9" ...
 std::string describe(const RankExit& e);
