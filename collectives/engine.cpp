@@ -2,9 +2,9 @@
 
 #include "runtime/config.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 
 #include <algorithm>
-#include "runtime/log.h"
 
 namespace ferry::detail {
 
