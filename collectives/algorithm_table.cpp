@@ -17,10 +17,11 @@ constexpr std::array kCollectives = {Collective::AllReduce, Collective::Reduce,
                                      Collective::Barrier};
 constexpr size_t kCount = kCollectives.size();
 
-// Below this many bytes per rank, all_reduce takes the binomial tree (2 log2 W messages of the
-// whole payload); above, the ring (2 (W-1) messages of 1/W of it). 32 KiB is where both cost
+// Below this many bytes per rank, all_reduce takes recursive doubling (log2 W exchange rounds
+// of the whole payload; it replaced the binomial tree, which moves as many bytes in twice the
+// rounds); above, the ring (2 (W-1) messages of 1/W of it). 32 KiB is where tree and ring cost
 // about the same on one host with the local transport.
-constexpr size_t kTreeAllReduceMaxBytes = 32 * 1024;
+constexpr size_t kSmallAllReduceMaxBytes = 32 * 1024;
 
 struct Overrides {
   std::mutex mu;
@@ -83,7 +84,8 @@ std::string override_for(Collective c) {
 std::string automatic(Collective c, size_t bytes, int world_size) {
   switch (c) {
     case Collective::AllReduce:
-      return (bytes <= kTreeAllReduceMaxBytes || world_size <= 1) ? "tree" : "ring";
+      return (bytes <= kSmallAllReduceMaxBytes || world_size <= 1) ? "recursive_doubling"
+                                                                   : "ring";
     default:
       return algorithms_for(c).front();
   }
@@ -108,7 +110,7 @@ const char* collective_name(Collective c) {
 
 const std::vector<std::string>& algorithms_for(Collective c) {
   static const std::array<std::vector<std::string>, kCount> table = {{
-      {"ring", "tree"},  // all_reduce
+      {"ring", "tree", "recursive_doubling"},  // all_reduce
       {"tree"},          // reduce
       {"ring"},          // reduce_scatter
       {"ring", "direct"},  // all_gather
@@ -140,7 +142,7 @@ std::string algorithm_table() {
     std::string algos;
     for (const auto& a : algorithms_for(c)) algos += (algos.empty() ? "" : "|") + a;
     std::string rule = c == Collective::AllReduce
-                           ? "tree <= 32 KiB < ring"
+                           ? "recursive_doubling <= 32 KiB < ring"
                            : algorithms_for(c).front();
     std::string o = override_for(c);
     os << collective_name(c) << std::string(16 - std::string(collective_name(c)).size(), ' ')

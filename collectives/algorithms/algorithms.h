@@ -57,6 +57,12 @@ void tree_reduce(OpContext& ctx, const char* in, char* out, size_t count, int ro
 void tree_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
                      const ReduceSpec& spec);
 
+// ---- recursive doubling (log2(W) exchange rounds of the whole payload; the latency-optimal
+// all_reduce for small payloads) ----
+// `out` may be `in`.
+void recursive_doubling_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
+                                   const ReduceSpec& spec);
+
 // ---- pairwise exchange: at step s rank r sends to r+s and receives from r-s ----
 // send[j] / recv[k]: the buffer going to rank j / coming from rank k.
 struct Exchange {
