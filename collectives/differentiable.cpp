@@ -29,6 +29,11 @@ int64_t rows_before(const std::vector<int64_t>& rows, int rank) {
   return std::accumulate(rows.begin(), rows.begin() + rank, int64_t{0});
 }
 
+// `rows` rows for every rank of `group` (the blocks of scatter and gather).
+std::vector<int64_t> equal_rows(const Group& group, int64_t rows) {
+  return std::vector<int64_t>(static_cast<size_t>(group.size()), rows);
+}
+
 // ---- replicate ----
 
 class Replicate final : public Function {
@@ -249,10 +254,22 @@ class AllToAllSingle final : public Function {
 
 // ---- broadcast ----
 
-class Broadcast final : public Function {
+// The ops with a root (broadcast, scatter, gather).
+class RootedCollective : public Function {
+ public:
+  RootedCollective(Group group, int root) : group_(std::move(group)), root_(root) {}
+  bool is_collective() const override { return true; }
+
+ protected:
+  bool is_root() const { return group_.rank() == root_; }
+  Group group_;
+  int root_;
+};
+
+class Broadcast final : public RootedCollective {
  public:
   Broadcast(Group group, int root, Adjoint adjoint)
-      : group_(std::move(group)), root_(root), adjoint_(adjoint) {}
+      : RootedCollective(std::move(group), root), adjoint_(adjoint) {}
   std::string name() const override { return "broadcast"; }
   bool is_collective() const override { return adjoint_ == Adjoint::PerRank; }
 
@@ -271,19 +288,15 @@ class Broadcast final : public Function {
   }
 
  private:
-  bool is_root() const { return group_.rank() == root_; }
-  Group group_;
-  int root_;
   Adjoint adjoint_;
 };
 
 // ---- scatter / gather ----
 
-class Scatter final : public Function {
+class Scatter final : public RootedCollective {
  public:
-  Scatter(Group group, int root) : group_(std::move(group)), root_(root) {}
+  using RootedCollective::RootedCollective;
   std::string name() const override { return "scatter"; }
-  bool is_collective() const override { return true; }
 
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
     if (!is_root()) {
@@ -293,7 +306,7 @@ class Scatter final : public Function {
     }
     const int64_t rows = in[0].size(0) / group_.size();
     Tensor y = empty(detail::with_rows(in[0].shape(), rows), in[0].dtype());
-    ferry::scatter(row_blocks(in[0], equal_rows(rows)), y, root_, group_).wait();
+    ferry::scatter(row_blocks(in[0], equal_rows(group_, rows)), y, root_, group_).wait();
     return {y};
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& g) override {
@@ -303,24 +316,15 @@ class Scatter final : public Function {
     }
     const int64_t rows = g[0].size(0);
     Tensor dx = empty(detail::with_rows(g[0].shape(), rows * group_.size()), g[0].dtype());
-    ferry::gather(g[0], row_blocks(dx, equal_rows(rows)), root_, group_).wait();
+    ferry::gather(g[0], row_blocks(dx, equal_rows(group_, rows)), root_, group_).wait();
     return {dx};
   }
-
- private:
-  bool is_root() const { return group_.rank() == root_; }
-  std::vector<int64_t> equal_rows(int64_t rows) const {
-    return std::vector<int64_t>(static_cast<size_t>(group_.size()), rows);
-  }
-  Group group_;
-  int root_;
 };
 
-class Gather final : public Function {
+class Gather final : public RootedCollective {
  public:
-  Gather(Group group, int root) : group_(std::move(group)), root_(root) {}
+  using RootedCollective::RootedCollective;
   std::string name() const override { return "gather"; }
-  bool is_collective() const override { return true; }
 
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
     const int64_t rows = in[0].size(0);
@@ -329,7 +333,7 @@ class Gather final : public Function {
       return {empty(detail::with_rows(in[0].shape(), 0), in[0].dtype())};
     }
     Tensor y = empty(detail::with_rows(in[0].shape(), rows * group_.size()), in[0].dtype());
-    ferry::gather(in[0], row_blocks(y, equal_rows(rows)), root_, group_).wait();
+    ferry::gather(in[0], row_blocks(y, equal_rows(group_, rows)), root_, group_).wait();
     return {y};
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& g) override {
@@ -339,19 +343,13 @@ class Gather final : public Function {
       ferry::scatter({}, dx, root_, group_).wait();
       return {dx};
     }
-    ferry::scatter(row_blocks(g[0], equal_rows(rows)), dx, root_, group_).wait();
+    ferry::scatter(row_blocks(g[0], equal_rows(group_, rows)), dx, root_, group_).wait();
     return {dx};
   }
 
   void remember_rows(int64_t rows) { rows_ = rows; }
 
  private:
-  bool is_root() const { return group_.rank() == root_; }
-  std::vector<int64_t> equal_rows(int64_t rows) const {
-    return std::vector<int64_t>(static_cast<size_t>(group_.size()), rows);
-  }
-  Group group_;
-  int root_;
   int64_t rows_ = 0;  // this rank's input rows (the placeholder output has none)
 };
 

@@ -23,21 +23,8 @@ inline Tensor rank_input(const ferry::Shape& shape, int seed) {
                         ferry::DType::Float64);
 }
 
-inline ferry::DistributedGradcheckOptions objective(ferry::GradcheckObjective o,
-                                                    bool replicated_inputs = false) {
-  ferry::DistributedGradcheckOptions options;
-  options.objective = o;
-  options.replicated_inputs = replicated_inputs;
-  return options;
-}
-
-// The op through the distributed gradcheck; `elements` = input elements over all ranks.
-inline void check(const Group& g, const std::function<Variable(const Variable&)>& op,
-                  const Tensor& x, int64_t elements,
-                  const ferry::DistributedGradcheckOptions& options) {
-  auto fn = [&](const std::vector<Variable>& in) { return std::vector<Variable>{op(in[0])}; };
-  dgtest::expect_passed(ferry::distributed_gradcheck(fn, {x}, g, options), elements, g);
-}
+using dgtest::check;
+using dgtest::objective;
 
 // The groups every op is checked on: the world, and from 3 ranks on also a sub-group
 // (even / odd ranks, split collectively), so that the group rank differs from the world rank.

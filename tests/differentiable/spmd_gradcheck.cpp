@@ -41,4 +41,21 @@ void expect_passed(const ferry::DistributedGradcheckResult& r, int64_t elements,
   expect(ferry::equal(mine, most), g, "ranks disagree about the worst element: " + r.message);
 }
 
+ferry::DistributedGradcheckOptions objective(ferry::GradcheckObjective o,
+                                             bool replicated_inputs) {
+  ferry::DistributedGradcheckOptions options;
+  options.objective = o;
+  options.replicated_inputs = replicated_inputs;
+  return options;
+}
+
+void check(const Group& g, const std::function<ferry::Variable(const ferry::Variable&)>& op,
+           const ferry::Tensor& x, int64_t elements,
+           const ferry::DistributedGradcheckOptions& options) {
+  auto fn = [&](const std::vector<ferry::Variable>& in) {
+    return std::vector<ferry::Variable>{op(in[0])};
+  };
+  expect_passed(ferry::distributed_gradcheck(fn, {x}, g, options), elements, g);
+}
+
 }  // namespace dgtest

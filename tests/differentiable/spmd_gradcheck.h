@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,16 @@ void expect(bool ok, const Group& g, const std::string& what);
 // The check passed, covered `elements` input elements, and every rank of `g` got the same
 // verdict (the same worst element).
 void expect_passed(const ferry::DistributedGradcheckResult& r, int64_t elements, const Group& g);
+
+// Options for distributed_gradcheck with objective `o`.
+ferry::DistributedGradcheckOptions objective(ferry::GradcheckObjective o,
+                                             bool replicated_inputs = false);
+
+// One-input, one-output op through the distributed gradcheck; expects it to pass having
+// checked `elements` input elements over all ranks.
+void check(const Group& g, const std::function<ferry::Variable(const ferry::Variable&)>& op,
+           const ferry::Tensor& x, int64_t elements,
+           const ferry::DistributedGradcheckOptions& options = {});
 
 }  // namespace dgtest
 

@@ -15,27 +15,15 @@
 #include <numeric>
 
 using namespace ferry;
+using dgtest::check;
 using dgtest::expect;
 using dgtest::expect_passed;
+using dgtest::objective;
 
 namespace {
 
 Tensor rank_input(const Shape& shape, int rank) {
   return uniform(shape, -1.0, 1.0, 300 + rank, DType::Float64);
-}
-
-DistributedGradcheckOptions objective(GradcheckObjective o, bool replicated_inputs = false) {
-  DistributedGradcheckOptions options;
-  options.objective = o;
-  options.replicated_inputs = replicated_inputs;
-  return options;
-}
-
-// The usual check: this op, this rank's input, `elements` inputs over all ranks.
-void check(const Group& g, const std::function<Variable(const Variable&)>& op, const Tensor& x,
-           int64_t elements, const DistributedGradcheckOptions& options = {}) {
-  auto fn = [&](const std::vector<Variable>& in) { return std::vector<Variable>{op(in[0])}; };
-  expect_passed(distributed_gradcheck(fn, {x}, g, options), elements, g);
 }
 
 int64_t total_rows(const Group& g, const std::function<int64_t(int)>& rows_of) {
