@@ -1,6 +1,7 @@
 #include "backends/mpi/mpi_collectives.h"
 
 #include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_persistent.h"
 #include "backends/mpi/mpi_request.h"
 #include "backends/mpi/mpi_types.h"
 #include "runtime/error.h"
@@ -43,6 +44,7 @@ class MpiCollectives final : public NativeCollectives {
       : world_(std::move(world)), id_(id), comms_(std::move(comms)) {
     MPI_Comm_rank(comms_->coll, &rank_);
     MPI_Comm_size(comms_->coll, &size_);
+    persistent_ = std::make_unique<PersistentCollectives>(comms_->coll, rank_, size_, id_);
     world_->add(id_, comms_);
   }
   ~MpiCollectives() override { world_->remove(id_); }
@@ -51,8 +53,11 @@ class MpiCollectives final : public NativeCollectives {
 
   std::unique_ptr<NativeRequest> all_reduce(const void* in, void* out, size_t count,
                                             DType dtype, ReduceOp op) override {
-    auto r = start("all_reduce");
     const int n = fit(count, "all_reduce", "elements");
+    if (auto p = persistent_->all_reduce(in, out, n, mpi_datatype(dtype), dtype_size(dtype),
+                                         mpi_op(op)))
+      return p;
+    auto r = start("all_reduce");
     const void* send = in == out ? MPI_IN_PLACE : in;
     check_started(*r, MPI_Iallreduce(send, out, n, mpi_datatype(dtype), mpi_op(op), comms_->coll,
                                      r->pending().handle()),
@@ -74,9 +79,16 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> reduce_scatter(const void* in, void* out,
                                                 const std::vector<size_t>& counts, DType dtype,
                                                 ReduceOp op) override {
-    auto r = start("reduce_scatter");
     const MPI_Datatype type = mpi_datatype(dtype);
-    if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; })) {
+    const bool equal =
+        std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
+    if (equal) {
+      if (auto p = persistent_->reduce_scatter(in, out, fit(counts[0], "reduce_scatter", "elements"),
+                                               type, dtype_size(dtype), mpi_op(op)))
+        return p;
+    }
+    auto r = start("reduce_scatter");
+    if (equal) {
       check_started(*r, MPI_Ireduce_scatter_block(in, out, fit(counts[0], "reduce_scatter", "elements"),
                                                   type, mpi_op(op), comms_->coll,
                                                   r->pending().handle()),
@@ -92,8 +104,10 @@ class MpiCollectives final : public NativeCollectives {
   }
 
   std::unique_ptr<NativeRequest> broadcast(void* buf, size_t bytes, int root) override {
+    const int b = fit(bytes, "broadcast", "bytes");
+    if (auto p = persistent_->broadcast(buf, b, root)) return p;
     auto r = start("broadcast");
-    check_started(*r, MPI_Ibcast(buf, fit(bytes, "broadcast", "bytes"), MPI_BYTE, root,
+    check_started(*r, MPI_Ibcast(buf, b, MPI_BYTE, root,
                                  comms_->coll, r->pending().handle()),
                   "MPI_Ibcast");
     return r;
@@ -102,10 +116,15 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
                                             const std::vector<size_t>& bytes,
                                             const std::vector<size_t>& offset) override {
-    auto r = start("all_gather");
     char* base = static_cast<char*>(out);
     const void* send = in == base + offset[rank_] ? MPI_IN_PLACE : in;
-    if (equal_contiguous(bytes, offset)) {
+    const bool equal = equal_contiguous(bytes, offset);
+    if (equal) {
+      if (auto p = persistent_->all_gather(in, out, fit(bytes[0], "all_gather", "bytes")))
+        return p;
+    }
+    auto r = start("all_gather");
+    if (equal) {
       const int b = fit(bytes[0], "all_gather", "bytes");
       check_started(*r, MPI_Iallgather(send, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
                                        r->pending().handle()),
@@ -128,9 +147,16 @@ class MpiCollectives final : public NativeCollectives {
                                                    void* out,
                                                    const std::vector<size_t>& recv_bytes,
                                                    const std::vector<size_t>& recv_offset) override {
+    const bool equal = equal_contiguous(send_bytes, send_offset) &&
+                       equal_contiguous(recv_bytes, recv_offset) &&
+                       send_bytes[0] == recv_bytes[0];
+    if (equal) {
+      if (auto p = persistent_->all_to_all(in, out, fit(send_bytes[0], "all_to_all_single",
+                                                          "bytes")))
+        return p;
+    }
     auto r = start("all_to_all_single");
-    if (equal_contiguous(send_bytes, send_offset) && equal_contiguous(recv_bytes, recv_offset) &&
-        send_bytes[0] == recv_bytes[0]) {
+    if (equal) {
       const int b = fit(send_bytes[0], "all_to_all_single", "bytes");
       check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
                                       r->pending().handle()),
@@ -224,6 +250,7 @@ class MpiCollectives final : public NativeCollectives {
   }
 
   std::unique_ptr<NativeRequest> barrier() override {
+    if (auto p = persistent_->barrier()) return p;
     auto r = start("barrier");
     check_started(*r, MPI_Ibarrier(comms_->coll, r->pending().handle()), "MPI_Ibarrier");
     return r;
@@ -336,6 +363,8 @@ class MpiCollectives final : public NativeCollectives {
   std::shared_ptr<MpiGroupComms> comms_;
   int rank_ = 0;
   int size_ = 0;
+  // Declared last, so destroyed first: its requests are freed while the communicator lives.
+  std::unique_ptr<PersistentCollectives> persistent_;
 };
 
 }  // namespace

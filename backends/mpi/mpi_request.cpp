@@ -1,24 +1,12 @@
 #include "backends/mpi/mpi_request.h"
 
 #include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_wait.h"
 #include "runtime/error.h"
 
-#include <algorithm>
 #include <atomic>
-#include <thread>
 
 namespace ferry::detail {
-namespace {
-
-constexpr auto kSpinFor = std::chrono::microseconds(20);
-// MPI progresses only while it is called: a large collective needs thousands of calls, so
-// sleeping between them stalls it. Yield-and-test keeps it moving while leaving the core to any
-// other rank that needs it (oversubscribed runs); only a wait longer than this sleeps.
-constexpr auto kYieldFor = std::chrono::milliseconds(20);
-constexpr auto kFirstSleep = std::chrono::microseconds(20);
-constexpr auto kLongestSleep = std::chrono::microseconds(1000);
-
-}  // namespace
 
 MpiPending::~MpiPending() {
   if (!mpi_usable()) return;
@@ -70,29 +58,7 @@ std::string MpiPending::describe() const {
 }
 
 bool MpiPending::wait_until(Clock::time_point deadline) {
-  if (test()) return true;
-  // Callers wait in slices (to notice a poisoned group): the spin and yield phases count from
-  // the first wait, so a long wait for a late peer sleeps instead of yielding every slice.
-  if (first_wait_ == Clock::time_point{}) first_wait_ = Clock::now();
-  const auto start = first_wait_;
-  while (Clock::now() - start < kSpinFor) {
-    for (int i = 0; i < 16; ++i) {
-      if (test()) return true;
-    }
-  }
-  while (Clock::now() - start < kSpinFor + kYieldFor) {
-    std::this_thread::yield();
-    if (test()) return true;
-  }
-  auto pause = std::chrono::duration_cast<Clock::duration>(
-      Clock::now() - start > kSpinFor + kYieldFor + kLongestSleep ? kLongestSleep : kFirstSleep);
-  for (;;) {
-    const auto now = Clock::now();
-    if (now >= deadline) return test();
-    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
-    if (test()) return true;
-    pause = std::min<Clock::duration>(pause * 2, kLongestSleep);
-  }
+  return wait_polling_mpi([this] { return test(); }, first_wait_, deadline);
 }
 
 void MpiPending::rethrow_if_failed() {

@@ -1,10 +1,4 @@
-// One MPI request and how ferry waits for it (internal).
-//
-// MPI progresses only inside MPI calls, and MPICH's own MPI_Wait spins on the core. ferry tests
-// instead: back to back for 20 us (a small collective between two ranks finishes in about one),
-// then test + sched_yield for up to 20 ms (progress continues, and an oversubscribed core goes
-// to the ranks waited for: 3 ranks on 2 cores in the tests), then sleeping with a growing pause
-// (up to 1 ms), so a rank that waits long for an absent peer stops using the core.
+// One MPI request (internal); waited for as mpi_wait.h describes.
 #pragma once
 
 #include "backends/transport.h"

@@ -94,6 +94,28 @@ FT_SPMD_CASE("outstanding: many all_reduces of different sizes; then wait_all", 
   for (Pending& x : p) x.verify();
 }
 
+// The MPI transport carries small collectives as persistent requests, one per (op, size) and
+// one op at a time (backends/mpi/mpi_persistent.h): the same small op issued many times before
+// any wait must still give each op its own result, and more sizes than it keeps requests for
+// must take the ordinary path.
+FT_SPMD_CASE("outstanding: the same small op many times; more sizes than kept requests", "[outstanding]", 1, 2, 3, 4) {
+  const int W = g.size();
+  std::vector<Pending> p;
+  for (uint64_t i = 0; i < 6; ++i) {
+    p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, 2, 0, ReduceOp::Sum, 0, 0, 100 + i)));
+    p.push_back(start_all_gather(ctx, g, make_case(DType::Int32, 3, 0, ReduceOp::Sum, 0, static_cast<int>(i % 2), 200 + i)));
+    p.push_back(start_broadcast(ctx, g, make_case(DType::Float64, 4, 0, ReduceOp::Sum, W - 1, 0, 300 + i)));
+    p.push_back(start_reduce_scatter(ctx, g, make_case(DType::Float32, 2, 0, ReduceOp::Max, 0, 0, 400 + i)));
+    p.push_back(start_all_to_all_single(ctx, g, make_case(DType::UInt8, 5, 0, ReduceOp::Sum, 0, 0, 500 + i)));
+    p.push_back(start_barrier(ctx, g, make_case(DType::Float32, 1, 0, ReduceOp::Sum, 0, 0, 600 + i)));
+  }
+  for (auto it = p.rbegin(); it != p.rend(); ++it) finish(ctx, *it);
+  p.clear();
+  for (uint64_t n = 1; n <= 80; ++n)
+    p.push_back(start_all_reduce(ctx, g, make_case(DType::Int32, static_cast<int64_t>(n), 0, ReduceOp::Sum, 0, 0, n)));
+  for (Pending& x : p) finish(ctx, x);
+}
+
 FT_SPMD_CASE("outstanding: a large op and small ones behind it", "[outstanding][large]", 2, 3) {
   std::vector<Pending> p;
   p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, kLarge, 0, ReduceOp::Sum, 0, 1, 1)));

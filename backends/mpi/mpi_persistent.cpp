@@ -1,0 +1,241 @@
+#include "backends/mpi/mpi_persistent.h"
+
+#include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_wait.h"
+#include "runtime/config.h"
+#include "runtime/error.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+namespace ferry::detail {
+
+// One persistent request, its staging buffers and the op it currently carries. Ops on a slot
+// are numbered 1, 2, ... (tickets); at most the newest one is in flight.
+struct PersistentCollectives::Slot {
+  std::mutex mu;  // guards everything below, and MPI calls on `request`
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<std::byte> send;
+  std::vector<std::byte> recv;
+  const std::byte* result = nullptr;  // what an op leaves in staging: recv (send for broadcast)
+  size_t result_bytes = 0;
+  uint64_t newest = 0;          // ticket of the newest op started
+  bool in_flight = false;       // the newest op has not finished
+  void* destination = nullptr;  // where the newest op's result goes (null: nowhere)
+  uint64_t failed_ticket = 0;   // the op that failed, if any (the group is poisoned then)
+  std::exception_ptr error;
+
+  ~Slot() {
+    // A slot still in flight belongs to a request that was given up (kept forever).
+    if (request != MPI_REQUEST_NULL && !in_flight && mpi_usable()) MPI_Request_free(&request);
+  }
+
+  // True once op `ticket` finished; the result is then at its destination. Called with `mu`.
+  bool poll(uint64_t ticket) {
+    if (ticket != newest || !in_flight) return true;  // older ops finished before newer began
+    if (!mpi_usable()) return finish_with(TransportError(
+        "ferry: a persistent MPI collective was still pending when MPI was finalized"));
+    int flag = 0;
+    const int code = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+    if (code != MPI_SUCCESS)
+      return finish_with(TransportError(
+          str("ferry: a persistent MPI collective failed in MPI: ", mpi_error_string(code))));
+    if (!flag) return false;
+    if (destination != nullptr && result_bytes > 0)
+      std::memcpy(destination, result, result_bytes);
+    destination = nullptr;
+    in_flight = false;
+    return true;
+  }
+
+ private:
+  bool finish_with(const TransportError& e) {
+    failed_ticket = newest;
+    error = std::make_exception_ptr(e);
+    destination = nullptr;
+    in_flight = false;
+    return true;
+  }
+};
+
+namespace {
+
+class PersistentRequest final : public NativeRequest {
+ public:
+  PersistentRequest(std::shared_ptr<PersistentCollectives::Slot> slot, uint64_t ticket)
+      : slot_(std::move(slot)), ticket_(ticket) {}
+
+  bool test() override {
+    std::lock_guard<std::mutex> lock(slot_->mu);
+    if (done_) return true;
+    if (!slot_->poll(ticket_)) return false;
+    done_ = true;
+    if (slot_->failed_ticket == ticket_) error_ = slot_->error;
+    return true;
+  }
+
+  bool wait_until(Clock::time_point deadline) override {
+    return wait_polling_mpi([this] { return test(); }, first_wait_, deadline);
+  }
+
+  void rethrow_if_failed() override {
+    std::lock_guard<std::mutex> lock(slot_->mu);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::shared_ptr<PersistentCollectives::Slot> slot_;
+  uint64_t ticket_;
+  bool done_ = false;  // guarded by the slot's mutex, as is error_
+  std::exception_ptr error_;
+  Clock::time_point first_wait_{};
+};
+
+enum Kind { kAllReduce, kReduceScatter, kBroadcast, kAllGather, kAllToAll, kBarrier };
+
+bool enabled_by_environment() {
+  const char* v = std::getenv("FERRY_MPI_PERSISTENT");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+}  // namespace
+
+PersistentCollectives::PersistentCollectives(MPI_Comm comm, int rank, int size,
+                                             uint32_t group_id)
+    : comm_(comm), rank_(rank), size_(size), group_id_(group_id),
+      enabled_(enabled_by_environment()) {}
+
+PersistentCollectives::~PersistentCollectives() = default;
+
+template <class Init>
+std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::slot_for(
+    const Key& key, size_t send_bytes, size_t recv_bytes, Init&& init) {
+  if (!enabled_ || send_bytes > kMaxStagedBytes || recv_bytes > kMaxStagedBytes) return nullptr;
+  for (auto& [k, slot] : slots_)
+    if (k == key) return slot;
+  if (slots_.size() >= kMaxKeys) return nullptr;
+  auto slot = std::make_shared<Slot>();
+  slot->send.resize(send_bytes);
+  slot->recv.resize(recv_bytes);
+  slot->result = slot->recv.data();
+  slot->result_bytes = recv_bytes;
+  const int code = init(*slot);
+  if (code != MPI_SUCCESS) {
+    slot->request = MPI_REQUEST_NULL;
+    check_mpi(code, "a persistent collective's init", str("group ", group_id_));
+  }
+  slots_.emplace_back(key, slot);
+  return slot;
+}
+
+std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
+                                                            std::shared_ptr<Slot> slot,
+                                                            const void* in, int copies,
+                                                            void* out) {
+  std::unique_lock<std::mutex> lock(slot->mu);
+  if (slot->in_flight) {
+    // The previous op of this key: every rank started it before this one, so it finishes.
+    lock.unlock();
+    Clock::time_point first_wait{};
+    const bool finished = wait_polling_mpi(
+        [&] {
+          std::lock_guard<std::mutex> poll_lock(slot->mu);
+          return slot->poll(slot->newest);
+        },
+        first_wait, Clock::now() + default_timeout());
+    lock.lock();
+    FERRY_CHECK(finished, TimeoutError, what, " on group ", group_id_, ": the previous ", what,
+                " of the same size did not finish within the timeout (",
+                default_timeout().count(), " ms); the job must end");
+  }
+  if (slot->error && slot->failed_ticket == slot->newest) std::rethrow_exception(slot->error);
+  if (in != nullptr && copies > 0) {
+    const size_t block = slot->send.size() / static_cast<size_t>(copies);
+    for (int c = 0; c < copies; ++c)
+      std::memcpy(slot->send.data() + static_cast<size_t>(c) * block, in, block);
+  }
+  const uint64_t ticket = ++slot->newest;
+  const int code = MPI_Start(&slot->request);
+  if (code != MPI_SUCCESS) {
+    slot->failed_ticket = ticket;
+    check_mpi(code, "MPI_Start", str(what, " on group ", group_id_));
+  }
+  slot->destination = out;
+  slot->in_flight = true;
+  return std::make_unique<PersistentRequest>(std::move(slot), ticket);
+}
+
+std::unique_ptr<NativeRequest> PersistentCollectives::all_reduce(const void* in, void* out,
+                                                                 int count, MPI_Datatype type,
+                                                                 size_t element_bytes,
+                                                                 MPI_Op op) {
+  const size_t bytes = static_cast<size_t>(count) * element_bytes;
+  auto slot = slot_for(Key{kAllReduce, count, type, op, 0}, bytes, bytes, [&](Slot& s) {
+    return MPI_Allreduce_init(s.send.data(), s.recv.data(), count, type, op, comm_,
+                              MPI_INFO_NULL, &s.request);
+  });
+  return slot ? start("all_reduce", std::move(slot), in, 1, out) : nullptr;
+}
+
+std::unique_ptr<NativeRequest> PersistentCollectives::reduce_scatter(const void* in, void* out,
+                                                                     int count,
+                                                                     MPI_Datatype type,
+                                                                     size_t element_bytes,
+                                                                     MPI_Op op) {
+  const size_t block = static_cast<size_t>(count) * element_bytes;
+  auto slot = slot_for(Key{kReduceScatter, count, type, op, 0},
+                       block * static_cast<size_t>(size_), block, [&](Slot& s) {
+                         return MPI_Reduce_scatter_block_init(s.send.data(), s.recv.data(),
+                                                              count, type, op, comm_,
+                                                              MPI_INFO_NULL, &s.request);
+                       });
+  return slot ? start("reduce_scatter", std::move(slot), in, 1, out) : nullptr;
+}
+
+std::unique_ptr<NativeRequest> PersistentCollectives::broadcast(void* buf, int bytes, int root) {
+  auto slot = slot_for(Key{kBroadcast, bytes, MPI_BYTE, MPI_OP_NULL, root},
+                       static_cast<size_t>(bytes), 0, [&](Slot& s) {
+                         s.result = s.send.data();
+                         s.result_bytes = s.send.size();
+                         return MPI_Bcast_init(s.send.data(), bytes, MPI_BYTE, root, comm_,
+                                               MPI_INFO_NULL, &s.request);
+                       });
+  if (!slot) return nullptr;
+  const bool is_root = rank_ == root;
+  return start("broadcast", std::move(slot), is_root ? buf : nullptr, 1,
+               is_root ? nullptr : buf);
+}
+
+std::unique_ptr<NativeRequest> PersistentCollectives::all_gather(const void* in, void* out,
+                                                                 int block) {
+  const size_t total = static_cast<size_t>(block) * static_cast<size_t>(size_);
+  auto slot = slot_for(Key{kAllGather, block, MPI_BYTE, MPI_OP_NULL, 0}, total, total,
+                       [&](Slot& s) {
+                         return MPI_Alltoall_init(s.send.data(), block, MPI_BYTE, s.recv.data(),
+                                                  block, MPI_BYTE, comm_, MPI_INFO_NULL,
+                                                  &s.request);
+                       });
+  return slot ? start("all_gather", std::move(slot), in, size_, out) : nullptr;
+}
+
+std::unique_ptr<NativeRequest> PersistentCollectives::all_to_all(const void* in, void* out,
+                                                                 int block) {
+  const size_t total = static_cast<size_t>(block) * static_cast<size_t>(size_);
+  auto slot = slot_for(Key{kAllToAll, block, MPI_BYTE, MPI_OP_NULL, 0}, total, total,
+                       [&](Slot& s) {
+                         return MPI_Alltoall_init(s.send.data(), block, MPI_BYTE, s.recv.data(),
+                                                  block, MPI_BYTE, comm_, MPI_INFO_NULL,
+                                                  &s.request);
+                       });
+  return slot ? start("all_to_all_single", std::move(slot), in, 1, out) : nullptr;
+}
+
+std::unique_ptr<NativeRequest> PersistentCollectives::barrier() {
+  auto slot = slot_for(Key{kBarrier, 0, MPI_BYTE, MPI_OP_NULL, 0}, 0, 0, [&](Slot& s) {
+    return MPI_Barrier_init(comm_, MPI_INFO_NULL, &s.request);
+  });
+  return slot ? start("barrier", std::move(slot), nullptr, 0, nullptr) : nullptr;
+}
+
+}  // namespace ferry::detail
