@@ -84,10 +84,14 @@ void Validator::tensor_list(const std::vector<Tensor>& list, const char* name, D
   }
 }
 
+void poison_after_wait_timeout(GroupImpl& group, const std::string& why) {
+  group.poison(std::make_exception_ptr(TimeoutError("ferry: " + why)), why);
+}
+
 std::function<void(const std::string&)> poison_on_wait_timeout(const Group& group) {
   // Weak, so that a Work outliving its group does not keep it (and its worker) alive.
   return [weak = group.weak_impl()](const std::string& why) {
-    if (auto g = weak.lock()) g->poison(std::make_exception_ptr(TimeoutError("ferry: " + why)), why);
+    if (auto g = weak.lock()) poison_after_wait_timeout(*g, why);
   };
 }
 

@@ -71,6 +71,7 @@ struct OpSummary {
 
 // What a Work's on_wait_timeout does for a collective: poison the group.
 std::function<void(const std::string&)> poison_on_wait_timeout(const Group& group);
+void poison_after_wait_timeout(GroupImpl& group, const std::string& why);
 
 // Takes the next sequence number of the group and queues `body`. Throws at once if the group is
 // poisoned. Any error from the body fails the Work and poisons the group (the ranks can no

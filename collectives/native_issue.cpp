@@ -13,28 +13,31 @@ namespace {
 class NativeWork final : public WorkState, public InFlightNative {
  public:
   NativeWork(OpDescription description, Clock::time_point deadline,
-             std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep)
-      : WorkState(std::string()), op_description_(std::move(description)),
-        group_(op_description_.group), op_(op_description_.op), seq_(op_description_.seq),
-        deadline_(deadline), request_(std::move(request)), keep_(std::move(keep)) {}
+             std::unique_ptr<NativeRequest> request, KeptBuffers keep)
+      : WorkState(std::string()), op_(std::move(description)), deadline_(deadline),
+        request_(std::move(request)), keep_(std::move(keep)) {}
 
-  std::string description() const override { return op_description_.format(); }
+  std::string description() const override { return op_.format(); }
+
+  void wait_timed_out(const std::string& why) override {
+    if (auto group = op_.group.lock()) poison_after_wait_timeout(*group, why);
+  }
 
   ~NativeWork() override {
     if (!request_) return;
     // Dropped before it finished: MPI still owns the buffers, so the group's worker waits the
     // request out (under the op's deadline, like any queued op) and keeps them until then. (A
     // group that ended has already waited for it: see finish_before_group_ends.)
-    if (auto group = group_.lock()) {
-      group->executor().enqueue([g = group.get(), op = op_, seq = seq_, deadline = deadline_,
+    if (auto group = op_.group.lock()) {
+      group->executor().enqueue([g = group.get(), op = op_.op, seq = op_.seq, deadline = deadline_,
                                  request = std::shared_ptr<NativeRequest>(std::move(request_)),
                                  keep = std::move(keep_)]() mutable {
         try {
           OpContext ctx(*g, op, seq, deadline);
           ctx.uses_no_scratch();
-          ctx.wait_native(std::unique_ptr<NativeRequest>(new Forward(std::move(request))),
-                          std::move(keep));
+          ctx.wait_native(std::unique_ptr<NativeRequest>(new Forward(std::move(request))), {});
         } catch (...) {
+          keep_for_life(std::move(keep));  // MPI may still use them (see drive_to_the_end)
           const std::exception_ptr error = std::current_exception();
           g->poison(error, error_message(error));
         }
@@ -57,6 +60,13 @@ class NativeWork final : public WorkState, public InFlightNative {
       if (Clock::now() >= deadline) return false;
     }
     if (!request_) return WorkState::wait_until(deadline, may_help);  // settled already
+    // Most small collectives finish within microseconds of being waited for: poll the request
+    // directly first, and set up the full wait (the op's deadline with the diagnosis of absent
+    // ranks, poisoning) only for one that takes longer.
+    if (request_->wait_until(std::min({deadline, deadline_, Clock::now() + kQuickPoll}))) {
+      settle();
+      return true;
+    }
     if (deadline < deadline_) {
       // A caller's own shorter timeout (Work::wait(ms)): poll; on expiry Work poisons the group
       // and the op stays in flight for a later wait (or the group's end) to finish.
@@ -66,7 +76,7 @@ class NativeWork final : public WorkState, public InFlightNative {
       settle();
       return true;
     }
-    if (auto group = group_.lock()) {
+    if (auto group = op_.group.lock()) {
       drive_to_the_end(*group);
       return true;
     }
@@ -80,6 +90,7 @@ class NativeWork final : public WorkState, public InFlightNative {
 
  private:
   static constexpr auto kSlice = std::chrono::milliseconds(50);
+  static constexpr auto kQuickPoll = std::chrono::microseconds(20);
   static constexpr auto kDriveSlice = std::chrono::milliseconds(1);
 
   // Forwards to a request shared with the worker's cleanup task.
@@ -98,13 +109,17 @@ class NativeWork final : public WorkState, public InFlightNative {
   // path does. Called with drive_mu_ held.
   void drive_to_the_end(GroupImpl& group) {
     try {
-      OpContext ctx(group, op_, seq_, deadline_);
+      OpContext ctx(group, op_.op, op_.seq, deadline_);
       ctx.uses_no_scratch();
-      ctx.wait_native(std::move(request_), keep_);  // throws on timeout, poisoned, failure
+      ctx.wait_native(std::move(request_), {});  // throws on timeout, poisoned, failure
       FERRY_LOG(Trace, "coll", description(), " done");
-      keep_.clear();
+      keep_ = {};
       complete();
     } catch (...) {
+      // A request given up at its deadline may still be written by MPI whenever the absent
+      // peers arrive, so its buffers live as long as the process (which must end anyway); one
+      // that failed outright would not need that, but telling the two apart is not worth it.
+      keep_for_life(std::move(keep_));
       const std::exception_ptr error = std::current_exception();
       group.poison(error, error_message(error));
       fail(error);
@@ -118,25 +133,29 @@ class NativeWork final : public WorkState, public InFlightNative {
     try {
       request->rethrow_if_failed();
       FERRY_LOG(Trace, "coll", description(), " done");
-      keep_.clear();
+      keep_ = {};
       complete();
     } catch (...) {
       const std::exception_ptr error = std::current_exception();
-      if (auto group = group_.lock()) group->poison(error, error_message(error));
+      if (auto group = op_.group.lock()) group->poison(error, error_message(error));
       fail(error);
     }
   }
 
-  OpDescription op_description_;  // formatted only when a message needs it
-  std::weak_ptr<GroupImpl> group_;
-  std::string op_;
-  uint64_t seq_;
+  static void keep_for_life(KeptBuffers keep) {
+    static std::mutex mu;
+    static auto* kept = new std::vector<KeptBuffers>();  // never destroyed, on purpose
+    std::lock_guard<std::mutex> lock(mu);
+    kept->push_back(std::move(keep));
+  }
+
+  OpDescription op_;  // formatted only when a message needs it
   Clock::time_point deadline_;
   mutable std::timed_mutex drive_mu_;  // held by the one thread testing or waiting on request_
   std::unique_ptr<NativeRequest> request_;
   // Everything the request reads or writes. Released before the Work completes: the caller
   // then holds the only handles (see submit in engine.cpp).
-  std::vector<Tensor> keep_;
+  KeptBuffers keep_;
 };
 
 }  // namespace
@@ -150,7 +169,7 @@ NativeIssue::NativeIssue(const Group& group, const char* op)
   if (!group_->executor().idle()) lock_.unlock();
 }
 
-Work NativeIssue::finish(OpSummary what, std::vector<Tensor> keep,
+Work NativeIssue::finish(OpSummary what, KeptBuffers keep,
                          std::unique_ptr<NativeRequest> request, std::exception_ptr start_error) {
   const Clock::time_point deadline = Clock::now() + default_timeout();
   if (start_error) {
@@ -168,7 +187,6 @@ Work NativeIssue::finish(OpSummary what, std::vector<Tensor> keep,
   group_->track_in_flight(state);
   FERRY_LOG(Trace, "coll", state->description(), " started at issue");
   state->self_timed = true;
-  state->on_wait_timeout = poison_on_wait_timeout(handle_);
   return Work(state);
 }
 

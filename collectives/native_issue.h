@@ -13,6 +13,7 @@
 
 #include "collectives/engine.h"
 
+#include <array>
 #include <exception>
 #include <initializer_list>
 #include <memory>
@@ -20,6 +21,11 @@
 #include <vector>
 
 namespace ferry::detail {
+
+// The memory of the tensors a request started at issue reads or writes (at most an input and
+// an output), kept alive until it finished. Held inline and without Tensor handles, whose
+// copies allocate: that would cost a small op more than its MPI call.
+using KeptBuffers = std::array<std::shared_ptr<const void>, 2>;
 
 // Holds the group's issue lock while an op is started at issue; empty when it cannot be (no
 // native collectives, or the worker still has ops of this group to start first).
@@ -30,7 +36,7 @@ class NativeIssue {
   NativeCollectives& native() { return *group_->native(); }
   // Wraps the started request, or the error starting it threw, into the op's Work; `keep` are
   // the tensors the request reads or writes, kept alive until it finished.
-  Work finish(OpSummary what, std::vector<Tensor> keep, std::unique_ptr<NativeRequest> request,
+  Work finish(OpSummary what, KeptBuffers keep, std::unique_ptr<NativeRequest> request,
               std::exception_ptr start_error);
 
  private:
@@ -58,9 +64,9 @@ std::optional<Work> start_native_now(const Group& group, const char* op, OpSumma
   } catch (...) {
     start_error = std::current_exception();
   }
-  std::vector<Tensor> kept;
-  kept.reserve(keep.size());
-  for (const Tensor* t : keep) kept.push_back(*t);
+  KeptBuffers kept;
+  size_t k = 0;
+  for (const Tensor* t : keep) kept.at(k++) = t->keep_alive();
   return issue.finish(std::move(what), std::move(kept), std::move(request), start_error);
 }
 

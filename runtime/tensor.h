@@ -62,6 +62,9 @@ class Tensor {
   bool shares_storage_with(const Tensor& other) const;
   // True when no other Tensor handle (copy or view) refers to this one's storage.
   bool owns_storage_alone() const;
+  // Keeps the storage alive without a Tensor handle (copying a Tensor copies its shape, an
+  // allocation): for requests in flight. It counts as a handle for owns_storage_alone().
+  std::shared_ptr<const void> keep_alive() const { return storage_; }
   // True when the byte ranges of the two tensors overlap (same storage and intersecting).
   bool overlaps(const Tensor& other) const;
   uint64_t version() const;

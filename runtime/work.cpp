@@ -72,7 +72,7 @@ void Work::wait_for(std::chrono::milliseconds timeout, bool may_help) {
   if (!state_->wait_until(std::chrono::steady_clock::now() + timeout, may_help)) {
     std::string why = detail::str(state_->description(), ": not completed within ",
                                   timeout.count(), " ms (Work::wait)");
-    if (state_->on_wait_timeout) state_->on_wait_timeout(why);
+    state_->wait_timed_out(why);
     FERRY_THROW(TimeoutError, why);
   }
   state_->rethrow_if_failed();

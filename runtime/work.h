@@ -58,6 +58,12 @@ class WorkState {
 
   // Called when a user's wait expired (the group poisons itself here). Set by the issuer.
   std::function<void(const std::string& why)> on_wait_timeout;
+  // What Work does when a user's wait expired: on_wait_timeout by default. Virtual so that a
+  // state which knows its group anyway (a native collective's Work) need not allocate a
+  // std::function for it per op.
+  virtual void wait_timed_out(const std::string& why) {
+    if (on_wait_timeout) on_wait_timeout(why);
+  }
 
  protected:
   std::string description_;

@@ -28,12 +28,14 @@ bool wait_polling_mpi(Test&& test, Clock::time_point& first_wait, Clock::time_po
   if (test()) return true;
   if (first_wait == Clock::time_point{}) first_wait = Clock::now();
   const auto start = first_wait;
-  while (Clock::now() - start < kSpinFor) {
+  for (auto now = Clock::now(); now - start < kSpinFor; now = Clock::now()) {
+    if (now >= deadline) return test();
     for (int i = 0; i < 16; ++i) {
       if (test()) return true;
     }
   }
-  while (Clock::now() - start < kSpinFor + kYieldFor) {
+  for (auto now = Clock::now(); now - start < kSpinFor + kYieldFor; now = Clock::now()) {
+    if (now >= deadline) return test();
     std::this_thread::yield();
     if (test()) return true;
   }
