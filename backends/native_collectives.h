@@ -81,6 +81,16 @@ class NativeCollectives {
                                                  void* out, size_t bytes, int root) = 0;
   virtual std::unique_ptr<NativeRequest> barrier() = 0;
 
+  // all_gather, reduce_scatter and all_to_all_single with equal, contiguous blocks (block k at
+  // k * block), the common case: the same as the calls above, without size lists to build.
+  virtual std::unique_ptr<NativeRequest> all_gather_equal(const void* in, void* out,
+                                                          size_t block_bytes) = 0;
+  virtual std::unique_ptr<NativeRequest> reduce_scatter_equal(const void* in, void* out,
+                                                              size_t count, DType dtype,
+                                                              ReduceOp op) = 0;
+  virtual std::unique_ptr<NativeRequest> all_to_all_equal(const void* in, void* out,
+                                                          size_t block_bytes) = 0;
+
   // Collective over this group, called by every member after the engine agreed on the new
   // group (Group::split): the native collectives of the sub-group this rank joins, with the
   // same (color, key) ordering, identified as `group_id` in Tags. Null for color < 0.

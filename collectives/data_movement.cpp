@@ -4,6 +4,7 @@
 #include "collectives/engine.h"
 #include "collectives/native_issue.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ferry {
@@ -110,16 +111,16 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   const int world = group.size();
   // A 0-d input gathers into a vector of W elements, like torch.
   const int64_t rows = input.dim() == 0 ? 1 : input.size(0);
-  v.shape_is(output, "output", detail::with_rows(input.shape(), rows * world));
-  const Tensor own = output.narrow(0, rows * group.rank(), rows);
-  v.no_overlap(output, "output", input, "input", own);
+  v.shape_with_rows_is(output, "output", input.shape(), rows * world);
+  const size_t block = input.nbytes();
+  v.no_overlap(output, "output", input, "input",
+               static_cast<const char*>(output.raw_data()) + block * static_cast<size_t>(group.rank()),
+               block);
   auto work = detail::start_native_now(
       group, "all_gather", detail::OpSummary::of(input), {&input, &output},
       [&](NativeCollectives& native) {
-        const detail::Blocks blocks = detail::contiguous_blocks(std::vector<int64_t>(world, rows),
-                                                                detail::row_bytes(input));
         output.bump_version();
-        return native.all_gather(input.raw_data(), output.raw_data(), blocks.bytes, blocks.offset);
+        return native.all_gather_equal(input.raw_data(), output.raw_data(), block);
       });
   if (work) return std::move(*work);
   const std::string algo = all_gather_algorithm(output.nbytes(), world);
@@ -179,42 +180,56 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   v.at_least_1d(output, "output");
   v.same_dtype(output, "output", input.dtype(), "input");
   const int world = group.size();
-  // Empty split lists mean equal blocks, as in torch.distributed.
-  auto resolve = [&](const std::vector<int64_t>& splits, const Tensor& t, const char* name) {
+  // Empty split lists mean equal blocks, as in torch.distributed. Checked here without
+  // building the lists: equal blocks on a native transport never need them (see below).
+  const int me = group.rank();
+  auto own_rows = [&](const std::vector<int64_t>& splits, const Tensor& t, const char* name) {
     if (!splits.empty()) {
       const int64_t total = v.sizes(splits, name);
       if (total != t.size(0))
         v.fail(detail::str(name, " must add up to ", t.size(0), " (dim 0 of the tensor), given ",
                            total));
-      return splits;
+      return splits[static_cast<size_t>(me)];
     }
     if (t.size(0) % world != 0)
       v.fail(detail::str("without ", name, ", dim 0 (", t.size(0),
                          ") must be a multiple of the group size ", world));
-    return std::vector<int64_t>(world, t.size(0) / world);
+    return t.size(0) / world;
   };
-  std::vector<int64_t> in_splits = resolve(input_split_sizes, input, "input_split_sizes");
-  std::vector<int64_t> out_splits = resolve(output_split_sizes, output, "output_split_sizes");
-  if (detail::with_rows(input.shape(), 1) != detail::with_rows(output.shape(), 1))
+  const int64_t in_own = own_rows(input_split_sizes, input, "input_split_sizes");
+  const int64_t out_own = own_rows(output_split_sizes, output, "output_split_sizes");
+  const Shape& is = input.shape();
+  const Shape& os = output.shape();
+  if (is.size() != os.size() || !std::equal(is.begin() + 1, is.end(), os.begin() + 1))
     v.fail(detail::str("input and output must agree beyond dim 0, given ",
                        shape_str(input.shape()), " and ", shape_str(output.shape())));
-  const int me = group.rank();
-  if (in_splits[me] != out_splits[me])
+  if (in_own != out_own)
     v.fail(detail::str("input_split_sizes[", me, "] and output_split_sizes[", me,
-                       "] (the block a rank keeps) must be equal, given ", in_splits[me], " and ",
-                       out_splits[me]));
+                       "] (the block a rank keeps) must be equal, given ", in_own, " and ",
+                       out_own));
   v.no_overlap(input, "input", output, "output");
+  const bool equal = input_split_sizes.empty() && output_split_sizes.empty();
+  auto splits_or_equal = [&](const std::vector<int64_t>& splits, const Tensor& t) {
+    return splits.empty() ? std::vector<int64_t>(world, t.size(0) / world) : splits;
+  };
   auto work = detail::start_native_now(
       group, "all_to_all_single", detail::OpSummary::of(input), {&input, &output},
       [&](NativeCollectives& native) {
+        output.bump_version();
+        if (equal)
+          return native.all_to_all_equal(input.raw_data(), output.raw_data(),
+                                         input.nbytes() / static_cast<size_t>(world));
+        const std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
+        const std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
         const size_t rb = detail::row_bytes(input);
         const detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
         const detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
-        output.bump_version();
         return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
                                         output.raw_data(), out_b.bytes, out_b.offset);
       });
   if (work) return std::move(*work);
+  std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
+  std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
   return detail::submit(group, "all_to_all_single", detail::OpSummary::of(input),
                         [input, output, in_splits, out_splits, world](OpContext& ctx) mutable {
     const size_t rb = detail::row_bytes(input);

@@ -38,6 +38,15 @@ void Validator::shape_is(const Tensor& t, const char* name, const Shape& expecte
     fail(str(name, " must have shape ", shape_str(expected), ", given ", shape_str(t.shape())));
 }
 
+void Validator::shape_with_rows_is(const Tensor& t, const char* name, const Shape& like,
+                                   int64_t rows) const {
+  const Shape& s = t.shape();
+  const size_t dims = like.empty() ? 1 : like.size();
+  bool same = s.size() == dims && s[0] == rows;
+  for (size_t d = 1; same && d < dims; ++d) same = s[d] == like[d];
+  if (!same) shape_is(t, name, with_rows(like, rows));  // formats the message
+}
+
 void Validator::at_least_1d(const Tensor& t, const char* name) const {
   if (t.dim() < 1) fail(str(name, " must have at least one dimension, given a 0-d tensor"));
 }
@@ -66,6 +75,14 @@ void Validator::no_overlap(const Tensor& a, const char* an, const Tensor& b, con
   fail(str(bn, " must not overlap ", an,
            exact_ok.defined() ? " (except as exactly this rank's block)" : "",
            ", given overlapping tensors"));
+}
+
+void Validator::no_overlap(const Tensor& a, const char* an, const Tensor& b, const char* bn,
+                           const void* exact_ok, size_t exact_bytes) const {
+  if (!a.overlaps(b)) return;
+  if (b.raw_data() == exact_ok && b.nbytes() == exact_bytes) return;
+  fail(str(bn, " must not overlap ", an, " (except as exactly this rank's block), given ",
+           "overlapping tensors"));
 }
 
 void Validator::reduce_op(ReduceOp op, DType dtype) const {

@@ -23,6 +23,9 @@ class Validator {
   void defined(const Tensor& t, const char* name) const;
   void same_dtype(const Tensor& t, const char* name, DType expected, const char* expected_from) const;
   void shape_is(const Tensor& t, const char* name, const Shape& expected) const;
+  // shape_is(t, name, with_rows(like, rows)) without building the shape (an allocation).
+  void shape_with_rows_is(const Tensor& t, const char* name, const Shape& like,
+                          int64_t rows) const;
   void at_least_1d(const Tensor& t, const char* name) const;
   void root(int root) const;
   // One non-negative entry per rank; returns their sum.
@@ -30,6 +33,9 @@ class Validator {
   // The byte ranges must not overlap, except when `b` is exactly `exact_ok` (when defined).
   void no_overlap(const Tensor& a, const char* an, const Tensor& b, const char* bn,
                   const Tensor& exact_ok = Tensor()) const;
+  // The same, with the allowed range given as `exact_bytes` bytes at `exact_ok`.
+  void no_overlap(const Tensor& a, const char* an, const Tensor& b, const char* bn,
+                  const void* exact_ok, size_t exact_bytes) const;
   void reduce_op(ReduceOp op, DType dtype) const;
   // The same dtype for every tensor of a list, and exactly W tensors.
   void tensor_list(const std::vector<Tensor>& list, const char* name, DType dtype) const;

@@ -208,6 +208,25 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
   if (input.size(0) % world != 0)
     v.fail(detail::str("input.size(0) must be a multiple of the group size ", world, ", given ",
                        input.size(0), " (use reduce_scatter_v for uneven blocks)"));
+  // Equal blocks that a native transport can start as they are skip the block list
+  // reduce_scatter_v builds (allocations that would cost a small op more than its MPI call),
+  // after the same checks in the same order.
+  v.defined(output, "output");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  v.reduce_op(op, input.dtype());
+  const int64_t rows = input.size(0) / world;
+  v.shape_with_rows_is(output, "output", input.shape(), rows);
+  if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
+    auto work = detail::start_native_now(
+        group, "reduce_scatter", detail::OpSummary::of(input, op), {&input, &output},
+        [&](NativeCollectives& native) {
+          output.bump_version();
+          return native.reduce_scatter_equal(input.raw_data(), output.raw_data(),
+                                             static_cast<size_t>(output.numel()), input.dtype(),
+                                             op);
+        });
+    if (work) return std::move(*work);
+  }
   return reduce_scatter_v(input, output, std::vector<int64_t>(world, input.size(0) / world),
                           group, op);
 }

@@ -79,22 +79,10 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> reduce_scatter(const void* in, void* out,
                                                 const std::vector<size_t>& counts, DType dtype,
                                                 ReduceOp op) override {
+    if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; }))
+      return reduce_scatter_equal(in, out, counts[0], dtype, op);
     const MPI_Datatype type = mpi_datatype(dtype);
-    const bool equal =
-        std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
-    if (equal) {
-      if (auto p = persistent_->reduce_scatter(in, out, fit(counts[0], "reduce_scatter", "elements"),
-                                               type, dtype_size(dtype), mpi_op(op)))
-        return p;
-    }
     auto r = start("reduce_scatter");
-    if (equal) {
-      check_started(*r, MPI_Ireduce_scatter_block(in, out, fit(counts[0], "reduce_scatter", "elements"),
-                                                  type, mpi_op(op), comms_->coll,
-                                                  r->pending().handle()),
-                    "MPI_Ireduce_scatter_block");
-      return r;
-    }
     std::vector<int>& c = r->pending().ints(counts.size());
     for (size_t k = 0; k < counts.size(); ++k) c[k] = fit(counts[k], "reduce_scatter", "elements");
     check_started(*r, MPI_Ireduce_scatter(in, out, c.data(), type, mpi_op(op), comms_->coll,
@@ -116,21 +104,10 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
                                             const std::vector<size_t>& bytes,
                                             const std::vector<size_t>& offset) override {
+    if (equal_contiguous(bytes, offset)) return all_gather_equal(in, out, bytes[0]);
     char* base = static_cast<char*>(out);
     const void* send = in == base + offset[rank_] ? MPI_IN_PLACE : in;
-    const bool equal = equal_contiguous(bytes, offset);
-    if (equal) {
-      if (auto p = persistent_->all_gather(in, out, fit(bytes[0], "all_gather", "bytes")))
-        return p;
-    }
     auto r = start("all_gather");
-    if (equal) {
-      const int b = fit(bytes[0], "all_gather", "bytes");
-      check_started(*r, MPI_Iallgather(send, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
-                                       r->pending().handle()),
-                    "MPI_Iallgather");
-      return r;
-    }
     std::vector<int>& c = r->pending().ints(bytes.size());
     std::vector<int>& d = r->pending().ints(bytes.size());
     fill(c, bytes, "all_gather");
@@ -147,22 +124,10 @@ class MpiCollectives final : public NativeCollectives {
                                                    void* out,
                                                    const std::vector<size_t>& recv_bytes,
                                                    const std::vector<size_t>& recv_offset) override {
-    const bool equal = equal_contiguous(send_bytes, send_offset) &&
-                       equal_contiguous(recv_bytes, recv_offset) &&
-                       send_bytes[0] == recv_bytes[0];
-    if (equal) {
-      if (auto p = persistent_->all_to_all(in, out, fit(send_bytes[0], "all_to_all_single",
-                                                          "bytes")))
-        return p;
-    }
+    if (equal_contiguous(send_bytes, send_offset) && equal_contiguous(recv_bytes, recv_offset) &&
+        send_bytes[0] == recv_bytes[0])
+      return all_to_all_equal(in, out, send_bytes[0]);
     auto r = start("all_to_all_single");
-    if (equal) {
-      const int b = fit(send_bytes[0], "all_to_all_single", "bytes");
-      check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
-                                      r->pending().handle()),
-                    "MPI_Ialltoall");
-      return r;
-    }
     const size_t n = send_bytes.size();
     std::vector<int>& sc = r->pending().ints(n);
     std::vector<int>& sd = r->pending().ints(n);
@@ -253,6 +218,44 @@ class MpiCollectives final : public NativeCollectives {
     if (auto p = persistent_->barrier()) return p;
     auto r = start("barrier");
     check_started(*r, MPI_Ibarrier(comms_->coll, r->pending().handle()), "MPI_Ibarrier");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> all_gather_equal(const void* in, void* out,
+                                                  size_t block_bytes) override {
+    const int b = fit(block_bytes, "all_gather", "bytes");
+    if (auto p = persistent_->all_gather(in, out, b)) return p;
+    auto r = start("all_gather");
+    const void* send = in == static_cast<char*>(out) + block_bytes * static_cast<size_t>(rank_)
+                           ? MPI_IN_PLACE
+                           : in;
+    check_started(*r, MPI_Iallgather(send, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
+                                     r->pending().handle()),
+                  "MPI_Iallgather");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> reduce_scatter_equal(const void* in, void* out, size_t count,
+                                                      DType dtype, ReduceOp op) override {
+    const int n = fit(count, "reduce_scatter", "elements");
+    const MPI_Datatype type = mpi_datatype(dtype);
+    if (auto p = persistent_->reduce_scatter(in, out, n, type, dtype_size(dtype), mpi_op(op)))
+      return p;
+    auto r = start("reduce_scatter");
+    check_started(*r, MPI_Ireduce_scatter_block(in, out, n, type, mpi_op(op), comms_->coll,
+                                                r->pending().handle()),
+                  "MPI_Ireduce_scatter_block");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> all_to_all_equal(const void* in, void* out,
+                                                  size_t block_bytes) override {
+    const int b = fit(block_bytes, "all_to_all_single", "bytes");
+    if (auto p = persistent_->all_to_all(in, out, b)) return p;
+    auto r = start("all_to_all_single");
+    check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
+                                    r->pending().handle()),
+                  "MPI_Ialltoall");
     return r;
   }
 
