@@ -13,10 +13,10 @@
 namespace ferry::detail {
 
 // FERRY_UCX_ERROR_HANDLING=peer (default): endpoints in UCP_ERR_HANDLING_MODE_PEER, so UCX
-// reports dead peers. =none: UCP_ERR_HANDLING_MODE_NONE, which lets UCX 1.13 keep CMA (one copy
-// for large messages; all_gather / all_to_all ~20% faster at 16-64 MiB here) but leaves dead
-// peers to ferry's pidfd watch (ranks on this host only) and to deadlines, and UCX may abort
-// the process on a transport error. Throws InvalidArgument for another value.
+// reports dead peers. =none: UCP_ERR_HANDLING_MODE_NONE, which lets UCX 1.13 keep its own CMA
+// (before ferry had its own, ucx_cma.h, all_gather / all_to_all were ~20% faster at 16-64 MiB
+// that way) but leaves dead peers to ferry's pidfd watch (ranks on this host only) and to
+// deadlines, and UCX may abort the process on a transport error. Throws InvalidArgument for another value.
 bool ucx_peer_error_handling();
 
 // The smallest message ferry sends to a rank on this host by its own CMA protocol (ucx_cma.h);
