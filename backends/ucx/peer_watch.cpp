@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -35,7 +36,7 @@ ProcessId self_process_id() {
 }
 
 PeerWatch::PeerWatch(int self, const std::vector<bool>& local, const std::vector<ProcessId>& ids)
-    : fds_(ids.size(), -1) {
+    : fds_(ids.size(), -1), pids_(ids.size(), 0), reported_(ids.size(), false) {
   for (size_t r = 0; r < ids.size(); ++r) {
     if (static_cast<int>(r) == self || !local[r] || ids[r].pid == 0 || ids[r].start_time == 0)
       continue;
@@ -48,6 +49,7 @@ PeerWatch::PeerWatch(int self, const std::vector<bool>& local, const std::vector
       continue;
     }
     fds_[r] = fd;
+    pids_[r] = ids[r].pid;
   }
 }
 
@@ -57,15 +59,24 @@ PeerWatch::~PeerWatch() {
 }
 
 void PeerWatch::append_fds(std::vector<pollfd>& fds) const {
-  for (int fd : fds_)
-    if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
+  for (size_t r = 0; r < fds_.size(); ++r)
+    if (fds_[r] >= 0 && !reported_[r]) fds.push_back(pollfd{fds_[r], POLLIN, 0});
+}
+
+bool PeerWatch::ended(int rank) const {
+  if (fds_[rank] < 0) return true;
+  pollfd p{fds_[rank], POLLIN, 0};
+  int n;
+  do n = poll(&p, 1, 0);
+  while (n < 0 && errno == EINTR);
+  return n != 0;  // readable once the process ended (or an error: assume the worst)
 }
 
 std::vector<int> PeerWatch::take_dead() {
   std::vector<pollfd> fds;
   std::vector<int> rank_of;
   for (size_t r = 0; r < fds_.size(); ++r) {
-    if (fds_[r] < 0) continue;
+    if (fds_[r] < 0 || reported_[r]) continue;
     fds.push_back(pollfd{fds_[r], POLLIN, 0});
     rank_of.push_back(static_cast<int>(r));
   }
@@ -73,8 +84,7 @@ std::vector<int> PeerWatch::take_dead() {
   if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return dead;
   for (size_t i = 0; i < fds.size(); ++i) {
     if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-    close(fds_[rank_of[i]]);
-    fds_[rank_of[i]] = -1;
+    reported_[rank_of[i]] = true;
     dead.push_back(rank_of[i]);
   }
   return dead;
@@ -82,7 +92,7 @@ std::vector<int> PeerWatch::take_dead() {
 
 int PeerWatch::watched() const {
   int n = 0;
-  for (int fd : fds_) n += fd >= 0 ? 1 : 0;
+  for (size_t r = 0; r < fds_.size(); ++r) n += fds_[r] >= 0 && !reported_[r] ? 1 : 0;
   return n;
 }
 

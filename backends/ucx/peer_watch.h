@@ -36,14 +36,25 @@ class PeerWatch {
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
-  // Appends the pidfds of the peers still watched.
+  // Appends the pidfds of the peers watched and not reported dead.
   void append_fds(std::vector<pollfd>& fds) const;
   // The watched ranks whose process ended since the last call (each reported once).
   std::vector<int> take_dead();
   int watched() const;
 
+  // For reading a peer's memory (ucx_cma.h); safe from any thread, without the caller's lock.
+  // Whether `rank` is watched: its pid then names the very process that rank runs in, for as
+  // long as ended(rank) is false (a pid is not reused while its process exists).
+  bool watched(int rank) const { return fds_[rank] >= 0; }
+  uint32_t pid(int rank) const { return pids_[rank]; }
+  bool ended(int rank) const;
+
  private:
+  // fds_ and pids_ do not change after construction (the pidfds stay open until the end, so
+  // that ended() can ask them at any time); reported_ changes in take_dead only.
   std::vector<int> fds_;  // by rank, -1 when not watched
+  std::vector<uint32_t> pids_;
+  std::vector<bool> reported_;
 };
 
 }  // namespace ferry::detail

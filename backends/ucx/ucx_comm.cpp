@@ -44,18 +44,22 @@ std::vector<ProcessId> processes_of(const std::vector<UcxPeerInfo>& peers) {
   return v;
 }
 
+}  // namespace
+
 std::string op_str(const UcxOp& op) {
   return str(op.is_send ? "send to rank " : "receive from rank ", op.peer, " for ",
              tag_str(op.tag));
 }
 
-}  // namespace
-
 UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers)
     : worker_(std::move(worker)),
       rank_(rank),
       dead_why_(peers.size()),
-      watch_(rank, locals_of(peers), processes_of(peers)) {
+      watch_(rank, locals_of(peers), processes_of(peers)),
+      cma_min_bytes_(ucx_cma_min_bytes()),
+      cma_to_(peers.size(), false),
+      cma_from_(peers.size(), false),
+      cma_cookie_(peers.size(), 0) {
   const int n = static_cast<int>(peers.size());
   FERRY_CHECK(n <= kUcxMaxRanks, InvalidArgument, "ucx transport: at most ", kUcxMaxRanks,
               " ranks fit its tags, given a world of ", n);
@@ -64,6 +68,13 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
   worker_->set_oversubscribed(local_ranks > static_cast<int>(std::thread::hardware_concurrency()));
   peer_args_.resize(peers.size());
   eps_.assign(peers.size(), nullptr);
+  const bool cma = cma_min_bytes_ != SIZE_MAX;
+  for (int p = 0; p < n; ++p) {
+    // Reading needs the peer's process verified (its pid names that very process); sending a
+    // descriptor only that the peer is on this host (it answers Fallback if it cannot read).
+    cma_to_[p] = cma && p != rank && peers[p].local;
+    cma_from_[p] = cma && p != rank && watch_.watched(p);
+  }
   auto lock = worker_->lock();
   ucp_am_handler_param_t am{};
   am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -149,69 +160,113 @@ void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
   // Throws before anything is posted when the tag does not fit.
   const uint64_t tag = pack_ucx_tag(op->is_send ? rank_ : op->peer, op->tag);
   op->comm = this;
+  op->data = data;
   auto lock = worker_->lock();
   if (std::exception_ptr failure = failure_for(op->peer, op->tag.group)) {
-    op->ucx_done = true;
     finish(*op, failure);
     return;
   }
+  if (op->is_send && op->bytes >= cma_min_bytes_ && cma_to_[op->peer]) {
+    post_cma_send(op, tag);
+  } else {
+    // A receive takes the data or a CMA descriptor for it (the descriptor bit is masked out).
+    post_leg(op, LegKind::Data, op->is_send, data, op->bytes, tag, kUcxRecvMask);
+  }
+}
+
+void UcxComm::post_leg(const std::shared_ptr<UcxOp>& op, LegKind kind, bool is_send,
+                       void* buffer, size_t length, uint64_t tag, uint64_t mask) {
+  UcxLeg* leg = !op->legs[0].held ? &op->legs[0] : &op->legs[1];
+  FERRY_CHECK(!leg->held, TransportError, "ucx transport on rank ", rank_, ": ", op_str(*op),
+              " has no free leg (internal error)");
+  *leg = UcxLeg{op.get(), kind, is_send, true, nullptr};
+  // Registered first: the callback finds it even if UCX completes the leg very early.
+  pending_.emplace(op.get(), op);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.user_data = op.get();
-  // Registered first: the callback finds it even if UCX completes the op very early.
-  pending_.emplace(op.get(), op);
+  param.user_data = leg;
   void* r;
-  if (op->is_send) {
+  if (is_send) {
     param.cb.send = &UcxComm::on_send_done;
-    r = ucp_tag_send_nbx(eps_[op->peer], data, op->bytes, tag, &param);
+    r = ucp_tag_send_nbx(eps_[op->peer], buffer, length, tag, &param);
   } else {
     // Always through the callback: UCX 1.13 may complete a receive at once without filling
     // the receive info it was given, and the length is what the exact-size check needs.
     param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = &UcxComm::on_recv_done;
-    r = ucp_tag_recv_nbx(worker_->worker(), data, op->bytes, tag, kFullMask, &param);
+    r = ucp_tag_recv_nbx(worker_->worker(), buffer, length, tag, mask, &param);
   }
   if (r == nullptr) {
-    complete(op.get(), UCS_OK, op->bytes);  // sends only: receives never complete at once
+    leg_done(leg, UCS_OK, length, tag);  // sends only: receives never complete at once
   } else if (UCS_PTR_IS_ERR(r)) {
-    complete(op.get(), UCS_PTR_STATUS(r), 0);
-  } else if (!op->ucx_done) {
-    op->request = r;
+    leg_done(leg, UCS_PTR_STATUS(r), 0, tag);
+  } else if (leg->held) {
+    leg->request = r;
   }
 }
 
-void UcxComm::complete(UcxOp* op, ucs_status_t status, size_t length) {
-  auto it = pending_.find(op);
+void UcxComm::leg_done(UcxLeg* leg, ucs_status_t status, size_t length, uint64_t sender_tag) {
+  auto it = pending_.find(leg->op);
   if (it == pending_.end()) return;  // cannot happen: every op UCX holds is registered
-  std::shared_ptr<UcxOp> keep = std::move(it->second);
-  pending_.erase(it);
-  op->ucx_done = true;
-  op->request = nullptr;
-  if (op->done.load(std::memory_order_relaxed)) return;  // failed earlier (peer died, ...)
-  if (op->forced) {
-    finish(*op, op->forced);
-    return;
+  std::shared_ptr<UcxOp> op = it->second;
+  leg->held = false;
+  leg->request = nullptr;
+  switch (leg->kind) {
+    case LegKind::Data:
+      if (!op->is_send && status == UCS_OK && (sender_tag & kUcxCmaDescriptorBit) != 0) {
+        on_descriptor(op, length);
+      } else {
+        settle(*op, error_for(*op, status, length));
+      }
+      break;
+    case LegKind::Payload:
+      settle(*op, error_for(*op, status, length));
+      break;
+    case LegKind::Descriptor:
+      if (status != UCS_OK) {
+        settle(*op, error_for(*op, status, 0));
+        // Nobody will answer a descriptor that did not leave.
+        for (UcxLeg& l : op->legs)
+          if (l.held && l.kind == LegKind::AckRecv && l.request != nullptr)
+            ucp_request_cancel(worker_->worker(), l.request);
+      }
+      break;
+    case LegKind::AckRecv:
+      on_ack(op, status, length);
+      break;
+    case LegKind::AckSend:
+      break;  // best effort: a sender we cannot tell fails when it learns that we gave up
   }
-  std::exception_ptr error;
-  if (status == UCS_OK && (op->is_send || length == op->bytes)) {
-    error = nullptr;
-  } else if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) {
+  retire_if_idle(op.get());
+}
+
+void UcxComm::settle(UcxOp& op, std::exception_ptr error) {
+  if (op.done.load(std::memory_order_relaxed)) return;  // failed earlier (peer died, ...)
+  finish(op, op.forced ? op.forced : std::move(error));
+}
+
+void UcxComm::retire_if_idle(UcxOp* op) {
+  if (op->legs[0].held || op->legs[1].held || op->reading) return;
+  pending_.erase(op);
+}
+
+std::exception_ptr UcxComm::error_for(const UcxOp& op, ucs_status_t status, size_t length) const {
+  if (status == UCS_OK && (op.is_send || length == op.bytes)) return nullptr;
+  if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) {
     const std::string sent = status == UCS_OK ? str(length, " bytes") : "more bytes";
-    error = std::make_exception_ptr(MismatchError(str(
-        "ferry: rank ", op->peer, " sent ", sent, " to rank ", rank_, " for ", tag_str(op->tag),
-        " but rank ", rank_, " expected ", op->bytes,
+    return std::make_exception_ptr(MismatchError(str(
+        "ferry: rank ", op.peer, " sent ", sent, " to rank ", rank_, " for ", tag_str(op.tag),
+        " but rank ", rank_, " expected ", op.bytes,
         " bytes: the ranks called the collective with different sizes")));
-  } else if (is_peer_status(status) || !dead_why_[op->peer].empty()) {
-    error = peer_failure(op->peer);
-    if (dead_why_[op->peer].empty())
-      error = std::make_exception_ptr(PeerFailure(str("ferry: ucx transport on rank ", rank_, ": ",
-          op_str(*op), " failed: rank ", op->peer, " is unreachable: ", ucx_status_str(status))));
-  } else {
-    error = std::make_exception_ptr(TransportError(str(
-        "ferry: ucx transport on rank ", rank_, ": ", op_str(*op), " failed: ",
-        ucx_status_str(status))));
   }
-  finish(*op, error);
+  if (!dead_why_[op.peer].empty()) return peer_failure(op.peer);
+  if (is_peer_status(status)) {
+    return std::make_exception_ptr(PeerFailure(str("ferry: ucx transport on rank ", rank_, ": ",
+        op_str(op), " failed: rank ", op.peer, " is unreachable: ", ucx_status_str(status))));
+  }
+  return std::make_exception_ptr(TransportError(str(
+      "ferry: ucx transport on rank ", rank_, ": ", op_str(op), " failed: ",
+      ucx_status_str(status))));
 }
 
 void UcxComm::finish(UcxOp& op, std::exception_ptr error) {
@@ -221,15 +276,16 @@ void UcxComm::finish(UcxOp& op, std::exception_ptr error) {
 }
 
 void UcxComm::on_send_done(void* request, ucs_status_t status, void* user_data) {
-  auto* op = static_cast<UcxOp*>(user_data);
-  op->comm->complete(op, status, op->bytes);
+  auto* leg = static_cast<UcxLeg*>(user_data);
+  leg->op->comm->leg_done(leg, status, 0, 0);
   ucp_request_free(request);
 }
 
 void UcxComm::on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                            void* user_data) {
-  auto* op = static_cast<UcxOp*>(user_data);
-  op->comm->complete(op, status, info != nullptr ? info->length : 0);
+  auto* leg = static_cast<UcxLeg*>(user_data);
+  leg->op->comm->leg_done(leg, status, info != nullptr ? info->length : 0,
+                          info != nullptr ? info->sender_tag : 0);
   ucp_request_free(request);
 }
 
@@ -249,9 +305,13 @@ void UcxComm::fail_pending(Hit hit, MakeError error) {
     // A receive not matched yet is withdrawn (its callback reports `forced`). A send, or a
     // receive whose data is already moving, cannot be withdrawn from UCX: it stays registered
     // until UCX lets go, but the caller learns of the failure now instead of waiting for a
-    // transfer that a dead peer, or one that gave up, will not finish.
-    if (!op->is_send && op->request != nullptr) ucp_request_cancel(worker_->worker(), op->request);
-    if (!op->done.load(std::memory_order_relaxed)) finish(*op, op->forced);
+    // transfer that a dead peer, or one that gave up, will not finish. A CMA read under way
+    // writes into the caller's buffer: the reader finishes the op when it is over (soon: a
+    // dead peer's memory is gone, and one that gave up is still readable).
+    for (UcxLeg& leg : op->legs)
+      if (leg.held && !leg.is_send && leg.request != nullptr)
+        ucp_request_cancel(worker_->worker(), leg.request);
+    if (!op->done.load(std::memory_order_relaxed) && !op->reading) finish(*op, op->forced);
   }
 }
 
@@ -347,7 +407,13 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
     const char* why = op->is_send ? "the sender withdrew it" : "the receiver withdrew it";
     op->forced = std::make_exception_ptr(TransportError(str(
         "ferry: ucx transport on rank ", rank_, ": ", op_str(*op), " withdrawn: ", why)));
-    if (op->request != nullptr) ucp_request_cancel(worker_->worker(), op->request);
+    // A receive is withdrawn from UCX; a CMA read under way is waited for below. A CMA send
+    // keeps waiting for its acknowledgement, which cleans it up if it ever comes.
+    if (!op->is_send) {
+      for (UcxLeg& leg : op->legs)
+        if (leg.held && !leg.is_send && leg.request != nullptr)
+          ucp_request_cancel(worker_->worker(), leg.request);
+    }
   }
   const auto wait = op->is_send ? Clock::duration(kCancelSendWait) : Clock::duration(kCancelRecvWait);
   auto ucx_let_go = [&] { return op->done.load(std::memory_order_acquire); };

@@ -9,12 +9,15 @@
 // up on a group sends an active message to every peer; they fail their pending and later
 // requests with it in that group the same way (it is alive, but will never answer there).
 //
-// Everything here runs under the worker's lock (UCX callbacks too, since they run inside
-// ucp_worker_progress); only UcxOp::done is read without it.
+// Large messages to ranks on this host take ferry's CMA protocol (ucx_cma.h): the receiver
+// reads them from the sender's memory. Its reads run outside the lock (deferred jobs of the
+// worker); everything else here runs under the worker's lock (UCX callbacks too, since they run
+// inside ucp_worker_progress); only UcxOp::done is read without it.
 #pragma once
 
 #include "backends/transport.h"
 #include "backends/ucx/peer_watch.h"
+#include "backends/ucx/ucx_cma.h"
 #include "backends/ucx/ucx_worker.h"
 
 #include <ucp/api/ucp.h>
@@ -30,21 +33,50 @@
 
 namespace ferry::detail {
 
-// One posted send or receive.
 class UcxComm;
+struct UcxOp;
 
+// One UCX request of an op. A plain op has one, its data; an op carried by the CMA protocol
+// (ucx_cma.h) has at most two at a time.
+enum class LegKind : uint8_t {
+  Data,        // the op's own send or receive (a receive may get a CMA descriptor instead)
+  Payload,     // the data through UCX after a CMA fallback (either side)
+  Descriptor,  // sender: the CMA descriptor
+  AckRecv,     // sender: the receiver's acknowledgement
+  AckSend,     // receiver: the acknowledgement
+};
+struct UcxLeg {
+  UcxOp* op = nullptr;
+  LegKind kind = LegKind::Data;
+  bool is_send = false;
+  bool held = false;        // UCX holds it: its callback has not run yet
+  void* request = nullptr;  // UCX's request, while held
+};
+
+// One posted send or receive.
 struct UcxOp {
   UcxComm* comm = nullptr;  // set by post(); UCX callbacks reach the comm through it
   int peer = 0;  // world rank
   Tag tag;
   bool is_send = false;
   size_t bytes = 0;
-  void* request = nullptr;        // UCX's request while UCX holds the operation
-  bool ucx_done = false;          // UCX completed it (its callback ran, or it never held it)
+  void* data = nullptr;  // the caller's buffer
+  UcxLeg legs[2];
+  // CMA: the descriptor this op sent or received and the wire bytes UCX sends or receives
+  // (they live in the op, which outlives its legs); `reading` while the receiver's read is
+  // queued or running outside the lock (the op must not finish meanwhile: the read writes
+  // into the caller's buffer).
+  CmaDescriptor desc;
+  unsigned char desc_wire[kCmaDescriptorBytes] = {};
+  unsigned char ack_wire[kCmaAckBytes] = {};
+  bool reading = false;
   std::exception_ptr forced;      // the error to report whatever UCX says (peer failed, ...)
   std::exception_ptr error;       // the outcome; written before `done`
   std::atomic<bool> done{false};  // the caller may look at `error`
 };
+
+// "send to rank 3 for <tag>", for messages.
+std::string op_str(const UcxOp& op);
 
 // What each rank publishes about itself, besides its worker address.
 struct UcxPeerInfo {
@@ -83,6 +115,26 @@ class UcxComm final : public UcxSleepHook {
     bool done = false;
   };
 
+  // Hands one leg of `op` to UCX (a receive matches `tag` under `mask`).
+  void post_leg(const std::shared_ptr<UcxOp>& op, LegKind kind, bool is_send, void* buffer,
+                size_t length, uint64_t tag, uint64_t mask = ~uint64_t{0});
+  // UCX finished `leg` with `status` (`length` bytes and the sender's tag for a receive).
+  void leg_done(UcxLeg* leg, ucs_status_t status, size_t length, uint64_t sender_tag);
+  // Finishes `op` with `error` (or with `forced`, if set), unless it finished already.
+  void settle(UcxOp& op, std::exception_ptr error);
+  // Drops `op` from pending_ once UCX holds none of its legs and no read is under way.
+  void retire_if_idle(UcxOp* op);
+  // The error for a leg of `op` that UCX finished with `status` (`length` bytes received).
+  std::exception_ptr error_for(const UcxOp& op, ucs_status_t status, size_t length) const;
+
+  // The CMA protocol (ucx_comm_cma.cpp).
+  void post_cma_send(const std::shared_ptr<UcxOp>& op, uint64_t tag);
+  void on_descriptor(const std::shared_ptr<UcxOp>& op, size_t length);
+  void read_from_peer(const std::shared_ptr<UcxOp>& op);  // a deferred job: without the lock
+  void on_ack(const std::shared_ptr<UcxOp>& op, ucs_status_t status, size_t length);
+  void send_ack(const std::shared_ptr<UcxOp>& op, CmaAckStatus status, uint64_t value);
+  void fall_back(const std::shared_ptr<UcxOp>& op);
+
   static void on_send_done(void* request, ucs_status_t status, void* user_data);
   static void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                            void* user_data);
@@ -91,8 +143,6 @@ class UcxComm final : public UcxSleepHook {
   static ucs_status_t on_abandon(void* arg, const void* header, size_t header_length, void* data,
                                  size_t length, const ucp_am_recv_param_t* param);
 
-  // UCX finished `op` with `status` (`length` bytes for a receive).
-  void complete(UcxOp* op, ucs_status_t status, size_t length);
   void finish(UcxOp& op, std::exception_ptr error);
   // Fails the pending ops for which `hit` holds with `error()`: receives are cancelled in UCX,
   // sends finish at once (UCX may still hold them; they stay registered until it lets go).
@@ -112,9 +162,15 @@ class UcxComm final : public UcxSleepHook {
   std::vector<PeerArg> peer_args_;
   std::vector<std::string> dead_why_;  // "" while the peer lives
   std::map<std::pair<uint32_t, int>, std::string> abandoned_;  // (group, rank) -> why
-  std::unordered_map<UcxOp*, std::shared_ptr<UcxOp>> pending_;  // ops UCX holds
+  std::unordered_map<UcxOp*, std::shared_ptr<UcxOp>> pending_;  // ops UCX holds, or being read
   std::vector<std::unique_ptr<AmSend>> am_sends_;
   PeerWatch watch_;
+  // CMA: the smallest message sent by it (SIZE_MAX: off); to which ranks this rank sends
+  // descriptors, and from which it reads (both become false for a rank that refused or was
+  // refused); the last cookie used with each rank.
+  size_t cma_min_bytes_;
+  std::vector<bool> cma_to_, cma_from_;
+  std::vector<uint64_t> cma_cookie_;
 };
 
 }  // namespace ferry::detail

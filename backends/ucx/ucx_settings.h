@@ -7,16 +7,23 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstddef>
 #include <string>
 
 namespace ferry::detail {
 
 // FERRY_UCX_ERROR_HANDLING=peer (default): endpoints in UCP_ERR_HANDLING_MODE_PEER, so UCX
-// reports dead peers. =none: UCP_ERR_HANDLING_MODE_NONE, which lets UCX 1.13 keep CMA (one copy
-// for large messages; all_gather / all_to_all ~20% faster at 16-64 MiB here) but leaves dead
-// peers to ferry's pidfd watch (ranks on this host only) and to deadlines, and UCX may abort
-// the process on a transport error. Throws InvalidArgument for another value.
+// reports dead peers. =none: UCP_ERR_HANDLING_MODE_NONE, which lets UCX 1.13 keep its own CMA
+// (before ferry had its own, ucx_cma.h, all_gather / all_to_all were ~20% faster at 16-64 MiB
+// that way) but leaves dead peers to ferry's pidfd watch (ranks on this host only) and to
+// deadlines, and UCX may abort the process on a transport error. Throws InvalidArgument for another value.
 bool ucx_peer_error_handling();
+
+// The smallest message ferry sends to a rank on this host by its own CMA protocol (ucx_cma.h);
+// SIZE_MAX when FERRY_UCX_CMA=0 turns it off. FERRY_UCX_CMA_MIN_BYTES sets it (default
+// kUcxCmaDefaultMinBytes, never below 1024). Throws InvalidArgument for a malformed value.
+inline constexpr size_t kUcxCmaDefaultMinBytes = 64 * 1024;
+size_t ucx_cma_min_bytes();
 
 // Puts ferry's defaults for UCT transports into the environment (where UCT reads them) unless
 // the user set them. Call before ucp_config_read.

@@ -5,7 +5,7 @@
 namespace ferry::detail {
 namespace {
 
-constexpr uint64_t kKindCollective = 0, kKindP2P = 1, kKindDiagnosis = 2;
+constexpr uint64_t kKindCollective = 0, kKindP2P = 1, kKindDiagnosis = 2, kKindCma = 3;
 
 }  // namespace
 
@@ -18,17 +18,27 @@ uint64_t pack_ucx_tag(int source, const Tag& tag) {
   uint64_t kind = kKindCollective, low = 0;
   if (tag.seq == kP2PSeq) {
     kind = kKindP2P;
+    FERRY_CHECK(tag.slot < (1u << 31), TransportError, "ucx transport: user tag ", tag.slot,
+                " does not fit the UCP tag (at most 2^31 - 1)");
     low = tag.slot;
   } else if (tag.seq == kDiagnosisSeq) {
     kind = kKindDiagnosis;
   } else {
     // OpContext puts the phase in the slot's top 8 bits and the step in the low 24.
     const uint32_t phase = tag.slot >> 24, step = tag.slot & 0xFFFFFF;
-    FERRY_CHECK(phase < 4 && step < (1u << 14), TransportError, "ucx transport: ", tag_str(tag),
-                " (phase ", phase, ") does not fit the UCP tag (phase < 4, step < 16384)");
+    FERRY_CHECK(phase < 2 && step < (1u << 14), TransportError, "ucx transport: ", tag_str(tag),
+                " (phase ", phase, ") does not fit the UCP tag (phase < 2, step < 16384)");
     low = (uint64_t{phase} << 30) | (uint64_t{step} << 16) | (tag.seq & 0xFFFF);
   }
   return (kind << 62) | (uint64_t(source) << 48) | (uint64_t{tag.group} << 32) | low;
+}
+
+uint64_t pack_ucx_cma_tag(int source, CmaTagKind kind, uint64_t cookie) {
+  FERRY_CHECK(source >= 0 && source < kUcxMaxRanks && cookie >= 1 && cookie <= kUcxMaxCmaCookie,
+              TransportError, "ucx transport: CMA tag for rank ", source, ", cookie ", cookie,
+              " out of range (internal error)");
+  return (kKindCma << 62) | (uint64_t(source) << 48) |
+         (uint64_t{kind == CmaTagKind::Payload} << 47) | cookie;
 }
 
 }  // namespace ferry::detail

@@ -2,10 +2,12 @@
 //
 // Sends and receives map one to one onto ucp_tag_send_nbx / ucp_tag_recv_nbx with the tag
 // layout of ucx_tag.h (source rank, group, step, sequence); sub-groups share the worker and are
-// told apart by the group id. Large messages use UCX's rendezvous protocols (zero copy where
-// the transport allows it); nothing is staged by ferry. A receive whose message has a
-// different size fails with MismatchError (the sender may succeed, and then fails with
-// PeerFailure once the receiver gives up on the group). A dead peer fails every pending and
+// told apart by the group id. Large messages to a rank on this host are read by the receiver
+// straight from the sender's buffer (ferry's CMA protocol, ucx_cma.h; FERRY_UCX_CMA=0 turns it
+// off); others use UCX's protocols. Nothing is staged by ferry. A receive whose message has a
+// different size fails with MismatchError (a large message's sender then fails with
+// MismatchError too; another sender may succeed, and then fails with PeerFailure once the
+// receiver gives up on the group). A dead peer fails every pending and
 // later request with it with PeerFailure naming its rank.
 //
 // Threads: any thread may post, test, wait and cancel; UCP calls are serialized inside. Waiting

@@ -72,19 +72,48 @@ UcxWorker::~UcxWorker() {
   ucp_cleanup(context_);
 }
 
+void UcxWorker::wake_sleepers_locked() {
+  if (sleepers_.load(std::memory_order_acquire) > 0) ucp_worker_signal(worker_);
+}
+
+void UcxWorker::defer_locked(std::function<void()> job) {
+  deferred_.push_back(std::move(job));
+  deferred_count_.store(deferred_.size(), std::memory_order_release);
+  wake_sleepers_locked();  // a sleeper may be the only thread left to run it
+}
+
+bool UcxWorker::run_deferred() {
+  bool ran = false;
+  while (deferred_count_.load(std::memory_order_acquire) > 0) {
+    std::function<void()> job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (deferred_.empty()) break;
+      job = std::move(deferred_.front());
+      deferred_.pop_front();
+      deferred_count_.store(deferred_.size(), std::memory_order_release);
+    }
+    job();
+    ran = true;
+  }
+  return ran;
+}
+
 void UcxWorker::progress_locked() {
   const uint64_t before = completions_.load(std::memory_order_relaxed);
   // Bounded: a steady stream of events must not keep one caller here forever.
   for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) {
   }
-  if (completions_.load(std::memory_order_relaxed) != before &&
-      sleepers_.load(std::memory_order_acquire) > 0)
-    ucp_worker_signal(worker_);  // a sleeper's request may be among those completed
+  if (completions_.load(std::memory_order_relaxed) != before)
+    wake_sleepers_locked();  // a sleeper's request may be among those completed
 }
 
 void UcxWorker::try_progress() {
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (lock.owns_lock()) progress_locked();
+  {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (lock.owns_lock()) progress_locked();
+  }
+  run_deferred();
 }
 
 bool UcxWorker::wait_until(const std::function<bool()>& done, Clock::time_point deadline) {
@@ -112,7 +141,7 @@ bool UcxWorker::wait_until(const std::function<bool()>& done, Clock::time_point 
       sleepers_.fetch_add(1, std::memory_order_acq_rel);
       if (hook_ != nullptr) hook_->before_sleep_locked();
       progress_locked();
-      armed = done() ? UCS_ERR_ALREADY_EXISTS : ucp_worker_arm(worker_);
+      armed = done() || !deferred_.empty() ? UCS_ERR_ALREADY_EXISTS : ucp_worker_arm(worker_);
       if (hook_ != nullptr) hook_->append_wake_fds_locked(fds);
     }
     if (armed == UCS_OK) sleep_on_fds(fds, deadline);

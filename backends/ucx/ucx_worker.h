@@ -15,6 +15,12 @@
 // slices of at most kSleepSlice so that UCX's keepalive (which detects dead peers) runs even
 // when every thread waits.
 //
+// Deferred work: what must run neither inside a UCX callback nor under the lock (a CMA read of
+// several MiB, see ucx_cma.h) is queued by defer_locked and run, without the lock, by whichever
+// thread waits or tests next; a waiter does not sleep while jobs are queued. So a peer's
+// transfer moves even when every thread of this process waits on something else (a send whose
+// peer waits on us), as UCX's own progress does.
+//
 // How long to poll before blocking depends on whether this process has a core to itself: with
 // more local ranks than cores a poller steals the core its peer needs, so it only polls for
 // kSpinFor with yields in between.
@@ -26,6 +32,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -68,9 +75,18 @@ class UcxWorker {
   // Callbacks (run under the lock) call this when they completed a request.
   void note_completion() { completions_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Wakes the sleeping waiters (one of whose requests may have completed); under the lock.
+  void wake_sleepers_locked();
+
+  // Queues `job` (see above); under the lock.
+  void defer_locked(std::function<void()> job);
+  // Runs the queued jobs, each without the lock. True if it ran any.
+  bool run_deferred();
+
   // Progresses until nothing more happens; the caller holds the lock.
   void progress_locked();
-  // One progress pass if no other thread is progressing. Never blocks.
+  // One progress pass if no other thread is progressing, then the deferred jobs. Never waits
+  // for a peer.
   void try_progress();
   // Until done() holds (true) or `deadline` passes (false). done() must be cheap and lock-free.
   bool wait_until(const std::function<bool()>& done, Clock::time_point deadline);
@@ -90,6 +106,8 @@ class UcxWorker {
   std::atomic<uint64_t> completions_{0};
   std::atomic<bool> oversubscribed_{true};
   UcxSleepHook* hook_ = nullptr;  // under mu_
+  std::deque<std::function<void()>> deferred_;  // under mu_
+  std::atomic<size_t> deferred_count_{0};       // its size, read without the lock
 };
 
 // "UCS_ERR_..." and UCX's description of `status`.

@@ -1,8 +1,12 @@
 #include "tests/ucx/child_scenarios.h"
 
+#include "backends/ucx/ucx_cma.h"
 #include "ferry.h"
 
+#include <linux/capability.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -190,6 +194,139 @@ int p2p_contract() {
   return c.status();
 }
 
+// Makes this process's memory unreadable to its peers, and their memory to it, the way a
+// hardened host or a container does: no core dumps (a non-dumpable process may only be read
+// with CAP_SYS_PTRACE) and no CAP_SYS_PTRACE (tests may run as root, which has it).
+void refuse_memory_reads() {
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return;
+  data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  syscall(SYS_capset, &header, data);
+}
+
+// Large collectives and point-to-point messages between ranks on this host, checked element by
+// element, and the path that carried them (the parameter): "cma" (the receivers read the
+// senders' memory, ucx_cma.h), "off" (FERRY_UCX_CMA=0: no descriptor is sent) or "fallback"
+// (reads are refused here, so the data comes through UCX after all).
+int cma_paths() {
+  const std::string expect = param();
+  if (expect == "fallback") refuse_memory_reads();
+  Group g = init();
+  Checks c(g.rank());
+  const int me = g.rank(), n = g.size();
+  const int64_t m = int64_t{1} << 18;  // 1 MiB of floats per block
+  auto near = [](double a, double b) { return a == b; };
+  // all_reduce (ring: blocks of m * n / n floats), values that differ per element.
+  {
+    Tensor x = arange(static_cast<int64_t>(n) * m);
+    for (int64_t i : {int64_t{0}, m + 7, n * m - 1}) x.set_flat(i, x.get_flat(i) + me);
+    all_reduce(x, g).wait();
+    const double ranks = n * (n - 1) / 2.0;
+    for (int64_t i : {int64_t{0}, int64_t{1}, m + 7, m + 8, n * m - 1})
+      c.expect(near(x.get_flat(i), n * static_cast<double>(i) +
+                                       (i == 0 || i == m + 7 || i == n * m - 1 ? ranks : 0)),
+               "all_reduce element " + std::to_string(i) + " = " + std::to_string(x.get_flat(i)));
+  }
+  // all_gather, reduce_scatter, all_to_all_single: block k of the result comes from rank k.
+  {
+    Tensor in = full({m}, 10.0 + me), out = empty({n * m});
+    all_gather(in, out, g).wait();
+    for (int k = 0; k < n; ++k)
+      c.expect(out.get_flat(k * m) == 10.0 + k && out.get_flat(k * m + m - 1) == 10.0 + k,
+               "all_gather block " + std::to_string(k));
+    Tensor rs_in = full({n * m}, 1.0 + me), rs_out = empty({m});
+    reduce_scatter(rs_in, rs_out, g).wait();
+    c.expect(rs_out.get_flat(m - 1) == n * (n + 1) / 2.0, "reduce_scatter sums");
+    Tensor a_in = empty({n * m}), a_out = empty({n * m});
+    for (int k = 0; k < n; ++k) {
+      a_in.set_flat(k * m, 100.0 * me + k);
+      a_in.set_flat(k * m + m - 1, 100.0 * me + k);
+    }
+    all_to_all_single(a_in, a_out, g).wait();
+    for (int k = 0; k < n; ++k)
+      c.expect(a_out.get_flat(k * m) == 100.0 * k + me &&
+                   a_out.get_flat(k * m + m - 1) == 100.0 * k + me,
+               "all_to_all block " + std::to_string(k));
+  }
+  // Point to point on one tag: large, small, large are matched in posting order, and a
+  // large receive accepts the data whichever way it was sent.
+  if (n >= 2 && me < 2) {
+    const int peer = 1 - me;
+    const int64_t sizes[] = {m, 3, 2 * m};
+    std::vector<Tensor> outs;
+    std::vector<Work> sends;
+    for (int i = 0; i < 3; ++i) outs.push_back(empty({sizes[i]}));
+    std::vector<Work> recvs;
+    for (int i = 0; i < 3; ++i) recvs.push_back(recv(outs[i], peer, g, 77));
+    for (int i = 0; i < 3; ++i) sends.push_back(send(full({sizes[i]}, 1000.0 * me + i), peer, g, 77));
+    for (auto& w : sends) w.wait();
+    for (auto& w : recvs) w.wait();
+    for (int i = 0; i < 3; ++i)
+      c.expect(outs[i].get_flat(sizes[i] - 1) == 1000.0 * peer + i,
+               "point-to-point message " + std::to_string(i) + " of tag 77 in order");
+  }
+  barrier(g).wait();
+  const detail::CmaCounters& k = detail::cma_counters();
+  const uint64_t sent = k.descriptors_sent.load(), reads = k.reads.load(),
+                 fallbacks = k.fallbacks.load();
+  std::fprintf(stderr, "[rank %d] CMA: %llu descriptors sent, %llu reads (%llu bytes), %llu "
+               "fallbacks\n", me, static_cast<unsigned long long>(sent),
+               static_cast<unsigned long long>(reads),
+               static_cast<unsigned long long>(k.bytes_read.load()),
+               static_cast<unsigned long long>(fallbacks));
+  if (expect == "cma") {
+    c.expect(sent > 0 && reads > 0 && fallbacks == 0, "large messages went by CMA");
+  } else if (expect == "off") {
+    c.expect(sent == 0 && reads == 0, "FERRY_UCX_CMA=0: no CMA at all");
+  } else if (expect == "fallback") {
+    // The first large message from each peer falls back; the senders then stop offering.
+    c.expect(reads == 0 && fallbacks >= 1 && fallbacks <= static_cast<uint64_t>(n - 1),
+             "refused reads fell back to UCX once per peer");
+  } else {
+    c.expect(false, "unknown expectation '" + expect + "'");
+  }
+  finalize();
+  return c.status();
+}
+
+// A large message whose size differs from its receive's: both ranks raise MismatchError naming
+// both sizes, in time, and nobody hangs (through UCX, without CMA, only the receiver fails).
+// Rank 1 sends 2 MiB on tag 5 (rank 0 expects 1 MiB) and 1 MiB on tag 6 (rank 0 expects 400
+// bytes).
+int cma_mismatch() {
+  Group g = init();
+  Checks c(g.rank());
+  const int me = g.rank();
+  const double bound = std::atof(param().c_str());
+  const auto t0 = Clock::now();
+  if (me == 0) {
+    Caught shorter = capture([&] { recv(empty({int64_t{1} << 18}), 1, g, 5).wait(); });
+    c.expect(shorter.kind == "MismatchError" && contains(shorter.what, "sent 2097152 bytes") &&
+                 contains(shorter.what, "expected 1048576 bytes"),
+             "a large message to a smaller large receive: " + shorter.kind + ": " + shorter.what);
+    Caught tiny = capture([&] { recv(empty({100}), 1, g, 6).wait(); });
+    c.expect(tiny.kind == "MismatchError" && contains(tiny.what, "sent 1048576 bytes") &&
+                 contains(tiny.what, "expected 400 bytes"),
+             "a large message to a small receive: " + tiny.kind + ": " + tiny.what);
+  } else if (me == 1) {
+    Caught longer = capture([&] { send(full({int64_t{1} << 19}, 1.0), 0, g, 5).wait(); });
+    c.expect(longer.kind == "MismatchError" && contains(longer.what, "sent 2097152 bytes") &&
+                 contains(longer.what, "expected 1048576 bytes"),
+             "the sender of the larger message fails too: " + longer.kind + ": " + longer.what);
+    Caught to_tiny = capture([&] { send(full({int64_t{1} << 18}, 1.0), 0, g, 6).wait(); });
+    c.expect(to_tiny.kind == "MismatchError" && contains(to_tiny.what, "expected 400 bytes"),
+             "the sender to the small receive fails too: " + to_tiny.kind + ": " + to_tiny.what);
+  }
+  c.expect(seconds_since(t0) < bound, "point-to-point mismatches within " +
+                                          std::to_string(bound) + " s");
+  barrier(g).wait();
+  c.expect(!g.poisoned(), "point-to-point errors do not poison the group");
+  finalize();
+  return c.status();
+}
+
 // FERRY_BACKEND=ucx with neither a launcher nor a rendezvous: a clear InvalidArgument.
 int no_bootstrap() {
   Checks c(-1);
@@ -208,6 +345,8 @@ int run_child(const std::string& name) {
       {"abandon", abandon},
       {"p2p", p2p_contract},
       {"no-bootstrap", no_bootstrap},
+      {"cma", cma_paths},
+      {"cma-mismatch", cma_mismatch},
   };
   auto it = scenarios.find(name);
   if (it == scenarios.end()) {

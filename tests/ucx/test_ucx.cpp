@@ -1,6 +1,8 @@
 // The UCX transport across processes (the test starts them itself, joined by the TCP
 // rendezvous) and the rendezvous against garbage.
 #include "backends/rendezvous/rendezvous_frame.h"
+#include "backends/ucx/ucx_cma.h"
+#include "backends/ucx/ucx_tag.h"
 #include "backends/rendezvous/socket_io.h"
 #include "backends/rendezvous/tcp_rendezvous.h"
 #include "runtime/error.h"
@@ -61,12 +63,16 @@ TEST_CASE("ucx: a rank killed mid-collective makes the survivors raise PeerFailu
   // FERRY_TIMEOUT is 60 s; the survivors must fail within 10 s (the pidfd watch sees the death
   // at once; UCX's keepalive runs every second; on TCP the broken connection is seen too). Over
   // shared memory, TCP, and without UCX's peer error handling (pidfd watch only).
-  auto variant = GENERATE(as<std::string>{}, "shm", "tcp", "no-peer-errors");
+  // The 64 MiB all_reduce's messages take ferry's CMA protocol (a survivor may be reading the
+  // victim's memory, or waiting for its acknowledgement, when it dies), except with
+  // FERRY_UCX_CMA=0.
+  auto variant = GENERATE(as<std::string>{}, "shm", "tcp", "no-peer-errors", "no-cma");
   INFO(variant);
   std::vector<std::pair<std::string, std::string>> env = {{"FERRY_TIMEOUT", "60"},
                                                           {ucxtest::kParamVar, "10"}};
   if (variant == "tcp") env.push_back({"UCX_TLS", "tcp,self"});
   if (variant == "no-peer-errors") env.push_back({"FERRY_UCX_ERROR_HANDLING", "none"});
+  if (variant == "no-cma") env.push_back({"FERRY_UCX_CMA", "0"});
   auto exits = run_scenario("kill", 3, env);
   for (int r = 0; r < 2; ++r) {
     INFO(run::describe(exits[r]));
@@ -75,6 +81,108 @@ TEST_CASE("ucx: a rank killed mid-collective makes the survivors raise PeerFailu
   }
   INFO(run::describe(exits[2]));
   CHECK((!exits[2].exited && exits[2].signal == SIGKILL && !exits[2].killed_by_us));
+}
+
+TEST_CASE("ucx: large messages between ranks on one host are read from the sender's memory",
+          "[ucx][process][cma]") {
+  SECTION("2 ranks, shared memory") {
+    require_all_passed(run_scenario("cma", 2, {{ucxtest::kParamVar, "cma"}}));
+  }
+  SECTION("3 ranks, shared memory") {
+    require_all_passed(run_scenario("cma", 3, {{ucxtest::kParamVar, "cma"}}));
+  }
+  SECTION("2 ranks, UCX_TLS=tcp,self (descriptors over TCP, data by CMA)") {
+    require_all_passed(
+        run_scenario("cma", 2, {{ucxtest::kParamVar, "cma"}, {"UCX_TLS", "tcp,self"}}));
+  }
+  SECTION("2 ranks, FERRY_UCX_ERROR_HANDLING=none") {
+    require_all_passed(run_scenario(
+        "cma", 2, {{ucxtest::kParamVar, "cma"}, {"FERRY_UCX_ERROR_HANDLING", "none"}}));
+  }
+  SECTION("FERRY_UCX_CMA=0 turns it off") {
+    require_all_passed(run_scenario("cma", 2, {{ucxtest::kParamVar, "off"}, {"FERRY_UCX_CMA", "0"}}));
+  }
+  SECTION("reads refused (non-dumpable, no CAP_SYS_PTRACE): UCX carries the data") {
+    require_all_passed(run_scenario("cma", 3, {{ucxtest::kParamVar, "fallback"}}));
+  }
+}
+
+TEST_CASE("ucx: a large message of another size fails on both sides, in time",
+          "[ucx][process][cma]") {
+  require_all_passed(run_scenario("cma-mismatch", 2, {{"FERRY_TIMEOUT", "60"},
+                                                      {ucxtest::kParamVar, "10"}}));
+}
+
+TEST_CASE("ucx CMA: descriptors and acknowledgements are validated; reads fail cleanly",
+          "[ucx][cma]") {
+  using namespace detail;
+  std::string error;
+  unsigned char wire[kCmaDescriptorBytes];
+  encode_cma_descriptor({7, 0x1000, 4096}, wire);
+  auto d = decode_cma_descriptor(wire, sizeof wire, error);
+  REQUIRE(d.has_value());
+  CHECK((d->cookie == 7 && d->address == 0x1000 && d->bytes == 4096));
+  auto corrupt = [&](size_t at, unsigned char v) {
+    unsigned char copy[kCmaDescriptorBytes];
+    std::memcpy(copy, wire, sizeof copy);
+    copy[at] = v;
+    error.clear();
+    auto r = decode_cma_descriptor(copy, sizeof copy, error);
+    return r ? std::string("accepted") : error;
+  };
+  CHECK_THAT(corrupt(0, 'X'), Contains("bad magic"));
+  CHECK_THAT(corrupt(4, 9), Contains("version 9"));
+  CHECK_THAT(corrupt(15, 0x80), Contains("cookie"));  // beyond 47 bits
+  {
+    unsigned char copy[kCmaDescriptorBytes];
+    encode_cma_descriptor({7, 0, 4096}, copy);
+    CHECK_FALSE(decode_cma_descriptor(copy, sizeof copy, error).has_value());
+    encode_cma_descriptor({7, ~uint64_t{0} - 10, 4096}, copy);  // wraps around
+    CHECK_FALSE(decode_cma_descriptor(copy, sizeof copy, error).has_value());
+    CHECK_THAT(error, Contains("wraps"));
+    encode_cma_descriptor({0, 0x1000, 4096}, copy);
+    CHECK_FALSE(decode_cma_descriptor(copy, sizeof copy, error).has_value());
+  }
+  CHECK_FALSE(decode_cma_descriptor(wire, sizeof wire - 1, error).has_value());
+  CHECK_FALSE(decode_cma_descriptor(nullptr, sizeof wire, error).has_value());
+  unsigned char ack[kCmaAckBytes];
+  encode_cma_ack({9, CmaAckStatus::Mismatch, 123}, ack);
+  auto a = decode_cma_ack(ack, sizeof ack, error);
+  REQUIRE(a.has_value());
+  CHECK((a->cookie == 9 && a->status == CmaAckStatus::Mismatch && a->value == 123));
+  ack[6] = 77;  // status
+  CHECK_FALSE(decode_cma_ack(ack, sizeof ack, error).has_value());
+  CHECK_THAT(error, Contains("status 77"));
+  // Random bytes never decode (the magic alone makes that 2^-32 likely; random 32-byte
+  // messages with a valid magic and version must still respect the bounds).
+  std::mt19937 rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    unsigned char raw[kCmaDescriptorBytes];
+    for (unsigned char& b : raw) b = static_cast<unsigned char>(rng());
+    if (i % 2 == 0) std::memcpy(raw, wire, 8);  // valid magic and version
+    auto r = decode_cma_descriptor(raw, sizeof raw, error);
+    if (!r) continue;
+    CHECK((r->cookie >= 1 && r->cookie <= kUcxMaxCmaCookie));
+    CHECK((r->address != 0 && r->address + r->bytes >= r->address));
+  }
+  // Reads: this process's own memory works, an unmapped range is Failed (EFAULT), and a
+  // process that does not exist is Gone.
+  std::vector<char> src(100000, 'a'), dst(100000, 'b');
+  CmaReadResult ok = cma_read(static_cast<uint32_t>(getpid()),
+                              reinterpret_cast<uint64_t>(src.data()), dst.data(), dst.size());
+  CHECK(ok.outcome == CmaReadOutcome::Done);
+  CHECK(dst == src);
+  CmaReadResult fault = cma_read(static_cast<uint32_t>(getpid()), 4096, dst.data(), 100);
+  CHECK(fault.outcome == CmaReadOutcome::Failed);
+  CHECK(fault.error == EFAULT);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  waitpid(child, &status, 0);  // reaped: the pid names no process
+  CmaReadResult gone = cma_read(static_cast<uint32_t>(child),
+                                reinterpret_cast<uint64_t>(src.data()), dst.data(), 100);
+  CHECK(gone.outcome == CmaReadOutcome::Gone);
 }
 
 TEST_CASE("ucx: a rank that gives up on a group makes its peers fail at once", "[ucx][process]") {

@@ -1,0 +1,131 @@
+#include "backends/ucx/ucx_cma.h"
+
+#include "backends/ucx/ucx_tag.h"
+#include "runtime/error.h"
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace ferry::detail {
+namespace {
+
+constexpr uint32_t kDescriptorMagic = 0x414D'4346;  // "FCMA"
+constexpr uint32_t kAckMagic = 0x4B43'4146;         // "FACK"
+constexpr uint16_t kVersion = 1;
+
+struct DescriptorWire {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t cookie;
+  uint64_t address;
+  uint64_t bytes;
+};
+static_assert(sizeof(DescriptorWire) == 32 && sizeof(DescriptorWire) == kCmaDescriptorBytes);
+
+struct AckWire {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t status;
+  uint64_t cookie;
+  uint64_t value;
+};
+static_assert(sizeof(AckWire) == kCmaAckBytes);
+
+bool cookie_valid(uint64_t cookie) { return cookie >= 1 && cookie <= kUcxMaxCmaCookie; }
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+void encode_cma_descriptor(const CmaDescriptor& d, unsigned char (&out)[kCmaDescriptorBytes]) {
+  const DescriptorWire w{kDescriptorMagic, kVersion, 0, d.cookie, d.address, d.bytes};
+  std::memcpy(out, &w, sizeof w);
+}
+
+std::optional<CmaDescriptor> decode_cma_descriptor(const void* data, size_t bytes,
+                                                   std::string& error) {
+  DescriptorWire w{};
+  if (data == nullptr || bytes != sizeof w) {
+    error = str("a descriptor is ", sizeof w, " bytes, this one ", bytes);
+    return std::nullopt;
+  }
+  std::memcpy(&w, data, sizeof w);
+  if (w.magic != kDescriptorMagic) {
+    error = str("bad magic ", hex(w.magic));
+  } else if (w.version != kVersion) {
+    error = str("version ", w.version, " (this build speaks ", kVersion, ")");
+  } else if (!cookie_valid(w.cookie)) {
+    error = str("cookie ", w.cookie, " out of range");
+  } else if (w.address == 0 || w.bytes == 0 || w.address + w.bytes < w.address) {
+    error = str("address range ", hex(w.address), " + ", w.bytes,
+                " bytes is empty or wraps");
+  } else {
+    return CmaDescriptor{w.cookie, w.address, w.bytes};
+  }
+  return std::nullopt;
+}
+
+void encode_cma_ack(const CmaAck& a, unsigned char (&out)[kCmaAckBytes]) {
+  const AckWire w{kAckMagic, kVersion, static_cast<uint16_t>(a.status), a.cookie, a.value};
+  std::memcpy(out, &w, sizeof w);
+}
+
+std::optional<CmaAck> decode_cma_ack(const void* data, size_t bytes, std::string& error) {
+  AckWire w{};
+  if (data == nullptr || bytes != sizeof w) {
+    error = str("an acknowledgement is ", sizeof w, " bytes, this one ", bytes);
+    return std::nullopt;
+  }
+  std::memcpy(&w, data, sizeof w);
+  if (w.magic != kAckMagic) {
+    error = str("bad magic ", hex(w.magic));
+  } else if (w.version != kVersion) {
+    error = str("version ", w.version, " (this build speaks ", kVersion, ")");
+  } else if (!cookie_valid(w.cookie)) {
+    error = str("cookie ", w.cookie, " out of range");
+  } else if (w.status < static_cast<uint16_t>(CmaAckStatus::Done) ||
+             w.status > static_cast<uint16_t>(CmaAckStatus::ReadFailed)) {
+    error = str("unknown status ", w.status);
+  } else {
+    return CmaAck{w.cookie, static_cast<CmaAckStatus>(w.status), w.value};
+  }
+  return std::nullopt;
+}
+
+CmaReadResult cma_read(uint32_t pid, uint64_t remote, void* local, size_t bytes) {
+  // One call usually moves everything; the kernel stops early at an unmapped page or a signal,
+  // and the loop then resumes where it stopped (a read that moves nothing is an error).
+  auto* out = static_cast<char*>(local);
+  size_t done = 0;
+  while (done < bytes) {
+    iovec to{out + done, bytes - done};
+    iovec from{reinterpret_cast<void*>(remote + done), bytes - done};
+    const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &to, 1, &from, 1, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    const int e = n == 0 ? EFAULT : errno;
+    if (e == EINTR) continue;
+    if (e == EPERM || e == EACCES || e == ENOSYS) return {CmaReadOutcome::Refused, e};
+    if (e == ESRCH) return {CmaReadOutcome::Gone, e};
+    return {CmaReadOutcome::Failed, e};
+  }
+  return {CmaReadOutcome::Done, 0};
+}
+
+CmaCounters& cma_counters() {
+  static CmaCounters counters;
+  return counters;
+}
+
+}  // namespace ferry::detail
