@@ -37,7 +37,6 @@ void all_gather_in_place(OpContext& ctx, char* buf, const detail::Blocks& blocks
 void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
                    const detail::Blocks& blocks, const std::string& algo) {
   char* out = bytes_of(output);
-  const int me = ctx.rank();
   if (NativeCollectives* native = ctx.native()) {
     // The transport places our own block too (or sees that it is in place).
     ctx.wait_native(native->all_gather(bytes_of(input), out, blocks.bytes, blocks.offset),
@@ -45,12 +44,12 @@ void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
     output.bump_version();
     return;
   }
-  if (out + blocks.offset[me] != bytes_of(input) && blocks.bytes[me] > 0)
-    std::memcpy(out + blocks.offset[me], bytes_of(input), blocks.bytes[me]);
+  // The algorithm sends our block from the input and copies it into place meanwhile.
+  const char* own = bytes_of(input);
   if (algo == "direct")
-    detail::direct_all_gather(ctx, out, blocks);
+    detail::direct_all_gather(ctx, out, blocks, own);
   else
-    detail::ring_all_gather(ctx, out, blocks);
+    detail::ring_all_gather(ctx, out, blocks, own);
   output.bump_version();
 }
 

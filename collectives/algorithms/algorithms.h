@@ -39,14 +39,18 @@ struct ReduceSpec {
 // be overwritten (may be `in` itself); then the result is written into work's block `rank` too.
 void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
                          const Blocks& blocks, const ReduceSpec& spec);
-// Block `rank` of `buf` is in place; afterwards every block is.
-void ring_all_gather(OpContext& ctx, char* buf, const Blocks& blocks);
+// Afterwards every block of `buf` is in place. Block `rank` must be in place already, unless
+// `own` (optional) says where this rank's block comes from when it is not yet in place in `buf`:
+// it is sent from there and copied into place while the first exchange is under way, so the
+// copy overlaps the transfer instead of preceding it.
+void ring_all_gather(OpContext& ctx, char* buf, const Blocks& blocks,
+                     const char* own = nullptr);
 // reduce_scatter + all_gather; `out` may be `in`.
 void ring_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
                      const ReduceSpec& spec);
 
 // ---- direct (every rank talks to every rank at once; latency-optimal for few ranks) ----
-void direct_all_gather(OpContext& ctx, char* buf, const Blocks& blocks);
+void direct_all_gather(OpContext& ctx, char* buf, const Blocks& blocks, const char* own = nullptr);
 
 // ---- binomial trees (log2(W) rounds; latency-optimal for small payloads) ----
 void tree_broadcast(OpContext& ctx, char* buf, size_t bytes, int root);

@@ -8,24 +8,28 @@ namespace ferry::detail {
 
 void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   const int n = ctx.size(), r = ctx.rank();
-  if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r])
-    std::memcpy(x.recv[r], x.send[r], x.recv_bytes[r]);
   // All pairs are posted at once, in pairwise order so that no rank is everyone's first target.
   for (int s = 1; s < n; ++s) {
     const int to = (r + s) % n, from = (r - s + n) % n;
     ctx.recv(from, 0, x.recv[from], x.recv_bytes[from]);
     ctx.send(to, 0, x.send[to], x.send_bytes[to]);
   }
+  // Our own block moves while the peers' are under way (no other block overlaps it).
+  if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r])
+    std::memcpy(x.recv[r], x.send[r], x.recv_bytes[r]);
   ctx.wait_all();
 }
 
-void direct_all_gather(OpContext& ctx, char* buf, const Blocks& blocks) {
+void direct_all_gather(OpContext& ctx, char* buf, const Blocks& blocks, const char* own) {
   const int n = ctx.size(), r = ctx.rank();
+  char* own_place = buf + blocks.offset[r];
+  if (own == nullptr) own = own_place;
   for (int s = 1; s < n; ++s) {
     const int to = (r + s) % n, from = (r - s + n) % n;
     ctx.recv(from, 0, buf + blocks.offset[from], blocks.bytes[from]);
-    ctx.send(to, 0, buf + blocks.offset[r], blocks.bytes[r]);
+    ctx.send(to, 0, own, blocks.bytes[r]);
   }
+  if (own != own_place && blocks.bytes[r] > 0) std::memcpy(own_place, own, blocks.bytes[r]);
   ctx.wait_all();
 }
 

@@ -73,15 +73,22 @@ void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
 }
 
 // Step s: send block r-s (which we hold complete) right, receive block r-s-1 from the left.
-void ring_all_gather(OpContext& ctx, char* buf, const Blocks& blocks) {
+void ring_all_gather(OpContext& ctx, char* buf, const Blocks& blocks, const char* own) {
   const int n = ctx.size(), r = ctx.rank();
   const int right = mod(r + 1, n), left = mod(r - 1, n);
+  char* own_place = buf + blocks.offset[r];
+  if (own == nullptr) own = own_place;
   for (int s = 0; s < n - 1; ++s) {
     const int sb = mod(r - s, n), rb = mod(r - s - 1, n);
-    ctx.send(right, s, buf + blocks.offset[sb], blocks.bytes[sb]);
+    ctx.send(right, s, s == 0 ? own : buf + blocks.offset[sb], blocks.bytes[sb]);
     ctx.recv(left, s, buf + blocks.offset[rb], blocks.bytes[rb]);
+    // Only step 0 sends our block, so it may land in place while that step runs.
+    if (s == 0 && own != own_place && blocks.bytes[r] > 0)
+      std::memcpy(own_place, own, blocks.bytes[r]);
     ctx.wait_all();
   }
+  if (n == 1 && own != own_place && blocks.bytes[r] > 0)
+    std::memcpy(own_place, own, blocks.bytes[r]);
 }
 
 void ring_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
