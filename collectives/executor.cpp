@@ -19,6 +19,7 @@ void Executor::enqueue(std::function<void()> task) {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back(std::move(task));
     queued_at_.push_back(std::chrono::steady_clock::now());
+    unfinished_.fetch_add(1, std::memory_order_relaxed);
     if (!thread_.joinable()) {
       thread_ = std::thread([this] { grace_.count() > 0 ? caller_first_loop() : loop(); });
     }
@@ -41,10 +42,7 @@ bool Executor::run_one_here() {
   return true;
 }
 
-bool Executor::idle() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return tasks_.empty() && !running_;
-}
+bool Executor::idle() { return unfinished_.load(std::memory_order_acquire) == 0; }
 
 void Executor::run(const std::function<void()>& task) {
   // Tasks report their errors through their Work; should one escape anyway, the queue must not
@@ -61,6 +59,7 @@ void Executor::finished_one() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
+    unfinished_.fetch_sub(1, std::memory_order_release);
     wake = grace_.count() == 0 || stopping_;  // a polling worker finds out by itself
   }
   if (wake) cv_.notify_all();
