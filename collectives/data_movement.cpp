@@ -112,9 +112,9 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   const int64_t rows = input.dim() == 0 ? 1 : input.size(0);
   v.shape_with_rows_is(output, "output", input.shape(), rows * world);
   const size_t block = input.nbytes();
-  v.no_overlap(output, "output", input, "input",
-               static_cast<const char*>(output.raw_data()) + block * static_cast<size_t>(group.rank()),
-               block);
+  const char* own_place =
+      static_cast<const char*>(output.raw_data()) + block * static_cast<size_t>(group.rank());
+  v.no_overlap(output, "output", input, "input", own_place, block);
   auto work = detail::start_native_now(
       group, "all_gather", detail::OpSummary::of(input), {&input, &output},
       [&](NativeCollectives& native) {

@@ -34,8 +34,8 @@ class NativeIssue {
   NativeIssue(const Group& group, const char* op);
   explicit operator bool() const { return lock_.owns_lock(); }
   NativeCollectives& native() { return *group_->native(); }
-  // Wraps the started request, or the error starting it threw, into the op's Work; `keep` are
-  // the tensors the request reads or writes, kept alive until it finished.
+  // Wraps the started request, or the error starting it threw, into the op's Work; `keep` is
+  // the memory the request reads or writes, kept alive until it finished.
   Work finish(OpSummary what, KeptBuffers keep, std::unique_ptr<NativeRequest> request,
               std::exception_ptr start_error);
 
