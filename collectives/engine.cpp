@@ -169,6 +169,33 @@ std::function<std::string()> describe_op(const char* op, uint64_t seq, OpSummary
   return [d = OpDescription(op, seq, std::move(what), group)] { return d.format(); };
 }
 
+namespace {
+
+// The Work of an op queued on its group's executor. What describes it, lets a waiter run it and
+// poisons the group after a user's wait expired lives here rather than in std::functions of
+// WorkState, each of which would cost an allocation per op.
+class QueuedWork final : public WorkState {
+ public:
+  explicit QueuedWork(OpDescription op) : WorkState(std::string()), op_(std::move(op)) {}
+
+  std::string description() const override { return op_.format(); }
+
+  bool help_one() override {
+    auto g = op_.group.lock();  // weak: a Work may outlive its group (and its worker)
+    return g && g->executor().run_one_here();
+  }
+
+  // A Work that a user gave up waiting for leaves the ranks out of step: poison the group.
+  void wait_timed_out(const std::string& why) override {
+    if (auto g = op_.group.lock()) poison_after_wait_timeout(*g, why);
+  }
+
+ private:
+  OpDescription op_;  // formatted only when a message needs it
+};
+
+}  // namespace
+
 Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
   GroupImpl& g = group.impl();
   g.throw_if_poisoned(op);
@@ -176,14 +203,9 @@ Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
   // group at once must not queue seq 6 ahead of seq 5.
   std::lock_guard<std::mutex> issuing(g.issue_mutex());
   const uint64_t seq = g.take_sequence_number();
-  auto state = std::make_shared<WorkState>(describe_op(op, seq, std::move(what), group));
+  std::shared_ptr<WorkState> state =
+      std::make_shared<QueuedWork>(OpDescription(op, seq, std::move(what), group));
   state->self_timed = true;
-  state->help = [weak = group.weak_impl()] {
-    auto g = weak.lock();
-    return g && g->executor().run_one_here();
-  };
-  // A Work that a user gave up waiting for leaves the ranks out of step: poison the group.
-  state->on_wait_timeout = poison_on_wait_timeout(group);
   GroupImpl* gp = &g;
   g.executor().enqueue([gp, state_in = state, op, seq, body_in = std::move(body)]() mutable {
     // The task lets go of everything it holds (the body's tensor handles, its context) before

@@ -31,8 +31,8 @@ bool WorkState::is_completed() const {
 }
 
 bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline, bool may_help) {
-  if (may_help && help) {
-    while (!is_completed() && help()) {
+  if (may_help) {
+    while (!is_completed() && help_one()) {
     }
   }
   // Most waits end within microseconds of being called: spin a little before sleeping.

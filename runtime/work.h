@@ -53,8 +53,8 @@ class WorkState {
   bool self_timed = false;
 
   // Runs one queued op of the issuer on the calling thread; false when there is none it can
-  // run now. Set by the issuer (collectives run on a per-group worker otherwise).
-  std::function<bool()> help;
+  // run now (collectives run on a per-group worker otherwise). Overridden by the issuer's state.
+  virtual bool help_one() { return false; }
 
   // Called when a user's wait expired (the group poisons itself here). Set by the issuer.
   std::function<void(const std::string& why)> on_wait_timeout;
