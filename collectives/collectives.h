@@ -69,7 +69,8 @@ Work all_gather_v(const Tensor& input, const Group& group);
 Work all_to_all_single(const Tensor& input, Tensor output, const Group& group);
 // Uneven (torch.distributed order): input_split_sizes[j] rows go to rank j, output_split_sizes[k]
 // rows come from rank k. Each rank's output_split_sizes[k] must equal rank k's
-// input_split_sizes[me].
+// input_split_sizes[me]. Empty lists mean equal blocks; either every rank passes lists or none
+// does (the MPI transport carries the two forms by different MPI calls, which do not match).
 Work all_to_all_single(const Tensor& input, Tensor output,
                        const std::vector<int64_t>& output_split_sizes,
                        const std::vector<int64_t>& input_split_sizes, const Group& group);

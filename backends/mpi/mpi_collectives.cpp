@@ -79,6 +79,7 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> reduce_scatter(const void* in, void* out,
                                                 const std::vector<size_t>& counts, DType dtype,
                                                 ReduceOp op) override {
+    // Every rank has the same counts, so every rank makes the same call.
     if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; }))
       return reduce_scatter_equal(in, out, counts[0], dtype, op);
     const MPI_Datatype type = mpi_datatype(dtype);
@@ -104,6 +105,7 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
                                             const std::vector<size_t>& bytes,
                                             const std::vector<size_t>& offset) override {
+    // Every rank has the same block list, so every rank makes the same call.
     if (equal_contiguous(bytes, offset)) return all_gather_equal(in, out, bytes[0]);
     char* base = static_cast<char*>(out);
     const void* send = in == base + offset[rank_] ? MPI_IN_PLACE : in;
@@ -124,9 +126,9 @@ class MpiCollectives final : public NativeCollectives {
                                                    void* out,
                                                    const std::vector<size_t>& recv_bytes,
                                                    const std::vector<size_t>& recv_offset) override {
-    if (equal_contiguous(send_bytes, send_offset) && equal_contiguous(recv_bytes, recv_offset) &&
-        send_bytes[0] == recv_bytes[0])
-      return all_to_all_equal(in, out, send_bytes[0]);
+    // Always MPI_Ialltoallv, even when this rank's blocks happen to be equal: another rank's
+    // may not be, and every rank must make the same MPI call (all_to_all_equal is the form
+    // without split lists).
     auto r = start("all_to_all_single");
     const size_t n = send_bytes.size();
     std::vector<int>& sc = r->pending().ints(n);

@@ -21,7 +21,8 @@
 // MPICH 4.0.2's persistent MPI_Allgather reads outside its buffers on two ranks (reproduced
 // with guard pages around 8 B buffers: a segfault every run), so all_gather is carried as a
 // persistent MPI_Alltoall whose send buffer holds W copies of the block; it moves the same
-// bytes. FERRY_MPI_PERSISTENT=0 turns the path off.
+// bytes. FERRY_MPI_PERSISTENT=0 turns the path off (on every rank alike: a rank that makes the
+// non-blocking call where its peers start a persistent request would never match them).
 #pragma once
 
 #include "backends/native_collectives.h"

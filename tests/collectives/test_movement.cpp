@@ -79,6 +79,37 @@ FT_SPMD_CASE("all_to_all_single: uneven splits with zeros", "[movement][all_to_a
   small_sweep(g, ctx, start_all_to_all_single_v, false, {0}, {0, 1, 2});
 }
 
+// Rank 0's blocks are all one row and every other rank's are not: the MPI transport must still
+// make the same MPI call on every rank (it once chose MPI_Ialltoall where one rank's blocks
+// looked equal, and MPI_Ialltoallv elsewhere).
+FT_SPMD_CASE("all_to_all_single: split lists equal on one rank only", "[movement][all_to_all]", 2, 3, 4) {
+  const int W = g.size(), me = g.rank();
+  auto rows = [](int from, int to) -> int64_t { return from == 0 || to == 0 ? 1 : 2; };
+  for (int round = 0; round < 3; ++round) {  // repeated: small ops may reuse a cached request
+    std::vector<int64_t> in_splits, out_splits;
+    int64_t in_rows = 0, out_rows = 0;
+    for (int k = 0; k < W; ++k) {
+      in_splits.push_back(rows(me, k));
+      out_splits.push_back(rows(k, me));
+      in_rows += in_splits.back();
+      out_rows += out_splits.back();
+    }
+    // Row i of the block rank `from` sends to rank `to` holds 1000 * from + 10 * to + i + round.
+    Tensor input = ferry::empty({in_rows}, DType::Int32);
+    int32_t* in = input.data<int32_t>();
+    for (int k = 0, at = 0; k < W; ++k)
+      for (int64_t i = 0; i < in_splits[k]; ++i) in[at++] = 1000 * me + 10 * k + static_cast<int32_t>(i) + round;
+    Tensor output = ferry::empty({out_rows}, DType::Int32);
+    ferry::all_to_all_single(input, output, out_splits, in_splits, g).wait();
+    const int32_t* out = output.data<int32_t>();
+    bool right = true;
+    for (int k = 0, at = 0; k < W; ++k)
+      for (int64_t i = 0; i < out_splits[k]; ++i)
+        right = right && out[at++] == 1000 * k + 10 * me + static_cast<int32_t>(i) + round;
+    FT_CHECK(ctx, right, where(g, "every row from its sender, in order"));
+  }
+}
+
 FT_SPMD_CASE("all_to_all: lists; shapes differ but bytes match", "[movement][all_to_all]", 1, 2, 3, 4, 7, 8) {
   small_sweep(g, ctx, start_all_to_all, false, {0}, {0, 1});
 }
