@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -168,9 +169,15 @@ void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
   }
   if (op->is_send && op->bytes >= cma_min_bytes_ && cma_to_[op->peer]) {
     post_cma_send(op, tag);
+  } else if (op->is_send) {
+    post_leg(op, LegKind::Data, true, data, op->bytes, tag);
+  } else if (op->bytes < kCmaDescriptorBytes) {
+    // A receive takes the data or a CMA descriptor for it (the descriptor bit is masked out);
+    // one smaller than a descriptor takes either into the op's own buffer (UcxOp::bounced).
+    op->bounced = true;
+    post_leg(op, LegKind::Data, false, op->desc_wire, kCmaDescriptorBytes, tag, kUcxRecvMask);
   } else {
-    // A receive takes the data or a CMA descriptor for it (the descriptor bit is masked out).
-    post_leg(op, LegKind::Data, op->is_send, data, op->bytes, tag, kUcxRecvMask);
+    post_leg(op, LegKind::Data, false, data, op->bytes, tag, kUcxRecvMask);
   }
 }
 
@@ -216,6 +223,9 @@ void UcxComm::leg_done(UcxLeg* leg, ucs_status_t status, size_t length, uint64_t
       if (!op->is_send && status == UCS_OK && (sender_tag & kUcxCmaDescriptorBit) != 0) {
         on_descriptor(op, length);
       } else {
+        if (op->bounced && status == UCS_OK && length == op->bytes && length > 0 &&
+            !op->done.load(std::memory_order_relaxed))
+          std::memcpy(op->data, op->desc_wire, length);
         settle(*op, error_for(*op, status, length));
       }
       break;

@@ -66,8 +66,12 @@ struct UcxOp {
   // (they live in the op, which outlives its legs); `reading` while the receiver's read is
   // queued or running outside the lock (the op must not finish meanwhile: the read writes
   // into the caller's buffer).
+  // A receive smaller than a descriptor is posted into `desc_wire` instead of the caller's
+  // buffer (`bounced`) and copied out when the data came, so that a descriptor sent to it can
+  // still be decoded and answered (Mismatch) instead of being truncated by UCX.
   CmaDescriptor desc;
   unsigned char desc_wire[kCmaDescriptorBytes] = {};
+  bool bounced = false;
   unsigned char ack_wire[kCmaAckBytes] = {};
   bool reading = false;
   std::exception_ptr forced;      // the error to report whatever UCX says (peer failed, ...)

@@ -35,10 +35,11 @@ void UcxComm::post_cma_send(const std::shared_ptr<UcxOp>& op, uint64_t tag) {
 }
 
 void UcxComm::on_descriptor(const std::shared_ptr<UcxOp>& op, size_t length) {
-  // It arrived in the caller's buffer (the receive did not know which form would come); the
-  // read overwrites it.
+  // It arrived in the caller's buffer (the receive did not know which form would come; the
+  // read overwrites it), or in the op's own for a receive smaller than a descriptor.
   std::string why;
-  std::optional<CmaDescriptor> d = decode_cma_descriptor(op->data, length, why);
+  std::optional<CmaDescriptor> d =
+      decode_cma_descriptor(op->bounced ? op->desc_wire : op->data, length, why);
   if (!d) {
     // Its cookie cannot be trusted, so no answer: the sender, if it is one, fails when this
     // rank gives up on the group.

@@ -293,8 +293,9 @@ int cma_paths() {
 
 // A large message whose size differs from its receive's: both ranks raise MismatchError naming
 // both sizes, in time, and nobody hangs (through UCX, without CMA, only the receiver fails).
-// Rank 1 sends 2 MiB on tag 5 (rank 0 expects 1 MiB) and 1 MiB on tag 6 (rank 0 expects 400
-// bytes).
+// Rank 1 sends 2 MiB on tag 5 (rank 0 expects 1 MiB), then 1 MiB on tags 6, 7, 8 and 9, where
+// rank 0 expects 400, 32 (exactly a descriptor), 16 and 0 bytes: receives smaller than a CMA
+// descriptor must still decode it and answer, or the sender would wait until its deadline.
 int cma_mismatch() {
   Group g = init();
   Checks c(g.rank());
@@ -306,18 +307,31 @@ int cma_mismatch() {
     c.expect(shorter.kind == "MismatchError" && contains(shorter.what, "sent 2097152 bytes") &&
                  contains(shorter.what, "expected 1048576 bytes"),
              "a large message to a smaller large receive: " + shorter.kind + ": " + shorter.what);
-    Caught tiny = capture([&] { recv(empty({100}), 1, g, 6).wait(); });
-    c.expect(tiny.kind == "MismatchError" && contains(tiny.what, "sent 1048576 bytes") &&
-                 contains(tiny.what, "expected 400 bytes"),
-             "a large message to a small receive: " + tiny.kind + ": " + tiny.what);
+    for (int64_t floats : {100, 8, 4, 0}) {
+      const int tag = floats == 100 ? 6 : floats == 8 ? 7 : floats == 4 ? 8 : 9;
+      const std::string expected = "expected " + std::to_string(4 * floats) + " bytes";
+      Caught tiny = capture([&] { recv(empty({floats}), 1, g, tag).wait(); });
+      c.expect(tiny.kind == "MismatchError" && contains(tiny.what, "sent 1048576 bytes") &&
+                   contains(tiny.what, expected),
+               "a large message to a receive of " + std::to_string(4 * floats) +
+                   " bytes: " + tiny.kind + ": " + tiny.what);
+    }
   } else if (me == 1) {
     Caught longer = capture([&] { send(full({int64_t{1} << 19}, 1.0), 0, g, 5).wait(); });
     c.expect(longer.kind == "MismatchError" && contains(longer.what, "sent 2097152 bytes") &&
                  contains(longer.what, "expected 1048576 bytes"),
              "the sender of the larger message fails too: " + longer.kind + ": " + longer.what);
-    Caught to_tiny = capture([&] { send(full({int64_t{1} << 18}, 1.0), 0, g, 6).wait(); });
-    c.expect(to_tiny.kind == "MismatchError" && contains(to_tiny.what, "expected 400 bytes"),
-             "the sender to the small receive fails too: " + to_tiny.kind + ": " + to_tiny.what);
+    for (int64_t floats : {100, 8, 4, 0}) {
+      const int tag = floats == 100 ? 6 : floats == 8 ? 7 : floats == 4 ? 8 : 9;
+      const std::string expected = "expected " + std::to_string(4 * floats) + " bytes";
+      const auto t1 = Clock::now();
+      Caught to_tiny = capture([&] { send(full({int64_t{1} << 18}, 1.0), 0, g, tag).wait(); });
+      c.expect(to_tiny.kind == "MismatchError" && contains(to_tiny.what, "sent 1048576 bytes") &&
+                   contains(to_tiny.what, expected),
+               "the sender to the receive of " + std::to_string(4 * floats) +
+                   " bytes fails too, after " + std::to_string(seconds_since(t1)) + " s: " +
+                   to_tiny.kind + ": " + to_tiny.what);
+    }
   }
   c.expect(seconds_since(t0) < bound, "point-to-point mismatches within " +
                                           std::to_string(bound) + " s");
