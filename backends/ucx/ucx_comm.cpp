@@ -8,6 +8,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,14 @@ constexpr uint64_t kFullMask = ~uint64_t{0};
 // transfer needs no help from the sender (or the sender is alive and waiting, or dead and the
 // keepalive fails it), so this is a bound that should never be reached.
 constexpr auto kCancelRecvWait = std::chrono::seconds(10);
+// How much longer cancel() waits for a CMA read into the receive's buffer that runs on another
+// thread (a queued one is run by the waiting thread itself). The read is a process_vm_readv of
+// this host's memory: it needs nothing from the peer (a peer that ended makes it fail at once)
+// and moves gigabytes per second, so it ends within a second even for huge messages. The op must
+// not finish while it runs (the caller would free a buffer that is still written), so the bound
+// is generous and reaching it aborts the process: only a reader thread that never runs again (a
+// debugger holding it) gets there.
+constexpr auto kCancelReadWait = std::chrono::seconds(60);
 // Sends cannot be withdrawn from UCX; a short wait lets one that is nearly done finish.
 constexpr auto kCancelSendWait = std::chrono::milliseconds(20);
 constexpr auto kAbandonWait = std::chrono::milliseconds(200);
@@ -430,6 +439,23 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
   if (worker_->wait_until(ucx_let_go, Clock::now() + wait)) return;
   auto lock = worker_->lock();
   if (op->done.load(std::memory_order_relaxed)) return;
+  // A CMA read under way writes into the caller's buffer: wait for it (it finishes the op, with
+  // `forced`), never finish the op under it.
+  const auto read_until = Clock::now() + kCancelReadWait;
+  while (op->reading) {
+    if (Clock::now() >= read_until) {
+      std::fprintf(stderr, "ferry: ucx transport on rank %d: the CMA read of the %s did not end "
+                   "within %lld s after the receive was withdrawn; aborting rather than letting "
+                   "its buffer be freed while it is written\n", rank_, op_str(*op).c_str(),
+                   static_cast<long long>(kCancelReadWait.count()));
+      std::abort();
+    }
+    lock.unlock();
+    if (worker_->wait_until(ucx_let_go, std::min(read_until, Clock::now() + kCancelSendWait)))
+      return;
+    lock.lock();
+    if (op->done.load(std::memory_order_relaxed)) return;
+  }
   if (!op->is_send) {
     std::fprintf(stderr, "ferry: ucx transport on rank %d: %s could not be withdrawn within %lld s; "
                  "its buffer may still be written\n", rank_, op_str(*op).c_str(),
