@@ -74,6 +74,21 @@ struct CmaReadResult {
 // Reads `bytes` at `remote` in process `pid` into `local`, retrying partial reads.
 CmaReadResult cma_read(uint32_t pid, uint64_t remote, void* local, size_t bytes);
 
+// Which process a pid names. A pid and its start time name a process only within one pid
+// namespace: ranks in containers that share a host name but not a pid namespace could find an
+// unrelated process under a peer's pid. So each process keeps a random token in its memory and
+// publishes its address and value (UcxPeerInfo, exchanged at bootstrap); a rank reads a peer's
+// memory only after reading that token at that address in the peer's pid and finding the value.
+inline constexpr size_t kCmaTokenBytes = 16;
+struct CmaToken {
+  uint64_t address = 0;  // in the owner's address space
+  unsigned char value[kCmaTokenBytes] = {};
+};
+// This process's token (random, made once; lives until the process ends).
+const CmaToken& cma_self_token();
+// Whether process `pid` holds `token`; if not, `why` says what the read found.
+bool cma_token_matches(uint32_t pid, const CmaToken& token, std::string& why);
+
 // Process-wide counts, for tests and FERRY_DEBUG (relaxed atomics).
 struct CmaCounters {
   std::atomic<uint64_t> descriptors_sent{0};  // large sends offered by CMA

@@ -80,10 +80,21 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
   eps_.assign(peers.size(), nullptr);
   const bool cma = cma_min_bytes_ != SIZE_MAX;
   for (int p = 0; p < n; ++p) {
-    // Reading needs the peer's process verified (its pid names that very process); sending a
-    // descriptor only that the peer is on this host (it answers Fallback if it cannot read).
+    // Reading needs the peer's process verified: its pid names that very process (the pidfd
+    // watch), and that process holds the peer's token (not an unrelated process with the same
+    // pid in another pid namespace). Sending a descriptor needs only that the peer is on this
+    // host (it answers Fallback if it cannot read).
     cma_to_[p] = cma && p != rank && peers[p].local;
-    cma_from_[p] = cma && p != rank && watch_.watched(p);
+    if (!cma || p == rank || !watch_.watched(p)) continue;
+    std::string why;
+    if (!cma_token_matches(watch_.pid(p), peers[p].token, why)) {
+      FERRY_LOG(Info, "ucx", "rank ", rank, " does not read the memory of rank ", p, " (", why,
+                "): its large messages come through UCX");
+    } else if (watch_.ended(p)) {
+      FERRY_LOG(Info, "ucx", "rank ", rank, ": rank ", p, " ended during the CMA check");
+    } else {
+      cma_from_[p] = true;
+    }
   }
   auto lock = worker_->lock();
   ucp_am_handler_param_t am{};

@@ -87,6 +87,7 @@ struct UcxPeerInfo {
   std::string address;  // UCP worker address
   bool local = false;   // runs on this host
   ProcessId process;
+  CmaToken token;       // checked before reading its memory (ucx_cma.h)
 };
 
 class UcxComm final : public UcxSleepHook {

@@ -185,6 +185,33 @@ TEST_CASE("ucx CMA: descriptors and acknowledgements are validated; reads fail c
   CHECK(gone.outcome == CmaReadOutcome::Gone);
 }
 
+TEST_CASE("ucx CMA: a peer is read only where its pid holds its published token", "[ucx][cma]") {
+  using namespace detail;
+  const CmaToken& mine = cma_self_token();
+  CHECK(&mine == &cma_self_token());
+  CHECK(mine.address != 0);
+  const auto self = static_cast<uint32_t>(getpid());
+  std::string why;
+  CHECK(cma_token_matches(self, mine, why));
+  // Another value at that address: the pid names another process (another pid namespace).
+  CmaToken other = mine;
+  other.value[3] ^= 0x5A;
+  CHECK_FALSE(cma_token_matches(self, other, why));
+  CHECK_THAT(why, Contains("another token"));
+  // An address where nothing is mapped, none at all, a pid with no process.
+  CmaToken unmapped = mine;
+  unmapped.address = 4096;
+  CHECK_FALSE(cma_token_matches(self, unmapped, why));
+  CHECK_THAT(why, Contains("could not be read"));
+  CHECK_FALSE(cma_token_matches(self, CmaToken{}, why));
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK_FALSE(cma_token_matches(static_cast<uint32_t>(child), mine, why));
+}
+
 TEST_CASE("ucx: a rank that gives up on a group makes its peers fail at once", "[ucx][process]") {
   require_all_passed(run_scenario("abandon", 3, {{"FERRY_TIMEOUT", "60"},
                                                  {ucxtest::kParamVar, "5"}}));
