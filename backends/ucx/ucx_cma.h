@@ -18,7 +18,8 @@
 //     on or tests the transport next), and answers with an acknowledgement on the cookie's tag.
 //  3. The acknowledgement says Done, or Fallback (this rank may not read the sender's memory:
 //     the sender then sends the data through UCX on the cookie's payload tag and stops using
-//     CMA to that peer), or why the receive failed (its size, withdrawn, the read failed), so
+//     CMA to that peer; a sender whose send was withdrawn meanwhile sends a zero-byte payload
+//     instead, and the receive fails with PeerFailure naming it), or why the receive failed (its size, withdrawn, the read failed), so
 //     the sender fails too instead of waiting.
 // Both sides use one wire format on one host: native byte order, fixed sizes.
 #pragma once

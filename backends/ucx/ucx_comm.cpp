@@ -250,7 +250,15 @@ void UcxComm::leg_done(UcxLeg* leg, ucs_status_t status, size_t length, uint64_t
       }
       break;
     case LegKind::Payload:
-      settle(*op, error_for(*op, status, length));
+      if (!op->is_send && status == UCS_OK && length == 0 && op->bytes != 0) {
+        // A sender that withdrew its send (its deadline expired) before the Fallback came.
+        settle(*op, std::make_exception_ptr(PeerFailure(str(
+            "ferry: rank ", op->peer, " withdrew its message for ", tag_str(op->tag),
+            " before sending the data (its deadline expired or it gave up; seen from rank ",
+            rank_, ")"))));
+      } else {
+        settle(*op, error_for(*op, status, length));
+      }
       break;
     case LegKind::Descriptor:
       if (status != UCS_OK) {

@@ -151,8 +151,11 @@ void UcxComm::on_ack(const std::shared_ptr<UcxOp>& op, ucs_status_t status, size
                   ": large messages to it go through UCX");
         cma_to_[op->peer] = false;
       }
-      // Once the op finished (withdrawn), its buffer may be gone: nothing more is sent.
+      // Once the op finished (withdrawn), its buffer may be gone: a zero-byte payload tells the
+      // receiver, which waits for the data, that none will come.
       if (op->done.load(std::memory_order_relaxed) || op->forced) {
+        post_leg(op, LegKind::Payload, true, nullptr, 0,
+                 pack_ucx_cma_tag(rank_, CmaTagKind::Payload, op->desc.cookie));
         settle(*op, nullptr);
       } else {
         post_leg(op, LegKind::Payload, true, op->data, op->bytes,

@@ -341,6 +341,44 @@ int cma_mismatch() {
   return c.status();
 }
 
+// A large send whose deadline expired before its receive was posted, to a receiver that may
+// not read the sender's memory: when the receive comes, it answers the descriptor with Fallback,
+// and the withdrawn sender must tell it that no data will come (a zero-byte payload), so that
+// the receiver raises PeerFailure naming it at once instead of waiting until its own deadline.
+// Rank 1's send has a 1 s deadline; rank 0 receives 2.5 s after the start.
+int cma_withdrawn_send() {
+  refuse_memory_reads();
+  Group g = init();
+  Checks c(g.rank());
+  const int me = g.rank();
+  const double bound = std::atof(param().c_str());
+  Group side = g.split(0, me);  // rank 1 waits here, progressing, after g is poisoned
+  barrier(g).wait();
+  const auto t0 = Clock::now();
+  const int64_t m = int64_t{1} << 18;  // 1 MiB of floats
+  if (me == 1) {
+    set_default_timeout(std::chrono::milliseconds(1000));
+    Caught e = capture([&] { send(full({m}, 1.0), 0, g, 3).wait(); });
+    set_default_timeout(std::chrono::milliseconds(60'000));
+    c.expect(e.kind == "TimeoutError", "the send's deadline expires: " + e.kind + ": " + e.what);
+  } else if (me == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const auto t1 = Clock::now();
+    Caught e = capture([&] { recv(empty({m}), 1, g, 3).wait(); });
+    const double took = seconds_since(t1);
+    std::fprintf(stderr, "[rank 0] the receive failed after %.2f s with %s: %s\n", took,
+                 e.kind.c_str(), e.what.c_str());
+    c.expect(e.kind == "PeerFailure" && contains(e.what, "rank 1") &&
+                 contains(e.what, "withdrew"),
+             "the receive learns that the sender withdrew: " + e.kind + ": " + e.what);
+    c.expect(took < bound, "within " + std::to_string(bound) + " s, took " + std::to_string(took));
+  }
+  barrier(side).wait();
+  c.expect(seconds_since(t0) < 2 * bound, "the ranks meet again in time");
+  std::fflush(stderr);
+  _exit(c.status());  // g is poisoned on both ranks
+}
+
 // FERRY_BACKEND=ucx with neither a launcher nor a rendezvous: a clear InvalidArgument.
 int no_bootstrap() {
   Checks c(-1);
@@ -361,6 +399,7 @@ int run_child(const std::string& name) {
       {"no-bootstrap", no_bootstrap},
       {"cma", cma_paths},
       {"cma-mismatch", cma_mismatch},
+      {"cma-withdrawn-send", cma_withdrawn_send},
   };
   auto it = scenarios.find(name);
   if (it == scenarios.end()) {

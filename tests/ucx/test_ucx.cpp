@@ -113,6 +113,12 @@ TEST_CASE("ucx: a large message of another size fails on both sides, in time",
                                                       {ucxtest::kParamVar, "10"}}));
 }
 
+TEST_CASE("ucx: a withdrawn large send tells a receiver that cannot read it, in time",
+          "[ucx][process][cma]") {
+  require_all_passed(run_scenario("cma-withdrawn-send", 2, {{"FERRY_TIMEOUT", "30"},
+                                                            {ucxtest::kParamVar, "10"}}));
+}
+
 TEST_CASE("ucx CMA: descriptors and acknowledgements are validated; reads fail cleanly",
           "[ucx][cma]") {
   using namespace detail;
