@@ -3,6 +3,7 @@
 #include "backends/rendezvous/rendezvous_frame.h"
 #include "backends/ucx/ucx_cma.h"
 #include "backends/ucx/ucx_tag.h"
+#include "backends/ucx/ucx_worker.h"
 #include "backends/rendezvous/socket_io.h"
 #include "backends/rendezvous/tcp_rendezvous.h"
 #include "runtime/error.h"
@@ -216,6 +217,35 @@ TEST_CASE("ucx CMA: a peer is read only where its pid holds its published token"
   int status = 0;
   waitpid(child, &status, 0);
   CHECK_FALSE(cma_token_matches(static_cast<uint32_t>(child), mine, why));
+}
+
+TEST_CASE("ucx worker: a test runs at most one deferred job; a wait stops once its op is done",
+          "[ucx]") {
+  // Deferred jobs are CMA reads of up to gigabytes: Request::test() (which never blocks) must
+  // not run a whole queue of them, and a waiter must not keep reading for others once its own
+  // op is done.
+  detail::UcxWorker worker(1);
+  std::atomic<int> ran{0};
+  auto queue = [&](int jobs) {
+    auto lock = worker.lock();
+    for (int i = 0; i < jobs; ++i) worker.defer_locked([&] { ran.fetch_add(1); });
+  };
+  queue(3);
+  worker.try_progress();
+  CHECK(ran.load() == 1);
+  worker.try_progress();
+  CHECK(ran.load() == 2);
+  worker.try_progress();
+  worker.try_progress();
+  CHECK(ran.load() == 3);
+  ran = 0;
+  queue(4);
+  CHECK(worker.wait_until([&] { return ran.load() >= 1; }, Clock::now() + std::chrono::seconds(5)));
+  CHECK(ran.load() == 1);
+  CHECK(worker.wait_until([&] { return ran.load() >= 3; }, Clock::now() + std::chrono::seconds(5)));
+  CHECK(ran.load() == 3);
+  worker.try_progress();  // the last one, so the worker goes with an empty queue
+  CHECK(ran.load() == 4);
 }
 
 TEST_CASE("ucx: a rank that gives up on a group makes its peers fail at once", "[ucx][process]") {
