@@ -22,6 +22,16 @@
 //     instead, and the receive fails with PeerFailure naming it), or why the receive failed (its size, withdrawn, the read failed), so
 //     the sender fails too instead of waiting.
 // Both sides use one wire format on one host: native byte order, fixed sizes.
+//
+// Limits (also in the README):
+//  - A send withdrawn by cancel() (its deadline expired; the group is poisoned then) has sent
+//    its descriptor already: a receiver that posts the matching receive late may still read the
+//    buffer, as with UCX's own rendezvous protocol. Only the Fallback path knows better (the
+//    withdrawn sender sends a zero-byte payload instead of the data).
+//  - Version skew: a descriptor that does not decode (another magic or version) cannot be
+//    answered, since its cookie cannot be trusted. The receive fails with TransportError; the
+//    sender gets no acknowledgement and fails at its deadline (or when the receiving rank gives
+//    up on the group). Every rank must run the same build.
 #pragma once
 
 #include <atomic>
