@@ -160,18 +160,53 @@ TEST_CASE("ucx CMA: descriptors and acknowledgements are validated; reads fail c
   ack[6] = 77;  // status
   CHECK_FALSE(decode_cma_ack(ack, sizeof ack, error).has_value());
   CHECK_THAT(error, Contains("status 77"));
-  // Random bytes never decode (the magic alone makes that 2^-32 likely; random 32-byte
-  // messages with a valid magic and version must still respect the bounds).
-  std::mt19937 rng(5);
-  for (int i = 0; i < 20000; ++i) {
+  // Random bytes: a third entirely random (the magic rejects them), a third with a valid magic
+  // and version (the cookie's range rejects nearly all), a third with a valid header and cookie
+  // and a random address and size (decoded unless the range is empty or wraps, and then
+  // exactly as sent).
+  std::mt19937_64 rng(5);
+  int rejected = 0, random_accepted = 0, valid_header_accepted = 0, decoded = 0;
+  int expected_rejections = 0;
+  for (int i = 0; i < 30000; ++i) {
     unsigned char raw[kCmaDescriptorBytes];
     for (unsigned char& b : raw) b = static_cast<unsigned char>(rng());
-    if (i % 2 == 0) std::memcpy(raw, wire, 8);  // valid magic and version
+    const int kind = i % 3;
+    uint64_t cookie = 0, address = 0, bytes = 0;
+    if (kind >= 1) std::memcpy(raw, wire, 8);  // valid magic and version
+    if (kind == 2) {
+      cookie = 1 + rng() % kUcxMaxCmaCookie;
+      // Small and huge values alike, zeros too: the edges of the range check.
+      address = i % 7 == 0 ? 0 : rng() >> (rng() % 64);
+      bytes = i % 11 == 0 ? 0 : rng() >> (rng() % 64);
+      std::memcpy(raw + 8, &cookie, 8);
+      std::memcpy(raw + 16, &address, 8);
+      std::memcpy(raw + 24, &bytes, 8);
+      if (address == 0 || bytes == 0 || address + bytes < address) ++expected_rejections;
+    }
+    error.clear();
     auto r = decode_cma_descriptor(raw, sizeof raw, error);
-    if (!r) continue;
+    if (!r) {
+      ++rejected;
+      CHECK_FALSE(error.empty());
+      if (kind == 2) CHECK_THAT(error, Contains("empty or wraps"));
+      continue;
+    }
     CHECK((r->cookie >= 1 && r->cookie <= kUcxMaxCmaCookie));
-    CHECK((r->address != 0 && r->address + r->bytes >= r->address));
+    CHECK((r->address != 0 && r->bytes != 0 && r->address + r->bytes > r->address));
+    if (kind == 0) ++random_accepted;
+    if (kind == 1) ++valid_header_accepted;
+    if (kind == 2) {
+      ++decoded;
+      CHECK((r->cookie == cookie && r->address == address && r->bytes == bytes));
+    }
   }
+  INFO("decoded with a valid header and cookie: " << decoded << "; rejected: " << rejected);
+  CHECK(random_accepted == 0);
+  // A random 64-bit cookie lands in 1 .. 2^47 - 1 with probability 2^-17.
+  CHECK(valid_header_accepted <= 5);
+  CHECK(rejected == 20000 - valid_header_accepted + expected_rejections);
+  CHECK(decoded == 10000 - expected_rejections);
+  CHECK(decoded > 5000);
   // Reads: this process's own memory works, an unmapped range is Failed (EFAULT), and a
   // process that does not exist is Gone.
   std::vector<char> src(100000, 'a'), dst(100000, 'b');
