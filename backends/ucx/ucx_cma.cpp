@@ -40,13 +40,13 @@ static_assert(sizeof(AckWire) == kCmaAckBytes);
 
 bool cookie_valid(uint64_t cookie) { return cookie >= 1 && cookie <= kUcxMaxCmaCookie; }
 
+}  // namespace
+
 std::string hex(uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
 }
-
-}  // namespace
 
 void encode_cma_descriptor(const CmaDescriptor& d, unsigned char (&out)[kCmaDescriptorBytes]) {
   const DescriptorWire w{kDescriptorMagic, kVersion, 0, d.cookie, d.address, d.bytes};

@@ -19,8 +19,8 @@
 //  3. The acknowledgement says Done, or Fallback (this rank may not read the sender's memory:
 //     the sender then sends the data through UCX on the cookie's payload tag and stops using
 //     CMA to that peer; a sender whose send was withdrawn meanwhile sends a zero-byte payload
-//     instead, and the receive fails with PeerFailure naming it), or why the receive failed (its size, withdrawn, the read failed), so
-//     the sender fails too instead of waiting.
+//     instead, and the receive fails with PeerFailure naming it), or why the receive failed
+//     (its size, withdrawn, the read failed), so the sender fails too instead of waiting.
 // Both sides use one wire format on one host: native byte order, fixed sizes.
 //
 // Limits (also in the README):
@@ -99,6 +99,9 @@ struct CmaToken {
 const CmaToken& cma_self_token();
 // Whether process `pid` holds `token`; if not, `why` says what the read found.
 bool cma_token_matches(uint32_t pid, const CmaToken& token, std::string& why);
+
+// "0x1f00", for messages about addresses and magic numbers.
+std::string hex(uint64_t v);
 
 // Process-wide counts, for tests and FERRY_DEBUG (relaxed atomics).
 struct CmaCounters {

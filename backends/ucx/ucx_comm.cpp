@@ -194,8 +194,8 @@ void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
   } else if (op->bytes < kCmaDescriptorBytes) {
     // A receive takes the data or a CMA descriptor for it (the descriptor bit is masked out);
     // one smaller than a descriptor takes either into the op's own buffer (UcxOp::bounced).
-    op->bounced = true;
-    post_leg(op, LegKind::Data, false, op->desc_wire, kCmaDescriptorBytes, tag, kUcxRecvMask);
+    op->cma.bounced = true;
+    post_leg(op, LegKind::Data, false, op->cma.desc_wire, kCmaDescriptorBytes, tag, kUcxRecvMask);
   } else {
     post_leg(op, LegKind::Data, false, data, op->bytes, tag, kUcxRecvMask);
   }
@@ -243,9 +243,9 @@ void UcxComm::leg_done(UcxLeg* leg, ucs_status_t status, size_t length, uint64_t
       if (!op->is_send && status == UCS_OK && (sender_tag & kUcxCmaDescriptorBit) != 0) {
         on_descriptor(op, length);
       } else {
-        if (op->bounced && status == UCS_OK && length == op->bytes && length > 0 &&
+        if (op->cma.bounced && status == UCS_OK && length == op->bytes && length > 0 &&
             !op->done.load(std::memory_order_relaxed))
-          std::memcpy(op->data, op->desc_wire, length);
+          std::memcpy(op->data, op->cma.desc_wire, length);
         settle(*op, error_for(*op, status, length));
       }
       break;
@@ -284,7 +284,7 @@ void UcxComm::settle(UcxOp& op, std::exception_ptr error) {
 }
 
 void UcxComm::retire_if_idle(UcxOp* op) {
-  if (op->legs[0].held || op->legs[1].held || op->reading) return;
+  if (op->legs[0].held || op->legs[1].held || op->cma.reading) return;
   pending_.erase(op);
 }
 
@@ -349,7 +349,7 @@ void UcxComm::fail_pending(Hit hit, MakeError error) {
     for (UcxLeg& leg : op->legs)
       if (leg.held && !leg.is_send && leg.request != nullptr)
         ucp_request_cancel(worker_->worker(), leg.request);
-    if (!op->done.load(std::memory_order_relaxed) && !op->reading) finish(*op, op->forced);
+    if (!op->done.load(std::memory_order_relaxed) && !op->cma.reading) finish(*op, op->forced);
   }
 }
 
@@ -461,7 +461,7 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
   // A CMA read under way writes into the caller's buffer: wait for it (it finishes the op, with
   // `forced`), never finish the op under it.
   const auto read_until = Clock::now() + kCancelReadWait;
-  while (op->reading) {
+  while (op->cma.reading) {
     if (Clock::now() >= read_until) {
       std::fprintf(stderr, "ferry: ucx transport on rank %d: the CMA read of the %s did not end "
                    "within %lld s after the receive was withdrawn; aborting rather than letting "
