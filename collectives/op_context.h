@@ -44,7 +44,16 @@ class OpContext {
   void wait_all();
 
   // Later steps are numbered afresh: an op made of phases (sizes, then data) calls this between.
-  void next_phase() { phase_ += 1; }
+  // At most kMaxPhases phases (0 and 1): the UCX transport's tag has one bit for the phase
+  // (ucx_tag.h). A third throws InvalidArgument here, whichever transport runs the op, so that
+  // an algorithm that needs more fails its first test instead of only on UCX.
+  static constexpr uint32_t kMaxPhases = 2;
+  void next_phase() {
+    FERRY_CHECK(phase_ + 1 < kMaxPhases, InvalidArgument, "ferry: ", op_, " on group ",
+                group_.id(), " would start phase ", phase_ + 1, ", but ops have at most ",
+                kMaxPhases, " phases (the UCX tag has room for phases 0 and 1; internal error)");
+    phase_ += 1;
+  }
 
   char* scratch(int slot, size_t bytes) { return group_.scratch().get(slot, bytes); }
 

@@ -3,12 +3,14 @@
 #include "backends/ucx/ucx_tag.h"
 #include "runtime/error.h"
 
+#include <sys/random.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 namespace ferry::detail {
 namespace {
@@ -38,13 +40,13 @@ static_assert(sizeof(AckWire) == kCmaAckBytes);
 
 bool cookie_valid(uint64_t cookie) { return cookie >= 1 && cookie <= kUcxMaxCmaCookie; }
 
+}  // namespace
+
 std::string hex(uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
 }
-
-}  // namespace
 
 void encode_cma_descriptor(const CmaDescriptor& d, unsigned char (&out)[kCmaDescriptorBytes]) {
   const DescriptorWire w{kDescriptorMagic, kVersion, 0, d.cookie, d.address, d.bytes};
@@ -121,6 +123,52 @@ CmaReadResult cma_read(uint32_t pid, uint64_t remote, void* local, size_t bytes)
     return {CmaReadOutcome::Failed, e};
   }
   return {CmaReadOutcome::Done, 0};
+}
+
+const CmaToken& cma_self_token() {
+  // The value lives in this static array (its address is published); the CmaToken copy says
+  // where it is and what it holds.
+  static unsigned char held[kCmaTokenBytes];
+  static const CmaToken token = [] {
+    size_t got = 0;
+    while (got < sizeof held) {
+      const ssize_t n = getrandom(held + got, sizeof held - got, 0);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+      } else if (n < 0 && errno != EINTR) {
+        break;
+      }
+    }
+    if (got < sizeof held) {  // no getrandom (an old kernel, seccomp): the C++ library's source
+      std::random_device rd;
+      for (unsigned char& b : held) b = static_cast<unsigned char>(rd());
+    }
+    // Only other processes read `held`: keep the compiler from dropping the stores.
+    __asm__ __volatile__("" : : "r"(held) : "memory");
+    CmaToken t;
+    t.address = reinterpret_cast<uint64_t>(held);
+    std::memcpy(t.value, held, sizeof held);
+    return t;
+  }();
+  return token;
+}
+
+bool cma_token_matches(uint32_t pid, const CmaToken& token, std::string& why) {
+  unsigned char seen[kCmaTokenBytes] = {};
+  if (token.address == 0) {
+    why = "it published no token";
+    return false;
+  }
+  const CmaReadResult r = cma_read(pid, token.address, seen, sizeof seen);
+  if (r.outcome != CmaReadOutcome::Done) {
+    why = str("its token could not be read (", std::strerror(r.error), ")");
+    return false;
+  }
+  if (std::memcmp(seen, token.value, sizeof seen) != 0) {
+    why = str("pid ", pid, " holds another token: another process (another pid namespace?)");
+    return false;
+  }
+  return true;
 }
 
 CmaCounters& cma_counters() {

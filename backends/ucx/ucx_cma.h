@@ -18,9 +18,20 @@
 //     on or tests the transport next), and answers with an acknowledgement on the cookie's tag.
 //  3. The acknowledgement says Done, or Fallback (this rank may not read the sender's memory:
 //     the sender then sends the data through UCX on the cookie's payload tag and stops using
-//     CMA to that peer), or why the receive failed (its size, withdrawn, the read failed), so
-//     the sender fails too instead of waiting.
+//     CMA to that peer; a sender whose send was withdrawn meanwhile sends a zero-byte payload
+//     instead, and the receive fails with PeerFailure naming it), or why the receive failed
+//     (its size, withdrawn, the read failed), so the sender fails too instead of waiting.
 // Both sides use one wire format on one host: native byte order, fixed sizes.
+//
+// Limits (also in the README):
+//  - A send withdrawn by cancel() (its deadline expired; the group is poisoned then) has sent
+//    its descriptor already: a receiver that posts the matching receive late may still read the
+//    buffer, as with UCX's own rendezvous protocol. Only the Fallback path knows better (the
+//    withdrawn sender sends a zero-byte payload instead of the data).
+//  - Version skew: a descriptor that does not decode (another magic or version) cannot be
+//    answered, since its cookie cannot be trusted. The receive fails with TransportError; the
+//    sender gets no acknowledgement and fails at its deadline (or when the receiving rank gives
+//    up on the group). Every rank must run the same build.
 #pragma once
 
 #include <atomic>
@@ -73,6 +84,24 @@ struct CmaReadResult {
 };
 // Reads `bytes` at `remote` in process `pid` into `local`, retrying partial reads.
 CmaReadResult cma_read(uint32_t pid, uint64_t remote, void* local, size_t bytes);
+
+// Which process a pid names. A pid and its start time name a process only within one pid
+// namespace: ranks in containers that share a host name but not a pid namespace could find an
+// unrelated process under a peer's pid. So each process keeps a random token in its memory and
+// publishes its address and value (UcxPeerInfo, exchanged at bootstrap); a rank reads a peer's
+// memory only after reading that token at that address in the peer's pid and finding the value.
+inline constexpr size_t kCmaTokenBytes = 16;
+struct CmaToken {
+  uint64_t address = 0;  // in the owner's address space
+  unsigned char value[kCmaTokenBytes] = {};
+};
+// This process's token (random, made once; lives until the process ends).
+const CmaToken& cma_self_token();
+// Whether process `pid` holds `token`; if not, `why` says what the read found.
+bool cma_token_matches(uint32_t pid, const CmaToken& token, std::string& why);
+
+// "0x1f00", for messages about addresses and magic numbers.
+std::string hex(uint64_t v);
 
 // Process-wide counts, for tests and FERRY_DEBUG (relaxed atomics).
 struct CmaCounters {

@@ -8,8 +8,10 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -21,6 +23,14 @@ constexpr uint64_t kFullMask = ~uint64_t{0};
 // transfer needs no help from the sender (or the sender is alive and waiting, or dead and the
 // keepalive fails it), so this is a bound that should never be reached.
 constexpr auto kCancelRecvWait = std::chrono::seconds(10);
+// How much longer cancel() waits for a CMA read into the receive's buffer that runs on another
+// thread (a queued one is run by the waiting thread itself). The read is a process_vm_readv of
+// this host's memory: it needs nothing from the peer (a peer that ended makes it fail at once)
+// and moves gigabytes per second, so it ends within a second even for huge messages. The op must
+// not finish while it runs (the caller would free a buffer that is still written), so the bound
+// is generous and reaching it aborts the process: only a reader thread that never runs again (a
+// debugger holding it) gets there.
+constexpr auto kCancelReadWait = std::chrono::seconds(60);
 // Sends cannot be withdrawn from UCX; a short wait lets one that is nearly done finish.
 constexpr auto kCancelSendWait = std::chrono::milliseconds(20);
 constexpr auto kAbandonWait = std::chrono::milliseconds(200);
@@ -70,10 +80,21 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
   eps_.assign(peers.size(), nullptr);
   const bool cma = cma_min_bytes_ != SIZE_MAX;
   for (int p = 0; p < n; ++p) {
-    // Reading needs the peer's process verified (its pid names that very process); sending a
-    // descriptor only that the peer is on this host (it answers Fallback if it cannot read).
+    // Reading needs the peer's process verified: its pid names that very process (the pidfd
+    // watch), and that process holds the peer's token (not an unrelated process with the same
+    // pid in another pid namespace). Sending a descriptor needs only that the peer is on this
+    // host (it answers Fallback if it cannot read).
     cma_to_[p] = cma && p != rank && peers[p].local;
-    cma_from_[p] = cma && p != rank && watch_.watched(p);
+    if (!cma || p == rank || !watch_.watched(p)) continue;
+    std::string why;
+    if (!cma_token_matches(watch_.pid(p), peers[p].token, why)) {
+      FERRY_LOG(Info, "ucx", "rank ", rank, " does not read the memory of rank ", p, " (", why,
+                "): its large messages come through UCX");
+    } else if (watch_.ended(p)) {
+      FERRY_LOG(Info, "ucx", "rank ", rank, ": rank ", p, " ended during the CMA check");
+    } else {
+      cma_from_[p] = true;
+    }
   }
   auto lock = worker_->lock();
   ucp_am_handler_param_t am{};
@@ -168,9 +189,15 @@ void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
   }
   if (op->is_send && op->bytes >= cma_min_bytes_ && cma_to_[op->peer]) {
     post_cma_send(op, tag);
+  } else if (op->is_send) {
+    post_leg(op, LegKind::Data, true, data, op->bytes, tag);
+  } else if (op->bytes < kCmaDescriptorBytes) {
+    // A receive takes the data or a CMA descriptor for it (the descriptor bit is masked out);
+    // one smaller than a descriptor takes either into the op's own buffer (UcxOp::bounced).
+    op->cma.bounced = true;
+    post_leg(op, LegKind::Data, false, op->cma.desc_wire, kCmaDescriptorBytes, tag, kUcxRecvMask);
   } else {
-    // A receive takes the data or a CMA descriptor for it (the descriptor bit is masked out).
-    post_leg(op, LegKind::Data, op->is_send, data, op->bytes, tag, kUcxRecvMask);
+    post_leg(op, LegKind::Data, false, data, op->bytes, tag, kUcxRecvMask);
   }
 }
 
@@ -216,11 +243,22 @@ void UcxComm::leg_done(UcxLeg* leg, ucs_status_t status, size_t length, uint64_t
       if (!op->is_send && status == UCS_OK && (sender_tag & kUcxCmaDescriptorBit) != 0) {
         on_descriptor(op, length);
       } else {
+        if (op->cma.bounced && status == UCS_OK && length == op->bytes && length > 0 &&
+            !op->done.load(std::memory_order_relaxed))
+          std::memcpy(op->data, op->cma.desc_wire, length);
         settle(*op, error_for(*op, status, length));
       }
       break;
     case LegKind::Payload:
-      settle(*op, error_for(*op, status, length));
+      if (!op->is_send && status == UCS_OK && length == 0 && op->bytes != 0) {
+        // A sender that withdrew its send (its deadline expired) before the Fallback came.
+        settle(*op, std::make_exception_ptr(PeerFailure(str(
+            "ferry: rank ", op->peer, " withdrew its message for ", tag_str(op->tag),
+            " before sending the data (its deadline expired or it gave up; seen from rank ",
+            rank_, ")"))));
+      } else {
+        settle(*op, error_for(*op, status, length));
+      }
       break;
     case LegKind::Descriptor:
       if (status != UCS_OK) {
@@ -246,7 +284,7 @@ void UcxComm::settle(UcxOp& op, std::exception_ptr error) {
 }
 
 void UcxComm::retire_if_idle(UcxOp* op) {
-  if (op->legs[0].held || op->legs[1].held || op->reading) return;
+  if (op->legs[0].held || op->legs[1].held || op->cma.reading) return;
   pending_.erase(op);
 }
 
@@ -311,7 +349,7 @@ void UcxComm::fail_pending(Hit hit, MakeError error) {
     for (UcxLeg& leg : op->legs)
       if (leg.held && !leg.is_send && leg.request != nullptr)
         ucp_request_cancel(worker_->worker(), leg.request);
-    if (!op->done.load(std::memory_order_relaxed) && !op->reading) finish(*op, op->forced);
+    if (!op->done.load(std::memory_order_relaxed) && !op->cma.reading) finish(*op, op->forced);
   }
 }
 
@@ -420,6 +458,23 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
   if (worker_->wait_until(ucx_let_go, Clock::now() + wait)) return;
   auto lock = worker_->lock();
   if (op->done.load(std::memory_order_relaxed)) return;
+  // A CMA read under way writes into the caller's buffer: wait for it (it finishes the op, with
+  // `forced`), never finish the op under it.
+  const auto read_until = Clock::now() + kCancelReadWait;
+  while (op->cma.reading) {
+    if (Clock::now() >= read_until) {
+      std::fprintf(stderr, "ferry: ucx transport on rank %d: the CMA read of the %s did not end "
+                   "within %lld s after the receive was withdrawn; aborting rather than letting "
+                   "its buffer be freed while it is written\n", rank_, op_str(*op).c_str(),
+                   static_cast<long long>(kCancelReadWait.count()));
+      std::abort();
+    }
+    lock.unlock();
+    if (worker_->wait_until(ucx_let_go, std::min(read_until, Clock::now() + kCancelSendWait)))
+      return;
+    lock.lock();
+    if (op->done.load(std::memory_order_relaxed)) return;
+  }
   if (!op->is_send) {
     std::fprintf(stderr, "ferry: ucx transport on rank %d: %s could not be withdrawn within %lld s; "
                  "its buffer may still be written\n", rank_, op_str(*op).c_str(),

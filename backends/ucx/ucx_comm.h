@@ -53,6 +53,21 @@ struct UcxLeg {
   void* request = nullptr;  // UCX's request, while held
 };
 
+// What an op carried by the CMA protocol (ucx_cma.h) keeps: the wire bytes UCX sends or
+// receives live here, in the op, which outlives its legs.
+struct CmaState {
+  CmaDescriptor desc;  // the descriptor this op sent or received
+  unsigned char desc_wire[kCmaDescriptorBytes] = {};
+  unsigned char ack_wire[kCmaAckBytes] = {};
+  // A receive smaller than a descriptor is posted into `desc_wire` instead of the caller's
+  // buffer and copied out when the data came, so that a descriptor sent to it can still be
+  // decoded and answered (Mismatch) instead of being truncated by UCX.
+  bool bounced = false;
+  // While the receiver's read is queued or running outside the lock: the op must not finish
+  // meanwhile (the read writes into the caller's buffer).
+  bool reading = false;
+};
+
 // One posted send or receive.
 struct UcxOp {
   UcxComm* comm = nullptr;  // set by post(); UCX callbacks reach the comm through it
@@ -62,14 +77,7 @@ struct UcxOp {
   size_t bytes = 0;
   void* data = nullptr;  // the caller's buffer
   UcxLeg legs[2];
-  // CMA: the descriptor this op sent or received and the wire bytes UCX sends or receives
-  // (they live in the op, which outlives its legs); `reading` while the receiver's read is
-  // queued or running outside the lock (the op must not finish meanwhile: the read writes
-  // into the caller's buffer).
-  CmaDescriptor desc;
-  unsigned char desc_wire[kCmaDescriptorBytes] = {};
-  unsigned char ack_wire[kCmaAckBytes] = {};
-  bool reading = false;
+  CmaState cma;
   std::exception_ptr forced;      // the error to report whatever UCX says (peer failed, ...)
   std::exception_ptr error;       // the outcome; written before `done`
   std::atomic<bool> done{false};  // the caller may look at `error`
@@ -83,6 +91,7 @@ struct UcxPeerInfo {
   std::string address;  // UCP worker address
   bool local = false;   // runs on this host
   ProcessId process;
+  CmaToken token;       // checked before reading its memory (ucx_cma.h)
 };
 
 class UcxComm final : public UcxSleepHook {

@@ -6,39 +6,30 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 
-#include <cstdio>
 #include <cstring>
 
 namespace ferry::detail {
-namespace {
-
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-}  // namespace
 
 void UcxComm::post_cma_send(const std::shared_ptr<UcxOp>& op, uint64_t tag) {
   uint64_t& cookie = cma_cookie_[op->peer];
   cookie = cookie % kUcxMaxCmaCookie + 1;  // 1, 2, ...: 2^47 messages before it wraps
-  op->desc = CmaDescriptor{cookie, reinterpret_cast<uint64_t>(op->data), op->bytes};
-  encode_cma_descriptor(op->desc, op->desc_wire);
+  op->cma.desc = CmaDescriptor{cookie, reinterpret_cast<uint64_t>(op->data), op->bytes};
+  encode_cma_descriptor(op->cma.desc, op->cma.desc_wire);
   // The acknowledgement's receive first, so that it is posted whenever the answer comes.
-  post_leg(op, LegKind::AckRecv, false, op->ack_wire, kCmaAckBytes,
+  post_leg(op, LegKind::AckRecv, false, op->cma.ack_wire, kCmaAckBytes,
            pack_ucx_cma_tag(op->peer, CmaTagKind::Ack, cookie));
   if (op->done.load(std::memory_order_relaxed)) return;  // UCX refused it
-  post_leg(op, LegKind::Descriptor, true, op->desc_wire, kCmaDescriptorBytes,
+  post_leg(op, LegKind::Descriptor, true, op->cma.desc_wire, kCmaDescriptorBytes,
            tag | kUcxCmaDescriptorBit);
   cma_counters().descriptors_sent.fetch_add(1, std::memory_order_relaxed);
 }
 
 void UcxComm::on_descriptor(const std::shared_ptr<UcxOp>& op, size_t length) {
-  // It arrived in the caller's buffer (the receive did not know which form would come); the
-  // read overwrites it.
+  // It arrived in the caller's buffer (the receive did not know which form would come; the
+  // read overwrites it), or in the op's own for a receive smaller than a descriptor.
   std::string why;
-  std::optional<CmaDescriptor> d = decode_cma_descriptor(op->data, length, why);
+  std::optional<CmaDescriptor> d =
+      decode_cma_descriptor(op->cma.bounced ? op->cma.desc_wire : op->data, length, why);
   if (!d) {
     // Its cookie cannot be trusted, so no answer: the sender, if it is one, fails when this
     // rank gives up on the group.
@@ -47,7 +38,7 @@ void UcxComm::on_descriptor(const std::shared_ptr<UcxOp>& op, size_t length) {
         "descriptor for ", tag_str(op->tag), ": ", why))));
     return;
   }
-  op->desc = *d;
+  op->cma.desc = *d;
   if (d->bytes != op->bytes) {
     send_ack(op, CmaAckStatus::Mismatch, op->bytes);
     settle(*op, std::make_exception_ptr(MismatchError(str(
@@ -65,7 +56,7 @@ void UcxComm::on_descriptor(const std::shared_ptr<UcxOp>& op, size_t length) {
     fall_back(op);
     return;
   }
-  op->reading = true;
+  op->cma.reading = true;
   worker_->defer_locked([this, op] { read_from_peer(op); });
 }
 
@@ -73,7 +64,7 @@ void UcxComm::read_from_peer(const std::shared_ptr<UcxOp>& op) {
   {
     auto lock = worker_->lock();
     if (op->forced) {  // withdrawn, or the peer failed, while the job waited
-      op->reading = false;
+      op->cma.reading = false;
       if (dead_why_[op->peer].empty()) send_ack(op, CmaAckStatus::Withdrawn, 0);
       settle(*op, nullptr);
       retire_if_idle(op.get());
@@ -82,13 +73,13 @@ void UcxComm::read_from_peer(const std::shared_ptr<UcxOp>& op) {
     }
   }
   // watch_ answers without the lock; cma_from_ was true, so the peer is watched.
-  CmaReadResult read = cma_read(watch_.pid(op->peer), op->desc.address, op->data, op->bytes);
+  CmaReadResult read = cma_read(watch_.pid(op->peer), op->cma.desc.address, op->data, op->bytes);
   // The pid names the peer for as long as the peer lives: alive after the read, it was the
   // peer's memory that was read throughout.
   if (read.outcome != CmaReadOutcome::Refused && watch_.ended(op->peer))
     read = CmaReadResult{CmaReadOutcome::Gone, ESRCH};
   auto lock = worker_->lock();
-  op->reading = false;
+  op->cma.reading = false;
   switch (read.outcome) {
     case CmaReadOutcome::Done:
       cma_counters().reads.fetch_add(1, std::memory_order_relaxed);
@@ -115,7 +106,7 @@ void UcxComm::read_from_peer(const std::shared_ptr<UcxOp>& op) {
       send_ack(op, CmaAckStatus::ReadFailed, static_cast<uint64_t>(read.error));
       settle(*op, std::make_exception_ptr(TransportError(str(
           "ferry: ucx transport on rank ", rank_, ": ", "cannot read the ", op->bytes,
-          " bytes that rank ", op->peer, " announced at ", hex(op->desc.address), " for ",
+          " bytes that rank ", op->peer, " announced at ", hex(op->cma.desc.address), " for ",
           tag_str(op->tag), ": ", std::strerror(read.error)))));
       break;
   }
@@ -129,9 +120,9 @@ void UcxComm::on_ack(const std::shared_ptr<UcxOp>& op, ucs_status_t status, size
     return;
   }
   std::string why;
-  std::optional<CmaAck> ack = decode_cma_ack(op->ack_wire, length, why);
-  if (ack && ack->cookie != op->desc.cookie) {
-    why = str("cookie ", ack->cookie, " instead of ", op->desc.cookie);
+  std::optional<CmaAck> ack = decode_cma_ack(op->cma.ack_wire, length, why);
+  if (ack && ack->cookie != op->cma.desc.cookie) {
+    why = str("cookie ", ack->cookie, " instead of ", op->cma.desc.cookie);
     ack.reset();
   }
   if (!ack) {
@@ -150,12 +141,15 @@ void UcxComm::on_ack(const std::shared_ptr<UcxOp>& op, ucs_status_t status, size
                   ": large messages to it go through UCX");
         cma_to_[op->peer] = false;
       }
-      // Once the op finished (withdrawn), its buffer may be gone: nothing more is sent.
+      // Once the op finished (withdrawn), its buffer may be gone: a zero-byte payload tells the
+      // receiver, which waits for the data, that none will come.
       if (op->done.load(std::memory_order_relaxed) || op->forced) {
+        post_leg(op, LegKind::Payload, true, nullptr, 0,
+                 pack_ucx_cma_tag(rank_, CmaTagKind::Payload, op->cma.desc.cookie));
         settle(*op, nullptr);
       } else {
         post_leg(op, LegKind::Payload, true, op->data, op->bytes,
-                 pack_ucx_cma_tag(rank_, CmaTagKind::Payload, op->desc.cookie));
+                 pack_ucx_cma_tag(rank_, CmaTagKind::Payload, op->cma.desc.cookie));
       }
       break;
     case CmaAckStatus::Mismatch:
@@ -180,16 +174,16 @@ void UcxComm::on_ack(const std::shared_ptr<UcxOp>& op, ucs_status_t status, size
 
 void UcxComm::send_ack(const std::shared_ptr<UcxOp>& op, CmaAckStatus status, uint64_t value) {
   if (!dead_why_[op->peer].empty()) return;
-  encode_cma_ack(CmaAck{op->desc.cookie, status, value}, op->ack_wire);
-  post_leg(op, LegKind::AckSend, true, op->ack_wire, kCmaAckBytes,
-           pack_ucx_cma_tag(rank_, CmaTagKind::Ack, op->desc.cookie));
+  encode_cma_ack(CmaAck{op->cma.desc.cookie, status, value}, op->cma.ack_wire);
+  post_leg(op, LegKind::AckSend, true, op->cma.ack_wire, kCmaAckBytes,
+           pack_ucx_cma_tag(rank_, CmaTagKind::Ack, op->cma.desc.cookie));
 }
 
 void UcxComm::fall_back(const std::shared_ptr<UcxOp>& op) {
   cma_counters().fallbacks.fetch_add(1, std::memory_order_relaxed);
   send_ack(op, CmaAckStatus::Fallback, 0);
   post_leg(op, LegKind::Payload, false, op->data, op->bytes,
-           pack_ucx_cma_tag(op->peer, CmaTagKind::Payload, op->desc.cookie));
+           pack_ucx_cma_tag(op->peer, CmaTagKind::Payload, op->cma.desc.cookie));
 }
 
 }  // namespace ferry::detail

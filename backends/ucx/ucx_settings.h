@@ -16,7 +16,8 @@ namespace ferry::detail {
 // reports dead peers. =none: UCP_ERR_HANDLING_MODE_NONE, which lets UCX 1.13 keep its own CMA
 // (before ferry had its own, ucx_cma.h, all_gather / all_to_all were ~20% faster at 16-64 MiB
 // that way) but leaves dead peers to ferry's pidfd watch (ranks on this host only) and to
-// deadlines, and UCX may abort the process on a transport error. Throws InvalidArgument for another value.
+// deadlines, and UCX may abort the process on a transport error. Throws InvalidArgument for
+// another value.
 bool ucx_peer_error_handling();
 
 // The smallest message ferry sends to a rank on this host by its own CMA protocol (ucx_cma.h);
@@ -28,8 +29,8 @@ size_t ucx_cma_min_bytes();
 // Puts ferry's defaults for UCT transports into the environment (where UCT reads them) unless
 // the user set them. Call before ucp_config_read.
 void apply_ucx_transport_defaults();
-// Applies ferry's UCP-level defaults to `config` (from ucp_config_read). Throws TransportError when UCX
-// rejects one.
+// Applies ferry's UCP-level defaults to `config` (from ucp_config_read). Throws TransportError
+// when UCX rejects one.
 void apply_ucx_defaults(ucp_config_t* config);
 
 }  // namespace ferry::detail

@@ -15,8 +15,9 @@ namespace detail {
 namespace {
 
 // What each rank publishes: its host name (to count the ranks sharing a host, which decides
-// how long waiters poll), its process (watched by local peers, see peer_watch.h) and its
-// worker address.
+// how long waiters poll), its process (watched by local peers, see peer_watch.h), where its CMA
+// token is (ucx_cma.h: local peers check it before reading this rank's memory) and its worker
+// address.
 constexpr size_t kMaxHostBytes = 255;
 constexpr size_t kMaxAddressBytes = 64 * 1024;
 
@@ -26,12 +27,19 @@ std::string host_name() {
   return std::string(buf, strnlen(buf, kMaxHostBytes));
 }
 
-// Layout: host name length (1 byte), host name, pid (4 bytes), start time (8 bytes), address.
-std::string encode_blob(const std::string& host, const ProcessId& id, const std::string& address) {
+// Layout: host name length (1 byte), host name, pid (4 bytes), start time (8 bytes), the CMA
+// token's address (8 bytes) and value (kCmaTokenBytes), the worker address (the rest).
+constexpr size_t kFixedBytes = sizeof(uint32_t) + sizeof(uint64_t) + sizeof(uint64_t) +
+                               kCmaTokenBytes;
+
+std::string encode_blob(const std::string& host, const ProcessId& id, const CmaToken& token,
+                        const std::string& address) {
   std::string out(1, static_cast<char>(host.size()));
   out += host;
   out.append(reinterpret_cast<const char*>(&id.pid), sizeof id.pid);
   out.append(reinterpret_cast<const char*>(&id.start_time), sizeof id.start_time);
+  out.append(reinterpret_cast<const char*>(&token.address), sizeof token.address);
+  out.append(reinterpret_cast<const char*>(token.value), sizeof token.value);
   out += address;
   return out;
 }
@@ -39,22 +47,28 @@ std::string encode_blob(const std::string& host, const ProcessId& id, const std:
 struct Peer {
   std::string host;
   ProcessId process;
+  CmaToken token;
   std::string address;
 };
 
 Peer decode_blob(const std::string& blob, int rank, int from) {
-  constexpr size_t kIdBytes = sizeof(uint32_t) + sizeof(uint64_t);
   const size_t host = blob.empty() ? 0 : static_cast<unsigned char>(blob[0]);
-  FERRY_CHECK(!blob.empty() && blob.size() > 1 + host + kIdBytes &&
-                  blob.size() - 1 - host - kIdBytes <= kMaxAddressBytes,
+  FERRY_CHECK(!blob.empty() && blob.size() > 1 + host + kFixedBytes &&
+                  blob.size() - 1 - host - kFixedBytes <= kMaxAddressBytes,
               TransportError, "ucx transport on rank ", rank, ": the address of rank ", from,
-              " is malformed (", blob.size(), " bytes; expected a host name, a process id and a "
-              "UCX worker address of at most ", kMaxAddressBytes, " bytes)");
+              " is malformed (", blob.size(), " bytes; expected a host name, a process id, a "
+              "CMA token and a UCX worker address of at most ", kMaxAddressBytes, " bytes)");
   Peer p;
   p.host = blob.substr(1, host);
-  std::memcpy(&p.process.pid, blob.data() + 1 + host, sizeof p.process.pid);
-  std::memcpy(&p.process.start_time, blob.data() + 1 + host + 4, sizeof p.process.start_time);
-  p.address = blob.substr(1 + host + kIdBytes);
+  const char* at = blob.data() + 1 + host;
+  std::memcpy(&p.process.pid, at, sizeof p.process.pid);
+  at += sizeof p.process.pid;
+  std::memcpy(&p.process.start_time, at, sizeof p.process.start_time);
+  at += sizeof p.process.start_time;
+  std::memcpy(&p.token.address, at, sizeof p.token.address);
+  at += sizeof p.token.address;
+  std::memcpy(p.token.value, at, sizeof p.token.value);
+  p.address = blob.substr(1 + host + kFixedBytes);
   return p;
 }
 
@@ -134,7 +148,8 @@ std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
   auto worker = std::make_unique<detail::UcxWorker>(size);
   const std::string host = detail::host_name();
   std::vector<std::string> blobs =
-      all_gather(detail::encode_blob(host, detail::self_process_id(), worker->address()));
+      all_gather(detail::encode_blob(host, detail::self_process_id(), detail::cma_self_token(),
+                                     worker->address()));
   FERRY_CHECK(static_cast<int>(blobs.size()) == size, TransportError, "ucx transport on rank ",
               rank, ": the address exchange returned ", blobs.size(), " addresses for a world of ",
               size);
@@ -144,7 +159,8 @@ std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
     detail::Peer peer = detail::decode_blob(blobs[r], rank, r);
     const bool same_host = peer.host == host;
     local += same_host ? 1 : 0;
-    peers.push_back(detail::UcxPeerInfo{std::move(peer.address), same_host, peer.process});
+    peers.push_back(
+        detail::UcxPeerInfo{std::move(peer.address), same_host, peer.process, peer.token});
   }
   auto comm = std::make_shared<detail::UcxComm>(std::move(worker), rank, peers);
   FERRY_LOG(Info, "ucx", "rank ", rank, " of ", size, ": UCP worker ready, ", local,

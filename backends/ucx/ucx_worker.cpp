@@ -82,21 +82,18 @@ void UcxWorker::defer_locked(std::function<void()> job) {
   wake_sleepers_locked();  // a sleeper may be the only thread left to run it
 }
 
-bool UcxWorker::run_deferred() {
-  bool ran = false;
-  while (deferred_count_.load(std::memory_order_acquire) > 0) {
-    std::function<void()> job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (deferred_.empty()) break;
-      job = std::move(deferred_.front());
-      deferred_.pop_front();
-      deferred_count_.store(deferred_.size(), std::memory_order_release);
-    }
-    job();
-    ran = true;
+bool UcxWorker::run_one_deferred() {
+  if (deferred_count_.load(std::memory_order_acquire) == 0) return false;
+  std::function<void()> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (deferred_.empty()) return false;
+    job = std::move(deferred_.front());
+    deferred_.pop_front();
+    deferred_count_.store(deferred_.size(), std::memory_order_release);
   }
-  return ran;
+  job();
+  return true;
 }
 
 void UcxWorker::progress_locked() {
@@ -113,7 +110,7 @@ void UcxWorker::try_progress() {
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (lock.owns_lock()) progress_locked();
   }
-  run_deferred();
+  run_one_deferred();
 }
 
 bool UcxWorker::wait_until(const std::function<bool()>& done, Clock::time_point deadline) {

@@ -17,7 +17,8 @@
 //
 // Deferred work: what must run neither inside a UCX callback nor under the lock (a CMA read of
 // several MiB, see ucx_cma.h) is queued by defer_locked and run, without the lock, by whichever
-// thread waits or tests next; a waiter does not sleep while jobs are queued. So a peer's
+// thread waits or tests next, one job per progress pass (a waiter checks its own op between
+// jobs and returns once it is done); a waiter does not sleep while jobs are queued. So a peer's
 // transfer moves even when every thread of this process waits on something else (a send whose
 // peer waits on us), as UCX's own progress does.
 //
@@ -80,13 +81,13 @@ class UcxWorker {
 
   // Queues `job` (see above); under the lock.
   void defer_locked(std::function<void()> job);
-  // Runs the queued jobs, each without the lock. True if it ran any.
-  bool run_deferred();
+  // Runs the oldest queued job, if any, without the lock. True if it ran one.
+  bool run_one_deferred();
 
   // Progresses until nothing more happens; the caller holds the lock.
   void progress_locked();
-  // One progress pass if no other thread is progressing, then the deferred jobs. Never waits
-  // for a peer.
+  // One progress pass if no other thread is progressing, then at most one deferred job (a job
+  // is a CMA read: Request::test() must stay short). Never waits for a peer.
   void try_progress();
   // Until done() holds (true) or `deadline` passes (false). done() must be cheap and lock-free.
   bool wait_until(const std::function<bool()>& done, Clock::time_point deadline);

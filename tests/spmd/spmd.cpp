@@ -17,6 +17,11 @@ std::vector<Case>& registry() {
   return r;
 }
 
+std::vector<std::function<std::string(ferry::Group&)>>& final_checks() {
+  static std::vector<std::function<std::string(ferry::Group&)>> r;
+  return r;
+}
+
 bool selected(const Case& c, int argc, char** argv) {
   if (argc <= 1) return true;
   for (int i = 1; i < argc; ++i) {
@@ -39,6 +44,11 @@ bool all_passed(ferry::Group& world, bool mine) {
 
 bool add(Case c) {
   registry().push_back(std::move(c));
+  return true;
+}
+
+bool add_final_check(std::function<std::string(ferry::Group&)> check) {
+  final_checks().push_back(std::move(check));
   return true;
 }
 
@@ -86,6 +96,26 @@ int main_under_mpi(int argc, char** argv) {
       std::printf("[spmd %d ranks] %-8s %6.2f s  %s\n", world.size(), ok ? "ok" : "FAILED", s,
                   c.name.c_str());
     std::fflush(stdout);
+  }
+  for (size_t i = 0; i < final_checks().size() && !stopped; ++i) {
+    std::string error;
+    try {
+      error = final_checks()[i](world);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (!error.empty())
+      std::fprintf(stderr, "[spmd rank %d/%d] FAILED final check %zu: %s\n", me, world.size(), i,
+                   error.c_str());
+    if (world.poisoned()) {
+      ++failed;
+      stopped = true;
+      break;
+    }
+    const bool ok = all_passed(world, error.empty());
+    if (!ok) ++failed;
+    if (me == 0)
+      std::printf("[spmd %d ranks] %-8s final check %zu\n", world.size(), ok ? "ok" : "FAILED", i);
   }
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();

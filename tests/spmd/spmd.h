@@ -35,11 +35,17 @@ bool add(Case c);
 // and every rank must run the cases in the same order).
 std::vector<Case> cases();
 
+// A check that main_under_mpi runs on every rank after the cases (unless a case poisoned the
+// world group), in the order added: it returns what failed on this rank, or "" (it may run
+// collectives on the world group). A binary adds one to check what the whole run did (which
+// transport paths carried its messages, say). Returns true so it can initialize a static.
+bool add_final_check(std::function<std::string(ferry::Group&)> check);
+
 // The main() of an mpiexec-launched suite. Arguments: optional substrings; a case runs when its
 // name or tags contain one of them (all cases without any). Each rank sets a 60 s default
 // deadline unless FERRY_TIMEOUT is set. Rank 0 prints one line per case with its time; a rank
-// that failed prints why. After a case that poisoned the world group the run stops. Returns 0
-// when every case passed on every rank.
+// that failed prints why. After a case that poisoned the world group the run stops. The final
+// checks run last. Returns 0 when every case and check passed on every rank.
 int main_under_mpi(int argc, char** argv);
 
 }  // namespace spmd

@@ -3,6 +3,7 @@
 #include "backends/rendezvous/rendezvous_frame.h"
 #include "backends/ucx/ucx_cma.h"
 #include "backends/ucx/ucx_tag.h"
+#include "backends/ucx/ucx_worker.h"
 #include "backends/rendezvous/socket_io.h"
 #include "backends/rendezvous/tcp_rendezvous.h"
 #include "runtime/error.h"
@@ -113,6 +114,12 @@ TEST_CASE("ucx: a large message of another size fails on both sides, in time",
                                                       {ucxtest::kParamVar, "10"}}));
 }
 
+TEST_CASE("ucx: a withdrawn large send tells a receiver that cannot read it, in time",
+          "[ucx][process][cma]") {
+  require_all_passed(run_scenario("cma-withdrawn-send", 2, {{"FERRY_TIMEOUT", "30"},
+                                                            {ucxtest::kParamVar, "10"}}));
+}
+
 TEST_CASE("ucx CMA: descriptors and acknowledgements are validated; reads fail cleanly",
           "[ucx][cma]") {
   using namespace detail;
@@ -153,18 +160,53 @@ TEST_CASE("ucx CMA: descriptors and acknowledgements are validated; reads fail c
   ack[6] = 77;  // status
   CHECK_FALSE(decode_cma_ack(ack, sizeof ack, error).has_value());
   CHECK_THAT(error, Contains("status 77"));
-  // Random bytes never decode (the magic alone makes that 2^-32 likely; random 32-byte
-  // messages with a valid magic and version must still respect the bounds).
-  std::mt19937 rng(5);
-  for (int i = 0; i < 20000; ++i) {
+  // Random bytes: a third entirely random (the magic rejects them), a third with a valid magic
+  // and version (the cookie's range rejects nearly all), a third with a valid header and cookie
+  // and a random address and size (decoded unless the range is empty or wraps, and then
+  // exactly as sent).
+  std::mt19937_64 rng(5);
+  int rejected = 0, random_accepted = 0, valid_header_accepted = 0, decoded = 0;
+  int expected_rejections = 0;
+  for (int i = 0; i < 30000; ++i) {
     unsigned char raw[kCmaDescriptorBytes];
     for (unsigned char& b : raw) b = static_cast<unsigned char>(rng());
-    if (i % 2 == 0) std::memcpy(raw, wire, 8);  // valid magic and version
+    const int kind = i % 3;
+    uint64_t cookie = 0, address = 0, bytes = 0;
+    if (kind >= 1) std::memcpy(raw, wire, 8);  // valid magic and version
+    if (kind == 2) {
+      cookie = 1 + rng() % kUcxMaxCmaCookie;
+      // Small and huge values alike, zeros too: the edges of the range check.
+      address = i % 7 == 0 ? 0 : rng() >> (rng() % 64);
+      bytes = i % 11 == 0 ? 0 : rng() >> (rng() % 64);
+      std::memcpy(raw + 8, &cookie, 8);
+      std::memcpy(raw + 16, &address, 8);
+      std::memcpy(raw + 24, &bytes, 8);
+      if (address == 0 || bytes == 0 || address + bytes < address) ++expected_rejections;
+    }
+    error.clear();
     auto r = decode_cma_descriptor(raw, sizeof raw, error);
-    if (!r) continue;
+    if (!r) {
+      ++rejected;
+      CHECK_FALSE(error.empty());
+      if (kind == 2) CHECK_THAT(error, Contains("empty or wraps"));
+      continue;
+    }
     CHECK((r->cookie >= 1 && r->cookie <= kUcxMaxCmaCookie));
-    CHECK((r->address != 0 && r->address + r->bytes >= r->address));
+    CHECK((r->address != 0 && r->bytes != 0 && r->address + r->bytes > r->address));
+    if (kind == 0) ++random_accepted;
+    if (kind == 1) ++valid_header_accepted;
+    if (kind == 2) {
+      ++decoded;
+      CHECK((r->cookie == cookie && r->address == address && r->bytes == bytes));
+    }
   }
+  INFO("decoded with a valid header and cookie: " << decoded << "; rejected: " << rejected);
+  CHECK(random_accepted == 0);
+  // A random 64-bit cookie lands in 1 .. 2^47 - 1 with probability 2^-17.
+  CHECK(valid_header_accepted <= 5);
+  CHECK(rejected == 20000 - valid_header_accepted + expected_rejections);
+  CHECK(decoded == 10000 - expected_rejections);
+  CHECK(decoded > 5000);
   // Reads: this process's own memory works, an unmapped range is Failed (EFAULT), and a
   // process that does not exist is Gone.
   std::vector<char> src(100000, 'a'), dst(100000, 'b');
@@ -183,6 +225,62 @@ TEST_CASE("ucx CMA: descriptors and acknowledgements are validated; reads fail c
   CmaReadResult gone = cma_read(static_cast<uint32_t>(child),
                                 reinterpret_cast<uint64_t>(src.data()), dst.data(), 100);
   CHECK(gone.outcome == CmaReadOutcome::Gone);
+}
+
+TEST_CASE("ucx CMA: a peer is read only where its pid holds its published token", "[ucx][cma]") {
+  using namespace detail;
+  const CmaToken& mine = cma_self_token();
+  CHECK(&mine == &cma_self_token());
+  CHECK(mine.address != 0);
+  const auto self = static_cast<uint32_t>(getpid());
+  std::string why;
+  CHECK(cma_token_matches(self, mine, why));
+  // Another value at that address: the pid names another process (another pid namespace).
+  CmaToken other = mine;
+  other.value[3] ^= 0x5A;
+  CHECK_FALSE(cma_token_matches(self, other, why));
+  CHECK_THAT(why, Contains("another token"));
+  // An address where nothing is mapped, none at all, a pid with no process.
+  CmaToken unmapped = mine;
+  unmapped.address = 4096;
+  CHECK_FALSE(cma_token_matches(self, unmapped, why));
+  CHECK_THAT(why, Contains("could not be read"));
+  CHECK_FALSE(cma_token_matches(self, CmaToken{}, why));
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK_FALSE(cma_token_matches(static_cast<uint32_t>(child), mine, why));
+}
+
+TEST_CASE("ucx worker: a test runs at most one deferred job; a wait stops once its op is done",
+          "[ucx]") {
+  // Deferred jobs are CMA reads of up to gigabytes: Request::test() (which never blocks) must
+  // not run a whole queue of them, and a waiter must not keep reading for others once its own
+  // op is done.
+  detail::UcxWorker worker(1);
+  std::atomic<int> ran{0};
+  auto queue = [&](int jobs) {
+    auto lock = worker.lock();
+    for (int i = 0; i < jobs; ++i) worker.defer_locked([&] { ran.fetch_add(1); });
+  };
+  queue(3);
+  worker.try_progress();
+  CHECK(ran.load() == 1);
+  worker.try_progress();
+  CHECK(ran.load() == 2);
+  worker.try_progress();
+  worker.try_progress();
+  CHECK(ran.load() == 3);
+  ran = 0;
+  queue(4);
+  CHECK(worker.wait_until([&] { return ran.load() >= 1; }, Clock::now() + std::chrono::seconds(5)));
+  CHECK(ran.load() == 1);
+  CHECK(worker.wait_until([&] { return ran.load() >= 3; }, Clock::now() + std::chrono::seconds(5)));
+  CHECK(ran.load() == 3);
+  worker.try_progress();  // the last one, so the worker goes with an empty queue
+  CHECK(ran.load() == 4);
 }
 
 TEST_CASE("ucx: a rank that gives up on a group makes its peers fail at once", "[ucx][process]") {
