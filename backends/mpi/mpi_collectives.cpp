@@ -243,10 +243,15 @@ class MpiCollectives final : public NativeCollectives {
     const MPI_Datatype type = mpi_datatype(dtype);
     if (auto p = persistent_->reduce_scatter(in, out, n, type, dtype_size(dtype), mpi_op(op)))
       return p;
+    // MPI_Ireduce_scatter with equal counts rather than MPI_Ireduce_scatter_block: MPICH 4.0.2
+    // picks a slow algorithm for the latter (2 ranks, 1 MiB: 920 us against 120 us for the
+    // former and for the blocking call; the same at 64 KiB and 4 MiB).
     auto r = start("reduce_scatter");
-    check_started(*r, MPI_Ireduce_scatter_block(in, out, n, type, mpi_op(op), comms_->coll,
-                                                r->pending().handle()),
-                  "MPI_Ireduce_scatter_block");
+    std::vector<int>& c = r->pending().ints(static_cast<size_t>(size_));
+    std::fill(c.begin(), c.end(), n);
+    check_started(*r, MPI_Ireduce_scatter(in, out, c.data(), type, mpi_op(op), comms_->coll,
+                                          r->pending().handle()),
+                  "MPI_Ireduce_scatter");
     return r;
   }
 
