@@ -22,6 +22,11 @@ constexpr size_t kCount = kCollectives.size();
 // rounds); above, the ring (2 (W-1) messages of 1/W of it). 32 KiB is where tree and ring cost
 // about the same on one host with the local transport.
 constexpr size_t kSmallAllReduceMaxBytes = 32 * 1024;
+// Up to this many bytes per rank and ranks, all_reduce takes the direct exchange: every rank
+// sends its payload to every other rank at once and combines all of them, one round whose
+// sends and receives can all be posted when the op is issued (direct_all_reduce.h).
+constexpr size_t kDirectAllReduceMaxBytes = 4 * 1024;
+constexpr int kDirectAllReduceMaxRanks = 8;
 
 struct Overrides {
   std::mutex mu;
@@ -84,6 +89,8 @@ std::string override_for(Collective c) {
 std::string automatic(Collective c, size_t bytes, int world_size) {
   switch (c) {
     case Collective::AllReduce:
+      if (bytes <= kDirectAllReduceMaxBytes && world_size <= kDirectAllReduceMaxRanks)
+        return "direct";
       return (bytes <= kSmallAllReduceMaxBytes || world_size <= 1) ? "recursive_doubling"
                                                                    : "ring";
     default:
@@ -110,7 +117,7 @@ const char* collective_name(Collective c) {
 
 const std::vector<std::string>& algorithms_for(Collective c) {
   static const std::array<std::vector<std::string>, kCount> table = {{
-      {"ring", "tree", "recursive_doubling"},  // all_reduce
+      {"ring", "tree", "recursive_doubling", "direct"},  // all_reduce
       {"tree"},          // reduce
       {"ring"},          // reduce_scatter
       {"ring", "direct"},  // all_gather
@@ -142,7 +149,7 @@ std::string algorithm_table() {
     std::string algos;
     for (const auto& a : algorithms_for(c)) algos += (algos.empty() ? "" : "|") + a;
     std::string rule = c == Collective::AllReduce
-                           ? "recursive_doubling <= 32 KiB < ring"
+                           ? "direct <= 4 KiB and 8 ranks; recursive_doubling <= 32 KiB < ring"
                            : algorithms_for(c).front();
     std::string o = override_for(c);
     os << collective_name(c) << std::string(16 - std::string(collective_name(c)).size(), ' ')

@@ -99,6 +99,8 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
                       {input, output});
     else if (algo == "tree")
       detail::tree_all_reduce(ctx, in, out, count, a.spec);
+    else if (algo == "direct")
+      detail::direct_all_reduce(ctx, in, out, count, a.spec);
     else if (algo == "recursive_doubling")
       detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);
     else

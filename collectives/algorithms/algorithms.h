@@ -64,6 +64,17 @@ void tree_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
 // ---- recursive doubling (log2(W) exchange rounds of the whole payload; the latency-optimal
 // all_reduce for small payloads) ----
 // `out` may be `in`.
+// ---- direct exchange for small all_reduce (one round, all of it posted at once) ----
+// Posts the exchange: `bytes` of `in` to every other rank; rank k's payload lands at
+// gathered + k * bytes (W * bytes in all).
+void post_direct_all_reduce(OpContext& ctx, const char* in, char* gathered, size_t bytes);
+// After the exchange completed: `out` = every rank's payload combined in rank order (the same
+// bits on every rank). `out` may be `in`.
+void finish_direct_all_reduce(int rank, int size, const char* in, char* out, char* gathered,
+                              size_t count, const ReduceSpec& spec);
+// Both, with the group's scratch for the payloads.
+void direct_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
+                       const ReduceSpec& spec);
 void recursive_doubling_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
                                    const ReduceSpec& spec);
 
