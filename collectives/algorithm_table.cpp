@@ -149,7 +149,7 @@ std::string algorithm_table() {
     std::string algos;
     for (const auto& a : algorithms_for(c)) algos += (algos.empty() ? "" : "|") + a;
     std::string rule = c == Collective::AllReduce
-                           ? "direct <= 4 KiB and 8 ranks; recursive_doubling <= 32 KiB < ring"
+                           ? "direct <= 4 KiB (<= 8 ranks) < recursive_doubling <= 32 KiB < ring"
                            : algorithms_for(c).front();
     std::string o = override_for(c);
     os << collective_name(c) << std::string(16 - std::string(collective_name(c)).size(), ' ')

@@ -37,8 +37,9 @@ class ScratchArena {
 
 class GroupImpl;
 
-// A collective started at issue (native_issue.cpp): it lives in its Work, not in the group's
-// queue, so the group must see it finished before it ends (and before MPI is finalized).
+// A collective started at issue (native_issue.cpp, direct_issue.cpp): it lives in its Work, not
+// in the group's queue, so the group must see it finished before it ends (and before MPI is
+// finalized).
 class InFlightNative {
  public:
   virtual ~InFlightNative() = default;

@@ -43,6 +43,17 @@ void OpContext::wait_all() {
   pending_.clear();
 }
 
+bool OpContext::test_all() {
+  for (auto& r : pending_) {
+    if (r->test()) continue;
+    rethrow_first_failure();
+    return false;
+  }
+  rethrow_first_failure();
+  pending_.clear();
+  return true;
+}
+
 void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep) {
   // In slices, as wait_all: a poisoned group stops the wait before the deadline.
   while (!request->wait_until(std::min(deadline_, Clock::now() + kCheckEvery))) {

@@ -42,6 +42,9 @@ class OpContext {
   void recv(int peer, uint32_t step, void* data, size_t bytes);
   // Completes every request posted so far.
   void wait_all();
+  // Never blocks: true once every request posted so far completed (then as wait_all); throws
+  // as wait_all does when one failed. The deadline is wait_all's business.
+  bool test_all();
 
   // Later steps are numbered afresh: an op made of phases (sizes, then data) calls this between.
   // At most kMaxPhases phases (0 and 1): the UCX transport's tag has one bit for the phase

@@ -2,6 +2,7 @@
 #include "collectives/algorithm_table.h"
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/engine.h"
+#include "collectives/direct_issue.h"
 #include "collectives/native_issue.h"
 #include "collectives/reduce_kernels.h"
 
@@ -87,6 +88,8 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   const int world = group.size();
   // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
   const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
+  if (auto work = detail::start_direct_all_reduce_now(group, input, output, op, algo))
+    return std::move(*work);
   return detail::submit(group, "all_reduce", detail::OpSummary::of(input, op),
                         [input, output, op, world, algo](OpContext& ctx) mutable {
     const bool in_place = input.raw_data() == output.raw_data();
