@@ -207,27 +207,24 @@ std::unique_ptr<NativeRequest> PersistentCollectives::broadcast(void* buf, int b
                is_root ? nullptr : buf);
 }
 
+std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::alltoall_slot(int kind,
+                                                                                   int block) {
+  const size_t total = static_cast<size_t>(block) * static_cast<size_t>(size_);
+  return slot_for(Key{kind, block, MPI_BYTE, MPI_OP_NULL, 0}, total, total, [&](Slot& s) {
+    return MPI_Alltoall_init(s.send.data(), block, MPI_BYTE, s.recv.data(), block, MPI_BYTE,
+                             comm_, MPI_INFO_NULL, &s.request);
+  });
+}
+
 std::unique_ptr<NativeRequest> PersistentCollectives::all_gather(const void* in, void* out,
                                                                  int block) {
-  const size_t total = static_cast<size_t>(block) * static_cast<size_t>(size_);
-  auto slot = slot_for(Key{kAllGather, block, MPI_BYTE, MPI_OP_NULL, 0}, total, total,
-                       [&](Slot& s) {
-                         return MPI_Alltoall_init(s.send.data(), block, MPI_BYTE, s.recv.data(),
-                                                  block, MPI_BYTE, comm_, MPI_INFO_NULL,
-                                                  &s.request);
-                       });
+  auto slot = alltoall_slot(kAllGather, block);  // W copies of `in` to every rank
   return slot ? start("all_gather", std::move(slot), in, size_, out) : nullptr;
 }
 
 std::unique_ptr<NativeRequest> PersistentCollectives::all_to_all(const void* in, void* out,
                                                                  int block) {
-  const size_t total = static_cast<size_t>(block) * static_cast<size_t>(size_);
-  auto slot = slot_for(Key{kAllToAll, block, MPI_BYTE, MPI_OP_NULL, 0}, total, total,
-                       [&](Slot& s) {
-                         return MPI_Alltoall_init(s.send.data(), block, MPI_BYTE, s.recv.data(),
-                                                  block, MPI_BYTE, comm_, MPI_INFO_NULL,
-                                                  &s.request);
-                       });
+  auto slot = alltoall_slot(kAllToAll, block);
   return slot ? start("all_to_all_single", std::move(slot), in, 1, out) : nullptr;
 }
 

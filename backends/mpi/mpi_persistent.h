@@ -75,6 +75,9 @@ class PersistentCollectives {
     bool operator==(const Key&) const = default;
   };
 
+  // The slot of a persistent MPI_Alltoall of `block` bytes per rank (all_gather and
+  // all_to_all_single share the call; `kind` keeps their keys apart).
+  std::shared_ptr<Slot> alltoall_slot(int kind, int block);
   // The slot of `key`, created with `init` (which makes the persistent request over the
   // slot's staging buffers) when the key is new; null when the path is not taken.
   template <class Init>

@@ -40,6 +40,28 @@ static_assert(sizeof(AckWire) == kCmaAckBytes);
 
 bool cookie_valid(uint64_t cookie) { return cookie >= 1 && cookie <= kUcxMaxCmaCookie; }
 
+// Copies `bytes` of `data` into `w` and checks what every message of the protocol carries:
+// its size, `magic`, the version and the cookie. False with `error` saying what is wrong.
+template <class Wire>
+bool read_wire(const void* data, size_t bytes, const char* what, uint32_t magic, Wire& w,
+               std::string& error) {
+  if (data == nullptr || bytes != sizeof w) {
+    error = str(what, " is ", sizeof w, " bytes, this one ", bytes);
+    return false;
+  }
+  std::memcpy(&w, data, sizeof w);
+  if (w.magic != magic) {
+    error = str("bad magic ", hex(w.magic));
+  } else if (w.version != kVersion) {
+    error = str("version ", w.version, " (this build speaks ", kVersion, ")");
+  } else if (!cookie_valid(w.cookie)) {
+    error = str("cookie ", w.cookie, " out of range");
+  } else {
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string hex(uint64_t v) {
@@ -56,24 +78,12 @@ void encode_cma_descriptor(const CmaDescriptor& d, unsigned char (&out)[kCmaDesc
 std::optional<CmaDescriptor> decode_cma_descriptor(const void* data, size_t bytes,
                                                    std::string& error) {
   DescriptorWire w{};
-  if (data == nullptr || bytes != sizeof w) {
-    error = str("a descriptor is ", sizeof w, " bytes, this one ", bytes);
+  if (!read_wire(data, bytes, "a descriptor", kDescriptorMagic, w, error)) return std::nullopt;
+  if (w.address == 0 || w.bytes == 0 || w.address + w.bytes < w.address) {
+    error = str("address range ", hex(w.address), " + ", w.bytes, " bytes is empty or wraps");
     return std::nullopt;
   }
-  std::memcpy(&w, data, sizeof w);
-  if (w.magic != kDescriptorMagic) {
-    error = str("bad magic ", hex(w.magic));
-  } else if (w.version != kVersion) {
-    error = str("version ", w.version, " (this build speaks ", kVersion, ")");
-  } else if (!cookie_valid(w.cookie)) {
-    error = str("cookie ", w.cookie, " out of range");
-  } else if (w.address == 0 || w.bytes == 0 || w.address + w.bytes < w.address) {
-    error = str("address range ", hex(w.address), " + ", w.bytes,
-                " bytes is empty or wraps");
-  } else {
-    return CmaDescriptor{w.cookie, w.address, w.bytes};
-  }
-  return std::nullopt;
+  return CmaDescriptor{w.cookie, w.address, w.bytes};
 }
 
 void encode_cma_ack(const CmaAck& a, unsigned char (&out)[kCmaAckBytes]) {
@@ -83,24 +93,13 @@ void encode_cma_ack(const CmaAck& a, unsigned char (&out)[kCmaAckBytes]) {
 
 std::optional<CmaAck> decode_cma_ack(const void* data, size_t bytes, std::string& error) {
   AckWire w{};
-  if (data == nullptr || bytes != sizeof w) {
-    error = str("an acknowledgement is ", sizeof w, " bytes, this one ", bytes);
+  if (!read_wire(data, bytes, "an acknowledgement", kAckMagic, w, error)) return std::nullopt;
+  if (w.status < static_cast<uint16_t>(CmaAckStatus::Done) ||
+      w.status > static_cast<uint16_t>(CmaAckStatus::ReadFailed)) {
+    error = str("unknown status ", w.status);
     return std::nullopt;
   }
-  std::memcpy(&w, data, sizeof w);
-  if (w.magic != kAckMagic) {
-    error = str("bad magic ", hex(w.magic));
-  } else if (w.version != kVersion) {
-    error = str("version ", w.version, " (this build speaks ", kVersion, ")");
-  } else if (!cookie_valid(w.cookie)) {
-    error = str("cookie ", w.cookie, " out of range");
-  } else if (w.status < static_cast<uint16_t>(CmaAckStatus::Done) ||
-             w.status > static_cast<uint16_t>(CmaAckStatus::ReadFailed)) {
-    error = str("unknown status ", w.status);
-  } else {
-    return CmaAck{w.cookie, static_cast<CmaAckStatus>(w.status), w.value};
-  }
-  return std::nullopt;
+  return CmaAck{w.cookie, static_cast<CmaAckStatus>(w.status), w.value};
 }
 
 CmaReadResult cma_read(uint32_t pid, uint64_t remote, void* local, size_t bytes) {
