@@ -116,6 +116,33 @@ FT_SPMD_CASE("outstanding: the same small op many times; more sizes than kept re
   for (Pending& x : p) finish(ctx, x);
 }
 
+// Above 8 KiB, the MPI transport carries these ops in groups of 2-4 ranks as rounds of
+// point-to-point messages, all_reduce in two rounds whose second is posted only when a wait or
+// test sees the first finish (backends/mpi/mpi_exchange.h). Ranks here wait in different orders
+// (rank 0 last op first, the others first op first), so round 2 of different ops is posted in
+// a different order on each rank: each op and round must match only its own messages. Counts
+// are odd so that the all_reduce blocks are uneven; float16 and bfloat16 reach MPI widened.
+FT_SPMD_CASE("outstanding: mid-size ops issued together; ranks wait in different orders", "[outstanding]", 2, 3, 4) {
+  const int W = g.size();
+  for (DType dt : {DType::Float32, DType::Float64, DType::Int32, DType::UInt8, DType::BFloat16}) {
+    const ReduceOp red = dt == DType::UInt8 ? ReduceOp::Max : ReduceOp::Sum;
+    const int64_t rows = 2053, inner = dt == DType::UInt8 ? 7 : 1;
+    std::vector<Pending> p;
+    for (uint64_t i = 0; i < 3; ++i) {
+      const int variant = static_cast<int>(i % 2);
+      p.push_back(start_all_reduce(ctx, g, make_case(dt, rows + static_cast<int64_t>(i), inner, red, 0, static_cast<int>(i), 10 + i)));
+      p.push_back(start_reduce_scatter(ctx, g, make_case(dt, rows, inner, ReduceOp::Max, 0, variant, 20 + i)));
+      p.push_back(start_all_gather(ctx, g, make_case(dt, rows, inner, red, 0, variant, 30 + i)));
+      p.push_back(start_all_to_all_single(ctx, g, make_case(dt, rows, inner, red, 0, 0, 40 + i)));
+      p.push_back(start_broadcast(ctx, g, make_case(dt, rows, inner, red, static_cast<int>(i) % W, 0, 50 + i)));
+    }
+    if (g.rank() == 0)
+      for (auto it = p.rbegin(); it != p.rend(); ++it) finish(ctx, *it);
+    else
+      for (Pending& x : p) finish(ctx, x);
+  }
+}
+
 FT_SPMD_CASE("outstanding: a large op and small ones behind it", "[outstanding][large]", 2, 3) {
   std::vector<Pending> p;
   p.push_back(start_all_reduce(ctx, g, make_case(DType::Float32, kLarge, 0, ReduceOp::Sum, 0, 1, 1)));
