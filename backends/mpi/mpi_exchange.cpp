@@ -398,7 +398,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter(const void* i
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t bytes, int root) {
-  if (!enabled_ || size_ != 2) return nullptr;
+  if (!enabled_ || size_ != 2 || bytes >= kMaxBroadcastBytes) return nullptr;
   auto r = std::make_unique<ExchangeRequest>("broadcast", group_id_, comm_, rank_, size_,
                                              tag_for_next_op(), ExchangeRequest::Then::Finish);
   if (rank_ == root)

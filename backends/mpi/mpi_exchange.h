@@ -21,7 +21,10 @@
 //    reduced by one rank only, so every rank ends with the same bits.
 //  - reduce_scatter with equal blocks: round 1 of all_reduce.
 //  - all_gather and all_to_all with equal blocks: one round, every block straight to its rank.
-//  - broadcast: on two ranks only (one message); wider groups keep MPI_Ibcast's tree.
+//  - broadcast: on two ranks and below 256 KiB only (one message). From 256 KiB, ferry-bench
+//    measured the single message 1.05-1.3x MPICH's MPI_Bcast (whose shared-memory copy puts
+//    both cores to work), against 1.03-1.15x for MPI_Ibcast; wider groups keep MPI_Ibcast's
+//    tree.
 //
 // Only groups of 2 to kMaxRanks ranks take this path: each round posts W - 1 messages each
 // way at once, which suits the ranks of one node, not a cluster. Whether an op takes it
@@ -62,6 +65,7 @@ void advance_exchange_rounds();
 class ExchangeCollectives {
  public:
   static constexpr int kMaxRanks = 4;
+  static constexpr size_t kMaxBroadcastBytes = 256 * 1024;  // exclusive
 
   // `comm` must outlive this object (the group's `coll` communicator).
   ExchangeCollectives(MPI_Comm comm, int rank, int size, uint32_t group_id, int tag_ub);
