@@ -110,20 +110,24 @@ int main() {
   // hand-shakes and the verdict.
   Group control = world.split(0, me);
   Group skip_group = world.split(0, me);
+  Group skip_large_group = world.split(0, me);
   Group bad_group = world.split(0, me);
   Checks c;
 
-  {  // A rank skips the collective.
-    const std::string scenario = "rank " + std::to_string(W - 1) + " skips all_reduce";
-    for (int i = 0; i < 2; ++i) barrier(skip_group).wait();  // a sequence number other than 0
+  // A rank skips the collective: a small all_reduce (a persistent MPI request) and a 64 KiB one
+  // (rounds of point-to-point messages, backends/mpi/mpi_exchange.h).
+  for (const auto& [group, elements] : {std::pair{&skip_group, 16}, std::pair{&skip_large_group, 16384}}) {
+    const std::string scenario = "rank " + std::to_string(W - 1) + " skips all_reduce of " +
+                                 std::to_string(elements) + " floats";
+    for (int i = 0; i < 2; ++i) barrier(*group).wait();  // a sequence number other than 0
     if (me == W - 1) {
       wait_for_the_others(c, control, me, scenario);
-      c.expect(!skip_group.poisoned(), scenario + ": the absent rank's group is not poisoned");
+      c.expect(!group->poisoned(), scenario + ": the absent rank's group is not poisoned");
     } else {
-      Tensor t = ones({16});
-      const uint64_t seq = skip_group.sequence_number();
-      Work work = all_reduce(t, skip_group);
-      expect_timeout(c, skip_group, work, seq, W - 1, scenario);
+      Tensor t = ones({elements});
+      const uint64_t seq = group->sequence_number();
+      Work work = all_reduce(t, *group);
+      expect_timeout(c, *group, work, seq, W - 1, scenario);
       tell_absent_rank(control, W - 1);
     }
   }
