@@ -233,8 +233,10 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_gather_equal(const void* in, void* out,
                                                   size_t block_bytes) override {
     const int b = fit(block_bytes, "all_gather", "bytes");
-    if (auto p = persistent_->all_gather(in, out, b)) return p;
+    // Point-to-point first at every size: for 8 B on two ranks it added 0.7-1.2 us to the
+    // blocking call where the persistent request added 1.1-2.5 us (same sittings).
     if (auto x = exchange_->all_gather(in, out, block_bytes)) return x;
+    if (auto p = persistent_->all_gather(in, out, b)) return p;
     auto r = start("all_gather");
     const void* send = in == static_cast<char*>(out) + block_bytes * static_cast<size_t>(rank_)
                            ? MPI_IN_PLACE
@@ -268,8 +270,10 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_to_all_equal(const void* in, void* out,
                                                   size_t block_bytes) override {
     const int b = fit(block_bytes, "all_to_all_single", "bytes");
-    if (auto p = persistent_->all_to_all(in, out, b)) return p;
+    // Point-to-point first at every size, as for all_gather (8 B, two ranks: 0.6-1.2 us added
+    // against 0.9-1.9 us for the persistent request).
     if (auto x = exchange_->all_to_all(in, out, block_bytes)) return x;
+    if (auto p = persistent_->all_to_all(in, out, b)) return p;
     auto r = start("all_to_all_single");
     check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
                                     r->pending().handle()),

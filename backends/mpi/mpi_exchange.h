@@ -12,6 +12,10 @@
 //                   exchanging the whole payload was 1.2-1.27 from 4 MiB up)
 //   reduce_scatter  0.57-0.93, all_gather 0.73-0.81, all_to_all 0.63-0.99 (64 KiB-1 MiB)
 //   broadcast       1.00-1.02 (one message either way)
+// all_gather and all_to_all take this path at every size (for 8 B it also beat the persistent
+// request, see mpi_collectives.cpp); all_reduce, reduce_scatter and broadcast only where the
+// persistent request does not (above 8 KiB, or past its 64 sizes): their 8 B persistent
+// request was faster than a fold through MPI_Reduce_local.
 //
 // The algorithms, on W ranks, this rank r:
 //  - all_reduce: a direct reduce-scatter, then a direct all-gather. The elements split into W
