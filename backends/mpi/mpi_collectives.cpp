@@ -89,6 +89,9 @@ class MpiCollectives final : public NativeCollectives {
     if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; }))
       return reduce_scatter_equal(in, out, counts[0], dtype, op);
     const MPI_Datatype type = mpi_datatype(dtype);
+    for (size_t c : counts) fit(c, "reduce_scatter", "elements");
+    if (auto x = exchange_->reduce_scatter_v(in, out, counts, type, dtype_size(dtype), mpi_op(op)))
+      return x;
     auto r = start("reduce_scatter");
     std::vector<int>& c = r->pending().ints(counts.size());
     for (size_t k = 0; k < counts.size(); ++k) c[k] = fit(counts[k], "reduce_scatter", "elements");
@@ -114,6 +117,8 @@ class MpiCollectives final : public NativeCollectives {
                                             const std::vector<size_t>& offset) override {
     // Every rank has the same block list, so every rank makes the same call.
     if (equal_contiguous(bytes, offset)) return all_gather_equal(in, out, bytes[0]);
+    for (size_t b : bytes) fit(b, "all_gather", "bytes");
+    if (auto x = exchange_->all_gather_v(in, out, bytes, offset)) return x;
     char* base = static_cast<char*>(out);
     const void* send = in == base + offset[rank_] ? MPI_IN_PLACE : in;
     auto r = start("all_gather");
@@ -136,8 +141,21 @@ class MpiCollectives final : public NativeCollectives {
     // Always MPI_Ialltoallv, even when this rank's blocks happen to be equal: another rank's
     // may not be, and every rank must make the same MPI call (all_to_all_equal is the form
     // without split lists).
-    auto r = start("all_to_all_single");
     const size_t n = send_bytes.size();
+    for (size_t k = 0; k < n; ++k) {
+      fit(send_bytes[k], "all_to_all_single", "bytes");
+      fit(recv_bytes[k], "all_to_all_single", "bytes");
+    }
+    if (exchange_->enabled()) {
+      std::vector<const void*> send(n);
+      std::vector<void*> recv(n);
+      for (size_t k = 0; k < n; ++k) {
+        send[k] = static_cast<const char*>(in) + send_offset[k];
+        recv[k] = static_cast<char*>(out) + recv_offset[k];
+      }
+      return exchange_->all_to_all_v("all_to_all_single", send, send_bytes, recv, recv_bytes);
+    }
+    auto r = start("all_to_all_single");
     std::vector<int>& sc = r->pending().ints(n);
     std::vector<int>& sd = r->pending().ints(n);
     std::vector<int>& rc = r->pending().ints(n);
@@ -156,6 +174,12 @@ class MpiCollectives final : public NativeCollectives {
                                             const std::vector<size_t>& send_bytes,
                                             const std::vector<void*>& recv,
                                             const std::vector<size_t>& recv_bytes) override {
+    for (size_t k = 0; k < send.size(); ++k) {
+      fit(send_bytes[k], "all_to_all", "bytes");
+      fit(recv_bytes[k], "all_to_all", "bytes");
+    }
+    if (auto x = exchange_->all_to_all_v("all_to_all", send, send_bytes, recv, recv_bytes))
+      return x;
     auto r = start("all_to_all");
     lists_by_address(*r, send, send_bytes, recv, recv_bytes, "all_to_all");
     return r;

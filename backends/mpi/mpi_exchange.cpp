@@ -379,21 +379,36 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter(const void* i
                                                                    size_t element_bytes,
                                                                    MPI_Op op) {
   if (!enabled_) return nullptr;
+  return reduce_scatter_v(in, out, std::vector<size_t>(static_cast<size_t>(size_), count), type,
+                          element_bytes, op);
+}
+
+std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter_v(
+    const void* in, void* out, const std::vector<size_t>& counts, MPI_Datatype type,
+    size_t element_bytes, MPI_Op op) {
+  if (!enabled_) return nullptr;
   auto r = std::make_unique<ExchangeRequest>("reduce_scatter", group_id_, comm_, rank_, size_,
                                              tag_for_next_op(), ExchangeRequest::Then::Fold);
   const char* src = static_cast<const char*>(in);
-  const size_t block_bytes = count * element_bytes;
-  Scratch scratch(static_cast<size_t>(size_ - 1) * block_bytes);
+  const size_t my_count = counts[static_cast<size_t>(rank_)];
+  const size_t my_bytes = my_count * element_bytes;
+  Scratch scratch(static_cast<size_t>(size_ - 1) * my_bytes);
   char* received = scratch.data();
   int slot = 0;
   for (int p = 0; p < size_; ++p)
-    if (p != rank_) r->recv(received + static_cast<size_t>(slot++) * block_bytes, count, type, p, 0);
-  for (int p = 0; p < size_; ++p)
-    if (p != rank_) r->send(src + static_cast<size_t>(p) * block_bytes, count, type, p, 0);
+    if (p != rank_) r->recv(received + static_cast<size_t>(slot++) * my_bytes, my_count, type, p, 0);
+  size_t offset = 0, mine = 0;
+  for (int p = 0; p < size_; ++p) {
+    const size_t n = counts[static_cast<size_t>(p)];
+    if (p == rank_)
+      mine = offset;
+    else
+      r->send(src + offset * element_bytes, n, type, p, 0);
+    offset += n;
+  }
   // `out` never overlaps `in` (NativeCollectives::reduce_scatter).
-  if (block_bytes > 0)
-    std::memcpy(out, src + static_cast<size_t>(rank_) * block_bytes, block_bytes);
-  r->set_fold(out, received, count, type, element_bytes, op, std::move(scratch));
+  if (my_bytes > 0) std::memcpy(out, src + mine * element_bytes, my_bytes);
+  r->set_fold(out, received, my_count, type, element_bytes, op, std::move(scratch));
   return r;
 }
 
@@ -437,6 +452,46 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all(const void* in, v
     if (p != rank_) r->send(src + static_cast<size_t>(p) * block, block, MPI_BYTE, p, 0);
   const size_t mine = static_cast<size_t>(rank_) * block;
   if (block > 0) std::memcpy(dst + mine, src + mine, block);
+  return r;
+}
+
+std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather_v(const void* in, void* out,
+                                                                 const std::vector<size_t>& bytes,
+                                                                 const std::vector<size_t>& offset) {
+  if (!enabled_) return nullptr;
+  auto r = std::make_unique<ExchangeRequest>("all_gather", group_id_, comm_, rank_, size_,
+                                             tag_for_next_op(), ExchangeRequest::Then::Finish);
+  char* dst = static_cast<char*>(out);
+  const size_t me = static_cast<size_t>(rank_);
+  for (int p = 0; p < size_; ++p) {
+    const size_t k = static_cast<size_t>(p);
+    if (p != rank_) r->recv(dst + offset[k], bytes[k], MPI_BYTE, p, 0);
+  }
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) r->send(in, bytes[me], MPI_BYTE, p, 0);
+  if (in != dst + offset[me] && bytes[me] > 0) std::memcpy(dst + offset[me], in, bytes[me]);
+  return r;
+}
+
+std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
+    const char* op, const std::vector<const void*>& send, const std::vector<size_t>& send_bytes,
+    const std::vector<void*>& recv, const std::vector<size_t>& recv_bytes) {
+  if (!enabled_) return nullptr;
+  const size_t me = static_cast<size_t>(rank_);
+  FERRY_CHECK(send_bytes[me] == recv_bytes[me], InvalidArgument, op, " on group ", group_id_,
+              " rank ", rank_, ": the block this rank keeps must be the same size both ways, ",
+              "given ", send_bytes[me], " bytes to send and ", recv_bytes[me], " to receive");
+  auto r = std::make_unique<ExchangeRequest>(op, group_id_, comm_, rank_, size_,
+                                             tag_for_next_op(), ExchangeRequest::Then::Finish);
+  for (int p = 0; p < size_; ++p) {
+    const size_t k = static_cast<size_t>(p);
+    if (p != rank_) r->recv(recv[k], recv_bytes[k], MPI_BYTE, p, 0);
+  }
+  for (int p = 0; p < size_; ++p) {
+    const size_t k = static_cast<size_t>(p);
+    if (p != rank_) r->send(send[k], send_bytes[k], MPI_BYTE, p, 0);
+  }
+  if (send_bytes[me] > 0) std::memcpy(recv[me], send[me], send_bytes[me]);
   return r;
 }
 

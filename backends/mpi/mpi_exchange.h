@@ -23,8 +23,8 @@
 //    rank p and folds the W - 1 copies of block r it receives into its own, in rank order.
 //    Round 2: it sends the reduced block r to every rank and receives theirs. Each block is
 //    reduced by one rank only, so every rank ends with the same bits.
-//  - reduce_scatter with equal blocks: round 1 of all_reduce.
-//  - all_gather and all_to_all with equal blocks: one round, every block straight to its rank.
+//  - reduce_scatter: round 1 of all_reduce, with the caller's blocks.
+//  - all_gather and all_to_all: one round, every block straight to its rank.
 //  - broadcast: on two ranks and below 256 KiB only (one message). From 256 KiB, ferry-bench
 //    measured the single message 1.05-1.3x MPICH's MPI_Bcast (whose shared-memory copy puts
 //    both cores to work), against 1.03-1.15x for MPI_Ibcast; wider groups keep MPI_Ibcast's
@@ -59,6 +59,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace ferry::detail {
 
@@ -74,6 +75,9 @@ class ExchangeCollectives {
   // `comm` must outlive this object (the group's `coll` communicator).
   ExchangeCollectives(MPI_Comm comm, int rank, int size, uint32_t group_id, int tag_ub);
 
+  // Whether this group's ops take the path at all (2 to kMaxRanks ranks, not turned off).
+  bool enabled() const { return enabled_; }
+
   // Each returns null when the op does not take this path; the caller then makes MPI's
   // non-blocking call. Arguments as in NativeCollectives, with MPI's types already chosen.
   std::unique_ptr<NativeRequest> all_reduce(const void* in, void* out, size_t count,
@@ -87,6 +91,25 @@ class ExchangeCollectives {
   std::unique_ptr<NativeRequest> all_gather(const void* in, void* out, size_t block);
   // Equal blocks of `block` bytes each way.
   std::unique_ptr<NativeRequest> all_to_all(const void* in, void* out, size_t block);
+
+  // The forms with block lists (the v-collectives), in one round as above. Every count must
+  // fit an int (the caller checks, as for MPI's own calls).
+  // reduce_scatter: rank k's block is the counts[k] elements after those of the ranks before.
+  std::unique_ptr<NativeRequest> reduce_scatter_v(const void* in, void* out,
+                                                  const std::vector<size_t>& counts,
+                                                  MPI_Datatype type, size_t element_bytes,
+                                                  MPI_Op op);
+  // Rank k's block (bytes[k] bytes) lands at out + offset[k]; `in` may be already there.
+  std::unique_ptr<NativeRequest> all_gather_v(const void* in, void* out,
+                                              const std::vector<size_t>& bytes,
+                                              const std::vector<size_t>& offset);
+  // send[p] (send_bytes[p] bytes) goes to rank p, recv[k] (recv_bytes[k]) comes from rank k;
+  // this rank's own block is copied, and must be the same size both ways.
+  std::unique_ptr<NativeRequest> all_to_all_v(const char* op,
+                                              const std::vector<const void*>& send,
+                                              const std::vector<size_t>& send_bytes,
+                                              const std::vector<void*>& recv,
+                                              const std::vector<size_t>& recv_bytes);
 
  private:
   // The tag of the next op's first round (its second round takes that tag + 1).

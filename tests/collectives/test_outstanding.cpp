@@ -116,8 +116,8 @@ FT_SPMD_CASE("outstanding: the same small op many times; more sizes than kept re
   for (Pending& x : p) finish(ctx, x);
 }
 
-// Above 8 KiB, the MPI transport carries these ops in groups of 2-4 ranks as rounds of
-// point-to-point messages, all_reduce in two rounds whose second is posted only when a wait or
+// Above 8 KiB (all_gather, all_to_all and the v-forms at every size), the MPI transport carries
+// these ops in groups of 2-4 ranks as rounds of point-to-point messages, all_reduce in two rounds whose second is posted only when a wait or
 // test sees the first finish (backends/mpi/mpi_exchange.h). Ranks here wait in different orders
 // (rank 0 last op first, the others first op first), so round 2 of different ops is posted in
 // a different order on each rank: each op and round must match only its own messages. Counts
@@ -135,6 +135,10 @@ FT_SPMD_CASE("outstanding: mid-size ops issued together; ranks wait in different
       p.push_back(start_all_gather(ctx, g, make_case(dt, rows, inner, red, 0, variant, 30 + i)));
       p.push_back(start_all_to_all_single(ctx, g, make_case(dt, rows, inner, red, 0, 0, 40 + i)));
       p.push_back(start_broadcast(ctx, g, make_case(dt, rows, inner, red, static_cast<int>(i) % W, 0, 50 + i)));
+      p.push_back(start_reduce_scatter_v(ctx, g, make_case(dt, rows / 3, inner, red, 0, 0, 60 + i)));
+      p.push_back(start_all_gather_v(ctx, g, make_case(dt, rows / 3, inner, red, 0, 0, 70 + i)));
+      p.push_back(start_all_to_all_single_v(ctx, g, make_case(dt, rows / 3, inner, red, 0, 0, 80 + i)));
+      p.push_back(start_all_to_all(ctx, g, make_case(dt, rows, inner, red, 0, 0, 90 + i)));
     }
     if (g.rank() == 0)
       for (auto it = p.rbegin(); it != p.rend(); ++it) finish(ctx, *it);
