@@ -413,13 +413,18 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter_v(
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t bytes, int root) {
-  if (!enabled_ || size_ != 2 || bytes >= kMaxBroadcastBytes) return nullptr;
+  if (!enabled_ || size_ != 2) return nullptr;
   auto r = std::make_unique<ExchangeRequest>("broadcast", group_id_, comm_, rank_, size_,
                                              tag_for_next_op(), ExchangeRequest::Then::Finish);
-  if (rank_ == root)
-    r->send(buf, bytes, MPI_BYTE, 1 - root, 0);
-  else
-    r->recv(buf, bytes, MPI_BYTE, root, 0);
+  const size_t pieces = bytes >= kPiecewiseBroadcastBytes ? 4 : 1;
+  char* data = static_cast<char*>(buf);
+  for (size_t i = 0; i < pieces; ++i) {
+    const size_t begin = bytes * i / pieces, end = bytes * (i + 1) / pieces;
+    if (rank_ == root)
+      r->send(data + begin, end - begin, MPI_BYTE, 1 - root, 0);
+    else
+      r->recv(data + begin, end - begin, MPI_BYTE, root, 0);
+  }
   return r;
 }
 

@@ -70,7 +70,7 @@ void advance_exchange_rounds();
 class ExchangeCollectives {
  public:
   static constexpr int kMaxRanks = 4;
-  static constexpr size_t kMaxBroadcastBytes = 256 * 1024;  // exclusive
+  static constexpr size_t kPiecewiseBroadcastBytes = size_t{1} << 20;
 
   // `comm` must outlive this object (the group's `coll` communicator).
   ExchangeCollectives(MPI_Comm comm, int rank, int size, uint32_t group_id, int tag_ub);
