@@ -1,4 +1,4 @@
-// Collectives of small groups as one or two rounds of MPI point-to-point messages (internal).
+// Collectives of small groups as one round of MPI point-to-point messages (internal).
 //
 // Why: MPICH 4.0.2 builds a schedule for every non-blocking collective, which costs about
 // 1.2-1.5 us per call on two ranks (64 KiB MPI_Ibcast 7.3 us against 5.7 us for MPI_Bcast;
@@ -8,48 +8,43 @@
 // schedule, and on two ranks they also beat MPICH's blocking algorithms. A standalone MPI
 // program (medians over 1,000 alternated iterations, time against the blocking call, 2 ranks)
 // measured:
-//   all_reduce      0.82-0.92 from 16 KiB to 16 MiB (the two rounds below; a single round
-//                   exchanging the whole payload was 1.2-1.27 from 4 MiB up)
+//   all_reduce      0.85-0.94 at 64 KiB, 0.87-1.06 at 256 KiB, 0.95-1.13 at 1 MiB, 1.2 from
+//                   4 MiB (the whole payload crosses, and every rank folds all of it)
 //   reduce_scatter  0.57-0.93, all_gather 0.73-0.81, all_to_all 0.63-0.99 (64 KiB-1 MiB)
-//   broadcast       1.00-1.02 (one message either way)
-// all_gather and all_to_all take this path at every size (for 8 B it also beat the persistent
-// request, see mpi_collectives.cpp); all_reduce, reduce_scatter and broadcast only where the
-// persistent request does not (above 8 KiB, or past its 64 sizes): their 8 B persistent
-// request was faster than a fold through MPI_Reduce_local.
+//   broadcast       0.96-1.07 (one message), 0.89-0.96 in four pieces from 4 MiB
 //
-// The algorithms, on W ranks, this rank r:
-//  - all_reduce: a direct reduce-scatter, then a direct all-gather. The elements split into W
-//    blocks (the first count % W one larger). Round 1: every rank sends block p of its input to
-//    rank p and folds the W - 1 copies of block r it receives into its own, in rank order.
-//    Round 2: it sends the reduced block r to every rank and receives theirs. Each block is
-//    reduced by one rank only, so every rank ends with the same bits.
-//  - reduce_scatter: round 1 of all_reduce, with the caller's blocks.
-//  - all_gather and all_to_all: one round, every block straight to its rank.
-//  - broadcast: on two ranks and below 256 KiB only (one message). From 256 KiB, ferry-bench
-//    measured the single message 1.05-1.3x MPICH's MPI_Bcast (whose shared-memory copy puts
-//    both cores to work), against 1.03-1.15x for MPI_Ibcast; wider groups keep MPI_Ibcast's
-//    tree.
+// The algorithms, on W ranks, this rank r; every one is a single round whose messages are all
+// posted when the op is issued, so MPI's own progress (inside any MPI call, the user's too)
+// finishes it and no rank waits for ferry to start anything on another rank:
+//  - all_reduce, while the W - 1 payloads a rank receives stay within kMaxAllReduceBytes: every
+//    rank sends its whole input to every other rank and folds the W payloads in rank order
+//    (rank 0's first), so every rank computes the same bits. Larger ones take MPI_Iallreduce:
+//    a second round (all-gather the blocks each rank reduced) would have to be started by ferry,
+//    which a peer blocked in its own MPI call would wait for forever.
+//  - reduce_scatter: every rank sends block p of its input to rank p and folds the W - 1 copies
+//    of its block into its own (only this rank reduces its block).
+//  - all_gather, all_to_all: every block straight to its rank.
+//  - broadcast: on two ranks only, one message (in four pieces from kPiecewiseBroadcastBytes:
+//    the receiver can start on the first while the rest are still announced); wider groups keep
+//    MPI_Ibcast's tree.
+// all_gather, all_to_all and the forms with block lists take this path at every size (for 8 B
+// it also beat the persistent request, see mpi_collectives.cpp); all_reduce, reduce_scatter
+// with equal blocks and broadcast only where the persistent request does not (above 8 KiB, or
+// past its 64 sizes): their 8 B persistent request was faster than a fold through
+// MPI_Reduce_local.
 //
-// Only groups of 2 to kMaxRanks ranks take this path: each round posts W - 1 messages each
-// way at once, which suits the ranks of one node, not a cluster. Whether an op takes it
-// depends only on the op, its sizes and W, which every rank shares. FERRY_MPI_EXCHANGE=0 turns
-// the path off (on every rank alike, or a rank's MPI collective would wait for peers that
-// sent point-to-point messages instead).
+// Only groups of 2 to kMaxRanks ranks take this path: a round posts W - 1 messages each way at
+// once, which suits the ranks of one node, not a cluster. Whether an op takes it depends only
+// on the op, its sizes and W, which every rank shares. FERRY_MPI_EXCHANGE=0 turns the path off
+// (on every rank alike, or a rank's MPI collective would wait for peers that sent point-to-point
+// messages instead).
 //
-// Progress: MPI moves a collective forward inside any MPI call, whichever request it tests.
-// An all_reduce's second round, though, starts only when ferry sees its first round finish, and
-// a peer waits for it: if rank 0 waited for op B while rank 1 waited for all_reduce A, neither
-// would ever post A's second round (nor would a rank waiting in a point-to-point receive). So
-// every all_reduce whose first round is pending is listed process-wide, and every ferry test of
-// an MPI request (advance_exchange_rounds, called by all of them) first advances the listed
-// ones, as MPI's own progress would.
-//
-// Tags: the messages travel on the group's `coll` communicator, whose tags below 2^25 carry
-// the engine's own point-to-point algorithms (OpContext's phase << 24 | step). Ops can be in
-// flight together, and an all_reduce posts its second round only when its first finished,
-// possibly after a later op posted its own messages; so every op and round gets its own tag:
-// 2^25 + (2 * op sequence number + round) modulo the tags left up to MPI_TAG_UB (2^28 - 1 in
-// MPICH: 117 million ops before a tag comes back).
+// Tags: the messages travel on the group's `coll` communicator, whose tags below 2^25 carry the
+// engine's own point-to-point algorithms (OpContext's phase << 24 | step). Ops can be in flight
+// together; each gets its own tag, 2^25 + its sequence number modulo the tags left up to
+// MPI_TAG_UB (2^28 - 1 in MPICH: 234 million ops before a tag comes back; MPIs with fewer than
+// 2^20 tags up there do not get this path). Within one op, messages between two ranks match in
+// the order they were posted (MPI does not overtake on one tag).
 #pragma once
 
 #include "backends/native_collectives.h"
@@ -63,13 +58,10 @@
 
 namespace ferry::detail {
 
-// Advances every all_reduce of this path whose second round is not posted yet; cheap (one atomic
-// load) when there is none. Called by every ferry test or wait of an MPI request.
-void advance_exchange_rounds();
-
 class ExchangeCollectives {
  public:
   static constexpr int kMaxRanks = 4;
+  static constexpr size_t kMaxAllReduceBytes = 256 * 1024;  // received per rank, W - 1 payloads
   static constexpr size_t kPiecewiseBroadcastBytes = size_t{1} << 20;
 
   // `comm` must outlive this object (the group's `coll` communicator).
@@ -92,8 +84,8 @@ class ExchangeCollectives {
   // Equal blocks of `block` bytes each way.
   std::unique_ptr<NativeRequest> all_to_all(const void* in, void* out, size_t block);
 
-  // The forms with block lists (the v-collectives), in one round as above. Every count must
-  // fit an int (the caller checks, as for MPI's own calls).
+  // The forms with block lists (the v-collectives). Every count must fit an int (the caller
+  // checks, as for MPI's own calls).
   // reduce_scatter: rank k's block is the counts[k] elements after those of the ranks before.
   std::unique_ptr<NativeRequest> reduce_scatter_v(const void* in, void* out,
                                                   const std::vector<size_t>& counts,
@@ -112,7 +104,6 @@ class ExchangeCollectives {
                                               const std::vector<size_t>& recv_bytes);
 
  private:
-  // The tag of the next op's first round (its second round takes that tag + 1).
   int tag_for_next_op();
 
   MPI_Comm comm_;
@@ -120,7 +111,7 @@ class ExchangeCollectives {
   int size_;
   uint32_t group_id_;
   bool enabled_;
-  int tag_span_ = 0;  // even: the number of tags from 2^25 this path uses
+  int tag_span_ = 0;  // the number of tags from 2^25 this path uses
   uint64_t next_op_ = 0;
 };
 

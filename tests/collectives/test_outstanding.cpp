@@ -117,11 +117,10 @@ FT_SPMD_CASE("outstanding: the same small op many times; more sizes than kept re
 }
 
 // Above 8 KiB (all_gather, all_to_all and the v-forms at every size), the MPI transport carries
-// these ops in groups of 2-4 ranks as rounds of point-to-point messages, all_reduce in two rounds whose second is posted only when a wait or
-// test sees the first finish (backends/mpi/mpi_exchange.h). Ranks here wait in different orders
-// (rank 0 last op first, the others first op first), so round 2 of different ops is posted in
-// a different order on each rank: each op and round must match only its own messages. Counts
-// are odd so that the all_reduce blocks are uneven; float16 and bfloat16 reach MPI widened.
+// these ops in groups of 2-4 ranks as one round of point-to-point messages each, with a tag per
+// op (backends/mpi/mpi_exchange.h). Ranks here wait in different orders (rank 0 last op first,
+// the others first op first). Counts are odd, so that blocks are uneven; bfloat16 reaches MPI
+// widened to float32.
 FT_SPMD_CASE("outstanding: mid-size ops issued together; ranks wait in different orders", "[outstanding]", 2, 3, 4) {
   const int W = g.size();
   for (DType dt : {DType::Float32, DType::Float64, DType::Int32, DType::UInt8, DType::BFloat16}) {
