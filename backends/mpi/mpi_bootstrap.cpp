@@ -1,6 +1,7 @@
 #include "backends/mpi_bootstrap.h"
 
 #include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_exchange.h"
 #include "backends/mpi/mpi_request.h"
 #include "backends/mpi/mpi_transport.h"
 #include "runtime/error.h"
@@ -49,6 +50,7 @@ std::shared_ptr<Transport> mpi_world_transport() {
 bool mpi_finalize() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_ferry_initialized_mpi || !mpi_usable()) return false;
+  stop_exchange_driver();  // it must not call MPI during or after MPI_Finalize
   if (!anything_kept_forever()) {
     MPI_Finalize();
     return true;

@@ -327,6 +327,7 @@ class MpiCollectives final : public NativeCollectives {
 
   void abandon_stuck_request(std::unique_ptr<NativeRequest> request) override {
     comms_->stuck.store(true);
+    give_up_exchange(*request);
     keep_forever(std::shared_ptr<NativeRequest>(std::move(request)));
   }
 

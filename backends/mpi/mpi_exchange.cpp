@@ -7,10 +7,14 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ferry::detail {
@@ -18,6 +22,16 @@ namespace {
 
 constexpr int kFirstTag = 1 << 25;  // above every tag OpContext's algorithms use
 constexpr int64_t kMinTags = int64_t{1} << 20;
+
+// When `count` elements split into `ranks` blocks, the first count % ranks one larger.
+size_t block_count(size_t count, int ranks, int k) {
+  const size_t w = static_cast<size_t>(ranks), kk = static_cast<size_t>(k);
+  return count / w + (kk < count % w ? 1 : 0);
+}
+size_t block_offset(size_t count, int ranks, int k) {
+  const size_t w = static_cast<size_t>(ranks), kk = static_cast<size_t>(k);
+  return kk * (count / w) + std::min(kk, count % w);
+}
 
 // Scratch for received payloads; from the block cache, as large tensors are, so a large op
 // does not page-fault fresh memory every time.
@@ -61,81 +75,76 @@ struct Fold {
   MPI_Op op = MPI_OP_NULL;
 };
 
-// One op of this path: its posted messages, and the fold (if any) that runs on the thread that
-// sees them finish.
-class ExchangeRequest final : public NativeRequest {
+// One op of this path: its posted messages, what follows when they finished (a fold; for an
+// all_reduce, then its second round), its outcome. Shared by the op's request and, while an
+// all_reduce's second round is due, by the list of SecondRounds.
+class Exchange {
  public:
-  ExchangeRequest(const char* op, uint32_t group_id, MPI_Comm comm, int tag, int ranks)
-      : op_(op), group_id_(group_id), comm_(comm), tag_(tag) {
+  Exchange(const char* op, uint32_t group_id, MPI_Comm comm, int tag, int rank, int ranks)
+      : op_(op), group_id_(group_id), comm_(comm), tag_(tag), rank_(rank), ranks_(ranks) {
     requests_.reserve(2 * static_cast<size_t>(ranks - 1));
     messages_.reserve(2 * static_cast<size_t>(ranks - 1));
   }
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
 
-  ~ExchangeRequest() override {
-    // The engine drops a request once it finished, or hands it to keep_forever when its op
-    // timed out; one still posted here must not let MPI write into freed memory.
-    if (!requests_.empty()) abandon();
-  }
-
-  // `bytes` of scratch that live as long as the request (and longer if it is abandoned).
+  // `bytes` of scratch that live as long as the op (and longer if it is abandoned).
   char* scratch(size_t bytes) {
     scratch_ = Scratch(bytes);
     return scratch_.data();
   }
 
-  // Posts one message; zero elements post nothing (the peer posts nothing either).
-  void send(const void* buf, size_t count, MPI_Datatype type, int peer) {
+  // Posts one message of round 0 or 1; zero elements post nothing (the peer posts nothing
+  // either).
+  void send(const void* buf, size_t count, MPI_Datatype type, int peer, int round = 0) {
     if (count == 0) return;
     requests_.push_back(MPI_REQUEST_NULL);
     messages_.push_back({peer, static_cast<int>(count), type, false});
-    post(MPI_Isend(buf, static_cast<int>(count), type, peer, tag_, comm_, &requests_.back()),
+    post(MPI_Isend(buf, static_cast<int>(count), type, peer, tag_ + round, comm_,
+                   &requests_.back()),
          "MPI_Isend");
   }
-  void recv(void* buf, size_t count, MPI_Datatype type, int peer) {
+  void recv(void* buf, size_t count, MPI_Datatype type, int peer, int round = 0) {
     if (count == 0) return;
     requests_.push_back(MPI_REQUEST_NULL);
     messages_.push_back({peer, static_cast<int>(count), type, true});
-    post(MPI_Irecv(buf, static_cast<int>(count), type, peer, tag_, comm_, &requests_.back()),
+    post(MPI_Irecv(buf, static_cast<int>(count), type, peer, tag_ + round, comm_,
+                   &requests_.back()),
          "MPI_Irecv");
   }
 
   void then_fold(Fold fold) { fold_ = std::move(fold); }
+  // all_reduce: after the fold, round 1 sends this rank's reduced block of `out` (the elements
+  // split into blocks by block_count / block_offset) to every rank and receives theirs.
+  void then_all_gather(char* out, size_t total_count) {
+    out_ = out;
+    total_count_ = total_count;
+    second_round_due_.store(true);
+  }
+  bool second_round_due() const { return second_round_due_.load(); }
 
-  bool test() override {
+  bool test() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return true;
-    if (!mpi_usable()) {  // MPI_Testall after MPI_Finalize is an error MPI cannot even report
-      finish(TransportError(str("ferry: ", describe(), " was still pending when MPI was finalized")));
-      return true;
-    }
-    int flag = 0;
-    statuses_.resize(requests_.size());
-    const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
-                                 statuses_.data());
-    if (code != MPI_SUCCESS) {
-      finish(TransportError(str("ferry: ", describe(), " failed in MPI: ", mpi_error_string(code))));
-      return true;
-    }
-    if (!flag) return false;
-    requests_.clear();
-    try {
-      check_received_sizes();
-      if (fold_.acc != nullptr) run_fold();
-      done_ = true;
-    } catch (...) {
-      error_ = std::current_exception();
-      done_ = true;
-    }
-    return true;
+    return step();
   }
-
-  bool wait_until(Clock::time_point deadline) override {
-    return wait_polling_mpi([this] { return test(); }, first_wait_, deadline);
+  // For SecondRounds: steps unless another thread is testing the op right now.
+  void try_step() {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (lock.owns_lock()) step();
   }
-
-  void rethrow_if_failed() override {
+  bool wait_until(Clock::time_point deadline);
+  void rethrow_if_failed() {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) std::rethrow_exception(error_);
+  }
+
+  // The op will never finish (it timed out, or its request is gone): whatever is still posted
+  // is given up, and nothing is started any more.
+  void give_up() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!requests_.empty()) abandon();
+    second_round_due_.store(false);
+    done_ = true;
   }
 
  private:
@@ -147,6 +156,58 @@ class ExchangeRequest final : public NativeRequest {
   };
 
   std::string describe() const { return str(op_, " on group ", group_id_); }
+
+  // Tests the current round; runs what follows once it finished. True once the op is done.
+  // Called with mu_ held.
+  bool step() {
+    if (done_) return true;
+    if (!mpi_usable()) {  // MPI_Testall after MPI_Finalize is an error MPI cannot even report
+      fail(TransportError(str("ferry: ", describe(), " was still pending when MPI was finalized")));
+      return true;
+    }
+    int flag = 0;
+    statuses_.resize(requests_.size());
+    const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
+                                 statuses_.data());
+    if (code != MPI_SUCCESS) {
+      fail(TransportError(str("ferry: ", describe(), " failed in MPI: ", mpi_error_string(code))));
+      return true;
+    }
+    if (!flag) return false;
+    requests_.clear();
+    try {
+      check_received_sizes();
+      messages_.clear();
+      if (fold_.acc != nullptr) {
+        run_fold();
+        fold_.acc = nullptr;
+      }
+      if (second_round_due_.load()) {
+        second_round_due_.store(false);
+        post_second_round();
+        if (!requests_.empty()) return false;
+      }
+      done_ = true;
+    } catch (...) {
+      if (!requests_.empty()) abandon();
+      second_round_due_.store(false);
+      error_ = std::current_exception();
+      done_ = true;
+    }
+    return true;
+  }
+
+  void post_second_round() {
+    const size_t mine = block_offset(total_count_, ranks_, rank_) * fold_.element_bytes;
+    const size_t my_count = block_count(total_count_, ranks_, rank_);
+    for (int p = 0; p < ranks_; ++p) {
+      if (p == rank_) continue;
+      recv(out_ + block_offset(total_count_, ranks_, p) * fold_.element_bytes,
+           block_count(total_count_, ranks_, p), fold_.type, p, 1);
+    }
+    for (int p = 0; p < ranks_; ++p)
+      if (p != rank_) send(out_ + mine, my_count, fold_.type, p, 1);
+  }
 
   void post(int code, const char* call) {
     if (code == MPI_SUCCESS) return;
@@ -168,10 +229,12 @@ class ExchangeRequest final : public NativeRequest {
     kept->scratch = std::move(scratch_);
     keep_forever(std::move(kept));
     requests_.clear();
+    messages_.clear();
   }
 
-  void finish(const TransportError& e) {
+  void fail(const TransportError& e) {
     if (!requests_.empty()) abandon();
+    second_round_due_.store(false);
     error_ = std::make_exception_ptr(e);
     done_ = true;
   }
@@ -205,16 +268,137 @@ class ExchangeRequest final : public NativeRequest {
   uint32_t group_id_;
   MPI_Comm comm_;
   int tag_;
+  int rank_;
+  int ranks_;
 
   std::mutex mu_;
-  std::vector<MPI_Request> requests_;  // until they finished
+  std::vector<MPI_Request> requests_;  // the current round's, until they finished
   std::vector<Message> messages_;      // one per request, in the same order
   std::vector<MPI_Status> statuses_;
   Scratch scratch_;
   Fold fold_;
+  char* out_ = nullptr;  // all_reduce's second round
+  size_t total_count_ = 0;
+  std::atomic<bool> second_round_due_{false};  // read by SecondRounds without mu_
   bool done_ = false;
   std::exception_ptr error_;
   Clock::time_point first_wait_{};
+};
+
+// The all_reduces whose second round is due (see "Progress" in the header), and the thread
+// that advances them when no ferry call does.
+class SecondRounds {
+ public:
+  void add(std::shared_ptr<Exchange> x) {
+    std::lock_guard<std::mutex> lock(mu_);
+    list_.push_back(std::move(x));
+    count_.store(list_.size(), std::memory_order_relaxed);
+    if (!driver_.joinable() && !stopping_) driver_ = std::thread([this] { drive(); });
+    if (driver_asleep_) cv_.notify_one();
+  }
+
+  // Steps every listed op nobody else is testing right now, and forgets the ones whose second
+  // round is posted. A thread that finds another one at it leaves the work to that one.
+  void advance() {
+    if (count_.load(std::memory_order_relaxed) == 0 || !mpi_usable()) return;
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    for (const auto& x : list_) x->try_step();
+    std::erase_if(list_, [](const auto& x) { return !x->second_round_due(); });
+    count_.store(list_.size(), std::memory_order_relaxed);
+  }
+
+  void remove(const Exchange* x) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(list_, [x](const auto& y) { return y.get() == x; });
+    count_.store(list_.size(), std::memory_order_relaxed);
+  }
+
+  // Before MPI_Finalize: the driver must not call MPI after it.
+  void stop() {
+    std::thread driver;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      cv_.notify_one();
+      driver = std::move(driver_);
+    }
+    if (driver.joinable()) driver.join();
+  }
+
+ private:
+  // While ops are listed, steps them every kDrivePoll; after kIdleBeforeSleep with none, waits
+  // for add() to wake it (so a stretch of all_reduces costs no wake-up per op).
+  void drive() {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto idle_since = Clock::now();
+    while (!stopping_) {
+      if (list_.empty() && Clock::now() - idle_since >= kIdleBeforeSleep) {
+        driver_asleep_ = true;
+        cv_.wait(lock, [this] { return stopping_ || !list_.empty(); });
+        driver_asleep_ = false;
+        continue;
+      }
+      cv_.wait_for(lock, kDrivePoll);
+      if (stopping_) break;
+      if (list_.empty()) continue;
+      lock.unlock();
+      advance();
+      lock.lock();
+      idle_since = Clock::now();
+    }
+  }
+
+  static constexpr auto kDrivePoll = std::chrono::milliseconds(1);
+  static constexpr auto kIdleBeforeSleep = std::chrono::milliseconds(50);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Exchange>> list_;
+  std::atomic<size_t> count_{0};
+  std::thread driver_;
+  bool driver_asleep_ = false;
+  bool stopping_ = false;
+};
+
+SecondRounds& second_rounds() {
+  static auto* rounds = new SecondRounds();  // never destroyed: requests may outlive statics
+  return *rounds;
+}
+
+bool Exchange::wait_until(Clock::time_point deadline) {
+  return wait_polling_mpi(
+      [this] {
+        second_rounds().advance();
+        return test();
+      },
+      first_wait_, deadline);
+}
+
+// The request the engine holds for one op of this path.
+class ExchangeRequest final : public NativeRequest {
+ public:
+  explicit ExchangeRequest(std::shared_ptr<Exchange> x) : x_(std::move(x)) {}
+  ~ExchangeRequest() override {
+    // The engine drops a request once it finished, or hands it to keep_forever when its op
+    // timed out (then give_up ran); one still posted here must not let MPI write into freed
+    // memory.
+    x_->give_up();
+    second_rounds().remove(x_.get());
+  }
+  bool test() override {
+    second_rounds().advance();
+    return x_->test();
+  }
+  bool wait_until(Clock::time_point deadline) override { return x_->wait_until(deadline); }
+  void rethrow_if_failed() override { x_->rethrow_if_failed(); }
+  void give_up() {
+    x_->give_up();
+    second_rounds().remove(x_.get());
+  }
+
+ private:
+  std::shared_ptr<Exchange> x_;
 };
 
 bool exchange_enabled() {
@@ -224,55 +408,64 @@ bool exchange_enabled() {
 
 }  // namespace
 
+void advance_exchange_rounds() { second_rounds().advance(); }
+
+void give_up_exchange(NativeRequest& request) {
+  if (auto* x = dynamic_cast<ExchangeRequest*>(&request)) x->give_up();
+}
+
+void stop_exchange_driver() { second_rounds().stop(); }
+
 ExchangeCollectives::ExchangeCollectives(MPI_Comm comm, int rank, int size, uint32_t group_id,
                                          int tag_ub)
     : comm_(comm), rank_(rank), size_(size), group_id_(group_id) {
   const int64_t available = static_cast<int64_t>(tag_ub) - kFirstTag + 1;
-  tag_span_ = static_cast<int>(std::max<int64_t>(available, 0));
+  tag_span_ = static_cast<int>(std::max<int64_t>(available, 0) & ~int64_t{1});
   enabled_ = exchange_enabled() && size >= 2 && size <= kMaxRanks && available >= kMinTags;
 }
 
 int ExchangeCollectives::tag_for_next_op() {
   const uint64_t n = next_op_++;
-  return kFirstTag + static_cast<int>(n % static_cast<uint64_t>(tag_span_));
+  return kFirstTag + static_cast<int>((2 * n) % static_cast<uint64_t>(tag_span_));
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_reduce(const void* in, void* out,
                                                                size_t count, MPI_Datatype type,
                                                                size_t element_bytes,
                                                                MPI_Op op) {
-  const size_t bytes = count * element_bytes;
-  const size_t peers = static_cast<size_t>(size_ - 1);
-  if (!enabled_ || bytes * peers > kMaxAllReduceBytes) return nullptr;
-  auto r = std::make_unique<ExchangeRequest>("all_reduce", group_id_, comm_, tag_for_next_op(),
-                                             size_);
-  // The other ranks' payloads, in rank order.
-  char* received = r->scratch(peers * bytes);
-  auto slot = [&](int k) { return received + static_cast<size_t>(k < rank_ ? k : k - 1) * bytes; };
+  if (!enabled_) return nullptr;
+  auto x = std::make_shared<Exchange>("all_reduce", group_id_, comm_, tag_for_next_op(), rank_,
+                                      size_);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
-  for (int p = 0; p < size_; ++p)
-    if (p != rank_) r->recv(slot(p), count, type, p);
-  for (int p = 0; p < size_; ++p)
-    if (p != rank_) r->send(src, count, type, p);
-  // Every rank folds the payloads in rank order, starting from rank 0's, into a buffer that
-  // holds no payload still needed: the output on rank 0 (its own input is rank 0's payload),
-  // rank 0's received payload elsewhere (the output may be this rank's input), copied out last.
+  const size_t my_count = block_count(count, size_, rank_);
+  const size_t my_bytes = my_count * element_bytes;
+  const size_t mine = block_offset(count, size_, rank_) * element_bytes;
+  char* received = x->scratch(static_cast<size_t>(size_ - 1) * my_bytes);
   Fold f;
-  f.count = count;
+  f.acc = dst + mine;
+  f.count = my_count;
   f.type = type;
   f.element_bytes = element_bytes;
   f.op = op;
-  if (rank_ == 0) {
-    if (src != dst && bytes > 0) std::memcpy(dst, src, bytes);  // the sends only read `in`
-    f.acc = dst;
-  } else {
-    f.acc = slot(0);
-    f.copy_to = dst;
+  int slot = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    char* block = received + static_cast<size_t>(slot++) * my_bytes;
+    x->recv(block, my_count, type, p);
+    f.sources.push_back(block);
   }
-  for (int k = 1; k < size_; ++k) f.sources.push_back(k == rank_ ? src : slot(k));
-  r->then_fold(std::move(f));
-  return r;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    x->send(src + block_offset(count, size_, p) * element_bytes, block_count(count, size_, p),
+            type, p);
+  }
+  // This rank's own block starts the fold; the sends above never read it.
+  if (src != dst && my_bytes > 0) std::memcpy(dst + mine, src + mine, my_bytes);
+  x->then_fold(std::move(f));
+  x->then_all_gather(dst, count);
+  second_rounds().add(x);
+  return std::make_unique<ExchangeRequest>(std::move(x));
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter(const void* in, void* out,
@@ -289,8 +482,8 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter_v(
     const void* in, void* out, const std::vector<size_t>& counts, MPI_Datatype type,
     size_t element_bytes, MPI_Op op) {
   if (!enabled_) return nullptr;
-  auto r = std::make_unique<ExchangeRequest>("reduce_scatter", group_id_, comm_,
-                                             tag_for_next_op(), size_);
+  auto r = std::make_shared<Exchange>("reduce_scatter", group_id_, comm_, tag_for_next_op(),
+                                      rank_, size_);
   const char* src = static_cast<const char*>(in);
   const size_t my_count = counts[static_cast<size_t>(rank_)];
   const size_t my_bytes = my_count * element_bytes;
@@ -321,13 +514,13 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter_v(
   // reduces this block, so the order of the others (rank order) is all that must be fixed.
   if (my_bytes > 0) std::memcpy(out, src + mine * element_bytes, my_bytes);
   r->then_fold(std::move(f));
-  return r;
+  return std::make_unique<ExchangeRequest>(std::move(r));
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t bytes, int root) {
   if (!enabled_ || size_ != 2) return nullptr;
-  auto r = std::make_unique<ExchangeRequest>("broadcast", group_id_, comm_, tag_for_next_op(),
-                                             size_);
+  auto r = std::make_shared<Exchange>("broadcast", group_id_, comm_, tag_for_next_op(), rank_,
+                                      size_);
   const size_t pieces = bytes >= kPiecewiseBroadcastBytes ? 4 : 1;
   char* data = static_cast<char*>(buf);
   for (size_t i = 0; i < pieces; ++i) {
@@ -337,14 +530,14 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t 
     else
       r->recv(data + begin, end - begin, MPI_BYTE, root);
   }
-  return r;
+  return std::make_unique<ExchangeRequest>(std::move(r));
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather(const void* in, void* out,
                                                                size_t block) {
   if (!enabled_) return nullptr;
-  auto r = std::make_unique<ExchangeRequest>("all_gather", group_id_, comm_, tag_for_next_op(),
-                                             size_);
+  auto r = std::make_shared<Exchange>("all_gather", group_id_, comm_, tag_for_next_op(), rank_,
+                                      size_);
   char* dst = static_cast<char*>(out);
   for (int p = 0; p < size_; ++p)
     if (p != rank_) r->recv(dst + static_cast<size_t>(p) * block, block, MPI_BYTE, p);
@@ -352,14 +545,14 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather(const void* in, v
     if (p != rank_) r->send(in, block, MPI_BYTE, p);
   char* mine = dst + static_cast<size_t>(rank_) * block;
   if (in != mine && block > 0) std::memcpy(mine, in, block);
-  return r;
+  return std::make_unique<ExchangeRequest>(std::move(r));
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all(const void* in, void* out,
                                                                size_t block) {
   if (!enabled_) return nullptr;
-  auto r = std::make_unique<ExchangeRequest>("all_to_all_single", group_id_, comm_,
-                                             tag_for_next_op(), size_);
+  auto r = std::make_shared<Exchange>("all_to_all_single", group_id_, comm_, tag_for_next_op(),
+                                      rank_, size_);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   for (int p = 0; p < size_; ++p)
@@ -368,15 +561,15 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all(const void* in, v
     if (p != rank_) r->send(src + static_cast<size_t>(p) * block, block, MPI_BYTE, p);
   const size_t mine = static_cast<size_t>(rank_) * block;
   if (block > 0) std::memcpy(dst + mine, src + mine, block);
-  return r;
+  return std::make_unique<ExchangeRequest>(std::move(r));
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather_v(const void* in, void* out,
                                                                  const std::vector<size_t>& bytes,
                                                                  const std::vector<size_t>& offset) {
   if (!enabled_) return nullptr;
-  auto r = std::make_unique<ExchangeRequest>("all_gather", group_id_, comm_, tag_for_next_op(),
-                                             size_);
+  auto r = std::make_shared<Exchange>("all_gather", group_id_, comm_, tag_for_next_op(), rank_,
+                                      size_);
   char* dst = static_cast<char*>(out);
   const size_t me = static_cast<size_t>(rank_);
   for (int p = 0; p < size_; ++p) {
@@ -386,7 +579,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather_v(const void* in,
   for (int p = 0; p < size_; ++p)
     if (p != rank_) r->send(in, bytes[me], MPI_BYTE, p);
   if (in != dst + offset[me] && bytes[me] > 0) std::memcpy(dst + offset[me], in, bytes[me]);
-  return r;
+  return std::make_unique<ExchangeRequest>(std::move(r));
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
@@ -397,7 +590,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
   FERRY_CHECK(send_bytes[me] == recv_bytes[me], InvalidArgument, op, " on group ", group_id_,
               " rank ", rank_, ": the block this rank keeps must be the same size both ways, ",
               "given ", send_bytes[me], " bytes to send and ", recv_bytes[me], " to receive");
-  auto r = std::make_unique<ExchangeRequest>(op, group_id_, comm_, tag_for_next_op(), size_);
+  auto r = std::make_shared<Exchange>(op, group_id_, comm_, tag_for_next_op(), rank_, size_);
   for (int p = 0; p < size_; ++p) {
     const size_t k = static_cast<size_t>(p);
     if (p != rank_) r->recv(recv[k], recv_bytes[k], MPI_BYTE, p);
@@ -407,7 +600,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
     if (p != rank_) r->send(send[k], send_bytes[k], MPI_BYTE, p);
   }
   if (send_bytes[me] > 0) std::memcpy(recv[me], send[me], send_bytes[me]);
-  return r;
+  return std::make_unique<ExchangeRequest>(std::move(r));
 }
 
 }  // namespace ferry::detail

@@ -1,4 +1,4 @@
-// Collectives of small groups as one round of MPI point-to-point messages (internal).
+// Collectives of small groups as rounds of MPI point-to-point messages (internal).
 //
 // Why: MPICH 4.0.2 builds a schedule for every non-blocking collective, which costs about
 // 1.2-1.5 us per call on two ranks (64 KiB MPI_Ibcast 7.3 us against 5.7 us for MPI_Bcast;
@@ -8,21 +8,20 @@
 // schedule, and on two ranks they also beat MPICH's blocking algorithms. A standalone MPI
 // program (medians over 1,000 alternated iterations, time against the blocking call, 2 ranks)
 // measured:
-//   all_reduce      0.85-0.94 at 64 KiB, 0.87-1.06 at 256 KiB, 0.95-1.13 at 1 MiB, 1.2 from
-//                   4 MiB (the whole payload crosses, and every rank folds all of it)
+//   all_reduce      0.82-0.92 from 16 KiB to 16 MiB (the two rounds below; a single round that
+//                   sends the whole payload, which every rank then folds, was 0.85-1.13 up to
+//                   1 MiB and 1.2 from 4 MiB, and within ferry 1.7x at 16 KiB)
 //   reduce_scatter  0.57-0.93, all_gather 0.73-0.81, all_to_all 0.63-0.99 (64 KiB-1 MiB)
 //   broadcast       0.96-1.07 (one message), 0.89-0.96 in four pieces from 4 MiB
 //
-// The algorithms, on W ranks, this rank r; every one is a single round whose messages are all
-// posted when the op is issued, so MPI's own progress (inside any MPI call, the user's too)
-// finishes it and no rank waits for ferry to start anything on another rank:
-//  - all_reduce, while the W - 1 payloads a rank receives stay within kMaxAllReduceBytes: every
-//    rank sends its whole input to every other rank and folds the W payloads in rank order
-//    (rank 0's first), so every rank computes the same bits. Larger ones take MPI_Iallreduce:
-//    a second round (all-gather the blocks each rank reduced) would have to be started by ferry,
-//    which a peer blocked in its own MPI call would wait for forever.
-//  - reduce_scatter: every rank sends block p of its input to rank p and folds the W - 1 copies
-//    of its block into its own (only this rank reduces its block).
+// The algorithms, on W ranks, this rank r. Every message of a round is posted at once, the
+// first round's when the op is issued:
+//  - all_reduce: a direct reduce-scatter, then a direct all-gather. The elements split into W
+//    blocks (the first count % W one larger). Round 1: every rank sends block p of its input to
+//    rank p and folds the W - 1 copies of block r it receives into its own. Round 2: it sends
+//    the reduced block r to every rank and receives theirs. Each block is reduced by one rank
+//    only, so every rank ends with the same bits.
+//  - reduce_scatter: round 1 of all_reduce, with the caller's blocks.
 //  - all_gather, all_to_all: every block straight to its rank.
 //  - broadcast: on two ranks only, one message (in four pieces from kPiecewiseBroadcastBytes:
 //    the receiver can start on the first while the rest are still announced); wider groups keep
@@ -39,12 +38,24 @@
 // (on every rank alike, or a rank's MPI collective would wait for peers that sent point-to-point
 // messages instead).
 //
+// Progress: MPI moves its own collectives forward inside any MPI call. Every round here but
+// all_reduce's second is posted when the op is issued, so MPI's progress alone finishes it. The
+// second round, though, can only be posted by ferry once the first finished on this rank, and
+// the peers wait for it: a rank that waits for another op, or sits in a ferry recv or in the
+// user's own MPI_Barrier, must still post it. So every all_reduce whose second round is due is
+// listed process-wide, and (a) every ferry test or wait of any MPI request first steps the
+// listed ones (advance_exchange_rounds), as MPI's progress engine would, and (b) a driver
+// thread steps them every 1 ms while any is listed, for a rank that makes no ferry call at all
+// (it sleeps after 50 ms with none listed, and is stopped before MPI_Finalize).
+//
 // Tags: the messages travel on the group's `coll` communicator, whose tags below 2^25 carry the
 // engine's own point-to-point algorithms (OpContext's phase << 24 | step). Ops can be in flight
-// together; each gets its own tag, 2^25 + its sequence number modulo the tags left up to
-// MPI_TAG_UB (2^28 - 1 in MPICH: 234 million ops before a tag comes back; MPIs with fewer than
-// 2^20 tags up there do not get this path). Within one op, messages between two ranks match in
-// the order they were posted (MPI does not overtake on one tag).
+// together, and an all_reduce posts its second round only when its first finished, possibly
+// after a later op posted its messages; so every op and round gets its own tag: 2^25 + 2 * op
+// sequence number + round, modulo the tags left up to MPI_TAG_UB (2^28 - 1 in MPICH: 117 million
+// ops before a tag comes back; MPIs with fewer than 2^20 tags up there do not get this path).
+// Within one round, messages between two ranks match in the order they were posted (MPI does
+// not overtake on one tag).
 #pragma once
 
 #include "backends/native_collectives.h"
@@ -58,10 +69,17 @@
 
 namespace ferry::detail {
 
+// Steps every all_reduce whose second round is due (see "Progress"); cheap (one atomic load)
+// when there is none. Called by every ferry test of an MPI request.
+void advance_exchange_rounds();
+// For a request of this path that timed out (abandoned by the engine): stops stepping it.
+void give_up_exchange(NativeRequest& request);
+// Stops the driver thread; called before MPI_Finalize.
+void stop_exchange_driver();
+
 class ExchangeCollectives {
  public:
   static constexpr int kMaxRanks = 4;
-  static constexpr size_t kMaxAllReduceBytes = 256 * 1024;  // received per rank, W - 1 payloads
   static constexpr size_t kPiecewiseBroadcastBytes = size_t{1} << 20;
 
   // `comm` must outlive this object (the group's `coll` communicator).

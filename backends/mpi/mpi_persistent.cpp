@@ -1,6 +1,7 @@
 #include "backends/mpi/mpi_persistent.h"
 
 #include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_exchange.h"
 #include "backends/mpi/mpi_wait.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
@@ -67,6 +68,7 @@ class PersistentRequest final : public NativeRequest {
       : slot_(std::move(slot)), ticket_(ticket) {}
 
   bool test() override {
+    advance_exchange_rounds();  // MPI progresses every request here; ferry's rounds too
     std::lock_guard<std::mutex> lock(slot_->mu);
     if (done_) return true;
     if (!slot_->poll(ticket_)) return false;
@@ -140,6 +142,7 @@ std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
     Clock::time_point first_wait{};
     const bool finished = wait_polling_mpi(
         [&] {
+          advance_exchange_rounds();
           std::lock_guard<std::mutex> poll_lock(slot->mu);
           return slot->poll(slot->newest);
         },

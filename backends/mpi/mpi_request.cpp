@@ -1,6 +1,7 @@
 #include "backends/mpi/mpi_request.h"
 
 #include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_exchange.h"
 #include "backends/mpi/mpi_wait.h"
 #include "runtime/error.h"
 
@@ -22,6 +23,7 @@ void MpiPending::fail_start(std::exception_ptr error) {
 }
 
 bool MpiPending::test() {
+  advance_exchange_rounds();  // MPI progresses every request here; ferry's rounds too
   std::lock_guard<std::mutex> lock(mu_);
   if (done_) return true;
   if (!mpi_usable()) {  // MPI_Test after MPI_Finalize is an error MPI cannot even report
