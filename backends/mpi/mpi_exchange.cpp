@@ -521,15 +521,10 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t 
   if (!enabled_ || size_ != 2) return nullptr;
   auto r = std::make_shared<Exchange>("broadcast", group_id_, comm_, tag_for_next_op(), rank_,
                                       size_);
-  const size_t pieces = bytes >= kPiecewiseBroadcastBytes ? 4 : 1;
-  char* data = static_cast<char*>(buf);
-  for (size_t i = 0; i < pieces; ++i) {
-    const size_t begin = bytes * i / pieces, end = bytes * (i + 1) / pieces;
-    if (rank_ == root)
-      r->send(data + begin, end - begin, MPI_BYTE, 1 - root);
-    else
-      r->recv(data + begin, end - begin, MPI_BYTE, root);
-  }
+  if (rank_ == root)
+    r->send(buf, bytes, MPI_BYTE, 1 - root);
+  else
+    r->recv(buf, bytes, MPI_BYTE, root);
   return std::make_unique<ExchangeRequest>(std::move(r));
 }
 

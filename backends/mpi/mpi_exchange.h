@@ -12,7 +12,7 @@
 //                   sends the whole payload, which every rank then folds, was 0.85-1.13 up to
 //                   1 MiB and 1.2 from 4 MiB, and within ferry 1.7x at 16 KiB)
 //   reduce_scatter  0.57-0.93, all_gather 0.73-0.81, all_to_all 0.63-0.99 (64 KiB-1 MiB)
-//   broadcast       0.96-1.07 (one message), 0.89-0.96 in four pieces from 4 MiB
+//   broadcast       0.96-1.07 (one message)
 //
 // The algorithms, on W ranks, this rank r. Every message of a round is posted at once, the
 // first round's when the op is issued:
@@ -23,9 +23,9 @@
 //    only, so every rank ends with the same bits.
 //  - reduce_scatter: round 1 of all_reduce, with the caller's blocks.
 //  - all_gather, all_to_all: every block straight to its rank.
-//  - broadcast: on two ranks only, one message (in four pieces from kPiecewiseBroadcastBytes:
-//    the receiver can start on the first while the rest are still announced); wider groups keep
-//    MPI_Ibcast's tree.
+//  - broadcast: on two ranks only, one message (ferry-bench, five alternated runs against
+//    MPI_Bcast: 1.15-1.20x at 64 KiB, 1.03-1.10x from 1 MiB, where MPI_Ibcast was 1.28-1.33x
+//    and 1.01-1.08x, and four pieces 1.09-1.13x at 1 MiB); wider groups keep MPI_Ibcast's tree.
 // all_gather, all_to_all and the forms with block lists take this path at every size (for 8 B
 // it also beat the persistent request, see mpi_collectives.cpp); all_reduce, reduce_scatter
 // with equal blocks and broadcast only where the persistent request does not (above 8 KiB, or
@@ -80,7 +80,6 @@ void stop_exchange_driver();
 class ExchangeCollectives {
  public:
   static constexpr int kMaxRanks = 4;
-  static constexpr size_t kPiecewiseBroadcastBytes = size_t{1} << 20;
 
   // `comm` must outlive this object (the group's `coll` communicator).
   ExchangeCollectives(MPI_Comm comm, int rank, int size, uint32_t group_id, int tag_ub);
