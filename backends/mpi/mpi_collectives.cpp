@@ -138,9 +138,9 @@ class MpiCollectives final : public NativeCollectives {
                                                    void* out,
                                                    const std::vector<size_t>& recv_bytes,
                                                    const std::vector<size_t>& recv_offset) override {
-    // Always MPI_Ialltoallv, even when this rank's blocks happen to be equal: another rank's
-    // may not be, and every rank must make the same MPI call (all_to_all_equal is the form
-    // without split lists).
+    // With split lists: the point-to-point path, or else always MPI_Ialltoallv, even when this
+    // rank's blocks happen to be equal: another rank's may not be, and every rank must make the
+    // same MPI call (all_to_all_equal is the form without split lists).
     const size_t n = send_bytes.size();
     for (size_t k = 0; k < n; ++k) {
       fit(send_bytes[k], "all_to_all_single", "bytes");

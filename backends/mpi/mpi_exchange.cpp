@@ -63,12 +63,11 @@ struct Abandoned {
   Scratch scratch;
 };
 
-// The reduction that follows the messages: acc = sources[i] op acc for each source in order
-// (acc already holds the first operand), then acc is copied to copy_to if that is set.
+// The reduction that follows the first round: acc = sources[i] op acc for each source in order
+// (acc already holds this rank's own block).
 struct Fold {
   char* acc = nullptr;
   std::vector<const char*> sources;
-  char* copy_to = nullptr;
   size_t count = 0;
   MPI_Datatype type = MPI_BYTE;
   size_t element_bytes = 1;
@@ -94,8 +93,8 @@ class Exchange {
     return scratch_.data();
   }
 
-  // Posts one message of round 0 or 1; zero elements post nothing (the peer posts nothing
-  // either).
+  // Posts one message of the first round (0) or of all_reduce's second (1); zero elements post
+  // nothing (the peer posts nothing either).
   void send(const void* buf, size_t count, MPI_Datatype type, int peer, int round = 0) {
     if (count == 0) return;
     requests_.push_back(MPI_REQUEST_NULL);
@@ -114,8 +113,8 @@ class Exchange {
   }
 
   void then_fold(Fold fold) { fold_ = std::move(fold); }
-  // all_reduce: after the fold, round 1 sends this rank's reduced block of `out` (the elements
-  // split into blocks by block_count / block_offset) to every rank and receives theirs.
+  // all_reduce: after the fold, the second round sends this rank's reduced block of `out` (the
+  // elements split into blocks by block_count / block_offset) to every rank and receives theirs.
   void then_all_gather(char* out, size_t total_count) {
     out_ = out;
     total_count_ = total_count;
@@ -260,8 +259,6 @@ class Exchange {
                                         fold_.type, fold_.op);
       check_mpi(code, "MPI_Reduce_local", describe());
     }
-    if (fold_.copy_to != nullptr && fold_.count > 0)
-      std::memcpy(fold_.copy_to, fold_.acc, fold_.count * fold_.element_bytes);
   }
 
   const char* op_;
