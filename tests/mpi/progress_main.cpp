@@ -13,6 +13,7 @@
 // Run as its own mpiexec job (mpiexec -n 2|3 test_progress_mpi); exit status 0 when every check
 // passed on every rank.
 #include "ferry.h"
+#include "job_checks.h"
 
 #include <mpi.h>
 
@@ -24,15 +25,8 @@
 namespace {
 
 using namespace ferry;
-
-struct Checks {
-  int made = 0;
-  std::vector<std::string> failed;
-  void expect(bool ok, const std::string& what) {
-    ++made;
-    if (!ok) failed.push_back(what);
-  }
-};
+using ftest_mpi::Checks;
+using ftest_mpi::every_rank_passed;
 
 // Element i of rank r's input.
 double value(int r, int64_t i) { return static_cast<double>((r + 1) * 1000 + i % 97); }
@@ -117,7 +111,7 @@ void wait_and_check(Checks& c, std::vector<InFlight>& ops, const std::string& sc
 int main() {
   set_default_timeout(std::chrono::milliseconds(10'000));
   Group world = init();
-  const int me = world.rank(), W = world.size();
+  const int me = world.rank();
   Checks c;
 
   {  // 1. The user's own blocking MPI call while ops are in flight.
@@ -151,13 +145,7 @@ int main() {
     }
   }
 
-  for (const std::string& f : c.failed) std::fprintf(stderr, "[progress rank %d] FAILED %s\n", me, f.c_str());
-  Tensor flag = full({1}, c.failed.empty() && c.made > 0 ? 0 : 1, DType::Int32);
-  all_reduce(flag, world, ReduceOp::Max).wait();
-  const bool ok = flag.get_flat(0) == 0;
-  if (me == 0) std::printf("[progress %d ranks] %s (%d checks on rank 0)\n", W, ok ? "ok" : "FAILED", c.made);
-  std::fflush(stdout);
-  std::fflush(stderr);
+  const bool ok = every_rank_passed(c, world, "progress");
 
   {  // 3. An op still in flight at finalize(), its Work dropped afterwards.
     Group g = world.split(0, me);

@@ -7,6 +7,7 @@
 // never be completed, so the communicators are left behind and the job ends with
 // ferry::finalize() (exit status 0 when every check passed on every rank).
 #include "ferry.h"
+#include "job_checks.h"
 
 #include <chrono>
 #include <cstdio>
@@ -17,19 +18,12 @@
 namespace {
 
 using namespace ferry;
+using ftest_mpi::Checks;
+using ftest_mpi::every_rank_passed;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kDeadline{1500};
 constexpr int kDoneTag = 7;
-
-struct Checks {
-  int made = 0;
-  std::vector<std::string> failed;
-  void expect(bool ok, const std::string& what) {
-    ++made;
-    if (!ok) failed.push_back(what);
-  }
-};
 
 std::string kind_of(const std::exception_ptr& e) {
   if (!e) return "no exception";
@@ -156,13 +150,7 @@ int main() {
     }
   }
 
-  for (const std::string& f : c.failed) std::fprintf(stderr, "[timeout rank %d] FAILED %s\n", me, f.c_str());
-  Tensor flag = full({1}, c.failed.empty() && c.made > 0 ? 0 : 1, DType::Int32);
-  all_reduce(flag, control, ReduceOp::Max).wait();
-  const bool ok = flag.get_flat(0) == 0;
-  if (me == 0) std::printf("[timeout %d ranks] %s (%d checks on rank 0)\n", W, ok ? "ok" : "FAILED", c.made);
-  std::fflush(stdout);
-  std::fflush(stderr);
+  const bool ok = every_rank_passed(c, control, "timeout");
   finalize();
   return ok ? 0 : 1;
 }
