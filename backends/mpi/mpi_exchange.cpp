@@ -155,24 +155,34 @@ class Exchange {
   };
 
   std::string describe() const { return str(op_, " on group ", group_id_); }
+  static const char* unit(const Message& m) { return m.type == MPI_BYTE ? "bytes" : "elements"; }
 
   // Tests the current round; runs what follows once it finished. True once the op is done.
   // Called with mu_ held.
   bool step() {
     if (done_) return true;
-    if (!mpi_usable()) {  // MPI_Testall after MPI_Finalize is an error MPI cannot even report
+    if (!mpi_usable()) {  // MPI_Test after MPI_Finalize is an error MPI cannot even report
       fail(TransportError(str("ferry: ", describe(), " was still pending when MPI was finalized")));
       return true;
     }
-    int flag = 0;
+    // One request at a time (progress is global, so testing the first unfinished one advances
+    // them all), so that a failed one is known: a receive that a longer message overflowed is a
+    // size mismatch. MPICH 4.0.2 reports a failed request of MPI_Test and MPI_Testall alike
+    // through MPI_COMM_WORLD's error handler, not the request's communicator's: by default that
+    // aborts the job with MPI's "Message truncated"; with MPI_ERRORS_RETURN set on
+    // MPI_COMM_WORLD it arrives here and becomes a MismatchError.
     statuses_.resize(requests_.size());
-    const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
-                                 statuses_.data());
-    if (code != MPI_SUCCESS) {
-      fail(TransportError(str("ferry: ", describe(), " failed in MPI: ", mpi_error_string(code))));
-      return true;
+    for (; first_pending_ < requests_.size(); ++first_pending_) {
+      const size_t i = first_pending_;
+      int flag = 0;
+      const int code = MPI_Test(&requests_[i], &flag, &statuses_[i]);
+      if (code != MPI_SUCCESS) {
+        fail_request(i, code);
+        return true;
+      }
+      if (!flag) return false;
     }
-    if (!flag) return false;
+    first_pending_ = 0;
     requests_.clear();
     try {
       check_received_sizes();
@@ -231,6 +241,24 @@ class Exchange {
     messages_.clear();
   }
 
+  // Request i finished with MPI error `code`: a receive that a longer message overflowed means
+  // the ranks called with different sizes.
+  void fail_request(size_t i, int code) {
+    int error_class = MPI_SUCCESS;
+    MPI_Error_class(code, &error_class);
+    const Message& m = messages_[i];
+    if (m.is_recv && error_class == MPI_ERR_TRUNCATE) {
+      if (!requests_.empty()) abandon();
+      second_round_due_.store(false);
+      error_ = std::make_exception_ptr(MismatchError(
+          str("ferry: ", describe(), ": rank ", m.peer, " sent more than the ", m.count, " ",
+              unit(m), " this rank expected: the ranks called with different sizes")));
+      done_ = true;
+      return;
+    }
+    fail(TransportError(str("ferry: ", describe(), " failed in MPI: ", mpi_error_string(code))));
+  }
+
   void fail(const TransportError& e) {
     if (!requests_.empty()) abandon();
     second_round_due_.store(false);
@@ -247,8 +275,8 @@ class Exchange {
       int got = 0;
       MPI_Get_count(&statuses_[i], m.type, &got);
       if (got != m.count)
-        throw MismatchError(str("ferry: ", describe(), ": rank ", m.peer, " sent ", got,
-                                " elements where this rank expected ", m.count,
+        throw MismatchError(str("ferry: ", describe(), ": rank ", m.peer, " sent ", got, " ",
+                                unit(m), " where this rank expected ", m.count,
                                 ": the ranks called with different sizes"));
     }
   }
@@ -271,7 +299,8 @@ class Exchange {
   std::mutex mu_;
   std::vector<MPI_Request> requests_;  // the current round's, until they finished
   std::vector<Message> messages_;      // one per request, in the same order
-  std::vector<MPI_Status> statuses_;
+  std::vector<MPI_Status> statuses_;  // of the finished requests, for the received sizes
+  size_t first_pending_ = 0;          // requests before it have finished
   Scratch scratch_;
   Fold fold_;
   char* out_ = nullptr;  // all_reduce's second round

@@ -1,13 +1,16 @@
 // No silent hang under MPI: a rank that skips a collective, or that passes bad input and so
 // never issues it, makes every other rank fail with TimeoutError within FERRY_TIMEOUT (1.5 s
 // here), naming the op, its sequence number and the absent rank, and saying the job must end;
-// the group is poisoned and later calls fail at once.
+// the group is poisoned and later calls fail at once. Ranks that pass different sizes get a
+// MismatchError rather than wrong bytes.
 //
 // Run as its own mpiexec job (mpiexec -n 2|3 test_timeout_mpi): a timed-out MPI collective can
 // never be completed, so the communicators are left behind and the job ends with
 // ferry::finalize() (exit status 0 when every check passed on every rank).
 #include "ferry.h"
 #include "job_checks.h"
+
+#include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
@@ -33,6 +36,8 @@ std::string kind_of(const std::exception_ptr& e) {
     return "TimeoutError";
   } catch (const InvalidArgument&) {
     return "InvalidArgument";
+  } catch (const MismatchError&) {
+    return "MismatchError";
   } catch (const Error&) {
     return "another ferry::Error";
   } catch (...) {
@@ -148,6 +153,30 @@ int main() {
       expect_timeout(c, bad_group, work, seq, 0, scenario);
       tell_absent_rank(control, 0);
     }
+  }
+
+  {  // Ranks pass different sizes to an all_gather (the point-to-point path of 2-4 ranks, and
+     // MPI_Iallgatherv beyond): every rank fails with a clear error instead of moving wrong
+     // bytes. MPICH reports the longer message's truncation through MPI_COMM_WORLD's error
+     // handler (mpi_exchange.cpp), so this job sets it to return.
+    const std::string scenario = "ranks pass different all_gather sizes";
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    Group mismatch_group = world.split(0, me);
+    const int64_t block = 1000 + 200 * me;
+    Tensor in = ones({block}), out = zeros({block * W});
+    std::exception_ptr e;
+    try {
+      all_gather(in, out, mismatch_group).wait();
+    } catch (...) {
+      e = std::current_exception();
+    }
+    const std::string msg = e ? error_message(e) : "";
+    const std::string w = scenario + " on rank " + std::to_string(me) + ": ";
+    if (W <= 4) {
+      c.expect(kind_of(e) == "MismatchError", w + "expected MismatchError, got " + kind_of(e) + ": " + msg);
+      c.expect(contains(msg, "different sizes"), w + "the message says why: " + msg);
+    }
+    c.expect(mismatch_group.poisoned() == (e != nullptr), w + "a failed op poisons the group");
   }
 
   const bool ok = every_rank_passed(c, control, "timeout");
