@@ -1,4 +1,6 @@
-// Collectives of small groups as rounds of MPI point-to-point messages (internal).
+// Collectives of small groups as rounds of MPI point-to-point messages (internal). This file
+// and mpi_exchange.cpp choose and post the messages of each op; mpi_exchange_op.{h,cpp} hold one
+// op (its messages, fold, outcome) and the progress of all_reduce's second round.
 //
 // Why: MPICH 4.0.2 builds a schedule for every non-blocking collective, which costs about
 // 1.2-1.5 us per call on two ranks (64 KiB MPI_Ibcast 7.3 us against 5.7 us for MPI_Bcast;

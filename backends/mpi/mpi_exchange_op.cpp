@@ -1,0 +1,301 @@
+#include "backends/mpi/mpi_exchange_op.h"
+
+#include "backends/mpi/mpi_error.h"
+#include "backends/mpi/mpi_exchange.h"
+#include "backends/mpi/mpi_request.h"
+#include "backends/mpi/mpi_wait.h"
+#include "runtime/error.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <thread>
+
+namespace ferry::detail {
+namespace {
+
+// What MPI may still use after ferry gave an op up: kept until the process ends.
+struct Abandoned {
+  std::vector<MPI_Request> requests;
+  std::shared_ptr<Storage> scratch;
+};
+
+// The all_reduces whose second round is due (see "Progress" in the header), and the thread
+// that advances them when no ferry call does.
+class SecondRounds {
+ public:
+  void add(std::shared_ptr<Exchange> x) {
+    std::lock_guard<std::mutex> lock(mu_);
+    list_.push_back(std::move(x));
+    count_.store(list_.size(), std::memory_order_relaxed);
+    if (!driver_.joinable() && !stopping_) driver_ = std::thread([this] { drive(); });
+    if (driver_asleep_) cv_.notify_one();
+  }
+
+  // Steps every listed op nobody else is testing right now, and forgets the ones whose second
+  // round is posted. A thread that finds another one at it leaves the work to that one.
+  void advance() {
+    if (count_.load(std::memory_order_relaxed) == 0 || !mpi_usable()) return;
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    for (const auto& x : list_) x->try_step();
+    std::erase_if(list_, [](const auto& x) { return !x->second_round_due(); });
+    count_.store(list_.size(), std::memory_order_relaxed);
+  }
+
+  void remove(const Exchange* x) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(list_, [x](const auto& y) { return y.get() == x; });
+    count_.store(list_.size(), std::memory_order_relaxed);
+  }
+
+  // Before MPI_Finalize: the driver must not call MPI after it.
+  void stop() {
+    std::thread driver;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      cv_.notify_one();
+      driver = std::move(driver_);
+    }
+    if (driver.joinable()) driver.join();
+  }
+
+ private:
+  // While ops are listed, steps them every kDrivePoll; after kIdleBeforeSleep with none, waits
+  // for add() to wake it (so a stretch of all_reduces costs no wake-up per op).
+  void drive() {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto idle_since = Clock::now();
+    while (!stopping_) {
+      if (list_.empty() && Clock::now() - idle_since >= kIdleBeforeSleep) {
+        driver_asleep_ = true;
+        cv_.wait(lock, [this] { return stopping_ || !list_.empty(); });
+        driver_asleep_ = false;
+        continue;
+      }
+      cv_.wait_for(lock, kDrivePoll);
+      if (stopping_) break;
+      if (list_.empty()) continue;
+      lock.unlock();
+      advance();
+      lock.lock();
+      idle_since = Clock::now();
+    }
+  }
+
+  static constexpr auto kDrivePoll = std::chrono::milliseconds(1);
+  static constexpr auto kIdleBeforeSleep = std::chrono::milliseconds(50);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Exchange>> list_;
+  std::atomic<size_t> count_{0};
+  std::thread driver_;
+  bool driver_asleep_ = false;
+  bool stopping_ = false;
+};
+
+SecondRounds& second_rounds() {
+  static auto* rounds = new SecondRounds();  // never destroyed: requests may outlive statics
+  return *rounds;
+}
+
+// The request the engine holds for one op of this path.
+class ExchangeRequest final : public NativeRequest {
+ public:
+  explicit ExchangeRequest(std::shared_ptr<Exchange> x) : x_(std::move(x)) {}
+  ~ExchangeRequest() override {
+    // The engine drops a request once it finished, or hands it to keep_forever when its op
+    // timed out (then give_up ran); one still posted here must not let MPI write into freed
+    // memory.
+    x_->give_up();
+    second_rounds().remove(x_.get());
+  }
+  bool test() override {
+    second_rounds().advance();
+    return x_->test();
+  }
+  bool wait_until(Clock::time_point deadline) override { return x_->wait_until(deadline); }
+  void rethrow_if_failed() override { x_->rethrow_if_failed(); }
+  void give_up() {
+    x_->give_up();
+    second_rounds().remove(x_.get());
+  }
+
+ private:
+  std::shared_ptr<Exchange> x_;
+};
+
+}  // namespace
+
+void Exchange::send(const void* buf, size_t count, MPI_Datatype type, int peer, int round) {
+  if (count == 0) return;
+  requests_.push_back(MPI_REQUEST_NULL);
+  messages_.push_back({peer, static_cast<int>(count), type, false});
+  post(MPI_Isend(buf, static_cast<int>(count), type, peer, tag_ + round, comm_,
+                 &requests_.back()),
+       "MPI_Isend");
+}
+
+void Exchange::recv(void* buf, size_t count, MPI_Datatype type, int peer, int round) {
+  if (count == 0) return;
+  requests_.push_back(MPI_REQUEST_NULL);
+  messages_.push_back({peer, static_cast<int>(count), type, true});
+  post(MPI_Irecv(buf, static_cast<int>(count), type, peer, tag_ + round, comm_,
+                 &requests_.back()),
+       "MPI_Irecv");
+}
+
+std::string Exchange::describe() const { return str(op_, " on group ", group_id_); }
+
+// Tests the current round; runs what follows once it finished. True once the op is done.
+// Called with mu_ held.
+bool Exchange::step() {
+  if (done_) return true;
+  if (!mpi_usable()) {  // MPI_Test after MPI_Finalize is an error MPI cannot even report
+    fail(std::make_exception_ptr(TransportError(
+        str("ferry: ", describe(), " was still pending when MPI was finalized"))));
+    return true;
+  }
+  // One request at a time (progress is global, so testing the first unfinished one advances
+  // them all), so that a failed one is known: a receive that a longer message overflowed is a
+  // size mismatch. MPICH 4.0.2 reports a failed request of MPI_Test and MPI_Testall alike
+  // through MPI_COMM_WORLD's error handler, not the request's communicator's: by default that
+  // aborts the job with MPI's "Message truncated"; with MPI_ERRORS_RETURN set on
+  // MPI_COMM_WORLD it arrives here and becomes a MismatchError.
+  statuses_.resize(requests_.size());
+  for (; first_pending_ < requests_.size(); ++first_pending_) {
+    const size_t i = first_pending_;
+    int flag = 0;
+    const int code = MPI_Test(&requests_[i], &flag, &statuses_[i]);
+    if (code != MPI_SUCCESS) {
+      fail_request(i, code);
+      return true;
+    }
+    if (!flag) return false;
+  }
+  first_pending_ = 0;
+  requests_.clear();
+  try {
+    check_received_sizes();
+    messages_.clear();
+    if (fold_.acc != nullptr) {
+      run_fold();
+      fold_.acc = nullptr;
+    }
+    if (second_round_due_.load()) {
+      second_round_due_.store(false);
+      post_second_round();
+      if (!requests_.empty()) return false;
+    }
+    done_ = true;
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  return true;
+}
+
+void Exchange::post_second_round() {
+  const size_t mine = block_offset(total_count_, ranks_, rank_) * fold_.element_bytes;
+  const size_t my_count = block_count(total_count_, ranks_, rank_);
+  for (int p = 0; p < ranks_; ++p) {
+    if (p == rank_) continue;
+    recv(out_ + block_offset(total_count_, ranks_, p) * fold_.element_bytes,
+         block_count(total_count_, ranks_, p), fold_.type, p, 1);
+  }
+  for (int p = 0; p < ranks_; ++p)
+    if (p != rank_) send(out_ + mine, my_count, fold_.type, p, 1);
+}
+
+void Exchange::post(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  requests_.pop_back();
+  messages_.pop_back();
+  abandon();
+  check_mpi(code, call, describe());
+}
+
+// Gives up what is posted: receives are cancelled (when MPI is still usable), and the handles
+// and the scratch stay alive until the process ends, since MPI may still write into them.
+void Exchange::abandon() {
+  if (mpi_usable()) {
+    for (size_t i = 0; i < requests_.size(); ++i)
+      if (requests_[i] != MPI_REQUEST_NULL && messages_[i].is_recv) MPI_Cancel(&requests_[i]);
+  }
+  auto kept = std::make_shared<Abandoned>();
+  kept->requests = std::move(requests_);
+  kept->scratch = std::move(scratch_);
+  keep_forever(std::move(kept));
+  requests_.clear();
+  messages_.clear();
+}
+
+// MPI accepts a shorter message into a larger receive; a peer that sent a different size
+// called with different sizes.
+void Exchange::check_received_sizes() const {
+  for (size_t i = 0; i < messages_.size(); ++i) {
+    const Message& m = messages_[i];
+    if (!m.is_recv) continue;
+    int got = 0;
+    MPI_Get_count(&statuses_[i], m.type, &got);
+    if (got != m.count)
+      throw MismatchError(str("ferry: ", describe(), ": rank ", m.peer, " sent ", got, " ",
+                              unit(m), " where this rank expected ", m.count,
+                              ": the ranks called with different sizes"));
+  }
+}
+
+void Exchange::run_fold() {
+  for (const char* source : fold_.sources) {
+    const int code = MPI_Reduce_local(source, fold_.acc, static_cast<int>(fold_.count),
+                                      fold_.type, fold_.op);
+    check_mpi(code, "MPI_Reduce_local", describe());
+  }
+}
+
+// Request i finished with MPI error `code`: a receive that a longer message overflowed means
+// the ranks called with different sizes.
+void Exchange::fail_request(size_t i, int code) {
+  int error_class = MPI_SUCCESS;
+  MPI_Error_class(code, &error_class);
+  const Message& m = messages_[i];
+  if (m.is_recv && error_class == MPI_ERR_TRUNCATE)
+    fail(std::make_exception_ptr(MismatchError(
+        str("ferry: ", describe(), ": rank ", m.peer, " sent more than the ", m.count, " ",
+            unit(m), " this rank expected: the ranks called with different sizes"))));
+  else
+    fail(std::make_exception_ptr(TransportError(
+        str("ferry: ", describe(), " failed in MPI: ", mpi_error_string(code)))));
+}
+
+void Exchange::fail(std::exception_ptr error) {
+  if (!requests_.empty()) abandon();
+  second_round_due_.store(false);
+  error_ = std::move(error);
+  done_ = true;
+}
+
+
+bool Exchange::wait_until(Clock::time_point deadline) {
+  return wait_polling_mpi(
+      [this] {
+        second_rounds().advance();
+        return test();
+      },
+      first_wait_, deadline);
+}
+
+std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<Exchange> op) {
+  if (op->second_round_due()) second_rounds().add(op);
+  return std::make_unique<ExchangeRequest>(std::move(op));
+}
+
+void advance_exchange_rounds() { second_rounds().advance(); }
+
+void give_up_exchange(NativeRequest& request) {
+  if (auto* x = dynamic_cast<ExchangeRequest*>(&request)) x->give_up();
+}
+
+void stop_exchange_driver() { second_rounds().stop(); }
+
+}  // namespace ferry::detail
