@@ -17,8 +17,9 @@ bool mpi_built();
 std::shared_ptr<Transport> mpi_world_transport();
 
 // MPI_Finalize, when ferry initialized MPI and it is not finalized yet; returns whether it ran.
-// After a collective timed out (MPI cannot cancel it) it still runs, under a watchdog that ends
-// the process should MPI_Finalize wait for the stuck collective.
-bool mpi_finalize();
+// `peers_closed`: every rank passed finalize's handshake (world_handshake.h). Without it (a peer
+// failed or never came), or after a collective timed out (MPI cannot cancel it), it still runs,
+// under a watchdog that ends the process should MPI_Finalize wait for the missing ranks.
+bool mpi_finalize(bool peers_closed);
 
 }  // namespace ferry::detail

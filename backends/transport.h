@@ -31,6 +31,8 @@ struct Tag {
 inline constexpr uint64_t kP2PSeq = ~uint64_t{0};
 // The exchange that names the missing ranks after a collective timed out (OpContext).
 inline constexpr uint64_t kDiagnosisSeq = kP2PSeq - 1;
+// The world handshakes of init and finalize (world_handshake.h); the slot says which.
+inline constexpr uint64_t kLifecycleSeq = kP2PSeq - 2;
 
 std::string tag_str(const Tag& tag);
 
@@ -77,6 +79,10 @@ class Transport {
     (void)group;
     (void)why;
   }
+
+  // Every rank has said that it sends nothing more (finalize's handshake, world_handshake.h): a
+  // peer that ends from now on has finished, not failed.
+  virtual void peers_closing() {}
 
   // The transport's own collectives for the world group (null: the engine's algorithms over
   // isend/irecv carry them). Called once per world Group; see native_collectives.h.

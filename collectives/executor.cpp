@@ -44,6 +44,18 @@ bool Executor::run_one_here() {
 
 bool Executor::idle() { return unfinished_.load(std::memory_order_acquire) == 0; }
 
+void Executor::drain() {
+  while (!idle()) {
+    if (run_one_here()) continue;
+    // Another thread runs a task; finished_one does not notify in caller-first mode, so look
+    // again after a short sleep.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(1), [&] {
+      return unfinished_.load(std::memory_order_acquire) == 0 || (!running_ && !tasks_.empty());
+    });
+  }
+}
+
 void Executor::run(const std::function<void()>& task) {
   // Tasks report their errors through their Work; should one escape anyway, the queue must not
   // stay blocked behind a `running_` that is never reset.

@@ -34,6 +34,11 @@ class Executor {
   // Nothing queued and nothing running.
   bool idle();
 
+  // Returns once every task queued so far has run: runs them on the calling thread, or waits
+  // (sleeping in 1 ms slices) for the one another thread runs. Every op has a deadline, so this
+  // ends. For finalize, which must leave nothing for the transport's end.
+  void drain();
+
   // Caller-first mode, for native (MPI) collectives, which progress only inside MPI calls
   // anyway. Handing an op to the worker costs two thread wake-ups (~10 us at 8 B, more when
   // ranks outnumber cores), so in this mode ops in a busy stretch do not wake the worker: it

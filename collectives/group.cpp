@@ -47,6 +47,11 @@ GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> memb
 }
 
 GroupImpl::~GroupImpl() {
+  finish_in_flight();
+  // executor_ (the last member) is destroyed first and finishes what is queued.
+}
+
+void GroupImpl::finish_in_flight() {
   std::vector<std::weak_ptr<InFlightNative>> in_flight;
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
@@ -55,7 +60,49 @@ GroupImpl::~GroupImpl() {
   for (auto& weak : in_flight) {
     if (auto op = weak.lock()) op->finish_before_group_ends(*this);
   }
-  // executor_ (the last member) is destroyed first and finishes what is queued.
+}
+
+void GroupImpl::finish_outstanding() {
+  finish_in_flight();
+  // A dropped Work of an op started at issue queues its clean-up, so the queue goes second.
+  executor_.drain();
+}
+
+namespace {
+
+struct LiveGroups {
+  std::mutex mu;
+  std::vector<std::weak_ptr<GroupImpl>> groups;
+};
+
+LiveGroups& live_groups() {
+  static auto* g = new LiveGroups();  // never destroyed: finalize may run from atexit
+  return *g;
+}
+
+}  // namespace
+
+std::shared_ptr<GroupImpl> make_group_impl(std::shared_ptr<Transport> transport,
+                                           std::vector<int> members, int rank, uint32_t id,
+                                           std::shared_ptr<NativeCollectives> native) {
+  auto impl = std::make_shared<GroupImpl>(std::move(transport), std::move(members), rank, id,
+                                          std::move(native));
+  LiveGroups& live = live_groups();
+  std::lock_guard<std::mutex> lock(live.mu);
+  std::erase_if(live.groups, [](const std::weak_ptr<GroupImpl>& w) { return w.expired(); });
+  live.groups.push_back(impl);
+  return impl;
+}
+
+void finish_every_group() {
+  std::vector<std::shared_ptr<GroupImpl>> groups;
+  {
+    LiveGroups& live = live_groups();
+    std::lock_guard<std::mutex> lock(live.mu);
+    for (const auto& weak : live.groups)
+      if (auto g = weak.lock()) groups.push_back(std::move(g));
+  }
+  for (const auto& g : groups) g->finish_outstanding();
 }
 
 void GroupImpl::track_in_flight(std::weak_ptr<InFlightNative> op) {
@@ -122,8 +169,8 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   else
     FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,
               " of ", transport->size(), "; algorithms:\n", algorithm_table());
-  return Group(std::make_shared<detail::GroupImpl>(std::move(transport), std::move(members), rank,
-                                                   /*id=*/0, std::move(native)));
+  return Group(detail::make_group_impl(std::move(transport), std::move(members), rank, /*id=*/0,
+                                       std::move(native)));
 }
 
 detail::GroupImpl& Group::impl() const {
@@ -180,8 +227,8 @@ Group Group::split(int color, int key) const {
     if (parent_rank == rank()) my_rank = static_cast<int>(members.size());
     members.push_back(world);
   }
-  return Group(std::make_shared<detail::GroupImpl>(parent.transport_ptr(), std::move(members),
-                                                   my_rank, id, std::move(native)));
+  return Group(detail::make_group_impl(parent.transport_ptr(), std::move(members), my_rank, id,
+                                       std::move(native)));
 }
 
 }  // namespace ferry

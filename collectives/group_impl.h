@@ -76,6 +76,9 @@ class GroupImpl {
 
   std::mutex& issue_mutex() { return issue_mu_; }
   void track_in_flight(std::weak_ptr<InFlightNative> op);
+  // Finishes every op of this group that is started or queued, each under its own deadline
+  // (finalize leaves nothing in flight to the transport's end, dropped Works included).
+  void finish_outstanding();
   ScratchArena& scratch() { return scratch_; }
   Executor& executor() { return executor_; }
 
@@ -95,8 +98,17 @@ class GroupImpl {
   std::exception_ptr poison_cause_;
   std::string poison_why_;
 
+  void finish_in_flight();
+
   ScratchArena scratch_;
   Executor executor_;  // last: destroyed first, so queued ops finish while the rest still lives
 };
+
+// A new group, known to finish_every_group() while it lives.
+std::shared_ptr<GroupImpl> make_group_impl(std::shared_ptr<Transport> transport,
+                                           std::vector<int> members, int rank, uint32_t id,
+                                           std::shared_ptr<NativeCollectives> native);
+// finish_outstanding() on every live group of this process, in creation order.
+void finish_every_group();
 
 }  // namespace ferry::detail

@@ -3,10 +3,13 @@
 #include "backends/local/local_transport.h"
 #include "backends/mpi_bootstrap.h"
 #include "backends/ucx_bootstrap.h"
+#include "backends/world_handshake.h"
+#include "collectives/group_impl.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -36,7 +39,14 @@ std::string mpi_launcher_hint() {
   return "";
 }
 
-void finalize_at_exit() { finalize(); }
+// At exit nothing can catch: the error is printed, and the process still ends.
+void finalize_at_exit() {
+  try {
+    finalize();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry: finalize at exit failed: %s\n", e.what());
+  }
+}
 
 }  // namespace
 
@@ -82,7 +92,12 @@ Group init() {
   }
   FERRY_LOG(Info, "init", "backend ", backend, " (", why, "): rank ", transport->rank(), " of ",
             transport->size());
-  s.world = Group::world(std::move(transport));
+  Group world = Group::world(std::move(transport));
+  // init is a barrier on a wired-up world: once it returns, a peer's end is a clean finalize
+  // or an ordinary peer failure, never a connection that fails while being set up.
+  detail::world_handshake(world.transport(), detail::Handshake::Open,
+                          Clock::now() + default_timeout());
+  s.world = std::move(world);
   s.backend = backend;
   return s.world;
 }
@@ -98,9 +113,27 @@ void finalize() {
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.finalized) return;
   s.finalized = true;
-  // The world group's worker and communicators go first, while MPI still works.
+  std::exception_ptr error;
+  bool closed = false;
+  if (s.world.valid()) {
+    try {
+      // Nothing may be left in flight for the transport's end: every group's started and
+      // queued ops finish first (dropped Works too), each under its own deadline.
+      detail::finish_every_group();
+      if (!s.world.poisoned()) {
+        detail::world_handshake(s.world.transport(), detail::Handshake::Close,
+                                Clock::now() + default_timeout());
+        s.world.transport().peers_closing();
+        closed = true;
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  // The world group's worker and communicators go next, while MPI still works.
   s.world = Group();
-  if (s.mpi_started) detail::mpi_finalize();
+  if (s.mpi_started) detail::mpi_finalize(/*peers_closed=*/closed);
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace ferry

@@ -41,33 +41,48 @@ std::shared_ptr<Transport> mpi_world_transport() {
       g_ferry_initialized_mpi = true;
       FERRY_LOG(Info, "init", "MPI_Init_thread(MPI_THREAD_MULTIPLE) gave thread level ",
                 provided);
+      // MPICH reports some errors of requests on ferry's own communicators (a receive that a
+      // longer message truncated) through MPI_COMM_WORLD's handler: returned, ferry turns them
+      // into a MismatchError; with MPI's default handler they abort the job. A user who
+      // initializes MPI keeps the handler they chose (README: MPI).
+      check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
+                "MPI_Comm_set_errhandler", "ferry::init");
+    } else {
+      MPI_Errhandler handler = MPI_ERRHANDLER_NULL;
+      MPI_Comm_get_errhandler(MPI_COMM_WORLD, &handler);
+      if (handler != MPI_ERRORS_RETURN)
+        FERRY_LOG(Info, "init", "MPI was initialized by the program and MPI_COMM_WORLD's error "
+                  "handler is not MPI_ERRORS_RETURN: a collective whose ranks pass different "
+                  "sizes may abort the job inside MPI instead of raising MismatchError");
+      if (handler != MPI_ERRHANDLER_NULL) MPI_Errhandler_free(&handler);
     }
   }
   // Checks the thread level (which matters when someone else initialized MPI).
   return make_mpi_transport(MPI_COMM_WORLD);
 }
 
-bool mpi_finalize() {
+bool mpi_finalize(bool peers_closed) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_ferry_initialized_mpi || !mpi_usable()) return false;
   stop_exchange_driver();  // it must not call MPI during or after MPI_Finalize
-  if (!anything_kept_forever()) {
+  if (peers_closed && !anything_kept_forever()) {
     MPI_Finalize();
     return true;
   }
-  // A collective timed out and can never complete. MPICH's MPI_Finalize still returns then (and
-  // it is what tells mpiexec that this rank ended on purpose, so the job ends cleanly rather
-  // than being killed), but nothing guarantees it: a watchdog ends the process should it wait.
-  FERRY_LOG(Info, "init", "MPI_Finalize after a timed-out collective; exiting in ",
-            kFinalizeWatchdog.count(), " s if it does not return");
+  // A peer failed or never reached finalize, or a collective timed out and can never complete.
+  // MPICH's MPI_Finalize still returns then (and it is what tells mpiexec that this rank ended
+  // on purpose, so the job ends cleanly rather than being killed), but nothing guarantees it: a
+  // watchdog ends the process should it wait.
+  FERRY_LOG(Info, "init", "MPI_Finalize after a failure; exiting in ", kFinalizeWatchdog.count(),
+            " s if it does not return");
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread([done] {
     const auto until = std::chrono::steady_clock::now() + kFinalizeWatchdog;
     while (!done->load() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (done->load()) return;
-    std::fprintf(stderr, "ferry: MPI_Finalize did not return within %d s after a timed-out "
-                 "collective; ending the process\n", static_cast<int>(kFinalizeWatchdog.count()));
+    std::fprintf(stderr, "ferry: MPI_Finalize did not return within %d s after a failure; "
+                 "ending the process\n", static_cast<int>(kFinalizeWatchdog.count()));
     std::fflush(stderr);
     std::_Exit(1);
   }).detach();

@@ -98,6 +98,9 @@ class MpiTransport final : public Transport {
     int mpi_tag = 0;
     if (tag.seq == kDiagnosisSeq) {
       mpi_tag = world_->tag_ub();
+    } else if (tag.seq == kLifecycleSeq) {
+      comm = comms->coll;  // algorithm steps there stay below the group size, far from TAG_UB
+      mpi_tag = world_->tag_ub();
     } else if (tag.seq == kP2PSeq) {
       FERRY_CHECK(tag.slot < static_cast<uint32_t>(world_->tag_ub()), InvalidArgument,
                   is_send ? "send" : "recv", " on world rank ", rank(),

@@ -4,9 +4,10 @@
 // native collectives (and, MPI tag = step, the messages of any algorithm run over point to
 // point); `side` carries the user's send/recv (MPI tag = the user's tag), the exchange that
 // names absent ranks after a timeout (MPI tag = TAG_UB, which user tags cannot reach) and
-// the splits. Separate communicators keep the user's tags from ever matching ferry's own
-// messages, and MPI's per-communicator ordering replaces the sequence number in the Tag: a
-// group's ops run one after another, so their messages are posted in sequence order.
+// the splits; the world handshakes of init and finalize take TAG_UB on the world's `coll`.
+// Separate communicators keep the user's tags from ever matching ferry's own messages, and
+// MPI's per-communicator ordering replaces the sequence number in the Tag: a group's ops run
+// one after another, so their messages are posted in sequence order.
 #pragma once
 
 #include "backends/transport.h"

@@ -154,13 +154,16 @@ UcxComm::~UcxComm() {
 
 void UcxComm::close_endpoints() {
   // Flush first so that sends that completed locally (buffered) still reach their peers; a dead
-  // peer's endpoint is closed at once.
+  // peer's endpoint is closed at once, and so is every endpoint after finalize's handshake
+  // (every message was taken by then).
   std::vector<void*> closing;
   for (size_t p = 0; p < eps_.size(); ++p) {
     if (eps_[p] == nullptr) continue;
+    const int rank = static_cast<int>(p);
+    const bool gone = !dead_why_[p].empty() || (watch_.watched(rank) && watch_.ended(rank));
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = dead_why_[p].empty() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    param.flags = closing_ || gone ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* r = ucp_ep_close_nbx(eps_[p], &param);
     eps_[p] = nullptr;
     if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
@@ -184,8 +187,12 @@ void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
   op->data = data;
   auto lock = worker_->lock();
   if (std::exception_ptr failure = failure_for(op->peer, op->tag.group)) {
-    finish(*op, failure);
-    return;
+    // A receive still gets what a peer delivered before it ended; nothing else goes to it.
+    const bool ended = !dead_why_[op->peer].empty();
+    if (op->is_send || !ended || !delivered(tag)) {
+      finish(*op, failure);
+      return;
+    }
   }
   if (op->is_send && op->bytes >= cma_min_bytes_ && cma_to_[op->peer]) {
     post_cma_send(op, tag);
@@ -356,23 +363,54 @@ void UcxComm::fail_pending(Hit hit, MakeError error) {
 void UcxComm::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
   (void)ep;
   auto* peer = static_cast<PeerArg*>(arg);
-  peer->comm->peer_failed(peer->rank, str("UCX reported ", ucx_status_str(status),
-                                          " on the endpoint (the process ended or the "
-                                          "connection broke)"));
+  UcxComm* comm = peer->comm;
+  const int rank = peer->rank;
+  std::string why = str("UCX reported ", ucx_status_str(status),
+                        " on the endpoint (the process ended or the connection broke)");
+  // This runs inside ucp_worker_progress, which must not be called again from here: the drain
+  // and the failing run as a deferred job, which the next waiter or tester runs.
+  comm->worker_->defer_locked([comm, rank, why = std::move(why)] {
+    auto lock = comm->worker_->lock();
+    comm->peer_failed(rank, why);
+  });
 }
 
 void UcxComm::before_sleep_locked() {
   for (int rank : watch_.take_dead()) peer_failed(rank, "its process ended");
 }
 
+void UcxComm::drain_locked() {
+  // ucp_worker_progress returns 0 once it found nothing more to do; the bound only keeps a
+  // peer that is still streaming (over TCP, say) from holding us here.
+  for (int i = 0; i < 100000 && ucp_worker_progress(worker_->worker()) != 0; ++i) {
+  }
+}
+
+bool UcxComm::delivered(uint64_t tag) const {
+  ucp_tag_recv_info_t info{};
+  return ucp_tag_probe_nb(worker_->worker(), tag, kUcxRecvMask, /*remove=*/0, &info) != nullptr;
+}
+
 void UcxComm::append_wake_fds_locked(std::vector<pollfd>& fds) { watch_.append_fds(fds); }
 
 void UcxComm::peer_failed(int rank, const std::string& why) {
-  if (!dead_why_[rank].empty()) return;
+  if (!dead_why_[rank].empty() || worker_ == nullptr) return;
+  drain_locked();
   dead_why_[rank] = why;
+  if (closing_) {
+    FERRY_LOG(Info, "ucx", "rank ", rank_, ": rank ", rank, " ended after finalize (", why, ")");
+    return;  // nothing is pending with it: every rank passed finalize's handshake
+  }
   FERRY_LOG(Info, "ucx", "rank ", rank_, ": rank ", rank, " failed: ", why);
+  // A peer that gave up on a group before it ended said why (its give-up message was taken in
+  // by the drain): that reason names the failure that started it all.
   fail_pending([&](const UcxOp& op) { return op.peer == rank; },
-               [&](const UcxOp&) { return peer_failure(rank); });
+               [&](const UcxOp& op) { return failure_for(rank, op.tag.group); });
+}
+
+void UcxComm::begin_closing() {
+  auto lock = worker_->lock();
+  closing_ = true;
 }
 
 ucs_status_t UcxComm::on_abandon(void* arg, const void* header, size_t header_length, void* data,
@@ -408,7 +446,9 @@ void UcxComm::abandon_group(uint32_t group, const std::string& why) {
     auto lock = worker_->lock();
     std::erase_if(am_sends_, [](const std::unique_ptr<AmSend>& s) { return s->done; });
     for (int p = 0; p < size(); ++p) {
-      if (p == rank_ || !dead_why_[p].empty()) continue;
+      // Nothing goes to a peer that is gone: UCX would reach for its shared memory, which
+      // went with it.
+      if (p == rank_ || !dead_why_[p].empty() || (watch_.watched(p) && watch_.ended(p))) continue;
       auto msg = std::make_unique<AmSend>();
       msg->bytes = encode_abandon(AbandonMessage{rank_, group, why});
       ucp_request_param_t param{};
@@ -486,11 +526,14 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
 }
 
 std::exception_ptr UcxComm::failure_for(int peer, uint32_t group) const {
-  if (!dead_why_[peer].empty()) return peer_failure(peer);
+  // The peer's own reason first: one that gave up and then ended names the root cause.
   auto it = abandoned_.find({group, peer});
-  if (it == abandoned_.end()) return nullptr;
-  return std::make_exception_ptr(PeerFailure(str("ferry: world rank ", peer, " gave up on group ",
-                                                 group, " after: ", it->second)));
+  if (it != abandoned_.end()) {
+    return std::make_exception_ptr(PeerFailure(str(
+        "ferry: world rank ", peer, " gave up on group ", group, " after: ", it->second)));
+  }
+  if (!dead_why_[peer].empty()) return peer_failure(peer);
+  return nullptr;
 }
 
 std::exception_ptr UcxComm::peer_failure(int peer) const {

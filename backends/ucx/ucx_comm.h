@@ -113,6 +113,10 @@ class UcxComm final : public UcxSleepHook {
   // Tells every live peer that this rank gave up on `group`; waits briefly for the messages to
   // leave.
   void abandon_group(uint32_t group, const std::string& why);
+  // Every rank passed finalize's handshake (Transport::peers_closing): peers that end from now
+  // on finished, and the endpoints close without a flush (there is nothing left to send, and a
+  // flush could reach for a peer that is gone).
+  void begin_closing();
 
  private:
   struct PeerArg {
@@ -157,7 +161,14 @@ class UcxComm final : public UcxSleepHook {
   // sends finish at once (UCX may still hold them; they stay registered until it lets go).
   template <class Hit, class MakeError>
   void fail_pending(Hit hit, MakeError error);
+  // A peer ended or broke: first takes in everything it delivered (drain_locked), then fails
+  // what is still pending with it. `rank`'s process may be gone while its last messages wait
+  // in this rank's shared memory, unread.
   void peer_failed(int rank, const std::string& why);
+  void drain_locked();
+  // Whether a message from `peer` that a receive with `tag` would take has arrived already (it
+  // may outlive its sender: a receive posted after the sender ended still gets it).
+  bool delivered(uint64_t tag) const;
   void before_sleep_locked() override;
   void append_wake_fds_locked(std::vector<pollfd>& fds) override;
   void close_endpoints();  // under the lock
@@ -170,6 +181,7 @@ class UcxComm final : public UcxSleepHook {
   std::vector<ucp_ep_h> eps_;
   std::vector<PeerArg> peer_args_;
   std::vector<std::string> dead_why_;  // "" while the peer lives
+  bool closing_ = false;               // begin_closing() was called
   std::map<std::pair<uint32_t, int>, std::string> abandoned_;  // (group, rank) -> why
   std::unordered_map<UcxOp*, std::shared_ptr<UcxOp>> pending_;  // ops UCX holds, or being read
   std::vector<std::unique_ptr<AmSend>> am_sends_;

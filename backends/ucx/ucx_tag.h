@@ -3,14 +3,15 @@
 // UCP matches a receive against messages from every endpoint of the worker, so the source
 // rank must be part of the tag; receives then use the full mask, never wildcards.
 //
-//   bits 63..62  kind    0 collective step, 1 user send/recv, 2 timeout diagnosis, 3 CMA
+//   bits 63..62  kind    0 collective step, 1 user send/recv, 2 diagnosis or handshake, 3 CMA
 //   bits 61..48  source  world rank of the sender          (< 16384 ranks)
 //   kinds 0-2:
 //   bits 47..32  group   group id                          (< 65536 groups per process)
 //   bit  31      the message is a CMA descriptor standing for the data (ucx_cma.h)
 //   bits 30..0   kind 0: phase (1 bit) | step (14 bits) | seq mod 2^16 (16 bits)
 //                kind 1: the user's tag (31 bits: user tags are non-negative ints)
-//                kind 2: zero (kDiagnosisSeq, one exchange per group)
+//                kind 2: zero (kDiagnosisSeq, one exchange per group), or 1 + slot for the
+//                        world handshakes of init and finalize (kLifecycleSeq, group 0)
 //   kind 3, the CMA protocol's own messages, named by the sender's cookie (unique per pair):
 //   bit  47      0 acknowledgement (receiver to sender), 1 the data after a fallback
 //   bits 46..0   cookie

@@ -120,6 +120,7 @@ class UcxTransport final : public Transport {
   void abandon_group(uint32_t group, const std::string& why) override {
     comm_->abandon_group(group, why);
   }
+  void peers_closing() override { comm_->begin_closing(); }
 
  private:
   std::unique_ptr<Request> post(int peer, const Tag& tag, bool is_send, void* data,

@@ -1,0 +1,132 @@
+// One short ferry job, the way a user's program starts and ends: ferry::init(), a few
+// collectives, ferry::finalize(). tools/stress runs it many times in a row, on many ranks, to
+// show that a job's start and end are collective and safe (no rank fails because a peer ended
+// first), and the lifecycle-* meson tests run each scenario once per transport.
+//
+//   lifecycle_job short           one collective of each size class (8 B, 4 KiB, 256 KiB: the
+//                                 last takes UCX's CMA path) whose results are checked, then
+//                                 finalize right after the last one completed on this rank
+//   lifecycle_job drop-work       issues collectives, drops their Works without waiting, then
+//                                 finalizes: finalize completes them (a clean end, exit 0)
+//   lifecycle_job exit-after-init init() and return from main at once (finalize runs at exit)
+//   lifecycle_job mismatch        ranks pass different all_gather sizes on a sub-group: every
+//                                 rank gets a ferry error (MismatchError or PeerFailure) instead
+//                                 of an abort, and the job still ends cleanly
+//
+// Exit status 0 when this rank's checks passed. Launch with mpiexec (FERRY_BACKEND=mpi or ucx)
+// or with ferry-run (UCX through the TCP rendezvous).
+#include "ferry.h"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace ferry;
+
+struct Checks {
+  int rank = -1;
+  int failed = 0;
+  void expect(bool ok, const std::string& what) {
+    if (ok) return;
+    ++failed;
+    std::fprintf(stderr, "[lifecycle rank %d] FAILED %s\n", rank, what.c_str());
+  }
+};
+
+// Every rank's input holds rank + 1 in every element, so a sum holds W (W + 1) / 2.
+int short_job() {
+  Group world = init();
+  Checks c{world.rank()};
+  const int W = world.size();
+  const double sum = W * (W + 1) / 2.0;
+  for (int64_t elements : {int64_t{2}, int64_t{1024}, int64_t{64 * 1024}}) {
+    Tensor x = full({elements}, world.rank() + 1.0, DType::Float32);
+    all_reduce(x, world).wait();
+    c.expect(x.get_flat(0) == sum && x.get_flat(elements - 1) == sum,
+             "all_reduce of " + std::to_string(elements * 4) + " B sums to " +
+                 std::to_string(sum) + ", got " + std::to_string(x.get_flat(0)));
+  }
+  // The last op: an all_gather, whose messages go to every peer at once; the job ends right
+  // after this rank's part completed, while peers may still be taking theirs.
+  Tensor mine = full({64 * 1024}, world.rank() + 1.0, DType::Float32);
+  Tensor all = zeros({64 * 1024 * W}, DType::Float32);
+  all_gather(mine, all, world).wait();
+  for (int r = 0; r < W; ++r)
+    c.expect(all.get_flat(int64_t{r} * 64 * 1024) == r + 1.0,
+             "all_gather block " + std::to_string(r) + " holds " + std::to_string(r + 1));
+  finalize();
+  return c.failed == 0 ? 0 : 1;
+}
+
+int drop_work() {
+  Group world = init();
+  for (int64_t elements : {int64_t{2}, int64_t{64 * 1024}}) {
+    Tensor x = full({elements}, 1.0, DType::Float32);
+    (void)all_reduce(x, world);  // dropped: the tensor and the op stay alive until it ends
+  }
+  Tensor mine = full({64 * 1024}, 1.0, DType::Float32);
+  Tensor all = zeros({64 * 1024 * world.size()}, DType::Float32);
+  (void)all_gather(mine, all, world);
+  finalize();
+  return 0;
+}
+
+int exit_after_init() {
+  (void)init();
+  return 0;  // finalize() runs at exit
+}
+
+int mismatch() {
+  Group world = init();
+  Checks c{world.rank()};
+  Group sub = world.split(0, world.rank());
+  const int64_t block = 1000 + 200 * world.rank();
+  Tensor in = full({block}, 1.0, DType::Float32);
+  Tensor out = zeros({block * world.size()}, DType::Float32);
+  std::string kind, what;
+  try {
+    all_gather(in, out, sub).wait();
+  } catch (const MismatchError& e) {
+    kind = "MismatchError";
+    what = e.what();
+  } catch (const PeerFailure& e) {
+    kind = "PeerFailure";
+    what = e.what();
+  } catch (const std::exception& e) {
+    kind = "other";
+    what = e.what();
+  }
+  // The rank whose receive was too short or too long knows the sizes differ; a peer that only
+  // learns that another rank gave up reports PeerFailure quoting it.
+  c.expect(kind == "MismatchError" || kind == "PeerFailure",
+           "different all_gather sizes give MismatchError or PeerFailure, got '" + kind + "': " +
+               what);
+  c.expect(sub.poisoned(), "the failed op poisons its group");
+  // The world group is untouched: a collective on it still works, and finalize is clean.
+  Tensor flag = full({1}, c.failed == 0 ? 0.0 : 1.0, DType::Int32);
+  all_reduce(flag, world, ReduceOp::Max).wait();
+  c.expect(flag.get_flat(0) == 0, "every rank passed");
+  finalize();
+  return c.failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  try {
+    if (scenario == "short") return short_job();
+    if (scenario == "drop-work") return drop_work();
+    if (scenario == "exit-after-init") return exit_after_init();
+    if (scenario == "mismatch") return mismatch();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[lifecycle] scenario '%s' failed: %s\n", scenario.c_str(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: lifecycle_job short|drop-work|exit-after-init|mismatch\n");
+  return 2;
+}
