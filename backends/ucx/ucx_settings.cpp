@@ -4,9 +4,11 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 namespace ferry::detail {
 namespace {
@@ -33,15 +35,24 @@ constexpr Default kDefaults[] = {
     {"KEEPALIVE_INTERVAL", "1s", false},
 };
 
-// False when UCX_TLS leaves shared memory out (UCX_TLS=tcp,self): UCX would then warn that
-// the shared-memory variables are unused.
-bool shared_memory_wanted() {
+// Whether UCX_TLS lets UCX use the shared-memory transport `name` ("posix" or "sysv"): UCX
+// warns about every variable of a transport it does not use.
+bool transport_wanted(const std::string& name) {
   const char* tls = std::getenv("UCX_TLS");
-  if (tls == nullptr || *tls == '\0' || *tls == '^') return true;
-  const std::string t = tls;
-  for (const char* name : {"all", "sm", "shm", "posix", "sysv", "mm"})
-    if (t.find(name) != std::string::npos) return true;
-  return false;
+  if (tls == nullptr || *tls == '\0') return true;
+  std::string t = tls;
+  const bool excluding = t[0] == '^';
+  if (excluding) t = t.substr(1);
+  bool named = false;
+  size_t at = 0;
+  while (at <= t.size()) {
+    const size_t comma = std::min(t.find(',', at), t.size());
+    const std::string item = t.substr(at, comma - at);
+    named = named || item == name || item == "sm" || item == "shm" || item == "mm" ||
+            (!excluding && item == "all");
+    at = comma + 1;
+  }
+  return excluding ? !named : named;
 }
 
 }  // namespace
@@ -73,9 +84,11 @@ size_t ucx_cma_min_bytes() {
 
 void apply_ucx_transport_defaults() {
   // Without peer error handling UCX keeps shared memory anyway.
-  if (!shared_memory_wanted() || !ucx_peer_error_handling()) return;
+  if (!ucx_peer_error_handling()) return;
   for (const Default& d : kDefaults) {
     if (!d.transport_level) continue;
+    const std::string name = d.name;  // POSIX_... or SYSV_...
+    if (!transport_wanted(name.rfind("POSIX", 0) == 0 ? "posix" : "sysv")) continue;
     const std::string env = std::string("UCX_") + d.name;
     if (setenv(env.c_str(), d.value, /*overwrite=*/0) == 0)
       FERRY_LOG(Info, "ucx", env, "=", std::getenv(env.c_str()));
