@@ -1,8 +1,8 @@
 #include "collectives/cross_replica.h"
 
 #include "autograd/ops.h"
-#include "collectives/differentiable.h"
-#include "collectives/differentiable_checks.h"
+#include "collectives/differentiable/differentiable.h"
+#include "collectives/differentiable/checks.h"
 #include "runtime/error.h"
 
 namespace ferry::poptorch {

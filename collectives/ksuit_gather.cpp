@@ -2,9 +2,8 @@
 
 #include "autograd/ops.h"
 #include "collectives/collectives.h"
-#include "collectives/differentiable.h"
-#include "collectives/differentiable_checks.h"
-#include "collectives/engine.h"
+#include "collectives/differentiable/differentiable.h"
+#include "collectives/differentiable/checks.h"
 #include "runtime/error.h"
 
 #include <algorithm>
@@ -33,7 +32,7 @@ Tensor as_rows(const Tensor& v) { return v.dim() == 0 ? v.reshape({1}) : v; }
 
 // [n, ...] on every rank -> [W*n, ...] in rank order.
 Tensor gather_rows(const Tensor& v, const Group& group) {
-  Tensor y = empty(detail::with_rows(v.shape(), v.size(0) * group.size()), v.dtype());
+  Tensor y = empty(with_rows(v.shape(), v.size(0) * group.size()), v.dtype());
   ferry::all_gather(v, y, group).wait();
   return y;
 }
@@ -109,7 +108,7 @@ Variable all_gather_nograd_clipped(const Variable& x, const Group& group, int64_
   // A distributed sampler deals sample i to rank i % W as its (i / W)-th row, so sample
   // l*W + w is rank w's row l: (W, L, ...) -> (L, W, ...).
   Tensor ordered = empty(gathered.shape(), gathered.dtype());
-  const size_t row_bytes = detail::row_bytes(v);
+  const size_t row_bytes = ferry::row_bytes(v);
   const auto* src = static_cast<const unsigned char*>(gathered.raw_data());
   auto* dst = static_cast<unsigned char*>(ordered.raw_data());
   for (int64_t l = 0; l < rows; ++l) {

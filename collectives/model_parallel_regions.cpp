@@ -3,8 +3,8 @@
 #include "autograd/function.h"
 #include "autograd/tensor_math.h"
 #include "collectives/collectives.h"
-#include "collectives/differentiable.h"
-#include "collectives/differentiable_checks.h"
+#include "collectives/differentiable/differentiable.h"
+#include "collectives/differentiable/checks.h"
 #include "collectives/partition.h"
 #include "runtime/error.h"
 

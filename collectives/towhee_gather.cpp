@@ -1,8 +1,8 @@
 #include "collectives/towhee_gather.h"
 
 #include "collectives/collectives.h"
-#include "collectives/differentiable.h"
-#include "collectives/differentiable_checks.h"
+#include "collectives/differentiable/differentiable.h"
+#include "collectives/differentiable/checks.h"
 #include "runtime/error.h"
 
 #include <sstream>

@@ -297,6 +297,18 @@ Tensor Tensor::select(int64_t index) const {
   return row;
 }
 
+Shape with_rows(const Shape& shape, int64_t rows) {
+  Shape s = shape.empty() ? Shape{1} : shape;
+  s[0] = rows;
+  return s;
+}
+
+size_t row_bytes(const Tensor& t) {
+  if (t.dim() == 0) return t.element_size();
+  return t.size(0) == 0 ? static_cast<size_t>(shape_numel(with_rows(t.shape(), 1))) * t.element_size()
+                        : t.nbytes() / static_cast<size_t>(t.size(0));
+}
+
 // ---- copies ----
 
 Tensor Tensor::clone() const {

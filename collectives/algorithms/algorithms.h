@@ -7,7 +7,7 @@
 #pragma once
 
 #include "collectives/collectives.h"
-#include "collectives/op_context.h"
+#include "collectives/engine/op_context.h"
 
 #include <cstddef>
 #include <cstdint>

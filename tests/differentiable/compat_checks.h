@@ -3,7 +3,7 @@
 // op is checked on, and the per-rank values of the spec's numeric cases.
 #pragma once
 
-#include "collectives/distributed_gradcheck.h"
+#include "collectives/differentiable/distributed_gradcheck.h"
 #include "collectives/group.h"
 #include "runtime/tensor.h"
 #include "spmd_gradcheck.h"

@@ -4,7 +4,7 @@
 // SPMD cases: on local worlds here, under mpiexec in tests/mpi (where the world has 2 or 3
 // ranks whatever sizes a case lists, so every body adapts to g.size()).
 #include "autograd/ops.h"
-#include "collectives/distributed_gradcheck.h"
+#include "collectives/differentiable/distributed_gradcheck.h"
 #include "collectives/graph_parallel.h"
 #include "collectives/model_parallel_regions.h"
 #include "collectives/partition.h"

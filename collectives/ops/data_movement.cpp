@@ -1,8 +1,8 @@
 // broadcast, all_gather(_v), all_to_all(_single), gather, scatter, barrier.
 #include "collectives/algorithm_table.h"
 #include "collectives/algorithms/algorithms.h"
-#include "collectives/engine.h"
-#include "collectives/native_issue.h"
+#include "collectives/engine/engine.h"
+#include "collectives/engine/native_issue.h"
 
 #include <algorithm>
 #include <cstring>
@@ -89,14 +89,14 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
   if (sizes[me] != input.size(0))
     v.fail(detail::str("sizes[", me, "] must equal input.size(0) = ", input.size(0), ", given ",
                        sizes[me]));
-  v.shape_is(output, "output", detail::with_rows(input.shape(), total));
+  v.shape_is(output, "output", with_rows(input.shape(), total));
   int64_t start = 0;
   for (int k = 0; k < me; ++k) start += sizes[k];
   v.no_overlap(output, "output", input, "input", output.narrow(0, start, sizes[me]));
   const std::string algo = all_gather_algorithm(output.nbytes(), group.size());
   return detail::submit(group, "all_gather", detail::OpSummary::of(input),
                         [input, output, sizes, algo](OpContext& ctx) mutable {
-    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)),
+    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, row_bytes(input)),
                   algo);
     return std::vector<Tensor>{};
   });
@@ -127,7 +127,7 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
                         [input, output, rows, world, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input,
                   detail::contiguous_blocks(std::vector<int64_t>(world, rows),
-                                            detail::row_bytes(input)),
+                                            row_bytes(input)),
                   algo);
     return std::vector<Tensor>{};
   });
@@ -144,7 +144,7 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     // whose rows have another shape is named instead of corrupting the gather.
     Tensor meta = empty({2 * static_cast<int64_t>(world)}, DType::Int64);
     int64_t* m = meta.data<int64_t>();
-    const int64_t row_numel = shape_numel(detail::with_rows(input.shape(), 1));
+    const int64_t row_numel = shape_numel(with_rows(input.shape(), 1));
     m[2 * ctx.rank()] = input.size(0);
     m[2 * ctx.rank() + 1] = row_numel;
     all_gather_in_place(ctx, bytes_of(meta),
@@ -161,8 +161,8 @@ Work all_gather_v(const Tensor& input, const Group& group) {
       total += sizes[k];
     }
     ctx.next_phase();
-    Tensor output = empty(detail::with_rows(input.shape(), total), input.dtype());
-    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, detail::row_bytes(input)),
+    Tensor output = empty(with_rows(input.shape(), total), input.dtype());
+    gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, row_bytes(input)),
                   // Chosen only now that the total, which every rank agrees on, is known.
                   all_gather_algorithm(output.nbytes(), world));
     return std::vector<Tensor>{output, from_vector<int64_t>(sizes)};
@@ -220,7 +220,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
                                          input.nbytes() / static_cast<size_t>(world));
         const std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
         const std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
-        const size_t rb = detail::row_bytes(input);
+        const size_t rb = row_bytes(input);
         const detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
         const detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
         return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
@@ -240,7 +240,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
       output.bump_version();
       return std::vector<Tensor>{};
     }
-    const size_t rb = detail::row_bytes(input);
+    const size_t rb = row_bytes(input);
     detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
     detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
     if (native) {

@@ -1,10 +1,10 @@
 // all_reduce, reduce, reduce_scatter and reduce_scatter_v: validation, then the algorithm.
 #include "collectives/algorithm_table.h"
 #include "collectives/algorithms/algorithms.h"
-#include "collectives/engine.h"
-#include "collectives/direct_issue.h"
-#include "collectives/native_issue.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/engine/engine.h"
+#include "collectives/engine/native_issue.h"
+#include "collectives/engine/reduce_kernels.h"
+#include "collectives/ops/direct_issue.h"
 
 #include <cstring>
 
@@ -197,7 +197,7 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
       a.finish(output, op, world);
       return std::vector<Tensor>{};
     }
-    detail::Blocks blocks = detail::contiguous_blocks(sizes, detail::row_bytes(a.in));
+    detail::Blocks blocks = detail::contiguous_blocks(sizes, row_bytes(a.in));
     detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
                                 static_cast<char*>(a.out.raw_data()), blocks, a.spec);
     a.finish(output, op, world);

@@ -1,9 +1,9 @@
-#include "collectives/direct_issue.h"
+#include "collectives/ops/direct_issue.h"
 
 #include "collectives/algorithms/algorithms.h"
-#include "collectives/native_issue.h"
-#include "collectives/op_context.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/engine/native_issue.h"
+#include "collectives/engine/op_context.h"
+#include "collectives/engine/reduce_kernels.h"
 #include "runtime/config.h"
 #include "runtime/log.h"
 

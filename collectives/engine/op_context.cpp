@@ -1,4 +1,4 @@
-#include "collectives/op_context.h"
+#include "collectives/engine/op_context.h"
 
 #include "runtime/error.h"
 

@@ -1,4 +1,4 @@
-#include "collectives/executor.h"
+#include "collectives/engine/executor.h"
 
 #include "runtime/wait_policy.h"
 

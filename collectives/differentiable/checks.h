@@ -1,5 +1,6 @@
-// Checks shared by every differentiable collective (collectives/differentiable.h and the
-// compatibility families built on it). Internal: not part of ferry.h.
+// Checks shared by every differentiable collective (differentiable.h) and by the differentiable
+// ops of the seed families built on them. Installed with the public headers, so that a family,
+// which includes nothing but public headers, raises the same errors; not part of ferry.h.
 #pragma once
 
 #include "autograd/variable.h"

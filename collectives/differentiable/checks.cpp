@@ -1,4 +1,4 @@
-#include "collectives/differentiable_checks.h"
+#include "collectives/differentiable/checks.h"
 
 #include "runtime/error.h"
 

@@ -1,7 +1,7 @@
 // send and recv: posted straight to the transport from the calling thread. They match by
 // (peer, tag) in posting order and do not take a collective sequence number, so they never
 // disturb the order of collectives.
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 #include "runtime/config.h"
 
 #include <mutex>

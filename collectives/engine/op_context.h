@@ -7,7 +7,7 @@
 #pragma once
 
 #include "backends/transport.h"
-#include "collectives/group_impl.h"
+#include "collectives/engine/group_impl.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 

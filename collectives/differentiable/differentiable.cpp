@@ -1,10 +1,9 @@
-#include "collectives/differentiable.h"
+#include "collectives/differentiable/differentiable.h"
 
 #include "autograd/function.h"
 #include "autograd/tensor_math.h"
 #include "collectives/collectives.h"
-#include "collectives/differentiable_checks.h"
-#include "collectives/engine.h"
+#include "collectives/differentiable/checks.h"
 #include "runtime/error.h"
 
 #include <numeric>
@@ -132,7 +131,7 @@ class AllGather final : public Function {
 
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
     const int64_t rows = in[0].size(0);
-    Tensor y = empty(detail::with_rows(in[0].shape(), rows * group_.size()), in[0].dtype());
+    Tensor y = empty(with_rows(in[0].shape(), rows * group_.size()), in[0].dtype());
     ferry::all_gather(in[0], y, group_).wait();
     return {y};
   }
@@ -141,7 +140,7 @@ class AllGather final : public Function {
     if (adjoint_ == Adjoint::Replicated) {
       return {g[0].narrow(0, group_.rank() * rows, rows)};
     }
-    Tensor dx = empty(detail::with_rows(g[0].shape(), rows), g[0].dtype());
+    Tensor dx = empty(with_rows(g[0].shape(), rows), g[0].dtype());
     ferry::reduce_scatter(g[0], dx, group_).wait();
     return {dx};
   }
@@ -165,7 +164,7 @@ class AllGatherV final : public Function {
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& g) override {
     if (adjoint_ == Adjoint::Replicated) return {own_rows_of_gradient(g[0], rows_, group_.rank())};
-    Tensor dx = empty(detail::with_rows(g[0].shape(), rows_[group_.rank()]), g[0].dtype());
+    Tensor dx = empty(with_rows(g[0].shape(), rows_[group_.rank()]), g[0].dtype());
     ferry::reduce_scatter_v(g[0], dx, rows_, group_).wait();
     return {dx};
   }
@@ -188,23 +187,23 @@ class ReduceScatter final : public Function {
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
     if (sizes_.empty()) {
       const int64_t rows = in[0].size(0) / group_.size();
-      Tensor y = empty(detail::with_rows(in[0].shape(), rows), in[0].dtype());
+      Tensor y = empty(with_rows(in[0].shape(), rows), in[0].dtype());
       ferry::reduce_scatter(in[0], y, group_).wait();
       return {y};
     }
-    Tensor y = empty(detail::with_rows(in[0].shape(), sizes_[group_.rank()]), in[0].dtype());
+    Tensor y = empty(with_rows(in[0].shape(), sizes_[group_.rank()]), in[0].dtype());
     ferry::reduce_scatter_v(in[0], y, sizes_, group_).wait();
     return {y};
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& g) override {
     if (sizes_.empty()) {
-      Tensor dx = empty(detail::with_rows(g[0].shape(), g[0].size(0) * group_.size()),
+      Tensor dx = empty(with_rows(g[0].shape(), g[0].size(0) * group_.size()),
                         g[0].dtype());
       ferry::all_gather(g[0], dx, group_).wait();
       return {dx};
     }
     const int64_t total = std::accumulate(sizes_.begin(), sizes_.end(), int64_t{0});
-    Tensor dx = empty(detail::with_rows(g[0].shape(), total), g[0].dtype());
+    Tensor dx = empty(with_rows(g[0].shape(), total), g[0].dtype());
     ferry::all_gather_v(g[0], dx, sizes_, group_).wait();
     return {dx};
   }
@@ -242,7 +241,7 @@ class AllToAllSingle final : public Function {
       return y;
     }
     const int64_t rows = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
-    Tensor y = empty(detail::with_rows(x.shape(), rows), x.dtype());
+    Tensor y = empty(with_rows(x.shape(), rows), x.dtype());
     ferry::all_to_all_single(x, y, out_splits, in_splits, group_).wait();
     return y;
   }
@@ -305,7 +304,7 @@ class Scatter final : public RootedCollective {
       return {y};
     }
     const int64_t rows = in[0].size(0) / group_.size();
-    Tensor y = empty(detail::with_rows(in[0].shape(), rows), in[0].dtype());
+    Tensor y = empty(with_rows(in[0].shape(), rows), in[0].dtype());
     ferry::scatter(row_blocks(in[0], equal_rows(group_, rows)), y, root_, group_).wait();
     return {y};
   }
@@ -315,7 +314,7 @@ class Scatter final : public RootedCollective {
       return {Tensor()};  // the template input gets no gradient
     }
     const int64_t rows = g[0].size(0);
-    Tensor dx = empty(detail::with_rows(g[0].shape(), rows * group_.size()), g[0].dtype());
+    Tensor dx = empty(with_rows(g[0].shape(), rows * group_.size()), g[0].dtype());
     ferry::gather(g[0], row_blocks(dx, equal_rows(group_, rows)), root_, group_).wait();
     return {dx};
   }
@@ -330,15 +329,15 @@ class Gather final : public RootedCollective {
     const int64_t rows = in[0].size(0);
     if (!is_root()) {
       ferry::gather(in[0], {}, root_, group_).wait();
-      return {empty(detail::with_rows(in[0].shape(), 0), in[0].dtype())};
+      return {empty(with_rows(in[0].shape(), 0), in[0].dtype())};
     }
-    Tensor y = empty(detail::with_rows(in[0].shape(), rows * group_.size()), in[0].dtype());
+    Tensor y = empty(with_rows(in[0].shape(), rows * group_.size()), in[0].dtype());
     ferry::gather(in[0], row_blocks(y, equal_rows(group_, rows)), root_, group_).wait();
     return {y};
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& g) override {
     const int64_t rows = is_root() ? g[0].size(0) / group_.size() : rows_;
-    Tensor dx = empty(detail::with_rows(g[0].shape(), rows), g[0].dtype());
+    Tensor dx = empty(with_rows(g[0].shape(), rows), g[0].dtype());
     if (!is_root()) {
       ferry::scatter({}, dx, root_, group_).wait();
       return {dx};

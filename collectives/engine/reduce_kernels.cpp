@@ -1,4 +1,4 @@
-#include "collectives/reduce_kernels.h"
+#include "collectives/engine/reduce_kernels.h"
 
 #include "runtime/error.h"
 

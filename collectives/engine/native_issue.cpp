@@ -1,4 +1,4 @@
-#include "collectives/native_issue.h"
+#include "collectives/engine/native_issue.h"
 
 #include "runtime/config.h"
 #include "runtime/log.h"
@@ -154,7 +154,7 @@ class NativeWork final : public WorkState, public InFlightNative {
   mutable std::timed_mutex drive_mu_;  // held by the one thread testing or waiting on request_
   std::unique_ptr<NativeRequest> request_;
   // Everything the request reads or writes. Released before the Work completes: the caller
-  // then holds the only handles (see submit in engine.cpp).
+  // then holds the only handles (see submit.cpp).
   KeptBuffers keep_;
 };
 

@@ -1,4 +1,4 @@
-#include "collectives/distributed_gradcheck.h"
+#include "collectives/differentiable/distributed_gradcheck.h"
 
 #include "autograd/grad_mode.h"
 #include "collectives/collectives.h"

@@ -3,7 +3,8 @@
 
 #include "backends/native_collectives.h"
 #include "backends/transport.h"
-#include "collectives/executor.h"
+#include "collectives/engine/executor.h"
+#include "collectives/engine/scratch_arena.h"
 
 #include <atomic>
 #include <cstdint>
@@ -15,29 +16,9 @@
 
 namespace ferry::detail {
 
-// Scratch memory reused across the ops of one group: a fresh 64 MiB buffer per call would cost
-// ~20 ms of first-touch page faults. Only the group's worker thread uses it.
-class ScratchArena {
- public:
-  ScratchArena() = default;
-  ScratchArena(const ScratchArena&) = delete;
-  ScratchArena& operator=(const ScratchArena&) = delete;
-  ~ScratchArena();
-  // Buffer number `slot` (0..kSlots-1) with room for at least `bytes`; contents undefined.
-  char* get(int slot, size_t bytes);
-  // Forgets the buffers without freeing them: a collective that timed out on a transport that
-  // cannot cancel it may still write into them.
-  void leak();
-  static constexpr int kSlots = 4;
-
- private:
-  char* data_[kSlots] = {};
-  size_t capacity_[kSlots] = {};
-};
-
 class GroupImpl;
 
-// A collective started at issue (native_issue.cpp, direct_issue.cpp): it lives in its Work, not
+// A collective started at issue (native_issue.cpp, ops/direct_issue.cpp): it lives in its Work, not
 // in the group's queue, so the group must see it finished before it ends (and before MPI is
 // finalized).
 class InFlightNative {
