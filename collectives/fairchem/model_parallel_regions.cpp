@@ -1,11 +1,11 @@
-#include "collectives/model_parallel_regions.h"
+#include "collectives/fairchem/fairchem.h"
 
 #include "autograd/function.h"
 #include "autograd/tensor_math.h"
 #include "collectives/collectives.h"
 #include "collectives/differentiable/differentiable.h"
 #include "collectives/differentiable/checks.h"
-#include "collectives/partition.h"
+#include "collectives/fairchem/partition_dim.h"
 #include "runtime/error.h"
 
 #include <numeric>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace ferry {
+namespace ferry::fairchem {
 
 namespace {
 
@@ -198,7 +198,7 @@ class ScaleBackwardGrad final : public Function {
 
 int64_t checked_dim(const Variable& x, const Group& gp, int64_t dim, const char* op) {
   detail::check_differentiable_input(x, gp, op);
-  return detail::normalize_partition_dim(op, dim, x.shape(), gp.rank());
+  return normalize_partition_dim(op, dim, x.shape(), gp.rank());
 }
 
 }  // namespace
@@ -208,7 +208,7 @@ Tensor gather_with_padding(const Tensor& x, const Group& group, int64_t dim) {
               "rank is not a member of it)");
   FERRY_CHECK(x.defined(), InvalidArgument, "gather_with_padding on rank ", group.rank(),
               ": the input is an undefined tensor");
-  dim = detail::normalize_partition_dim("gather_with_padding", dim, x.shape(), group.rank());
+  dim = normalize_partition_dim("gather_with_padding", dim, x.shape(), group.rank());
   return gather_along(x, dim, exchange_sizes(x, dim, group, "gather_with_padding"), group);
 }
 
@@ -270,4 +270,4 @@ Variable scale_backward_grad(const Variable& x, const GraphParallel& gp) {
   return scale_backward_grad(x, gp.gp_group());
 }
 
-}  // namespace ferry
+}  // namespace ferry::fairchem

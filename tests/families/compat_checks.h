@@ -6,7 +6,7 @@
 #include "collectives/differentiable/distributed_gradcheck.h"
 #include "collectives/group.h"
 #include "runtime/tensor.h"
-#include "spmd_gradcheck.h"
+#include "tests/differentiable/spmd_gradcheck.h"
 
 #include <functional>
 #include <string>

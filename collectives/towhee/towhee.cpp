@@ -1,4 +1,4 @@
-#include "collectives/towhee_gather.h"
+#include "collectives/towhee/towhee.h"
 
 #include "collectives/collectives.h"
 #include "collectives/differentiable/differentiable.h"

@@ -1,4 +1,4 @@
-#include "collectives/graph_parallel.h"
+#include "collectives/fairchem/fairchem.h"
 
 #include "runtime/error.h"
 
@@ -6,7 +6,7 @@
 #include <mutex>
 #include <set>
 
-namespace ferry {
+namespace ferry::fairchem {
 
 namespace {
 
@@ -137,4 +137,4 @@ int GraphParallel::dp_size() const {
   return dp_.size();
 }
 
-}  // namespace ferry
+}  // namespace ferry::fairchem

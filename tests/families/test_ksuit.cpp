@@ -1,12 +1,12 @@
-// ksuit's gathers and reductions (collectives/ksuit_gather.h, spec §2): the differentiable ones
+// ksuit's gathers and reductions (collectives/ksuit/ksuit.h, spec §2): the differentiable ones
 // through the distributed gradcheck under the objective of their convention, at world sizes
 // 1-4 and on a sub-group; TC10, TC11; the nograd forms and the sampler reordering of the
 // clipped gather; the argument checks.
-#include "collectives/ksuit_gather.h"
+#include "collectives/ksuit/ksuit.h"
 
 #include "autograd/ops.h"
 #include "compat_checks.h"
-#include "spmd_gradcheck.h"
+#include "tests/differentiable/spmd_gradcheck.h"
 
 #include <string>
 

@@ -1,11 +1,11 @@
-// towhee's AllGather / AllGather2 (collectives/towhee_gather.h, spec §3): both through the
+// towhee's AllGather / AllGather2 (collectives/towhee/towhee.h, spec §3): both through the
 // distributed gradcheck under the objective of their convention, at world sizes 1-4 and on a
 // sub-group; TC12 including the W = 4 case towhee gets wrong on two nodes; the equal-batch
 // check.
-#include "collectives/towhee_gather.h"
+#include "collectives/towhee/towhee.h"
 
 #include "compat_checks.h"
-#include "spmd_gradcheck.h"
+#include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>
 #include <string>

@@ -1,26 +1,23 @@
-#include "collectives/partition.h"
+#include "collectives/fairchem/fairchem.h"
 
+#include "collectives/fairchem/partition_dim.h"
 #include "runtime/error.h"
 
 #include <string>
 
-namespace ferry {
-
-namespace detail {
+namespace ferry::fairchem {
 
 int64_t normalize_partition_dim(const char* op, int64_t dim, const Shape& shape, int rank) {
   const auto ndim = static_cast<int64_t>(shape.size());
   if (dim < -ndim || dim >= ndim) {
-    const std::string where = rank >= 0 ? str(" on rank ", rank) : std::string();
+    const std::string where = rank >= 0 ? detail::str(" on rank ", rank) : std::string();
     FERRY_THROW(InvalidArgument, op, where, ": dim ", dim, " is out of range for shape ",
                 shape_str(shape),
                 ndim == 0 ? std::string(" (a 0-d tensor has no dim to cut)")
-                          : str(" (expected [", -ndim, ", ", ndim - 1, "])"));
+                          : detail::str(" (expected [", -ndim, ", ", ndim - 1, "])"));
   }
   return dim < 0 ? dim + ndim : dim;
 }
-
-}  // namespace detail
 
 std::vector<int64_t> canonical_partition(int64_t n, int parts) {
   FERRY_CHECK(parts >= 1, InvalidArgument, "canonical_partition: parts must be >= 1, given ",
@@ -44,7 +41,7 @@ int64_t partition_start(int64_t n, int parts, int part) {
 
 Tensor pad_tensor(const Tensor& t, int64_t dim, int64_t target_size) {
   FERRY_CHECK(t.defined(), InvalidArgument, "pad_tensor: the tensor is undefined");
-  dim = detail::normalize_partition_dim("pad_tensor", dim, t.shape());
+  dim = normalize_partition_dim("pad_tensor", dim, t.shape());
   const int64_t n = t.size(dim);
   FERRY_CHECK(target_size >= n, InvalidArgument, "pad_tensor: target size ", target_size,
               " along dim ", dim, " is smaller than the tensor's size ", n, " (shape ",
@@ -58,7 +55,7 @@ Tensor pad_tensor(const Tensor& t, int64_t dim, int64_t target_size) {
 Tensor pad_tensor_to_multiple(const Tensor& t, int parts, int64_t dim) {
   FERRY_CHECK(parts >= 1, InvalidArgument, "pad_tensor: parts must be >= 1, given ", parts);
   FERRY_CHECK(t.defined(), InvalidArgument, "pad_tensor: the tensor is undefined");
-  const int64_t n = t.size(detail::normalize_partition_dim("pad_tensor", dim, t.shape()));
+  const int64_t n = t.size(normalize_partition_dim("pad_tensor", dim, t.shape()));
   const int64_t rest = n % parts;
   return pad_tensor(t, dim, rest == 0 ? n : n + (parts - rest));
 }
@@ -66,7 +63,7 @@ Tensor pad_tensor_to_multiple(const Tensor& t, int parts, int64_t dim) {
 TrimmedTensor trim_tensor(const Tensor& t, int parts, std::vector<int64_t> sizes, int64_t dim) {
   FERRY_CHECK(parts >= 1, InvalidArgument, "trim_tensor: parts must be >= 1, given ", parts);
   FERRY_CHECK(t.defined(), InvalidArgument, "trim_tensor: the tensor is undefined");
-  dim = detail::normalize_partition_dim("trim_tensor", dim, t.shape());
+  dim = normalize_partition_dim("trim_tensor", dim, t.shape());
   const int64_t n = t.size(dim);
   const int64_t extra = n % parts;
   if (extra == 0) return {t, std::move(sizes)};
@@ -79,4 +76,4 @@ TrimmedTensor trim_tensor(const Tensor& t, int parts, std::vector<int64_t> sizes
   return {kept, std::move(sizes)};
 }
 
-}  // namespace ferry
+}  // namespace ferry::fairchem

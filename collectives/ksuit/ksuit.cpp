@@ -1,4 +1,4 @@
-#include "collectives/ksuit_gather.h"
+#include "collectives/ksuit/ksuit.h"
 
 #include "autograd/ops.h"
 #include "collectives/collectives.h"

@@ -1,4 +1,4 @@
-#include "collectives/cross_replica.h"
+#include "collectives/poptorch/poptorch.h"
 
 #include "autograd/ops.h"
 #include "collectives/differentiable/differentiable.h"

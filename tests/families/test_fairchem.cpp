@@ -5,10 +5,8 @@
 // ranks whatever sizes a case lists, so every body adapts to g.size()).
 #include "autograd/ops.h"
 #include "collectives/differentiable/distributed_gradcheck.h"
-#include "collectives/graph_parallel.h"
-#include "collectives/model_parallel_regions.h"
-#include "collectives/partition.h"
-#include "spmd_gradcheck.h"
+#include "collectives/fairchem/fairchem.h"
+#include "tests/differentiable/spmd_gradcheck.h"
 
 #include <catch2/catch.hpp>
 
@@ -18,6 +16,7 @@
 #include <vector>
 
 using namespace ferry;
+using namespace ferry::fairchem;
 using dgtest::expect;
 using dgtest::expect_passed;
 
