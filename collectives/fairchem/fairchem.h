@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace ferry::fairchem {
@@ -17,7 +18,8 @@ namespace ferry::fairchem {
 // ---- graph-parallel groups ----
 //
 // Graph-parallel group setup: fairchem's setup_gp / setup_graph_parallel_groups (spec §1.2) as
-// an object instead of module globals.
+// an object, GraphParallel, holding what fairchem keeps in module globals. The module's own
+// functions (setup_gp, get_gp_rank, ...) over one default GraphParallel are at the end.
 //
 // The W ranks of `world` are laid out as a d x g row-major matrix M[i][j] = i*g + j (g = the GP
 // size, d = W / g data-parallel replicas). Each row is a graph-parallel (GP) group, each column
@@ -30,8 +32,8 @@ namespace ferry::fairchem {
 // for the rows (each rank learns exactly its column and its row).
 //
 // Departures from fairchem, on purpose:
-//  - No process-global state: the local transport runs ranks as threads of one process, and a
-//    trainer may want several independent layouts over different parent groups.
+//  - The layout is an object rather than globals: a trainer may want several independent
+//    layouts over different parent groups.
 //  - Getters of an object that is not initialized (default-constructed, moved from, or cleaned
 //    up) throw InvalidArgument ("... not initialized ..."); fairchem silently answers for the
 //    world group before setup (gp size 1, gp rank = global rank).
@@ -93,7 +95,9 @@ class GraphParallel {
 // pad / trim helpers (spec §1.3-1.5), without fairchem's global group.
 //
 // Generation followed: G2/G3 (numpy array_split rule), any dim, negative dims allowed. Where
-// fairchem reads the GP world size from its globals, ferry takes `parts` explicitly.
+// fairchem reads the GP world size from its globals, the *_to_multiple forms take `parts`
+// explicitly; pad_tensor without a target and trim_tensor read it from the default layout (see
+// "module functions" below), as fairchem's do.
 //
 // Departures from fairchem, on purpose:
 //  - pad_tensor fills the padding with ZEROS; G1-G3 leave it uninitialised (garbage that no
@@ -111,11 +115,13 @@ std::vector<int64_t> canonical_partition(int64_t n, int parts);
 // Offset of part `part` (0 <= part < parts): the sum of the parts before it.
 int64_t partition_start(int64_t n, int parts, int part);
 
-// `t` extended along `dim` to `target_size` with zeros. Returns `t` itself (no copy, the same
-// storage) when t.size(dim) == target_size; a target smaller than t.size(dim) is an
-// InvalidArgument.
-Tensor pad_tensor(const Tensor& t, int64_t dim, int64_t target_size);
-// fairchem's pad_tensor(t, dim) without a target: pad to the next multiple of `parts`.
+// fairchem's pad_tensor(tensor, dim=-1, target_size=None): `t` extended along `dim` with zeros
+// to `target_size`, or without one to the next multiple of the default layout's GP size
+// (get_gp_world_size(), InvalidArgument when none is set up). Returns `t` itself (no copy, the
+// same storage) when nothing is added; a target smaller than t.size(dim) is an InvalidArgument.
+Tensor pad_tensor(const Tensor& t, int64_t dim = -1,
+                  std::optional<int64_t> target_size = std::nullopt);
+// pad_tensor without a target, to the next multiple of `parts` instead of the GP size.
 Tensor pad_tensor_to_multiple(const Tensor& t, int parts, int64_t dim = -1);
 
 struct TrimmedTensor {
@@ -126,8 +132,11 @@ struct TrimmedTensor {
 // Drops the last t.size(dim) % parts entries along `dim` and, when `sizes` is not empty,
 // subtracts the same amount from its last entry. Nothing to drop: {t, sizes} unchanged (t
 // itself). Along dim 0 the trimmed tensor is a view of t; along other dims a copy.
-TrimmedTensor trim_tensor(const Tensor& t, int parts, std::vector<int64_t> sizes = {},
-                          int64_t dim = 0);
+TrimmedTensor trim_tensor_to_multiple(const Tensor& t, int parts,
+                                      std::vector<int64_t> sizes = {}, int64_t dim = 0);
+// fairchem's trim_tensor(tensor, sizes=None, dim=0): trim_tensor_to_multiple with the default
+// layout's GP size (InvalidArgument when none is set up).
+TrimmedTensor trim_tensor(const Tensor& t, std::vector<int64_t> sizes = {}, int64_t dim = 0);
 
 // ---- model-parallel regions ----
 //
@@ -201,5 +210,47 @@ Variable gather_from_model_parallel_region(const Variable& x, const GraphParalle
 Variable gather_from_model_parallel_region_sum_grad(const Variable& x, const GraphParallel& gp,
                                                     int64_t dim = -1);
 Variable scale_backward_grad(const Variable& x, const GraphParallel& gp);
+
+// ---- module functions ----
+//
+// gp_utils' module-level API, for code ported from Python: the same names and argument order,
+// over one default layout that setup_gp() creates and cleanup_gp() ends, next to the
+// GraphParallel objects above (what the functions do is that object's, named as in fairchem).
+//
+// The default is process-wide, as fairchem's globals are: under mpiexec (one rank per process)
+// any thread of the process sees it. Ranks that run as threads of one process (run_ranks, the
+// local transport) each have their own, set up and seen by the rank's thread and released when
+// that thread ends, since one process-wide layout cannot serve several ranks.
+//
+// Departures from fairchem, on purpose (besides those of GraphParallel above):
+//  - setup_gp takes the world group and the GP size (fairchem: a config dict's "gp_gpus") and
+//    setup_graph_parallel_groups the world group and the size (fairchem: a size and a backend).
+//  - The getters, pad_tensor without a target and trim_tensor raise InvalidArgument before
+//    setup_gp and after cleanup_gp, where fairchem answers for the world group (gp size 1).
+//  - get_gp_group / get_dp_group return Group handles (copies of the default's).
+
+// Collective over `world`: GraphParallel::setup(world, gp_gpus, Clamp) as the default layout.
+// InvalidArgument when a default is set up already (fairchem: an assertion).
+void setup_gp(const Group& world, int gp_gpus);
+// The same with GpSizePolicy::Strict.
+void setup_graph_parallel_groups(const Group& world, int graph_parallel_group_size);
+// Ends the default layout (local). InvalidArgument when none is set up.
+void cleanup_gp();
+bool initialized();
+Group get_gp_group();
+Group get_dp_group();
+int get_gp_rank();
+int get_dp_rank();
+int get_gp_world_size();
+int get_dp_world_size();
+
+// The regions on the default layout's GP group (InvalidArgument when none is set up, as
+// fairchem's wrappers assert initialized()).
+Variable copy_to_model_parallel_region(const Variable& x);
+Variable reduce_from_model_parallel_region(const Variable& x);
+Variable scatter_to_model_parallel_region(const Variable& x, int64_t dim = -1);
+Variable gather_from_model_parallel_region(const Variable& x, int64_t dim = -1);
+Variable gather_from_model_parallel_region_sum_grad(const Variable& x, int64_t dim = -1);
+Variable scale_backward_grad(const Variable& x);
 
 }  // namespace ferry::fairchem

@@ -5,7 +5,7 @@
 #include "collectives/collectives.h"
 #include "collectives/differentiable/differentiable.h"
 #include "collectives/differentiable/checks.h"
-#include "collectives/fairchem/partition_dim.h"
+#include "collectives/fairchem/internal.h"
 #include "runtime/error.h"
 
 #include <numeric>

@@ -1,6 +1,6 @@
 #include "collectives/fairchem/fairchem.h"
 
-#include "collectives/fairchem/partition_dim.h"
+#include "collectives/fairchem/internal.h"
 #include "runtime/error.h"
 
 #include <string>
@@ -39,7 +39,9 @@ int64_t partition_start(int64_t n, int parts, int part) {
   return start;
 }
 
-Tensor pad_tensor(const Tensor& t, int64_t dim, int64_t target_size) {
+Tensor pad_tensor(const Tensor& t, int64_t dim, std::optional<int64_t> target) {
+  if (!target) return pad_tensor_to_multiple(t, default_gp_world_size("pad_tensor"), dim);
+  const int64_t target_size = *target;
   FERRY_CHECK(t.defined(), InvalidArgument, "pad_tensor: the tensor is undefined");
   dim = normalize_partition_dim("pad_tensor", dim, t.shape());
   const int64_t n = t.size(dim);
@@ -60,7 +62,8 @@ Tensor pad_tensor_to_multiple(const Tensor& t, int parts, int64_t dim) {
   return pad_tensor(t, dim, rest == 0 ? n : n + (parts - rest));
 }
 
-TrimmedTensor trim_tensor(const Tensor& t, int parts, std::vector<int64_t> sizes, int64_t dim) {
+TrimmedTensor trim_tensor_to_multiple(const Tensor& t, int parts, std::vector<int64_t> sizes,
+                                      int64_t dim) {
   FERRY_CHECK(parts >= 1, InvalidArgument, "trim_tensor: parts must be >= 1, given ", parts);
   FERRY_CHECK(t.defined(), InvalidArgument, "trim_tensor: the tensor is undefined");
   dim = normalize_partition_dim("trim_tensor", dim, t.shape());
@@ -74,6 +77,10 @@ TrimmedTensor trim_tensor(const Tensor& t, int parts, std::vector<int64_t> sizes
   }
   Tensor kept = dim == 0 ? t.narrow(0, 0, n - extra) : t.narrow_copy(dim, 0, n - extra);
   return {kept, std::move(sizes)};
+}
+
+TrimmedTensor trim_tensor(const Tensor& t, std::vector<int64_t> sizes, int64_t dim) {
+  return trim_tensor_to_multiple(t, default_gp_world_size("trim_tensor"), std::move(sizes), dim);
 }
 
 }  // namespace ferry::fairchem

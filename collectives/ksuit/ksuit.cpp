@@ -37,11 +37,6 @@ Tensor gather_rows(const Tensor& v, const Group& group) {
   return y;
 }
 
-// x's values gathered into [W, *x.shape]: row k is rank k's x.
-Tensor gather_slots(const Tensor& x, const Group& group) {
-  return gather_rows(x.reshape(prepend_one(x.shape())), group);
-}
-
 // dim in [-rank, rank) made non-negative, or InvalidArgument naming op and rank.
 int64_t normalize_batch_dim(int64_t dim, const Shape& shape, const Group& group,
                             const char* op) {
@@ -73,22 +68,15 @@ Variable all_gather_grad(const Variable& x, const Group& group, int64_t batch_di
   return cat(slots, dim);
 }
 
-std::vector<Variable> all_gather_grad_overwrite(const Variable& x, const Group& group) {
-  constexpr const char* kOp = "ksuit::all_gather_grad_overwrite";
-  detail::check_differentiable_input(x, group, kOp);
-  const Tensor slots = gather_slots(x.value(), group);
-  std::vector<Variable> out;
-  out.reserve(static_cast<size_t>(group.size()));
-  for (int k = 0; k < group.size(); ++k) {
-    // ksuit overwrites the gathered copy of the local slot with x itself: that is the only
-    // path a gradient can take, and it carries this rank's own G only.
-    if (k == group.rank()) {
-      out.push_back(x);
-    } else {
-      out.emplace_back(slots.select(k));
-    }
-  }
-  return out;
+Variable all_gather_grad_autograd(const Variable& x, const Group& group) {
+  return all_gather_grad(x, group, 0);
+}
+
+Variable all_gather_grad_overwrite(const Variable& x, const Group& group) {
+  detail::check_differentiable_input(x, group, "ksuit::all_gather_grad_overwrite");
+  // ksuit's local slot is x itself and the others are plain values, so after the concatenation
+  // the gradient of x is its own rows of this rank's G: the R all_gather's backward.
+  return ferry::all_gather(x.dim() == 0 ? reshape(x, {1}) : x, group, Adjoint::Replicated);
 }
 
 Variable all_gather_nograd(const Variable& x, const Group& group) {

@@ -10,6 +10,7 @@
 //
 // Adjoint convention of each backward (spec §0; P = per-rank, R = replicated):
 //   all_gather_grad            exact-P  dx_me = sum_r G_r[slot me]
+//   all_gather_grad_autograd   exact-P  (all_gather_grad along dim 0)
 //   all_gather_grad_overwrite  R        dx_me = G_me[slot me] (only the local slot carries grad)
 //   all_reduce_sum_grad        R        dx_me = G_me      (the identity: see below)
 //   all_reduce_mean_grad       R        dx_me = G_me / W
@@ -36,15 +37,16 @@
 //    clips only when distributed; its reordering is the identity at W == 1 either way).
 //  - all_gather_grad returns the concatenation directly; the tuple of W slots of
 //    AllGatherGradAutograd is an internal step (its slot gradients are the same).
-//  - all_gather_grad_overwrite returns the W slots as a std::vector<Variable>, as ksuit
-//    returns a list; slot me is x itself (the same Variable), the others do not require grad.
+//  - all_gather_grad_overwrite returns what ksuit's does, one tensor [W*n, ...]: ksuit gathers
+//    into a list, overwrites its local slot with x itself and concatenates the list along dim 0
+//    (its wrapper), so the gradient reaches x only through the rows of the local slot. ferry
+//    builds no list: it is the R all_gather (ferry::all_gather, Adjoint::Replicated).
 #pragma once
 
 #include "autograd/variable.h"
 #include "collectives/group.h"
 
 #include <cstdint>
-#include <vector>
 
 namespace ferry::ksuit {
 
@@ -53,10 +55,13 @@ namespace ferry::ksuit {
 // batch_dim. Backward (exact-P): dx_me = sum_r of the block of G_r that holds x_me.
 Variable all_gather_grad(const Variable& x, const Group& group, int64_t batch_dim = 0);
 
-// W slots of x's shape, slot k = rank k's x; slot me is x itself, so the gradient reaches x
-// only through this rank's own use of slot me (dx_me = G_me[slot me], R). The other slots are
-// plain values that do not require grad. No communication in backward.
-std::vector<Variable> all_gather_grad_overwrite(const Variable& x, const Group& group);
+// ksuit's all_gather_grad_autograd: all_gather_grad along dim 0 (ksuit's has no batch_dim).
+Variable all_gather_grad_autograd(const Variable& x, const Group& group);
+
+// The same forward as all_gather_grad_autograd (a 0-d x gives [W]; otherwise [W*n, ...] along
+// dim 0). Backward (R): dx_me = the rows of G_me that hold x_me, this rank's own gradient only;
+// no communication in backward.
+Variable all_gather_grad_overwrite(const Variable& x, const Group& group);
 
 // No gradient. A 0-d x gives a 1-D [W]; otherwise the concatenation along dim 0, [W*n, ...].
 // Any dtype.

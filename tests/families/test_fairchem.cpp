@@ -69,22 +69,28 @@ void check_all_shapes(const Group& g, const std::string& what, const RegionOp& o
   }
 }
 
-void check_every_region(const Group& g) {
+// Every region op on `g`, or (on_default) the module functions' forms without a group, which
+// run on the default layout's GP group: then `g` must be that group.
+void check_every_region(const Group& g, bool on_default = false) {
   using O = GradcheckObjective;
   check_all_shapes(g, "copy_to", [&](const Variable& x, int64_t) {
-    return copy_to_model_parallel_region(x, g);
+    return on_default ? copy_to_model_parallel_region(x) : copy_to_model_parallel_region(x, g);
   }, Input::Replicated, O::Sum);
   check_all_shapes(g, "reduce_from", [&](const Variable& x, int64_t) {
-    return reduce_from_model_parallel_region(x, g);
+    return on_default ? reduce_from_model_parallel_region(x)
+                      : reduce_from_model_parallel_region(x, g);
   }, Input::PerRank, O::Replicated);
   check_all_shapes(g, "scatter_to", [&](const Variable& x, int64_t dim) {
-    return scatter_to_model_parallel_region(x, g, dim);
+    return on_default ? scatter_to_model_parallel_region(x, dim)
+                      : scatter_to_model_parallel_region(x, g, dim);
   }, Input::Replicated, O::Sum);
   check_all_shapes(g, "gather_from", [&](const Variable& x, int64_t dim) {
-    return gather_from_model_parallel_region(x, g, dim);
+    return on_default ? gather_from_model_parallel_region(x, dim)
+                      : gather_from_model_parallel_region(x, g, dim);
   }, Input::Canonical, O::Replicated);
   check_all_shapes(g, "gather_from_sum_grad", [&](const Variable& x, int64_t dim) {
-    return gather_from_model_parallel_region_sum_grad(x, g, dim);
+    return on_default ? gather_from_model_parallel_region_sum_grad(x, dim)
+                      : gather_from_model_parallel_region_sum_grad(x, g, dim);
   }, Input::Canonical, O::Sum);
 }
 
@@ -239,19 +245,20 @@ TEST_CASE("TC2: canonical partition, pad and trim", "[model_parallel][partition]
   CHECK(equal(pad_tensor_to_multiple(m, 2, -1),
               from_vector<float>({1, 2, 3, 0, 4, 5, 6, 0}, {2, 4})));
 
-  TrimmedTensor trimmed = trim_tensor(t, 2, {2, 1});
+  TrimmedTensor trimmed = trim_tensor_to_multiple(t, 2, {2, 1});
   CHECK(equal(trimmed.tensor, tensor<float>({1, 2})));
   CHECK(trimmed.sizes == std::vector<int64_t>{2, 0});
-  trimmed = trim_tensor(m, 2, {}, 1);
+  trimmed = trim_tensor_to_multiple(m, 2, {}, 1);
   CHECK(equal(trimmed.tensor, from_vector<float>({1, 2, 4, 5}, {2, 2})));
   CHECK(trimmed.sizes.empty());
-  trimmed = trim_tensor(m, 3, {1, 1, 1}, -1);  // nothing to trim: t itself, sizes unchanged
+  // Nothing to trim: t itself, sizes unchanged.
+  trimmed = trim_tensor_to_multiple(m, 3, {1, 1, 1}, -1);
   CHECK(trimmed.tensor.raw_data() == m.raw_data());
   CHECK(trimmed.sizes == std::vector<int64_t>{1, 1, 1});
 
   CHECK_THROWS_AS(pad_tensor(t, 1, 4), InvalidArgument);
   CHECK_THROWS_AS(pad_tensor(t, 0, 2), InvalidArgument);
-  CHECK_THROWS_AS(trim_tensor(m, 2, {}, -3), InvalidArgument);
+  CHECK_THROWS_AS(trim_tensor_to_multiple(m, 2, {}, -3), InvalidArgument);
   CHECK_THROWS_AS(canonical_partition(3, 0), InvalidArgument);
   CHECK_THROWS_AS(pad_tensor(full({}, 1.0), 0, 1), InvalidArgument);
 }
@@ -385,6 +392,80 @@ DG_CASE("setup errors: W % gp != 0, re-initialisation, getters when not initiali
   expect(!moved.initialized() && target.initialized(), g, "move");
   expect(throws_invalid([&] { GraphParallel::setup(g, w); }, "already initialized"), g,
          "setup while a moved-to object is initialized");
+}
+
+// Ends the default layout however a case ends: under mpiexec it is the process's, and the next
+// case in the same process must find none.
+struct DefaultLayoutGuard {
+  ~DefaultLayoutGuard() {
+    if (initialized()) cleanup_gp();
+  }
+};
+
+DG_CASE("gp_utils module functions: setup_gp, the getters, pad / trim and the regions on the "
+        "default layout", "[model_parallel][graph_parallel][gp_utils]", 1, 2, 3, 4) {
+  const int w = g.size();
+  const int r = g.rank();
+  DefaultLayoutGuard guard;
+  // Before setup_gp everything but initialized() and setup refuses (fairchem answers for the
+  // world group).
+  expect(!initialized(), g, "initialized() before setup_gp");
+  expect(throws_invalid([&] { get_gp_rank(); }, "not initialized"), g, "get_gp_rank before setup");
+  expect(throws_invalid([&] { cleanup_gp(); }, "not initialized"), g, "cleanup_gp before setup");
+  expect(throws_invalid([&] { pad_tensor(t64({1, 2, 3})); }, "pad_tensor"), g,
+         "pad_tensor without a target before setup");
+  expect(throws_invalid([&] { trim_tensor(t64({1, 2, 3})); }, "trim_tensor"), g,
+         "trim_tensor before setup");
+  expect(throws_invalid([&] { scale_backward_grad(Variable(t64({1}), true)); },
+                        "not initialized"),
+         g, "a region before setup");
+  expect(throws_invalid([&] { setup_graph_parallel_groups(g, w + 1); }, "exceeds the world"), g,
+         "setup_graph_parallel_groups with a GP size above W");
+  expect(!initialized(), g, "initialized() after a refused setup");
+
+  // A GP size of 2 where it divides W, else one GP group of all W ranks (clamped from 8).
+  const int gp = w % 2 == 0 ? 2 : w;
+  setup_gp(g, w % 2 == 0 ? 2 : 8);
+  expect(initialized(), g, "initialized() after setup_gp");
+  expect(get_gp_world_size() == gp && get_dp_world_size() == w / gp, g, "GP / DP world sizes");
+  expect(get_gp_rank() == r % gp && get_dp_rank() == r / gp, g, "GP / DP ranks");
+  std::vector<int> row, column;  // world ranks of my GP row and my DP column
+  for (int k = 0; k < w; ++k) {
+    if (k / gp == r / gp) row.push_back(g.world_rank(k));
+    if (k % gp == r % gp) column.push_back(g.world_rank(k));
+  }
+  expect(get_gp_group().members() == row, g, "get_gp_group's members");
+  expect(get_dp_group().members() == column, g, "get_dp_group's members");
+  expect(throws_invalid([&] { setup_gp(g, gp); }, "already initialized"), g, "setup_gp twice");
+
+  // pad_tensor(tensor, dim=-1, target_size=None) and trim_tensor(tensor, sizes=None, dim=0),
+  // dividing by the GP size: n = 2 gp - 1 entries pad to 2 gp (gp 1: nothing to pad).
+  const int64_t n = 2 * gp - 1;
+  const Tensor t = arange(1.0, n + 1.0, 1.0, DType::Float64);
+  const int64_t padded_n = gp == 1 ? n : 2 * gp;
+  std::vector<double> padded(static_cast<size_t>(padded_n), 0.0);
+  for (int64_t i = 0; i < n; ++i) padded[static_cast<size_t>(i)] = i + 1.0;
+  expect_equal(pad_tensor(t), from_vector<double>(padded), g, "pad_tensor(t)");
+  expect(pad_tensor(t, 0, n + 2).shape() == Shape{n + 2}, g, "pad_tensor(t, 0, n + 2)");
+  const int64_t extra = n % gp;
+  const TrimmedTensor trimmed = trim_tensor(t, {1, n - 1}, 0);
+  expect(trimmed.tensor.shape() == Shape{n - extra}, g, "trim_tensor's tensor");
+  expect(trimmed.sizes == std::vector<int64_t>{1, n - 1 - extra}, g, "trim_tensor's sizes");
+
+  // The regions without a group run on the default layout's GP group.
+  check_every_region(get_gp_group(), /*on_default=*/true);
+  Variable x(t64({1.0, 2.0}), true, "x");
+  scale_backward_grad(x).backward(t64({3.0, 4.0}));
+  expect_equal(x.grad(), t64({3.0 * gp, 4.0 * gp}), g, "scale_backward_grad's gradient");
+
+  cleanup_gp();
+  expect(!initialized(), g, "initialized() after cleanup_gp");
+  expect(throws_invalid([&] { get_dp_world_size(); }, "not initialized"), g,
+         "get_dp_world_size after cleanup_gp");
+  setup_graph_parallel_groups(g, 1);
+  expect(get_gp_world_size() == 1 && get_dp_world_size() == w && get_dp_rank() == r, g,
+         "setup_graph_parallel_groups after cleanup_gp");
+  cleanup_gp();
 }
 
 DG_CASE("region op argument errors: bad dim, dtype, 0-d", "[model_parallel][errors]", 1, 2, 3) {

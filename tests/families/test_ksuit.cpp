@@ -18,17 +18,6 @@ using compat::pick;
 using compat::rank_input;
 using dgtest::expect;
 
-namespace {
-
-// The W slots of the overwrite form as one tensor, so that the gradcheck sees one output.
-Variable flat_slots(const std::vector<Variable>& slots) {
-  std::vector<Variable> flat;
-  for (const Variable& s : slots) flat.push_back(reshape(s, {s.numel()}));
-  return cat(flat, 0);
-}
-
-}  // namespace
-
 DG_CASE("ksuit all_gather_grad (P) along any batch_dim: gradcheck", "[ksuit]", 1, 2, 3, 4) {
   struct Form {
     Shape shape;
@@ -43,6 +32,11 @@ DG_CASE("ksuit all_gather_grad (P) along any batch_dim: gradcheck", "[ksuit]", 1
             rank_input(f.shape, g.rank()), group.size() * shape_numel(f.shape),
             objective(GradcheckObjective::Sum));
     }
+    for (const Shape& shape : {Shape{2}, Shape{}, Shape{0, 2}}) {
+      check(group, [&](const Variable& v) { return ksuit::all_gather_grad_autograd(v, group); },
+            rank_input(shape, g.rank()), group.size() * shape_numel(shape),
+            objective(GradcheckObjective::Sum));
+    }
   }
 }
 
@@ -54,8 +48,8 @@ DG_CASE("ksuit all_gather_grad_overwrite and the grad all_reduces (R): gradcheck
       const int64_t elements = group.size() * shape_numel(shape);
       const auto replicated = objective(GradcheckObjective::Replicated);
       check(group,
-            [&](const Variable& v) { return flat_slots(ksuit::all_gather_grad_overwrite(v, group)); },
-            x, elements, replicated);
+            [&](const Variable& v) { return ksuit::all_gather_grad_overwrite(v, group); }, x,
+            elements, replicated);
       check(group, [&](const Variable& v) { return ksuit::all_reduce_sum_grad(v, group); }, x,
             elements, replicated);
       check(group, [&](const Variable& v) { return ksuit::all_reduce_mean_grad(v, group); }, x,
@@ -110,21 +104,34 @@ void tc10(const Group& g) {
                           tensor<double>({22, 44}).reshape({2, 1})}),
                  g, "batch_dim 1: dx");
   }
-  // The overwrite form: the same slots, but only the local slot of the local G reaches x.
+  // all_gather_grad_autograd is all_gather_grad along dim 0: the same numbers.
   {
     Variable x(pick(g, {tensor<double>({1, 2}), tensor<double>({3, 4})}), true, "x");
-    std::vector<Variable> slots = ksuit::all_gather_grad_overwrite(x, g);
-    expect(slots.size() == 2, g, "overwrite: 2 slots");
-    expect_equal(slots[0].value(), tensor<double>({1, 2}), g, "overwrite: slot 0");
-    expect_equal(slots[1].value(), tensor<double>({3, 4}), g, "overwrite: slot 1");
-    expect(slots[static_cast<size_t>(1 - g.rank())].requires_grad() == false, g,
-           "overwrite: the other rank's slot does not require grad");
-    // loss_r = (r+1) * (sum(slot 0) + 10 * sum(slot 1)): G_r[slot me] = (r+1) * (1 or 10).
-    Variable loss = mul(add(sum(slots[0]), mul(sum(slots[1]), 10.0)),
-                        static_cast<double>(g.rank() + 1));
-    loss.backward();
-    expect_equal(x.grad(), pick(g, {tensor<double>({1, 1}), tensor<double>({20, 20})}), g,
+    Variable y = ksuit::all_gather_grad_autograd(x, g);
+    expect_equal(y.value(), tensor<double>({1, 2, 3, 4}), g, "autograd: y");
+    y.backward(pick(g, {tensor<double>({1, 2, 3, 4}), tensor<double>({10, 20, 30, 40})}));
+    expect_equal(x.grad(), pick(g, {tensor<double>({11, 22}), tensor<double>({33, 44})}), g,
+                 "autograd: dx");
+  }
+  // The overwrite form: the same concatenation, as ksuit's wrapper returns it, but only the
+  // local rows of the local G reach x: G0 = [1,2,3,4], G1 = [10,20,30,40] -> dx0 = [1,2],
+  // dx1 = [30,40].
+  {
+    Variable x(pick(g, {tensor<double>({1, 2}), tensor<double>({3, 4})}), true, "x");
+    Variable y = ksuit::all_gather_grad_overwrite(x, g);
+    expect_equal(y.value(), tensor<double>({1, 2, 3, 4}), g, "overwrite: y");
+    y.backward(pick(g, {tensor<double>({1, 2, 3, 4}), tensor<double>({10, 20, 30, 40})}));
+    expect_equal(x.grad(), pick(g, {tensor<double>({1, 2}), tensor<double>({30, 40})}), g,
                  "overwrite: dx");
+  }
+  // Scalars, as ksuit unsqueezes them: x0 = 5, x1 = 7 -> [5, 7].
+  {
+    Variable x(pick(g, {full({}, 5, DType::Float64), full({}, 7, DType::Float64)}), true, "x");
+    Variable y = ksuit::all_gather_grad_overwrite(x, g);
+    expect_equal(y.value(), tensor<double>({5, 7}), g, "overwrite, scalars: y");
+    y.backward(tensor<double>({2, 3}));
+    expect_equal(x.grad(), pick(g, {full({}, 2, DType::Float64), full({}, 3, DType::Float64)}),
+                 g, "overwrite, scalars: dx");
   }
 }
 
@@ -180,7 +187,7 @@ void nograd_gathers(const Group& g) {
 
 }  // namespace
 
-DG_CASE("TC10: ksuit all_gather_grad and all_gather_grad_overwrite at W = 2", "[ksuit][spec]",
+DG_CASE("TC10: ksuit all_gather_grad(_autograd) and all_gather_grad_overwrite at W = 2", "[ksuit][spec]",
         2) {
   tc10(g);
 }
