@@ -24,7 +24,8 @@ constexpr size_t kCount = kCollectives.size();
 constexpr size_t kSmallAllReduceMaxBytes = 32 * 1024;
 // Up to this many bytes per rank and ranks, all_reduce takes the direct exchange: every rank
 // sends its payload to every other rank at once and combines all of them, one round whose
-// sends and receives can all be posted when the op is issued (direct_all_reduce.h).
+// sends and receives can all be posted when the op is issued (direct_all_reduce.cpp here, and
+// collectives/ops/direct_issue.h).
 constexpr size_t kDirectAllReduceMaxBytes = 4 * 1024;
 constexpr int kDirectAllReduceMaxRanks = 8;
 

@@ -6,7 +6,8 @@
 namespace ferry::detail {
 
 // Scratch memory reused across the ops of one group: a fresh 64 MiB buffer per call would cost
-// ~20 ms of first-touch page faults. Only the group's worker thread uses it.
+// ~20 ms of first-touch page faults. Only the thread running the group's current queued op (its
+// worker, or a waiter running the op itself) uses it; ops started at issue use none.
 class ScratchArena {
  public:
   ScratchArena() = default;

@@ -19,7 +19,8 @@ class Validator {
 
   [[noreturn]] void fail(const std::string& what) const;
   void defined(const Tensor& t, const char* name) const;
-  void same_dtype(const Tensor& t, const char* name, DType expected, const char* expected_from) const;
+  void same_dtype(const Tensor& t, const char* name, DType expected,
+                  const char* expected_from) const;
   void shape_is(const Tensor& t, const char* name, const Shape& expected) const;
   // shape_is(t, name, with_rows(like, rows)) without building the shape (an allocation).
   void shape_with_rows_is(const Tensor& t, const char* name, const Shape& like,

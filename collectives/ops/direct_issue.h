@@ -5,8 +5,8 @@
 // cost more than an 8 B all_reduce itself (about 6,000 instructions per op against MPICH's
 // 1 us). The direct exchange (algorithms/direct_all_reduce.cpp) posts all of its sends and
 // receives in one go, so when the group's executor has nothing queued or running, the issuing
-// thread posts them at once and the Work finishes the op when waited on or tested: the data moves while the
-// caller does other work, and nothing is handed between threads.
+// thread posts them at once and the Work finishes the op when waited on or tested: the data
+// moves while the caller does other work, and nothing is handed between threads.
 //
 // Every rank still runs the same algorithm (the algorithm table picks it from what all ranks
 // agree on: size, group size, override), so the messages match whichever path each rank takes.

@@ -1,7 +1,7 @@
-// The core differentiable collectives (collectives/differentiable/differentiable.h): every op through the
-// distributed gradcheck at world sizes 1-4 with even, uneven and zero-size blocks, under the
-// objective of its convention; exact values for the tie rule of max/min and for TC11's
-// contrast; and the argument checks. SPMD cases: local worlds here, mpiexec / UCX in
+// The core differentiable collectives (collectives/differentiable/differentiable.h): every op
+// through the distributed gradcheck at world sizes 1-4 with even, uneven and zero-size blocks,
+// under the objective of its convention; exact values for the tie rule of max/min and for
+// TC11's contrast; and the argument checks. SPMD cases: local worlds here, mpiexec / UCX in
 // tests/mpi and tests/ucx.
 #include "collectives/collectives.h"
 #include "collectives/differentiable/differentiable.h"

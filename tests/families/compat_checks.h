@@ -1,6 +1,7 @@
 // Helpers shared by the SPMD cases of the compatibility families (ksuit, towhee, poptorch
 // cross-replica): the gradcheck call with the objective of an op's convention, the groups each
-// op is checked on, and the per-rank values of the spec's numeric cases.
+// op is checked on, and the per-rank values of the spec's numeric cases. A family's test file
+// takes them all with `using namespace compat;`.
 #pragma once
 
 #include "collectives/differentiable/distributed_gradcheck.h"
@@ -24,6 +25,7 @@ inline Tensor rank_input(const ferry::Shape& shape, int seed) {
 }
 
 using dgtest::check;
+using dgtest::expect;
 using dgtest::objective;
 
 // The groups every op is checked on: the world, and from 3 ranks on also a sub-group

@@ -8,15 +8,12 @@
 #include "compat_checks.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
+#include <functional>
 #include <string>
+#include <vector>
 
 using namespace ferry;
-using compat::check;
-using compat::expect_equal;
-using compat::objective;
-using compat::pick;
-using compat::rank_input;
-using dgtest::expect;
+using namespace compat;
 
 DG_CASE("ksuit all_gather_grad (P) along any batch_dim: gradcheck", "[ksuit]", 1, 2, 3, 4) {
   struct Form {
@@ -60,24 +57,47 @@ DG_CASE("ksuit all_gather_grad_overwrite and the grad all_reduces (R): gradcheck
 
 namespace {
 
+using Gather = std::function<Variable(const Variable&, const Group&)>;
+
+// One of TC10's gathers on x of rank k = xs[k], seeded with G of rank k = gs[k]: y is the
+// concatenation `y`, dx of rank k is dxs[k].
+void tc10_case(const Group& g, const std::string& what, const Gather& gather,
+               const std::vector<Tensor>& xs, const Tensor& y_want, const std::vector<Tensor>& gs,
+               const std::vector<Tensor>& dxs) {
+  Variable x(pick(g, xs), true, "x");
+  Variable y = gather(x, g);
+  expect_equal(y.value(), y_want, g, what + ": y");
+  y.backward(pick(g, gs));
+  expect_equal(x.grad(), pick(g, dxs), g, what + ": dx");
+}
+
 void tc10(const Group& g) {
-  // x0 = [1,2], x1 = [3,4] -> y = [1,2,3,4]; G0 = [1,2,3,4], G1 = [10,20,30,40].
-  {
-    Variable x(pick(g, {tensor<double>({1, 2}), tensor<double>({3, 4})}), true, "x");
-    Variable y = ksuit::all_gather_grad(x, g);
-    expect_equal(y.value(), tensor<double>({1, 2, 3, 4}), g, "y");
-    y.backward(pick(g, {tensor<double>({1, 2, 3, 4}), tensor<double>({10, 20, 30, 40})}));
-    expect_equal(x.grad(), pick(g, {tensor<double>({11, 22}), tensor<double>({33, 44})}), g,
-                 "dx");
-  }
-  // Scalars x0 = 5, x1 = 7 -> y = [5,7]; G0 = [1,0], G1 = [0,1] -> dx = 1 on both.
-  {
-    Variable x(pick(g, {full({}, 5, DType::Float64), full({}, 7, DType::Float64)}), true, "x");
-    Variable y = ksuit::all_gather_grad(x, g);
-    expect_equal(y.value(), tensor<double>({5, 7}), g, "scalars: y");
-    y.backward(pick(g, {tensor<double>({1, 0}), tensor<double>({0, 1})}));
-    expect_equal(x.grad(), full({}, 1, DType::Float64), g, "scalars: dx");
-  }
+  const Gather grad = [](const Variable& v, const Group& gr) {
+    return ksuit::all_gather_grad(v, gr);
+  };
+  const Gather autograd = ksuit::all_gather_grad_autograd;
+  const Gather overwrite = ksuit::all_gather_grad_overwrite;
+  const std::vector<Tensor> x = {tensor<double>({1, 2}), tensor<double>({3, 4})};
+  const Tensor y = tensor<double>({1, 2, 3, 4});
+  const std::vector<Tensor> G = {tensor<double>({1, 2, 3, 4}),
+                                 tensor<double>({10, 20, 30, 40})};
+  // x0 = [1,2], x1 = [3,4] -> y = [1,2,3,4]; G0 = [1,2,3,4], G1 = [10,20,30,40]:
+  // all_gather_grad (and _autograd, the same along dim 0) sum the ranks' G at my rows, the
+  // overwrite form takes my rows of my own G only.
+  const std::vector<Tensor> summed = {tensor<double>({11, 22}), tensor<double>({33, 44})};
+  tc10_case(g, "all_gather_grad", grad, x, y, G, summed);
+  tc10_case(g, "all_gather_grad_autograd", autograd, x, y, G, summed);
+  tc10_case(g, "all_gather_grad_overwrite", overwrite, x, y, G,
+            {tensor<double>({1, 2}), tensor<double>({30, 40})});
+  // Scalars x0 = 5, x1 = 7 -> y = [5,7] (ksuit unsqueezes them). G0 = [1,0], G1 = [0,1]: dx = 1
+  // on both; the overwrite form, with G0 = [1,2], G1 = [10,20]: dx0 = 1, dx1 = 20.
+  const std::vector<Tensor> s = {full({}, 5, DType::Float64), full({}, 7, DType::Float64)};
+  const Tensor one = full({}, 1, DType::Float64);
+  tc10_case(g, "scalars, all_gather_grad", grad, s, tensor<double>({5, 7}),
+            {tensor<double>({1, 0}), tensor<double>({0, 1})}, {one, one});
+  tc10_case(g, "scalars, all_gather_grad_overwrite", overwrite, s, tensor<double>({5, 7}),
+            {tensor<double>({1, 2}), tensor<double>({10, 20})},
+            {one, full({}, 20, DType::Float64)});
   // Only slot 0 used: loss_r = (r+1) * sum(slot 0), x = [1,2] on both -> dx0 = [3,3],
   // dx1 = [0,0] (rank 1 still takes part in the backward's reduce_scatter).
   {
@@ -103,35 +123,6 @@ void tc10(const Group& g) {
                  pick(g, {tensor<double>({11, 33}).reshape({2, 1}),
                           tensor<double>({22, 44}).reshape({2, 1})}),
                  g, "batch_dim 1: dx");
-  }
-  // all_gather_grad_autograd is all_gather_grad along dim 0: the same numbers.
-  {
-    Variable x(pick(g, {tensor<double>({1, 2}), tensor<double>({3, 4})}), true, "x");
-    Variable y = ksuit::all_gather_grad_autograd(x, g);
-    expect_equal(y.value(), tensor<double>({1, 2, 3, 4}), g, "autograd: y");
-    y.backward(pick(g, {tensor<double>({1, 2, 3, 4}), tensor<double>({10, 20, 30, 40})}));
-    expect_equal(x.grad(), pick(g, {tensor<double>({11, 22}), tensor<double>({33, 44})}), g,
-                 "autograd: dx");
-  }
-  // The overwrite form: the same concatenation, as ksuit's wrapper returns it, but only the
-  // local rows of the local G reach x: G0 = [1,2,3,4], G1 = [10,20,30,40] -> dx0 = [1,2],
-  // dx1 = [30,40].
-  {
-    Variable x(pick(g, {tensor<double>({1, 2}), tensor<double>({3, 4})}), true, "x");
-    Variable y = ksuit::all_gather_grad_overwrite(x, g);
-    expect_equal(y.value(), tensor<double>({1, 2, 3, 4}), g, "overwrite: y");
-    y.backward(pick(g, {tensor<double>({1, 2, 3, 4}), tensor<double>({10, 20, 30, 40})}));
-    expect_equal(x.grad(), pick(g, {tensor<double>({1, 2}), tensor<double>({30, 40})}), g,
-                 "overwrite: dx");
-  }
-  // Scalars, as ksuit unsqueezes them: x0 = 5, x1 = 7 -> [5, 7].
-  {
-    Variable x(pick(g, {full({}, 5, DType::Float64), full({}, 7, DType::Float64)}), true, "x");
-    Variable y = ksuit::all_gather_grad_overwrite(x, g);
-    expect_equal(y.value(), tensor<double>({5, 7}), g, "overwrite, scalars: y");
-    y.backward(tensor<double>({2, 3}));
-    expect_equal(x.grad(), pick(g, {full({}, 2, DType::Float64), full({}, 3, DType::Float64)}),
-                 g, "overwrite, scalars: dx");
   }
 }
 
@@ -187,8 +178,8 @@ void nograd_gathers(const Group& g) {
 
 }  // namespace
 
-DG_CASE("TC10: ksuit all_gather_grad(_autograd) and all_gather_grad_overwrite at W = 2", "[ksuit][spec]",
-        2) {
+DG_CASE("TC10: ksuit all_gather_grad(_autograd) and all_gather_grad_overwrite at W = 2",
+        "[ksuit][spec]", 2) {
   tc10(g);
 }
 

@@ -1,5 +1,5 @@
-// poptorch-experimental-addons' cross-replica ops (collectives/poptorch/poptorch.h, spec §5): every
-// op through the distributed gradcheck under the objective of its convention, at world sizes
+// poptorch-experimental-addons' cross-replica ops (collectives/poptorch/poptorch.h, spec §5):
+// every op through the distributed gradcheck under the objective of its convention, at world sizes
 // 1-4 and on a sub-group; TC23's numbers; R == 1; the argument checks.
 #include "collectives/poptorch/poptorch.h"
 
@@ -10,12 +10,7 @@
 #include <string>
 
 using namespace ferry;
-using compat::check;
-using compat::expect_equal;
-using compat::objective;
-using compat::pick;
-using compat::rank_input;
-using dgtest::expect;
+using namespace compat;
 
 namespace {
 

@@ -11,12 +11,7 @@
 #include <string>
 
 using namespace ferry;
-using compat::check;
-using compat::expect_equal;
-using compat::objective;
-using compat::pick;
-using compat::rank_input;
-using dgtest::expect;
+using namespace compat;
 
 DG_CASE("towhee all_gather (R) and all_gather2 (P): gradcheck", "[towhee]", 1, 2, 3, 4) {
   for (const Group& group : compat::world_and_subgroup(g)) {
