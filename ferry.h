@@ -21,14 +21,14 @@
 
 #include "collectives/algorithm_table.h"
 #include "collectives/collectives.h"
-#include "collectives/cross_replica.h"
-#include "collectives/differentiable.h"
-#include "collectives/distributed_gradcheck.h"
-#include "collectives/graph_parallel.h"
+#include "collectives/differentiable/differentiable.h"
+#include "collectives/differentiable/distributed_gradcheck.h"
 #include "collectives/group.h"
 #include "collectives/init.h"
-#include "collectives/ksuit_gather.h"
-#include "collectives/model_parallel_regions.h"
-#include "collectives/partition.h"
 #include "collectives/run_ranks.h"
-#include "collectives/towhee_gather.h"
+
+// The seed families, one namespace each.
+#include "collectives/fairchem/fairchem.h"
+#include "collectives/ksuit/ksuit.h"
+#include "collectives/poptorch/poptorch.h"
+#include "collectives/towhee/towhee.h"

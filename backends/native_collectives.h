@@ -7,8 +7,11 @@
 // an implementation only maps already-checked buffers onto its own calls: it sees reductions
 // only in dtypes it can reduce natively (never float16 / bfloat16) and never Avg.
 //
-// One object per group and rank, created with the group (Transport::native_world, then split)
-// and used by the group's worker one op at a time, in issue order.
+// One object per group and rank, created with the group (Transport::native_world, then split).
+// Its ops are started one at a time, in issue order: by the thread running the group's queued
+// ops, or, when the group has nothing queued, by the issuing thread under the group's issue lock
+// (collectives/engine/native_issue.h). Several may then be in flight, and a request may be
+// tested by a thread waiting on it while another thread starts the next op.
 #pragma once
 
 #include "backends/transport.h"

@@ -1,10 +1,12 @@
 // The transport interface: tagged, non-blocking point-to-point between the ranks of one world.
 //
-// Every algorithm in collectives/ is written once over this interface, so a transport only has
-// to move bytes. Sends and receives match on (source, tag) in posting order, as in MPI. A send
-// may complete only when its receive has been posted (rendezvous): the sender's buffer must stay
-// untouched until its request completes. A receive must be posted with exactly the number of
-// bytes the matching send carries; otherwise both fail with MismatchError.
+// ferry's collective algorithms (collectives/algorithms/) are written once over this interface,
+// so a transport only has to move bytes; one that can also carry collectives itself (MPI) offers
+// them through native_collectives.h. Sends and receives match on (source, tag) in posting
+// order, as in MPI. A send may complete only when its receive has been posted (rendezvous): the
+// sender's buffer must stay untouched until its request completes. A receive must be posted
+// with exactly the number of bytes the matching send carries; otherwise both fail with
+// MismatchError.
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,6 @@
-// The raw (non-differentiable) collectives.
+// The raw collectives: on Tensors, each returning a Work (implemented in collectives/ops/). The
+// same ops on Variables, recorded on the autograd tape, are collectives/differentiable/
+// differentiable.h, built on these.
 //
 // Every call is asynchronous: it validates its arguments on the calling rank, throwing
 // InvalidArgument before any data moves, then returns a Work while the data moves in the

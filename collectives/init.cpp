@@ -4,7 +4,7 @@
 #include "backends/mpi_bootstrap.h"
 #include "backends/ucx_bootstrap.h"
 #include "backends/world_handshake.h"
-#include "collectives/group_impl.h"
+#include "collectives/engine/group_impl.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
 #include "runtime/log.h"

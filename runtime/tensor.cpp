@@ -54,6 +54,21 @@ int64_t stride_of(const Shape& shape, size_t d) {
   return s;
 }
 
+// The checks narrow and narrow_copy share: `dim` in range (returned non-negative) and
+// [start, start + length) within it; otherwise InvalidArgument naming `op`.
+size_t checked_narrow_dim(const char* op, const Shape& shape, int64_t dim, int64_t start,
+                          int64_t length) {
+  const auto rank = static_cast<int64_t>(shape.size());
+  FERRY_CHECK(dim >= -rank && dim < rank, InvalidArgument, op, ": dim ", dim,
+              " is out of range for a tensor of rank ", rank, " ", shape_str(shape));
+  if (dim < 0) dim += rank;
+  const int64_t extent = shape[static_cast<size_t>(dim)];
+  FERRY_CHECK(start >= 0 && length >= 0 && start <= extent && length <= extent - start,
+              InvalidArgument, op, ": start ", start, " and length ", length,
+              " must select within [0, ", extent, "] of dim ", dim, " of shape ", shape_str(shape));
+  return static_cast<size_t>(dim);
+}
+
 }  // namespace
 
 Tensor::Tensor() = default;
@@ -174,16 +189,8 @@ void Tensor::bump_version() {
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   check_defined("Tensor::narrow");
-  const int64_t rank = this->dim();
-  FERRY_CHECK(dim >= -rank && dim < rank, InvalidArgument, "Tensor::narrow: dim ", dim,
-              " is out of range for a tensor of rank ", rank, " ", shape_str(shape_));
-  if (dim < 0) dim += rank;
-  const size_t d = static_cast<size_t>(dim);
+  const size_t d = checked_narrow_dim("Tensor::narrow", shape_, dim, start, length);
   const int64_t extent = shape_[d];
-  FERRY_CHECK(start >= 0 && length >= 0 && start <= extent && length <= extent - start,
-              InvalidArgument, "Tensor::narrow: start ", start, " and length ", length,
-              " must select within [0, ", extent, "] of dim ", dim, " of shape ",
-              shape_str(shape_));
   Shape out_shape = shape_;
   out_shape[d] = length;
   const bool no_bytes = shape_numel(out_shape) == 0;
@@ -192,7 +199,7 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
     contiguous = true;
     for (size_t i = 0; i < d; ++i) contiguous = contiguous && shape_[i] == 1;
   }
-  FERRY_CHECK(contiguous, InvalidArgument, "Tensor::narrow: narrowing dim ", dim, " of shape ",
+  FERRY_CHECK(contiguous, InvalidArgument, "Tensor::narrow: narrowing dim ", d, " of shape ",
               shape_str(shape_), " is not a contiguous view (every dim before it must have size "
               "1); use narrow_copy");
   // Empty pieces still get their natural offset (split pieces stay in order for callers that
@@ -297,6 +304,18 @@ Tensor Tensor::select(int64_t index) const {
   return row;
 }
 
+Shape with_rows(const Shape& shape, int64_t rows) {
+  Shape s = shape.empty() ? Shape{1} : shape;
+  s[0] = rows;
+  return s;
+}
+
+size_t row_bytes(const Tensor& t) {
+  if (t.dim() == 0) return t.element_size();
+  if (t.size(0) > 0) return t.nbytes() / static_cast<size_t>(t.size(0));
+  return static_cast<size_t>(shape_numel(with_rows(t.shape(), 1))) * t.element_size();
+}
+
 // ---- copies ----
 
 Tensor Tensor::clone() const {
@@ -308,16 +327,8 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::narrow_copy(int64_t dim, int64_t start, int64_t length) const {
   check_defined("Tensor::narrow_copy");
-  const int64_t rank = this->dim();
-  FERRY_CHECK(dim >= -rank && dim < rank, InvalidArgument, "Tensor::narrow_copy: dim ", dim,
-              " is out of range for a tensor of rank ", rank, " ", shape_str(shape_));
-  if (dim < 0) dim += rank;
-  const size_t d = static_cast<size_t>(dim);
+  const size_t d = checked_narrow_dim("Tensor::narrow_copy", shape_, dim, start, length);
   const int64_t extent = shape_[d];
-  FERRY_CHECK(start >= 0 && length >= 0 && start <= extent && length <= extent - start,
-              InvalidArgument, "Tensor::narrow_copy: start ", start, " and length ", length,
-              " must select within [0, ", extent, "] of dim ", dim, " of shape ",
-              shape_str(shape_));
   Shape out_shape = shape_;
   out_shape[d] = length;
   Tensor out = empty(std::move(out_shape), dtype_);

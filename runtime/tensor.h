@@ -24,6 +24,9 @@ using Shape = std::vector<int64_t>;
 
 std::string shape_str(const Shape& shape);  // "[2, 3]"
 int64_t shape_numel(const Shape& shape);    // product of dims; 1 for a 0-d shape
+// The shape with dim 0 replaced, [rows, shape[1:]...]; a 0-d shape counts as one row, [rows].
+// Collectives count sizes in rows along dim 0, so their outputs are built this way.
+Shape with_rows(const Shape& shape, int64_t rows);
 
 template <class T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -144,6 +147,10 @@ template <class T>
 Tensor from_vector(const std::vector<T>& values);  // 1-D
 template <class T>
 Tensor tensor(std::initializer_list<T> values) { return from_vector(std::vector<T>(values)); }
+
+// Bytes of one row along dim 0 (the whole tensor for 0-d; a tensor of 0 rows still has a row
+// size, from its other dims).
+size_t row_bytes(const Tensor& t);
 
 // Concatenation along `dim` (copies). All inputs share dtype and every other dim.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -1,13 +1,13 @@
 // Collective algorithms over point-to-point (internal).
 //
-// Written once over OpContext, they serve every transport that has no native collectives (local
-// now, UCX later). Each works on raw bytes laid out in per-rank blocks; the engine
-// (collectives/*.cpp) validates arguments and turns tensors into these layouts. Ranks are group
-// ranks. Reductions receive element counts and a dtype that `combine` accepts.
+// Written once over OpContext (the engine's point-to-point context), they serve every transport
+// that has no native collectives (local, UCX). Each works on raw bytes laid out in per-rank
+// blocks; the ops (collectives/ops/) validate arguments and turn tensors into these layouts.
+// Ranks are group ranks. Reductions receive element counts and a dtype that `combine` accepts.
 #pragma once
 
 #include "collectives/collectives.h"
-#include "collectives/op_context.h"
+#include "collectives/engine/op_context.h"
 
 #include <cstddef>
 #include <cstdint>

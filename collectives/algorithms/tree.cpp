@@ -1,6 +1,6 @@
 #include "collectives/algorithms/algorithms.h"
 
-#include "collectives/reduce_kernels.h"
+#include "collectives/engine/reduce_kernels.h"
 
 #include <cstring>
 

@@ -1,6 +1,6 @@
 // OpContext in isolation (no messages): the limits it checks for every transport.
-#include "collectives/group_impl.h"
-#include "collectives/op_context.h"
+#include "collectives/engine/group_impl.h"
+#include "collectives/engine/op_context.h"
 
 #include <catch2/catch.hpp>
 

@@ -6,7 +6,7 @@
 //   DG_CASE("all_gather: ...", "[all_gather]", 1, 2, 3, 4) { ...uses g... }
 #pragma once
 
-#include "collectives/distributed_gradcheck.h"
+#include "collectives/differentiable/distributed_gradcheck.h"
 #include "collectives/group.h"
 #include "tests/spmd/spmd.h"
 

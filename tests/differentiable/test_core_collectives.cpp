@@ -1,11 +1,11 @@
-// The core differentiable collectives (collectives/differentiable.h): every op through the
-// distributed gradcheck at world sizes 1-4 with even, uneven and zero-size blocks, under the
-// objective of its convention; exact values for the tie rule of max/min and for TC11's
-// contrast; and the argument checks. SPMD cases: local worlds here, mpiexec / UCX in
+// The core differentiable collectives (collectives/differentiable/differentiable.h): every op
+// through the distributed gradcheck at world sizes 1-4 with even, uneven and zero-size blocks,
+// under the objective of its convention; exact values for the tie rule of max/min and for
+// TC11's contrast; and the argument checks. SPMD cases: local worlds here, mpiexec / UCX in
 // tests/mpi and tests/ucx.
 #include "collectives/collectives.h"
-#include "collectives/differentiable.h"
-#include "collectives/distributed_gradcheck.h"
+#include "collectives/differentiable/differentiable.h"
+#include "collectives/differentiable/distributed_gradcheck.h"
 #include "collectives/run_ranks.h"
 #include "spmd_gradcheck.h"
 

@@ -3,8 +3,8 @@
 // apart. SPMD cases: on local worlds here, under mpiexec in tests/mpi.
 #include "autograd/function.h"
 #include "collectives/collectives.h"
-#include "collectives/differentiable.h"
-#include "collectives/distributed_gradcheck.h"
+#include "collectives/differentiable/differentiable.h"
+#include "collectives/differentiable/distributed_gradcheck.h"
 #include "collectives/run_ranks.h"
 #include "spmd_gradcheck.h"
 

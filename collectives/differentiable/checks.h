@@ -1,0 +1,23 @@
+// Checks shared by every differentiable collective (differentiable.h) and by the differentiable
+// ops of the seed families built on them. Installed with the public headers, so that a family,
+// which includes nothing but public headers, raises the same errors; not part of ferry.h.
+#pragma once
+
+#include "autograd/variable.h"
+#include "collectives/group.h"
+
+namespace ferry::detail {
+
+// The group is valid and `x` is a defined float32 / float64 variable; otherwise
+// InvalidArgument naming `op` and this rank. Raised before any data moves.
+void check_differentiable_input(const Variable& x, const Group& group, const char* op);
+
+// `x` has at least one dimension (ops that cut or gather rows along dim 0).
+void check_has_rows(const Variable& x, const Group& group, const char* op);
+
+// A fingerprint of every dim of `shape` but `skip_dim` (and of the number of dims), so that
+// ranks can check with one int64 each that they agree on the dims a gather does not
+// concatenate. skip_dim = -1 covers every dim.
+int64_t shape_fingerprint(const Shape& shape, int64_t skip_dim);
+
+}  // namespace ferry::detail

@@ -1,0 +1,95 @@
+// The state behind a Group handle (internal).
+#pragma once
+
+#include "backends/native_collectives.h"
+#include "backends/transport.h"
+#include "collectives/engine/executor.h"
+#include "collectives/engine/scratch_arena.h"
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ferry::detail {
+
+class GroupImpl;
+
+// A collective started at issue (native_issue.cpp, ops/direct_issue.cpp): it lives in its Work, not
+// in the group's queue, so the group must see it finished before it ends (and before MPI is
+// finalized).
+class InFlightNative {
+ public:
+  virtual ~InFlightNative() = default;
+  // Waits for the op under its deadline (or gives it up as a timed-out op does).
+  virtual void finish_before_group_ends(GroupImpl& group) = 0;
+};
+
+class GroupImpl {
+ public:
+  // `native`: the transport's collectives for this group, or null (see native_collectives.h).
+  GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> members, int rank, uint32_t id,
+            std::shared_ptr<NativeCollectives> native = nullptr);
+  ~GroupImpl();
+
+  Transport& transport() { return *transport_; }
+  NativeCollectives* native() const { return native_.get(); }
+  const std::shared_ptr<Transport>& transport_ptr() const { return transport_; }
+  const std::vector<int>& members() const { return members_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  uint32_t id() const { return id_; }
+  uint64_t sequence_number() const { return seq_.load(); }
+  uint64_t take_sequence_number() { return seq_.fetch_add(1); }
+
+  // "group 2 [world 0,2] rank 1/2"
+  std::string describe() const;
+
+  // The first failure poisons the group; every later op fails at once with an error of the
+  // same type that quotes it.
+  void poison(std::exception_ptr cause, const std::string& why);
+  bool poisoned() const { return poisoned_.load(); }
+  std::string poison_reason() const;
+  void throw_if_poisoned(const std::string& op) const;
+
+  std::mutex& issue_mutex() { return issue_mu_; }
+  void track_in_flight(std::weak_ptr<InFlightNative> op);
+  // Finishes every op of this group that is started or queued, each under its own deadline
+  // (finalize leaves nothing in flight to the transport's end, dropped Works included).
+  void finish_outstanding();
+  ScratchArena& scratch() { return scratch_; }
+  Executor& executor() { return executor_; }
+
+ private:
+  std::shared_ptr<Transport> transport_;
+  std::shared_ptr<NativeCollectives> native_;
+  std::vector<int> members_;
+  int rank_;
+  uint32_t id_;
+  std::atomic<uint64_t> seq_{0};
+  std::mutex issue_mu_;  // taking a sequence number and queueing the op are one step
+  std::mutex in_flight_mu_;
+  std::vector<std::weak_ptr<InFlightNative>> in_flight_;
+
+  std::atomic<bool> poisoned_{false};
+  mutable std::mutex poison_mu_;
+  std::exception_ptr poison_cause_;
+  std::string poison_why_;
+
+  void finish_in_flight();
+
+  ScratchArena scratch_;
+  Executor executor_;  // last: destroyed first, so queued ops finish while the rest still lives
+};
+
+// A new group, known to finish_every_group() while it lives.
+std::shared_ptr<GroupImpl> make_group_impl(std::shared_ptr<Transport> transport,
+                                           std::vector<int> members, int rank, uint32_t id,
+                                           std::shared_ptr<NativeCollectives> native);
+// finish_outstanding() on every live group of this process, in creation order.
+void finish_every_group();
+
+}  // namespace ferry::detail

@@ -1,0 +1,95 @@
+// What an algorithm sees of the op it carries: the group's ranks, tagged point-to-point with
+// the op's sequence number, a deadline, and scratch memory.
+//
+// Algorithms post sends and receives, then wait_all(). A wait that outlives the deadline raises
+// TimeoutError naming the op, the group, the sequence number and the peers not heard from; any
+// failure withdraws the op's other pending requests first, so no buffer is touched afterwards.
+#pragma once
+
+#include "backends/transport.h"
+#include "collectives/engine/group_impl.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::detail {
+
+// The TimeoutError of an op whose own deadline expired (as opposed to one that failed because
+// its group was poisoned meanwhile): the engine tells the two apart.
+class OwnDeadlineExpired final : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
+class OpContext {
+ public:
+  OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time_point deadline);
+  ~OpContext();  // cancels whatever is still pending
+  OpContext(const OpContext&) = delete;
+  OpContext& operator=(const OpContext&) = delete;
+
+  int rank() const { return group_.rank(); }
+  int size() const { return group_.size(); }
+  const std::string& op() const { return op_; }
+  uint64_t seq() const { return seq_; }
+
+  // `peer` is a group rank; `step` tells the messages of one op apart (a pair of ranks that
+  // exchanges several messages in one op gives each its own step).
+  void send(int peer, uint32_t step, const void* data, size_t bytes);
+  void recv(int peer, uint32_t step, void* data, size_t bytes);
+  // Completes every request posted so far.
+  void wait_all();
+  // Never blocks: true once every request posted so far completed (then as wait_all); throws
+  // as wait_all does when one failed. The deadline is wait_all's business.
+  bool test_all();
+
+  // Later steps are numbered afresh: an op made of phases (sizes, then data) calls this between.
+  // At most kMaxPhases phases (0 and 1): the UCX transport's tag has one bit for the phase
+  // (ucx_tag.h). A third throws InvalidArgument here, whichever transport runs the op, so that
+  // an algorithm that needs more fails its first test instead of only on UCX.
+  static constexpr uint32_t kMaxPhases = 2;
+  void next_phase() {
+    FERRY_CHECK(phase_ + 1 < kMaxPhases, InvalidArgument, "ferry: ", op_, " on group ",
+                group_.id(), " would start phase ", phase_ + 1, ", but ops have at most ",
+                kMaxPhases, " phases (the UCX tag has room for phases 0 and 1; internal error)");
+    phase_ += 1;
+  }
+
+  char* scratch(int slot, size_t bytes) { return group_.scratch().get(slot, bytes); }
+
+  // The group's transport collectives, or null (then the algorithms run over send / recv).
+  NativeCollectives* native() const { return group_.native(); }
+  // Waits for a native collective under the op's deadline. A native collective cannot be
+  // withdrawn: on a timeout (or when the group is poisoned meanwhile) the request, `keep` (the
+  // tensors it reads or writes) and the group's scratch are kept for the rest of the process,
+  // and the TimeoutError says that the job must end.
+  void wait_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep);
+  // For an op that uses none of the group's scratch (one started at issue, waited on by a
+  // caller's thread): giving it up must not touch the scratch the worker may be using.
+  void uses_no_scratch() { leak_scratch_on_abandon_ = false; }
+
+ private:
+  Tag tag(uint32_t step) const;
+  [[noreturn]] void fail_timeout();
+  void abandon_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep);
+  [[noreturn]] void abort_poisoned();
+  // Throws the error of the first finished request that failed, after cancelling the rest.
+  void rethrow_first_failure();
+  static constexpr auto kCheckEvery = std::chrono::milliseconds(50);
+  bool leak_scratch_on_abandon_ = true;
+  // After a timeout: the group ranks that are not stuck in this same op.
+  std::vector<int> ranks_not_here();
+
+  GroupImpl& group_;
+  std::string op_;
+  uint64_t seq_;
+  Clock::time_point start_;
+  Clock::time_point deadline_;
+  uint32_t phase_ = 0;
+  std::vector<std::unique_ptr<Request>> pending_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,67 @@
+#include "collectives/engine/op_description.h"
+
+#include "collectives/engine/group_impl.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+
+namespace ferry::detail {
+
+OpSummary OpSummary::of(const Tensor& t) {
+  OpSummary s;
+  s.has_tensor = true;
+  s.dtype = t.dtype();
+  s.ndim = static_cast<int>(t.dim());
+  for (int d = 0; d < std::min(s.ndim, kDims); ++d) s.dims[static_cast<size_t>(d)] = t.size(d);
+  return s;
+}
+
+OpSummary OpSummary::of(const Tensor& t, ReduceOp op) {
+  OpSummary s = of(t);
+  s.has_reduce_op = true;
+  s.reduce_op = op;
+  return s;
+}
+
+OpSummary OpSummary::of_lists(DType dtype) {
+  OpSummary s;
+  s.lists = true;
+  s.dtype = dtype;
+  return s;
+}
+
+std::string OpSummary::format() const {
+  std::string out;
+  if (lists) out.append("(").append(dtype_name(dtype)).append(" lists)");
+  if (has_tensor || has_reduce_op) {
+    out += "(";
+    if (has_reduce_op) out.append(reduce_op_name(reduce_op)).append(has_tensor ? ", " : "");
+    if (has_tensor) {
+      const Shape shown(dims.begin(), dims.begin() + std::min(ndim, kDims));
+      std::string shape = shape_str(shown);
+      if (ndim > kDims) shape.insert(shape.size() - 1, ", ...");
+      out.append(dtype_name(dtype)).append(" ").append(shape);
+    }
+    out += ")";
+  }
+  if (root >= 0) out.append(" root ").append(std::to_string(root));
+  out += note;
+  return out;
+}
+
+OpDescription::OpDescription(const char* op, uint64_t seq, OpSummary what, const Group& group)
+    : op(op), seq(seq), what(std::move(what)), group(group.weak_impl()), group_id(group.id()) {}
+
+std::string OpDescription::format() const {
+  const std::string summary = what.format();
+  auto live = group.lock();
+  return str(op, summary.empty() ? "" : " ", summary, " (seq ", seq, ") on ",
+             live ? live->describe() : str("group ", group_id));
+}
+
+std::function<std::string()> describe_op(const char* op, uint64_t seq, OpSummary what,
+                                         const Group& group) {
+  return [d = OpDescription(op, seq, std::move(what), group)] { return d.format(); };
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,239 @@
+// all_reduce, reduce, reduce_scatter and reduce_scatter_v: validation, then the algorithm.
+#include "collectives/algorithm_table.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/engine/engine.h"
+#include "collectives/engine/native_issue.h"
+#include "collectives/engine/reduce_kernels.h"
+#include "collectives/ops/direct_issue.h"
+
+#include <cstring>
+
+namespace ferry {
+
+namespace {
+
+using detail::OpContext;
+using detail::ReduceSpec;
+
+// The buffers a reduction runs on. 16-bit floats are widened to float32 once on the way in and
+// rounded once on the way out, so sums accumulate in float32 whatever the algorithm. The widened
+// copies live in the group's scratch (slots 2 and 3; the algorithms use 0 and 1), so repeated
+// calls do not pay for fresh pages.
+struct Accumulation {
+  Tensor in;   // what the algorithm reads
+  Tensor out;  // what it writes (may be `in`)
+  ReduceSpec spec;
+
+  Accumulation(OpContext& ctx, const Tensor& input, const Tensor& output, ReduceOp op,
+               bool in_place) {
+    const DType acc = detail::accumulation_dtype(input.dtype());
+    spec = ReduceSpec{acc, op == ReduceOp::Avg ? ReduceOp::Sum : op};
+    if (acc == input.dtype()) {
+      in = input;
+      out = output;
+      return;
+    }
+    auto widened = [&](int slot, const Shape& shape) {
+      return Tensor::from_blob(ctx.scratch(slot, shape_numel(shape) * dtype_size(acc)), shape, acc);
+    };
+    in = widened(2, input.shape());
+    in.copy_(input);
+    if (in_place)
+      out = in;
+    else if (output.defined())
+      out = widened(3, output.shape());
+  }
+
+  // Divides for Avg and writes the result to the caller's output (rounding 16-bit floats once).
+  void finish(Tensor& output, ReduceOp op, int world) {
+    if (op == ReduceOp::Avg)
+      detail::divide(out.raw_data(), static_cast<size_t>(out.numel()), out.dtype(), world);
+    if (out.raw_data() != output.raw_data())
+      output.copy_(out);
+    else
+      output.bump_version();
+  }
+};
+
+// Reductions a native transport can start as they are (see native_issue.h): no widening of
+// 16-bit floats, no division for Avg afterwards.
+bool natively_reducible(DType dtype, ReduceOp op) {
+  return detail::accumulation_dtype(dtype) == dtype && op != ReduceOp::Avg;
+}
+
+}  // namespace
+
+Work all_reduce(Tensor tensor, const Group& group, ReduceOp op) {
+  return all_reduce(tensor, tensor, group, op);
+}
+
+Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp op) {
+  detail::Validator v("all_reduce", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  v.shape_is(output, "output", input.shape());
+  v.no_overlap(input, "input", output, "output", input);
+  v.reduce_op(op, input.dtype());
+  if (natively_reducible(input.dtype(), op)) {
+    auto work = detail::start_native_now(
+        group, "all_reduce", detail::OpSummary::of(input, op), {&input, &output},
+        [&](NativeCollectives& native) {
+          output.bump_version();
+          return native.all_reduce(input.raw_data(), output.raw_data(),
+                                   static_cast<size_t>(input.numel()), input.dtype(), op);
+        });
+    if (work) return std::move(*work);
+  }
+  const int world = group.size();
+  // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
+  const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
+  if (auto work = detail::start_direct_all_reduce_now(group, input, output, op, algo))
+    return std::move(*work);
+  return detail::submit(group, "all_reduce", detail::OpSummary::of(input, op),
+                        [input, output, op, world, algo](OpContext& ctx) mutable {
+    const bool in_place = input.raw_data() == output.raw_data();
+    Accumulation a(ctx, input, output, op, in_place);
+    const size_t count = static_cast<size_t>(input.numel());
+    const char* in = static_cast<const char*>(a.in.raw_data());
+    char* out = static_cast<char*>(a.out.raw_data());
+    if (NativeCollectives* native = ctx.native())
+      ctx.wait_native(native->all_reduce(in, out, count, a.spec.dtype, a.spec.op),
+                      {input, output});
+    else if (algo == "tree")
+      detail::tree_all_reduce(ctx, in, out, count, a.spec);
+    else if (algo == "direct")
+      detail::direct_all_reduce(ctx, in, out, count, a.spec);
+    else if (algo == "recursive_doubling")
+      detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);
+    else
+      detail::ring_all_reduce(ctx, in, out, count, a.spec);
+    a.finish(output, op, world);
+    return std::vector<Tensor>{};
+  });
+}
+
+Work reduce(const Tensor& input, Tensor output, int root, const Group& group, ReduceOp op) {
+  detail::Validator v("reduce", group);
+  v.root(root);
+  v.defined(input, "input");
+  v.reduce_op(op, input.dtype());
+  const bool is_root = group.rank() == root;
+  if (is_root) {
+    v.defined(output, "output (on root)");
+    v.same_dtype(output, "output", input.dtype(), "input");
+    v.shape_is(output, "output", input.shape());
+    v.no_overlap(input, "input", output, "output", input);
+  }
+  const int world = group.size();
+  return detail::submit(group, "reduce", detail::OpSummary::of(input, op).with_root(root),
+                        [input, output, op, root, world, is_root](OpContext& ctx) mutable {
+    Tensor out_arg = is_root ? output : Tensor();
+    Accumulation a(ctx, input, out_arg, op, is_root && input.raw_data() == output.raw_data());
+    const char* in = static_cast<const char*>(a.in.raw_data());
+    char* out = is_root ? static_cast<char*>(a.out.raw_data()) : nullptr;
+    const size_t count = static_cast<size_t>(input.numel());
+    if (NativeCollectives* native = ctx.native())
+      ctx.wait_native(native->reduce(in, out, count, a.spec.dtype, a.spec.op, root),
+                      {input, output});
+    else
+      detail::tree_reduce(ctx, in, out, count, root, a.spec);
+    if (is_root) a.finish(output, op, world);
+    return std::vector<Tensor>{};
+  });
+}
+
+Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
+                      const Group& group, ReduceOp op) {
+  detail::Validator v("reduce_scatter", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.at_least_1d(input, "input");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  v.reduce_op(op, input.dtype());
+  const int64_t total = v.sizes(sizes, "sizes");
+  if (total != input.size(0))
+    v.fail(detail::str("sizes must add up to input.size(0) = ", input.size(0), ", given ",
+                       total));
+  const int me = group.rank();
+  int64_t start = 0;
+  for (int k = 0; k < me; ++k) start += sizes[k];
+  Tensor own_block = input.narrow(0, start, sizes[me]);
+  v.shape_is(output, "output", own_block.shape());
+  v.no_overlap(input, "input", output, "output", own_block);
+  const int world = group.size();
+  const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
+  if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
+    auto work = detail::start_native_now(
+        group, "reduce_scatter", detail::OpSummary::of(input, op), {&input, &output},
+        [&](NativeCollectives& native) {
+          std::vector<size_t> counts;
+          for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
+          output.bump_version();
+          return native.reduce_scatter(input.raw_data(), output.raw_data(), counts,
+                                       input.dtype(), op);
+        });
+    if (work) return std::move(*work);
+  }
+  return detail::submit(group, "reduce_scatter", detail::OpSummary::of(input, op),
+                        [input, output, op, sizes, world](OpContext& ctx) mutable {
+    // An output that is exactly our block of the input is fine: the algorithm reads that block
+    // only in its last step, elementwise, while writing the result.
+    Accumulation a(ctx, input, output, op, /*in_place=*/false);
+    if (NativeCollectives* native = ctx.native()) {
+      // Native reductions must not write into their input: an output that is our block of the
+      // input receives the result through scratch.
+      const bool aliased = a.out.overlaps(a.in);
+      char* out = aliased ? ctx.scratch(3, a.out.nbytes()) : static_cast<char*>(a.out.raw_data());
+      const size_t per_row = a.in.dim() == 0 || a.in.size(0) == 0
+                                 ? 0
+                                 : static_cast<size_t>(a.in.numel() / a.in.size(0));
+      std::vector<size_t> counts;
+      for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
+      ctx.wait_native(native->reduce_scatter(a.in.raw_data(), out, counts, a.spec.dtype,
+                                             a.spec.op),
+                      {input, output});
+      if (aliased && a.out.nbytes() > 0) std::memcpy(a.out.raw_data(), out, a.out.nbytes());
+      a.finish(output, op, world);
+      return std::vector<Tensor>{};
+    }
+    detail::Blocks blocks = detail::contiguous_blocks(sizes, row_bytes(a.in));
+    detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
+                                static_cast<char*>(a.out.raw_data()), blocks, a.spec);
+    a.finish(output, op, world);
+    return std::vector<Tensor>{};
+  });
+}
+
+Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, ReduceOp op) {
+  detail::Validator v("reduce_scatter", group);
+  v.defined(input, "input");
+  v.at_least_1d(input, "input");
+  const int world = group.size();
+  if (input.size(0) % world != 0)
+    v.fail(detail::str("input.size(0) must be a multiple of the group size ", world, ", given ",
+                       input.size(0), " (use reduce_scatter_v for uneven blocks)"));
+  // Equal blocks that a native transport can start as they are skip the block list
+  // reduce_scatter_v builds (allocations that would cost a small op more than its MPI call),
+  // after the same checks in the same order.
+  v.defined(output, "output");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  v.reduce_op(op, input.dtype());
+  const int64_t rows = input.size(0) / world;
+  v.shape_with_rows_is(output, "output", input.shape(), rows);
+  if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
+    auto work = detail::start_native_now(
+        group, "reduce_scatter", detail::OpSummary::of(input, op), {&input, &output},
+        [&](NativeCollectives& native) {
+          output.bump_version();
+          return native.reduce_scatter_equal(input.raw_data(), output.raw_data(),
+                                             static_cast<size_t>(output.numel()), input.dtype(),
+                                             op);
+        });
+    if (work) return std::move(*work);
+  }
+  return reduce_scatter_v(input, output, std::vector<int64_t>(world, input.size(0) / world),
+                          group, op);
+}
+
+}  // namespace ferry
