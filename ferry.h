@@ -1,6 +1,7 @@
 // ferry: the umbrella header. Link with `pkg-config --libs ferry`.
 #pragma once
 
+#include "runtime/awaitable.h"
 #include "runtime/block_cache.h"
 #include "runtime/config.h"
 #include "runtime/dtype.h"
@@ -23,6 +24,8 @@
 #include "collectives/collectives.h"
 #include "collectives/cross_replica.h"
 #include "collectives/differentiable.h"
+#include "collectives/differentiable/all_to_all_async.h"
+#include "collectives/differentiable/req_wait.h"
 #include "collectives/distributed_gradcheck.h"
 #include "collectives/graph_parallel.h"
 #include "collectives/group.h"
