@@ -11,6 +11,7 @@
 #include "collectives/run_ranks.h"
 #include "runtime/config.h"
 #include "spmd_gradcheck.h"
+#include "tests/collectives/test_helpers.h"
 
 #include <catch2/catch.hpp>
 
@@ -111,6 +112,28 @@ DG_CASE("all_to_all_single_async: distributed gradcheck, equal blocks and uneven
   const Splits s = uneven_splits(g);
   check(g, [&](const Variable& v) { return all_to_all_single_async(v, s.out, s.in, g).wait(); },
         rank_input({s.sent, 3}, g.rank()), uneven_elements(g, 3));
+}
+
+DG_CASE("all_to_all_single_async: two requests in flight at once, waited for in reverse order",
+        "[req_wait][all_to_all]", 1, 2, 3, 4) {
+  const Splits s = uneven_splits(g);
+  check(g, [&](const Variable& v) {
+    AsyncRequest<Variable> first = all_to_all_single_async(v, s.out, s.in, g);
+    AsyncRequest<Variable> second = all_to_all_single_async(mul(v, v), s.out, s.in, g);
+    Variable y2 = second.wait();
+    Variable y1 = first.wait();
+    return add(y1, mul(y2, 3.0));
+  }, rank_input({s.sent, 2}, g.rank()), uneven_elements(g, 2));
+}
+
+DG_CASE("all_to_all_single_async: a second backward under retain_graph runs both halves again",
+        "[req_wait][all_to_all]", 1, 2, 3) {
+  Variable x(rank_input({2 * g.size(), 2}, g.rank()), true, "x");
+  Variable y = all_to_all_single_async(x, g).wait();
+  Variable loss = sum(mul(y, 2.0));
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  loss.backward();
+  expect(equal(x.grad(), full(x.shape(), 4.0, DType::Float64)), g, "dx is " + x.grad().to_string());
 }
 
 DG_CASE("all_to_all_single_async gives the blocking op's values and gradients bit for bit",
@@ -254,4 +277,21 @@ TEST_CASE("all_to_all_single_async rejects bad arguments before any data moves",
     sum(y).backward();
   });
   CHECK(rejected.load() == 2 * 6);
+}
+
+TEST_CASE("all_to_all_single_async: a peer that never launches fails the wait at the deadline",
+          "[req_wait][all_to_all]") {
+  ftest::ScopedDefaultTimeout shorter(std::chrono::milliseconds(300));
+  std::atomic<int> timed_out{0};
+  run_ranks(2, [&](Group& g) {
+    if (g.rank() == 1) return;  // never launches
+    Variable x(ones({2, 2}, DType::Float64), true, "x");
+    AsyncRequest<Variable> req = all_to_all_single_async(x, g);
+    try {
+      req.wait();
+    } catch (const TimeoutError& e) {
+      if (std::string(e.what()).find("all_to_all_single") != std::string::npos) ++timed_out;
+    }
+  });
+  CHECK(timed_out.load() == 1);
 }

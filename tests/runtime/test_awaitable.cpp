@@ -2,6 +2,7 @@
 // over a Work keeps the Work's deadline and error.
 #include "runtime/awaitable.h"
 #include "runtime/config.h"
+#include "tests/collectives/test_helpers.h"
 
 #include <catch2/catch.hpp>
 
@@ -9,19 +10,6 @@
 #include <string>
 
 using namespace ferry;
-
-namespace {
-
-// Restores the default deadline when a test shortened it.
-struct ShortTimeout {
-  explicit ShortTimeout(std::chrono::milliseconds t) : previous(default_timeout()) {
-    set_default_timeout(t);
-  }
-  ~ShortTimeout() { set_default_timeout(previous); }
-  std::chrono::milliseconds previous;
-};
-
-}  // namespace
 
 TEST_CASE("Awaitable: wait runs the callbacks in list order, each on the previous result",
           "[awaitable]") {
@@ -82,7 +70,7 @@ TEST_CASE("Awaitable::after: the Work's error is rethrown at wait, the callbacks
 
 TEST_CASE("Awaitable::after: a Work that never completes ends in TimeoutError at its deadline",
           "[awaitable]") {
-  ShortTimeout shorter(std::chrono::milliseconds(50));
+  ftest::ScopedDefaultTimeout shorter(std::chrono::milliseconds(50));
   auto state = std::make_shared<detail::WorkState>(std::string("a stuck op"));
   Awaitable<int> a = Awaitable<int>::after(Work(state), [] { return 7; });
   CHECK_THROWS_AS(a.wait(), TimeoutError);
