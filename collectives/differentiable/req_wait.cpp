@@ -6,6 +6,7 @@
 #include "runtime/error.h"
 
 #include <atomic>
+#include <cstdint>
 
 namespace ferry {
 namespace detail {
@@ -29,6 +30,10 @@ class ReqWaitCore {
 
   // Wait, forward.
   std::vector<Tensor> wait() {
+    FERRY_CHECK(!forward_done_, InvalidArgument, op_->describe(),
+                ": the request can no longer be waited for: a backward already ran its Req node "
+                "and gave its outputs up (wait for a request before the backward of a loss "
+                "recorded after it)");
     std::vector<Tensor> outputs = complete_forward();
     flags_->waited = true;
     return outputs;
@@ -38,11 +43,16 @@ class ReqWaitCore {
   void launch_gradient(const std::vector<Tensor>& grad_outputs) {
     FERRY_CHECK(!gradient_in_flight_, InvalidArgument, op_->describe(),
                 ": a second gradient collective launched before the first was waited for");
+    // A backward under retain_graph launches again: a late callback of the previous gradient
+    // collective must not mark this one completed.
+    const uint64_t generation = ++flags_->gradient_generation;
     flags_->gradient_completed = false;
     gradient_ = op_->launch_gradient(grad_outputs);
     gradient_in_flight_ = true;
     flags_->gradient_launched = true;
-    gradient_.progress_in_background([flags = flags_] { flags->gradient_completed = true; });
+    gradient_.progress_in_background([flags = flags_, generation] {
+      if (flags->gradient_generation.load() == generation) flags->gradient_completed = true;
+    });
   }
 
   // The backward of a request whose outputs nobody received (dropped, or its Wait node not in
@@ -51,7 +61,8 @@ class ReqWaitCore {
   void launch_zero_gradient() {
     if (!forward_done_) complete_forward();
     std::vector<Tensor> zero_grads;
-    for (const Output& o : outputs_) zero_grads.push_back(o.defined ? zeros(o.shape, o.dtype) : Tensor());
+    for (const Output& o : outputs_)
+      zero_grads.push_back(o.defined ? zeros(o.shape, o.dtype) : Tensor());
     launch_gradient(zero_grads);
   }
 
@@ -89,6 +100,7 @@ class ReqWaitCore {
   struct Flags {
     std::atomic<bool> launched{false}, completed{false}, waited{false};
     std::atomic<bool> gradient_launched{false}, gradient_completed{false}, gradient_waited{false};
+    std::atomic<uint64_t> gradient_generation{0};
   };
   // What a zero gradient of each output looks like.
   struct Output {
@@ -128,71 +140,70 @@ namespace {
 
 using detail::ReqWaitCore;
 
-// The placeholder linking the Req node to the Wait node: one element of a floating dtype, so
-// that it can carry a (meaningless) gradient from Wait to Req.
-Tensor placeholder(DType dtype) { return zeros({1}, dtype); }
+// The nodes of a request: each runs one step of the shared core, and every one is a collective
+// node (a rank whose loss ignores the outputs still runs it).
+class RequestNode : public Function {
+ public:
+  RequestNode(std::shared_ptr<ReqWaitCore> core, DType dtype, const char* suffix)
+      : core_(std::move(core)), dtype_(dtype), suffix_(suffix) {}
+  std::string name() const override { return core_->op().name() + suffix_; }
+  bool is_collective() const override { return true; }
 
-class ReqFunction final : public Function {
+ protected:
+  // The placeholder linking the Req node to the nodes that consume it: one element of a
+  // floating dtype, so that it can carry a (meaningless) gradient back to the Req node.
+  Tensor placeholder() const { return zeros({1}, dtype_); }
+
+  std::shared_ptr<ReqWaitCore> core_;
+
+ private:
+  DType dtype_;
+  const char* suffix_;
+};
+
+class ReqFunction final : public RequestNode {
  public:
   ReqFunction(std::shared_ptr<ReqWaitCore> core, DType dtype)
-      : core_(std::move(core)), dtype_(dtype) {}
-  std::string name() const override { return core_->op().name() + "_req"; }
-  bool is_collective() const override { return true; }
+      : RequestNode(std::move(core), dtype, "_req") {}
 
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>& inputs) override {
     core_->launch(inputs);
-    return {placeholder(dtype_)};
+    return {placeholder()};
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>&) override {
     return core_->wait_gradient();
   }
-
- private:
-  std::shared_ptr<ReqWaitCore> core_;
-  DType dtype_;
 };
 
-class WaitFunction final : public Function {
+class WaitFunction final : public RequestNode {
  public:
   WaitFunction(std::shared_ptr<ReqWaitCore> core, DType dtype)
-      : core_(std::move(core)), dtype_(dtype) {}
-  std::string name() const override { return core_->op().name() + "_wait"; }
-  bool is_collective() const override { return true; }
+      : RequestNode(std::move(core), dtype, "_wait") {}
 
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>&) override {
     return core_->wait();
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& grad_outputs) override {
     core_->launch_gradient(grad_outputs);
-    return {placeholder(dtype_)};
+    return {placeholder()};
   }
-
- private:
-  std::shared_ptr<ReqWaitCore> core_;
-  DType dtype_;
 };
 
 // Recorded where a request was dropped unwaited: in backward it launches the gradient
 // collective (of zeros) in the place a Wait node would have, and the Req node waits for it.
-class DroppedWaitFunction final : public Function {
+class DroppedWaitFunction final : public RequestNode {
  public:
   DroppedWaitFunction(std::shared_ptr<ReqWaitCore> core, DType dtype)
-      : core_(std::move(core)), dtype_(dtype) {}
-  std::string name() const override { return core_->op().name() + "_dropped_wait"; }
-  bool is_collective() const override { return true; }
+      : RequestNode(std::move(core), dtype, "_dropped_wait") {}
 
   // The forward collective finishes in the background (or in backward): nothing to wait for.
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>&) override {
-    return {placeholder(dtype_)};
+    return {placeholder()};
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>&) override {
     core_->launch_zero_gradient();
-    return {placeholder(dtype_)};
+    return {placeholder()};
   }
-
- private:
-  std::shared_ptr<ReqWaitCore> core_;
-  DType dtype_;
 };
 
 // What the Awaitable of a request holds: its wait, and what to do when it is dropped unwaited.

@@ -337,13 +337,19 @@ TEST_CASE("bad roots and bad gradients") {
                                         Contains("[3]"));
 }
 
+namespace {
+
+// Scale, as a node that communicates in backward.
+class Collective : public Scale {
+ public:
+  using Scale::Scale;
+  std::string name() const override { return "fake_collective"; }
+  bool is_collective() const override { return true; }
+};
+
+}  // namespace
+
 TEST_CASE("a collective node runs in backward even when the root does not depend on it") {
-  class Collective : public Scale {
-   public:
-    using Scale::Scale;
-    std::string name() const override { return "fake_collective"; }
-    bool is_collective() const override { return true; }
-  };
   std::vector<int> log;
   Variable x(vec3(1, 2, 3), true, "x");
   Variable unused = apply(std::make_shared<Collective>(2.0, &log, 7), {x})[0];
@@ -361,12 +367,6 @@ TEST_CASE("a collective node runs in backward even when the root does not depend
 }
 
 TEST_CASE("a kept collective node runs in the next backward though no variable holds it") {
-  class Collective : public Scale {
-   public:
-    using Scale::Scale;
-    std::string name() const override { return "kept_collective"; }
-    bool is_collective() const override { return true; }
-  };
   std::vector<int> log;
   Variable x(vec3(1, 2, 3), true, "x");
   std::weak_ptr<detail::Node> kept;

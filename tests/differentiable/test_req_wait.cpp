@@ -248,6 +248,22 @@ DG_CASE("all_to_all_single_async: a rank whose loss ignores the output still run
   }
 }
 
+DG_CASE("all_to_all_single_async: a backward before the wait runs the request (zero gradient) "
+        "and the late wait is refused", "[req_wait][all_to_all]", 1, 2, 3) {
+  Variable x(rank_input({g.size(), 2}, g.rank()), true, "x");
+  AsyncRequest<Variable> req = all_to_all_single_async(x, g);
+  sum(mul(x, 5.0)).backward();  // recorded after the Req node: forces it on every rank
+  expect(equal(x.grad(), full(x.shape(), 5.0, DType::Float64)), g, "dx is " + x.grad().to_string());
+  expect(req.stage().gradient_waited, g, "the Req node did not run");
+  bool refused = false;
+  try {
+    req.wait();
+  } catch (const InvalidArgument& e) {
+    refused = std::string(e.what()).find("can no longer be waited for") != std::string::npos;
+  }
+  expect(refused, g, "a wait after the backward was not refused");
+}
+
 TEST_CASE("all_to_all_single_async rejects bad arguments before any data moves",
           "[req_wait][all_to_all]") {
   std::atomic<int> rejected{0};
