@@ -66,6 +66,16 @@ bool seen_without_driving(const AsyncRequest<Variable>& req, bool ReqWaitStage::
   return true;
 }
 
+// Whether waiting for `req` throws InvalidArgument saying `why`.
+bool wait_refused(AsyncRequest<Variable>& req, const std::string& why) {
+  try {
+    req.wait();
+  } catch (const InvalidArgument& e) {
+    return std::string(e.what()).find(why) != std::string::npos;
+  }
+  return false;
+}
+
 // Identity, recorded between a request's Req and Wait. Its forward and backward check where the
 // request stands, then sleep until the request's collective (forward, resp. gradient) finished
 // with nobody waiting for it: the collective was in flight while this node ran, and moved.
@@ -169,13 +179,7 @@ DG_CASE("all_to_all_single_async: callbacks run in order at wait and are differe
   // d/dx of sum(2 a2a(x) + 1) is 2 everywhere (an all_to_all only moves rows).
   expect(equal(x.grad(), full(x.shape(), 2.0, DType::Float64)), g, "dx is " + x.grad().to_string());
   // A request is waited for once.
-  bool refused = false;
-  try {
-    req.wait();
-  } catch (const InvalidArgument& e) {
-    refused = std::string(e.what()).find("waited for already") != std::string::npos;
-  }
-  expect(refused, g, "a second wait was not refused");
+  expect(wait_refused(req, "waited for already"), g, "a second wait was not refused");
 }
 
 DG_CASE("all_to_all_single_async: the collectives are in flight, and move, while a node "
@@ -255,13 +259,7 @@ DG_CASE("all_to_all_single_async: a backward before the wait runs the request (z
   sum(mul(x, 5.0)).backward();  // recorded after the Req node: forces it on every rank
   expect(equal(x.grad(), full(x.shape(), 5.0, DType::Float64)), g, "dx is " + x.grad().to_string());
   expect(req.stage().gradient_waited, g, "the Req node did not run");
-  bool refused = false;
-  try {
-    req.wait();
-  } catch (const InvalidArgument& e) {
-    refused = std::string(e.what()).find("can no longer be waited for") != std::string::npos;
-  }
-  expect(refused, g, "a wait after the backward was not refused");
+  expect(wait_refused(req, "can no longer be waited for"), g, "a wait after the backward was not refused");
 }
 
 TEST_CASE("all_to_all_single_async rejects bad arguments before any data moves",
