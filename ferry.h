@@ -1,6 +1,7 @@
 // ferry: the umbrella header. Link with `pkg-config --libs ferry`.
 #pragma once
 
+#include "runtime/awaitable.h"
 #include "runtime/block_cache.h"
 #include "runtime/config.h"
 #include "runtime/dtype.h"
@@ -21,8 +22,10 @@
 
 #include "collectives/algorithm_table.h"
 #include "collectives/collectives.h"
+#include "collectives/differentiable/all_to_all_async.h"
 #include "collectives/differentiable/differentiable.h"
 #include "collectives/differentiable/distributed_gradcheck.h"
+#include "collectives/differentiable/req_wait.h"
 #include "collectives/group.h"
 #include "collectives/init.h"
 #include "collectives/run_ranks.h"

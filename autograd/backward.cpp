@@ -262,6 +262,8 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
   }
   pass.collect(detail::t_consumed_up_to);
   detail::t_consumed_up_to = detail::last_recorded_sequence();
+  // The pass holds what it collected; kept nodes it did not collect will never be forced.
+  detail::release_kept_nodes(detail::t_consumed_up_to);
   pass.run(retain_graph);
 }
 

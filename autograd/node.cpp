@@ -11,6 +11,7 @@ namespace {
 // Recording order of this thread's nodes. Starts at 1 so that 0 can mean "no node".
 thread_local uint64_t t_next_sequence = 1;
 thread_local std::vector<std::weak_ptr<Node>> t_collective_nodes;
+thread_local std::vector<std::shared_ptr<Node>> t_kept_nodes;
 
 // Freeing the last variable of a long chain would free its nodes recursively, one stack frame
 // per node; a deep enough graph would overflow the stack. Nodes that are about to die are moved
@@ -60,6 +61,14 @@ std::vector<std::shared_ptr<Node>> unrun_collective_nodes() {
     if (node && !node->has_run() && !node->released()) nodes.push_back(std::move(node));
   }
   return nodes;
+}
+
+void keep_until_backward(std::shared_ptr<Node> node) {
+  t_kept_nodes.push_back(std::move(node));
+}
+
+void release_kept_nodes(uint64_t sequence) {
+  std::erase_if(t_kept_nodes, [sequence](const auto& node) { return node->sequence() <= sequence; });
 }
 
 bool should_record(VariablePtrs inputs) {

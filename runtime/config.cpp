@@ -28,6 +28,10 @@ Config read_config() {
   c.algo = env_or("FERRY_ALGO", "");
   c.debug = env_or("FERRY_DEBUG", "off");
   c.debug_subsys = env_or("FERRY_DEBUG_SUBSYS", "");
+  const std::string progress = env_or("FERRY_PROGRESS_THREAD", "1");
+  FERRY_CHECK(progress == "0" || progress == "1", InvalidArgument,
+              "FERRY_PROGRESS_THREAD: expected 0 or 1, given '", progress, "'");
+  c.progress_thread = progress == "1";
   return c;
 }
 

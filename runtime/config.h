@@ -5,6 +5,8 @@
 //   FERRY_ALGO      algorithm overrides, "all_reduce:ring,broadcast:tree" (see algorithm_table)
 //   FERRY_DEBUG     off | info | trace: what ferry prints to stderr
 //   FERRY_DEBUG_SUBSYS  comma list of subsystems to print (coll, transport, init); empty: all
+//   FERRY_PROGRESS_THREAD  0: the thread that moves in-flight ops nobody waits for only
+//                          watches them, it does not test them (runtime/progress.h); default 1
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,7 @@ struct Config {
   std::string algo;
   std::string debug = "off";
   std::string debug_subsys;
+  bool progress_thread = true;
 };
 
 // The process-wide configuration (read from the environment the first time it is asked for).

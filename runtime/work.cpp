@@ -2,6 +2,7 @@
 
 #include "runtime/config.h"
 #include "runtime/error.h"
+#include "runtime/progress.h"
 #include "runtime/wait_policy.h"
 
 namespace ferry {
@@ -90,6 +91,14 @@ Tensor Work::output(size_t i) {
   FERRY_CHECK(i < outs.size(), InvalidArgument, "Work::output: ", describe(), " produced ",
               outs.size(), " output(s), asked for index ", i);
   return outs[i];
+}
+
+void Work::progress_in_background(std::function<void()> on_completed) const {
+  if (!state_) {
+    if (on_completed) on_completed();
+    return;
+  }
+  detail::progress_in_background(state_, std::move(on_completed));
 }
 
 std::string Work::describe() const { return state_ ? state_->description() : "completed work"; }

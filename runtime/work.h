@@ -99,6 +99,12 @@ class Work {
   Tensor output(size_t i = 0);
   std::string describe() const;
 
+  // Keeps the op moving while nobody waits for it: one process-wide thread tests it until it
+  // completed (runtime/progress.h), then calls `on_completed` (may be null) on that thread,
+  // whether the op succeeded or failed. For an op launched now and waited for much later. An
+  // empty Work is complete: `on_completed` runs at once on the calling thread.
+  void progress_in_background(std::function<void()> on_completed = nullptr) const;
+
  private:
   void wait_for(std::chrono::milliseconds timeout, bool may_help);
   std::shared_ptr<detail::WorkState> state_;

@@ -6,6 +6,7 @@
 #include "backends/mpi/mpi_transport.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/progress.h"
 
 #include <atomic>
 #include <chrono>
@@ -65,6 +66,7 @@ bool mpi_finalize(bool peers_closed) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_ferry_initialized_mpi || !mpi_usable()) return false;
   stop_exchange_driver();  // it must not call MPI during or after MPI_Finalize
+  stop_background_progress();  // nor may the thread that tests in-flight ops
   if (peers_closed && !anything_kept_forever()) {
     MPI_Finalize();
     return true;

@@ -3,6 +3,7 @@
 // these tests do not depend on the built-in ops.
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "autograd/variable.h"
 
 #include <catch2/catch.hpp>
@@ -336,13 +337,19 @@ TEST_CASE("bad roots and bad gradients") {
                                         Contains("[3]"));
 }
 
+namespace {
+
+// Scale, as a node that communicates in backward.
+class Collective : public Scale {
+ public:
+  using Scale::Scale;
+  std::string name() const override { return "fake_collective"; }
+  bool is_collective() const override { return true; }
+};
+
+}  // namespace
+
 TEST_CASE("a collective node runs in backward even when the root does not depend on it") {
-  class Collective : public Scale {
-   public:
-    using Scale::Scale;
-    std::string name() const override { return "fake_collective"; }
-    bool is_collective() const override { return true; }
-  };
   std::vector<int> log;
   Variable x(vec3(1, 2, 3), true, "x");
   Variable unused = apply(std::make_shared<Collective>(2.0, &log, 7), {x})[0];
@@ -357,6 +364,33 @@ TEST_CASE("a collective node runs in backward even when the root does not depend
   log.clear();
   sum_all(scale(x, 1.0, &log, 10)).backward();
   CHECK(log == std::vector<int>{10});
+}
+
+TEST_CASE("a kept collective node runs in the next backward though no variable holds it") {
+  std::vector<int> log;
+  Variable x(vec3(1, 2, 3), true, "x");
+  std::weak_ptr<detail::Node> kept;
+  {
+    Variable out = apply(std::make_shared<Collective>(2.0, &log, 7), {x})[0];
+    kept = out.impl()->producer;
+    detail::keep_until_backward(out.impl()->producer);
+  }  // the only variable holding the node is gone
+  REQUIRE_FALSE(kept.expired());
+  sum_all(scale(x, 1.0, &log, 8)).backward();
+  CHECK(log == std::vector<int>{8, 7});
+  CHECK(kept.expired());  // released once it ran
+
+  // One recorded after the roots is passed by: released without running.
+  Variable loss = sum_all(scale(x, 1.0, &log, 9));
+  {
+    Variable out = apply(std::make_shared<Collective>(2.0, &log, 10), {x})[0];
+    kept = out.impl()->producer;
+    detail::keep_until_backward(out.impl()->producer);
+  }
+  log.clear();
+  loss.backward();
+  CHECK(log == std::vector<int>{9});
+  CHECK(kept.expired());
 }
 
 TEST_CASE("a long chain is freed without recursion") {

@@ -1,0 +1,270 @@
+#include "collectives/differentiable/req_wait.h"
+
+#include "autograd/function.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "runtime/error.h"
+
+#include <atomic>
+#include <cstdint>
+
+namespace ferry {
+namespace detail {
+
+// The state one request's nodes share: the op, the Works in flight and how far it went. The
+// flags are atomics because the progress thread sets the `completed` ones.
+class ReqWaitCore {
+ public:
+  explicit ReqWaitCore(std::shared_ptr<ReqWaitOp> op)
+      : op_(std::move(op)), flags_(std::make_shared<Flags>()) {}
+
+  const ReqWaitOp& op() const { return *op_; }
+
+  // Req, forward.
+  void launch(const std::vector<Tensor>& inputs) {
+    num_inputs_ = inputs.size();
+    forward_ = op_->launch(inputs);
+    flags_->launched = true;
+    forward_.progress_in_background([flags = flags_] { flags->completed = true; });
+  }
+
+  // Wait, forward.
+  std::vector<Tensor> wait() {
+    FERRY_CHECK(!forward_done_, InvalidArgument, op_->describe(),
+                ": the request can no longer be waited for: a backward already ran its Req node "
+                "and gave its outputs up (wait for a request before the backward of a loss "
+                "recorded after it)");
+    std::vector<Tensor> outputs = complete_forward();
+    flags_->waited = true;
+    return outputs;
+  }
+
+  // Wait, backward.
+  void launch_gradient(const std::vector<Tensor>& grad_outputs) {
+    FERRY_CHECK(!gradient_in_flight_, InvalidArgument, op_->describe(),
+                ": a second gradient collective launched before the first was waited for");
+    // A backward under retain_graph launches again: a late callback of the previous gradient
+    // collective must not mark this one completed.
+    const uint64_t generation = ++flags_->gradient_generation;
+    flags_->gradient_completed = false;
+    gradient_ = op_->launch_gradient(grad_outputs);
+    gradient_in_flight_ = true;
+    flags_->gradient_launched = true;
+    gradient_.progress_in_background([flags = flags_, generation] {
+      if (flags->gradient_generation.load() == generation) flags->gradient_completed = true;
+    });
+  }
+
+  // The backward of a request whose outputs nobody received (dropped, or its Wait node not in
+  // this backward): the gradient collective still runs, on zeros, so the peers get this
+  // rank's part.
+  void launch_zero_gradient() {
+    if (!forward_done_) complete_forward();
+    std::vector<Tensor> zero_grads;
+    for (const Output& o : outputs_)
+      zero_grads.push_back(o.defined ? zeros(o.shape, o.dtype) : Tensor());
+    launch_gradient(zero_grads);
+  }
+
+  // Req, backward.
+  std::vector<Tensor> wait_gradient() {
+    if (!gradient_in_flight_) launch_zero_gradient();
+    gradient_.wait();
+    gradient_ = Work();
+    gradient_in_flight_ = false;
+    flags_->gradient_completed = true;
+    std::vector<Tensor> grads = op_->finish_gradient();
+    FERRY_CHECK(grads.size() == num_inputs_, InvalidArgument, op_->describe(),
+                ": finish_gradient returned ", grads.size(), " gradients for ", num_inputs_,
+                " inputs");
+    flags_->gradient_waited = true;
+    return grads;
+  }
+
+  bool gradient_started_or_done() const {
+    return gradient_in_flight_ || flags_->gradient_waited.load();
+  }
+
+  ReqWaitStage stage() const {
+    ReqWaitStage s;
+    s.launched = flags_->launched;
+    s.completed = flags_->completed;
+    s.waited = flags_->waited;
+    s.gradient_launched = flags_->gradient_launched;
+    s.gradient_completed = flags_->gradient_completed;
+    s.gradient_waited = flags_->gradient_waited;
+    return s;
+  }
+
+ private:
+  struct Flags {
+    std::atomic<bool> launched{false}, completed{false}, waited{false};
+    std::atomic<bool> gradient_launched{false}, gradient_completed{false}, gradient_waited{false};
+    std::atomic<uint64_t> gradient_generation{0};
+  };
+  // What a zero gradient of each output looks like.
+  struct Output {
+    bool defined = false;
+    Shape shape;
+    DType dtype = DType::Float32;
+  };
+
+  std::vector<Tensor> complete_forward() {
+    forward_.wait();  // under the op's deadline; rethrows its error
+    forward_ = Work();
+    flags_->completed = true;
+    std::vector<Tensor> outputs = op_->finish();
+    forward_done_ = true;
+    outputs_.clear();
+    for (const Tensor& t : outputs) {
+      outputs_.push_back(t.defined() ? Output{true, t.shape(), t.dtype()} : Output{});
+    }
+    return outputs;
+  }
+
+  std::shared_ptr<ReqWaitOp> op_;
+  std::shared_ptr<Flags> flags_;  // shared with the progress thread's callbacks
+  size_t num_inputs_ = 0;
+  Work forward_;
+  bool forward_done_ = false;
+  std::vector<Output> outputs_;
+  Work gradient_;
+  bool gradient_in_flight_ = false;
+};
+
+ReqWaitStage stage_of(const ReqWaitCore& core) { return core.stage(); }
+
+}  // namespace detail
+
+namespace {
+
+using detail::ReqWaitCore;
+
+// The nodes of a request: each runs one step of the shared core, and every one is a collective
+// node (a rank whose loss ignores the outputs still runs it).
+class RequestNode : public Function {
+ public:
+  RequestNode(std::shared_ptr<ReqWaitCore> core, DType dtype, const char* suffix)
+      : core_(std::move(core)), dtype_(dtype), suffix_(suffix) {}
+  std::string name() const override { return core_->op().name() + suffix_; }
+  bool is_collective() const override { return true; }
+
+ protected:
+  // The placeholder linking the Req node to the nodes that consume it: one element of a
+  // floating dtype, so that it can carry a (meaningless) gradient back to the Req node.
+  Tensor placeholder() const { return zeros({1}, dtype_); }
+
+  std::shared_ptr<ReqWaitCore> core_;
+
+ private:
+  DType dtype_;
+  const char* suffix_;
+};
+
+class ReqFunction final : public RequestNode {
+ public:
+  ReqFunction(std::shared_ptr<ReqWaitCore> core, DType dtype)
+      : RequestNode(std::move(core), dtype, "_req") {}
+
+  std::vector<Tensor> forward(Context&, const std::vector<Tensor>& inputs) override {
+    core_->launch(inputs);
+    return {placeholder()};
+  }
+  std::vector<Tensor> backward(Context&, const std::vector<Tensor>&) override {
+    return core_->wait_gradient();
+  }
+};
+
+class WaitFunction final : public RequestNode {
+ public:
+  WaitFunction(std::shared_ptr<ReqWaitCore> core, DType dtype)
+      : RequestNode(std::move(core), dtype, "_wait") {}
+
+  std::vector<Tensor> forward(Context&, const std::vector<Tensor>&) override {
+    return core_->wait();
+  }
+  std::vector<Tensor> backward(Context&, const std::vector<Tensor>& grad_outputs) override {
+    core_->launch_gradient(grad_outputs);
+    return {placeholder()};
+  }
+};
+
+// Recorded where a request was dropped unwaited: in backward it launches the gradient
+// collective (of zeros) in the place a Wait node would have, and the Req node waits for it.
+class DroppedWaitFunction final : public RequestNode {
+ public:
+  DroppedWaitFunction(std::shared_ptr<ReqWaitCore> core, DType dtype)
+      : RequestNode(std::move(core), dtype, "_dropped_wait") {}
+
+  // The forward collective finishes in the background (or in backward): nothing to wait for.
+  std::vector<Tensor> forward(Context&, const std::vector<Tensor>&) override {
+    return {placeholder()};
+  }
+  std::vector<Tensor> backward(Context&, const std::vector<Tensor>&) override {
+    core_->launch_zero_gradient();
+    return {placeholder()};
+  }
+};
+
+// What the Awaitable of a request holds: its wait, and what to do when it is dropped unwaited.
+class RequestHandle {
+ public:
+  RequestHandle(std::shared_ptr<ReqWaitCore> core, Variable placeholder, DType dtype)
+      : core_(std::move(core)), placeholder_(std::move(placeholder)), dtype_(dtype) {}
+  RequestHandle(const RequestHandle&) = delete;
+  RequestHandle& operator=(const RequestHandle&) = delete;
+
+  std::vector<Variable> wait() {
+    FERRY_CHECK(!waited_, InvalidArgument, core_->op().describe(),
+                ": this request was waited for already; a request is waited for once (its "
+                "wait records the node that completes the collective), so keep the outputs of "
+                "the first wait");
+    std::vector<Variable> outputs =
+        ferry::apply(std::make_shared<WaitFunction>(core_, dtype_), {placeholder_});
+    waited_ = true;
+    placeholder_ = Variable();
+    return outputs;
+  }
+
+  ~RequestHandle() {
+    // Unwaited and recorded: the peers will run this request's gradient collective, so this
+    // rank must too. Not when its Req node already ran a backward (it launched one itself).
+    if (waited_ || !placeholder_.requires_grad() || core_->gradient_started_or_done()) return;
+    try {
+      EnableGradGuard recording;  // the drop may happen inside a NoGradGuard
+      Variable dropped =
+          ferry::apply(std::make_shared<DroppedWaitFunction>(core_, dtype_), {placeholder_})[0];
+      detail::keep_until_backward(dropped.impl()->producer);
+    } catch (...) {
+      // Out of memory at most; a destructor cannot report it, and the peers then time out.
+    }
+  }
+
+ private:
+  std::shared_ptr<ReqWaitCore> core_;
+  Variable placeholder_;
+  DType dtype_;
+  bool waited_ = false;
+};
+
+DType placeholder_dtype(const std::vector<Variable>& inputs) {
+  for (const Variable& v : inputs) {
+    if (v.defined() && is_floating(v.dtype())) return v.dtype();
+  }
+  return DType::Float32;
+}
+
+}  // namespace
+
+AsyncRequest<std::vector<Variable>> launch_async(std::shared_ptr<ReqWaitOp> op,
+                                                 const std::vector<Variable>& inputs) {
+  FERRY_CHECK(op != nullptr, InvalidArgument, "launch_async: the op is null");
+  auto core = std::make_shared<ReqWaitCore>(std::move(op));
+  const DType dtype = placeholder_dtype(inputs);
+  Variable req = ferry::apply(std::make_shared<ReqFunction>(core, dtype), inputs)[0];
+  auto handle = std::make_shared<RequestHandle>(core, std::move(req), dtype);
+  return AsyncRequest<std::vector<Variable>>(
+      Awaitable<std::vector<Variable>>([handle] { return handle->wait(); }), std::move(core));
+}
+
+}  // namespace ferry

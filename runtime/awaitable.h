@@ -1,0 +1,88 @@
+// Awaitable<T>: a value that becomes available later, with torchrec's semantics.
+//
+// wait() computes the value (the awaitable's own wait, e.g. finishing a collective) and passes
+// it through the callback list in order, ret = cb(ret), returning the last result. The list is
+// the owners' to extend: a module that wraps a request appends its own post-processing (a
+// permutation, a reshape) and hands the awaitable on. Callbacks added after a wait apply to the
+// next wait only.
+//
+//   Awaitable<Tensor> a = Awaitable<Tensor>::after(work, [out] { return out; });
+//   a.then([](Tensor t) { return t.narrow(0, 0, 2); });
+//   Tensor t = a.wait();   // rethrows the Work's error; bounded by its deadline
+//
+// NoWait<T>(obj) is ready at birth: wait() returns obj (through the callbacks). Ops return one
+// when there is nothing to wait for (a group of one rank, a synchronous mode).
+//
+// An Awaitable is a handle: copies share the wait and the callback list. Whether it may be
+// waited more than once is the wait's business: NoWait and after() compute their value again
+// (their wait is idempotent), a differentiable request throws InvalidArgument on a second wait
+// (see collectives/differentiable/req_wait.h). A default-constructed Awaitable is empty: wait()
+// throws InvalidArgument. Not thread-safe: one thread waits and edits the callbacks.
+#pragma once
+
+#include "runtime/error.h"
+#include "runtime/work.h"
+
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace ferry {
+
+template <class T>
+class Awaitable {
+ public:
+  using Callback = std::function<T(T)>;
+
+  Awaitable() = default;
+  // `wait_impl` produces the value when waited for.
+  explicit Awaitable(std::function<T()> wait_impl)
+      : state_(std::make_shared<State>(std::move(wait_impl))) {}
+
+  // Composes with a Work: wait() waits for `work` (under its deadline, rethrowing its error),
+  // then returns result().
+  static Awaitable after(Work work, std::function<T()> result) {
+    return Awaitable([work = std::move(work), result = std::move(result)]() mutable {
+      work.wait();
+      return result();
+    });
+  }
+
+  bool valid() const { return state_ != nullptr; }
+
+  T wait() {
+    FERRY_CHECK(state_ != nullptr, InvalidArgument, "Awaitable::wait: the awaitable is empty");
+    T ret = state_->wait_impl();
+    // By index: a callback may append to the list while it runs.
+    for (size_t i = 0; i < state_->callbacks.size(); ++i) ret = state_->callbacks[i](std::move(ret));
+    return ret;
+  }
+
+  // The callbacks wait() applies, in order; owners extend it.
+  std::vector<Callback>& callbacks() {
+    FERRY_CHECK(state_ != nullptr, InvalidArgument, "Awaitable::callbacks: the awaitable is empty");
+    return state_->callbacks;
+  }
+  // Appends `cb`; returns this awaitable, so that calls chain.
+  Awaitable& then(Callback cb) {
+    callbacks().push_back(std::move(cb));
+    return *this;
+  }
+
+ private:
+  struct State {
+    explicit State(std::function<T()> w) : wait_impl(std::move(w)) {}
+    std::function<T()> wait_impl;
+    std::vector<Callback> callbacks;
+  };
+  std::shared_ptr<State> state_;
+};
+
+template <class T>
+class NoWait : public Awaitable<T> {
+ public:
+  explicit NoWait(T obj) : Awaitable<T>([obj = std::move(obj)] { return obj; }) {}
+};
+
+}  // namespace ferry

@@ -1,0 +1,53 @@
+// Progress while nobody waits (internal): one thread per process that keeps in-flight Works
+// moving between their launch and their wait.
+//
+// Why: an op started at issue on a transport that moves data only inside its own calls (MPI's
+// requests, the local transport's receiver-side copy, UCX's worker for an op not run by a group
+// worker) advances only while some thread tests or waits for it. An op launched in one tape
+// node and waited for in a later one (collectives/differentiable/req_wait.h) would then stand
+// still while the nodes between them compute, and so would a peer that needs this rank's part
+// of a rendezvous. Works queued on a group's worker need no help (the worker runs them), but
+// the driver does not have to know which kind it was given: Work::is_completed() tests an op
+// started at issue and only reads the flag of a queued one.
+//
+// What it watches: the Works it is given, the collectives of the Req/Wait nodes and whatever a
+// user hands Work::progress_in_background; not every op started at issue. A blocking call is
+// waited for at once, and a second thread testing it only competes for the cores: watching
+// every MPI op started at issue made 32-64 KiB all_reduces 1.8-2.3x MPICH's time instead of
+// 0.93-1.08x (ferry-bench --vs-mpi, 2 ranks on 2 cores).
+//
+// How: the thread tests every watched Work, sleeping between rounds for 50 us at first and
+// twice as long after every round that completed nothing, up to 1 ms; with nothing watched it
+// sleeps on a condition variable until the next watch. So it costs nothing while idle, at most
+// a thousand short wake-ups a second while an op is in flight, and never spins (2 cores, 3-4
+// ranks in the tests). Watching holds the Work weakly: a dropped Work is handled as before
+// (its group finishes it), and the driver forgets it. A Work still in flight after twice its
+// default deadline is forgotten too: its waiter reports the timeout.
+//
+// FERRY_PROGRESS_THREAD=0 (a diagnostic switch) stops the thread from testing: it only reads
+// whether a watched op completed, so an op moves only if its group's worker or a waiter moves it,
+// as before this thread existed, and callbacks still run when it did complete.
+#pragma once
+
+#include "runtime/work.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace ferry::detail {
+
+// Tests `state` in the background until it completed, then calls `on_completed` (may be null)
+// on the progress thread, whether the op succeeded or failed.
+void progress_in_background(std::weak_ptr<WorkState> state,
+                            std::function<void()> on_completed = nullptr);
+
+// Stops the thread and forgets what it watched; a later watch starts it again. Called before
+// MPI_Finalize: nothing may test an MPI request during or after it.
+void stop_background_progress();
+
+// For tests: rounds of tests run so far, and whether the thread sleeps with nothing watched.
+uint64_t background_progress_rounds();
+bool background_progress_asleep();
+
+}  // namespace ferry::detail

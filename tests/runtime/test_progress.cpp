@@ -1,0 +1,88 @@
+// The progress thread (runtime/progress.h): an op that moves only when tested, as an MPI
+// request does, completes while nobody waits for it; the thread sleeps once nothing is in
+// flight and forgets dropped Works.
+#include "runtime/progress.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+using namespace ferry;
+
+namespace {
+
+// Finishes at its n-th test and never otherwise: only someone testing it moves it.
+class MovesWhenTested final : public detail::WorkState {
+ public:
+  explicit MovesWhenTested(int tests) : WorkState(std::string("moves when tested")), left_(tests) {}
+  bool is_completed() const override {
+    if (WorkState::is_completed()) return true;
+    if (left_.fetch_sub(1) <= 1) const_cast<MovesWhenTested*>(this)->complete();
+    return WorkState::is_completed();
+  }
+
+ private:
+  mutable std::atomic<int> left_;
+};
+
+// Polls `done` until it holds or 30 s passed (a bound for a broken build, not a timing).
+template <class Done>
+bool eventually(Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("progress: an op that moves only when tested completes while nobody waits",
+          "[progress]") {
+  auto state = std::make_shared<MovesWhenTested>(5);
+  Work work(state);
+  std::promise<void> completed;
+  work.progress_in_background([&] { completed.set_value(); });
+  // Nobody tests or waits on this thread: only the progress thread can finish the op.
+  REQUIRE(completed.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  CHECK(state->WorkState::is_completed());
+  // Nothing in flight any more: the thread sleeps and runs no more rounds.
+  REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
+  const uint64_t rounds = detail::background_progress_rounds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(detail::background_progress_rounds() == rounds);
+  CHECK(detail::background_progress_asleep());
+}
+
+TEST_CASE("progress: a dropped Work is forgotten, and its callback never runs", "[progress]") {
+  std::atomic<bool> called{false};
+  {
+    Work work(std::make_shared<MovesWhenTested>(1 << 30));
+    work.progress_in_background([&] { called = true; });
+  }
+  REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
+  CHECK_FALSE(called.load());
+}
+
+TEST_CASE("progress: an empty Work is complete, its callback runs at once", "[progress]") {
+  bool called = false;
+  Work().progress_in_background([&] { called = true; });
+  CHECK(called);
+}
+
+TEST_CASE("progress: stopping forgets what was watched; a later watch starts the thread again",
+          "[progress]") {
+  Work stuck(std::make_shared<MovesWhenTested>(1 << 30));
+  stuck.progress_in_background();
+  detail::stop_background_progress();
+  auto state = std::make_shared<MovesWhenTested>(3);
+  Work work(state);
+  std::promise<void> completed;
+  work.progress_in_background([&] { completed.set_value(); });
+  REQUIRE(completed.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
+}
