@@ -32,3 +32,4 @@
 #include "collectives/partition.h"
 #include "collectives/run_ranks.h"
 #include "collectives/towhee_gather.h"
+#include "collectives/torchrec/torchrec.h"
