@@ -109,6 +109,13 @@ class FbgemmQuantizedCommCodec final : public QuantizedCommCodec {
 // FP8 without fp8_quantize_dim_bwd uses fp8_quantize_dim. (The original also warns, without
 // acting on it, when FP8 dims are set but no precision is FP8; ferry logs the same.)
 struct QCommsConfig {
+  QCommsConfig() = default;
+  // QCommsConfig(forward_precision=..., backward_precision=...), the common call; the other
+  // fields are set by name afterwards. (A constructor rather than designated initializers:
+  // GCC 12's -Wextra warns about every field a designated initializer leaves out.)
+  QCommsConfig(CommType forward, CommType backward = CommType::FP32)
+      : forward_precision(forward), backward_precision(backward) {}
+
   CommType forward_precision = CommType::FP32;
   CommType backward_precision = CommType::FP32;
   std::optional<double> forward_loss_scale;
