@@ -24,13 +24,13 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 uint16_t enc16(float x, bool bf16, float scale = 1.0f) {
   uint16_t h = 0;
-  bf16 ? encode_bf16(&x, &h, 1, scale) : encode_fp16(&x, &h, 1, scale);
+  encode_wire16(bf16 ? Wire16::Bf16 : Wire16::Fp16, &x, &h, 1, scale);
   return h;
 }
 
 float dec16(uint16_t h, bool bf16) {
   float y = 0;
-  bf16 ? decode_bf16(&h, &y, 1) : decode_fp16(&h, &y, 1);
+  decode_wire16(bf16 ? Wire16::Bf16 : Wire16::Fp16, &h, &y, 1);
   return y;
 }
 
@@ -90,13 +90,13 @@ TEST_CASE("fp16 kernel: hand-computed values and the original's clamp (TC22)", "
   const std::vector<float> x{1.0f, 70000.0f, -1e6f, 0.1f};
   std::vector<uint16_t> h(4);
   std::vector<float> y(4);
-  encode_fp16(x.data(), h.data(), 4, 1.0f);
+  encode_wire16(Wire16::Fp16, x.data(), h.data(), 4, 1.0f);
   CHECK(h == std::vector<uint16_t>{0x3C00, 0x7BFF, 0xFBFF, 0x2E66});
-  decode_fp16(h.data(), y.data(), 4);
+  decode_wire16(Wire16::Fp16, h.data(), y.data(), 4);
   CHECK(y == std::vector<float>{1.0f, 65504.0f, -65504.0f, 0.0999755859375f});
   // loss scale 2: scaled before the clamp, divided in half precision after.
-  encode_fp16(x.data(), h.data(), 4, 2.0f);
-  decode_fp16_divided(h.data(), y.data(), 4, 2.0f);
+  encode_wire16(Wire16::Fp16, x.data(), h.data(), 4, 2.0f);
+  decode_wire16_divided(Wire16::Fp16, h.data(), y.data(), 4, 2.0f);
   CHECK(y == std::vector<float>{1.0f, 32752.0f, -32752.0f, 0.0999755859375f});
   // Subnormal halves and round-to-nearest-even ties on both grids.
   CHECK(enc16(0x1p-24f, false) == 0x0001);
@@ -119,7 +119,7 @@ TEST_CASE("fp16 kernel: NaN stays NaN, +-inf clamp to +-65504", "[kernels]") {
   // Without the clamp (the loss-scale division) a quotient beyond 65520 overflows to inf.
   const uint16_t h = 0x7BFF;
   float y = 0;
-  decode_fp16_divided(&h, &y, 1, 0.5f);
+  decode_wire16_divided(Wire16::Fp16, &h, &y, 1, 0.5f);
   CHECK(y == kInf);
 }
 
@@ -162,7 +162,7 @@ TEST_CASE("bf16 kernel: clamp, round to nearest even, NaN -> 0x7FC0", "[kernels]
   const uint16_t b = enc16(0.1f, true, 2.0f);
   CHECK(b == 0x3E4D);
   float y = 0;
-  decode_bf16_divided(&b, &y, 1, 2.0f);
+  decode_wire16_divided(Wire16::Bf16, &b, &y, 1, 2.0f);
   CHECK(y == 0.10009765625f);
 }
 
@@ -320,13 +320,13 @@ TEST_CASE("vectorised kernels equal element-by-element calls at every tail lengt
     for (float& v : x) v = normal(rng);
     std::vector<uint16_t> h(n);
     std::vector<uint8_t> q(n);
-    encode_fp16(x.data(), h.data(), n, 1.0f);
+    encode_wire16(Wire16::Fp16, x.data(), h.data(), n, 1.0f);
     encode_hfp8(x.data(), q.data(), n);
     for (size_t i = 0; i < n; ++i) {
       REQUIRE(h[i] == enc16(x[i], false));
       REQUIRE(q[i] == enc_hfp8(x[i]));
     }
-    encode_bf16(x.data(), h.data(), n, 1.0f);
+    encode_wire16(Wire16::Bf16, x.data(), h.data(), n, 1.0f);
     for (size_t i = 0; i < n; ++i) REQUIRE(h[i] == enc16(x[i], true));
     // Row-wise: the codes of one row of n values against lrintf of fbgemm's formula.
     std::vector<uint8_t> whole(static_cast<size_t>(rowwise_row_bytes(static_cast<int64_t>(n))));

@@ -130,7 +130,8 @@ TEST_CASE("round-trip error bounds per precision", "[codecs]") {
   }
   SECTION("fp8 row-wise: 3 (1-4-3) or 2 (1-5-2) mantissa bits relative to the row") {
     for (bool fwd : {true, false}) {
-      const std::vector<float> out = round_trip(FbgemmQuantizedCommCodec(CommType::FP8, {}, 32, fwd), x);
+      const std::vector<float> out =
+          round_trip(FbgemmQuantizedCommCodec(CommType::FP8, {}, 32, fwd), x);
       check_each(out, [&](size_t i) {
         const size_t row = i / 32;
         float m = 0;

@@ -54,7 +54,8 @@ int reps_for(size_t bytes) {
 class CodecCase {
  public:
   CodecCase(const CodecSpec& spec, int64_t count, int64_t row_dim)
-      : codec_(spec.type, std::nullopt, spec.rowwise ? std::optional<int64_t>(row_dim) : std::nullopt),
+      : codec_(spec.type, std::nullopt,
+               spec.rowwise ? std::optional<int64_t>(row_dim) : std::nullopt),
         input_(normal({count}, 0.0, spec.type == CommType::FP8 && !spec.rowwise ? 0.25 : 1.0,
                       /*seed=*/42)),
         ctx_(*codec_.create_context()),
@@ -107,8 +108,8 @@ int iterations(const Options& o, const Timings& warm) {
   if (o.iters != 0) return o.iters;
   const double per_iter = summarize(warm.codec).median + summarize(warm.memcpy).median;
   if (!(per_iter > 0)) return kMaxIters;
-  return static_cast<int>(
-      std::clamp(std::ceil(kTargetSecondsPerSize / per_iter), double{kMinIters}, double{kMaxIters}));
+  const double n = std::ceil(kTargetSecondsPerSize / per_iter);
+  return static_cast<int>(std::clamp(n, double{kMinIters}, double{kMaxIters}));
 }
 
 double gbps(size_t bytes, double seconds) {

@@ -192,7 +192,8 @@ Options parse_options(int argc, char** argv) {
   if (!o.codecs.empty() && !o.codec) throw UsageError("--codec needs --op codec");
   if (o.codec) {
     if (o.vs_mpi || o.differentiable)
-      throw UsageError("--op codec times the codecs alone; it excludes --vs-mpi and --differentiable");
+      throw UsageError("--op codec times the codecs alone; it excludes --vs-mpi and "
+                       "--differentiable");
     if (o.codecs.empty()) o.codecs = codec_bench_names();
   }
   if (o.mpi_nonblocking && !o.vs_mpi) throw UsageError("--mpi-nonblocking needs --vs-mpi");

@@ -7,7 +7,11 @@
 // Contraction would fuse a product into the following add (FMA in the -v3 / -v4 variants) and
 // round once where the scalar definition rounds twice: the variants would then disagree with
 // each other and with fbgemm's CPU kernels. Keep every operation separately rounded.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // One clone per ISA level, picked by the loader (ifunc) from the CPU's features.
@@ -139,7 +143,8 @@ inline uint8_t float_to_hfp8(float x) {
 
   const float bouncer = float_of((static_cast<u32>(a) & 0xFF800000u) + ((23u - kMbits) << 23));
   const u32 rounded = bits_of((bouncer + m) - bouncer);
-  const u32 normal = ((rounded - (static_cast<u32>(127 - P::kBias) << 23)) << (8 - P::kEbits)) >> 24;
+  const u32 rebiased = rounded - (static_cast<u32>(127 - P::kBias) << 23);
+  const u32 normal = (rebiased << (8 - P::kEbits)) >> 24;
   const u32 subnormal = bits_of(float_of(kSubnormalBouncer) + m) & 0xFFu;
 
   u32 code = select(mask_of(a < kSmallestNormal), subnormal, normal) | sign;
@@ -245,58 +250,83 @@ FERRY_CODEC_INLINE void zero_row_padding(uint8_t* row, int64_t row_dim) {
   std::memset(row + row_dim, 0, static_cast<size_t>(aligned - row_dim));
 }
 
-template <Fp8Layout L>
-FERRY_CODEC_INLINE void encode_fp8_rows(const float* x, uint8_t* out, int64_t rows, int64_t row_dim) {
+// Calls row(values, bytes, stride) for every row: the row's offset in the float32 values and
+// in the encoded bytes, and the encoded row's size. The lambdas are force-inlined like the
+// helpers, so each clone compiles them for its own ISA.
+#define FERRY_CODEC_LAMBDA __attribute__((always_inline))
+template <class F>
+FERRY_CODEC_INLINE void for_each_row(int64_t rows, int64_t row_dim, F&& row) {
   const int64_t stride = rowwise_row_bytes(row_dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * row_dim;
-    uint8_t* row = out + r * stride;
+  for (int64_t r = 0; r < rows; ++r) row(r * row_dim, r * stride, stride);
+}
+
+template <Fp8Layout L>
+FERRY_CODEC_INLINE void encode_fp8_rows(const float* x, uint8_t* out, int64_t rows,
+                                        int64_t row_dim) {
+  for_each_row(rows, row_dim, [&](int64_t v, int64_t b, int64_t stride) FERRY_CODEC_LAMBDA {
+    const float* in = x + v;
+    uint8_t* row = out + b;
     const float max_abs = std::max(kRowEpsilon, row_max_abs_finite(in, row_dim));
     const float scale = Hfp8Params<L>::kMax / (kRowEpsilon + max_abs);
     for (int64_t i = 0; i < row_dim; ++i) row[i] = float_to_hfp8<L, true>(in[i] * scale);
     zero_row_padding(row, row_dim);
     store_float(row + stride - 8, scale);
     store_float(row + stride - 4, 0.0f);
-  }
+  });
 }
 
 template <Fp8Layout L>
-FERRY_CODEC_INLINE void decode_fp8_rows(const uint8_t* q, float* out, int64_t rows, int64_t row_dim) {
-  const int64_t stride = rowwise_row_bytes(row_dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* row = q + r * stride;
-    float* o = out + r * row_dim;
+FERRY_CODEC_INLINE void decode_fp8_rows(const uint8_t* q, float* out, int64_t rows,
+                                        int64_t row_dim) {
+  for_each_row(rows, row_dim, [&](int64_t v, int64_t b, int64_t stride) FERRY_CODEC_LAMBDA {
+    const uint8_t* row = q + b;
     const float scale = load_float(row + stride - 8);
-    for (int64_t i = 0; i < row_dim; ++i) o[i] = hfp8_to_float<L>(row[i]) / scale;
-  }
+    for (int64_t i = 0; i < row_dim; ++i) out[v + i] = hfp8_to_float<L>(row[i]) / scale;
+  });
+}
+
+// The two 16-bit formats behind one set of loops.
+struct Half {
+  static uint16_t clamped(float x) { return float_to_half_clamped(x); }
+  static uint16_t round(float x) { return float_to_half(x); }
+  static float widen(uint16_t h) { return half_to_float(h); }
+};
+struct BFloat16 {
+  static uint16_t clamped(float x) { return float_to_bf16_clamped(x); }
+  static uint16_t round(float x) { return float_to_bf16(x); }
+  static float widen(uint16_t b) { return bf16_to_float(b); }
+};
+
+template <class F>
+FERRY_CODEC_INLINE void encode16(const float* x, uint16_t* out, size_t n, float scale) {
+  for (size_t i = 0; i < n; ++i) out[i] = F::clamped(x[i] * scale);
+}
+
+template <class F>
+FERRY_CODEC_INLINE void decode16(const uint16_t* q, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = F::widen(q[i]);
+}
+
+template <class F>
+FERRY_CODEC_INLINE void decode16_divided(const uint16_t* q, float* out, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) out[i] = F::widen(F::round(F::widen(q[i]) / divisor));
 }
 
 }  // namespace
 
-FERRY_CODEC_KERNEL void encode_fp16(const float* x, uint16_t* out, size_t n, float scale) {
-  for (size_t i = 0; i < n; ++i) out[i] = float_to_half_clamped(x[i] * scale);
+FERRY_CODEC_KERNEL void encode_wire16(Wire16 format, const float* x, uint16_t* out, size_t n,
+                                      float scale) {
+  format == Wire16::Fp16 ? encode16<Half>(x, out, n, scale) : encode16<BFloat16>(x, out, n, scale);
 }
 
-FERRY_CODEC_KERNEL void decode_fp16(const uint16_t* h, float* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = half_to_float(h[i]);
+FERRY_CODEC_KERNEL void decode_wire16(Wire16 format, const uint16_t* q, float* out, size_t n) {
+  format == Wire16::Fp16 ? decode16<Half>(q, out, n) : decode16<BFloat16>(q, out, n);
 }
 
-FERRY_CODEC_KERNEL void decode_fp16_divided(const uint16_t* h, float* out, size_t n,
-                                            float divisor) {
-  for (size_t i = 0; i < n; ++i) out[i] = half_to_float(float_to_half(half_to_float(h[i]) / divisor));
-}
-
-FERRY_CODEC_KERNEL void encode_bf16(const float* x, uint16_t* out, size_t n, float scale) {
-  for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16_clamped(x[i] * scale);
-}
-
-FERRY_CODEC_KERNEL void decode_bf16(const uint16_t* b, float* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(b[i]);
-}
-
-FERRY_CODEC_KERNEL void decode_bf16_divided(const uint16_t* b, float* out, size_t n,
-                                            float divisor) {
-  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(float_to_bf16(bf16_to_float(b[i]) / divisor));
+FERRY_CODEC_KERNEL void decode_wire16_divided(Wire16 format, const uint16_t* q, float* out,
+                                              size_t n, float divisor) {
+  format == Wire16::Fp16 ? decode16_divided<Half>(q, out, n, divisor)
+                         : decode16_divided<BFloat16>(q, out, n, divisor);
 }
 
 FERRY_CODEC_KERNEL void encode_hfp8(const float* x, uint8_t* out, size_t n) {
@@ -309,10 +339,9 @@ FERRY_CODEC_KERNEL void decode_hfp8(const uint8_t* q, float* out, size_t n) {
 
 FERRY_CODEC_KERNEL void encode_int8_rowwise(const float* x, uint8_t* out, int64_t rows,
                                             int64_t row_dim) {
-  const int64_t stride = rowwise_row_bytes(row_dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * row_dim;
-    uint8_t* row = out + r * stride;
+  for_each_row(rows, row_dim, [&](int64_t v, int64_t b, int64_t stride) FERRY_CODEC_LAMBDA {
+    const float* in = x + v;
+    uint8_t* row = out + b;
     const RowRange range = row_range(in, row_dim);
     float scale, bias;
     if (range.finite) {
@@ -332,35 +361,29 @@ FERRY_CODEC_KERNEL void encode_int8_rowwise(const float* x, uint8_t* out, int64_
     zero_row_padding(row, row_dim);
     store_float(row + stride - 8, scale);
     store_float(row + stride - 4, bias);
-  }
+  });
 }
 
 FERRY_CODEC_KERNEL void decode_int8_rowwise(const uint8_t* q, float* out, int64_t rows,
                                             int64_t row_dim) {
-  const int64_t stride = rowwise_row_bytes(row_dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* row = q + r * stride;
-    float* o = out + r * row_dim;
+  for_each_row(rows, row_dim, [&](int64_t v, int64_t b, int64_t stride) FERRY_CODEC_LAMBDA {
+    const uint8_t* row = q + b;
     const float scale = load_float(row + stride - 8);
     const float bias = load_float(row + stride - 4);
-    for (int64_t i = 0; i < row_dim; ++i) o[i] = static_cast<float>(row[i]) * scale + bias;
-  }
+    for (int64_t i = 0; i < row_dim; ++i) out[v + i] = static_cast<float>(row[i]) * scale + bias;
+  });
 }
 
 FERRY_CODEC_KERNEL void encode_fp8_rowwise(const float* x, uint8_t* out, int64_t rows,
                                            int64_t row_dim, Fp8Layout layout) {
-  if (layout == Fp8Layout::E4M3)
-    encode_fp8_rows<Fp8Layout::E4M3>(x, out, rows, row_dim);
-  else
-    encode_fp8_rows<Fp8Layout::E5M2>(x, out, rows, row_dim);
+  layout == Fp8Layout::E4M3 ? encode_fp8_rows<Fp8Layout::E4M3>(x, out, rows, row_dim)
+                            : encode_fp8_rows<Fp8Layout::E5M2>(x, out, rows, row_dim);
 }
 
 FERRY_CODEC_KERNEL void decode_fp8_rowwise(const uint8_t* q, float* out, int64_t rows,
                                            int64_t row_dim, Fp8Layout layout) {
-  if (layout == Fp8Layout::E4M3)
-    decode_fp8_rows<Fp8Layout::E4M3>(q, out, rows, row_dim);
-  else
-    decode_fp8_rows<Fp8Layout::E5M2>(q, out, rows, row_dim);
+  layout == Fp8Layout::E4M3 ? decode_fp8_rows<Fp8Layout::E4M3>(q, out, rows, row_dim)
+                            : decode_fp8_rows<Fp8Layout::E5M2>(q, out, rows, row_dim);
 }
 
 }  // namespace ferry::torchrec::detail

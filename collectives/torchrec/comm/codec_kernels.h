@@ -54,19 +54,19 @@ inline constexpr float kBf16Max = 3.38953139e38f;  // 0x7F7F
 // Bytes of one encoded row: align4(row_dim) + 2 * sizeof(float). row_dim > 0.
 inline int64_t rowwise_row_bytes(int64_t row_dim) { return (row_dim + 3) / 4 * 4 + 8; }
 
-// out[i] = fp16(clamp(x[i] * scale, -65504, 65504)). scale 1 is exact (no loss scale).
-void encode_fp16(const float* x, uint16_t* out, size_t n, float scale);
-// out[i] = float(h[i]).
-void decode_fp16(const uint16_t* h, float* out, size_t n);
-// out[i] = float(fp16(float(h[i]) / divisor)): the original divides the still-encoded tensor
-// by the loss scale in half precision (float arithmetic, one rounding to half, no clamp: a
-// divisor below 1 can overflow to inf).
-void decode_fp16_divided(const uint16_t* h, float* out, size_t n, float divisor);
+// The two 16-bit wire formats (FP16 and BF16 codecs).
+enum class Wire16 { Fp16, Bf16 };
 
-// The same three for bfloat16 (clamp at +-3.3895314e38).
-void encode_bf16(const float* x, uint16_t* out, size_t n, float scale);
-void decode_bf16(const uint16_t* b, float* out, size_t n);
-void decode_bf16_divided(const uint16_t* b, float* out, size_t n, float divisor);
+// out[i] = format(clamp(x[i] * scale, -max, max)) with max 65504 (fp16) or 3.3895314e38
+// (bf16). scale 1 is exact (no loss scale).
+void encode_wire16(Wire16 format, const float* x, uint16_t* out, size_t n, float scale);
+// out[i] = float(q[i]).
+void decode_wire16(Wire16 format, const uint16_t* q, float* out, size_t n);
+// out[i] = float(format(float(q[i]) / divisor)): the original divides the still-encoded tensor
+// by the loss scale in half precision (float arithmetic, one rounding to the format, no clamp:
+// a divisor below 1 can overflow to inf).
+void decode_wire16_divided(Wire16 format, const uint16_t* q, float* out, size_t n,
+                           float divisor);
 
 // fbgemm fp32_to_hfp8_with_clamp(x, ebits 4, mbits 3, bias 15) and hfp8_to_fp32 (E4M3 only:
 // the element-wise FP8 codec has no 1-5-2 form).

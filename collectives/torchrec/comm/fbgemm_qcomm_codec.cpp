@@ -45,6 +45,10 @@ std::optional<double> checked_loss_scale(CommType precision, std::optional<doubl
   return loss_scale;
 }
 
+detail::Wire16 wire16(CommType precision) {
+  return precision == CommType::FP16 ? detail::Wire16::Fp16 : detail::Wire16::Bf16;
+}
+
 }  // namespace
 
 const char* comm_type_name(CommType type) {
@@ -166,14 +170,11 @@ Tensor FbgemmQuantizedCommCodec::encode_impl(const Tensor& input, QuantizationCo
   switch (precision_) {
     case CommType::FP32:
       return input;
-    case CommType::FP16: {
-      Tensor out = empty(input.shape(), DType::Float16);
-      detail::encode_fp16(x, static_cast<uint16_t*>(out.raw_data()), n, scale);
-      return out;
-    }
+    case CommType::FP16:
     case CommType::BF16: {
-      Tensor out = empty(input.shape(), DType::BFloat16);
-      detail::encode_bf16(x, static_cast<uint16_t*>(out.raw_data()), n, scale);
+      Tensor out = empty(input.shape(), quantized_dtype());
+      detail::encode_wire16(wire16(precision_), x, static_cast<uint16_t*>(out.raw_data()), n,
+                            scale);
       return out;
     }
     default:
@@ -210,14 +211,11 @@ Tensor FbgemmQuantizedCommCodec::decode_impl(const Tensor& input, QuantizationCo
       const auto* q = static_cast<const uint16_t*>(input.raw_data());
       Tensor out = empty(input.shape(), DType::Float32);
       float* y = out.data<float>();
-      const bool half = precision_ == CommType::FP16;
-      if (loss_scale_) {
-        const auto divisor = static_cast<float>(*loss_scale_);
-        half ? detail::decode_fp16_divided(q, y, n, divisor)
-             : detail::decode_bf16_divided(q, y, n, divisor);
-      } else {
-        half ? detail::decode_fp16(q, y, n) : detail::decode_bf16(q, y, n);
-      }
+      if (loss_scale_)
+        detail::decode_wire16_divided(wire16(precision_), q, y, n,
+                                      static_cast<float>(*loss_scale_));
+      else
+        detail::decode_wire16(wire16(precision_), q, y, n);
       return out;
     }
     default:

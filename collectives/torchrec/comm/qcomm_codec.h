@@ -8,9 +8,9 @@
 // `backward`:
 //
 //   std::optional<QuantizationContext> ctx = codec.create_context();
-//   Tensor wire = codec.encode(x, ctx ? &*ctx : nullptr);        // wire.dtype() == quantized_dtype()
+//   Tensor wire = codec.encode(x, ctx ? &*ctx : nullptr);  // dtype quantized_dtype()
 //   ... collective on `wire`, splits from calc_quantized_size(...) ...  (reductions in that dtype)
-//   Tensor y = codec.decode(received, ctx ? &*ctx : nullptr);    // float32
+//   Tensor y = codec.decode(received, ctx ? &*ctx : nullptr);  // float32
 //
 // The same context object goes to every call of one collective: encode records in it what the
 // size computations and decode need (row-wise codecs), padded_size records the padded dims.
