@@ -35,3 +35,4 @@
 #include "collectives/ksuit/ksuit.h"
 #include "collectives/poptorch/poptorch.h"
 #include "collectives/towhee/towhee.h"
+#include "collectives/torchrec/torchrec.h"

@@ -6,6 +6,7 @@
 // rank times its own op(...).wait(); the iteration's time is the slowest rank's, as a user
 // waiting for the step to finish would see it.
 #include "ferry.h"
+#include "tools/bench/codec_bench.h"
 #include "tools/bench/differentiable_case.h"
 #include "tools/bench/launcher.h"
 #include "tools/bench/ops.h"
@@ -197,6 +198,32 @@ std::string iters_str(const Options& o) {
   return buf;
 }
 
+// --op codec: one core, no ranks, its own table and CSV columns.
+int run_codecs(const Options& opts) {
+  std::FILE* csv = nullptr;
+  if (!opts.csv_path.empty()) {
+    csv = std::fopen(opts.csv_path.c_str(), "w");
+    if (!csv) {
+      std::fprintf(stderr, "ferry-bench: --csv: cannot write '%s': %s\n", opts.csv_path.c_str(),
+                   std::strerror(errno));
+      return 2;
+    }
+  }
+  int status = 1;
+  try {
+    status = run_codec_bench(opts, sweep_sizes(opts), csv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ferry-bench: error: %s\n", e.what());
+  }
+  if (csv && std::fclose(csv) != 0) {
+    std::fprintf(stderr, "ferry-bench: error writing '%s': %s\n", opts.csv_path.c_str(),
+                 std::strerror(errno));
+    status = 1;
+  }
+  return status;
+}
+
 int run(int argc, char** argv) {
   Options opts;
   std::unique_ptr<Launcher> launcher;
@@ -208,6 +235,7 @@ int run(int argc, char** argv) {
       std::fputs(usage().c_str(), stdout);
       return 0;
     }
+    if (opts.codec) return run_codecs(opts);
     launcher = make_launcher(opts.transport, opts.world_size);
     opts.world_size = launcher->world_size();
     try {

@@ -1,5 +1,6 @@
 #include "tools/bench/options.h"
 
+#include "tools/bench/codec_bench.h"
 #include "tools/bench/differentiable_case.h"
 
 #include <algorithm>
@@ -40,7 +41,9 @@ std::vector<OpKind> parse_ops(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (lower(item) == "all") {
+    if (lower(item) == "codec") {
+      throw UsageError("--op codec runs alone: it times the codecs on one core, without ranks");
+    } else if (lower(item) == "all") {
       for (OpKind op : all_ops()) add(op);
     } else if (auto op = op_from_name(item)) {
       add(*op);
@@ -61,6 +64,32 @@ DType parse_dtype(const std::string& text) {
     for (DType t : kAllDTypes) valid += std::string(valid.empty() ? "" : ", ") + dtype_name(t);
     throw UsageError("--dtype: unknown dtype '" + text + "'; expected one of " + valid);
   }
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) items.push_back(item);
+  return items;
+}
+
+std::vector<std::string> parse_codecs(const std::string& text) {
+  const std::vector<std::string>& valid = codec_bench_names();
+  std::vector<std::string> codecs;
+  for (const std::string& item : split_list(lower(text))) {
+    if (item == "all") {
+      codecs = valid;
+    } else if (std::find(valid.begin(), valid.end(), item) != valid.end()) {
+      if (std::find(codecs.begin(), codecs.end(), item) == codecs.end()) codecs.push_back(item);
+    } else {
+      std::string names;
+      for (const std::string& n : valid) names += (names.empty() ? "" : ", ") + n;
+      throw UsageError("--codec: unknown codec '" + item + "'; expected all or a comma list of " +
+                       names);
+    }
+  }
+  if (codecs.empty()) throw UsageError("--codec: no codec given");
+  return codecs;
 }
 
 }  // namespace
@@ -114,8 +143,20 @@ Options parse_options(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       o.help = true;
     } else if (arg == "--op") {
-      o.ops = parse_ops(value());
+      const std::string v = value();
+      if (lower(v) == "codec")
+        o.codec = true;
+      else
+        o.ops = parse_ops(v);
       ops_given = true;
+    } else if (arg == "--codec") {
+      o.codecs = parse_codecs(value());
+    } else if (arg == "--row-dim") {
+      o.row_dim = parse_int(arg, value(), 1, 1 << 20);
+    } else if (arg == "--sizes") {
+      o.sizes.clear();
+      for (const std::string& item : split_list(value())) o.sizes.push_back(parse_bytes(arg, item));
+      if (o.sizes.empty()) throw UsageError("--sizes needs a comma list of byte counts");
     } else if (arg == "--transport") {
       o.transport = value();
     } else if (arg == "-n" || arg == "--world-size") {
@@ -148,6 +189,13 @@ Options parse_options(int argc, char** argv) {
       throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
+  if (!o.codecs.empty() && !o.codec) throw UsageError("--codec needs --op codec");
+  if (o.codec) {
+    if (o.vs_mpi || o.differentiable)
+      throw UsageError("--op codec times the codecs alone; it excludes --vs-mpi and "
+                       "--differentiable");
+    if (o.codecs.empty()) o.codecs = codec_bench_names();
+  }
   if (o.mpi_nonblocking && !o.vs_mpi) throw UsageError("--mpi-nonblocking needs --vs-mpi");
   if (o.vs_mpi && o.transport != "mpi" && o.transport != "ucx")
     throw UsageError("--vs-mpi compares with raw MPI calls and needs --transport mpi or ucx "
@@ -173,6 +221,7 @@ Options parse_options(int argc, char** argv) {
 }
 
 std::vector<size_t> sweep_sizes(const Options& o) {
+  if (!o.sizes.empty()) return o.sizes;
   std::vector<size_t> sizes;
   size_t s = o.min_bytes;
   while (s <= o.max_bytes) {
@@ -217,6 +266,12 @@ std::string usage() {
         "  --op NAME[,NAME...]|all  all_reduce, all_gather, reduce_scatter, all_to_all,\n"
         "                           broadcast, reduce, memcpy (default all_reduce; all runs\n"
         "                           every op)\n"
+        "  --op codec               instead: encode + decode throughput of the torchrec comm\n"
+        "                           codecs on one core (size = float32 input bytes), next to\n"
+        "                           memcpy of the same bytes; no ranks are started\n"
+        "  --codec NAME[,NAME...]   with --op codec: fp16, bf16, fp8 (HFP8), fp8-rowwise, int8\n"
+        "                           (default all)\n"
+        "  --row-dim N              row dim of fp8-rowwise and int8 (default 32)\n"
         "  --transport NAME         local (threads in this process), mpi or ucx (one rank per\n"
         "                           process: mpiexec -n N ferry-bench --transport ucx; rank 0\n"
         "                           prints; ucx exchanges its addresses through MPI)\n"
@@ -238,6 +293,7 @@ std::string usage() {
         "  -b, --min-bytes SIZE     smallest size (default 8); K, M, G suffixes are KiB, MiB, GiB\n"
         "  -e, --max-bytes SIZE     largest size (default 64M)\n"
         "  -f, --factor F           size multiplier between steps (default 4)\n"
+        "  --sizes SIZE[,SIZE...]   exactly these sizes instead of the -b/-e/-f sweep\n"
         "  --iters N|auto           timed iterations per size (default auto: about "
      << kTargetSecondsPerSize << " s\n"
         "                           per size, at least "

@@ -4,6 +4,7 @@
 #include "tools/bench/ops.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +35,11 @@ struct Options {
   // collectives (all_reduce and all_gather only).
   bool differentiable = false;
   bool help = false;
+  // --op codec: time the torchrec comm codecs on one core instead of collectives (no ranks).
+  bool codec = false;
+  std::vector<std::string> codecs;  // --codec; empty: all of codec_bench_names()
+  int64_t row_dim = 32;             // --row-dim: rows of the row-wise codecs (fp8-rowwise, int8)
+  std::vector<size_t> sizes;        // --sizes: replaces the -b/-e/-f sweep when not empty
 };
 
 // Adaptive iteration count: enough for about this long per size, within [kMinIters, kMaxIters].
@@ -49,7 +55,8 @@ Options parse_options(int argc, char** argv);
 size_t parse_bytes(const std::string& flag, const std::string& text);
 
 // The per-rank sizes of a sweep: min, min*factor, ... up to max, and max itself when the
-// geometric steps skip it (8 B .. 64 MiB by 4 would otherwise end at 32 MiB).
+// geometric steps skip it (8 B .. 64 MiB by 4 would otherwise end at 32 MiB); --sizes instead
+// when given.
 std::vector<size_t> sweep_sizes(const Options& opts);
 
 std::string usage();
