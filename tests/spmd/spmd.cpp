@@ -32,12 +32,23 @@ bool selected(const Case& c, int argc, char** argv) {
   return false;
 }
 
-// True on every rank when every rank passed `mine` true. Runs on the world group, which the
-// caller checked is not poisoned on this rank.
-bool all_passed(ferry::Group& world, bool mine) {
-  ferry::Tensor flag = ferry::full({1}, mine ? 0 : 1, ferry::DType::Int32);
-  ferry::all_reduce(flag, world, ferry::ReduceOp::Max).wait();
-  return flag.get_flat(0) == 0;
+// The verdict of one case: passed on every rank, failed on some rank, or unknown because the
+// verdict's own all_reduce failed (a peer died or timed out), in which case the job stops.
+enum class Verdict { Passed, Failed, Unknown };
+
+// Runs on the world group, which the caller checked is not poisoned on this rank. A failure of
+// the all_reduce itself is reported here rather than escaping main (std::terminate would hide
+// which rank and which case).
+Verdict all_passed(ferry::Group& world, bool mine, const std::string& what) {
+  try {
+    ferry::Tensor flag = ferry::full({1}, mine ? 0 : 1, ferry::DType::Int32);
+    ferry::all_reduce(flag, world, ferry::ReduceOp::Max).wait();
+    return flag.get_flat(0) == 0 ? Verdict::Passed : Verdict::Failed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[spmd rank %d] the verdict of '%s' could not be agreed: %s\n",
+                 world.rank(), what.c_str(), e.what());
+    return Verdict::Unknown;
+  }
 }
 
 }  // namespace
@@ -62,7 +73,14 @@ std::vector<Case> cases() {
 int main_under_mpi(int argc, char** argv) {
   if (std::getenv("FERRY_TIMEOUT") == nullptr)
     ferry::set_default_timeout(std::chrono::milliseconds(60'000));
-  ferry::Group world = ferry::init();
+  ferry::Group world;
+  try {
+    world = ferry::init();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[spmd] ferry::init failed: %s\n", e.what());
+    std::fflush(stderr);
+    _exit(1);  // no world to finalize; the launcher reports the exit status
+  }
   const int me = world.rank();
   const auto t_all = std::chrono::steady_clock::now();
   int ran = 0, failed = 0;
@@ -89,8 +107,13 @@ int main_under_mpi(int argc, char** argv) {
       stopped = true;
       break;
     }
-    const bool ok = all_passed(world, error.empty());
+    const Verdict verdict = all_passed(world, error.empty(), c.name);
+    const bool ok = verdict == Verdict::Passed;
     if (!ok) ++failed;
+    if (verdict == Verdict::Unknown) {
+      stopped = true;
+      break;
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (me == 0)
       std::printf("[spmd %d ranks] %-8s %6.2f s  %s\n", world.size(), ok ? "ok" : "FAILED", s,
@@ -112,8 +135,13 @@ int main_under_mpi(int argc, char** argv) {
       stopped = true;
       break;
     }
-    const bool ok = all_passed(world, error.empty());
+    const Verdict verdict = all_passed(world, error.empty(), "final check");
+    const bool ok = verdict == Verdict::Passed;
     if (!ok) ++failed;
+    if (verdict == Verdict::Unknown) {
+      stopped = true;
+      break;
+    }
     if (me == 0)
       std::printf("[spmd %d ranks] %-8s final check %zu\n", world.size(), ok ? "ok" : "FAILED", i);
   }
@@ -128,7 +156,14 @@ int main_under_mpi(int argc, char** argv) {
     failed = 1;
   }
   if (stopped) _exit(1);  // a poisoned group may leave MPI unable to finalize
-  ferry::finalize();
+  try {
+    ferry::finalize();
+  } catch (const std::exception& e) {
+    // finalize's handshake names the ranks that never arrived or ended early.
+    std::fprintf(stderr, "[spmd rank %d] ferry::finalize failed: %s\n", me, e.what());
+    std::fflush(stderr);
+    _exit(1);
+  }
   return failed == 0 ? 0 : 1;
 }
 
