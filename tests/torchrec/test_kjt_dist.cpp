@@ -181,7 +181,10 @@ TEST_CASE("KJT dist: random KJTs keep every key's bags, in source order", "[kjt_
     std::vector<int64_t> key_splits(static_cast<size_t>(W), 0);
     for (int64_t k = 0; k < K; ++k) ++key_splits[rng() % W];
     std::vector<std::string> keys;
-    for (int64_t k = 0; k < K; ++k) keys.push_back("f" + std::to_string(k));
+    for (int64_t k = 0; k < K; ++k) {  // (not "f" + to_string: GCC 12's -Wrestrict false positive at -O3)
+      keys.emplace_back("f");
+      keys.back() += std::to_string(k);
+    }
     std::vector<KeyedJaggedTensor> in;
     int64_t total = 0;
     for (int64_t s = 0; s < W; ++s) {
