@@ -1,0 +1,155 @@
+#include "collectives/torchrec/sparse/jagged_kernels.h"
+
+#include "runtime/error.h"
+
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace ferry::torchrec::detail {
+
+std::string list_str(const std::vector<int64_t>& v, size_t limit) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < v.size() && i < limit; ++i) os << (i ? ", " : "") << v[i];
+  if (v.size() > limit) os << ", ... (" << v.size() << " entries)";
+  os << ']';
+  return os.str();
+}
+
+std::string keys_str(const std::vector<std::string>& keys, size_t limit) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < keys.size() && i < limit; ++i) os << (i ? ", " : "") << '"' << keys[i] << '"';
+  if (keys.size() > limit) os << ", ... (" << keys.size() << " keys)";
+  os << ']';
+  return os.str();
+}
+
+void check_index_tensor(const Tensor& t, const char* where, const char* what) {
+  FERRY_CHECK(t.defined(), InvalidArgument, where, ": ", what, " is undefined");
+  FERRY_CHECK(t.dtype() == DType::Int32 || t.dtype() == DType::Int64, InvalidArgument, where, ": ",
+              what, " must be int32 or int64, got ", dtype_name(t.dtype()));
+  FERRY_CHECK(t.dim() == 1, InvalidArgument, where, ": ", what, " must be 1-D, got shape ",
+              shape_str(t.shape()));
+}
+
+std::vector<int64_t> index_vector(const Tensor& t) {
+  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::Int64) {
+    if (!out.empty()) std::memcpy(out.data(), t.data<int64_t>(), out.size() * sizeof(int64_t));
+  } else {
+    const int32_t* p = t.data<int32_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  }
+  return out;
+}
+
+Tensor index_tensor(const std::vector<int64_t>& v, DType dtype, const char* where) {
+  Tensor t = empty({static_cast<int64_t>(v.size())}, dtype);
+  if (dtype == DType::Int64) {
+    if (!v.empty()) std::memcpy(t.data<int64_t>(), v.data(), v.size() * sizeof(int64_t));
+    return t;
+  }
+  FERRY_CHECK(dtype == DType::Int32, InvalidArgument, where, ": index dtype must be int32 or int64");
+  int32_t* p = t.data<int32_t>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    FERRY_CHECK(v[i] >= std::numeric_limits<int32_t>::min() &&
+                    v[i] <= std::numeric_limits<int32_t>::max(),
+                InvalidArgument, where, ": value ", v[i], " at ", i,
+                " does not fit the int32 index dtype (use int64 lengths)");
+    p[i] = static_cast<int32_t>(v[i]);
+  }
+  return t;
+}
+
+Tensor offsets_from_lengths(const Tensor& lengths, const char* where) {
+  std::vector<int64_t> l = index_vector(lengths);
+  std::vector<int64_t> o(l.size() + 1, 0);
+  for (size_t i = 0; i < l.size(); ++i) o[i + 1] = o[i] + l[i];
+  return index_tensor(o, lengths.dtype(), where);
+}
+
+Tensor lengths_from_offsets(const Tensor& offsets) {
+  std::vector<int64_t> o = index_vector(offsets);
+  std::vector<int64_t> l(o.empty() ? 0 : o.size() - 1);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = o[i + 1] - o[i];
+  return index_tensor(l, offsets.dtype(), "lengths_from_offsets");
+}
+
+JaggedParts permute_segments(const JaggedParts& in, const std::vector<int64_t>& segment_sizes,
+                             const std::vector<int64_t>& order, const char* where) {
+  const std::vector<int64_t> lengths = index_vector(in.lengths);
+  const size_t nseg = segment_sizes.size();
+  // Segment i: length entries [lstart[i], lstart[i+1]), value rows [vstart[i], vstart[i+1]).
+  std::vector<int64_t> lstart(nseg + 1, 0), vstart(nseg + 1, 0);
+  {
+    int64_t pos = 0, rows = 0;
+    for (size_t i = 0; i < nseg; ++i) {
+      FERRY_CHECK(segment_sizes[i] >= 0, InvalidArgument, where, ": segment ", i, " has size ",
+                  segment_sizes[i]);
+      lstart[i] = pos;
+      vstart[i] = rows;
+      const int64_t end = pos + segment_sizes[i];
+      FERRY_CHECK(end <= static_cast<int64_t>(lengths.size()), InvalidArgument, where,
+                  ": segment sizes ", list_str(segment_sizes), " need more than the ",
+                  lengths.size(), " length entries given");
+      for (int64_t j = pos; j < end; ++j) rows += lengths[static_cast<size_t>(j)];
+      pos = end;
+    }
+    lstart[nseg] = pos;
+    vstart[nseg] = rows;
+    FERRY_CHECK(pos == static_cast<int64_t>(lengths.size()), InvalidArgument, where,
+                ": segment sizes ", list_str(segment_sizes), " cover ", pos, " length entries, ",
+                "but there are ", lengths.size());
+    FERRY_CHECK(rows == in.values.size(0), InvalidArgument, where, ": lengths sum to ", rows,
+                " but values has ", in.values.size(0), " rows");
+  }
+  int64_t out_len = 0, out_rows = 0;
+  for (size_t q = 0; q < order.size(); ++q) {
+    const int64_t i = order[q];
+    FERRY_CHECK(i >= 0 && i < static_cast<int64_t>(nseg), InvalidArgument, where, ": index ", i,
+                " at position ", q, " is out of range for ", nseg, " segments");
+    out_len += lstart[i + 1] - lstart[i];
+    out_rows += vstart[i + 1] - vstart[i];
+  }
+  std::vector<int64_t> new_lengths;
+  new_lengths.reserve(static_cast<size_t>(out_len));
+  for (int64_t i : order)
+    new_lengths.insert(new_lengths.end(), lengths.begin() + lstart[i], lengths.begin() + lstart[i + 1]);
+
+  JaggedParts out;
+  out.lengths = index_tensor(new_lengths, in.lengths.dtype(), where);
+  auto move_rows = [&](const Tensor& src) {
+    Tensor dst = empty(with_rows(src.shape(), out_rows), src.dtype());
+    const size_t rb = row_bytes(src);
+    const auto* s = static_cast<const unsigned char*>(src.raw_data());
+    auto* d = static_cast<unsigned char*>(dst.raw_data());
+    for (int64_t i : order) {
+      const size_t n = static_cast<size_t>(vstart[i + 1] - vstart[i]) * rb;
+      if (n) std::memcpy(d, s + static_cast<size_t>(vstart[i]) * rb, n);
+      d += n;
+    }
+    return dst;
+  };
+  out.values = move_rows(in.values);
+  if (in.weights.defined()) out.weights = move_rows(in.weights);
+  return out;
+}
+
+void copy_slab(const Tensor& src, int64_t dim, int64_t start, int64_t length, Tensor& dst,
+               int64_t dst_start) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= src.size(d);
+  for (int64_t d = dim + 1; d < src.dim(); ++d) inner *= src.size(d);
+  const size_t es = src.element_size();
+  const size_t src_row = static_cast<size_t>(src.size(dim) * inner) * es;
+  const size_t dst_row = static_cast<size_t>(dst.size(dim) * inner) * es;
+  const size_t n = static_cast<size_t>(length * inner) * es;
+  if (n == 0) return;
+  const auto* s = static_cast<const unsigned char*>(src.raw_data()) + static_cast<size_t>(start * inner) * es;
+  auto* d = static_cast<unsigned char*>(dst.raw_data()) + static_cast<size_t>(dst_start * inner) * es;
+  for (int64_t o = 0; o < outer; ++o) std::memcpy(d + o * dst_row, s + o * src_row, n);
+}
+
+}  // namespace ferry::torchrec::detail

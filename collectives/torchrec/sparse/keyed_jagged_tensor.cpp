@@ -1,0 +1,477 @@
+#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+
+#include "collectives/torchrec/sparse/jagged_kernels.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <mutex>
+#include <ostream>
+#include <unordered_map>
+
+namespace ferry::torchrec {
+
+namespace detail {
+
+// Immutable after construction except the lazily derived members, which only go from unset to
+// set under `mu` (so references handed out stay valid).
+struct KjtState {
+  std::vector<std::string> keys;
+  std::unordered_map<std::string, int64_t> index;  // key -> first position
+  int64_t first_duplicate = -1;                    // position of a repeated key, -1 if none
+  bool allow_duplicate_keys = false;
+  Tensor values, weights;
+  int64_t stride = 0;
+  bool variable = false;
+  std::vector<std::vector<int64_t>> stride_per_key_per_rank;
+  std::vector<int64_t> stride_per_key;
+  std::vector<int64_t> lengths_offset_per_key;
+  std::optional<InverseIndices> inverse_indices;
+
+  mutable std::mutex mu;
+  mutable Tensor lengths, offsets;  // at least one set at construction
+  mutable std::optional<std::vector<int64_t>> length_per_key, offset_per_key;
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::list_str;
+
+constexpr const char* kCtor = "KeyedJaggedTensor";
+
+void validate_offsets(const std::vector<int64_t>& o, int64_t num_values, const char* where) {
+  FERRY_CHECK(o[0] == 0, InvalidArgument, where, ": offsets must start with 0, got ", list_str(o));
+  for (size_t i = 1; i < o.size(); ++i)
+    FERRY_CHECK(o[i] >= o[i - 1], InvalidArgument, where, ": offsets decrease at ", i, " (",
+                o[i - 1], " -> ", o[i], ") in ", list_str(o));
+  FERRY_CHECK(o.back() == num_values, InvalidArgument, where, ": offsets end at ", o.back(),
+              " but values has ", num_values, " elements");
+}
+
+std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where) {
+  auto s = std::make_shared<detail::KjtState>();
+  const int64_t K = static_cast<int64_t>(in.keys.size());
+
+  // keys
+  s->allow_duplicate_keys = in.allow_duplicate_keys;
+  for (int64_t k = 0; k < K; ++k) {
+    auto [it, fresh] = s->index.emplace(in.keys[k], k);
+    if (!fresh && s->first_duplicate < 0) s->first_duplicate = k;
+    FERRY_CHECK(fresh || in.allow_duplicate_keys, InvalidArgument, where, ": key \"", in.keys[k],
+                "\" appears twice (positions ", it->second, " and ", k, ") in keys ",
+                detail::keys_str(in.keys), "; keys must be unique");
+  }
+  s->keys = std::move(in.keys);
+
+  // values, weights
+  FERRY_CHECK(in.values.defined(), InvalidArgument, where, ": values is undefined");
+  FERRY_CHECK(in.values.dtype() == DType::Int64, InvalidArgument, where,
+              ": values (ids) must be int64, got ", dtype_name(in.values.dtype()));
+  FERRY_CHECK(in.values.dim() == 1, InvalidArgument, where, ": values must be 1-D, got shape ",
+              shape_str(in.values.shape()));
+  const int64_t n = in.values.numel();
+  if (in.weights.defined()) {
+    FERRY_CHECK(in.weights.dtype() == DType::Float32 || in.weights.dtype() == DType::Float64,
+                InvalidArgument, where, ": weights must be float32 or float64, got ",
+                dtype_name(in.weights.dtype()));
+    FERRY_CHECK(in.weights.dim() == 1, InvalidArgument, where, ": weights must be 1-D, got shape ",
+                shape_str(in.weights.shape()));
+    FERRY_CHECK(in.weights.numel() == n, InvalidArgument, where, ": weights has ",
+                in.weights.numel(), " elements but values has ", n);
+  }
+  s->values = std::move(in.values);
+  s->weights = std::move(in.weights);
+
+  // lengths / offsets: dtype and shape first, to know how many length entries there are
+  FERRY_CHECK(in.lengths.defined() || in.offsets.defined(), InvalidArgument, where,
+              ": give lengths or offsets (both are undefined)");
+  int64_t num_lengths = -1;
+  if (in.lengths.defined()) {
+    detail::check_index_tensor(in.lengths, where, "lengths");
+    num_lengths = in.lengths.numel();
+  }
+  if (in.offsets.defined()) {
+    detail::check_index_tensor(in.offsets, where, "offsets");
+    FERRY_CHECK(in.offsets.numel() >= 1, InvalidArgument, where,
+                ": offsets needs at least one entry (the leading 0)");
+    FERRY_CHECK(num_lengths < 0 || in.offsets.numel() == num_lengths + 1, InvalidArgument, where,
+                ": ", num_lengths, " lengths need ", num_lengths + 1, " offsets, got ",
+                in.offsets.numel());
+    num_lengths = in.offsets.numel() - 1;
+  }
+
+  // strides
+  if (in.stride_per_key_per_rank) {
+    auto& sppkr = *in.stride_per_key_per_rank;
+    FERRY_CHECK(static_cast<int64_t>(sppkr.size()) == K, InvalidArgument, where,
+                ": stride_per_key_per_rank has ", sppkr.size(), " entries for ", K, " keys");
+    s->variable = true;
+    int64_t max_stride = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      FERRY_CHECK(!sppkr[k].empty(), InvalidArgument, where, ": stride_per_key_per_rank of key \"",
+                  s->keys[k], "\" is empty (one stride per rank expected)");
+      int64_t sum = 0;
+      for (int64_t v : sppkr[k]) {
+        FERRY_CHECK(v >= 0, InvalidArgument, where, ": stride_per_key_per_rank of key \"",
+                    s->keys[k], "\" has a negative stride: ", list_str(sppkr[k]));
+        sum += v;
+      }
+      s->stride_per_key.push_back(sum);
+      max_stride = std::max(max_stride, sum);
+    }
+    s->stride = in.stride.value_or(max_stride);
+    s->stride_per_key_per_rank = std::move(sppkr);
+  } else {
+    if (in.stride) {
+      s->stride = *in.stride;
+    } else if (K > 0) {
+      FERRY_CHECK(num_lengths % K == 0, InvalidArgument, where, ": ", num_lengths,
+                  " lengths are not a multiple of the ", K, " keys ", detail::keys_str(s->keys),
+                  " (give stride_per_key_per_rank for a variable batch per key)");
+      s->stride = num_lengths / K;
+    }
+    FERRY_CHECK(s->stride >= 0, InvalidArgument, where, ": stride ", s->stride, " is negative");
+    s->stride_per_key.assign(static_cast<size_t>(K), s->stride);
+    s->stride_per_key_per_rank.assign(static_cast<size_t>(K), std::vector<int64_t>{s->stride});
+  }
+  s->lengths_offset_per_key.assign(static_cast<size_t>(K) + 1, 0);
+  for (int64_t k = 0; k < K; ++k)
+    s->lengths_offset_per_key[k + 1] = s->lengths_offset_per_key[k] + s->stride_per_key[k];
+  const int64_t expected = s->lengths_offset_per_key.back();
+  FERRY_CHECK(num_lengths == expected, InvalidArgument, where, ": ", num_lengths,
+              " lengths given but ", K, " keys with ",
+              s->variable ? std::string("strides per key ") + list_str(s->stride_per_key)
+                          : "stride " + std::to_string(s->stride),
+              " need ", expected);
+
+  // contents
+  if (in.lengths.defined()) {
+    const std::vector<int64_t> l = detail::index_vector(in.lengths);
+    int64_t sum = 0;
+    for (size_t i = 0; i < l.size(); ++i) {
+      if (l[i] < 0) {
+        // name the key and sample of the bad entry
+        const auto k = std::upper_bound(s->lengths_offset_per_key.begin(),
+                                        s->lengths_offset_per_key.end(), static_cast<int64_t>(i)) -
+                       s->lengths_offset_per_key.begin() - 1;
+        FERRY_THROW(InvalidArgument, where, ": lengths[", i, "] = ", l[i], " is negative (key \"",
+                    s->keys[k], "\", sample ", static_cast<int64_t>(i) - s->lengths_offset_per_key[k],
+                    ")");
+      }
+      sum += l[i];
+    }
+    FERRY_CHECK(sum == n, InvalidArgument, where, ": lengths ", list_str(l), " sum to ", sum,
+                " but values has ", n, " elements");
+    if (in.offsets.defined()) {
+      const std::vector<int64_t> o = detail::index_vector(in.offsets);
+      validate_offsets(o, n, where);
+      for (size_t i = 0; i < l.size(); ++i)
+        FERRY_CHECK(o[i + 1] - o[i] == l[i], InvalidArgument, where, ": lengths[", i, "] = ", l[i],
+                    " disagrees with offsets ", o[i], " -> ", o[i + 1]);
+    }
+  } else {
+    validate_offsets(detail::index_vector(in.offsets), n, where);
+  }
+  s->lengths = std::move(in.lengths);
+  s->offsets = std::move(in.offsets);
+
+  if (in.inverse_indices) {
+    const Tensor& t = in.inverse_indices->indices;
+    FERRY_CHECK(t.defined() && (t.dtype() == DType::Int32 || t.dtype() == DType::Int64) &&
+                    t.dim() == 2,
+                InvalidArgument, where, ": inverse_indices must be a 2-D int32/int64 tensor, got ",
+                t.defined() ? shape_str(t.shape()) + " " + dtype_name(t.dtype()) : "undefined");
+    FERRY_CHECK(t.size(0) == static_cast<int64_t>(in.inverse_indices->keys.size()),
+                InvalidArgument, where, ": inverse_indices has ", t.size(0), " rows for ",
+                in.inverse_indices->keys.size(), " keys");
+    s->inverse_indices = std::move(in.inverse_indices);
+  }
+  return s;
+}
+
+}  // namespace
+
+KeyedJaggedTensor::KeyedJaggedTensor() : KeyedJaggedTensor(empty()) {}
+
+KeyedJaggedTensor::KeyedJaggedTensor(KjtInit init) : s_(build(std::move(init), kCtor)) {}
+
+KeyedJaggedTensor KeyedJaggedTensor::from_init(KjtInit init, const char* where) {
+  return KeyedJaggedTensor(build(std::move(init), where));
+}
+
+KeyedJaggedTensor KeyedJaggedTensor::from_lengths_sync(
+    std::vector<std::string> keys, Tensor values, Tensor lengths, Tensor weights,
+    std::optional<int64_t> stride, std::optional<std::vector<std::vector<int64_t>>> sppkr,
+    std::optional<InverseIndices> inverse_indices) {
+  constexpr const char* where = "KeyedJaggedTensor::from_lengths_sync";
+  FERRY_CHECK(lengths.defined(), InvalidArgument, where, ": lengths is undefined");
+  KeyedJaggedTensor kjt = from_init({.keys = std::move(keys), .values = std::move(values),
+                                     .weights = std::move(weights), .lengths = std::move(lengths),
+                                     .stride = stride, .stride_per_key_per_rank = std::move(sppkr),
+                                     .inverse_indices = std::move(inverse_indices)},
+                                    where);
+  kjt.sync();
+  return kjt;
+}
+
+KeyedJaggedTensor KeyedJaggedTensor::from_offsets_sync(
+    std::vector<std::string> keys, Tensor values, Tensor offsets, Tensor weights,
+    std::optional<int64_t> stride, std::optional<std::vector<std::vector<int64_t>>> sppkr,
+    std::optional<InverseIndices> inverse_indices) {
+  constexpr const char* where = "KeyedJaggedTensor::from_offsets_sync";
+  FERRY_CHECK(offsets.defined(), InvalidArgument, where, ": offsets is undefined");
+  KeyedJaggedTensor kjt = from_init({.keys = std::move(keys), .values = std::move(values),
+                                     .weights = std::move(weights), .offsets = std::move(offsets),
+                                     .stride = stride, .stride_per_key_per_rank = std::move(sppkr),
+                                     .inverse_indices = std::move(inverse_indices)},
+                                    where);
+  kjt.sync();
+  return kjt;
+}
+
+KeyedJaggedTensor KeyedJaggedTensor::empty(bool weighted, DType weights_dtype, DType lengths_dtype) {
+  KjtInit init{.values = ferry::empty({0}, DType::Int64),
+               .lengths = ferry::empty({0}, lengths_dtype), .stride = 0};
+  if (weighted) init.weights = ferry::empty({0}, weights_dtype);
+  return KeyedJaggedTensor(build(std::move(init), "KeyedJaggedTensor::empty"));
+}
+
+// ---- accessors ----
+
+const std::vector<std::string>& KeyedJaggedTensor::keys() const { return s_->keys; }
+int64_t KeyedJaggedTensor::num_keys() const { return static_cast<int64_t>(s_->keys.size()); }
+const Tensor& KeyedJaggedTensor::values() const { return s_->values; }
+bool KeyedJaggedTensor::has_weights() const { return s_->weights.defined(); }
+const Tensor& KeyedJaggedTensor::weights() const {
+  FERRY_CHECK(s_->weights.defined(), InvalidArgument,
+              "KeyedJaggedTensor::weights: this KeyedJaggedTensor has no weights");
+  return s_->weights;
+}
+const Tensor& KeyedJaggedTensor::weights_or_none() const { return s_->weights; }
+bool KeyedJaggedTensor::allows_duplicate_keys() const { return s_->allow_duplicate_keys; }
+int64_t KeyedJaggedTensor::stride() const { return s_->stride; }
+const std::vector<int64_t>& KeyedJaggedTensor::stride_per_key() const { return s_->stride_per_key; }
+const std::vector<std::vector<int64_t>>& KeyedJaggedTensor::stride_per_key_per_rank() const {
+  return s_->stride_per_key_per_rank;
+}
+bool KeyedJaggedTensor::variable_stride_per_key() const { return s_->variable; }
+const std::optional<InverseIndices>& KeyedJaggedTensor::inverse_indices() const {
+  return s_->inverse_indices;
+}
+const std::vector<int64_t>& KeyedJaggedTensor::lengths_offset_per_key() const {
+  return s_->lengths_offset_per_key;
+}
+
+Tensor KeyedJaggedTensor::lengths() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (!s_->lengths.defined()) s_->lengths = detail::lengths_from_offsets(s_->offsets);
+  return s_->lengths;
+}
+
+Tensor KeyedJaggedTensor::offsets() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (!s_->offsets.defined())
+    s_->offsets = detail::offsets_from_lengths(s_->lengths, "KeyedJaggedTensor::offsets");
+  return s_->offsets;
+}
+
+std::vector<int64_t> KeyedJaggedTensor::offset_per_key() const {
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (s_->offset_per_key) return *s_->offset_per_key;
+  }
+  const std::vector<int64_t> lpk = length_per_key();
+  std::vector<int64_t> opk(lpk.size() + 1, 0);
+  for (size_t k = 0; k < lpk.size(); ++k) opk[k + 1] = opk[k] + lpk[k];
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (!s_->offset_per_key) s_->offset_per_key = opk;
+  return *s_->offset_per_key;
+}
+
+std::vector<int64_t> KeyedJaggedTensor::length_per_key() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (!s_->length_per_key) {
+    const auto& lo = s_->lengths_offset_per_key;
+    std::vector<int64_t> lpk(s_->keys.size(), 0);
+    if (s_->offsets.defined()) {  // two reads per key
+      const Tensor& o = s_->offsets;
+      for (size_t k = 0; k < lpk.size(); ++k)
+        lpk[k] = static_cast<int64_t>(o.get_flat(lo[k + 1])) - static_cast<int64_t>(o.get_flat(lo[k]));
+    } else {
+      const std::vector<int64_t> l = detail::index_vector(s_->lengths);
+      for (size_t k = 0; k < lpk.size(); ++k)
+        for (int64_t i = lo[k]; i < lo[k + 1]; ++i) lpk[k] += l[static_cast<size_t>(i)];
+    }
+    s_->length_per_key = std::move(lpk);
+  }
+  return *s_->length_per_key;
+}
+
+std::map<std::string, int64_t> KeyedJaggedTensor::index_per_key() const {
+  FERRY_CHECK(s_->first_duplicate < 0, InvalidArgument,
+              "KeyedJaggedTensor::index_per_key: key \"", s_->keys[s_->first_duplicate],
+              "\" repeats in ", detail::keys_str(s_->keys), "; access by key is ambiguous");
+  return {s_->index.begin(), s_->index.end()};
+}
+
+int64_t KeyedJaggedTensor::key_index(const std::string& key) const {
+  auto it = s_->index.find(key);
+  FERRY_CHECK(it != s_->index.end(), InvalidArgument, "KeyedJaggedTensor: no key \"", key,
+              "\" in keys ", detail::keys_str(s_->keys));
+  FERRY_CHECK(std::count(s_->keys.begin(), s_->keys.end(), key) == 1, InvalidArgument,
+              "KeyedJaggedTensor: key \"", key, "\" repeats in ", detail::keys_str(s_->keys),
+              "; access by key is ambiguous");
+  return it->second;
+}
+
+const KeyedJaggedTensor& KeyedJaggedTensor::sync() const {
+  lengths();
+  offsets();
+  offset_per_key();
+  return *this;
+}
+
+// ---- by key ----
+
+JaggedTensor KeyedJaggedTensor::operator[](const std::string& key) const {
+  const int64_t k = key_index(key);
+  const std::vector<int64_t> opk = offset_per_key();
+  const auto& lo = s_->lengths_offset_per_key;
+  const int64_t v0 = opk[k], nv = opk[k + 1] - opk[k];
+  return JaggedTensor(s_->values.narrow(0, v0, nv), lengths().narrow(0, lo[k], lo[k + 1] - lo[k]),
+                      Tensor(), s_->weights.defined() ? s_->weights.narrow(0, v0, nv) : Tensor());
+}
+
+std::map<std::string, JaggedTensor> KeyedJaggedTensor::to_dict() const {
+  index_per_key();  // throws for repeated keys
+  std::map<std::string, JaggedTensor> out;
+  for (const std::string& key : s_->keys) out.emplace(key, (*this)[key]);
+  return out;
+}
+
+// ---- split, permute, concat ----
+
+std::vector<KeyedJaggedTensor> KeyedJaggedTensor::split(const std::vector<int64_t>& segments) const {
+  constexpr const char* where = "KeyedJaggedTensor::split";
+  int64_t total = 0;
+  for (int64_t s : segments) {
+    FERRY_CHECK(s >= 0, InvalidArgument, where, ": segments ", list_str(segments),
+                " contain a negative size");
+    total += s;
+  }
+  FERRY_CHECK(total == num_keys(), InvalidArgument, where, ": segments ", list_str(segments),
+              " sum to ", total, " but there are ", num_keys(), " keys");
+  const std::vector<int64_t> opk = offset_per_key();
+  const auto& lo = s_->lengths_offset_per_key;
+  const Tensor all_lengths = lengths();
+  std::vector<KeyedJaggedTensor> out;
+  int64_t k0 = 0;
+  for (int64_t seg : segments) {
+    const int64_t k1 = k0 + seg;
+    KjtInit init;
+    init.keys.assign(s_->keys.begin() + k0, s_->keys.begin() + k1);
+    init.values = s_->values.narrow(0, opk[k0], opk[k1] - opk[k0]);
+    if (s_->weights.defined()) init.weights = s_->weights.narrow(0, opk[k0], opk[k1] - opk[k0]);
+    init.lengths = all_lengths.narrow(0, lo[k0], lo[k1] - lo[k0]);
+    init.stride = s_->stride;
+    if (s_->variable)
+      init.stride_per_key_per_rank.emplace(s_->stride_per_key_per_rank.begin() + k0,
+                                           s_->stride_per_key_per_rank.begin() + k1);
+    init.inverse_indices = s_->inverse_indices;
+    init.allow_duplicate_keys = s_->allow_duplicate_keys;
+    out.push_back(from_init(std::move(init), where));
+    k0 = k1;
+  }
+  return out;
+}
+
+KeyedJaggedTensor KeyedJaggedTensor::permute(const std::vector<int64_t>& indices) const {
+  constexpr const char* where = "KeyedJaggedTensor::permute";
+  const int64_t K = num_keys();
+  std::vector<bool> seen(static_cast<size_t>(K), false);
+  bool repeats = false;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    FERRY_CHECK(indices[i] >= 0 && indices[i] < K, InvalidArgument, where, ": index ", indices[i],
+                " at position ", i, " is out of range for ", K, " keys");
+    repeats = repeats || seen[indices[i]];
+    seen[indices[i]] = true;
+  }
+  detail::JaggedParts parts = detail::permute_segments({lengths(), s_->values, s_->weights},
+                                                       s_->stride_per_key, indices, where);
+  KjtInit init;
+  for (int64_t i : indices) init.keys.push_back(s_->keys[i]);
+  init.values = parts.values;
+  init.weights = parts.weights;
+  init.lengths = parts.lengths;
+  init.stride = s_->stride;
+  if (s_->variable) {
+    init.stride_per_key_per_rank.emplace();
+    for (int64_t i : indices) init.stride_per_key_per_rank->push_back(s_->stride_per_key_per_rank[i]);
+  }
+  init.inverse_indices = s_->inverse_indices;
+  init.allow_duplicate_keys = s_->allow_duplicate_keys || repeats;
+  return from_init(std::move(init), where);
+}
+
+KeyedJaggedTensor KeyedJaggedTensor::concat(const std::vector<KeyedJaggedTensor>& kjts) {
+  constexpr const char* where = "KeyedJaggedTensor::concat";
+  if (kjts.empty()) return empty();
+  const KeyedJaggedTensor& first = kjts[0];
+  bool variable = false, allow_dup = false;
+  std::optional<int64_t> stride;
+  for (size_t i = 0; i < kjts.size(); ++i) {
+    const KeyedJaggedTensor& k = kjts[i];
+    FERRY_CHECK(k.has_weights() == first.has_weights(), InvalidArgument, where, ": KJT ", i,
+                (k.has_weights() ? " is weighted" : " is unweighted"), " but KJT 0 is ",
+                (first.has_weights() ? "weighted" : "unweighted"));
+    FERRY_CHECK(!k.has_weights() || k.weights().dtype() == first.weights().dtype(),
+                InvalidArgument, where, ": KJT ", i, " has ", dtype_name(k.weights().dtype()),
+                " weights but KJT 0 has ", dtype_name(first.weights().dtype()));
+    FERRY_CHECK(k.lengths().dtype() == first.lengths().dtype(), InvalidArgument, where, ": KJT ",
+                i, " has ", dtype_name(k.lengths().dtype()), " lengths but KJT 0 has ",
+                dtype_name(first.lengths().dtype()));
+    variable = variable || k.variable_stride_per_key();
+    allow_dup = allow_dup || k.allows_duplicate_keys();
+  }
+  if (!variable) {
+    for (size_t i = 0; i < kjts.size(); ++i) {
+      if (kjts[i].num_keys() == 0) continue;
+      if (!stride) stride = kjts[i].stride();
+      FERRY_CHECK(kjts[i].stride() == *stride, InvalidArgument, where, ": KJT ", i, " has stride ",
+                  kjts[i].stride(), " but an earlier one has ", *stride,
+                  " (use stride_per_key_per_rank for a variable batch per key)");
+    }
+    if (!stride) stride = first.stride();
+  }
+  KjtInit init;
+  std::vector<Tensor> values, weights, lengths;
+  if (variable) init.stride_per_key_per_rank.emplace();
+  for (const KeyedJaggedTensor& k : kjts) {
+    init.keys.insert(init.keys.end(), k.keys().begin(), k.keys().end());
+    values.push_back(k.values());
+    lengths.push_back(k.lengths());
+    if (k.has_weights()) weights.push_back(k.weights());
+    if (variable)
+      init.stride_per_key_per_rank->insert(init.stride_per_key_per_rank->end(),
+                                           k.stride_per_key_per_rank().begin(),
+                                           k.stride_per_key_per_rank().end());
+  }
+  init.values = cat(values, 0);
+  init.lengths = cat(lengths, 0);
+  if (!weights.empty()) init.weights = cat(weights, 0);
+  init.stride = stride;
+  init.allow_duplicate_keys = allow_dup;
+  return from_init(std::move(init), where);
+}
+
+std::ostream& operator<<(std::ostream& os, const KeyedJaggedTensor& kjt) {
+  os << "KeyedJaggedTensor(keys=" << detail::keys_str(kjt.keys()) << ", stride=" << kjt.stride();
+  if (kjt.variable_stride_per_key()) os << ", stride_per_key=" << list_str(kjt.stride_per_key());
+  os << ", lengths=" << list_str(detail::index_vector(kjt.lengths()))
+     << ", values=" << list_str(detail::index_vector(kjt.values()));
+  if (kjt.has_weights()) os << ", weighted";
+  return os << ')';
+}
+
+}  // namespace ferry::torchrec
