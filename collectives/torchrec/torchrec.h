@@ -5,5 +5,7 @@
 #pragma once
 
 #include "collectives/torchrec/comm/codec_telemetry.h"
+#include "collectives/torchrec/comm/collective_utils.h"
 #include "collectives/torchrec/comm/fbgemm_qcomm_codec.h"
 #include "collectives/torchrec/comm/qcomm_codec.h"
+#include "collectives/torchrec/comm/topology.h"
