@@ -13,6 +13,8 @@
 #include "collectives/torchrec/comm/fbgemm_qcomm_codec.h"
 #include "collectives/torchrec/comm/qcomm_codec.h"
 #include "collectives/torchrec/comm/topology.h"
+#include "collectives/torchrec/dist/kjt_all_to_all.h"
+#include "collectives/torchrec/sparse/bucketize.h"
 #include "collectives/torchrec/sparse/jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_tensor.h"

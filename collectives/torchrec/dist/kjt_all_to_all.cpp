@@ -1,0 +1,380 @@
+#include "collectives/torchrec/dist/kjt_all_to_all.h"
+
+#include "collectives/collectives.h"
+#include "collectives/torchrec/sparse/jagged_kernels.h"
+#include "collectives/torchrec/sparse/kjt_dist.h"
+#include "runtime/error.h"
+
+#include <exception>
+#include <functional>
+#include <map>
+#include <string_view>
+#include <utility>
+
+namespace ferry::torchrec {
+
+using detail::list_str;
+
+namespace {
+
+constexpr const char* kWhere = "KJTAllToAll";
+
+// The phase-1 record, int64 words. Label slots are fixed so that the record has the same size on
+// every rank whatever its labels (a rank with weights and one without must reach the checks,
+// not a size mismatch inside the collective).
+constexpr int64_t kMagic = 0x4b4a5441'32706831;  // "KJTA2ph1"
+enum Word : int64_t { kMagicWord, kStatus, kKeysFp, kSplitsFp, kFlags, kStride, kLimit, kHeader };
+enum Slot : int64_t { kLengths, kValues, kStrides, kWeights, kSlots };
+constexpr const char* kSlotLabel[kSlots] = {"lengths", "values", "strides", "weights"};
+
+enum Status : int64_t { kOk = 0, kKeySplits = 1, kBadInput = 2 };
+
+const char* status_text(int64_t s) {
+  switch (s) {
+    case kKeySplits: return "its key splits do not cover its keys";
+    case kBadInput: return "its KJT could not be prepared for sending";
+    default: return "unknown status";
+  }
+}
+
+// FNV-1a, 64-bit, with a separator so that ["ab", "c"] and ["a", "bc"] differ.
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void byte(unsigned char c) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  void str(std::string_view s) {
+    for (char c : s) byte(static_cast<unsigned char>(c));
+    byte(0xff);
+  }
+  void i64(int64_t v) {
+    for (int i = 0; i < 8; ++i) byte(static_cast<unsigned char>(static_cast<uint64_t>(v) >> (8 * i)));
+  }
+  int64_t value() const { return static_cast<int64_t>(h); }
+};
+
+int64_t slot_of(const std::string& label) {
+  for (int64_t s = 0; s < kSlots; ++s)
+    if (label == kSlotLabel[s]) return s;
+  FERRY_THROW(InvalidArgument, kWhere, ": unknown label ", label);
+}
+
+}  // namespace
+
+namespace detail {
+
+struct KjtA2aState {
+  Group group;
+  std::vector<int64_t> splits;
+  int64_t stagger = 1;
+  KJTAllToAllOptions options;
+  KeyedJaggedTensor input;
+  int W = 1, me = 0;
+
+  // sender side
+  std::vector<std::string> labels;
+  std::vector<Tensor> send;                        // per label
+  std::vector<std::vector<int64_t>> input_splits;  // [label][dest]
+  std::string local_error;                         // why this rank's input was rejected
+  std::exception_ptr local_exception;
+  std::vector<std::string> keys_out;
+
+  // phase 1
+  Tensor record_out;
+  Work phase1;
+  bool phase1_done = false;
+  std::exception_ptr phase1_error;
+
+  // settled by phase 1
+  std::vector<std::vector<int64_t>> output_splits;  // [label][source]
+  std::vector<int64_t> stride_per_rank;
+  std::optional<std::vector<int64_t>> recat;
+
+  // phase 2
+  std::vector<Tensor> recv;
+  std::vector<Work> phase2;
+  std::optional<KJTAllToAllTensorsAwaitable> tensors_awaitable;
+  std::optional<KeyedJaggedTensor> result;
+  std::exception_ptr phase2_error;
+
+  int64_t flags() const {
+    int64_t f = 0;
+    if (input.variable_stride_per_key()) f |= 1;
+    if (input.has_weights()) f |= 2;
+    f |= static_cast<int64_t>(input.lengths().dtype()) << 8;
+    if (input.has_weights()) f |= static_cast<int64_t>(input.weights().dtype()) << 16;
+    return f;
+  }
+
+  // The checks every rank runs on the gathered records; they see the same records, so they throw
+  // the same error everywhere.
+  void check_records(const std::vector<const int64_t*>& rec) {
+    for (int s = 0; s < W; ++s)
+      FERRY_CHECK(rec[s][kMagicWord] == kMagic, MismatchError, kWhere, ": rank ", s,
+                  " sent a phase-1 record that is not a KJTAllToAll's (a different collective "
+                  "on this group?)");
+    for (int s = 0; s < W; ++s) {
+      if (rec[s][kStatus] == kOk) continue;
+      if (s == me) {
+        FERRY_THROW(InvalidArgument, local_error,
+                    " (every rank of the group fails this KJTAllToAll; no data moved)");
+      }
+      FERRY_THROW(InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+                  " rejected its input: ", status_text(rec[s][kStatus]),
+                  "; every rank fails this call and no data moved");
+    }
+    auto differing = [&](Word w) {
+      std::vector<int64_t> bad;
+      for (int s = 1; s < W; ++s)
+        if (rec[s][w] != rec[0][w]) bad.push_back(s);
+      return bad;
+    };
+    auto mismatch = [&](Word w, const std::string& what, const std::string& here) {
+      std::vector<int64_t> bad = differing(w);
+      if (bad.empty()) return;
+      FERRY_THROW(MismatchError, kWhere, " on rank ", me, ": ranks ", list_str(bad),
+                  " disagree with rank 0 about ", what, " (here: ", here,
+                  "); every rank fails this call and no data moved");
+    };
+    mismatch(kKeysFp, "the keys or their order", detail::keys_str(input.keys()));
+    mismatch(kSplitsFp, "the key splits or the stagger",
+             "splits " + list_str(splits) + ", stagger " + std::to_string(stagger));
+    {
+      std::string here = std::string("variable stride per key ") +
+                         (input.variable_stride_per_key() ? "yes" : "no") + ", weights " +
+                         (input.has_weights() ? dtype_name(input.weights().dtype()) : "none") +
+                         ", lengths " + dtype_name(input.lengths().dtype());
+      mismatch(kFlags, "the KJT's layout (variable stride per key, weights, dtypes)", here);
+    }
+    mismatch(kLimit, "max_recv_elements", std::to_string(options.max_recv_elements));
+
+    // Counts: consistent with the splits, and within bounds at every receiver.
+    const bool vbe = input.variable_stride_per_key();
+    std::vector<int64_t> slots;
+    for (const std::string& l : labels) slots.push_back(slot_of(l));
+    for (int j = 0; j < W; ++j) {
+      for (int64_t slot : slots) {
+        int64_t total = 0;
+        for (int s = 0; s < W; ++s) {
+          const int64_t c = rec[s][kHeader + slot * W + j];
+          FERRY_CHECK(c >= 0, InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+                      " would send a negative ", kSlotLabel[slot], " count ", c, " to rank ", j);
+          if (slot == kLengths && !vbe)
+            FERRY_CHECK(c == rec[s][kStride] * splits[j], MismatchError, kWhere, " on rank ", me,
+                        ": rank ", s, " would send ", c, " lengths to rank ", j, ", not its stride ",
+                        rec[s][kStride], " x ", splits[j], " keys");
+          if (slot == kStrides)
+            FERRY_CHECK(c == splits[j], MismatchError, kWhere, " on rank ", me, ": rank ", s,
+                        " would send ", c, " strides to rank ", j, ", not ", splits[j]);
+          FERRY_CHECK(!__builtin_add_overflow(total, c, &total), InvalidArgument, kWhere,
+                      " on rank ", me, ": the ", kSlotLabel[slot], " counts rank ", j,
+                      " would receive overflow int64");
+        }
+        if (slot == kWeights)
+          for (int s = 0; s < W; ++s)
+            FERRY_CHECK(rec[s][kHeader + kWeights * W + j] == rec[s][kHeader + kValues * W + j],
+                        MismatchError, kWhere, " on rank ", me, ": rank ", s,
+                        " would send a different number of weights and values to rank ", j);
+        FERRY_CHECK(total <= options.max_recv_elements, InvalidArgument, kWhere, " on rank ", me,
+                    ": rank ", j, " would receive ", total, " ", kSlotLabel[slot],
+                    " elements, more than max_recv_elements ", options.max_recv_elements,
+                    "; every rank fails this call and no data moved");
+      }
+    }
+  }
+
+  void settle(const std::vector<const int64_t*>& rec) {
+    output_splits.assign(labels.size(), {});
+    for (size_t l = 0; l < labels.size(); ++l) {
+      const int64_t slot = slot_of(labels[l]);
+      for (int s = 0; s < W; ++s) output_splits[l].push_back(rec[s][kHeader + slot * W + me]);
+    }
+    if (!input.variable_stride_per_key())
+      for (int s = 0; s < W; ++s) stride_per_rank.push_back(rec[s][kStride]);
+    recat = get_recat(splits[me], W, stagger);
+  }
+
+  void issue_phase2() {
+    for (size_t l = 0; l < labels.size(); ++l) {
+      int64_t n = 0;
+      for (int64_t c : output_splits[l]) n += c;
+      recv.push_back(empty({n}, send[l].dtype()));
+      phase2.push_back(all_to_all_single(send[l], recv.back(), output_splits[l], input_splits[l], group));
+      if (options.progress_in_background) phase2.back().progress_in_background();
+    }
+  }
+
+  KeyedJaggedTensor finish() {
+    if (result) return *result;
+    if (phase2_error) std::rethrow_exception(phase2_error);
+    try {
+      if (W == 1) {
+        result = input;
+      } else {
+        for (Work& w : phase2) w.wait();
+        result = kjt_dist_init(keys_out, recv, input.variable_stride_per_key(), W, recat,
+                               stride_per_rank);
+      }
+    } catch (...) {
+      phase2_error = std::current_exception();
+      throw;
+    }
+    // The buffers belong to the result now; the sent tensors are no longer needed.
+    send.clear();
+    recv.clear();
+    return *result;
+  }
+};
+
+}  // namespace detail
+
+// ---- KJTAllToAllTensorsAwaitable ----
+
+KJTAllToAllTensorsAwaitable::KJTAllToAllTensorsAwaitable(std::shared_ptr<detail::KjtA2aState> state)
+    : Awaitable<KeyedJaggedTensor>([state] { return state->finish(); }), state_(std::move(state)) {}
+
+const std::vector<std::string>& KJTAllToAllTensorsAwaitable::labels() const { return state_->labels; }
+const std::vector<std::vector<int64_t>>& KJTAllToAllTensorsAwaitable::input_splits() const {
+  return state_->input_splits;
+}
+const std::vector<std::vector<int64_t>>& KJTAllToAllTensorsAwaitable::output_splits() const {
+  return state_->output_splits;
+}
+namespace {
+size_t label_index(const std::vector<std::string>& labels, const std::string& label) {
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (labels[i] == label) return i;
+  FERRY_THROW(InvalidArgument, kWhere, ": no label \"", label, "\" in this exchange (labels: ",
+              detail::keys_str(labels), ")");
+}
+}  // namespace
+const std::vector<int64_t>& KJTAllToAllTensorsAwaitable::input_splits(const std::string& label) const {
+  return state_->input_splits[label_index(state_->labels, label)];
+}
+const std::vector<int64_t>& KJTAllToAllTensorsAwaitable::output_splits(const std::string& label) const {
+  return state_->output_splits[label_index(state_->labels, label)];
+}
+const std::vector<int64_t>& KJTAllToAllTensorsAwaitable::stride_per_rank() const {
+  return state_->stride_per_rank;
+}
+const std::vector<std::string>& KJTAllToAllTensorsAwaitable::keys() const { return state_->keys_out; }
+const std::optional<std::vector<int64_t>>& KJTAllToAllTensorsAwaitable::recat() const {
+  return state_->recat;
+}
+const std::vector<int64_t>& KJTAllToAllTensorsAwaitable::splits() const { return state_->splits; }
+int64_t KJTAllToAllTensorsAwaitable::stagger() const { return state_->stagger; }
+
+// ---- KJTAllToAllSplitsAwaitable ----
+
+namespace {
+
+KJTAllToAllTensorsAwaitable phase1_wait(const std::shared_ptr<detail::KjtA2aState>& st) {
+  if (st->tensors_awaitable) return *st->tensors_awaitable;
+  if (st->phase1_error) std::rethrow_exception(st->phase1_error);
+  try {
+    if (st->W == 1) {
+      if (st->local_exception) std::rethrow_exception(st->local_exception);
+      st->output_splits = st->input_splits;
+      if (!st->input.variable_stride_per_key()) st->stride_per_rank = {st->input.stride()};
+    } else {
+      st->phase1.wait();
+      const int64_t words = kHeader + kSlots * st->W;
+      const int64_t* all = st->record_out.data<int64_t>();
+      std::vector<const int64_t*> rec;
+      for (int s = 0; s < st->W; ++s) rec.push_back(all + s * words);
+      st->check_records(rec);
+      st->settle(rec);
+      st->issue_phase2();
+    }
+  } catch (...) {
+    st->phase1_error = std::current_exception();
+    throw;
+  }
+  st->tensors_awaitable.emplace(st);
+  return *st->tensors_awaitable;
+}
+
+}  // namespace
+
+KJTAllToAllSplitsAwaitable::KJTAllToAllSplitsAwaitable(std::shared_ptr<detail::KjtA2aState> state)
+    : Awaitable<KJTAllToAllTensorsAwaitable>([state] { return phase1_wait(state); }) {}
+
+// ---- KJTAllToAll ----
+
+KJTAllToAll::KJTAllToAll(Group group, std::vector<int64_t> splits, int64_t stagger,
+                         KJTAllToAllOptions options)
+    : group_(std::move(group)), splits_(std::move(splits)), stagger_(stagger), options_(options) {
+  FERRY_CHECK(group_.valid(), InvalidArgument, kWhere, ": the group is null");
+  const int W = group_.size();
+  FERRY_CHECK(static_cast<int>(splits_.size()) == W, InvalidArgument, kWhere, ": splits ",
+              list_str(splits_), " has ", splits_.size(), " entries for a group of ", W, " ranks");
+  for (int64_t s : splits_)
+    FERRY_CHECK(s >= 0, InvalidArgument, kWhere, ": splits ", list_str(splits_),
+                " contain a negative count");
+  FERRY_CHECK(stagger_ >= 1 && W % stagger_ == 0, InvalidArgument, kWhere, ": stagger ", stagger_,
+              " must be >= 1 and divide the group size ", W);
+  FERRY_CHECK(options_.max_recv_elements >= 0, InvalidArgument, kWhere,
+              ": max_recv_elements must be >= 0");
+}
+
+KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) const {
+  using namespace detail;
+  auto st = std::make_shared<KjtA2aState>();
+  st->group = group_;
+  st->splits = splits_;
+  st->stagger = stagger_;
+  st->options = options_;
+  st->input = input;
+  st->W = group_.size();
+  st->me = group_.rank();
+  const int W = st->W;
+
+  st->labels = kjt_dist_labels(input);
+  int64_t status = kOk;
+  try {
+    st->input_splits = kjt_dist_splits(input, splits_);
+    st->send = kjt_dist_tensors(input);
+    int64_t k0 = 0;
+    for (int j = 0; j < st->me; ++j) k0 += splits_[j];
+    st->keys_out.assign(input.keys().begin() + k0, input.keys().begin() + k0 + splits_[st->me]);
+  } catch (const std::exception& e) {
+    int64_t total = 0;
+    for (int64_t s : splits_) total += s;
+    status = total != input.num_keys() ? kKeySplits : kBadInput;
+    std::string what = e.what();
+    if (what.rfind("ferry: ", 0) == 0) what.erase(0, 7);
+    st->local_error = std::string(kWhere) + " on rank " + std::to_string(st->me) + ": " + what;
+    st->local_exception = std::current_exception();
+    st->input_splits.assign(st->labels.size(), std::vector<int64_t>(W, 0));
+  }
+  if (W == 1) return KJTAllToAllSplitsAwaitable(st);
+
+  // The phase-1 record: what an all_to_all would carry to each destination (its counts and my
+  // stride) plus, for the checks, every other destination's counts and the fingerprints.
+  const int64_t words = kHeader + kSlots * W;
+  std::vector<int64_t> rec(static_cast<size_t>(words), 0);
+  Fnv keys_fp, splits_fp, limit_fp;
+  for (const std::string& k : input.keys()) keys_fp.str(k);
+  keys_fp.i64(input.num_keys());
+  for (int64_t s : splits_) splits_fp.i64(s);
+  splits_fp.i64(-1);
+  splits_fp.i64(stagger_);
+  rec[kMagicWord] = kMagic;
+  rec[kStatus] = status;
+  rec[kKeysFp] = keys_fp.value();
+  rec[kSplitsFp] = splits_fp.value();
+  rec[kFlags] = st->flags();
+  rec[kStride] = input.variable_stride_per_key() ? -1 : input.stride();
+  rec[kLimit] = options_.max_recv_elements;
+  for (size_t l = 0; l < st->labels.size(); ++l) {
+    const int64_t slot = slot_of(st->labels[l]);
+    for (int j = 0; j < W; ++j) rec[kHeader + slot * W + j] = st->input_splits[l][j];
+  }
+  st->record_out = empty({W * words}, DType::Int64);
+  st->phase1 = all_gather(from_vector(rec), st->record_out, group_);
+  if (options_.progress_in_background) st->phase1.progress_in_background();
+  return KJTAllToAllSplitsAwaitable(st);
+}
+
+}  // namespace ferry::torchrec

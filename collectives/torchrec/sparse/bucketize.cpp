@@ -1,0 +1,212 @@
+#include "collectives/torchrec/sparse/bucketize.h"
+
+#include "collectives/torchrec/sparse/jagged_kernels.h"
+#include "runtime/error.h"
+
+#include <cstring>
+
+namespace ferry::torchrec {
+
+using detail::list_str;
+
+namespace {
+constexpr const char* kBucketize = "bucketize_kjt_before_all2all";
+}
+
+BucketizedKjt bucketize_kjt_before_all2all(
+    const KeyedJaggedTensor& kjt, int64_t num_buckets, const std::vector<int64_t>& block_sizes,
+    bool output_permute, bool bucketize_pos,
+    const std::optional<std::vector<std::vector<int64_t>>>& block_bucketize_row_pos,
+    bool keep_original_indices) {
+  const int64_t N = num_buckets;
+  const int64_t K = kjt.num_keys();
+  FERRY_CHECK(N >= 1, InvalidArgument, kBucketize, ": num_buckets ", N, " must be >= 1");
+  FERRY_CHECK(static_cast<int64_t>(block_sizes.size()) == K, InvalidArgument, kBucketize,
+              ": block_sizes ", list_str(block_sizes), " has ", block_sizes.size(),
+              " entries for ", K, " keys");
+  for (int64_t bs : block_sizes)
+    FERRY_CHECK(bs >= 1, InvalidArgument, kBucketize, ": block_sizes ", list_str(block_sizes),
+                " must be positive");
+  if (block_bucketize_row_pos) {
+    FERRY_CHECK(static_cast<int64_t>(block_bucketize_row_pos->size()) == K, InvalidArgument,
+                kBucketize, ": block_bucketize_row_pos has ", block_bucketize_row_pos->size(),
+                " lists for ", K, " keys");
+    for (const std::vector<int64_t>& pos : *block_bucketize_row_pos) {
+      bool ok = static_cast<int64_t>(pos.size()) == N + 1 && pos[0] == 0;
+      for (size_t i = 1; ok && i < pos.size(); ++i) ok = pos[i] >= pos[i - 1];
+      FERRY_CHECK(ok, InvalidArgument, kBucketize, ": block_bucketize_row_pos entry ",
+                  list_str(pos), " must be ", N + 1, " non-decreasing row offsets from 0");
+    }
+  }
+
+  const std::vector<int64_t> lengths = detail::index_vector(kjt.lengths());
+  const std::vector<int64_t>& spk = kjt.stride_per_key();
+  const int64_t L = static_cast<int64_t>(lengths.size());
+  const Tensor& values = kjt.values();
+  const int64_t* v = values.numel() ? values.data<int64_t>() : nullptr;
+  const int64_t nv = values.numel();
+
+  // Pass 1: every value's bucket and stored id; the bucketized bag sizes, index p * L + e.
+  std::vector<int64_t> bucket(static_cast<size_t>(nv)), new_id(static_cast<size_t>(nv)),
+      in_bag_pos(static_cast<size_t>(nv));
+  std::vector<int64_t> out_lengths(static_cast<size_t>(N * L), 0);
+  {
+    int64_t i = 0, e = 0;
+    for (int64_t t = 0; t < K; ++t) {
+      const int64_t bs = block_sizes[t];
+      for (int64_t b = 0; b < spk[t]; ++b, ++e) {
+        for (int64_t j = 0; j < lengths[e]; ++j, ++i) {
+          const int64_t id = v[i];
+          FERRY_CHECK(id >= 0, InvalidArgument, kBucketize, ": key ", kjt.keys()[t],
+                      " has the negative id ", id);
+          int64_t p, stored;
+          if (block_bucketize_row_pos) {
+            const std::vector<int64_t>& pos = (*block_bucketize_row_pos)[t];
+            FERRY_CHECK(id < pos.back(), InvalidArgument, kBucketize, ": key ", kjt.keys()[t],
+                        " has the id ", id, " outside its ", pos.back(),
+                        " rows (block_bucketize_row_pos ", list_str(pos), ")");
+            p = 0;
+            while (p + 1 < N && pos[p + 1] <= id) ++p;  // last bucket whose start <= id
+            stored = id - pos[p];
+          } else {
+            p = id < bs * N ? id / bs : id % N;
+            stored = id % bs;
+          }
+          bucket[i] = p;
+          new_id[i] = keep_original_indices ? id : stored;
+          in_bag_pos[i] = j;
+          ++out_lengths[p * L + e];
+        }
+      }
+    }
+  }
+
+  // Pass 2: place every value after the earlier ones of its bucketized bag.
+  std::vector<int64_t> fill(static_cast<size_t>(N * L), 0);
+  {
+    int64_t acc = 0;
+    for (int64_t q = 0; q < N * L; ++q) {
+      fill[q] = acc;
+      acc += out_lengths[q];
+    }
+  }
+  Tensor out_values = empty({nv}, DType::Int64);
+  int64_t* ov = nv ? out_values.data<int64_t>() : nullptr;
+  std::vector<int64_t> where(static_cast<size_t>(nv));
+  {
+    int64_t i = 0;
+    for (int64_t e = 0; e < L; ++e)
+      for (int64_t j = 0; j < lengths[e]; ++j, ++i) {
+        const int64_t dst = fill[bucket[i] * L + e]++;
+        ov[dst] = new_id[i];
+        where[i] = dst;
+      }
+  }
+
+  Tensor out_weights;
+  if (bucketize_pos) {
+    out_weights = empty({nv}, DType::Float32);
+    float* w = nv ? out_weights.data<float>() : nullptr;
+    for (int64_t i = 0; i < nv; ++i) w[where[i]] = static_cast<float>(in_bag_pos[i]);
+  } else if (kjt.has_weights()) {
+    const Tensor& win = kjt.weights();
+    out_weights = empty({nv}, win.dtype());
+    if (nv) {
+      const size_t es = win.element_size();
+      const char* src = static_cast<const char*>(win.raw_data());
+      char* dst = static_cast<char*>(out_weights.raw_data());
+      for (int64_t i = 0; i < nv; ++i) std::memcpy(dst + where[i] * es, src + i * es, es);
+    }
+  }
+
+  KjtInit init;
+  for (int64_t p = 0; p < N; ++p)
+    for (const std::string& k : kjt.keys()) init.keys.push_back(k);
+  init.values = out_values;
+  init.weights = out_weights;
+  init.lengths = detail::index_tensor(out_lengths, kjt.lengths().dtype(), kBucketize);
+  init.allow_duplicate_keys = true;
+  if (kjt.variable_stride_per_key()) {
+    std::vector<std::vector<int64_t>> sr;
+    for (int64_t p = 0; p < N; ++p)
+      for (const auto& r : kjt.stride_per_key_per_rank()) sr.push_back(r);
+    init.stride_per_key_per_rank = std::move(sr);
+  } else {
+    init.stride = kjt.stride();
+  }
+  BucketizedKjt out{KeyedJaggedTensor::from_init(std::move(init), kBucketize), std::nullopt};
+  if (output_permute) out.unbucketize_permute = from_vector(where);
+  return out;
+}
+
+BucketizedKjt bucketize_kjt_before_all2all(
+    const KeyedJaggedTensor& kjt, int64_t num_buckets, const Tensor& block_sizes,
+    bool output_permute, bool bucketize_pos,
+    const std::optional<std::vector<std::vector<int64_t>>>& block_bucketize_row_pos,
+    bool keep_original_indices) {
+  detail::check_index_tensor(block_sizes, kBucketize, "block_sizes");
+  return bucketize_kjt_before_all2all(kjt, num_buckets, detail::index_vector(block_sizes),
+                                      output_permute, bucketize_pos, block_bucketize_row_pos,
+                                      keep_original_indices);
+}
+
+// ---- column permutation ----
+
+namespace {
+constexpr const char* kPermute = "permute_pooled_embs";
+
+void check_permutation(const std::vector<int64_t>& dims, const std::vector<int64_t>& permute) {
+  FERRY_CHECK(dims.size() == permute.size(), InvalidArgument, kPermute, ": permute ",
+              list_str(permute), " has ", permute.size(), " entries for ", dims.size(), " blocks");
+  std::vector<bool> seen(dims.size(), false);
+  for (int64_t p : permute) {
+    FERRY_CHECK(p >= 0 && p < static_cast<int64_t>(dims.size()) && !seen[p], InvalidArgument,
+                kPermute, ": permute ", list_str(permute), " is not a permutation of 0..",
+                static_cast<int64_t>(dims.size()) - 1);
+    seen[p] = true;
+  }
+  for (int64_t d : dims)
+    FERRY_CHECK(d >= 0, InvalidArgument, kPermute, ": dims ", list_str(dims), " has a negative width");
+}
+}  // namespace
+
+Tensor permute_pooled_embs(const Tensor& embs, const std::vector<int64_t>& dims,
+                           const std::vector<int64_t>& permute) {
+  check_permutation(dims, permute);
+  FERRY_CHECK(embs.defined() && embs.dim() == 2, InvalidArgument, kPermute,
+              ": embs must be a 2-D tensor [batch, sum(dims)]");
+  std::vector<int64_t> start{0};
+  for (int64_t d : dims) start.push_back(start.back() + d);
+  FERRY_CHECK(embs.size(1) == start.back(), InvalidArgument, kPermute, ": embs has ",
+              embs.size(1), " columns, dims ", list_str(dims), " sum to ", start.back());
+  Tensor out = empty(embs.shape(), embs.dtype());
+  int64_t col = 0;
+  for (int64_t src : permute) {
+    detail::copy_slab(embs, 1, start[src], dims[src], out, col);
+    col += dims[src];
+  }
+  return out;
+}
+
+PermutePooledEmbeddingsSplit::PermutePooledEmbeddingsSplit(std::vector<int64_t> embs_dims,
+                                                           std::vector<int64_t> permute)
+    : dims_(std::move(embs_dims)), permute_(std::move(permute)) {
+  check_permutation(dims_, permute_);
+  // The output's blocks are dims_[permute_[i]] wide; putting output block i back at permute_[i]
+  // is the inverse.
+  inv_permute_.assign(permute_.size(), 0);
+  for (size_t i = 0; i < permute_.size(); ++i) {
+    inv_dims_.push_back(dims_[permute_[i]]);
+    inv_permute_[permute_[i]] = static_cast<int64_t>(i);
+  }
+}
+
+Tensor PermutePooledEmbeddingsSplit::operator()(const Tensor& embs) const {
+  return permute_pooled_embs(embs, dims_, permute_);
+}
+
+Tensor PermutePooledEmbeddingsSplit::inverse(const Tensor& permuted) const {
+  return permute_pooled_embs(permuted, inv_dims_, inv_permute_);
+}
+
+}  // namespace ferry::torchrec
