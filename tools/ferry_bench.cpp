@@ -7,6 +7,7 @@
 // waiting for the step to finish would see it.
 #include "ferry.h"
 #include "tools/bench/codec_bench.h"
+#include "tools/bench/kjt_bench.h"
 #include "tools/bench/differentiable_case.h"
 #include "tools/bench/launcher.h"
 #include "tools/bench/ops.h"
@@ -263,12 +264,16 @@ int run(int argc, char** argv) {
   Report report({opts.transport, opts.world_size, opts.dtype, opts.vs_mpi, opts.mpi_nonblocking,
                  opts.differentiable},
                 csv);
-  if (launcher->reports()) report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
+  if (launcher->reports() && !opts.kjt) report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
 
   std::atomic<bool> all_ok{true};
   int status = 0;
   try {
     launcher->run([&](Group& world, RankSync& sync) {
+      if (opts.kjt) {  // --op kjt_all_to_all: its own table
+        if (!run_kjt_bench(opts, world, sync, launcher->reports() && world.rank() == 0)) all_ok = false;
+        return;
+      }
       Sweep sweep{opts, sizes, world.rank() == 0 ? &report : nullptr, launcher.get()};
       for (OpKind op : opts.ops) {
         const bool ok = op == OpKind::Memcpy ? bench_memcpy(sweep, world, sync)

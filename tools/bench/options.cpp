@@ -146,11 +146,21 @@ Options parse_options(int argc, char** argv) {
       const std::string v = value();
       if (lower(v) == "codec")
         o.codec = true;
+      else if (lower(v) == "kjt_all_to_all")
+        o.kjt = true;
       else
         o.ops = parse_ops(v);
       ops_given = true;
     } else if (arg == "--codec") {
       o.codecs = parse_codecs(value());
+    } else if (arg == "--features") {
+      o.kjt_features = parse_int(arg, value(), 1, 1 << 20);
+    } else if (arg == "--batch") {
+      o.kjt_batch = parse_int(arg, value(), 1, 1 << 24);
+    } else if (arg == "--pooling") {
+      o.kjt_pooling = parse_int(arg, value(), 1, 1 << 16);
+    } else if (arg == "--weighted") {
+      o.kjt_weighted = true;
     } else if (arg == "--row-dim") {
       o.row_dim = parse_int(arg, value(), 1, 1 << 20);
     } else if (arg == "--sizes") {
@@ -266,6 +276,10 @@ std::string usage() {
         "  --op NAME[,NAME...]|all  all_reduce, all_gather, reduce_scatter, all_to_all,\n"
         "                           broadcast, reduce, memcpy (default all_reduce; all runs\n"
         "                           every op)\n"
+        "  --op kjt_all_to_all      instead: torchrec's two-phase KJT all-to-all on a synthetic\n"
+        "                           KJT (--features T, default 16; --batch B per rank, 1024;\n"
+        "                           --pooling P mean ids per bag, power-law, 8; --weighted), per\n"
+        "                           phase, against one all_to_all_single of the same bytes\n"
         "  --op codec               instead: encode + decode throughput of the torchrec comm\n"
         "                           codecs on one core (size = float32 input bytes), next to\n"
         "                           memcpy of the same bytes; no ranks are started\n"

@@ -40,6 +40,12 @@ struct Options {
   std::vector<std::string> codecs;  // --codec; empty: all of codec_bench_names()
   int64_t row_dim = 32;             // --row-dim: rows of the row-wise codecs (fp8-rowwise, int8)
   std::vector<size_t> sizes;        // --sizes: replaces the -b/-e/-f sweep when not empty
+  // --op kjt_all_to_all: the torchrec KJT all-to-all on a synthetic KJT (tools/bench/kjt_bench.h).
+  bool kjt = false;
+  int64_t kjt_features = 16;   // --features T
+  int64_t kjt_batch = 1024;    // --batch B (per rank)
+  double kjt_pooling = 8.0;    // --pooling P: mean ids per bag (power-law lengths)
+  bool kjt_weighted = false;   // --weighted
 };
 
 // Adaptive iteration count: enough for about this long per size, within [kMinIters, kMaxIters].
