@@ -30,7 +30,10 @@ KeyedJaggedTensor synthetic_kjt(const Options& o, int rank) {
   std::uniform_real_distribution<double> u(1e-12, 1.0);
   const double xm = o.kjt_pooling / 2.0;  // Pareto(shape 2) has mean 2 xm
   std::vector<std::string> keys;
-  for (int64_t t = 0; t < o.kjt_features; ++t) keys.push_back("f" + std::to_string(t));
+  for (int64_t t = 0; t < o.kjt_features; ++t) {  // (not "f" + to_string: GCC 12 -Wrestrict)
+    keys.emplace_back("f");
+    keys.back() += std::to_string(t);
+  }
   std::vector<int64_t> lengths, values;
   std::vector<float> weights;
   const int64_t cap = static_cast<int64_t>(32 * o.kjt_pooling);
