@@ -10,9 +10,8 @@
 #include "jagged_test_util.h"
 #include "kjt_case.h"
 
-#include <chrono>
 #include <random>
-#include <thread>
+#include <optional>
 
 using namespace ferry;
 using namespace ferry::torchrec;
@@ -266,25 +265,29 @@ KJT_CASE("KJTAllToAll: W = 1 returns the input", "[kjt_a2a]", 1, 2) {
 KJT_CASE("KJTAllToAll: both phases return before the peers arrive", "[kjt_a2a][async]", 2, 3) {
   Group sub = first_ranks(g, 2);
   if (!sub.valid()) return;
-  using clock = std::chrono::steady_clock;
-  const auto ms = [](clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+  // Shown by ordering, not timing: rank 1 launches only after rank 0's launch returned, and
+  // issues phase 2 only after rank 0's phase-1 wait returned. Should either of rank 0's calls
+  // wait for rank 1's later step, the two ranks would wait for each other until the deadline
+  // and the case fails with TimeoutError.
   KJTAllToAll a2a(sub, {2, 1});
-  // rank 1 launches at 400 ms and waits at 800 ms; rank 0 launches at 0 and "computes" until
-  // 600 ms: its launch must not wait for rank 1, phase 1 must complete meanwhile (progress
-  // thread), and its phase-1 wait must issue phase 2 and return without waiting for rank 1.
-  if (sub.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  auto t0 = clock::now();
-  KJTAllToAllSplitsAwaitable p1 = a2a(tc19(sub.rank(), false));
-  KJTAllToAllSplitsAwaitable p1b = a2a(tc19(sub.rank(), true));  // batch i+1 launched too
-  const auto launch = ms(clock::now() - t0);
-  if (sub.rank() == 0) need(launch < 200, sub, "launch took " + std::to_string(launch) + " ms");
-  std::this_thread::sleep_for(std::chrono::milliseconds(sub.rank() == 1 ? 400 : 600));
-  t0 = clock::now();
-  KJTAllToAllTensorsAwaitable p2 = p1.wait();  // rank 0: phase 1 is done by now, phase 2 issued
-  const auto issue2 = ms(clock::now() - t0);
-  if (sub.rank() == 0) need(issue2 < 200, sub, "phase-1 wait took " + std::to_string(issue2) + " ms");
-  const KeyedJaggedTensor out = p2.wait();
-  const KeyedJaggedTensor outb = p1b.wait().wait();
+  Tensor token = zeros({1}, DType::Int32);
+  std::optional<KJTAllToAllSplitsAwaitable> p1, p1b;
+  std::optional<KJTAllToAllTensorsAwaitable> p2;
+  if (sub.rank() == 0) {
+    p1.emplace(a2a(tc19(0, false)));
+    p1b.emplace(a2a(tc19(0, true)));  // batch i+1 launched too
+    send(token, 1, sub, /*tag=*/1).wait();
+    p2.emplace(p1->wait());  // phase 1 needs rank 1's launch (it came); phase 2 is only issued
+    send(token, 1, sub, /*tag=*/2).wait();
+  } else {
+    recv(token, 0, sub, /*tag=*/1).wait();
+    p1.emplace(a2a(tc19(1, false)));
+    p1b.emplace(a2a(tc19(1, true)));
+    recv(token, 0, sub, /*tag=*/2).wait();
+    p2.emplace(p1->wait());
+  }
+  const KeyedJaggedTensor out = p2->wait();
+  const KeyedJaggedTensor outb = p1b->wait().wait();
   need_eq(iv(out.values()), iv(outb.values()), sub, "both batches arrive");
   need(outb.has_weights() && !out.has_weights(), sub, "each its own");
   need_eq(iv(out.values()), sub.rank() == 0 ? V{100, 101, 102, 103, 104, 200, 201, 202, 203, 204} : V{300, 301, 302, 303},
