@@ -1,0 +1,211 @@
+// The worked torchrec cases of the spec (section (b): TC13, TC16, TC18; the docs examples of
+// §4.4 and §4.5) and hand-computed cases for alltoall_sequence and alltoallv, each forward and
+// backward with gradient division on and off, on the ranks they specify. SPMD cases: local
+// worlds here, mpiexec / ferry-run in the torchrec-mpi-* / torchrec-ucx-* suites.
+#include "collectives/collectives.h"
+#include "collectives/torchrec/torchrec.h"
+#include "comm_test_helpers.h"
+#include "tests/differentiable/spmd_gradcheck.h"
+
+using namespace ferry;
+using namespace ferry::torchrec;
+using dgtest::expect;
+using trtest::expect_equal;
+using trtest::forward_backward;
+using trtest::mat;
+using trtest::with_gradient_division;
+
+DG_CASE("torchrec TC13: alltoall_pooled, equal batch, division on and off", "[torchrec][tc13]",
+        2) {
+  const bool r0 = g.rank() == 0;
+  const Tensor x = r0 ? mat({1, 2, 3, 4}, 2, 2) : mat({5, 6}, 2, 1);
+  const Tensor grad = r0 ? mat({10, 20, 30}, 1, 3) : mat({40, 50, 60}, 1, 3);
+  const All2AllPooledInfo info({1, 1}, {2, 1});
+  auto op = [&](const Variable& v) { return alltoall_pooled(v, info, g).wait(); };
+  for (bool division : {true, false}) {
+    with_gradient_division(g, division, [&] {
+      const auto r = forward_backward(op, x, grad);
+      expect_equal(r.outputs[0], r0 ? mat({1, 2, 5}, 1, 3) : mat({3, 4, 6}, 1, 3), g, "TC13 Y");
+      const Tensor dx = division ? (r0 ? mat({5, 10, 20, 25}, 2, 2) : mat({15, 30}, 2, 1))
+                                 : (r0 ? mat({10, 20, 40, 50}, 2, 2) : mat({30, 60}, 2, 1));
+      expect_equal(r.input_grads[0], dx, g, division ? "TC13 dX (division on)" : "TC13 dX (off)");
+    });
+  }
+}
+
+DG_CASE("torchrec §4.4 docs example: dims [2, 1], six rows each -> [3, 3] on both ranks",
+        "[torchrec][alltoall_pooled]", 2) {
+  const bool r0 = g.rank() == 0;
+  const int64_t d = r0 ? 2 : 1;
+  Tensor x = arange(0, 6.0 * d, 1, DType::Float64).reshape({6, d});
+  x.vec<double>().array() += 100 * g.rank();
+  const Tensor y = alltoall_pooled(Variable(x), All2AllPooledInfo({3, 3}, {2, 1}), g).wait().value();
+  // Rank me gets rows 3 me .. 3 me + 2 of rank 0's [6, 2] and of rank 1's [6, 1], side by side.
+  const double b = 3 * g.rank();
+  expect_equal(y,
+               mat({2 * b, 2 * b + 1, 100 + b, 2 * b + 2, 2 * b + 3, 101 + b, 2 * b + 4,
+                    2 * b + 5, 102 + b},
+                   3, 3),
+               g, "docs example output");
+}
+
+DG_CASE("torchrec TC16: reduce_scatter_base_pooled", "[torchrec][tc16]", 2) {
+  const bool r0 = g.rank() == 0;
+  const Tensor x = r0 ? mat({1, 2, 3, 4}, 2, 2) : mat({10, 20, 30, 40}, 2, 2);
+  const Tensor grad = r0 ? mat({1, 1}, 1, 2) : mat({2, 2}, 1, 2);
+  auto op = [&](const Variable& v) { return reduce_scatter_base_pooled(v, g).wait(); };
+  for (bool division : {true, false}) {
+    with_gradient_division(g, division, [&] {
+      const auto r = forward_backward(op, x, grad);
+      expect_equal(r.outputs[0], r0 ? mat({11, 22}, 1, 2) : mat({33, 44}, 1, 2), g, "TC16 Y");
+      expect_equal(r.input_grads[0],
+                   division ? mat({0.5, 0.5, 1, 1}, 2, 2) : mat({1, 1, 2, 2}, 2, 2), g,
+                   "TC16 dX");
+    });
+  }
+}
+
+DG_CASE("torchrec TC18: all_gather_base_pooled and reduce_scatter_pooled", "[torchrec][tc18]",
+        2) {
+  const bool r0 = g.rank() == 0;
+  {
+    const Tensor x = r0 ? mat({1, 2}, 1, 2) : mat({3, 4}, 1, 2);
+    const Tensor grad = r0 ? mat({1, 2, 3, 4}, 2, 2) : mat({10, 20, 30, 40}, 2, 2);
+    const auto r = forward_backward(
+        [&](const Variable& v) { return all_gather_base_pooled(v, g).wait(); }, x, grad);
+    expect_equal(r.outputs[0], mat({1, 2, 3, 4}, 2, 2), g, "TC18 all-gather Y");
+    expect_equal(r.input_grads[0], r0 ? mat({5.5, 11}, 1, 2) : mat({16.5, 22}, 1, 2), g,
+                 "TC18 all-gather dX");
+  }
+  {
+    const std::vector<Tensor> inputs = r0 ? std::vector<Tensor>{mat({1, 2}, 1, 2), mat({3, 4}, 1, 2)}
+                                          : std::vector<Tensor>{mat({10, 20}, 1, 2),
+                                                                mat({30, 40}, 1, 2)};
+    const Tensor grad = r0 ? mat({1, 2}, 1, 2) : mat({3, 4}, 1, 2);
+    const auto r = forward_backward(
+        [&](const std::vector<Variable>& in) {
+          return std::vector<Variable>{reduce_scatter_pooled(in, g).wait()};
+        },
+        inputs, {grad});
+    expect_equal(r.outputs[0], r0 ? mat({11, 22}, 1, 2) : mat({33, 44}, 1, 2), g,
+                 "TC18 reduce-scatter Y");
+    expect_equal(r.input_grads[0], mat({0.5, 1}, 1, 2), g, "TC18 d inputs[0]");
+    expect_equal(r.input_grads[1], mat({1.5, 2}, 1, 2), g, "TC18 d inputs[1]");
+  }
+}
+
+DG_CASE("torchrec §4.5 docs example: variable_batch_alltoall_pooled splits and sizes",
+        "[torchrec][variable_batch]", 2) {
+  // Rank 0 owns f0 (dim 2); rank 1 owns f1, f2 (dim 3 each).
+  const bool r0 = g.rank() == 0;
+  const VariableBatchAll2AllPooledInfo info(
+      r0 ? std::vector<std::vector<int64_t>>{{2}, {1}} : std::vector<std::vector<int64_t>>{{1, 3}, {2, 2}},
+      r0 ? std::vector<int64_t>{2, 1, 3} : std::vector<int64_t>{1, 2, 2}, {{2}, {3, 3}});
+  // Input splits r0 [4, 2], r1 [12, 12]; values 1000 r + index, so each block is recognisable.
+  const int64_t n = r0 ? 6 : 24;
+  Tensor x = arange(0, static_cast<double>(n), 1, DType::Float64);
+  x.vec<double>().array() += 1000 * g.rank();
+  const Tensor grad_seed = arange(0, r0 ? 16.0 : 14.0, 1, DType::Float64);
+  const auto r = forward_backward(
+      [&](const Variable& v) { return variable_batch_alltoall_pooled(v, info, g).wait(); }, x,
+      grad_seed);
+  // Output r0: rank 0's first 4, then rank 1's first 12 (16); r1: rank 0's last 2, rank 1's
+  // last 12 (14).
+  std::vector<double> expected;
+  if (r0) {
+    for (int i = 0; i < 4; ++i) expected.push_back(i);
+    for (int i = 0; i < 12; ++i) expected.push_back(1000 + i);
+  } else {
+    for (int i = 4; i < 6; ++i) expected.push_back(i);
+    for (int i = 12; i < 24; ++i) expected.push_back(1000 + i);
+  }
+  expect_equal(r.outputs[0], from_vector(expected), g, "VBE output");
+  // Backward (division on): the seeds go back, halved: rank 0's x gets r0's seeds 0..3 and
+  // r1's 0..1; rank 1's x gets r0's 4..15 and r1's 2..13.
+  std::vector<double> dx;
+  if (r0) {
+    for (int i = 0; i < 4; ++i) dx.push_back(i / 2.0);
+    for (int i = 0; i < 2; ++i) dx.push_back(i / 2.0);
+  } else {
+    for (int i = 4; i < 16; ++i) dx.push_back(i / 2.0);
+    for (int i = 2; i < 14; ++i) dx.push_back(i / 2.0);
+  }
+  expect_equal(r.input_grads[0], from_vector(dx), g, "VBE dX");
+}
+
+// Rank 0 owns features f0, f1; rank 1 none (T = 0: no permutation). One sample per rank.
+// Rank 0 received f0: 1 id from rank 0 (e00), 1 from rank 1 (e01); f1: 2 from rank 0 (e10,
+// e11), none from rank 1. Its rows, in KJT order, are e00 e01 e10 e11; forward_recat [0, 2, 1,
+// 3] sends e00 e10 e11 back to rank 0 and e01 to rank 1.
+DG_CASE("torchrec alltoall_sequence: recat forward, inverse backward, T = 0 on one rank",
+        "[torchrec][alltoall_sequence]", 2) {
+  const bool r0 = g.rank() == 0;
+  All2AllSequenceInfo info;
+  info.embedding_dim = 2;
+  if (r0) {
+    info.lengths_after_sparse_data_all2all = from_vector<int64_t>({1, 1, 2, 0}, {2, 2});
+    info.forward_recat_tensor = sequence_forward_recat(2, 2);
+    info.backward_recat_tensor = sequence_backward_recat(2, 2);
+    info.output_splits = {3, 1};
+    info.input_splits = {3, 0};
+  } else {
+    info.lengths_after_sparse_data_all2all = from_vector<int64_t>({}, {0, 2});
+    info.forward_recat_tensor = sequence_forward_recat(0, 2);
+    info.backward_recat_tensor = sequence_backward_recat(0, 2);
+    info.output_splits = {0, 0};
+    info.input_splits = {1, 0};
+  }
+  expect_equal(sequence_forward_recat(2, 2), from_vector<int64_t>({0, 2, 1, 3}), g,
+               "forward recat T=2 W=2");
+  const Tensor e = r0 ? mat({1, 2, 3, 4, 5, 6, 7, 8}, 4, 2) : mat({}, 0, 2);
+  const Tensor grad = r0 ? mat({10, 20, 30, 40, 50, 60}, 3, 2) : mat({70, 80}, 1, 2);
+  for (bool division : {true, false}) {
+    with_gradient_division(g, division, [&] {
+      const auto r = forward_backward(
+          [&](const Variable& v) { return alltoall_sequence(v, info, g).wait(); }, e, grad);
+      expect_equal(r.outputs[0], r0 ? mat({1, 2, 5, 6, 7, 8}, 3, 2) : mat({3, 4}, 1, 2), g,
+                   "sequence Y");
+      const double s = division ? 0.5 : 1.0;
+      expect_equal(r.input_grads[0],
+                   r0 ? mat({10 * s, 20 * s, 70 * s, 80 * s, 30 * s, 40 * s, 50 * s, 60 * s}, 4, 2)
+                      : mat({}, 0, 2),
+                   g, "sequence dE");
+    });
+  }
+}
+
+// Rank 0 holds tables A [3, 1] and B [3, 2]; rank 1 holds C [3, 1]; B_global 3 -> rows [2, 1].
+DG_CASE("torchrec alltoallv: tuple output, columns split back, no division on the async path",
+        "[torchrec][alltoallv]", 2) {
+  const bool r0 = g.rank() == 0;
+  const std::vector<Tensor> inputs =
+      r0 ? std::vector<Tensor>{mat({1, 2, 3}, 3, 1), mat({10, 11, 20, 21, 30, 31}, 3, 2)}
+         : std::vector<Tensor>{mat({100, 200, 300}, 3, 1)};
+  const std::vector<Tensor> grads =
+      r0 ? std::vector<Tensor>{mat({1, 2, 3, 4, 5, 6}, 2, 3), mat({7, 8}, 2, 1)}
+         : std::vector<Tensor>{mat({9, 10, 11}, 1, 3), mat({12}, 1, 1)};
+  const std::vector<int64_t> out_split{3, 1};
+  std::vector<Variable> tables;
+  for (const Tensor& t : inputs) tables.emplace_back(t);
+  const All2AllVInfo info = all2allv_info(tables, g, out_split);
+  expect(info.B_local_list == std::vector<int64_t>{2, 1} && info.B_local == (r0 ? 2 : 1), g,
+         "B_local_list");
+  auto op = [&](const std::vector<Variable>& in) { return alltoallv(in, g, out_split).wait(); };
+  for (bool sync : {false, true}) {
+    UseSyncCollectivesScope scope(sync);
+    const auto r = forward_backward(op, inputs, grads);
+    expect_equal(r.outputs[0], r0 ? mat({1, 10, 11, 2, 20, 21}, 2, 3) : mat({3, 30, 31}, 1, 3),
+                 g, "alltoallv output 0");
+    expect_equal(r.outputs[1], r0 ? mat({100, 200}, 2, 1) : mat({300}, 1, 1), g,
+                 "alltoallv output 1");
+    // Division is on (the default): the async path ignores it, the sync path divides.
+    const double s = sync ? 0.5 : 1.0;
+    if (r0) {
+      expect_equal(r.input_grads[0], mat({1 * s, 4 * s, 9 * s}, 3, 1), g, "alltoallv dA");
+      expect_equal(r.input_grads[1], mat({2 * s, 3 * s, 5 * s, 6 * s, 10 * s, 11 * s}, 3, 2), g,
+                   "alltoallv dB");
+    } else {
+      expect_equal(r.input_grads[0], mat({7 * s, 8 * s, 12 * s}, 3, 1), g, "alltoallv dC");
+    }
+  }
+}
