@@ -47,37 +47,34 @@ class AllToAllPooledOp final : public AllToAllCommOp {
  private:
   // [b, sum D] from blocks [b, D_i] laid one after the other in `flat`.
   Tensor columns_side_by_side(const Tensor& flat, int64_t b) const {
-    const std::vector<int64_t>& dims = info_.dim_sum_per_rank;
-    const int64_t total = sum_of(dims);
-    Tensor out = empty({b, total}, flat.dtype());
-    const size_t es = flat.element_size();
-    const auto* src = static_cast<const char*>(flat.raw_data());
-    auto* dst = static_cast<char*>(out.raw_data());
-    int64_t block = 0, col = 0;
-    for (int64_t d : dims) {
-      for (int64_t r = 0; r < b; ++r)
-        std::copy_n(src + (block + r * d) * es, d * es, dst + (r * total + col) * es);
-      block += b * d;
-      col += d;
-    }
+    Tensor out = empty({b, sum_of(info_.dim_sum_per_rank)}, flat.dtype());
+    move_column_blocks(flat, out, b, /*to_side_by_side=*/true);
     return out;
   }
   // The inverse layout: `g` [b, sum D] cut into column blocks [b, D_i], each row-major.
   Tensor column_blocks(const Tensor& g) const {
-    const std::vector<int64_t>& dims = info_.dim_sum_per_rank;
-    const int64_t b = g.size(0), total = g.size(1);
-    Tensor out = empty({b * total}, g.dtype());
-    const size_t es = g.element_size();
-    const auto* src = static_cast<const char*>(g.raw_data());
-    auto* dst = static_cast<char*>(out.raw_data());
+    Tensor out = empty({g.numel()}, g.dtype());
+    move_column_blocks(g, out, g.size(0), /*to_side_by_side=*/false);
+    return out;
+  }
+  // Copies between the two layouts of b rows of the column blocks D_i: blocked (block i is
+  // [b, D_i] row-major, the blocks one after the other) and side by side ([b, sum D], block i
+  // in columns off_i..off_i + D_i).
+  void move_column_blocks(const Tensor& from, Tensor& to, int64_t b, bool to_side_by_side) const {
+    const int64_t total = sum_of(info_.dim_sum_per_rank);
+    const size_t es = from.element_size();
+    const auto* src = static_cast<const char*>(from.raw_data());
+    auto* dst = static_cast<char*>(to.raw_data());
     int64_t block = 0, col = 0;
-    for (int64_t d : dims) {
-      for (int64_t r = 0; r < b; ++r)
-        std::copy_n(src + (r * total + col) * es, d * es, dst + (block + r * d) * es);
+    for (int64_t d : info_.dim_sum_per_rank) {
+      for (int64_t r = 0; r < b; ++r) {
+        const int64_t blocked = block + r * d, side = r * total + col;
+        std::copy_n(src + (to_side_by_side ? blocked : side) * es, d * es,
+                    dst + (to_side_by_side ? side : blocked) * es);
+      }
       block += b * d;
       col += d;
     }
-    return out;
   }
 
   All2AllPooledInfo info_;

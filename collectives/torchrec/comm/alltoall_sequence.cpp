@@ -179,24 +179,30 @@ Awaitable<Variable> alltoall_sequence(const Variable& x, const All2AllSequenceIn
       {x});
 }
 
-Tensor sequence_forward_recat(int64_t local_features, int world_size) {
-  FERRY_CHECK(local_features >= 0 && world_size >= 1, InvalidArgument,
-              "sequence_forward_recat: needs local_features >= 0 and world_size >= 1, given ",
-              local_features, " and ", world_size);
+namespace {
+
+// forward[j*T + t] = t*W + j; backward is its inverse, the same formula with T and W swapped.
+Tensor sequence_recat(int64_t outer, int64_t inner, const char* name) {
+  FERRY_CHECK(outer >= 0 && inner >= 0, InvalidArgument, name,
+              ": needs local_features >= 0 and world_size >= 1");
   std::vector<int64_t> recat;
-  for (int64_t j = 0; j < world_size; ++j)
-    for (int64_t t = 0; t < local_features; ++t) recat.push_back(t * world_size + j);
+  for (int64_t j = 0; j < outer; ++j)
+    for (int64_t t = 0; t < inner; ++t) recat.push_back(t * outer + j);
   return from_vector(recat);
 }
 
+}  // namespace
+
+Tensor sequence_forward_recat(int64_t local_features, int world_size) {
+  FERRY_CHECK(world_size >= 1, InvalidArgument,
+              "sequence_forward_recat: world_size must be >= 1, given ", world_size);
+  return sequence_recat(world_size, local_features, "sequence_forward_recat");
+}
+
 Tensor sequence_backward_recat(int64_t local_features, int world_size) {
-  FERRY_CHECK(local_features >= 0 && world_size >= 1, InvalidArgument,
-              "sequence_backward_recat: needs local_features >= 0 and world_size >= 1, given ",
-              local_features, " and ", world_size);
-  std::vector<int64_t> recat;
-  for (int64_t t = 0; t < local_features; ++t)
-    for (int64_t j = 0; j < world_size; ++j) recat.push_back(j * local_features + t);
-  return from_vector(recat);
+  FERRY_CHECK(world_size >= 1, InvalidArgument,
+              "sequence_backward_recat: world_size must be >= 1, given ", world_size);
+  return sequence_recat(local_features, world_size, "sequence_backward_recat");
 }
 
 Awaitable<Variable>::Callback unbucketize_permute_callback(Tensor unbucketize_permute_tensor) {
