@@ -167,3 +167,41 @@ DG_CASE("torchrec: a request is waited for once; a LazyAwaitable of it any numbe
   Awaitable<Variable> now = all_gather_base_pooled(x, g);
   expect_equal(now.wait().value(), now.wait().value(), g, "a sync result waited twice");
 }
+
+DG_CASE("torchrec: reduce_scatter_v_pooled splits that disagree across ranks fail with "
+        "MismatchError on every rank", "[torchrec][bad_input][mismatch]", 2) {
+  // On a group of its own: the mismatch poisons the group it happens on.
+  Group pair = g.split(0, g.rank());
+  const std::vector<int64_t> splits = g.rank() == 0 ? std::vector<int64_t>{1, 2}
+                                                    : std::vector<int64_t>{2, 1};
+  bool mismatch = false;
+  try {
+    reduce_scatter_v_pooled(Variable(mat({1, 2, 3}, 3, 1)), splits, pair).wait();
+  } catch (const MismatchError&) {
+    mismatch = true;
+  }
+  dgtest::expect(mismatch, g, "splits that differ across ranks were not reported");
+}
+
+DG_CASE("torchrec: an op returns before its collective completed (the peer starts later)",
+        "[torchrec][awaitable]", 2) {
+  // Rank 1 launches only after a message that rank 0 sends once its own call returned: a call
+  // that waited for the collective would never see rank 1 arrive (and fail at the deadline).
+  const Tensor token = zeros({1}, DType::Float64);
+  const bool r0 = g.rank() == 0;
+  const Variable x(mat({1, 2, 3, 4}, 2, 2));
+  if (r0) {
+    Awaitable<Variable> a = alltoall_pooled(x, All2AllPooledInfo({1, 1}, {2, 2}), g);
+    Awaitable<Variable> b = reduce_scatter_v_pooled(x, {2, 0}, g);
+    send(token, 1, g, 7).wait();
+    expect_equal(a.wait().value(), mat({1, 2, 1, 2}, 1, 4), g, "alltoall_pooled after the wait");
+    expect_equal(b.wait().value(), mat({2, 4, 6, 8}, 2, 2), g, "reduce_scatter_v after the wait");
+  } else {
+    Tensor t = token.clone();
+    recv(t, 0, g, 7).wait();
+    Awaitable<Variable> a = alltoall_pooled(x, All2AllPooledInfo({1, 1}, {2, 2}), g);
+    Awaitable<Variable> b = reduce_scatter_v_pooled(x, {2, 0}, g);
+    expect_equal(a.wait().value(), mat({3, 4, 3, 4}, 1, 4), g, "alltoall_pooled on rank 1");
+    expect_equal(b.wait().value(), mat({}, 0, 2), g, "reduce_scatter_v on rank 1");
+  }
+}
