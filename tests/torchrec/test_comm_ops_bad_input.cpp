@@ -117,6 +117,19 @@ DG_CASE("torchrec bad input: reduce-scatter and all-gather family", "[torchrec][
   expect_invalid([&] { reduce_scatter_v_pooled(x, {3}, g); },
                  {"reduce_scatter_v_pooled", "one entry per rank (2)", "given 1"}, g,
                  "splits of the wrong length");
+  ReduceScatterVInfo v_info;
+  v_info.input_splits = {1, 2};
+  v_info.input_sizes = {{1, 2}, {2, 2}};
+  v_info.total_input_size = {3, 2};
+  v_info.equal_splits = true;
+  expect_invalid([&] { reduce_scatter_v_pooled(x, v_info, g); },
+                 {"reduce_scatter_v_pooled", "equal_splits is true", "[1, 2]"}, g,
+                 "an info whose equal_splits is wrong");
+  v_info.equal_splits = false;
+  v_info.input_sizes = {{1, 2}, {2, 3}};
+  expect_invalid([&] { reduce_scatter_v_pooled(x, v_info, g); },
+                 {"reduce_scatter_v_pooled", "input_sizes[1] is [2, 3]"}, g,
+                 "an info whose block shapes do not fit the input");
   expect_invalid([&] { reduce_scatter_pooled({x}, g); },
                  {"reduce_scatter_pooled", on_rank(g), "one input per rank (2), given 1"}, g,
                  "a list of the wrong length");

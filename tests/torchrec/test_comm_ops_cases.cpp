@@ -39,7 +39,8 @@ DG_CASE("torchrec §4.4 docs example: dims [2, 1], six rows each -> [3, 3] on bo
   const int64_t d = r0 ? 2 : 1;
   Tensor x = arange(0, 6.0 * d, 1, DType::Float64).reshape({6, d});
   x.vec<double>().array() += 100 * g.rank();
-  const Tensor y = alltoall_pooled(Variable(x), All2AllPooledInfo({3, 3}, {2, 1}), g).wait().value();
+  const All2AllPooledInfo info({3, 3}, {2, 1});
+  const Tensor y = alltoall_pooled(Variable(x), info, g).wait().value();
   // Rank me gets rows 3 me .. 3 me + 2 of rank 0's [6, 2] and of rank 1's [6, 1], side by side.
   const double b = 3 * g.rank();
   expect_equal(y,
@@ -78,9 +79,9 @@ DG_CASE("torchrec TC18: all_gather_base_pooled and reduce_scatter_pooled", "[tor
                  "TC18 all-gather dX");
   }
   {
-    const std::vector<Tensor> inputs = r0 ? std::vector<Tensor>{mat({1, 2}, 1, 2), mat({3, 4}, 1, 2)}
-                                          : std::vector<Tensor>{mat({10, 20}, 1, 2),
-                                                                mat({30, 40}, 1, 2)};
+    const std::vector<Tensor> inputs =
+        r0 ? std::vector<Tensor>{mat({1, 2}, 1, 2), mat({3, 4}, 1, 2)}
+           : std::vector<Tensor>{mat({10, 20}, 1, 2), mat({30, 40}, 1, 2)};
     const Tensor grad = r0 ? mat({1, 2}, 1, 2) : mat({3, 4}, 1, 2);
     const auto r = forward_backward(
         [&](const std::vector<Variable>& in) {
@@ -98,8 +99,9 @@ DG_CASE("torchrec §4.5 docs example: variable_batch_alltoall_pooled splits and 
         "[torchrec][variable_batch]", 2) {
   // Rank 0 owns f0 (dim 2); rank 1 owns f1, f2 (dim 3 each).
   const bool r0 = g.rank() == 0;
+  using Lists = std::vector<std::vector<int64_t>>;
   const VariableBatchAll2AllPooledInfo info(
-      r0 ? std::vector<std::vector<int64_t>>{{2}, {1}} : std::vector<std::vector<int64_t>>{{1, 3}, {2, 2}},
+      r0 ? Lists{{2}, {1}} : Lists{{1, 3}, {2, 2}},
       r0 ? std::vector<int64_t>{2, 1, 3} : std::vector<int64_t>{1, 2, 2}, {{2}, {3, 3}});
   // Input splits r0 [4, 2], r1 [12, 12]; values 1000 r + index, so each block is recognisable.
   const int64_t n = r0 ? 6 : 24;
@@ -207,5 +209,35 @@ DG_CASE("torchrec alltoallv: tuple output, columns split back, no division on th
     } else {
       expect_equal(r.input_grads[0], mat({7 * s, 8 * s, 12 * s}, 3, 1), g, "alltoallv dC");
     }
+  }
+}
+
+DG_CASE("torchrec group size 1: every op but alltoallv returns its input, no node",
+        "[torchrec][world1]", 1) {
+  const Variable x(mat({1, 2, 3, 4}, 2, 2), true);
+  auto same = [&](Awaitable<Variable> a, const char* op) {
+    expect(a.wait().impl() == x.impl(), g, std::string(op) + ": not the input itself");
+  };
+  All2AllSequenceInfo seq;
+  seq.embedding_dim = 2;
+  seq.input_splits = {2};
+  seq.output_splits = {2};
+  for (bool sync : {false, true}) {
+    UseSyncCollectivesScope scope(sync);
+    same(alltoall_pooled(x, All2AllPooledInfo({2}, {2}), g), "alltoall_pooled");
+    same(variable_batch_alltoall_pooled(x, VariableBatchAll2AllPooledInfo({{2}}, {2}, {{2}}), g),
+         "variable_batch_alltoall_pooled");
+    same(alltoall_sequence(x, seq, g), "alltoall_sequence");
+    same(reduce_scatter_pooled({x}, g), "reduce_scatter_pooled");
+    same(reduce_scatter_base_pooled(x, g), "reduce_scatter_base_pooled");
+    same(reduce_scatter_v_pooled(x, {2}, g), "reduce_scatter_v_pooled");
+    same(reduce_scatter_v_per_feature_pooled(x, {{2}}, {2}, g),
+         "reduce_scatter_v_per_feature_pooled");
+    same(all_gather_base_pooled(x, g), "all_gather_base_pooled");
+    // alltoallv's output is the input tables side by side: it runs, and records its nodes.
+    const std::vector<Variable> y = alltoallv({x}, g, std::vector<int64_t>{2}).wait();
+    expect(y.size() == 1 && y[0].impl() != x.impl() && !y[0].is_leaf(), g,
+           "alltoallv at W = 1 runs the op");
+    expect_equal(y[0].value(), x.value(), g, "alltoallv at W = 1");
   }
 }

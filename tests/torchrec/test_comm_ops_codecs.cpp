@@ -69,7 +69,9 @@ DG_CASE("torchrec codecs: fp16 forward / bf16 backward through the all-to-alls",
   std::vector<int64_t> out_split(w, 2);
   const Tensor table = rank_values({5, 2}, g, 2);
   const auto v_coded = trtest::forward_backward(
-      [&](const std::vector<Variable>& in) { return alltoallv(in, g, out_split, std::nullopt, fp16_bf16()).wait(); },
+      [&](const std::vector<Variable>& in) {
+        return alltoallv(in, g, out_split, std::nullopt, fp16_bf16()).wait();
+      },
       {table}, [&] {
         std::vector<Tensor> gs;
         const int64_t b = 5 / w + (g.rank() < 5 % w ? 1 : 0);

@@ -1,7 +1,8 @@
 // Every torchrec comm op through the distributed gradcheck (float64) at W = 1..4 with uneven
 // sizes and zero-size blocks: with gradient division off, the backward must be the gradient of
-// the sum objective sum_r L_r; on, exactly 1/W of it (the gradient of the mean objective). And the sync path (sync collectives)
-// must give the same outputs and gradients, bit for bit, as the asynchronous one.
+// the sum objective sum_r L_r; on, exactly 1/W of it (the gradient of the mean objective). And
+// the sync path (sync collectives) must give the same outputs and gradients, bit for bit, as
+// the asynchronous one.
 #include "collectives/collectives.h"
 #include "collectives/torchrec/torchrec.h"
 #include "comm_test_helpers.h"

@@ -136,7 +136,8 @@ SegmentPermutation segment_permutation(const All2AllSequenceInfo& info, int64_t 
   FERRY_CHECK(sum_of(p.segment_rows) == rows, InvalidArgument, where(kSequence, group),
               ": lengths_after_sparse_data_all2all adds up to ", sum_of(p.segment_rows),
               " ids but the input has ", rows, " rows");
-  for (int64_t q = 0; q < n; ++q) p.permuted_segment_rows.push_back(p.segment_rows[p.forward_recat[q]]);
+  for (int64_t q = 0; q < n; ++q)
+    p.permuted_segment_rows.push_back(p.segment_rows[p.forward_recat[q]]);
   return p;
 }
 

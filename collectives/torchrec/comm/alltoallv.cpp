@@ -32,8 +32,9 @@ class AllToAllVOp final : public detail::AllToAllCommOp {
     std::vector<Tensor> outputs;
     int64_t start = 0;
     for (int64_t dim : info_.dims_sum_per_rank) {
-      outputs.push_back(received.narrow(0, start, info_.B_local * dim).reshape({info_.B_local, dim}));
-      start += info_.B_local * dim;
+      const int64_t n = info_.B_local * dim;
+      outputs.push_back(received.narrow(0, start, n).reshape({info_.B_local, dim}));
+      start += n;
     }
     return outputs;
   }
@@ -91,7 +92,8 @@ All2AllVInfo all2allv_info(const std::vector<Variable>& inputs, const Group& gro
     FERRY_CHECK(per_rank_split_lengths.has_value(), InvalidArgument, where(kAllToAllV, group),
                 ": needs out_split or per_rank_split_lengths to know the output dims");
     detail::check_per_rank(*per_rank_split_lengths, "per_rank_split_lengths", group, kAllToAllV);
-    for (int64_t n : *per_rank_split_lengths) info.dims_sum_per_rank.push_back(n * info.D_local_list[0]);
+    for (int64_t n : *per_rank_split_lengths)
+      info.dims_sum_per_rank.push_back(n * info.D_local_list[0]);
   }
   const int64_t my_dims = sum_of(info.D_local_list);
   FERRY_CHECK(info.dims_sum_per_rank[me] == my_dims, InvalidArgument, where(kAllToAllV, group),

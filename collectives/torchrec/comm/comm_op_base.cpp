@@ -42,19 +42,29 @@ void TorchrecCommOp::divide_if_enabled(Tensor& grad) const {
   grad.bump_version();
 }
 
+namespace {
+
+// The request, or on the sync path its outputs already waited for (the division captured now).
+// `sync` is read once per call: the switch is process-wide and may flip meanwhile.
+Awaitable<std::vector<Variable>> run(std::shared_ptr<TorchrecCommOp> op,
+                                     const std::vector<Variable>& inputs, bool sync) {
+  if (!sync) return launch_async(std::move(op), inputs);
+  op->capture_gradient_division(get_gradient_division());
+  return NoWait<std::vector<Variable>>(launch_async(std::move(op), inputs).wait());
+}
+
+}  // namespace
+
 Awaitable<std::vector<Variable>> run_comm_op(std::shared_ptr<TorchrecCommOp> op,
                                              const std::vector<Variable>& inputs) {
-  if (get_use_sync_collectives()) {
-    op->capture_gradient_division(get_gradient_division());
-    return NoWait<std::vector<Variable>>(launch_async(std::move(op), inputs).wait());
-  }
-  return launch_async(std::move(op), inputs);
+  return run(std::move(op), inputs, get_use_sync_collectives());
 }
 
 Awaitable<Variable> run_comm_op_single(std::shared_ptr<TorchrecCommOp> op,
                                        const std::vector<Variable>& inputs) {
-  Awaitable<std::vector<Variable>> all = run_comm_op(std::move(op), inputs);
-  if (get_use_sync_collectives()) return NoWait<Variable>(all.wait()[0]);
+  const bool sync = get_use_sync_collectives();
+  Awaitable<std::vector<Variable>> all = run(std::move(op), inputs, sync);
+  if (sync) return NoWait<Variable>(all.wait()[0]);
   return Awaitable<Variable>([all]() mutable { return all.wait()[0]; });
 }
 
@@ -79,7 +89,7 @@ void check_input(const Variable& x, const Group& group, const char* op) {
   ferry::detail::check_differentiable_input(x, group, op);
 }
 
-void check_non_negative(const std::vector<int64_t>& values, const char* name,
+void check_non_negative(const std::vector<int64_t>& values, const std::string& name,
                         const Group& group, const char* op) {
   for (size_t k = 0; k < values.size(); ++k) {
     FERRY_CHECK(values[k] >= 0, InvalidArgument, where(op, group), ": ", name, "[", k,

@@ -154,7 +154,7 @@ struct All2AllVInfo {
   std::vector<int64_t> dims_sum_per_rank;  // output columns from each rank
   int64_t B_global = 0;                    // rows of every input
   int64_t B_local = 0;                     // rows of this rank's outputs
-  std::vector<int64_t> B_local_list;       // rows each rank gets: B_g div W, +1 for the first B_g mod W
+  std::vector<int64_t> B_local_list;       // rows per rank: B_g div W, +1 for the first B_g mod W
   std::vector<int64_t> D_local_list;       // columns of each input
   std::vector<int64_t> input_split_sizes;  // elements sent to each rank
   std::vector<int64_t> output_split_sizes; // elements received from each rank
