@@ -135,7 +135,7 @@ DG_CASE("torchrec gradcheck: variable_batch_alltoall_pooled, per-feature batches
 DG_CASE("torchrec gradcheck: alltoall_sequence, recat with T = 0 on some ranks",
         "[torchrec][gradcheck][alltoall_sequence]", 1, 2, 3, 4) {
   const int w = g.size(), me = g.rank();
-  const int64_t b = 2, d = 3;
+  const int64_t b = 2, d = 2;
   auto features = [](int r) { return static_cast<int64_t>((r + 1) % 3); };  // 1, 2, 0, 1
   // Ids of (owner r, feature t, source s, sample i).
   auto len = [](int r, int64_t t, int s, int64_t i) { return (r + 2 * t + 3 * s + i) % 3; };
@@ -206,13 +206,15 @@ DG_CASE("torchrec gradcheck: reduce_scatter_pooled, zero-size and unequal blocks
 
 DG_CASE("torchrec gradcheck: reduce_scatter_base_pooled and all_gather_base_pooled",
         "[torchrec][gradcheck][reduce_scatter][all_gather]", 1, 2, 3, 4) {
-  for (int64_t m : {0, 1, 2}) {
+  // Few elements: the numeric pass runs the op twice per element, and the MPI suites run it
+  // oversubscribed.
+  for (int64_t m : {0, 2}) {
     check_op(g, "reduce_scatter_base_pooled",
              one([&](const Variable& x) { return reduce_scatter_base_pooled(x, g); }),
-             {rank_input({g.size() * m, 2}, g)});
+             {rank_input({g.size() * m, 1}, g)});
     check_op(g, "all_gather_base_pooled",
              one([&](const Variable& x) { return all_gather_base_pooled(x, g); }),
-             {rank_input({m, 3}, g)});
+             {rank_input({m, 2}, g)});
   }
 }
 
@@ -221,14 +223,14 @@ DG_CASE("torchrec gradcheck: reduce_scatter_v_pooled (unequal and equal) and per
   std::vector<int64_t> uneven, equal;
   for (int j = 0; j < g.size(); ++j) {
     uneven.push_back((2 * j + 1) % 3);  // 1, 0, 2, 1
-    equal.push_back(2);
+    equal.push_back(1);
   }
   for (const auto& splits : {uneven, equal}) {
     int64_t rows = 0;
     for (int64_t s : splits) rows += s;
     check_op(g, "reduce_scatter_v_pooled",
              one([&](const Variable& x) { return reduce_scatter_v_pooled(x, splits, g); }),
-             {rank_input({rows, 3}, g)});
+             {rank_input({rows, 2}, g)});
   }
   const std::vector<int64_t> dims{2, 1};
   std::vector<std::vector<int64_t>> batches;
