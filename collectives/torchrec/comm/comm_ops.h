@@ -37,10 +37,13 @@
 //    block a row-wise codec cannot encode (not a multiple of row_dim), a codec whose encoded
 //    dtype cannot be summed in a reduce-scatter. Not caught locally: arguments that are
 //    consistent on each rank but disagree across ranks (say rank 0's batch_size_per_rank says
-//    rank 1 gets 2 rows, rank 1's says 3). Where the byte counts of a transfer then differ, the
-//    collective fails at wait() with MismatchError (or, for the sizes of a reduce-scatter-v /
-//    all-gather-v, which are part of the call's fingerprint, MismatchError on every rank);
-//    where they happen to agree the data moves as the arguments say.
+//    rank 1 gets 2 rows, rank 1's says 3). What the collective underneath then does: the sizes
+//    of a reduce-scatter-v / all-gather-v are part of the call's fingerprint, so splits that
+//    differ fail with MismatchError on every rank (tested on every transport); an all-to-all
+//    whose counts disagree fails with MismatchError on every rank on the local and UCX
+//    transports, while under MPI a rank that receives no more than it expects may complete
+//    (its peer fails and poisons the group); an all-to-all whose counts happen to agree moves
+//    the data as each rank's arguments say.
 #pragma once
 
 #include "autograd/variable.h"
