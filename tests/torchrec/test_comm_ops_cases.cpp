@@ -2,6 +2,8 @@
 // §4.4 and §4.5) and hand-computed cases for alltoall_sequence and alltoallv, each forward and
 // backward with gradient division on and off, on the ranks they specify. SPMD cases: local
 // worlds here, mpiexec / ferry-run in the torchrec-mpi-* / torchrec-ucx-* suites.
+#include "autograd/function.h"
+#include "autograd/ops.h"
 #include "collectives/collectives.h"
 #include "collectives/torchrec/torchrec.h"
 #include "comm_test_helpers.h"
@@ -239,5 +241,62 @@ DG_CASE("torchrec group size 1: every op but alltoallv returns its input, no nod
     expect(y.size() == 1 && y[0].impl() != x.impl() && !y[0].is_leaf(), g,
            "alltoallv at W = 1 runs the op");
     expect_equal(y[0].value(), x.value(), g, "alltoallv at W = 1");
+  }
+}
+
+namespace {
+
+// Identity whose backward runs `on_backward` first: a point in the backward's order.
+class Marker final : public Function {
+ public:
+  explicit Marker(std::function<void()> on_backward) : on_backward_(std::move(on_backward)) {}
+  std::string name() const override { return "marker"; }
+  std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
+    return {in[0].clone()};
+  }
+  std::vector<Tensor> backward(Context&, const std::vector<Tensor>& grads) override {
+    on_backward_();
+    return {grads[0]};
+  }
+
+ private:
+  std::function<void()> on_backward_;
+};
+
+Variable marker(const Variable& x, std::function<void()> on_backward) {
+  return apply(std::make_shared<Marker>(std::move(on_backward)), {x})[0];
+}
+
+}  // namespace
+
+// Backward runs the Wait node (launching the gradient collective), then what was recorded
+// between the call and wait(), then the Req node (completing it). Rank 0 sends a token only
+// once its gradient collective completed (a marker recorded before the call); rank 1 waits for
+// that token in a marker recorded between its call and wait(). That only finishes if rank 1's
+// gradient collective was in flight while its marker ran.
+DG_CASE("torchrec ops: the gradient collective is in flight while the nodes between call "
+        "and wait run", "[torchrec][awaitable][overlap]", 2) {
+  const bool r0 = g.rank() == 0;
+  const Tensor token = zeros({1}, DType::Float64);
+  auto send_token = [&] { send(token, 1, g, 11).wait(); };
+  auto recv_token = [&] {
+    Tensor t = token.clone();
+    recv(t, 0, g, 11).wait();
+  };
+  auto nothing = [] {};
+  using Op = std::function<Awaitable<Variable>(const Variable&)>;
+  const std::vector<Op> ops{
+      [&](const Variable& v) { return alltoall_pooled(v, All2AllPooledInfo({1, 1}, {2, 2}), g); },
+      [&](const Variable& v) { return reduce_scatter_base_pooled(v, g); },
+      [&](const Variable& v) { return all_gather_base_pooled(v, g); }};
+  for (const Op& op : ops) {
+    Variable x(mat({1, 2, 3, 4}, 2, 2), true);
+    Variable before = r0 ? marker(x, send_token) : marker(x, nothing);
+    Awaitable<Variable> req = op(before);
+    Variable between = marker(Variable(zeros({1}, DType::Float64), true),
+                              r0 ? std::function<void()>(nothing) : recv_token);
+    Variable y = req.wait();
+    ferry::backward({sum(y), sum(between)});
+    expect(x.grad().defined(), g, "no gradient");
   }
 }
