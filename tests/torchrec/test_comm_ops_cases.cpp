@@ -178,6 +178,37 @@ DG_CASE("torchrec alltoall_sequence: recat forward, inverse backward, T = 0 on o
   }
 }
 
+// The same exchange with row-wise sharding's callback appended: the rows come out in the
+// order of the unbucketize permutation, and the gradient goes back through it.
+DG_CASE("torchrec alltoall_sequence: the unbucketize permutation as a callback",
+        "[torchrec][alltoall_sequence]", 2) {
+  const bool r0 = g.rank() == 0;
+  All2AllSequenceInfo info;
+  info.embedding_dim = 2;
+  info.lengths_after_sparse_data_all2all = r0 ? from_vector<int64_t>({1, 1, 2, 0}, {2, 2})
+                                              : from_vector<int64_t>({}, {0, 2});
+  info.forward_recat_tensor = sequence_forward_recat(r0 ? 2 : 0, 2);
+  info.backward_recat_tensor = sequence_backward_recat(r0 ? 2 : 0, 2);
+  info.output_splits = r0 ? std::vector<int64_t>{3, 1} : std::vector<int64_t>{0, 0};
+  info.input_splits = r0 ? std::vector<int64_t>{3, 0} : std::vector<int64_t>{1, 0};
+  const Tensor perm = r0 ? from_vector<int64_t>({2, 0, 1}) : from_vector<int64_t>({0});
+  const Tensor e = r0 ? mat({1, 2, 3, 4, 5, 6, 7, 8}, 4, 2) : mat({}, 0, 2);
+  const Tensor grad = r0 ? mat({10, 20, 30, 40, 50, 60}, 3, 2) : mat({70, 80}, 1, 2);
+  const auto r = forward_backward(
+      [&](const Variable& v) {
+        Awaitable<Variable> req = alltoall_sequence(v, info, g);
+        req.callbacks().push_back(unbucketize_permute_callback(perm));
+        return req.wait();
+      },
+      e, grad);
+  expect_equal(r.outputs[0], r0 ? mat({7, 8, 1, 2, 5, 6}, 3, 2) : mat({3, 4}, 1, 2), g,
+               "permuted Y");
+  // Rank 0's output row k is exchange row perm[k]: row 2 got G[0], row 0 G[1], row 1 G[2].
+  expect_equal(r.input_grads[0],
+               r0 ? mat({15, 20, 35, 40, 25, 30, 5, 10}, 4, 2) : mat({}, 0, 2), g,
+               "gradient through the permutation");
+}
+
 // Rank 0 holds tables A [3, 1] and B [3, 2]; rank 1 holds C [3, 1]; B_global 3 -> rows [2, 1].
 DG_CASE("torchrec alltoallv: tuple output, columns split back, no division on the async path",
         "[torchrec][alltoallv]", 2) {
