@@ -1,16 +1,41 @@
-// torchrec's distributed communication layer, as ferry ops (spec §4). Namespace ferry::torchrec.
+// torchrec's distributed communication layer as ferry ops (spec §4). Namespace ferry::torchrec;
+// this is the family's one public header.
 //
-// So far:
-//  - comm/: the quantized comm codecs (qcomm_codec.h, fbgemm_qcomm_codec.h) and their telemetry
-//    (codec_telemetry.h); the process-group topology (topology.h) and collective utils
-//    (collective_utils.h, results carried by serialization.h).
-//  - sparse/: the jagged types (JaggedTensor, KeyedJaggedTensor, KeyedTensor) and the KJT's wire
-//    form for the KJT all-to-all (kjt_dist.h).
+//   comm/comm_ops.h          torchrec.distributed.comm_ops: alltoall_pooled,
+//                            variable_batch_alltoall_pooled, alltoall_sequence, alltoallv,
+//                            reduce_scatter_pooled, reduce_scatter_base_pooled,
+//                            reduce_scatter_v_pooled, reduce_scatter_v_per_feature_pooled,
+//                            all_gather_base_pooled and their info structs. Each op launches
+//                            its collective and returns an Awaitable of the output Variable(s)
+//                            (torchrec's Req/Wait split on ferry's tape), differentiable, with
+//                            torchrec's gradient division and codecs.
+//   comm/comm_switches.h     set/get_gradient_division, set/get_use_sync_collectives,
+//                            UseSyncCollectivesScope (torchrec_use_sync_collectives()),
+//                            comm_op_gradient_scaling (CommOpGradientScaling).
+//   comm/lazy_awaitable.h    LazyAwaitable, LazyNoWait, GetItemLazyAwaitable (types.py); the
+//                            Awaitable / NoWait they build on are ferry's (runtime/awaitable.h).
+//   comm/qcomm_codec.h       the codec protocol, NoOpQuantizedCommCodec, QuantizedCommCodecs,
+//   comm/fbgemm_qcomm_codec.h  CommOp; the FBGEMM codecs, QCommsConfig, the codec registry;
+//   comm/codec_telemetry.h   per-codec round-trip error (a ferry addition).
+//   comm/topology.h          comm.py: get_local_size / rank, group rank, intra- and cross-node
+//                            groups; comm/collective_utils.h: is_leader,
+//                            invoke_on_rank_and_broadcast_result, run_on_leader (results
+//                            carried by comm/serialization.h).
+//   sparse/                  the jagged types (JaggedTensor, KeyedJaggedTensor, KeyedTensor),
+//                            the KJT's wire form (kjt_dist.h) and row-wise bucketization and the
+//                            pooled-embedding column permutation (bucketize.h).
+//   dist/kjt_all_to_all.h    KJTAllToAll and its two awaitables (dist_data.py).
+//
+// Names are the original's (snake_case functions, CamelCase types), so ported code reads the
+// same; the README's torchrec section lists the mapping and the deliberate differences.
 #pragma once
 
 #include "collectives/torchrec/comm/codec_telemetry.h"
 #include "collectives/torchrec/comm/collective_utils.h"
+#include "collectives/torchrec/comm/comm_ops.h"
+#include "collectives/torchrec/comm/comm_switches.h"
 #include "collectives/torchrec/comm/fbgemm_qcomm_codec.h"
+#include "collectives/torchrec/comm/lazy_awaitable.h"
 #include "collectives/torchrec/comm/qcomm_codec.h"
 #include "collectives/torchrec/comm/topology.h"
 #include "collectives/torchrec/dist/kjt_all_to_all.h"

@@ -1,0 +1,74 @@
+#include "collectives/torchrec/comm/alltoall_op.h"
+
+#include "collectives/collectives.h"
+#include "runtime/error.h"
+
+namespace ferry::torchrec::detail {
+namespace {
+
+DType value_dtype_of(const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors)
+    if (t.defined()) return t.dtype();
+  return DType::Float32;
+}
+
+}  // namespace
+
+AllToAllCommOp::AllToAllCommOp(const char* name, Group group,
+                               const std::optional<QuantizedCommCodecs>& codecs,
+                               Division division, std::vector<int64_t> send,
+                               std::vector<int64_t> recv)
+    : TorchrecCommOp(name, std::move(group), codecs, division),
+      send_(std::move(send)),
+      recv_(std::move(recv)) {}
+
+Work AllToAllCommOp::exchange(CodecPass& pass, const Tensor& values,
+                              const std::vector<int64_t>& send_values,
+                              const std::vector<int64_t>& send_wire,
+                              const std::vector<int64_t>& recv_wire, Tensor& received) {
+  // The layouts are the ops' and their sizes were checked against the inputs: a mismatch
+  // here is a bug in an op, reported rather than sent.
+  FERRY_CHECK(values.numel() == sum_of(send_values), InvalidArgument, describe(),
+              ": internal: the send buffer holds ", values.numel(), " elements, the splits ",
+              list_str(send_values), " add up to ", sum_of(send_values));
+  Tensor wire = pass.encode(values);
+  FERRY_CHECK(wire.numel() == sum_of(send_wire), InvalidArgument, describe(),
+              ": internal: the encoded send buffer holds ", wire.numel(),
+              " elements, the wire splits ", list_str(send_wire), " add up to ",
+              sum_of(send_wire));
+  received = empty({sum_of(recv_wire)}, pass.wire_dtype());
+  return ferry::all_to_all_single(wire, received, recv_wire, send_wire, group());
+}
+
+Work AllToAllCommOp::launch(const std::vector<Tensor>& inputs) {
+  const DType dtype = value_dtype_of(inputs);
+  forward_pass_.emplace(forward_pass(dtype));
+  backward_pass_.emplace(backward_pass(dtype));
+  // Every size either codec will see, before anything is encoded or sent.
+  forward_send_wire_ = forward_pass_->wire_sizes(send_);
+  forward_recv_wire_ = forward_pass_->wire_sizes(recv_);
+  gradient_send_wire_ = backward_pass_->wire_sizes(recv_);
+  gradient_recv_wire_ = backward_pass_->wire_sizes(send_);
+  return exchange(*forward_pass_, forward_send(inputs), send_, forward_send_wire_,
+                  forward_recv_wire_, received_);
+}
+
+std::vector<Tensor> AllToAllCommOp::finish() {
+  Tensor values = forward_pass_->decode(received_);
+  received_ = Tensor();
+  return forward_outputs(values);
+}
+
+Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
+  return exchange(*backward_pass_, gradient_send(grad_outputs), recv_, gradient_send_wire_,
+                  gradient_recv_wire_, received_);
+}
+
+std::vector<Tensor> AllToAllCommOp::finish_gradient() {
+  Tensor values = backward_pass_->decode(received_);
+  received_ = Tensor();
+  divide_if_enabled(values);
+  return input_gradients(values);
+}
+
+}  // namespace ferry::torchrec::detail

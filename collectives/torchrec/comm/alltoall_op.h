@@ -1,0 +1,54 @@
+// The all-to-all shape of torchrec's comm ops (internal): alltoall_pooled,
+// variable_batch_alltoall_pooled, alltoall_sequence and alltoallv are each one all_to_all_single
+// of a flat buffer forward and the same exchange with the block sizes swapped backward (the
+// transpose of a permutation); they differ only in how their tensors are laid out into and out
+// of that buffer. This class runs the exchange, the codecs and the division; an op supplies the
+// four layouts.
+//
+// Sizes are value elements per rank: send[k] go to rank k in forward, recv[i] come from rank i.
+// Both codecs' wire sizes are computed at launch, so a size a codec cannot encode fails before
+// any data moves (InvalidArgument naming the op, the rank and the codec).
+#pragma once
+
+#include "collectives/torchrec/comm/comm_op_base.h"
+
+#include <optional>
+#include <vector>
+
+namespace ferry::torchrec::detail {
+
+class AllToAllCommOp : public TorchrecCommOp {
+ public:
+  AllToAllCommOp(const char* name, Group group, const std::optional<QuantizedCommCodecs>& codecs,
+                 Division division, std::vector<int64_t> send, std::vector<int64_t> recv);
+
+  Work launch(const std::vector<Tensor>& inputs) final;
+  std::vector<Tensor> finish() final;
+  Work launch_gradient(const std::vector<Tensor>& grad_outputs) final;
+  std::vector<Tensor> finish_gradient() final;
+
+ protected:
+  // The forward's send buffer (any shape; read flat, row-major): block k, send[k] elements,
+  // goes to rank k.
+  virtual Tensor forward_send(const std::vector<Tensor>& inputs) = 0;
+  // The outputs from the received buffer (1-D, blocks of recv[i] elements in rank order).
+  virtual std::vector<Tensor> forward_outputs(const Tensor& received) = 0;
+  // The gradient's send buffer: block i, recv[i] elements, goes back to rank i.
+  virtual Tensor gradient_send(const std::vector<Tensor>& grad_outputs) = 0;
+  // The input gradients from the received gradient (1-D, blocks of send[k] elements), already
+  // decoded and divided.
+  virtual std::vector<Tensor> input_gradients(const Tensor& received) = 0;
+
+ private:
+  Work exchange(CodecPass& pass, const Tensor& values, const std::vector<int64_t>& send_values,
+                const std::vector<int64_t>& send_wire, const std::vector<int64_t>& recv_wire,
+                Tensor& received);
+
+  std::vector<int64_t> send_, recv_;
+  std::optional<CodecPass> forward_pass_, backward_pass_;
+  std::vector<int64_t> forward_send_wire_, forward_recv_wire_;
+  std::vector<int64_t> gradient_send_wire_, gradient_recv_wire_;
+  Tensor received_;  // the wire buffer in flight (forward, then gradient)
+};
+
+}  // namespace ferry::torchrec::detail

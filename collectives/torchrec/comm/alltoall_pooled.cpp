@@ -1,0 +1,189 @@
+// alltoall_pooled and variable_batch_alltoall_pooled (spec §4.4, §4.5): the pooled-embedding
+// all-to-alls of data-parallel -> model-parallel sharding.
+#include "collectives/torchrec/comm/alltoall_op.h"
+#include "collectives/torchrec/comm/comm_ops.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <string>
+
+namespace ferry::torchrec {
+namespace {
+
+using detail::AllToAllCommOp;
+using detail::list_str;
+using detail::sum_of;
+using detail::where;
+
+constexpr const char* kPooled = "alltoall_pooled";
+constexpr const char* kVariableBatch = "variable_batch_alltoall_pooled";
+
+// Forward: X's rows are already grouped by destination, so the send buffer is X itself; the
+// received blocks [B_me, D_i] go side by side. Backward: the gradient's column blocks, each
+// flattened ("recat"), are sent back, and what comes back is dX row-major.
+class AllToAllPooledOp final : public AllToAllCommOp {
+ public:
+  AllToAllPooledOp(Group group, const Codecs& codecs, const All2AllPooledInfo& info,
+                   std::vector<int64_t> send, std::vector<int64_t> recv)
+      : AllToAllCommOp(kPooled, std::move(group), codecs, detail::Division::kTorchrec,
+                       std::move(send), std::move(recv)),
+        info_(info) {}
+
+ protected:
+  Tensor forward_send(const std::vector<Tensor>& inputs) override {
+    input_shape_ = inputs[0].shape();
+    return inputs[0];
+  }
+  std::vector<Tensor> forward_outputs(const Tensor& received) override {
+    const int64_t b = info_.batch_size_per_rank[rank()];
+    return {columns_side_by_side(received, b)};
+  }
+  Tensor gradient_send(const std::vector<Tensor>& grad_outputs) override {
+    return column_blocks(grad_outputs[0]);
+  }
+  std::vector<Tensor> input_gradients(const Tensor& received) override {
+    return {received.reshape(input_shape_)};
+  }
+
+ private:
+  // [b, sum D] from blocks [b, D_i] laid one after the other in `flat`.
+  Tensor columns_side_by_side(const Tensor& flat, int64_t b) const {
+    Tensor out = empty({b, sum_of(info_.dim_sum_per_rank)}, flat.dtype());
+    move_column_blocks(flat, out, b, /*to_side_by_side=*/true);
+    return out;
+  }
+  // The inverse layout: `g` [b, sum D] cut into column blocks [b, D_i], each row-major.
+  Tensor column_blocks(const Tensor& g) const {
+    Tensor out = empty({g.numel()}, g.dtype());
+    move_column_blocks(g, out, g.size(0), /*to_side_by_side=*/false);
+    return out;
+  }
+  // Copies between the two layouts of b rows of the column blocks D_i: blocked (block i is
+  // [b, D_i] row-major, the blocks one after the other) and side by side ([b, sum D], block i
+  // in columns off_i..off_i + D_i).
+  void move_column_blocks(const Tensor& from, Tensor& to, int64_t b, bool to_side_by_side) const {
+    const int64_t total = sum_of(info_.dim_sum_per_rank);
+    const size_t es = from.element_size();
+    const auto* src = static_cast<const char*>(from.raw_data());
+    auto* dst = static_cast<char*>(to.raw_data());
+    int64_t block = 0, col = 0;
+    for (int64_t d : info_.dim_sum_per_rank) {
+      for (int64_t r = 0; r < b; ++r) {
+        const int64_t blocked = block + r * d, side = r * total + col;
+        std::copy_n(src + (to_side_by_side ? blocked : side) * es, d * es,
+                    dst + (to_side_by_side ? side : blocked) * es);
+      }
+      block += b * d;
+      col += d;
+    }
+  }
+
+  All2AllPooledInfo info_;
+  Shape input_shape_;
+};
+
+// A flat exchange: no layout on either side.
+class VariableBatchAllToAllPooledOp final : public AllToAllCommOp {
+ public:
+  using AllToAllCommOp::AllToAllCommOp;
+
+ protected:
+  Tensor forward_send(const std::vector<Tensor>& inputs) override {
+    input_shape_ = inputs[0].shape();
+    return inputs[0].flatten();
+  }
+  std::vector<Tensor> forward_outputs(const Tensor& received) override { return {received}; }
+  Tensor gradient_send(const std::vector<Tensor>& grad_outputs) override {
+    return grad_outputs[0].flatten();
+  }
+  std::vector<Tensor> input_gradients(const Tensor& received) override {
+    return {received.reshape(input_shape_)};
+  }
+
+ private:
+  Shape input_shape_;
+};
+
+}  // namespace
+
+Awaitable<Variable> alltoall_pooled(const Variable& x, const All2AllPooledInfo& info,
+                                    const Group& group, const Codecs& codecs) {
+  detail::check_input(x, group, kPooled);
+  const std::vector<int64_t>& batch = info.batch_size_per_rank;
+  const std::vector<int64_t>& dims = info.dim_sum_per_rank;
+  detail::check_per_rank(batch, "batch_size_per_rank", group, kPooled);
+  detail::check_per_rank(dims, "dim_sum_per_rank", group, kPooled);
+  const int me = group.rank();
+  FERRY_CHECK(x.dim() == 2, InvalidArgument, where(kPooled, group),
+              ": the input must be 2-D [sum(batch_size_per_rank), dim_sum_per_rank[me]], given ",
+              shape_str(x.shape()));
+  FERRY_CHECK(x.size(0) == sum_of(batch), InvalidArgument, where(kPooled, group),
+              ": the input has ", x.size(0), " rows but batch_size_per_rank ", list_str(batch),
+              " adds up to ", sum_of(batch));
+  FERRY_CHECK(x.size(1) == dims[me], InvalidArgument, where(kPooled, group), ": the input has ",
+              x.size(1), " columns but dim_sum_per_rank[", me, "] is ", dims[me],
+              " (dim_sum_per_rank ", list_str(dims), ")");
+  if (group.size() == 1) return NoWait<Variable>(x);
+  std::vector<int64_t> send, recv;
+  for (int k = 0; k < group.size(); ++k) {
+    send.push_back(batch[k] * dims[me]);
+    recv.push_back(batch[me] * dims[k]);
+  }
+  return detail::run_comm_op_single(
+      std::make_shared<AllToAllPooledOp>(group, codecs, info, std::move(send), std::move(recv)),
+      {x});
+}
+
+Awaitable<Variable> variable_batch_alltoall_pooled(const Variable& x,
+                                                   const VariableBatchAll2AllPooledInfo& info,
+                                                   const Group& group, const Codecs& codecs) {
+  detail::check_input(x, group, kVariableBatch);
+  const auto& batches = info.batch_size_per_rank_per_feature;
+  const auto& emb_dims = info.emb_dim_per_rank_per_feature;
+  const auto& pre_a2a = info.batch_size_per_feature_pre_a2a;
+  const int world = group.size(), me = group.rank();
+  FERRY_CHECK(batches.size() == static_cast<size_t>(world), InvalidArgument,
+              where(kVariableBatch, group), ": batch_size_per_rank_per_feature must have one "
+              "list per rank (", world, "), given ", batches.size());
+  FERRY_CHECK(emb_dims.size() == static_cast<size_t>(world), InvalidArgument,
+              where(kVariableBatch, group), ": emb_dim_per_rank_per_feature must have one list "
+              "per rank (", world, "), given ", emb_dims.size());
+  size_t features = 0;
+  for (int i = 0; i < world; ++i) {
+    detail::check_non_negative(emb_dims[i],
+                               ferry::detail::str("emb_dim_per_rank_per_feature[", i, "]"),
+                               group, kVariableBatch);
+    detail::check_non_negative(batches[i],
+                               ferry::detail::str("batch_size_per_rank_per_feature[", i, "]"),
+                               group, kVariableBatch);
+    FERRY_CHECK(batches[i].size() == emb_dims[me].size(), InvalidArgument,
+                where(kVariableBatch, group), ": batch_size_per_rank_per_feature[", i, "] = ",
+                list_str(batches[i]), " must have one entry per local feature (",
+                emb_dims[me].size(), ", emb_dim_per_rank_per_feature[", me, "] = ",
+                list_str(emb_dims[me]), ")");
+    features += emb_dims[i].size();
+  }
+  FERRY_CHECK(pre_a2a.size() == features, InvalidArgument, where(kVariableBatch, group),
+              ": batch_size_per_feature_pre_a2a must have one entry per (rank, feature) of "
+              "emb_dim_per_rank_per_feature (", features, "), given ", pre_a2a.size(), ": ",
+              list_str(pre_a2a));
+  detail::check_non_negative(pre_a2a, "batch_size_per_feature_pre_a2a", group, kVariableBatch);
+  std::vector<int64_t> send(world, 0), recv(world, 0);
+  size_t flat = 0;
+  for (int i = 0; i < world; ++i) {
+    for (size_t f = 0; f < emb_dims[me].size(); ++f) send[i] += batches[i][f] * emb_dims[me][f];
+    for (size_t f = 0; f < emb_dims[i].size(); ++f) recv[i] += pre_a2a[flat++] * emb_dims[i][f];
+  }
+  FERRY_CHECK(x.numel() == sum_of(send), InvalidArgument, where(kVariableBatch, group),
+              ": the input has ", x.numel(), " elements but the input splits ", list_str(send),
+              " (sum over features of batch_size_per_rank_per_feature * my dims) add up to ",
+              sum_of(send));
+  if (world == 1) return NoWait<Variable>(x);
+  return detail::run_comm_op_single(
+      std::make_shared<VariableBatchAllToAllPooledOp>(kVariableBatch, group, codecs,
+                                                      detail::Division::kTorchrec,
+                                                      std::move(send), std::move(recv)),
+      {x});
+}
+
+}  // namespace ferry::torchrec

@@ -1,0 +1,218 @@
+// alltoall_sequence (spec §4.6): per-id embeddings back to the ranks that own the samples, and
+// the recat helpers of SequenceEmbeddingsAllToAll.
+#include "autograd/ops.h"
+#include "collectives/torchrec/comm/alltoall_op.h"
+#include "collectives/torchrec/comm/comm_ops.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+
+namespace ferry::torchrec {
+namespace {
+
+using detail::list_str;
+using detail::sum_of;
+using detail::where;
+
+constexpr const char* kSequence = "alltoall_sequence";
+
+std::vector<int64_t> integers_of(const Tensor& t) {
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<int64_t>(t.get_flat(i));
+  return v;
+}
+
+bool is_integer(const Tensor& t) {
+  return t.dtype() == DType::Int32 || t.dtype() == DType::Int64;
+}
+
+// Rows of `rows` ([N, D], flat) in segment order recat[0], recat[1], ...: output segment q is
+// input segment recat[q], whose row count is segment_rows[recat[q]] (fbgemm's permute_2D /
+// permute_1D_sparse_data on values of D elements per id).
+Tensor permute_segments(const Tensor& rows, int64_t d, const std::vector<int64_t>& recat,
+                        const std::vector<int64_t>& segment_rows) {
+  std::vector<int64_t> start(segment_rows.size() + 1, 0);
+  for (size_t s = 0; s < segment_rows.size(); ++s) start[s + 1] = start[s] + segment_rows[s];
+  Tensor out = empty(rows.shape(), rows.dtype());
+  const size_t row_bytes = static_cast<size_t>(d) * rows.element_size();
+  const auto* src = static_cast<const char*>(rows.raw_data());
+  auto* dst = static_cast<char*>(out.raw_data());
+  for (int64_t s : recat) {
+    const size_t n = static_cast<size_t>(segment_rows[s]) * row_bytes;
+    std::copy_n(src + start[s] * row_bytes, n, dst);
+    dst += n;
+  }
+  return out;
+}
+
+// The permutation forward and its inverse backward, over segments of known row counts.
+struct SegmentPermutation {
+  std::vector<int64_t> forward_recat, backward_recat;
+  std::vector<int64_t> segment_rows;           // before the forward permutation
+  std::vector<int64_t> permuted_segment_rows;  // after it (torchrec's permuted lengths)
+};
+
+class AllToAllSequenceOp final : public detail::AllToAllCommOp {
+ public:
+  AllToAllSequenceOp(Group group, const Codecs& codecs, int64_t dim,
+                     std::optional<SegmentPermutation> permutation, std::vector<int64_t> send,
+                     std::vector<int64_t> recv)
+      : AllToAllCommOp(kSequence, std::move(group), codecs, detail::Division::kTorchrec,
+                       std::move(send), std::move(recv)),
+        dim_(dim),
+        permutation_(std::move(permutation)) {}
+
+ protected:
+  Tensor forward_send(const std::vector<Tensor>& inputs) override {
+    if (!permutation_) return inputs[0];
+    return permute_segments(inputs[0], dim_, permutation_->forward_recat,
+                            permutation_->segment_rows);
+  }
+  std::vector<Tensor> forward_outputs(const Tensor& received) override {
+    return {received.reshape({-1, dim_})};
+  }
+  Tensor gradient_send(const std::vector<Tensor>& grad_outputs) override {
+    return grad_outputs[0];
+  }
+  std::vector<Tensor> input_gradients(const Tensor& received) override {
+    Tensor rows = received.reshape({-1, dim_});
+    if (!permutation_) return {rows};
+    return {permute_segments(rows, dim_, permutation_->backward_recat,
+                             permutation_->permuted_segment_rows)};
+  }
+
+ private:
+  int64_t dim_;
+  std::optional<SegmentPermutation> permutation_;
+};
+
+// recat as a list, checked to be a permutation of 0..n-1.
+std::vector<int64_t> permutation_of(const Tensor& recat, const char* name, int64_t n,
+                                    const Group& group) {
+  FERRY_CHECK(is_integer(recat), InvalidArgument, where(kSequence, group), ": ", name,
+              " must be int32 or int64, given ", dtype_name(recat.dtype()));
+  std::vector<int64_t> p = integers_of(recat);
+  FERRY_CHECK(static_cast<int64_t>(p.size()) == n, InvalidArgument, where(kSequence, group),
+              ": ", name, " has ", p.size(), " entries, forward_recat_tensor ", n);
+  std::vector<bool> seen(p.size(), false);
+  for (int64_t s : p) {
+    FERRY_CHECK(s >= 0 && s < n && !seen[s], InvalidArgument, where(kSequence, group), ": ",
+                name, " must be a permutation of 0..", n - 1, ", given ", list_str(p));
+    seen[s] = true;
+  }
+  return p;
+}
+
+SegmentPermutation segment_permutation(const All2AllSequenceInfo& info, int64_t rows,
+                                       const Group& group) {
+  const Tensor& lengths = info.lengths_after_sparse_data_all2all;
+  const int64_t n = info.forward_recat_tensor.numel();
+  SegmentPermutation p;
+  p.forward_recat = permutation_of(info.forward_recat_tensor, "forward_recat_tensor", n, group);
+  FERRY_CHECK(info.backward_recat_tensor.defined(), InvalidArgument, where(kSequence, group),
+              ": forward_recat_tensor is given but backward_recat_tensor is not");
+  p.backward_recat = permutation_of(info.backward_recat_tensor, "backward_recat_tensor", n, group);
+  for (int64_t q = 0; q < n; ++q) {
+    FERRY_CHECK(p.backward_recat[p.forward_recat[q]] == q, InvalidArgument,
+                where(kSequence, group), ": backward_recat_tensor ", list_str(p.backward_recat),
+                " is not the inverse of forward_recat_tensor ", list_str(p.forward_recat),
+                " (the backward would not be the forward's transpose)");
+  }
+  const std::vector<int64_t> len = integers_of(lengths);
+  if (info.variable_batch_size) {
+    FERRY_CHECK(static_cast<int64_t>(len.size()) == n, InvalidArgument, where(kSequence, group),
+                ": with variable_batch_size every length is a segment, so the recat needs ",
+                len.size(), " entries, given ", n);
+    p.segment_rows = len;
+  } else {
+    FERRY_CHECK(static_cast<int64_t>(len.size()) % n == 0, InvalidArgument,
+                where(kSequence, group), ": lengths_after_sparse_data_all2all has ", len.size(),
+                " entries, not a multiple of the ", n, " segments of forward_recat_tensor");
+    const int64_t per = static_cast<int64_t>(len.size()) / n;
+    p.segment_rows.assign(n, 0);
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t b = 0; b < per; ++b) p.segment_rows[s] += len[s * per + b];
+  }
+  FERRY_CHECK(sum_of(p.segment_rows) == rows, InvalidArgument, where(kSequence, group),
+              ": lengths_after_sparse_data_all2all adds up to ", sum_of(p.segment_rows),
+              " ids but the input has ", rows, " rows");
+  for (int64_t q = 0; q < n; ++q)
+    p.permuted_segment_rows.push_back(p.segment_rows[p.forward_recat[q]]);
+  return p;
+}
+
+}  // namespace
+
+Awaitable<Variable> alltoall_sequence(const Variable& x, const All2AllSequenceInfo& info,
+                                      const Group& group, const Codecs& codecs) {
+  detail::check_input(x, group, kSequence);
+  const int64_t d = info.embedding_dim;
+  FERRY_CHECK(x.dim() == 2 && x.size(1) == d, InvalidArgument, where(kSequence, group),
+              ": the input must be [ids, embedding_dim = ", d, "], given ", shape_str(x.shape()));
+  detail::check_per_rank(info.input_splits, "input_splits", group, kSequence);
+  detail::check_per_rank(info.output_splits, "output_splits", group, kSequence);
+  FERRY_CHECK(sum_of(info.output_splits) == x.size(0), InvalidArgument, where(kSequence, group),
+              ": output_splits ", list_str(info.output_splits), " add up to ",
+              sum_of(info.output_splits), " ids but the input has ", x.size(0), " rows");
+  const Tensor& lengths = info.lengths_after_sparse_data_all2all;
+  if (lengths.defined()) {
+    FERRY_CHECK(is_integer(lengths), InvalidArgument, where(kSequence, group),
+                ": lengths_after_sparse_data_all2all must be int32 or int64, given ",
+                dtype_name(lengths.dtype()));
+    detail::check_non_negative(integers_of(lengths), "lengths_after_sparse_data_all2all", group,
+                               kSequence);
+  }
+  std::optional<SegmentPermutation> permutation;
+  if (info.forward_recat_tensor.defined() && info.forward_recat_tensor.numel() > 0) {
+    FERRY_CHECK(lengths.defined(), InvalidArgument, where(kSequence, group),
+                ": forward_recat_tensor needs lengths_after_sparse_data_all2all");
+    permutation = segment_permutation(info, x.size(0), group);
+  }
+  if (group.size() == 1) return NoWait<Variable>(x);
+  std::vector<int64_t> send, recv;
+  for (int i = 0; i < group.size(); ++i) {
+    send.push_back(info.output_splits[i] * d);
+    recv.push_back(info.input_splits[i] * d);
+  }
+  return detail::run_comm_op_single(
+      std::make_shared<AllToAllSequenceOp>(group, codecs, d, std::move(permutation),
+                                           std::move(send), std::move(recv)),
+      {x});
+}
+
+namespace {
+
+// forward[j*T + t] = t*W + j; backward is its inverse, the same formula with T and W swapped.
+Tensor sequence_recat(int64_t outer, int64_t inner, const char* name) {
+  FERRY_CHECK(outer >= 0 && inner >= 0, InvalidArgument, name,
+              ": needs local_features >= 0 and world_size >= 1");
+  std::vector<int64_t> recat;
+  for (int64_t j = 0; j < outer; ++j)
+    for (int64_t t = 0; t < inner; ++t) recat.push_back(t * outer + j);
+  return from_vector(recat);
+}
+
+}  // namespace
+
+Tensor sequence_forward_recat(int64_t local_features, int world_size) {
+  FERRY_CHECK(world_size >= 1, InvalidArgument,
+              "sequence_forward_recat: world_size must be >= 1, given ", world_size);
+  return sequence_recat(world_size, local_features, "sequence_forward_recat");
+}
+
+Tensor sequence_backward_recat(int64_t local_features, int world_size) {
+  FERRY_CHECK(world_size >= 1, InvalidArgument,
+              "sequence_backward_recat: world_size must be >= 1, given ", world_size);
+  return sequence_recat(local_features, world_size, "sequence_backward_recat");
+}
+
+Awaitable<Variable>::Callback unbucketize_permute_callback(Tensor unbucketize_permute_tensor) {
+  FERRY_CHECK(unbucketize_permute_tensor.defined() && is_integer(unbucketize_permute_tensor),
+              InvalidArgument,
+              "unbucketize_permute_callback: the permutation must be an int32 / int64 tensor");
+  return [perm = std::move(unbucketize_permute_tensor)](Variable y) {
+    return index_select(y, 0, perm);
+  };
+}
+
+}  // namespace ferry::torchrec

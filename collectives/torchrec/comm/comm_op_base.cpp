@@ -1,0 +1,116 @@
+#include "collectives/torchrec/comm/comm_op_base.h"
+
+#include "collectives/differentiable/checks.h"
+#include "collectives/torchrec/comm/comm_switches.h"
+#include "runtime/error.h"
+
+#include <numeric>
+#include <sstream>
+
+namespace ferry::torchrec::detail {
+
+TorchrecCommOp::TorchrecCommOp(const char* name, Group group,
+                               const std::optional<QuantizedCommCodecs>& codecs,
+                               Division division)
+    : name_(name), group_(std::move(group)), division_(division) {
+  if (codecs) {
+    forward_codec_ = codecs->forward;
+    backward_codec_ = codecs->backward;
+  }
+}
+
+std::string TorchrecCommOp::describe() const { return where(name_, group_); }
+
+CodecPass TorchrecCommOp::forward_pass(DType dtype) const {
+  return CodecPass(forward_codec_, dtype, describe() + ", forward codec");
+}
+
+CodecPass TorchrecCommOp::backward_pass(DType dtype) const {
+  return CodecPass(backward_codec_, dtype, describe() + ", backward codec");
+}
+
+void TorchrecCommOp::divide_if_enabled(Tensor& grad) const {
+  const bool divide = captured_division_
+                          ? *captured_division_
+                          : division_ == Division::kTorchrec && get_gradient_division();
+  if (!divide || world() == 1) return;
+  if (grad.dtype() == DType::Float64) {
+    grad.vec<double>() /= static_cast<double>(world());
+  } else {
+    grad.vec<float>() /= static_cast<float>(world());
+  }
+  grad.bump_version();
+}
+
+namespace {
+
+// The request, or on the sync path its outputs already waited for (the division captured now).
+// `sync` is read once per call: the switch is process-wide and may flip meanwhile.
+Awaitable<std::vector<Variable>> run(std::shared_ptr<TorchrecCommOp> op,
+                                     const std::vector<Variable>& inputs, bool sync) {
+  if (!sync) return launch_async(std::move(op), inputs);
+  op->capture_gradient_division(get_gradient_division());
+  return NoWait<std::vector<Variable>>(launch_async(std::move(op), inputs).wait());
+}
+
+}  // namespace
+
+Awaitable<std::vector<Variable>> run_comm_op(std::shared_ptr<TorchrecCommOp> op,
+                                             const std::vector<Variable>& inputs) {
+  return run(std::move(op), inputs, get_use_sync_collectives());
+}
+
+Awaitable<Variable> run_comm_op_single(std::shared_ptr<TorchrecCommOp> op,
+                                       const std::vector<Variable>& inputs) {
+  const bool sync = get_use_sync_collectives();
+  Awaitable<std::vector<Variable>> all = run(std::move(op), inputs, sync);
+  if (sync) return NoWait<Variable>(all.wait()[0]);
+  return Awaitable<Variable>([all]() mutable { return all.wait()[0]; });
+}
+
+std::string where(const char* op, const Group& group) {
+  return ferry::detail::str(op, " on rank ", group.rank(), " of group ", group.id(), " (size ",
+                            group.size(), ")");
+}
+
+std::string list_str(const std::vector<int64_t>& values) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < values.size(); ++i) os << (i ? ", " : "") << values[i];
+  os << "]";
+  return os.str();
+}
+
+int64_t sum_of(const std::vector<int64_t>& values) {
+  return std::accumulate(values.begin(), values.end(), int64_t{0});
+}
+
+void check_input(const Variable& x, const Group& group, const char* op) {
+  ferry::detail::check_differentiable_input(x, group, op);
+}
+
+void check_non_negative(const std::vector<int64_t>& values, const std::string& name,
+                        const Group& group, const char* op) {
+  for (size_t k = 0; k < values.size(); ++k) {
+    FERRY_CHECK(values[k] >= 0, InvalidArgument, where(op, group), ": ", name, "[", k,
+                "] must be >= 0, given ", name, " = ", list_str(values));
+  }
+}
+
+void check_per_rank(const std::vector<int64_t>& values, const char* name, const Group& group,
+                    const char* op) {
+  FERRY_CHECK(values.size() == static_cast<size_t>(group.size()), InvalidArgument,
+              where(op, group), ": ", name, " must have one entry per rank (", group.size(),
+              "), given ", values.size(), ": ", list_str(values));
+  check_non_negative(values, name, group, op);
+}
+
+void check_reducible_codec(const std::optional<QuantizedCommCodecs>& codecs, bool forward,
+                           DType dtype, const Group& group, const char* op) {
+  if (!codecs) return;
+  const auto& codec = forward ? codecs->forward : codecs->backward;
+  CodecPass(codec, dtype, where(op, group) + (forward ? ", forward codec" : ", backward codec"))
+      .check_reducible(forward ? "the forward reduce-scatter" : "the gradient reduce-scatter");
+}
+
+}  // namespace ferry::torchrec::detail

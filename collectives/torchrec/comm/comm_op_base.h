@@ -1,0 +1,89 @@
+// What every torchrec comm op shares (internal, not installed): its name and rank in messages,
+// its codecs, the gradient-division rule, the path the switches select (asynchronous request,
+// or sync collectives), and the argument checks. Each op is one ReqWaitOp
+// (collectives/differentiable/req_wait.h) derived from TorchrecCommOp, most of them through
+// the two collective shapes of alltoall_op.h and reduce_scatter_op.h.
+#pragma once
+
+#include "autograd/variable.h"
+#include "collectives/differentiable/req_wait.h"
+#include "collectives/group.h"
+#include "collectives/torchrec/comm/codec_pass.h"
+#include "collectives/torchrec/comm/qcomm_codec.h"
+#include "runtime/awaitable.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec::detail {
+
+// When a backward divides its gradient by the group size.
+enum class Division {
+  kTorchrec,  // the rule of every op but alltoallv: the switch at backward (async path)
+  kNever,     // alltoallv's asynchronous backward, which ignores the switch
+};
+
+class TorchrecCommOp : public ReqWaitOp {
+ public:
+  TorchrecCommOp(const char* name, Group group, const std::optional<QuantizedCommCodecs>& codecs,
+                 Division division);
+
+  std::string name() const override { return name_; }
+  std::string describe() const override;
+
+  // The sync path: the backward divides when `on` (the switch as the forward saw it), whatever
+  // the op's asynchronous rule (torchrec's sync alltoallv divides too).
+  void capture_gradient_division(bool on) { captured_division_ = on; }
+
+ protected:
+  const Group& group() const { return group_; }
+  int rank() const { return group_.rank(); }
+  int world() const { return group_.size(); }
+  // A codec pass for this op's forward / gradient collective on values of `dtype`.
+  CodecPass forward_pass(DType dtype) const;
+  CodecPass backward_pass(DType dtype) const;
+  // Divides `grad` (float32 / float64, decoded) in place by the group size when this backward
+  // divides (after decoding, as the original).
+  void divide_if_enabled(Tensor& grad) const;
+
+ private:
+  const char* name_;
+  Group group_;
+  std::shared_ptr<QuantizedCommCodec> forward_codec_;   // null: no codec
+  std::shared_ptr<QuantizedCommCodec> backward_codec_;
+  Division division_;
+  std::optional<bool> captured_division_;  // set on the sync path
+};
+
+// Runs `op` on `inputs` on the path the switches select: sync collectives -> launched, waited
+// at once, NoWait of the outputs (the division captured now); otherwise the request, waited
+// by the caller. Group size 1 is handled by the ops before (no node at all).
+Awaitable<std::vector<Variable>> run_comm_op(std::shared_ptr<TorchrecCommOp> op,
+                                             const std::vector<Variable>& inputs);
+// The same for a one-output op.
+Awaitable<Variable> run_comm_op_single(std::shared_ptr<TorchrecCommOp> op,
+                                       const std::vector<Variable>& inputs);
+
+// ---- argument checks: InvalidArgument naming the op, the rank and the values ----
+
+// "alltoall_pooled on rank 1 of group 3 (size 2)"
+std::string where(const char* op, const Group& group);
+std::string list_str(const std::vector<int64_t>& values);  // "[1, 2, 3]"
+int64_t sum_of(const std::vector<int64_t>& values);
+
+// A valid group and a defined float32 / float64 input.
+void check_input(const Variable& x, const Group& group, const char* op);
+// `values` has one entry per rank, each >= 0.
+void check_per_rank(const std::vector<int64_t>& values, const char* name, const Group& group,
+                    const char* op);
+// Every entry of `values` is >= 0.
+void check_non_negative(const std::vector<int64_t>& values, const std::string& name,
+                        const Group& group, const char* op);
+// The codec of a collective that sums can sum its wire dtype (codec_pass.h).
+void check_reducible_codec(const std::optional<QuantizedCommCodecs>& codecs, bool forward,
+                           DType dtype, const Group& group, const char* op);
+
+}  // namespace ferry::torchrec::detail

@@ -1,0 +1,94 @@
+#include "collectives/torchrec/comm/reduce_scatter_op.h"
+
+#include "collectives/collectives.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+
+namespace ferry::torchrec::detail {
+namespace {
+
+// The tensors as one flat buffer: a view of a single one, a copy of several.
+Tensor flat_concat(const std::vector<Tensor>& tensors) {
+  if (tensors.size() == 1) return tensors[0].flatten();
+  std::vector<Tensor> flats;
+  flats.reserve(tensors.size());
+  for (const Tensor& t : tensors) flats.push_back(t.flatten());
+  return cat(flats, 0);
+}
+
+}  // namespace
+
+ReduceScatterGatherOp::ReduceScatterGatherOp(const char* name, Group group,
+                                             const std::optional<QuantizedCommCodecs>& codecs,
+                                             ForwardCollective forward, std::vector<int64_t> sizes,
+                                             Shape output_shape)
+    : TorchrecCommOp(name, std::move(group), codecs, Division::kTorchrec),
+      forward_(forward),
+      sizes_(std::move(sizes)),
+      equal_(std::adjacent_find(sizes_.begin(), sizes_.end(), std::not_equal_to<>()) ==
+             sizes_.end()),
+      output_shape_(std::move(output_shape)) {}
+
+Work ReduceScatterGatherOp::reduce_scatter(CodecPass& pass, const Tensor& values,
+                                           const std::vector<int64_t>& wire) {
+  pass.check_reducible(name().c_str());
+  Tensor encoded = pass.encode(values);
+  received_ = empty({wire[rank()]}, pass.wire_dtype());
+  if (equal_) return ferry::reduce_scatter(encoded, received_, group());
+  return ferry::reduce_scatter_v(encoded, received_, wire, group());
+}
+
+Work ReduceScatterGatherOp::all_gather(CodecPass& pass, const Tensor& values,
+                                       const std::vector<int64_t>& wire) {
+  Tensor encoded = pass.encode(values);
+  received_ = empty({sum_of(wire)}, pass.wire_dtype());
+  if (equal_) return ferry::all_gather(encoded, received_, group());
+  return ferry::all_gather_v(encoded, received_, wire, group());
+}
+
+Work ReduceScatterGatherOp::launch(const std::vector<Tensor>& inputs) {
+  input_shapes_.clear();
+  for (const Tensor& t : inputs) input_shapes_.push_back(t.shape());
+  const DType dtype = inputs[0].dtype();
+  forward_pass_.emplace(forward_pass(dtype));
+  backward_pass_.emplace(backward_pass(dtype));
+  // Both directions' sizes (and whether their codecs can sum) before anything moves.
+  forward_wire_ = forward_pass_->wire_sizes(sizes_);
+  backward_wire_ = backward_pass_->wire_sizes(sizes_);
+  if (forward_ == ForwardCollective::kReduceScatter) {
+    return reduce_scatter(*forward_pass_, flat_concat(inputs), forward_wire_);
+  }
+  backward_pass_->check_reducible(name().c_str());
+  return all_gather(*forward_pass_, flat_concat(inputs), forward_wire_);
+}
+
+std::vector<Tensor> ReduceScatterGatherOp::finish() {
+  Tensor values = forward_pass_->decode(received_);
+  received_ = Tensor();
+  return {values.reshape(output_shape_)};
+}
+
+Work ReduceScatterGatherOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
+  const Tensor& g = grad_outputs[0];
+  if (forward_ == ForwardCollective::kReduceScatter)
+    return all_gather(*backward_pass_, g, backward_wire_);
+  return reduce_scatter(*backward_pass_, g, backward_wire_);
+}
+
+std::vector<Tensor> ReduceScatterGatherOp::finish_gradient() {
+  Tensor values = backward_pass_->decode(received_);
+  received_ = Tensor();
+  divide_if_enabled(values);
+  std::vector<Tensor> grads;
+  grads.reserve(input_shapes_.size());
+  int64_t start = 0;
+  for (const Shape& shape : input_shapes_) {
+    const int64_t n = shape_numel(shape);
+    grads.push_back(values.narrow(0, start, n).reshape(shape));
+    start += n;
+  }
+  return grads;
+}
+
+}  // namespace ferry::torchrec::detail

@@ -1,0 +1,212 @@
+// The reduce-scatter / all-gather family (spec §4.8): reduce_scatter_pooled,
+// reduce_scatter_base_pooled, reduce_scatter_v_pooled, reduce_scatter_v_per_feature_pooled and
+// all_gather_base_pooled, all on ReduceScatterGatherOp.
+#include "collectives/torchrec/comm/comm_ops.h"
+#include "collectives/torchrec/comm/reduce_scatter_op.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <functional>
+#include <string>
+
+namespace ferry::torchrec {
+namespace {
+
+using detail::ForwardCollective;
+using detail::list_str;
+using detail::sum_of;
+using detail::where;
+
+constexpr const char* kList = "reduce_scatter_pooled";
+constexpr const char* kBase = "reduce_scatter_base_pooled";
+constexpr const char* kV = "reduce_scatter_v_pooled";
+constexpr const char* kPerFeature = "reduce_scatter_v_per_feature_pooled";
+constexpr const char* kAllGather = "all_gather_base_pooled";
+
+// Elements of one row along dim 0 of `shape` (1 for a 1-D shape).
+int64_t row_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+void check_shape(const Variable& x, const Shape& expected, const char* what, const char* op,
+                 const Group& group) {
+  FERRY_CHECK(x.shape() == expected, InvalidArgument, where(op, group), ": ", what, " says ",
+              shape_str(expected), ", the input is ", shape_str(x.shape()));
+}
+
+Awaitable<Variable> run(const char* op, const Group& group, const Codecs& codecs,
+                        ForwardCollective forward, std::vector<int64_t> sizes, Shape output,
+                        const std::vector<Variable>& inputs) {
+  detail::check_reducible_codec(codecs, forward == ForwardCollective::kReduceScatter,
+                                inputs[0].dtype(), group, op);
+  return detail::run_comm_op_single(
+      std::make_shared<detail::ReduceScatterGatherOp>(op, group, codecs, forward,
+                                                      std::move(sizes), std::move(output)),
+      inputs);
+}
+
+// reduce_scatter_v_pooled and its per-feature form, once the info is known to fit the input.
+Awaitable<Variable> reduce_scatter_v(const char* op, const Variable& x,
+                                     const ReduceScatterVInfo& info, const Group& group,
+                                     const Codecs& codecs) {
+  const std::vector<int64_t>& splits = info.input_splits;
+  detail::check_per_rank(splits, "input_splits", group, op);
+  FERRY_CHECK(x.dim() >= 1 && x.size(0) == sum_of(splits), InvalidArgument, where(op, group),
+              ": input_splits ", list_str(splits), " add up to ", sum_of(splits),
+              " rows, the input is ", shape_str(x.shape()));
+  check_shape(x, info.total_input_size, "total_input_size", op, group);
+  FERRY_CHECK(info.input_sizes.size() == splits.size(), InvalidArgument, where(op, group),
+              ": input_sizes must have one shape per rank (", splits.size(), "), given ",
+              info.input_sizes.size());
+  for (size_t j = 0; j < splits.size(); ++j) {
+    FERRY_CHECK(info.input_sizes[j] == with_rows(x.shape(), splits[j]), InvalidArgument,
+                where(op, group), ": input_sizes[", j, "] is ", shape_str(info.input_sizes[j]),
+                ", block ", j, " of the input is ", shape_str(with_rows(x.shape(), splits[j])));
+  }
+  const bool equal =
+      std::adjacent_find(splits.begin(), splits.end(), std::not_equal_to<>()) == splits.end();
+  FERRY_CHECK(info.equal_splits == equal, InvalidArgument, where(op, group), ": equal_splits is ",
+              info.equal_splits ? "true" : "false", " but input_splits ", list_str(splits),
+              equal ? " are all equal" : " differ");
+  const int me = group.rank();
+  if (group.size() == 1) return NoWait<Variable>(x);
+  std::vector<int64_t> sizes;
+  for (int64_t s : splits) sizes.push_back(s * row_elements(x.shape()));
+  return run(op, group, codecs, ForwardCollective::kReduceScatter, std::move(sizes),
+             with_rows(x.shape(), splits[me]), {x});
+}
+
+ReduceScatterVInfo v_info(const Shape& shape, const std::vector<int64_t>& splits) {
+  ReduceScatterVInfo info;
+  info.input_splits = splits;
+  if (shape.empty()) return info;  // 0-d: the checks reject it
+  for (int64_t s : splits) info.input_sizes.push_back(with_rows(shape, s));
+  info.equal_splits = std::adjacent_find(splits.begin(), splits.end(), std::not_equal_to<>()) ==
+                      splits.end();
+  info.total_input_size = shape;
+  return info;
+}
+
+}  // namespace
+
+Awaitable<Variable> reduce_scatter_pooled(const std::vector<Variable>& inputs,
+                                          const ReduceScatterInfo& info, const Group& group,
+                                          const Codecs& codecs) {
+  FERRY_CHECK(group.valid(), InvalidArgument, kList,
+              ": the group is null (this rank is not a member of it)");
+  FERRY_CHECK(inputs.size() == static_cast<size_t>(group.size()), InvalidArgument,
+              where(kList, group), ": needs one input per rank (", group.size(), "), given ",
+              inputs.size());
+  FERRY_CHECK(info.input_sizes.size() == inputs.size(), InvalidArgument, where(kList, group),
+              ": input_sizes must have one shape per input (", inputs.size(), "), given ",
+              info.input_sizes.size());
+  std::vector<int64_t> sizes;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    detail::check_input(inputs[j], group, kList);
+    FERRY_CHECK(inputs[j].dtype() == inputs[0].dtype(), InvalidArgument, where(kList, group),
+                ": inputs[", j, "] is ", dtype_name(inputs[j].dtype()), ", inputs[0] ",
+                dtype_name(inputs[0].dtype()));
+    check_shape(inputs[j], info.input_sizes[j], "input_sizes[j]", kList, group);
+    sizes.push_back(inputs[j].numel());
+  }
+  const int me = group.rank();
+  if (group.size() == 1) return NoWait<Variable>(inputs[me]);
+  return run(kList, group, codecs, ForwardCollective::kReduceScatter, std::move(sizes),
+             inputs[me].shape(), inputs);
+}
+
+Awaitable<Variable> reduce_scatter_pooled(const std::vector<Variable>& inputs,
+                                          const Group& group, const Codecs& codecs) {
+  ReduceScatterInfo info;
+  for (const Variable& v : inputs) info.input_sizes.push_back(v.defined() ? v.shape() : Shape{});
+  return reduce_scatter_pooled(inputs, info, group, codecs);
+}
+
+Awaitable<Variable> reduce_scatter_base_pooled(const Variable& x,
+                                               const ReduceScatterBaseInfo& info,
+                                               const Group& group, const Codecs& codecs) {
+  detail::check_input(x, group, kBase);
+  check_shape(x, info.input_sizes, "input_sizes", kBase, group);
+  const int world = group.size();
+  FERRY_CHECK(x.dim() >= 1 && x.size(0) % world == 0, InvalidArgument, where(kBase, group),
+              ": the input's dim 0 must be a multiple of the group size ", world, ", given ",
+              shape_str(x.shape()));
+  if (world == 1) return NoWait<Variable>(x);
+  const int64_t rows = x.size(0) / world;
+  return run(kBase, group, codecs, ForwardCollective::kReduceScatter,
+             std::vector<int64_t>(world, rows * row_elements(x.shape())),
+             with_rows(x.shape(), rows), {x});
+}
+
+Awaitable<Variable> reduce_scatter_base_pooled(const Variable& x, const Group& group,
+                                               const Codecs& codecs) {
+  detail::check_input(x, group, kBase);
+  return reduce_scatter_base_pooled(x, ReduceScatterBaseInfo{x.shape()}, group, codecs);
+}
+
+Awaitable<Variable> reduce_scatter_v_pooled(const Variable& x, const ReduceScatterVInfo& info,
+                                            const Group& group, const Codecs& codecs) {
+  detail::check_input(x, group, kV);
+  return reduce_scatter_v(kV, x, info, group, codecs);
+}
+
+Awaitable<Variable> reduce_scatter_v_pooled(const Variable& x,
+                                            const std::vector<int64_t>& input_splits,
+                                            const Group& group, const Codecs& codecs) {
+  detail::check_input(x, group, kV);
+  return reduce_scatter_v(kV, x, v_info(x.shape(), input_splits), group, codecs);
+}
+
+Awaitable<Variable> reduce_scatter_v_per_feature_pooled(
+    const Variable& x, const std::vector<std::vector<int64_t>>& batch_size_per_rank_per_feature,
+    const std::vector<int64_t>& embedding_dims, const Group& group, const Codecs& codecs) {
+  detail::check_input(x, group, kPerFeature);
+  const auto& batches = batch_size_per_rank_per_feature;
+  FERRY_CHECK(batches.size() == static_cast<size_t>(group.size()), InvalidArgument,
+              where(kPerFeature, group), ": batch_size_per_rank_per_feature must have one list "
+              "per rank (", group.size(), "), given ", batches.size());
+  detail::check_non_negative(embedding_dims, "embedding_dims", group, kPerFeature);
+  std::vector<int64_t> splits;
+  for (size_t r = 0; r < batches.size(); ++r) {
+    FERRY_CHECK(batches[r].size() == embedding_dims.size(), InvalidArgument,
+                where(kPerFeature, group), ": batch_size_per_rank_per_feature[", r, "] = ",
+                list_str(batches[r]), " must have one entry per feature of embedding_dims ",
+                list_str(embedding_dims));
+    detail::check_non_negative(batches[r],
+                               ferry::detail::str("batch_size_per_rank_per_feature[", r, "]"),
+                               group, kPerFeature);
+    int64_t s = 0;
+    for (size_t f = 0; f < embedding_dims.size(); ++f) s += batches[r][f] * embedding_dims[f];
+    splits.push_back(s);
+  }
+  FERRY_CHECK(x.numel() == sum_of(splits), InvalidArgument, where(kPerFeature, group),
+              ": the input has ", x.numel(), " elements, the per-rank splits ", list_str(splits),
+              " add up to ", sum_of(splits));
+  // As the original: a reduce-scatter-v of the flat buffer; the gradient takes x's shape back.
+  if (group.size() == 1) return NoWait<Variable>(x);
+  return run(kPerFeature, group, codecs, ForwardCollective::kReduceScatter, splits,
+             Shape{splits[group.rank()]}, {x});
+}
+
+Awaitable<Variable> all_gather_base_pooled(const Variable& x, const AllGatherBaseInfo& info,
+                                           const Group& group, const Codecs& codecs) {
+  detail::check_input(x, group, kAllGather);
+  check_shape(x, info.input_size, "input_size", kAllGather, group);
+  FERRY_CHECK(x.dim() >= 1, InvalidArgument, where(kAllGather, group),
+              ": the input must have rows (dim 0), given ", shape_str(x.shape()));
+  const int world = group.size();
+  if (world == 1) return NoWait<Variable>(x);
+  return run(kAllGather, group, codecs, ForwardCollective::kAllGather,
+             std::vector<int64_t>(world, x.numel()), with_rows(x.shape(), world * x.size(0)),
+             {x});
+}
+
+Awaitable<Variable> all_gather_base_pooled(const Variable& x, const Group& group,
+                                           const Codecs& codecs) {
+  detail::check_input(x, group, kAllGather);
+  return all_gather_base_pooled(x, AllGatherBaseInfo{x.shape()}, group, codecs);
+}
+
+}  // namespace ferry::torchrec
