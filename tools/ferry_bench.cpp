@@ -13,6 +13,7 @@
 #include "tools/bench/ops.h"
 #include "tools/bench/options.h"
 #include "tools/bench/report.h"
+#include "tools/bench/torchrec_ops_bench.h"
 
 #include <algorithm>
 #include <atomic>
@@ -264,7 +265,9 @@ int run(int argc, char** argv) {
   Report report({opts.transport, opts.world_size, opts.dtype, opts.vs_mpi, opts.mpi_nonblocking,
                  opts.differentiable},
                 csv);
-  if (launcher->reports() && !opts.kjt) report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
+  const bool own_table = opts.kjt || !opts.torchrec_ops.empty();
+  if (launcher->reports() && !own_table)
+    report.header(sizes_str(opts, sizes), iters_str(opts), algo_table);
 
   std::atomic<bool> all_ok{true};
   int status = 0;
@@ -272,6 +275,12 @@ int run(int argc, char** argv) {
     launcher->run([&](Group& world, RankSync& sync) {
       if (opts.kjt) {  // --op kjt_all_to_all: its own table
         if (!run_kjt_bench(opts, world, sync, launcher->reports() && world.rank() == 0)) all_ok = false;
+        return;
+      }
+      if (!opts.torchrec_ops.empty()) {  // --op alltoall_pooled,...: its own table
+        if (!run_torchrec_ops_bench(opts, sizes, world, sync,
+                                    launcher->reports() && world.rank() == 0))
+          all_ok = false;
         return;
       }
       Sweep sweep{opts, sizes, world.rank() == 0 ? &report : nullptr, launcher.get()};

@@ -1,6 +1,7 @@
 #include "tools/bench/options.h"
 
 #include "tools/bench/codec_bench.h"
+#include "tools/bench/torchrec_ops_bench.h"
 #include "tools/bench/differentiable_case.h"
 
 #include <algorithm>
@@ -73,6 +74,21 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+// A comma list of torchrec op names (not mixed with raw collectives: they have other tables).
+std::vector<std::string> parse_torchrec_ops(const std::string& text) {
+  std::vector<std::string> ops;
+  for (const std::string& item : split_list(text)) {
+    if (!is_torchrec_op(item)) {
+      std::string valid;
+      for (const std::string& n : torchrec_op_names()) valid += (valid.empty() ? "" : ", ") + n;
+      throw UsageError("--op: '" + item + "' is not a torchrec op (torchrec ops run alone, "
+                       "not with raw collectives); expected torchrec or a comma list of " + valid);
+    }
+    if (std::find(ops.begin(), ops.end(), item) == ops.end()) ops.push_back(item);
+  }
+  return ops;
+}
+
 std::vector<std::string> parse_codecs(const std::string& text) {
   const std::vector<std::string>& valid = codec_bench_names();
   std::vector<std::string> codecs;
@@ -123,6 +139,7 @@ size_t parse_bytes(const std::string& flag, const std::string& text) {
 Options parse_options(int argc, char** argv) {
   Options o;
   bool ops_given = false;
+  std::string codec_text;  // --codec, read once --op is known
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::optional<std::string> inline_value;
@@ -148,11 +165,15 @@ Options parse_options(int argc, char** argv) {
         o.codec = true;
       else if (lower(v) == "kjt_all_to_all")
         o.kjt = true;
+      else if (lower(v) == "torchrec")
+        o.torchrec_ops = torchrec_op_names();
+      else if (!split_list(v).empty() && is_torchrec_op(split_list(v)[0]))
+        o.torchrec_ops = parse_torchrec_ops(v);
       else
         o.ops = parse_ops(v);
       ops_given = true;
     } else if (arg == "--codec") {
-      o.codecs = parse_codecs(value());
+      codec_text = value();
     } else if (arg == "--features") {
       o.kjt_features = parse_int(arg, value(), 1, 1 << 20);
     } else if (arg == "--batch") {
@@ -199,7 +220,22 @@ Options parse_options(int argc, char** argv) {
       throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
-  if (!o.codecs.empty() && !o.codec) throw UsageError("--codec needs --op codec");
+  if (!codec_text.empty()) {
+    if (o.codec) {
+      o.codecs = parse_codecs(codec_text);
+    } else if (!o.torchrec_ops.empty()) {
+      const auto& valid = torchrec_op_codec_names();
+      if (std::find(valid.begin(), valid.end(), codec_text) == valid.end())
+        throw UsageError("--codec with torchrec ops: one of none, fp16, bf16, fp8, int8; given '" +
+                         codec_text + "'");
+      o.torchrec_codec = codec_text;
+    } else {
+      throw UsageError("--codec needs --op codec or torchrec ops (--op alltoall_pooled,...)");
+    }
+  }
+  if (!o.torchrec_ops.empty() && (o.vs_mpi || o.differentiable))
+    throw UsageError("torchrec ops have their own baseline (the raw collectives); they exclude "
+                     "--vs-mpi and --differentiable");
   if (o.codec) {
     if (o.vs_mpi || o.differentiable)
       throw UsageError("--op codec times the codecs alone; it excludes --vs-mpi and "
@@ -280,6 +316,13 @@ std::string usage() {
         "                           KJT (--features T, default 16; --batch B per rank, 1024;\n"
         "                           --pooling P mean ids per bag, power-law, 8; --weighted), per\n"
         "                           phase, against one all_to_all_single of the same bytes\n"
+        "  --op torchrec|NAME[,...] instead: torchrec's comm ops (alltoall_pooled,\n"
+        "                           variable_batch_alltoall_pooled, alltoall_sequence,\n"
+        "                           reduce_scatter_pooled, reduce_scatter_base_pooled,\n"
+        "                           reduce_scatter_v_pooled, all_gather_base_pooled), forward\n"
+        "                           and forward + backward, against the raw collectives moving\n"
+        "                           the same bytes and a memcpy of the input (size = float32\n"
+        "                           input per rank); --codec none|fp16|bf16|fp8|int8\n"
         "  --op codec               instead: encode + decode throughput of the torchrec comm\n"
         "                           codecs on one core (size = float32 input bytes), next to\n"
         "                           memcpy of the same bytes; no ranks are started\n"

@@ -46,6 +46,10 @@ struct Options {
   int64_t kjt_batch = 1024;    // --batch B (per rank)
   double kjt_pooling = 8.0;    // --pooling P: mean ids per bag (power-law lengths)
   bool kjt_weighted = false;   // --weighted
+  // --op alltoall_pooled,...: torchrec's comm ops (tools/bench/torchrec_ops_bench.h), forward and
+  // forward + backward against the raw collectives; --codec one of none, fp16, bf16, fp8, int8.
+  std::vector<std::string> torchrec_ops;
+  std::string torchrec_codec = "none";
 };
 
 // Adaptive iteration count: enough for about this long per size, within [kMinIters, kMaxIters].
