@@ -15,6 +15,7 @@ void WorkState::complete(std::vector<Tensor> outputs) {
     done_ = true;
   }
   cv_.notify_all();
+  run_completion_hooks();
 }
 
 void WorkState::fail(std::exception_ptr error) {
@@ -24,6 +25,28 @@ void WorkState::fail(std::exception_ptr error) {
     done_ = true;
   }
   cv_.notify_all();
+  run_completion_hooks();
+}
+
+void WorkState::on_completion(std::function<void()> fn) {
+  if (!fn) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      completion_hooks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void WorkState::run_completion_hooks() {
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hooks.swap(completion_hooks_);
+  }
+  for (auto& hook : hooks) hook();  // outside the lock: a hook may look at this op
 }
 
 bool WorkState::is_completed() const {
@@ -96,6 +119,10 @@ Tensor Work::output(size_t i) {
 void Work::progress_in_background(std::function<void()> on_completed) const {
   if (!state_) {
     if (on_completed) on_completed();
+    return;
+  }
+  if (state_->completes_by_itself()) {
+    state_->on_completion(std::move(on_completed));
     return;
   }
   detail::progress_in_background(state_, std::move(on_completed));

@@ -39,6 +39,13 @@ class WorkState {
   void fail(std::exception_ptr error);
 
   virtual bool is_completed() const;
+  // True when whoever runs the op completes it without anyone testing or waiting for it (an op
+  // queued on its group's worker). Work::progress_in_background then needs no thread to move
+  // it, only a completion hook.
+  virtual bool completes_by_itself() const { return false; }
+  // Calls `fn` once the op completed or failed: from complete() / fail(), on the thread that
+  // completes it, or at once on the calling thread when it already has.
+  void on_completion(std::function<void()> fn);
   // Blocks until completed or `deadline`; returns false on expiry. Rethrows nothing. With
   // `may_help`, the waiting thread may run the op itself (see `help`); only a wait that lasts
   // at least as long as the op's own deadline may, since a running op cannot be left early.
@@ -73,6 +80,10 @@ class WorkState {
   bool done_ = false;
   std::exception_ptr error_;
   std::vector<Tensor> outputs_;
+  std::vector<std::function<void()>> completion_hooks_;
+
+ private:
+  void run_completion_hooks();
 };
 
 }  // namespace detail
@@ -101,7 +112,8 @@ class Work {
 
   // Keeps the op moving while nobody waits for it: one process-wide thread tests it until it
   // completed (runtime/progress.h), then calls `on_completed` (may be null) on that thread,
-  // whether the op succeeded or failed. For an op launched now and waited for much later. An
+  // whether the op succeeded or failed. An op that its group's worker runs anyway needs no
+  // testing: `on_completed` is then called by whoever completes it, and no thread is woken. For an op launched now and waited for much later. An
   // empty Work is complete: `on_completed` runs at once on the calling thread.
   void progress_in_background(std::function<void()> on_completed = nullptr) const;
 

@@ -28,6 +28,8 @@ class QueuedWork final : public WorkState {
   explicit QueuedWork(OpDescription op) : WorkState(std::string()), op_(std::move(op)) {}
 
   std::string description() const override { return op_.format(); }
+  // The group's worker runs every queued op (a waiter may take one first), dropped ones too.
+  bool completes_by_itself() const override { return true; }
   // Runs the group's oldest queued op on the waiting thread (Executor::run_one_here).
   bool help_one() override;
   void wait_timed_out(const std::string& why) override;

@@ -86,3 +86,41 @@ TEST_CASE("progress: stopping forgets what was watched; a later watch starts the
   REQUIRE(completed.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
   REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
 }
+
+namespace {
+
+// Completed by whoever runs it (as an op on its group's worker is), never by a test.
+class RunByItsOwner final : public detail::WorkState {
+ public:
+  RunByItsOwner() : WorkState(std::string("run by its owner")) {}
+  bool completes_by_itself() const override { return true; }
+  bool is_completed() const override {
+    ++tests;
+    return WorkState::is_completed();
+  }
+  mutable std::atomic<int> tests{0};
+};
+
+}  // namespace
+
+TEST_CASE("progress: an op its owner completes anyway wakes no thread; its callback runs at "
+          "completion, on the completing thread",
+          "[progress]") {
+  REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
+  const uint64_t rounds = detail::background_progress_rounds();
+  auto state = std::make_shared<RunByItsOwner>();
+  Work work(state);
+  std::thread::id called_on;
+  work.progress_in_background([&] { called_on = std::this_thread::get_id(); });
+  CHECK(called_on == std::thread::id());  // not yet: nothing completed it
+  std::thread owner([&] { state->complete(); });
+  const std::thread::id owner_id = owner.get_id();
+  owner.join();
+  CHECK(called_on == owner_id);
+  CHECK(state->tests.load() == 0);  // nobody polled it
+  CHECK(detail::background_progress_rounds() == rounds);
+  // Watched after completion: the callback runs at once on the caller.
+  bool late = false;
+  work.progress_in_background([&] { late = true; });
+  CHECK(late);
+}

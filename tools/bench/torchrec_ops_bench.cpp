@@ -114,8 +114,12 @@ Case make_case(const std::string& op, int64_t n, const Group& g,
     Tensor in = codecs ? wire(codecs, W, B * D) : c.input.reshape({B * W * D});
     Tensor out = wire(codecs, W, B * D), back = wire(codecs, W, B * D);
     c.raw_output = out;
-    c.raw_forward = [in, out, g] { all_to_all_single(in, out, g).wait(); };
-    c.raw_backward = [out, back, g] { all_to_all_single(out, back, g).wait(); };
+    // With split sizes, as the ops call it (the equal-split form takes another path).
+    const std::vector<int64_t> splits(W, out.numel() / W);
+    c.raw_forward = [in, out, splits, g] { all_to_all_single(in, out, splits, splits, g).wait(); };
+    c.raw_backward = [out, back, splits, g] {
+      all_to_all_single(out, back, splits, splits, g).wait();
+    };
     return c;
   }
   const int64_t M = op == "all_gather_base_pooled" ? std::max<int64_t>(1, n / D) : per_rank_rows;
