@@ -77,7 +77,9 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ids, lengths, offsets{0};
   std::vector<std::string> keys;
   for (int64_t f = 0; f < features; ++f) {
-    keys.push_back("f" + std::to_string(f));
+    std::string key = "f";
+    key += std::to_string(f);
+    keys.push_back(key);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t n = 1 + static_cast<int64_t>(gen() % static_cast<uint64_t>(2 * pooling - 1));
       lengths.push_back(n);
