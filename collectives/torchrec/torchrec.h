@@ -25,6 +25,10 @@
 //                            the KJT's wire form (kjt_dist.h) and row-wise bucketization and the
 //                            pooled-embedding column permutation (bucketize.h).
 //   dist/kjt_all_to_all.h    KJTAllToAll and its two awaitables (dist_data.py).
+//   modules/                 the unsharded embedding modules (EmbeddingBagCollection,
+//                            EmbeddingCollection), their configs, tables, lookups (also the
+//                            sharded modules' local kernels), sparse row gradients and fused
+//                            sparse optimizers.
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
 // same; the README's torchrec section lists the mapping and the deliberate differences.
@@ -40,6 +44,13 @@
 #include "collectives/torchrec/comm/topology.h"
 #include "collectives/torchrec/dist/kjt_all_to_all.h"
 #include "collectives/torchrec/sparse/bucketize.h"
+#include "collectives/torchrec/modules/embedding_bag_collection.h"
+#include "collectives/torchrec/modules/embedding_collection.h"
+#include "collectives/torchrec/modules/embedding_config.h"
+#include "collectives/torchrec/modules/embedding_lookup.h"
+#include "collectives/torchrec/modules/embedding_table.h"
+#include "collectives/torchrec/modules/fused_optimizer.h"
+#include "collectives/torchrec/modules/sparse_row_gradient.h"
 #include "collectives/torchrec/sparse/jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_tensor.h"

@@ -1,0 +1,86 @@
+// ferry::torchrec::EmbeddingBagCollection: torchrec's unsharded EmbeddingBagCollection
+// (torchrec.modules.embedding_modules) on ferry's tape. Spec torchrec-modules.md §1.
+//
+//   EmbeddingBagCollection ebc({{.name = "t0", .num_embeddings = 10, .embedding_dim = 4,
+//                                .feature_names = {"f0", "f1"}}},
+//                              /*is_weighted=*/false, /*seed=*/7);
+//   PooledEmbeddings out = ebc.forward(kjt);     // out.values: Variable [B, 8]
+//   KeyedTensor kt = out.keyed_tensor();         // keys {"f0", "f1"}, length_per_key {4, 4}
+//
+// forward: every configured feature must be a key of the KJT (InvalidArgument naming the
+// missing feature and the KJT's keys); keys no table serves are ignored. The output's keys are
+// the features in config order (table order, then each table's feature_names order), each
+// with its table's dim, values [B, sum dims] in that order (one tape node for all tables).
+// Pooling, weights and gradients are those of pooled_embedding_lookup (embedding_lookup.h):
+// the tables' gradients are SparseRowGradients, applied by their fused optimizer or
+// accumulated in EmbeddingTable::sparse_grad().
+//
+// is_weighted: the KJT's weights are the per-sample weights (constants), unless forward is
+// given a `per_sample_weights` Variable (one element per KJT value, e.g. a leaf requiring grad
+// that shares the KJT's weights), which then is differentiated. An unweighted collection
+// ignores the KJT's weights, as torchrec does.
+#pragma once
+
+#include "autograd/variable.h"
+#include "collectives/torchrec/modules/embedding_config.h"
+#include "collectives/torchrec/modules/embedding_table.h"
+#include "collectives/torchrec/modules/fused_optimizer.h"
+#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+#include "collectives/torchrec/sparse/keyed_tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec {
+
+// A KeyedTensor whose values are on the tape.
+struct PooledEmbeddings {
+  std::vector<std::string> keys{};
+  std::vector<int64_t> length_per_key{};
+  Variable values{};  // [B, sum(length_per_key)]
+  KeyedTensor keyed_tensor() const;  // plain data (shares values' tensor)
+};
+
+class EmbeddingBagCollection {
+ public:
+  // Validates the configs (validate_tables) and initialises every table from `seed`
+  // (init_table_weight). With `fused`, every table gets that fused optimizer.
+  EmbeddingBagCollection(std::vector<EmbeddingBagConfig> tables, bool is_weighted = false,
+                         uint64_t seed = 0,
+                         std::optional<FusedOptimizerConfig> fused = std::nullopt);
+
+  PooledEmbeddings forward(const KeyedJaggedTensor& features,
+                           const Variable& per_sample_weights = Variable()) const;
+
+  const std::vector<EmbeddingBagConfig>& embedding_bag_configs() const { return configs_; }
+  bool is_weighted() const { return is_weighted_; }
+  // The output's keys and dims, in order.
+  const std::vector<std::string>& feature_names() const { return features_; }
+  const std::vector<int64_t>& length_per_key() const { return dims_; }
+
+  // By config order, or by name (throws InvalidArgument naming the tables).
+  const std::vector<std::shared_ptr<EmbeddingTable>>& tables() const { return tables_; }
+  const std::shared_ptr<EmbeddingTable>& table(const std::string& name) const;
+  // Every table's weight Variable (they receive no dense gradient; see EmbeddingTable).
+  std::vector<Variable> parameters() const;
+  void set_fused_optimizer(const FusedOptimizerConfig& config);
+  void set_bounds_check_mode(BoundsCheckMode mode);
+
+  // torchrec's names: "embedding_bags.<table>.weight" -> the table (shared, not copied).
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies the tensors of a state_dict in (every table must be present with its shape).
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ private:
+  std::vector<EmbeddingBagConfig> configs_;
+  bool is_weighted_;
+  std::vector<std::shared_ptr<EmbeddingTable>> tables_;
+  std::vector<std::string> features_;
+  std::vector<int64_t> dims_;
+};
+
+}  // namespace ferry::torchrec

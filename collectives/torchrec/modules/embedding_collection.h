@@ -1,0 +1,69 @@
+// ferry::torchrec::EmbeddingCollection: torchrec's unsharded EmbeddingCollection (per-id,
+// "sequence" embeddings) on ferry's tape. Spec torchrec-modules.md §1.
+//
+//   EmbeddingCollection ec({{.name = "t0", .num_embeddings = 10, .embedding_dim = 4,
+//                            .feature_names = {"f0"}}}, /*seed=*/7);
+//   SequenceEmbeddings out = ec.forward(kjt);
+//   out.values("f0")   // Variable [n_ids of f0, 4]: row i = E[i-th id of f0] in KJT order
+//   out["f0"]          // the same as a JaggedTensor (plain data) with f0's lengths
+//
+// All tables share one embedding_dim (torchrec raises otherwise). Every configured feature
+// must be a key of the KJT; other keys are ignored; the KJT's weights are ignored (torchrec's
+// EmbeddingCollection takes none). Gradients: sparse, per touched row, as
+// sequence_embedding_lookup (embedding_lookup.h) gives them.
+#pragma once
+
+#include "autograd/variable.h"
+#include "collectives/torchrec/modules/embedding_config.h"
+#include "collectives/torchrec/modules/embedding_table.h"
+#include "collectives/torchrec/modules/fused_optimizer.h"
+#include "collectives/torchrec/sparse/jagged_tensor.h"
+#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec {
+
+// torchrec's Dict[str, JaggedTensor] output, with the values on the tape.
+struct SequenceEmbeddings {
+  std::vector<std::string> keys{};
+  std::vector<Variable> values_per_key{};  // [n_ids of the key, D]
+  std::vector<Tensor> lengths_per_key{};   // [B], the KJT's lengths of the key
+
+  const Variable& values(const std::string& key) const;  // throws for an unknown key
+  JaggedTensor operator[](const std::string& key) const;  // plain data
+  std::map<std::string, JaggedTensor> to_dict() const;
+};
+
+class EmbeddingCollection {
+ public:
+  EmbeddingCollection(std::vector<EmbeddingConfig> tables, uint64_t seed = 0,
+                      std::optional<FusedOptimizerConfig> fused = std::nullopt);
+
+  SequenceEmbeddings forward(const KeyedJaggedTensor& features) const;
+
+  const std::vector<EmbeddingConfig>& embedding_configs() const { return configs_; }
+  int64_t embedding_dim() const { return configs_.front().embedding_dim; }
+  const std::vector<std::string>& feature_names() const { return features_; }
+  const std::vector<std::shared_ptr<EmbeddingTable>>& tables() const { return tables_; }
+  const std::shared_ptr<EmbeddingTable>& table(const std::string& name) const;
+  std::vector<Variable> parameters() const;
+  void set_fused_optimizer(const FusedOptimizerConfig& config);
+  void set_bounds_check_mode(BoundsCheckMode mode);
+
+  // torchrec's names: "embeddings.<table>.weight".
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ private:
+  std::vector<EmbeddingConfig> configs_;
+  std::vector<std::shared_ptr<EmbeddingTable>> tables_;
+  std::vector<std::string> features_;
+};
+
+}  // namespace ferry::torchrec

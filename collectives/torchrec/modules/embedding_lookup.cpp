@@ -1,0 +1,432 @@
+#include "collectives/torchrec/modules/embedding_lookup.h"
+
+#include "autograd/function.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+
+namespace ferry::torchrec {
+
+namespace {
+
+std::vector<int64_t> to_i64(const Tensor& t) {
+  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::Int64) {
+    const int64_t* p = t.data<int64_t>();
+    std::copy(p, p + t.numel(), out.begin());
+  } else {
+    const int32_t* p = t.data<int32_t>();
+    std::copy(p, p + t.numel(), out.begin());
+  }
+  return out;
+}
+
+// What one lookup call resolved at forward and its backward needs again.
+struct Plan {
+  const char* op = "";
+  int64_t B = 0;
+  std::vector<int64_t> offsets;  // the KJT's offsets (lengths.numel() + 1)
+  std::vector<std::shared_ptr<EmbeddingTable>> tables;  // distinct, first-use order
+  std::vector<uint64_t> table_versions;                 // weight versions at forward
+  struct Item {
+    size_t table = 0;        // index into tables
+    int64_t key = 0;         // KJT key index
+    int64_t first_bag = 0;   // where the key's lengths start
+    int64_t col_start = 0;   // pooled: output column of the block
+    PoolingType pooling = PoolingType::Sum;
+    std::string feature;
+    std::vector<int64_t> rows;  // per id of the key: local row, or -1 when outside the block
+  };
+  std::vector<Item> items;
+  int64_t total_cols = 0;
+  DType dtype = DType::Float32;
+  std::vector<int64_t> divisors;  // MEAN divisors per bag (empty: bag lengths)
+
+  int64_t bag_begin(const Item& it, int64_t b) const { return offsets[it.first_bag + b]; }
+  int64_t bag_end(const Item& it, int64_t b) const { return offsets[it.first_bag + b + 1]; }
+  int64_t divisor(const Item& it, int64_t b) const {
+    return divisors.empty() ? bag_end(it, b) - bag_begin(it, b) : divisors[it.first_bag + b];
+  }
+};
+
+Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
+               const KeyedJaggedTensor& kjt, const Tensor& mean_divisors) {
+  Plan p;
+  p.op = op;
+  FERRY_CHECK(!kjt.variable_stride_per_key(), InvalidArgument, op,
+              ": a KJT with a variable stride per key (VBE) is not supported");
+  p.B = kjt.stride();
+  p.offsets = to_i64(kjt.offsets());
+  const auto& first_bag = kjt.lengths_offset_per_key();
+  const int64_t* ids = kjt.values().data<int64_t>();
+  std::map<const EmbeddingTable*, size_t> slot;
+  for (const FeatureLookup& l : lookups) {
+    FERRY_CHECK(l.table != nullptr, InvalidArgument, op, ": feature \"", l.feature,
+                "\" has no table");
+    Plan::Item it;
+    it.key = l.key_index >= 0 ? l.key_index : kjt.key_index(l.feature);
+    FERRY_CHECK(it.key < kjt.num_keys(), InvalidArgument, op, ": key index ", it.key,
+                " but the KJT has ", kjt.num_keys(), " keys");
+    it.feature = l.feature.empty() ? kjt.keys()[static_cast<size_t>(it.key)] : l.feature;
+    auto [pos, inserted] = slot.emplace(l.table.get(), p.tables.size());
+    if (inserted) {
+      p.tables.push_back(l.table);
+      p.table_versions.push_back(l.table->weight().value().version());
+    }
+    it.table = pos->second;
+    if (p.tables.size() == 1) p.dtype = l.table->dtype();
+    FERRY_CHECK(l.table->dtype() == p.dtype, InvalidArgument, op, ": table \"",
+                l.table->name(), "\" is ", dtype_name(l.table->dtype()), " but table \"",
+                p.tables.front()->name(), "\" is ", dtype_name(p.dtype),
+                " (one lookup call needs one dtype)");
+    it.first_bag = first_bag[static_cast<size_t>(it.key)];
+    it.col_start = p.total_cols;
+    p.total_cols += l.table->shard().num_cols;
+    it.pooling = l.pooling;
+
+    // Resolve ids to local rows, checking bounds against the whole table.
+    const EmbeddingTable& t = *l.table;
+    const int64_t lo = p.offsets[it.first_bag], hi = p.offsets[it.first_bag + p.B];
+    const int64_t R = t.total_rows(), r0 = t.shard().row_offset, nr = t.shard().num_rows;
+    it.rows.resize(static_cast<size_t>(hi - lo));
+    bool warned = false;
+    for (int64_t i = lo; i < hi; ++i) {
+      int64_t id = ids[i];
+      if (id < 0 || id >= R) [[unlikely]] {
+        switch (t.bounds_check_mode()) {
+          case BoundsCheckMode::Fatal: {
+            const int64_t bag =
+                std::upper_bound(p.offsets.begin() + it.first_bag,
+                                 p.offsets.begin() + it.first_bag + p.B + 1, i) -
+                (p.offsets.begin() + it.first_bag) - 1;
+            FERRY_THROW(InvalidArgument, op, ": id ", id, " of feature \"", it.feature,
+                        "\" (sample ", bag, ") is out of range for table \"", t.name(),
+                        "\" of ", R, " rows (ids must be in [0, ", R, "))");
+          }
+          case BoundsCheckMode::Warning:
+            if (!warned) {
+              std::cerr << "ferry: " << op << ": warning: id " << id << " of feature \""
+                        << it.feature << "\" is out of range for table \"" << t.name()
+                        << "\" of " << R << " rows; using row 0 (BoundsCheckMode::Warning)\n";
+              warned = true;
+            }
+            id = 0;
+            break;
+          case BoundsCheckMode::Clip: id = id < 0 ? 0 : R - 1; break;
+        }
+      }
+      const int64_t local = id - r0;
+      it.rows[static_cast<size_t>(i - lo)] = local >= 0 && local < nr ? local : -1;
+    }
+    p.items.push_back(std::move(it));
+  }
+  if (mean_divisors.defined()) {
+    FERRY_CHECK(mean_divisors.dim() == 1 &&
+                    (mean_divisors.dtype() == DType::Int64 ||
+                     mean_divisors.dtype() == DType::Int32) &&
+                    mean_divisors.numel() + 1 == static_cast<int64_t>(p.offsets.size()),
+                InvalidArgument, op, ": mean_divisors must be 1-D int32/int64 with ",
+                p.offsets.size() - 1, " entries (one per bag, like the KJT's lengths), got ",
+                shape_str(mean_divisors.shape()), " ", dtype_name(mean_divisors.dtype()));
+    p.divisors = to_i64(mean_divisors);
+  }
+  return p;
+}
+
+// ---- kernels ----
+
+template <class T>
+void pooled_forward(const Plan& p, const T* w, T* out) {
+  const int64_t stride = p.total_cols;
+  for (const Plan::Item& it : p.items) {
+    const EmbeddingTable& t = *p.tables[it.table];
+    const T* W = t.weight().value().template data<T>();
+    const int64_t C = t.shard().num_cols;
+    const int64_t base = p.offsets[it.first_bag];
+    for (int64_t b = 0; b < p.B; ++b) {
+      T* acc = out + b * stride + it.col_start;
+      std::fill(acc, acc + C, T(0));
+      const int64_t lo = p.bag_begin(it, b), hi = p.bag_end(it, b);
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t r = it.rows[static_cast<size_t>(i - base)];
+        if (r < 0) continue;
+        const T* row = W + r * C;
+        if (w != nullptr) {
+          const T wi = w[i];
+          for (int64_t d = 0; d < C; ++d) acc[d] += wi * row[d];
+        } else {
+          for (int64_t d = 0; d < C; ++d) acc[d] += row[d];
+        }
+      }
+      if (it.pooling == PoolingType::Mean) {
+        const int64_t n = p.divisor(it, b);
+        if (n > 0) {
+          const T tn = static_cast<T>(n);
+          for (int64_t d = 0; d < C; ++d) acc[d] /= tn;
+        }
+      }
+    }
+  }
+}
+
+// gbar of bag b of item `it` into buf: the upstream block, divided by n for MEAN.
+template <class T>
+const T* bag_gradient(const Plan& p, const Plan::Item& it, int64_t b, const T* g,
+                      std::vector<T>& buf) {
+  const int64_t C = p.tables[it.table]->shard().num_cols;
+  const T* src = g + b * p.total_cols + it.col_start;
+  if (it.pooling != PoolingType::Mean) return src;
+  const int64_t n = p.divisor(it, b);
+  buf.resize(static_cast<size_t>(C));
+  const T tn = static_cast<T>(n > 0 ? n : 1);
+  for (int64_t d = 0; d < C; ++d) buf[static_cast<size_t>(d)] = src[d] / tn;
+  return buf.data();
+}
+
+// The sparse gradient of table `slot` from the items looking it up. `contribution(it, b, i, r,
+// acc_row)` adds occurrence i's contribution into acc_row.
+template <class T, class Visit>
+SparseRowGradient table_gradient(const Plan& p, size_t slot, Visit&& visit) {
+  const EmbeddingTable& t = *p.tables[slot];
+  const int64_t C = t.shard().num_cols;
+  std::vector<int64_t> rows;
+  for (const Plan::Item& it : p.items) {
+    if (it.table != slot) continue;
+    for (int64_t r : it.rows)
+      if (r >= 0) rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  Tensor values = zeros({static_cast<int64_t>(rows.size()), C}, t.dtype());
+  T* v = values.data<T>();
+  auto index_of = [&](int64_t r) {
+    return std::lower_bound(rows.begin(), rows.end(), r) - rows.begin();
+  };
+  visit(slot, [&](int64_t r) { return v + index_of(r) * C; });
+  return SparseRowGradient(from_vector(rows), values);
+}
+
+template <class T>
+void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
+                     const std::vector<bool>& table_needs) {
+  std::vector<T> buf;
+  if (dw != nullptr) {
+    for (const Plan::Item& it : p.items) {
+      const EmbeddingTable& t = *p.tables[it.table];
+      const T* W = t.weight().value().template data<T>();
+      const int64_t C = t.shard().num_cols;
+      const int64_t base = p.offsets[it.first_bag];
+      for (int64_t b = 0; b < p.B; ++b) {
+        const T* gb = bag_gradient(p, it, b, g, buf);
+        for (int64_t i = p.bag_begin(it, b); i < p.bag_end(it, b); ++i) {
+          const int64_t r = it.rows[static_cast<size_t>(i - base)];
+          if (r < 0) continue;
+          T s = 0;
+          for (int64_t d = 0; d < C; ++d) s += gb[d] * W[r * C + d];
+          dw[i] += s;
+        }
+      }
+    }
+  }
+  // All per-sample-weight gradients are computed: now the tables may change (fused steps).
+  for (size_t slot = 0; slot < p.tables.size(); ++slot) {
+    if (!table_needs[slot]) continue;
+    SparseRowGradient grad = table_gradient<T>(p, slot, [&](size_t s, auto&& row_of) {
+      for (const Plan::Item& it : p.items) {
+        if (it.table != s) continue;
+        const int64_t C = p.tables[s]->shard().num_cols;
+        const int64_t base = p.offsets[it.first_bag];
+        for (int64_t b = 0; b < p.B; ++b) {
+          const T* gb = bag_gradient(p, it, b, g, buf);
+          for (int64_t i = p.bag_begin(it, b); i < p.bag_end(it, b); ++i) {
+            const int64_t r = it.rows[static_cast<size_t>(i - base)];
+            if (r < 0) continue;
+            T* acc = row_of(r);
+            if (w != nullptr) {
+              const T wi = w[i];
+              for (int64_t d = 0; d < C; ++d) acc[d] += wi * gb[d];
+            } else {
+              for (int64_t d = 0; d < C; ++d) acc[d] += gb[d];
+            }
+          }
+        }
+      }
+    });
+    p.tables[slot]->receive_gradient(grad);
+  }
+}
+
+class PooledLookup final : public Function {
+ public:
+  PooledLookup(Plan plan, bool weighted) : plan_(std::move(plan)), weighted_(weighted) {}
+  std::string name() const override { return "pooled_embedding_lookup"; }
+
+  std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
+    Tensor out = empty({plan_.B, plan_.total_cols}, plan_.dtype);
+    if (weighted_) weights_ = in.back().dtype() == plan_.dtype ? in.back() : in.back().to(plan_.dtype);
+    visit_float([&]<class T>() {
+      pooled_forward<T>(plan_, weighted_ ? weights_.data<T>() : nullptr, out.data<T>());
+    });
+    if (!weighted_) weights_ = Tensor();
+    return {out};
+  }
+
+  std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& grads) override {
+    const size_t nt = plan_.tables.size();
+    std::vector<bool> table_needs(nt);
+    for (size_t s = 0; s < nt; ++s) table_needs[s] = ctx.needs_input_grad(s);
+    const bool weights_need = weighted_ && ctx.needs_input_grad(nt);
+    if (weights_need) check_tables_unchanged();
+    Tensor g = grads[0].dtype() == plan_.dtype ? grads[0] : grads[0].to(plan_.dtype);
+    Tensor dw;
+    if (weights_need) dw = zeros({weights_.numel()}, plan_.dtype);
+    visit_float([&]<class T>() {
+      pooled_backward<T>(plan_, g.data<T>(), weighted_ ? weights_.data<T>() : nullptr,
+                         weights_need ? dw.data<T>() : nullptr, table_needs);
+    });
+    std::vector<Tensor> out(nt + (weighted_ ? 1 : 0));
+    if (weights_need) out[nt] = dw.dtype() == weights_dtype_ ? dw : dw.to(weights_dtype_);
+    return out;
+  }
+
+  void set_weights_dtype(DType d) { weights_dtype_ = d; }
+
+ private:
+  template <class F>
+  void visit_float(F&& f) {
+    if (plan_.dtype == DType::Float32) {
+      f.template operator()<float>();
+    } else {
+      f.template operator()<double>();
+    }
+  }
+  void check_tables_unchanged() const {
+    for (size_t s = 0; s < plan_.tables.size(); ++s) {
+      FERRY_CHECK(plan_.tables[s]->weight().value().version() == plan_.table_versions[s],
+                  InvalidArgument, plan_.op, ": table \"", plan_.tables[s]->name(),
+                  "\" was modified after this lookup's forward (e.g. a fused optimizer step of "
+                  "another lookup); the per-sample weights' gradient needs its rows as they were");
+    }
+  }
+
+  Plan plan_;
+  bool weighted_;
+  Tensor weights_;  // the per-sample weights in the tables' dtype
+  DType weights_dtype_ = DType::Float32;
+};
+
+template <class T>
+void sequence_forward(const Plan& p, std::vector<Tensor>& outs) {
+  for (size_t k = 0; k < p.items.size(); ++k) {
+    const Plan::Item& it = p.items[k];
+    const EmbeddingTable& t = *p.tables[it.table];
+    const T* W = t.weight().value().template data<T>();
+    const int64_t C = t.shard().num_cols;
+    Tensor out = empty({static_cast<int64_t>(it.rows.size()), C}, p.dtype);
+    T* o = out.data<T>();
+    for (size_t i = 0; i < it.rows.size(); ++i) {
+      const int64_t r = it.rows[i];
+      if (r < 0) {
+        std::fill(o + i * C, o + (i + 1) * C, T(0));
+      } else {
+        std::copy(W + r * C, W + (r + 1) * C, o + i * C);
+      }
+    }
+    outs.push_back(out);
+  }
+}
+
+template <class T>
+void sequence_backward(const Plan& p, const std::vector<Tensor>& grads,
+                       const std::vector<bool>& table_needs) {
+  for (size_t slot = 0; slot < p.tables.size(); ++slot) {
+    if (!table_needs[slot]) continue;
+    SparseRowGradient grad = table_gradient<T>(p, slot, [&](size_t s, auto&& row_of) {
+      for (size_t k = 0; k < p.items.size(); ++k) {
+        const Plan::Item& it = p.items[k];
+        if (it.table != s) continue;
+        const int64_t C = p.tables[s]->shard().num_cols;
+        const T* g = grads[k].template data<T>();
+        for (size_t i = 0; i < it.rows.size(); ++i) {
+          if (it.rows[i] < 0) continue;
+          T* acc = row_of(it.rows[i]);
+          for (int64_t d = 0; d < C; ++d) acc[d] += g[i * C + d];
+        }
+      }
+    });
+    p.tables[slot]->receive_gradient(grad);
+  }
+}
+
+class SequenceLookup final : public Function {
+ public:
+  explicit SequenceLookup(Plan plan) : plan_(std::move(plan)) {}
+  std::string name() const override { return "sequence_embedding_lookup"; }
+
+  std::vector<Tensor> forward(Context&, const std::vector<Tensor>&) override {
+    std::vector<Tensor> outs;
+    if (plan_.dtype == DType::Float32) {
+      sequence_forward<float>(plan_, outs);
+    } else {
+      sequence_forward<double>(plan_, outs);
+    }
+    return outs;
+  }
+
+  std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& grads) override {
+    std::vector<bool> table_needs(plan_.tables.size());
+    for (size_t s = 0; s < table_needs.size(); ++s) table_needs[s] = ctx.needs_input_grad(s);
+    std::vector<Tensor> g(grads.size());
+    for (size_t k = 0; k < grads.size(); ++k) {
+      g[k] = grads[k].dtype() == plan_.dtype ? grads[k] : grads[k].to(plan_.dtype);
+    }
+    if (plan_.dtype == DType::Float32) {
+      sequence_backward<float>(plan_, g, table_needs);
+    } else {
+      sequence_backward<double>(plan_, g, table_needs);
+    }
+    return std::vector<Tensor>(plan_.tables.size());
+  }
+
+ private:
+  Plan plan_;
+};
+
+}  // namespace
+
+Variable pooled_embedding_lookup(const std::vector<FeatureLookup>& lookups,
+                                 const KeyedJaggedTensor& kjt,
+                                 const Variable& per_sample_weights,
+                                 const Tensor& mean_divisors) {
+  const char* op = "pooled_embedding_lookup";
+  Plan plan = make_plan(op, lookups, kjt, mean_divisors);
+  const bool weighted = per_sample_weights.defined();
+  if (weighted) {
+    const Tensor& w = per_sample_weights.value();
+    FERRY_CHECK(w.dim() == 1 && w.numel() == kjt.values().numel() &&
+                    (w.dtype() == DType::Float32 || w.dtype() == DType::Float64),
+                InvalidArgument, op,
+                ": per_sample_weights must be 1-D float32/float64 with one element per KJT "
+                "value (",
+                kjt.values().numel(), "), got ", shape_str(w.shape()), " ", dtype_name(w.dtype()));
+  }
+  std::vector<Variable> inputs;
+  for (const auto& t : plan.tables) inputs.push_back(t->weight());
+  if (weighted) inputs.push_back(per_sample_weights);
+  auto fn = std::make_shared<PooledLookup>(std::move(plan), weighted);
+  if (weighted) fn->set_weights_dtype(per_sample_weights.dtype());
+  return ferry::apply(fn, inputs)[0];
+}
+
+std::vector<Variable> sequence_embedding_lookup(const std::vector<FeatureLookup>& lookups,
+                                                const KeyedJaggedTensor& kjt) {
+  Plan plan = make_plan("sequence_embedding_lookup", lookups, kjt, Tensor());
+  std::vector<Variable> inputs;
+  for (const auto& t : plan.tables) inputs.push_back(t->weight());
+  if (lookups.empty()) return {};
+  return ferry::apply(std::make_shared<SequenceLookup>(std::move(plan)), inputs);
+}
+
+}  // namespace ferry::torchrec

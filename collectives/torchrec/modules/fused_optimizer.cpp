@@ -1,0 +1,155 @@
+#include "collectives/torchrec/modules/fused_optimizer.h"
+
+#include "runtime/error.h"
+
+#include <cmath>
+
+namespace ferry::torchrec {
+
+const char* emb_optim_type_name(EmbOptimType t) {
+  switch (t) {
+    case EmbOptimType::Sgd: return "SGD";
+    case EmbOptimType::ExactAdagrad: return "EXACT_ADAGRAD";
+    case EmbOptimType::ExactRowwiseAdagrad: return "EXACT_ROWWISE_ADAGRAD";
+    case EmbOptimType::Adam: return "ADAM";
+  }
+  return "?";
+}
+
+void validate(const FusedOptimizerConfig& c) {
+  const char* name = emb_optim_type_name(c.optimizer);
+  FERRY_CHECK(std::isfinite(c.learning_rate) && c.learning_rate >= 0, InvalidArgument,
+              "FusedOptimizerConfig: ", name, ": learning_rate must be >= 0, got ",
+              c.learning_rate);
+  if (c.optimizer != EmbOptimType::Sgd) {
+    FERRY_CHECK(c.eps > 0, InvalidArgument, "FusedOptimizerConfig: ", name,
+                ": eps must be > 0, got ", c.eps);
+  }
+  if (c.optimizer == EmbOptimType::Adam) {
+    FERRY_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, InvalidArgument,
+                "FusedOptimizerConfig: ADAM: betas must be in [0, 1), got (", c.beta1, ", ",
+                c.beta2, ")");
+  }
+  if (c.optimizer != EmbOptimType::ExactRowwiseAdagrad) {
+    FERRY_CHECK(c.weight_decay == 0 && c.weight_decay_mode == WeightDecayMode::None,
+                InvalidArgument, "FusedOptimizerConfig: ", name,
+                ": weight decay is only supported by EXACT_ROWWISE_ADAGRAD (got weight_decay ",
+                c.weight_decay, ")");
+  } else {
+    FERRY_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, InvalidArgument,
+                "FusedOptimizerConfig: weight_decay must be >= 0, got ", c.weight_decay);
+  }
+}
+
+SparseOptimizer::SparseOptimizer(FusedOptimizerConfig config, int64_t rows, int64_t cols,
+                                 DType dtype)
+    : config_(config), rows_(rows), cols_(cols), dtype_(dtype) {
+  validate(config_);
+  FERRY_CHECK(dtype == DType::Float32 || dtype == DType::Float64, InvalidArgument,
+              "SparseOptimizer: dtype must be float32 or float64, got ", dtype_name(dtype));
+  switch (config_.optimizer) {
+    case EmbOptimType::Sgd: break;
+    case EmbOptimType::ExactAdagrad:
+      momentum1_ = full({rows, cols}, config_.initial_accumulator_value, dtype);
+      break;
+    case EmbOptimType::ExactRowwiseAdagrad:
+      momentum1_ = full({rows}, config_.initial_accumulator_value, dtype);
+      break;
+    case EmbOptimType::Adam:
+      momentum1_ = zeros({rows, cols}, dtype);
+      momentum2_ = zeros({rows, cols}, dtype);
+      break;
+  }
+}
+
+namespace {
+
+template <class T>
+void update(const FusedOptimizerConfig& c, int64_t t, Tensor& weight, Tensor& m1, Tensor& m2,
+            const SparseRowGradient& g) {
+  const int64_t D = weight.size(1);
+  const int64_t* rows = g.rows().data<int64_t>();
+  const T* grad = g.values().data<T>();
+  T* w = weight.data<T>();
+  const T lr = static_cast<T>(c.learning_rate);
+  const T eps = static_cast<T>(c.eps);
+  for (int64_t k = 0; k < g.num_rows(); ++k) {
+    T* wr = w + rows[k] * D;
+    const T* gr = grad + k * D;
+    switch (c.optimizer) {
+      case EmbOptimType::Sgd:
+        for (int64_t d = 0; d < D; ++d) wr[d] -= lr * gr[d];
+        break;
+      case EmbOptimType::ExactAdagrad: {
+        T* mr = m1.data<T>() + rows[k] * D;
+        for (int64_t d = 0; d < D; ++d) {
+          mr[d] += gr[d] * gr[d];
+          wr[d] -= lr * gr[d] / (std::sqrt(mr[d]) + eps);
+        }
+        break;
+      }
+      case EmbOptimType::ExactRowwiseAdagrad: {
+        const T wd = static_cast<T>(c.weight_decay);
+        const bool l2 = c.weight_decay_mode == WeightDecayMode::L2;
+        T s = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          const T h = l2 ? gr[d] + wd * wr[d] : gr[d];
+          s += h * h;
+        }
+        T& m = m1.data<T>()[rows[k]];
+        m += s / static_cast<T>(D);
+        const T mult = lr / (std::sqrt(m) + eps);
+        if (c.weight_decay_mode == WeightDecayMode::None) {
+          for (int64_t d = 0; d < D; ++d) wr[d] = wr[d] - mult * gr[d];
+        } else {
+          const T coef = l2 ? T(1) - mult * wd
+                            : static_cast<T>(1.0 - c.learning_rate * c.weight_decay);
+          for (int64_t d = 0; d < D; ++d) wr[d] = coef * wr[d] - mult * gr[d];
+        }
+        break;
+      }
+      case EmbOptimType::Adam: {
+        const T b1 = static_cast<T>(c.beta1), b2 = static_cast<T>(c.beta2);
+        const T one_b1 = static_cast<T>(1.0 - c.beta1), one_b2 = static_cast<T>(1.0 - c.beta2);
+        const T bc1 = static_cast<T>(1.0 - std::pow(c.beta1, static_cast<double>(t)));
+        const T bc2 = static_cast<T>(1.0 - std::pow(c.beta2, static_cast<double>(t)));
+        T* mr = m1.data<T>() + rows[k] * D;
+        T* vr = m2.data<T>() + rows[k] * D;
+        for (int64_t d = 0; d < D; ++d) {
+          mr[d] = b1 * mr[d] + one_b1 * gr[d];
+          vr[d] = b2 * vr[d] + one_b2 * gr[d] * gr[d];
+          wr[d] -= lr * (mr[d] / bc1) / (std::sqrt(vr[d] / bc2) + eps);
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void SparseOptimizer::step(Tensor& weight, const SparseRowGradient& g) {
+  FERRY_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == rows_ &&
+                  weight.size(1) == cols_ && weight.dtype() == dtype_,
+              InvalidArgument, "SparseOptimizer::step: the weight must be [", rows_, ", ", cols_,
+              "] ", dtype_name(dtype_), ", got ",
+              weight.defined() ? shape_str(weight.shape()) : "undefined");
+  ++step_;
+  if (g.empty()) return;
+  FERRY_CHECK(g.cols() == cols_ && g.dtype() == dtype_, InvalidArgument,
+              "SparseOptimizer::step: a gradient of [*, ", g.cols(), "] ", dtype_name(g.dtype()),
+              " for a table of [", rows_, ", ", cols_, "] ", dtype_name(dtype_));
+  const int64_t last = g.rows().data<int64_t>()[g.num_rows() - 1];
+  FERRY_CHECK(last < rows_, InvalidArgument, "SparseOptimizer::step: gradient row ", last,
+              " of a table of ", rows_, " rows");
+  if (dtype_ == DType::Float32) {
+    update<float>(config_, step_, weight, momentum1_, momentum2_, g);
+  } else {
+    update<double>(config_, step_, weight, momentum1_, momentum2_, g);
+  }
+  weight.bump_version();
+  if (momentum1_.defined()) momentum1_.bump_version();
+  if (momentum2_.defined()) momentum2_.bump_version();
+}
+
+}  // namespace ferry::torchrec
