@@ -15,7 +15,10 @@ namespace {
 
 std::string join(const std::vector<int>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s + "]";
 }
 

@@ -26,7 +26,10 @@ std::string compact(const std::vector<std::string>& values) {
   if (std::all_of(values.begin(), values.end(), [&](const std::string& v) { return v == values[0]; }))
     return values.size() == 1 ? values[0] : values[0] + " each";
   std::string s;
-  for (size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + values[i];
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) s += ',';
+    s += values[i];
+  }
   return s;
 }
 
@@ -50,7 +53,10 @@ std::string render(const std::vector<std::vector<std::string>>& rows) {
     if (i == 0) {
       std::string rule;
       for (size_t c = 0; c < width.size(); ++c)
-        rule += (c ? "-+-" : "") + std::string(width[c], '-');
+        {
+        if (c) rule += "-+-";
+        rule.append(width[c], '-');
+      }
       out += rule + "\n";
     }
   }
@@ -104,7 +110,10 @@ std::string format_plan(const ShardingPlan& plan,
             static_cast<int>(sharding.shards_on_rank(r, desc.shape()).size());
       }
       std::string rank_list;
-      for (size_t i = 0; i < ranks.size(); ++i) rank_list += (i ? "," : "") + ranks[i];
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        if (i) rank_list += ',';
+        rank_list += ranks[i];
+      }
       rows.push_back({path, name, std::string(to_string(sharding.sharding_type)),
                       std::string(to_string(sharding.compute_kernel)), rank_list,
                       std::to_string(desc.rows) + " x " + std::to_string(desc.dim),

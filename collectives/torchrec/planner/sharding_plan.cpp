@@ -39,7 +39,10 @@ constexpr KernelName kKernelNames[] = {
 
 std::string join(const std::vector<int>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s + "]";
 }
 
@@ -77,7 +80,8 @@ ShardingType parse_sharding_type(std::string_view name) {
   std::string known;
   for (const auto& t : kTypeNames) {
     if (t.name == name) return t.type;
-    known += (known.empty() ? "" : ", ") + std::string(t.name);
+    if (!known.empty()) known += ", ";
+    known += t.name;
   }
   FERRY_THROW(InvalidArgument, "torchrec: unknown sharding type '", name, "' (known: ", known, ")");
 }
@@ -86,7 +90,8 @@ EmbeddingComputeKernel parse_compute_kernel(std::string_view name) {
   std::string known;
   for (const auto& k : kKernelNames) {
     if (k.name == name) return k.kernel;
-    known += (known.empty() ? "" : ", ") + std::string(k.name);
+    if (!known.empty()) known += ", ";
+    known += k.name;
   }
   FERRY_THROW(InvalidArgument, "torchrec: unknown compute kernel '", name, "' (known: ", known,
               ")");
@@ -114,7 +119,10 @@ std::string ParameterSharding::describe() const {
   std::string s = std::string(to_string(sharding_type)) + " " +
                   std::string(to_string(compute_kernel)) + " ranks " + join(ranks) + " shards";
   if (sharding_spec.empty()) return s + " none";
-  for (const auto& shard : sharding_spec) s += " " + shard_text(shard);
+  for (const auto& shard : sharding_spec) {
+    s += ' ';
+    s += shard_text(shard);
+  }
   return s;
 }
 
