@@ -6,19 +6,19 @@
 // plan prints the same way as a generated one. The planner logs this table under
 // FERRY_DEBUG=info (subsystem "torchrec"); the string is the caller's to print.
 //
-// Example (W = 2, L = 2, batch 512 per rank, budget 64 MiB):
+// Example (README's, W = 4, L = 2, batch 512 per rank, budget 200 MB, Adagrad state; trimmed):
 //
-//   torchrec sharding plan: 2 ranks, 2 per node, batch 512 per rank, budget 64.0 MiB per rank
-//   module | table  | sharding      | kernel | ranks | rows x dim  | memory per rank | cost per rank (ms)
-//   -------+--------+---------------+--------+-------+-------------+-----------------+-------------------
-//          | t_big  | row_wise      | fused  | 0,1   | 100000 x 64 | 12.2 MiB each   | 0.0367 each
-//          | t_ad   | data_parallel | dense  | 0,1   | 100 x 16    | 6.2 KiB each    | 0.000...
+//   torchrec sharding plan: 4 ranks, 2 per node, batch 512 per rank, budget 191 MiB per rank
+//   module     | table   | sharding      | kernel | ranks   | rows x dim   | memory per rank | cost per rank (ms)
+//   -----------+---------+---------------+--------+---------+--------------+-----------------+-------------------
+//   sparse.ebc | country | data_parallel | dense  | 0,1,2,3 | 200 x 16     | 25.0 KiB each   | 0.00635 each
+//   sparse.ebc | user    | row_wise      | fused  | 0,1,2,3 | 1000000 x 64 | 122 MiB each    | 0.443 each
+//
+//   rank | memory used | budget  | used  | cost (ms) | comm (MiB) | lookup (M values) | shards
+//   -----+-------------+---------+-------+-----------+------------+-------------------+-------
+//   0    | 186 MiB     | 191 MiB | 97.6% | 1.31      | 9.35       | 1.32              | 5
 //   ...
-//   rank | memory used | budget   | used  | cost (ms) | comm (MiB) | lookup (M values) | shards
-//   -----+-------------+----------+-------+-----------+------------+-------------------+-------
-//      0 | 12.2 MiB    | 64.0 MiB | 19.1% | 0.0412    | 1.27       | 0.655             | 2
-//   ...
-//   estimated cost per step: max 0.0412 ms (rank 0), mean 0.0409 ms, max/mean 1.007
+//   estimated cost per step: max 1.31 ms (rank 0), mean 1.31 ms, max/mean 1
 #pragma once
 
 #include "collectives/torchrec/planner/cost_model.h"

@@ -5,8 +5,9 @@
 //   topo.world_size = 4; topo.local_world_size = 2; topo.batch_size = 512;
 //   topo.memory_budget = 1ll << 30;
 //   EmbeddingShardingPlanner planner(topo);
-//   ShardingPlan plan = planner.plan({{"t_user", 1'000'000, 64, 20.0}, {"t_ad", 1000, 16, 1.0}});
-//   std::cout << format_plan(plan, {{"", tables}}, topo);     // plan_printer.h
+//   std::vector<PlannerTable> tables{{"t_user", 1'000'000, 64, 20.0}, {"t_ad", 1000, 16, 1.0}};
+//   ShardingPlan plan = planner.plan(tables, "sparse.ebc");
+//   std::cout << format_plan(plan, {{"sparse.ebc", tables}}, topo);     // plan_printer.h
 //
 // The algorithm:
 //  1. Candidates per table, in this order (only the allowed sharding types, ParameterConstraints):
