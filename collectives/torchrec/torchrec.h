@@ -29,6 +29,9 @@
 //                            EmbeddingCollection), their configs, tables, lookups (also the
 //                            sharded modules' local kernels), sparse row gradients and fused
 //                            sparse optimizers.
+//   planner/                 sharding plans (sharding_plan.h, plan_helpers.h, plan_agreement.h),
+//                            the planner's cost model (cost_model.h), the planner (planner.h) and
+//                            the plan printer (plan_printer.h).
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
 // same; the README's torchrec section lists the mapping and the deliberate differences.
@@ -51,6 +54,12 @@
 #include "collectives/torchrec/modules/embedding_table.h"
 #include "collectives/torchrec/modules/fused_optimizer.h"
 #include "collectives/torchrec/modules/sparse_row_gradient.h"
+#include "collectives/torchrec/planner/cost_model.h"
+#include "collectives/torchrec/planner/plan_agreement.h"
+#include "collectives/torchrec/planner/plan_helpers.h"
+#include "collectives/torchrec/planner/plan_printer.h"
+#include "collectives/torchrec/planner/planner.h"
+#include "collectives/torchrec/planner/sharding_plan.h"
 #include "collectives/torchrec/sparse/jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_tensor.h"
