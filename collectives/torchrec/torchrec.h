@@ -24,7 +24,17 @@
 //   sparse/                  the jagged types (JaggedTensor, KeyedJaggedTensor, KeyedTensor),
 //                            the KJT's wire form (kjt_dist.h) and row-wise bucketization and the
 //                            pooled-embedding column permutation (bucketize.h).
-//   dist/kjt_all_to_all.h    KJTAllToAll and its two awaitables (dist_data.py).
+//   dist/kjt_all_to_all.h    KJTAllToAll and its two awaitables (dist_data.py): the input dist.
+//   dist/embeddings_awaitable.h            PooledEmbeddingsAwaitable, SequenceEmbeddingsAwaitable.
+//   dist/pooled_embeddings_all_to_all.h    PooledEmbeddingsAllToAll,
+//                                          VariableBatchPooledEmbeddingsAllToAll,
+//                                          permute_pooled_embs_callback (column-wise).
+//   dist/sequence_embeddings_all_to_all.h  SequenceEmbeddingsAllToAll (+ the per-sample recat).
+//   dist/pooled_embeddings_reduce_scatter.h  PooledEmbeddingsReduceScatter,
+//                                          VariableBatchPooledEmbeddingsReduceScatter,
+//                                          PooledEmbeddingsAllGather.
+//   dist/inference_dists.h   KJTOneToAll, EmbeddingsAllToOne, EmbeddingsAllToOneReduce,
+//                            SeqEmbeddingsAllToOne (single process; "devices" = local ranks).
 //   modules/                 the unsharded embedding modules (EmbeddingBagCollection,
 //                            EmbeddingCollection), their configs, tables, lookups (also the
 //                            sharded modules' local kernels), sparse row gradients and fused
@@ -45,7 +55,12 @@
 #include "collectives/torchrec/comm/lazy_awaitable.h"
 #include "collectives/torchrec/comm/qcomm_codec.h"
 #include "collectives/torchrec/comm/topology.h"
+#include "collectives/torchrec/dist/embeddings_awaitable.h"
+#include "collectives/torchrec/dist/inference_dists.h"
 #include "collectives/torchrec/dist/kjt_all_to_all.h"
+#include "collectives/torchrec/dist/pooled_embeddings_all_to_all.h"
+#include "collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h"
+#include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
 #include "collectives/torchrec/sparse/bucketize.h"
 #include "collectives/torchrec/modules/embedding_bag_collection.h"
 #include "collectives/torchrec/modules/embedding_collection.h"

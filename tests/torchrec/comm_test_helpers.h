@@ -50,4 +50,16 @@ void expect_close(const Tensor& a, const Tensor& b, const Group& g, const std::s
 void expect_invalid(const std::function<void()>& f, const std::vector<std::string>& parts,
                     const Group& g, const std::string& what);
 
+// The distributed gradcheck (float64) of an op, as the comm ops' gradcheck cases run it: with
+// gradient division on (undone by comm_op_gradient_scaling, checked against the sum objective)
+// and off, plus the sync path (UseSyncCollectivesScope) agreeing with the asynchronous one bit
+// for bit. async_divides = false for alltoallv (its asynchronous backward never divides).
+using Fn = std::function<std::vector<Variable>(const std::vector<Variable>&)>;
+void check_op(const Group& g, const std::string& what, const Fn& fn,
+              const std::vector<Tensor>& inputs, bool async_divides = true);
+// One input, one output, from an op returning an awaitable.
+Fn one(const std::function<ferry::Awaitable<Variable>(const Variable&)>& op);
+// Uniform [-1, 1) float64 values, different on every rank (and salt).
+Tensor rank_input(const ferry::Shape& shape, const Group& g, uint64_t salt = 0);
+
 }  // namespace trtest

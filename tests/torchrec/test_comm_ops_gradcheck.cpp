@@ -13,82 +13,10 @@ using namespace ferry::torchrec;
 using trtest::expect_equal;
 using trtest::with_gradient_division;
 
-namespace {
-
-using Fn = std::function<std::vector<Variable>(const std::vector<Variable>&)>;
-
-Tensor rank_input(const Shape& shape, const Group& g, uint64_t salt = 0) {
-  return uniform(shape, -1.0, 1.0, 900 + 17 * salt + g.rank(), DType::Float64);
-}
-
-int64_t global_elements(const Group& g, const std::vector<Tensor>& inputs) {
-  int64_t n = 0;
-  for (const Tensor& t : inputs) n += t.numel();
-  Tensor total = from_vector<int64_t>({n});
-  all_reduce(total, g).wait();
-  return total.to_vector<int64_t>()[0];
-}
-
-// Outputs and input gradients of `fn` with upstream gradients drawn from a fixed seed.
-trtest::ForwardBackward run_once(const Group& g, const Fn& fn, const std::vector<Tensor>& inputs) {
-  std::vector<Variable> leaves;
-  for (const Tensor& t : inputs) leaves.emplace_back(t.clone(), true);
-  std::vector<Variable> outputs = fn(leaves);
-  std::vector<Tensor> seeds;
-  for (size_t i = 0; i < outputs.size(); ++i)
-    seeds.push_back(rank_input(outputs[i].shape(), g, 100 + i));
-  trtest::ForwardBackward r;
-  for (const Variable& y : outputs) r.outputs.push_back(y.value().clone());
-  ferry::backward(outputs, seeds);
-  for (const Variable& x : leaves) r.input_grads.push_back(x.grad());
-  return r;
-}
-
-// The gradcheck with division on (mean objective) and off (sum objective), and the async and
-// sync paths agreeing bit for bit under both.
-// `async_divides` is false for alltoallv, whose asynchronous backward ignores the switch (its
-// sync path divides): there the async gradient is the P adjoint either way and the sync one
-// is it divided by W when division is on.
-void check_op(const Group& g, const std::string& what, const Fn& fn,
-              const std::vector<Tensor>& inputs, bool async_divides = true) {
-  const int64_t elements = global_elements(g, inputs);
-  for (bool division : {true, false}) {
-    with_gradient_division(g, division, [&] {
-      // With division on the backward is the P adjoint / W: each rank seeds its own loss's
-      // gradient and the op divides, the gradient of the mean objective. The gradcheck's Mean
-      // objective seeds the divided weights too, so instead undo the division with
-      // CommOpGradientScaling (x W, torchrec's companion) and check the P adjoint against
-      // the sum objective: a missing or doubled division is off by a factor W.
-      const Fn checked = [&](const std::vector<Variable>& in) {
-        std::vector<Variable> out = fn(in);
-        if (division && async_divides)
-          for (Variable& y : out) y = comm_op_gradient_scaling(y, int64_t{g.size()});
-        return out;
-      };
-      dgtest::expect_passed(distributed_gradcheck(checked, inputs, g), elements, g);
-      const auto async_run = run_once(g, fn, inputs);
-      trtest::ForwardBackward sync_run;
-      {
-        UseSyncCollectivesScope sync;
-        sync_run = run_once(g, fn, inputs);
-      }
-      for (size_t i = 0; i < async_run.outputs.size(); ++i)
-        expect_equal(sync_run.outputs[i], async_run.outputs[i], g, what + ": sync output");
-      for (size_t i = 0; i < async_run.input_grads.size(); ++i) {
-        Tensor expected = async_run.input_grads[i].clone();
-        if (division && !async_divides) expected.vec<double>() /= static_cast<double>(g.size());
-        expect_equal(sync_run.input_grads[i], expected, g,
-                     what + (division ? ": sync gradient (division on)" : ": sync gradient"));
-      }
-    });
-  }
-}
-
-Fn one(const std::function<Awaitable<Variable>(const Variable&)>& op) {
-  return [op](const std::vector<Variable>& in) { return std::vector<Variable>{op(in[0]).wait()}; };
-}
-
-}  // namespace
+using trtest::check_op;
+using trtest::Fn;
+using trtest::one;
+using trtest::rank_input;
 
 DG_CASE("torchrec gradcheck: alltoall_pooled, uneven batches and dims with zeros",
         "[torchrec][gradcheck][alltoall_pooled]", 1, 2, 3, 4) {

@@ -5,6 +5,7 @@
 #include "collectives/torchrec/sparse/kjt_dist.h"
 #include "runtime/error.h"
 
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
@@ -94,7 +95,6 @@ struct KjtA2aState {
   // phase 2
   std::vector<Tensor> recv;
   std::vector<Work> phase2;
-  std::optional<KJTAllToAllTensorsAwaitable> tensors_awaitable;
   std::optional<KeyedJaggedTensor> result;
   std::exception_ptr phase2_error;
 
@@ -195,14 +195,123 @@ struct KjtA2aState {
     recat = get_recat(splits[me], W, stagger);
   }
 
+  // Phase 2's layout. Uniform stride per key (the common case) takes the direct path: the part
+  // this rank sends itself never goes through the transport (finish() copies it from the send
+  // buffers straight into its recat position), and when the recat is the identity (one local
+  // key, or one source) the peers' parts are received straight into the result's buffers. Only
+  // otherwise do the peers' parts land in a staging buffer first, from which finish() places
+  // every (source, key) segment with one copy. With a variable stride per key every part goes
+  // through the transport and kjt_dist_init, as before.
+  bool direct = false;      // uniform stride: self part bypasses the transport
+  bool identity = false;    // ... and the recat is the identity: receive into the result
+  std::vector<std::vector<int64_t>> recv_splits, send_splits;  // [label][rank] as issued
+  std::vector<int64_t> self_offset;  // [label]: where my part for myself starts in send[label]
+
   void issue_phase2() {
+    direct = !input.variable_stride_per_key();
+    identity = direct;
+    if (recat)
+      for (size_t q = 0; q < recat->size(); ++q) identity = identity && (*recat)[q] == static_cast<int64_t>(q);
+    recv_splits = output_splits;
+    send_splits = input_splits;
     for (size_t l = 0; l < labels.size(); ++l) {
+      int64_t off = 0;
+      for (int j = 0; j < me; ++j) off += input_splits[l][j];
+      self_offset.push_back(off);
+      if (direct && !identity) recv_splits[l][me] = send_splits[l][me] = 0;
       int64_t n = 0;
-      for (int64_t c : output_splits[l]) n += c;
+      for (int64_t c : recv_splits[l]) n += c;
       recv.push_back(empty({n}, send[l].dtype()));
-      phase2.push_back(all_to_all_single(send[l], recv.back(), output_splits[l], input_splits[l], group));
+      if (direct && !identity) {
+        // The list form, so that my part for myself can be left out in the middle.
+        std::vector<Tensor> ins, outs;
+        int64_t in_off = 0, out_off = 0;
+        for (int j = 0; j < W; ++j) {
+          ins.push_back(send[l].narrow(0, in_off, send_splits[l][j]));
+          outs.push_back(recv.back().narrow(0, out_off, recv_splits[l][j]));
+          in_off += input_splits[l][j];
+          out_off += recv_splits[l][j];
+        }
+        phase2.push_back(all_to_all(ins, outs, group));
+      } else {
+        phase2.push_back(
+            all_to_all_single(send[l], recv.back(), recv_splits[l], send_splits[l], group));
+      }
       if (options.progress_in_background) phase2.back().progress_in_background();
     }
+  }
+
+  // The direct path's assembly: every (source s, local key t) segment copied once from where it
+  // is (my send buffers for s = me, the staging buffer for a peer) to its recat position.
+  KeyedJaggedTensor assemble() {
+    const int64_t K = splits[me];
+    int64_t stride = 0;
+    for (int64_t b : stride_per_rank) stride += b;
+    if (identity) {
+      KjtInit init{.keys = keys_out, .values = recv[1], .lengths = recv[0], .stride = stride};
+      if (labels.size() > 2) init.weights = recv[2];
+      return KeyedJaggedTensor::from_init(std::move(init), kWhere);
+    }
+    const Tensor& len_send = send[0];
+    const size_t nlab = labels.size();  // lengths, values, [weights]
+    // Per label and source: the first byte of that source's part.
+    std::vector<std::vector<const unsigned char*>> base(nlab, std::vector<const unsigned char*>(W));
+    for (size_t l = 0; l < nlab; ++l) {
+      const size_t es = send[l].element_size();
+      int64_t off = 0;
+      for (int s = 0; s < W; ++s) {
+        if (s == me)
+          base[l][s] = static_cast<const unsigned char*>(send[l].raw_data()) + self_offset[l] * es;
+        else
+          base[l][s] = static_cast<const unsigned char*>(recv[l].raw_data()) + off * es;
+        off += recv_splits[l][s];
+      }
+    }
+    // Values per (s, t) from the lengths, and where each segment starts inside its source.
+    const bool len32 = len_send.dtype() == DType::Int32;
+    auto len_at = [&](int s, int64_t i) -> int64_t {
+      return len32 ? reinterpret_cast<const int32_t*>(base[0][s])[i]
+                   : reinterpret_cast<const int64_t*>(base[0][s])[i];
+    };
+    std::vector<int64_t> vstart(static_cast<size_t>(W * K + 1));  // by source-major segment
+    int64_t total_values = 0;
+    for (int s = 0; s < W; ++s) {
+      int64_t v = 0;
+      for (int64_t t = 0; t < K; ++t) {
+        vstart[s * K + t] = v;
+        const int64_t b = stride_per_rank[s];
+        for (int64_t i = t * b; i < (t + 1) * b; ++i) v += len_at(s, i);
+      }
+      FERRY_CHECK(v == output_splits[1][s], InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+                  "'s lengths sum to ", v, " but it sent ", output_splits[1][s], " values");
+      total_values += v;
+    }
+    std::vector<Tensor> out(nlab);
+    out[0] = empty({stride * K}, len_send.dtype());
+    for (size_t l = 1; l < nlab; ++l) out[l] = empty({total_values}, send[l].dtype());
+    std::vector<unsigned char*> dst(nlab);
+    for (size_t l = 0; l < nlab; ++l) dst[l] = static_cast<unsigned char*>(out[l].raw_data());
+    for (int64_t seg : *recat) {
+      const int s = static_cast<int>(seg / K);
+      const int64_t t = seg % K;
+      const int64_t b = stride_per_rank[s];
+      const size_t el = len_send.element_size();
+      std::memcpy(dst[0], base[0][s] + t * b * el, b * el);
+      dst[0] += b * el;
+      const int64_t v0 = vstart[seg];
+      const int64_t v1 = t + 1 < K ? vstart[seg + 1] : output_splits[1][s];
+      FERRY_CHECK(v1 >= v0, InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+                  " sent negative lengths");
+      for (size_t l = 1; l < nlab; ++l) {
+        const size_t es = out[l].element_size();
+        const size_t n = static_cast<size_t>(v1 - v0) * es;
+        if (n) std::memcpy(dst[l], base[l][s] + v0 * es, n);
+        dst[l] += n;
+      }
+    }
+    KjtInit init{.keys = keys_out, .values = out[1], .lengths = out[0], .stride = stride};
+    if (nlab > 2) init.weights = out[2];
+    return KeyedJaggedTensor::from_init(std::move(init), kWhere);
   }
 
   KeyedJaggedTensor finish() {
@@ -213,8 +322,11 @@ struct KjtA2aState {
         result = input;
       } else {
         for (Work& w : phase2) w.wait();
-        result = kjt_dist_init(keys_out, recv, input.variable_stride_per_key(), W, recat,
-                               stride_per_rank);
+        if (direct && splits[me] > 0)
+          result = assemble();
+        else
+          result = kjt_dist_init(keys_out, recv, input.variable_stride_per_key(), W, recat,
+                                 stride_per_rank);
       }
     } catch (...) {
       phase2_error = std::current_exception();
@@ -269,8 +381,9 @@ int64_t KJTAllToAllTensorsAwaitable::stagger() const { return state_->stagger; }
 
 namespace {
 
-KJTAllToAllTensorsAwaitable phase1_wait(const std::shared_ptr<detail::KjtA2aState>& st) {
-  if (st->tensors_awaitable) return *st->tensors_awaitable;
+// Settles phase 1 and issues phase 2 (once; a later call rethrows the first error).
+void phase1_wait(const std::shared_ptr<detail::KjtA2aState>& st) {
+  if (st->phase1_done) return;
   if (st->phase1_error) std::rethrow_exception(st->phase1_error);
   try {
     if (st->W == 1) {
@@ -291,14 +404,23 @@ KJTAllToAllTensorsAwaitable phase1_wait(const std::shared_ptr<detail::KjtA2aStat
     st->phase1_error = std::current_exception();
     throw;
   }
-  st->tensors_awaitable.emplace(st);
-  return *st->tensors_awaitable;
+  st->phase1_done = true;
 }
 
 }  // namespace
 
+// The phase-2 awaitable lives in the phase-1 awaitable's closure, not in the state: the state
+// holding an awaitable that holds the state would be a reference cycle, and every call's
+// buffers (the received KJT among them) would leak.
 KJTAllToAllSplitsAwaitable::KJTAllToAllSplitsAwaitable(std::shared_ptr<detail::KjtA2aState> state)
-    : Awaitable<KJTAllToAllTensorsAwaitable>([state] { return phase1_wait(state); }) {}
+    : Awaitable<KJTAllToAllTensorsAwaitable>(
+          [state, phase2 = std::make_shared<std::optional<KJTAllToAllTensorsAwaitable>>()] {
+            if (!*phase2) {
+              phase1_wait(state);
+              phase2->emplace(state);
+            }
+            return **phase2;
+          }) {}
 
 // ---- KJTAllToAll ----
 

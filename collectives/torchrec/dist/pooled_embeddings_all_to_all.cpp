@@ -1,0 +1,126 @@
+#include "collectives/torchrec/dist/pooled_embeddings_all_to_all.h"
+
+#include "autograd/ops.h"
+#include "collectives/torchrec/sparse/jagged_kernels.h"
+#include "runtime/error.h"
+
+#include <utility>
+
+namespace ferry::torchrec {
+
+using detail::list_str;
+
+EmbeddingsCallback permute_pooled_embs_callback(PermutePooledEmbeddingsSplit permute) {
+  return [p = std::move(permute)](Variable y) {
+    const std::vector<int64_t>& dims = p.dims();
+    int64_t total = 0;
+    for (int64_t d : dims) total += d;
+    FERRY_CHECK(y.value().dim() == 2 && y.value().size(1) == total, InvalidArgument,
+                "permute_pooled_embs_callback: the embeddings have shape ",
+                list_str(y.value().shape()), ", not [B, ", total, "] (dims ", list_str(dims), ")");
+    std::vector<Variable> blocks = split(y, dims, 1);
+    std::vector<Variable> out;
+    out.reserve(blocks.size());
+    for (int64_t i : p.permute()) out.push_back(blocks[static_cast<size_t>(i)]);
+    if (out.empty()) return y;
+    return cat(out, 1);
+  };
+}
+
+namespace {
+
+PooledEmbeddingsAwaitable with_callbacks(Awaitable<Variable> req,
+                                         const std::vector<EmbeddingsCallback>& callbacks) {
+  PooledEmbeddingsAwaitable a(std::move(req));
+  for (const EmbeddingsCallback& cb : callbacks) a.then(cb);
+  return a;
+}
+
+}  // namespace
+
+// ---- PooledEmbeddingsAllToAll ----
+
+PooledEmbeddingsAllToAll::PooledEmbeddingsAllToAll(Group group,
+                                                   std::vector<int64_t> dim_sum_per_rank,
+                                                   std::vector<EmbeddingsCallback> callbacks,
+                                                   Codecs codecs)
+    : group_(std::move(group)),
+      dim_sum_per_rank_(std::move(dim_sum_per_rank)),
+      callbacks_(std::move(callbacks)),
+      codecs_(std::move(codecs)) {
+  constexpr const char* where = "PooledEmbeddingsAllToAll";
+  FERRY_CHECK(group_.valid(), InvalidArgument, where, ": the group is null");
+  FERRY_CHECK(static_cast<int>(dim_sum_per_rank_.size()) == group_.size(), InvalidArgument, where,
+              ": dim_sum_per_rank ", list_str(dim_sum_per_rank_), " has ",
+              dim_sum_per_rank_.size(), " entries for a group of ", group_.size(), " ranks");
+  for (int64_t d : dim_sum_per_rank_)
+    FERRY_CHECK(d >= 0, InvalidArgument, where, ": dim_sum_per_rank ",
+                list_str(dim_sum_per_rank_), " has a negative entry");
+  for (const EmbeddingsCallback& cb : callbacks_)
+    FERRY_CHECK(static_cast<bool>(cb), InvalidArgument, where, ": a callback is empty");
+}
+
+PooledEmbeddingsAwaitable PooledEmbeddingsAllToAll::forward(
+    const Variable& local_embs, const std::optional<std::vector<int64_t>>& batch_size_per_rank) const {
+  const int W = group_.size(), me = group_.rank();
+  FERRY_CHECK(local_embs.defined() && local_embs.value().dim() == 2, InvalidArgument,
+              "PooledEmbeddingsAllToAll.forward on rank ", me,
+              ": local_embs must be a 2-D tensor [B_global, dim_sum_per_rank[me]]");
+  const int64_t rows = local_embs.value().size(0), cols = local_embs.value().size(1);
+  FERRY_CHECK(cols == dim_sum_per_rank_[me], InvalidArgument, "PooledEmbeddingsAllToAll.forward on rank ",
+              me, ": local_embs has ", cols, " columns, dim_sum_per_rank[", me, "] is ",
+              dim_sum_per_rank_[me]);
+  std::vector<int64_t> batches;
+  if (batch_size_per_rank) {
+    batches = *batch_size_per_rank;
+  } else {
+    FERRY_CHECK(rows % W == 0, InvalidArgument, "PooledEmbeddingsAllToAll.forward on rank ", me,
+                ": without batch_size_per_rank every rank must own B_global / W samples, but "
+                "B_global = ",
+                rows, " is not divisible by W = ", W, " (pass batch_size_per_rank)");
+    batches.assign(static_cast<size_t>(W), rows / W);
+  }
+  // The comm op checks the sizes against the input (naming alltoall_pooled).
+  return with_callbacks(
+      alltoall_pooled(local_embs, All2AllPooledInfo(std::move(batches), dim_sum_per_rank_), group_,
+                      codecs_),
+      callbacks_);
+}
+
+// ---- VariableBatchPooledEmbeddingsAllToAll ----
+
+VariableBatchPooledEmbeddingsAllToAll::VariableBatchPooledEmbeddingsAllToAll(
+    Group group, std::vector<std::vector<int64_t>> emb_dim_per_rank_per_feature,
+    std::vector<EmbeddingsCallback> callbacks, Codecs codecs)
+    : group_(std::move(group)),
+      emb_dims_(std::move(emb_dim_per_rank_per_feature)),
+      callbacks_(std::move(callbacks)),
+      codecs_(std::move(codecs)) {
+  constexpr const char* where = "VariableBatchPooledEmbeddingsAllToAll";
+  FERRY_CHECK(group_.valid(), InvalidArgument, where, ": the group is null");
+  FERRY_CHECK(static_cast<int>(emb_dims_.size()) == group_.size(), InvalidArgument, where,
+              ": emb_dim_per_rank_per_feature has ", emb_dims_.size(),
+              " lists for a group of ", group_.size(), " ranks");
+  for (const auto& dims : emb_dims_)
+    for (int64_t d : dims)
+      FERRY_CHECK(d >= 0, InvalidArgument, where, ": emb_dim_per_rank_per_feature has a negative dim ",
+                  list_str(dims));
+  for (const EmbeddingsCallback& cb : callbacks_)
+    FERRY_CHECK(static_cast<bool>(cb), InvalidArgument, where, ": a callback is empty");
+}
+
+PooledEmbeddingsAwaitable VariableBatchPooledEmbeddingsAllToAll::forward(
+    const Variable& local_embs,
+    const std::vector<std::vector<int64_t>>& batch_size_per_rank_per_feature,
+    const std::vector<int64_t>& batch_size_per_feature_pre_a2a) const {
+  // The comm op checks the list lengths and the input size against them.
+  return with_callbacks(
+      variable_batch_alltoall_pooled(
+          local_embs,
+          VariableBatchAll2AllPooledInfo(batch_size_per_rank_per_feature,
+                                         batch_size_per_feature_pre_a2a, emb_dims_),
+          group_, codecs_),
+      callbacks_);
+}
+
+}  // namespace ferry::torchrec

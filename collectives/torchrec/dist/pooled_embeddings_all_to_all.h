@@ -1,0 +1,113 @@
+// torchrec's pooled-embedding all-to-all output dists (dist_data.py, spec §4.4, §4.5, §4.12):
+// PooledEmbeddingsAllToAll and VariableBatchPooledEmbeddingsAllToAll, the output dist of
+// table-wise, column-wise and table-column-wise sharding (and the cross-node step of
+// table-row-wise). Each launches its comm op and returns a PooledEmbeddingsAwaitable carrying
+// the module's callbacks.
+//
+//   // rank me holds tables of total dim dims[me]; every rank has B samples; W ranks
+//   PooledEmbeddingsAllToAll dist(group, dims, {permute_pooled_embs_callback(perm)});
+//   PooledEmbeddingsAwaitable a = dist.forward(local_embs);   // [W*B, dims[me]], in flight
+//   Variable y = a.wait();                                     // [B, sum(dims)], permuted
+//
+// Backward: the comm op's (the column blocks of the gradient sent back, / W when dividing);
+// the callbacks are differentiable when built from autograd ops (permute_pooled_embs_callback
+// is).
+#pragma once
+
+#include "autograd/variable.h"
+#include "collectives/group.h"
+#include "collectives/torchrec/comm/comm_ops.h"
+#include "collectives/torchrec/dist/embeddings_awaitable.h"
+#include "collectives/torchrec/sparse/bucketize.h"
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace ferry::torchrec {
+
+using EmbeddingsCallback = Awaitable<Variable>::Callback;
+
+// The differentiable column permutation column-wise sharding appends to its output dist
+// (torchrec's PermutePooledEmbeddingsSplit as a module): the output's column blocks of widths
+// permute.dims() reordered by permute.permute(); its gradient flows back through the inverse.
+EmbeddingsCallback permute_pooled_embs_callback(PermutePooledEmbeddingsSplit permute);
+
+class PooledEmbeddingsAllToAll {
+ public:
+  // dim_sum_per_rank[i]: total embedding columns rank i holds (one entry per rank, >= 0).
+  // callbacks: applied in order to every forward's result, after the all-to-all.
+  PooledEmbeddingsAllToAll(Group group, std::vector<int64_t> dim_sum_per_rank,
+                           std::vector<EmbeddingsCallback> callbacks = {},
+                           Codecs codecs = std::nullopt);
+
+  // local_embs: [B_g, dim_sum_per_rank[me]], rows grouped by the rank that owns the samples
+  // (rank j's batch_size_per_rank[j] rows, in rank order). Without batch_size_per_rank every
+  // rank owns B_g / W rows (B_g % W == 0, else InvalidArgument). Output on rank me:
+  // [batch_size_per_rank[me], sum(dim_sum_per_rank)], source ranks' columns side by side.
+  // Must be called on every rank of the group, in the same order.
+  PooledEmbeddingsAwaitable forward(
+      const Variable& local_embs,
+      const std::optional<std::vector<int64_t>>& batch_size_per_rank = std::nullopt) const;
+  PooledEmbeddingsAwaitable operator()(
+      const Variable& local_embs,
+      const std::optional<std::vector<int64_t>>& batch_size_per_rank = std::nullopt) const {
+    return forward(local_embs, batch_size_per_rank);
+  }
+
+  // The module's callbacks (torchrec's `callbacks` property): appending here affects later
+  // forwards, not awaitables already returned.
+  std::vector<EmbeddingsCallback>& callbacks() { return callbacks_; }
+  const std::vector<EmbeddingsCallback>& callbacks() const { return callbacks_; }
+  const std::vector<int64_t>& dim_sum_per_rank() const { return dim_sum_per_rank_; }
+  const Group& group() const { return group_; }
+  const Codecs& codecs() const { return codecs_; }
+
+ private:
+  Group group_;
+  std::vector<int64_t> dim_sum_per_rank_;
+  std::vector<EmbeddingsCallback> callbacks_;
+  Codecs codecs_;
+};
+
+// Per-feature variable batch (VBE, §4.5).
+class VariableBatchPooledEmbeddingsAllToAll {
+ public:
+  // emb_dim_per_rank_per_feature[i][f]: embedding dim of rank i's feature f (the same on
+  // every rank; one list per rank).
+  VariableBatchPooledEmbeddingsAllToAll(Group group,
+                                        std::vector<std::vector<int64_t>> emb_dim_per_rank_per_feature,
+                                        std::vector<EmbeddingsCallback> callbacks = {},
+                                        Codecs codecs = std::nullopt);
+
+  // local_embs: 1-D (read flat), for each destination rank i in order, its features'
+  // embeddings (feature-major, then sample, then dim); batch_size_per_rank_per_feature[i][f]:
+  // samples rank i needs of my feature f; batch_size_per_feature_pre_a2a over (owner rank i,
+  // feature f of i), flattened: my batch size of that feature. Output: 1-D, the blocks from
+  // each source rank in rank order (variable_batch_alltoall_pooled).
+  PooledEmbeddingsAwaitable forward(
+      const Variable& local_embs,
+      const std::vector<std::vector<int64_t>>& batch_size_per_rank_per_feature,
+      const std::vector<int64_t>& batch_size_per_feature_pre_a2a) const;
+  PooledEmbeddingsAwaitable operator()(
+      const Variable& local_embs,
+      const std::vector<std::vector<int64_t>>& batch_size_per_rank_per_feature,
+      const std::vector<int64_t>& batch_size_per_feature_pre_a2a) const {
+    return forward(local_embs, batch_size_per_rank_per_feature, batch_size_per_feature_pre_a2a);
+  }
+
+  std::vector<EmbeddingsCallback>& callbacks() { return callbacks_; }
+  const std::vector<EmbeddingsCallback>& callbacks() const { return callbacks_; }
+  const std::vector<std::vector<int64_t>>& emb_dim_per_rank_per_feature() const {
+    return emb_dims_;
+  }
+  const Group& group() const { return group_; }
+
+ private:
+  Group group_;
+  std::vector<std::vector<int64_t>> emb_dims_;
+  std::vector<EmbeddingsCallback> callbacks_;
+  Codecs codecs_;
+};
+
+}  // namespace ferry::torchrec
