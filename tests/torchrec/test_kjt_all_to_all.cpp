@@ -245,6 +245,25 @@ KJT_CASE("KJTAllToAll: unequal batch sizes and a variable stride per key", "[kjt
   }
 }
 
+KJT_CASE("KJTAllToAll: a finished exchange keeps nothing alive once its awaitables are gone",
+         "[kjt_a2a][lifetime]", 2, 3) {
+  // Regression: the state held the phase-2 awaitable, which holds the state, so every call's
+  // buffers (input, staging, the received KJT) leaked and each call page-faulted fresh memory.
+  const int W = g.size();
+  const KeyedJaggedTensor kjt = KeyedJaggedTensor::from_lengths_sync(
+      make_keys(2 * W), i64(V(static_cast<size_t>(4 * W), g.rank())), i64(V(static_cast<size_t>(4 * W), 1)));
+  Tensor values;
+  {
+    KJTAllToAllSplitsAwaitable p1 = KJTAllToAll(g, V(W, 2))(kjt);
+    KJTAllToAllTensorsAwaitable p2 = p1.wait();
+    values = p2.wait().values();
+    need(p1.wait().wait().values().shares_storage_with(values), g, "idempotent waits");
+  }
+  barrier(g).wait();
+  need(values.owns_storage_alone(), g, "the received values are held by nothing else");
+  need(kjt.values().owns_storage_alone(), g, "the input's values are held by nothing else");
+}
+
 KJT_CASE("KJTAllToAll: W = 1 returns the input", "[kjt_a2a]", 1, 2) {
   Group one = g.split(g.rank(), 0);
   const KeyedJaggedTensor in = tc19(0, true);

@@ -16,7 +16,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 
 namespace ferry::bench {
 
@@ -61,7 +63,11 @@ bool run_kjt_bench(const Options& o, Group& world, RankSync& sync, bool print) {
   const int W = world.size(), me = world.rank();
   std::vector<int64_t> splits(W, o.kjt_features / W);
   for (int j = 0; j < o.kjt_features % W; ++j) ++splits[j];
-  const KJTAllToAll a2a(world, splits);
+  // FERRY_BENCH_KJT_BACKGROUND=0 measures KJTAllToAllOptions::progress_in_background = false (the
+  // module's default is on: its collectives are handed to the progress thread).
+  const char* bg_env = std::getenv("FERRY_BENCH_KJT_BACKGROUND");
+  const bool background = bg_env == nullptr || std::string(bg_env) != "0";
+  const KJTAllToAll a2a(world, splits, 1, {.progress_in_background = background});
   const KeyedJaggedTensor kjt = synthetic_kjt(o, me);
 
   // Check once against the inputs every rank regenerates.
@@ -136,10 +142,11 @@ bool run_kjt_bench(const Options& o, Group& world, RankSync& sync, bool print) {
   if (print) {
     const double total = median(tt), raw = median(traw), small = median(tsmall);
     std::printf("# kjt_all_to_all: W=%d features=%lld batch=%lld pooling=%.0f%s, rank 0 sends %lld "
-                "B, receives %lld B; %d iterations, medians of the slowest rank (us)\n",
+                "B, receives %lld B; progress_in_background %s; %d iterations, medians of the slowest "
+                "rank (us)\n",
                 W, static_cast<long long>(o.kjt_features), static_cast<long long>(o.kjt_batch),
                 o.kjt_pooling, o.kjt_weighted ? " weighted" : "", static_cast<long long>(ns),
-                static_cast<long long>(nr), iters);
+                static_cast<long long>(nr), background ? "on" : "off", iters);
     std::printf("%10s %10s %10s %10s %10s %22s\n", "phase1", "phase2", "total", "raw_a2a",
                 "small", "total/(raw+small)");
     std::printf("%10.1f %10.1f %10.1f %10.1f %10.1f %22.2f\n", median(t1), median(t2), total, raw,

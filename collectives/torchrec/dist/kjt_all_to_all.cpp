@@ -242,17 +242,22 @@ struct KjtA2aState {
   }
 
   // The direct path's assembly: every (source s, local key t) segment copied once from where it
-  // is (my send buffers for s = me, the staging buffer for a peer) to its recat position.
+  // is (my send buffers for s = me, the staging buffer for a peer) to its recat position. The
+  // lengths are waited for first: they give every segment's place, so my own part is copied
+  // while the values (the bulk) are still moving.
   KeyedJaggedTensor assemble() {
     const int64_t K = splits[me];
     int64_t stride = 0;
     for (int64_t b : stride_per_rank) stride += b;
     if (identity) {
+      for (Work& w : phase2) w.wait();
       KjtInit init{.keys = keys_out, .values = recv[1], .lengths = recv[0], .stride = stride};
       if (labels.size() > 2) init.weights = recv[2];
       return KeyedJaggedTensor::from_init(std::move(init), kWhere);
     }
+    phase2[0].wait();
     const Tensor& len_send = send[0];
+    const size_t el = len_send.element_size();
     const size_t nlab = labels.size();  // lengths, values, [weights]
     // Per label and source: the first byte of that source's part.
     std::vector<std::vector<const unsigned char*>> base(nlab, std::vector<const unsigned char*>(W));
@@ -267,20 +272,23 @@ struct KjtA2aState {
         off += recv_splits[l][s];
       }
     }
-    // Values per (s, t) from the lengths, and where each segment starts inside its source.
+    // Values of every source-major segment (s, t): [vstart, vend) inside source s's part.
     const bool len32 = len_send.dtype() == DType::Int32;
-    auto len_at = [&](int s, int64_t i) -> int64_t {
-      return len32 ? reinterpret_cast<const int32_t*>(base[0][s])[i]
-                   : reinterpret_cast<const int64_t*>(base[0][s])[i];
-    };
-    std::vector<int64_t> vstart(static_cast<size_t>(W * K + 1));  // by source-major segment
+    std::vector<int64_t> vstart(static_cast<size_t>(W * K)), vend(static_cast<size_t>(W * K));
     int64_t total_values = 0;
     for (int s = 0; s < W; ++s) {
+      const int64_t b = stride_per_rank[s];
       int64_t v = 0;
       for (int64_t t = 0; t < K; ++t) {
         vstart[s * K + t] = v;
-        const int64_t b = stride_per_rank[s];
-        for (int64_t i = t * b; i < (t + 1) * b; ++i) v += len_at(s, i);
+        for (int64_t i = t * b; i < (t + 1) * b; ++i) {
+          const int64_t n = len32 ? reinterpret_cast<const int32_t*>(base[0][s])[i]
+                                  : reinterpret_cast<const int64_t*>(base[0][s])[i];
+          FERRY_CHECK(n >= 0, InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+                      " sent a negative length ", n);
+          v += n;
+        }
+        vend[s * K + t] = v;
       }
       FERRY_CHECK(v == output_splits[1][s], InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
                   "'s lengths sum to ", v, " but it sent ", output_splits[1][s], " values");
@@ -289,25 +297,40 @@ struct KjtA2aState {
     std::vector<Tensor> out(nlab);
     out[0] = empty({stride * K}, len_send.dtype());
     for (size_t l = 1; l < nlab; ++l) out[l] = empty({total_values}, send[l].dtype());
-    std::vector<unsigned char*> dst(nlab);
-    for (size_t l = 0; l < nlab; ++l) dst[l] = static_cast<unsigned char*>(out[l].raw_data());
-    for (int64_t seg : *recat) {
-      const int s = static_cast<int>(seg / K);
-      const int64_t t = seg % K;
-      const int64_t b = stride_per_rank[s];
-      const size_t el = len_send.element_size();
-      std::memcpy(dst[0], base[0][s] + t * b * el, b * el);
-      dst[0] += b * el;
-      const int64_t v0 = vstart[seg];
-      const int64_t v1 = t + 1 < K ? vstart[seg + 1] : output_splits[1][s];
-      FERRY_CHECK(v1 >= v0, InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
-                  " sent negative lengths");
-      for (size_t l = 1; l < nlab; ++l) {
-        const size_t es = out[l].element_size();
-        const size_t n = static_cast<size_t>(v1 - v0) * es;
-        if (n) std::memcpy(dst[l], base[l][s] + v0 * es, n);
-        dst[l] += n;
+    // Where each output segment goes: lengths at lpos, values / weights at vpos (elements).
+    std::vector<int64_t> lpos(recat->size()), vpos(recat->size());
+    {
+      int64_t lp = 0, vp = 0;
+      for (size_t q = 0; q < recat->size(); ++q) {
+        const int64_t seg = (*recat)[q];
+        lpos[q] = lp;
+        vpos[q] = vp;
+        lp += stride_per_rank[seg / K];
+        vp += vend[seg] - vstart[seg];
       }
+    }
+    auto place = [&](size_t l, size_t q) {
+      const int64_t seg = (*recat)[q];
+      const int s = static_cast<int>(seg / K);
+      auto* dst = static_cast<unsigned char*>(out[l].raw_data());
+      if (l == 0) {
+        const int64_t b = stride_per_rank[s];
+        std::memcpy(dst + lpos[q] * el, base[0][s] + (seg % K) * b * el, b * el);
+      } else {
+        const size_t es = out[l].element_size();
+        const size_t n = static_cast<size_t>(vend[seg] - vstart[seg]) * es;
+        if (n) std::memcpy(dst + vpos[q] * es, base[l][s] + vstart[seg] * es, n);
+      }
+    };
+    for (size_t q = 0; q < recat->size(); ++q) {
+      place(0, q);
+      if ((*recat)[q] / K == me)
+        for (size_t l = 1; l < nlab; ++l) place(l, q);
+    }
+    for (size_t l = 1; l < nlab; ++l) {
+      phase2[l].wait();
+      for (size_t q = 0; q < recat->size(); ++q)
+        if ((*recat)[q] / K != me) place(l, q);
     }
     KjtInit init{.keys = keys_out, .values = out[1], .lengths = out[0], .stride = stride};
     if (nlab > 2) init.weights = out[2];
@@ -321,12 +344,13 @@ struct KjtA2aState {
       if (W == 1) {
         result = input;
       } else {
-        for (Work& w : phase2) w.wait();
-        if (direct && splits[me] > 0)
-          result = assemble();
-        else
+        if (direct && splits[me] > 0) {
+          result = assemble();  // waits for phase 2 itself
+        } else {
+          for (Work& w : phase2) w.wait();
           result = kjt_dist_init(keys_out, recv, input.variable_stride_per_key(), W, recat,
                                  stride_per_rank);
+        }
       }
     } catch (...) {
       phase2_error = std::current_exception();

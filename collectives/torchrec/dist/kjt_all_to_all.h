@@ -24,9 +24,14 @@
 // of them in the same wait, before any payload moves, and the group stays usable. The record
 // grows with W (W x (7 + 4W) words received per rank: 130 KiB at W = 64).
 //
-// Phase 2 (issued by KJTAllToAllSplitsAwaitable::wait, after the checks): one all_to_all_single
-// per label, input splits = the counts I send, output splits = the counts I receive. Its wait()
-// builds the KJT with kjt_dist_init and the recat (get_recat(splits[me], W, stagger)).
+// Phase 2 (issued by KJTAllToAllSplitsAwaitable::wait, after the checks): one all-to-all per
+// label, input splits = the counts I send, output splits = the counts I receive. Its wait()
+// builds the KJT in recat order (get_recat(splits[me], W, stagger)). With a uniform stride per
+// key the part a rank sends itself skips the transport: wait() copies it from the send buffers
+// straight to its place (after the lengths arrived, while the values still move), and copies
+// each peer's (source, key) segments from the receive buffer once; when the recat is the
+// identity (one local key, or W = 1) everything is received straight into the result. With a
+// variable stride per key the received buffers go through kjt_dist_init.
 //
 // Errors, all raised by KJTAllToAllSplitsAwaitable::wait() on EVERY rank (none by operator()):
 //  - a rank's input rejected (splits that do not sum to its number of keys): InvalidArgument;

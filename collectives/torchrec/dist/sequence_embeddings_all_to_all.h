@@ -14,7 +14,9 @@
 //   // back: [ids of kjt, D], row i = the embedding of kjt.values()[i]
 //
 // Unequal batch sizes per rank: pass batch_size_per_rank (p2.stride_per_rank()) and the
-// per-sample recat of the input dist (sequence_sparse_features_recat(p2)).
+// per-sample recat of the input dist (sequence_sparse_features_recat(p2)). The module's own
+// recats assume the input dist's stagger was 1; after a staggered input dist pass
+// sequence_sparse_features_recat(p2) too (it follows whatever recat the input dist applied).
 #pragma once
 
 #include "autograd/variable.h"
