@@ -25,6 +25,12 @@
 //                            the KJT's wire form (kjt_dist.h) and row-wise bucketization and the
 //                            pooled-embedding column permutation (bucketize.h).
 //   dist/kjt_all_to_all.h    KJTAllToAll and its two awaitables (dist_data.py).
+//   models/dlrm.h            DLRM (DenseArch, InteractionArch, OverArch in dlrm_arches.h, Mlp /
+//                            Linear in mlp.h) with a pluggable SparseArch; bce_with_logits.
+//   datasets/                Batch and the sharded batch schedule (batch.h), the synthetic
+//                            Criteo-like generator (synthetic_criteo.h), the Criteo TSV reader.
+//   metrics/                 exact AUC with ties counted half (auc.h), accuracy, log loss, all
+//                            over a Group (binary_metrics.h).
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
 // same; the README's torchrec section lists the mapping and the deliberate differences.
@@ -38,7 +44,12 @@
 #include "collectives/torchrec/comm/lazy_awaitable.h"
 #include "collectives/torchrec/comm/qcomm_codec.h"
 #include "collectives/torchrec/comm/topology.h"
+#include "collectives/torchrec/datasets/criteo_tsv.h"
+#include "collectives/torchrec/datasets/synthetic_criteo.h"
 #include "collectives/torchrec/dist/kjt_all_to_all.h"
+#include "collectives/torchrec/metrics/auc.h"
+#include "collectives/torchrec/metrics/binary_metrics.h"
+#include "collectives/torchrec/models/dlrm.h"
 #include "collectives/torchrec/sparse/bucketize.h"
 #include "collectives/torchrec/sparse/jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
