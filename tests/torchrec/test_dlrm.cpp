@@ -41,8 +41,8 @@ struct StandInTables {
   StandInTables(int64_t features, int64_t rows, int64_t dim, uint64_t seed, DType dtype) {
     for (int64_t f = 0; f < features; ++f) {
       tables.emplace_back(normal({rows, dim}, 0.0, 0.5, seed + static_cast<uint64_t>(f), dtype),
-                          true, "table" + std::to_string(f));
-      keys.push_back("f" + std::to_string(f));
+                          true, std::string("table").append(std::to_string(f)));
+      keys.push_back(std::string("f").append(std::to_string(f)));
     }
   }
   Variable lookup(const KeyedJaggedTensor& kjt, const std::vector<Variable>& weights) const {
@@ -68,7 +68,7 @@ KeyedJaggedTensor small_kjt(int64_t features = 2) {
     }
   }
   std::vector<std::string> keys;
-  for (int64_t f = 0; f < features; ++f) keys.push_back("f" + std::to_string(f));
+  for (int64_t f = 0; f < features; ++f) keys.push_back(std::string("f").append(std::to_string(f)));
   return KeyedJaggedTensor::from_lengths_sync(keys, from_vector<int64_t>(values),
                                               from_vector<int64_t>(lengths));
 }
@@ -220,6 +220,8 @@ TEST_CASE("DLRM: forward equals a naive reference; gradcheck of the whole dense 
     NoGradGuard no_grad;
     return bce_with_logits(model.forward(Variable(dense), kjt), labels).value().item();
   };
+  // (gradcheck's backward passes left weighted gradients in the parameters: start from none.)
+  for (Variable p : model.dense_parameters()) p.zero_grad();
   backward(bce_with_logits(model.forward(Variable(dense), kjt), labels));
   int64_t checked = 0;
   for (const Variable& p : model.dense_parameters()) {

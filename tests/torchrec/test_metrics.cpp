@@ -59,7 +59,7 @@ TEST_CASE("accuracy at 0.5 and clamped log loss", "[metrics]") {
   const Tensor p = from_vector<double>({0.2, 0.5, 0.7, 0.4});
   const Tensor y = from_vector<double>({0, 1, 0, 0});
   CHECK(accuracy(p, y) == 0.75);  // 0.5 counts as positive
-  CHECK(accuracy(p, y, 0.8) == 0.5);
+  CHECK(accuracy(p, y, 0.3) == 0.5);  // 0.5, 0.7 and 0.4 predicted positive
   CHECK(log_loss(from_vector<double>({0.8, 0.3}), from_vector<double>({1, 0})) ==
         Approx((-std::log(0.8) - std::log(0.7)) / 2).epsilon(1e-12));
   // p = 0 and 1 on the wrong side: clamped to 1e-7, finite.

@@ -36,7 +36,7 @@ int64_t ShardSchedule::batch_size(int64_t i) const {
 
 std::vector<std::string> criteo_sparse_keys(int64_t num_sparse) {
   std::vector<std::string> keys;
-  for (int64_t t = 0; t < num_sparse; ++t) keys.push_back("cat_" + std::to_string(t));
+  for (int64_t t = 0; t < num_sparse; ++t) keys.push_back(std::string("cat_").append(std::to_string(t)));
   return keys;
 }
 

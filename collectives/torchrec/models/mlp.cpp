@@ -39,7 +39,7 @@ Mlp::Mlp(int64_t in_features, std::vector<int64_t> layer_sizes, uint64_t seed,
   int64_t width = in_features;
   for (size_t l = 0; l < layer_sizes.size(); ++l) {
     layers_.emplace_back(width, layer_sizes[l], seed * 1000 + l, dtype,
-                         name + "." + std::to_string(l));
+                         std::string(name).append(".").append(std::to_string(l)));
     width = layer_sizes[l];
   }
 }
