@@ -93,7 +93,9 @@ class SyntheticCriteo {
   std::vector<int64_t> offset_;      // b_t
 };
 
-// A rank's stream over one split.
+// A rank's stream over one split (`data` is referenced: it must outlive the source). The
+// concatenation, in rank order, of every rank's s-th batch is data.batch(split, s * W * B, W * B)
+// (full batches): what an unsharded single-process reference trains on at step s.
 class SyntheticCriteoSource : public BatchSource {
  public:
   SyntheticCriteoSource(const SyntheticCriteo& data, Split split, const ShardOptions& options);
