@@ -62,6 +62,7 @@
 #include "collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h"
 #include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
 #include "collectives/torchrec/sparse/bucketize.h"
+#include "collectives/torchrec/model_parallel/model_parallel.h"
 #include "collectives/torchrec/modules/embedding_bag_collection.h"
 #include "collectives/torchrec/modules/embedding_collection.h"
 #include "collectives/torchrec/modules/embedding_config.h"
