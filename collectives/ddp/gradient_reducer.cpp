@@ -47,9 +47,10 @@ struct GradientReducer::State {
   void mark_ready(size_t p) {
     if (no_sync_depth > 0) return;
     const size_t b = bucket_of[p];
-    FERRY_CHECK(b >= launched && !ready[p], InvalidArgument, "GradientReducer: a second gradient of ",
-                params[p].describe(), " arrived in one step (after its bucket ", b,
-                b < launched ? " was launched" : " was marked",
+    FERRY_CHECK(b >= launched && !ready[p], InvalidArgument,
+                "GradientReducer: a second gradient of ", params[p].describe(),
+                " arrived in one step (its bucket ", b,
+                b < launched ? " is already being reduced" : " was waiting for its other parameters",
                 "); call finish() after every backward, or accumulate under no_sync()");
     ready[p] = 1;
     --waiting[b];
@@ -152,7 +153,8 @@ std::vector<std::string> describe_registration(const std::vector<Variable>& para
                       " find_unused_parameters=", o.find_unused_parameters ? "true" : "false"));
   for (size_t i = 0; i < params.size(); ++i) {
     lines.push_back(detail::str("parameter ", i, ": ", dtype_name(params[i].dtype()),
-                        shape_str(params[i].shape()), " (", params[i].describe(), ")"));
+                        shape_str(params[i].shape()), " (",
+                        params[i].name().empty() ? params[i].describe() : params[i].name(), ")"));
   }
   return lines;
 }

@@ -143,7 +143,9 @@ DG_CASE("ddp: float32 and float64 parameters go to separate buckets", "[ddp]", 1
   expect(layout(reducer) == std::vector<std::vector<size_t>>{{3, 1}, {2, 0}}, g,
          "unexpected bucket layout");
   for (int step = 0; step < 2; ++step) {
-    linear_loss(params, g.rank()).backward();
+    // One loss per dtype (ops do not mix dtypes), one backward over both roots.
+    backward({linear_loss(params, g.rank(), {true, false, true, false}),
+              linear_loss(params, g.rank(), {false, true, false, true})});
     reducer.finish();
     for (size_t i = 0; i < params.size(); ++i) {
       const double tol = params[i].dtype() == DType::Float32 ? 1e-6 : 1e-15;
@@ -403,4 +405,40 @@ DG_CASE("ddp: ReduceOp::Sum adds instead of averaging", "[ddp]", 1, 2, 3) {
     for (int64_t k = 0; k < want.numel(); ++k) want.set_flat(k, want.get_flat(k) * g.size());
     expect_close(g, params[i], want, 1e-14, "sum");
   }
+}
+
+DG_CASE("ddp: a bucket's collective failing comes out of finish(), which resets the step",
+        "[ddp][errors]", 2, 3) {
+  // On a group of its own (split from g) so that poisoning it leaves g usable. The last rank
+  // issues an all_reduce of another size where the others reduce their bucket: the sizes
+  // disagree, every rank's collective fails (MismatchError, or PeerFailure from a peer that
+  // gave up), and the reducer's finish() rethrows it.
+  Group sub = g.split(0, g.rank());
+  std::vector<Variable> params = float64_params(g.rank());
+  GradientReducer reducer(params, sub);  // one bucket of 62 float64
+  std::string error;
+  try {
+    if (g.rank() == g.size() - 1) {
+      Tensor other = zeros({7}, DType::Float64);
+      all_reduce(other, sub, ReduceOp::Avg).wait();
+    } else {
+      linear_loss(params, g.rank()).backward();
+      expect(reducer.buckets_launched() == 1, g, "the bucket was not launched in backward");
+      reducer.finish();
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  expect(!error.empty(), g, "the disagreeing collectives did not fail");
+  expect(reducer.buckets_launched() == 0, g, "finish() did not reset the step after a failure");
+  expect(sub.poisoned(), g, "the failed group is not poisoned");
+  // The next step fails at once on the poisoned group, on every rank.
+  bool failed = false;
+  try {
+    reducer.finish();
+  } catch (const Error&) {
+    failed = true;
+  }
+  expect(failed, g, "finish() on a poisoned group did not fail");
+  barrier(g).wait();  // g itself is fine
 }
