@@ -42,6 +42,8 @@
 //   planner/                 sharding plans (sharding_plan.h, plan_helpers.h, plan_agreement.h),
 //                            the planner's cost model (cost_model.h), the planner (planner.h) and
 //                            the plan printer (plan_printer.h).
+//   model_parallel/          DistributedModelParallel (a skeleton: the dense part through a
+//                            GradientReducer, sharded modules through the ShardedModule interface).
 //   models/dlrm.h            DLRM (DenseArch, InteractionArch, OverArch in dlrm_arches.h, Mlp /
 //                            Linear in mlp.h) with a pluggable SparseArch; bce_with_logits.
 //   datasets/                Batch and the sharded batch schedule (batch.h), the synthetic
@@ -71,6 +73,7 @@
 #include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
 #include "collectives/torchrec/metrics/auc.h"
 #include "collectives/torchrec/metrics/binary_metrics.h"
+#include "collectives/torchrec/model_parallel/model_parallel.h"
 #include "collectives/torchrec/models/dlrm.h"
 #include "collectives/torchrec/modules/embedding_bag_collection.h"
 #include "collectives/torchrec/modules/embedding_collection.h"
