@@ -27,12 +27,18 @@ Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group
 }
 
 KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
-                                  const std::vector<std::string>& features) {
+                                  const std::vector<std::string>& features,
+                                  const std::vector<std::string>& names) {
   std::vector<int64_t> idx;
   idx.reserve(features.size());
   for (const auto& f : features) idx.push_back(kjt.key_index(f));
-  return kjt.permute(idx);
+  const KeyedJaggedTensor p = kjt.permute(idx);
+  if (names.empty()) return p;
+  return KeyedJaggedTensor::from_lengths_sync(names, p.values(), p.lengths(), p.weights_or_none(),
+                                              p.stride());
 }
+
+Variable empty_local(const Tensor& zeros) { return Variable(zeros, /*requires_grad=*/true); }
 
 Tensor mean_divisor(const KeyedJaggedTensor& kjt, const std::vector<std::string>& features,
                     const std::vector<int64_t>& dims, const std::vector<PoolingType>& pooling,
@@ -41,7 +47,7 @@ Tensor mean_divisor(const KeyedJaggedTensor& kjt, const std::vector<std::string>
   for (PoolingType p : pooling) any = any || p == PoolingType::Mean;
   if (!any) return Tensor();
   const int64_t B = kjt.stride();
-  const int64_t cols = sum_of(dims);
+  const int64_t cols = sharding_total(dims);
   Tensor out = ones({B, cols}, dtype);
   int64_t c0 = 0;
   for (size_t f = 0; f < features.size(); ++f) {
@@ -85,7 +91,7 @@ std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
   return pieces;
 }
 
-int64_t sum_of(const std::vector<int64_t>& v) {
+int64_t sharding_total(const std::vector<int64_t>& v) {
   int64_t s = 0;
   for (int64_t x : v) s += x;
   return s;

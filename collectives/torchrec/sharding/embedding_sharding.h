@@ -91,9 +91,15 @@ DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJagge
 // arrive through the input dist are constants (KJTAllToAll records nothing on the tape); a
 // weights Variable that requires grad gets comm_op_gradient_scaling over `group` (spec §4.1).
 Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group);
-// kjt permuted to the given features (by name, repeats allowed).
+// kjt permuted to the given features (by name, repeats allowed), renamed to `names` when given
+// (the received KJT of an input dist must have unique keys: column shards of one feature on one
+// rank travel as "<feature>@<column offset>").
 KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
-                                  const std::vector<std::string>& features);
+                                  const std::vector<std::string>& features,
+                                  const std::vector<std::string>& names = {});
+// The local lookup result of a rank that holds no shard of a group: a leaf that requires grad,
+// so that the output dist is recorded and this rank joins its backward collective.
+Variable empty_local(const Tensor& zeros);
 // [B, sum dims] divisors: the bag length of each (sample, feature) for MEAN features (1 for
 // empty bags and for SUM features), each repeated over the feature's columns. Undefined when no
 // feature pools by MEAN.
@@ -107,7 +113,7 @@ std::vector<std::vector<int>> tables_by_group(const ShardedTables& tables);
 std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
     std::vector<std::pair<OutputBlock, Variable>> pieces);
 // sum of v
-int64_t sum_of(const std::vector<int64_t>& v);
+int64_t sharding_total(const std::vector<int64_t>& v);
 
 }  // namespace detail
 }  // namespace ferry::torchrec

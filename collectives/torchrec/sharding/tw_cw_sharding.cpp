@@ -55,6 +55,13 @@ std::vector<std::string> unit_keys(const std::vector<ShardUnit>& units) {
   return keys;
 }
 
+// Unique wire names of the units: "<feature>@<column offset>".
+std::vector<std::string> unit_names(const std::vector<ShardUnit>& units) {
+  std::vector<std::string> keys;
+  for (const auto& u : units) keys.push_back(u.key + "@" + std::to_string(u.col_offset));
+  return keys;
+}
+
 DType tables_dtype(const ShardedTables& tables, const std::vector<int>& ids) {
   return ids.empty() ? DType::Float32
                      : tables.tables()[static_cast<size_t>(ids.front())].config.data_type;
@@ -101,7 +108,7 @@ TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTa
 DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
-  return detail::launch_input_dist(input_a2a_, detail::select_features(kjt, send_keys_), ctx);
+  return detail::launch_input_dist(input_a2a_, detail::select_features(kjt, send_keys_, detail::unit_names(units_)), ctx);
 }
 
 Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
@@ -114,9 +121,9 @@ Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
                          .feature = u.key,
                          .key_index = static_cast<int64_t>(lookups.size()),
                          .pooling = u.pooling});
-  const int64_t n = detail::sum_of(ctx->stride_per_rank);
+  const int64_t n = detail::sharding_total(ctx->stride_per_rank);
   Variable local = lookups.empty()
-                       ? Variable(zeros({n, 0}, dtype_))
+                       ? detail::empty_local(zeros({n, 0}, dtype_))
                        : pooled_embedding_lookup(lookups, dist,
                                                  detail::lookup_weights(dist, weighted_, world_));
   return output_a2a_.forward(local, ctx->stride_per_rank);
@@ -138,7 +145,7 @@ TwCwSequenceEmbeddingSharding::TwCwSequenceEmbeddingSharding(const detail::Shard
 DistFeaturesAwaitable TwCwSequenceEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
-  KeyedJaggedTensor send = detail::select_features(kjt, send_keys_);
+  KeyedJaggedTensor send = detail::select_features(kjt, send_keys_, detail::unit_names(units_));
   ctx->sent_length_per_key = send.length_per_key();
   return detail::launch_input_dist(input_a2a_, send, ctx);
 }
@@ -152,7 +159,7 @@ Awaitable<std::vector<Variable>> TwCwSequenceEmbeddingSharding::compute_and_outp
       lookups.push_back({.table = u.table,
                          .feature = u.key,
                          .key_index = static_cast<int64_t>(lookups.size())});
-  Variable local = lookups.empty() ? Variable(zeros({0, width_}, dtype_))
+  Variable local = lookups.empty() ? detail::empty_local(zeros({0, width_}, dtype_))
                                    : cat(sequence_embedding_lookup(lookups, dist), 0);
   const auto& sp = ctx->stride_per_rank;
   const bool uneven = std::any_of(sp.begin(), sp.end(), [&](int64_t s) { return s != sp.front(); });

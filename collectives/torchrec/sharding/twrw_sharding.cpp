@@ -90,7 +90,7 @@ Awaitable<Variable> TwRwPooledEmbeddingSharding::compute_and_output_dist(
                        .pooling = PoolingType::Sum});
   Variable partial =
       lookups.empty()
-          ? Variable(zeros({B * world_.size(), 0}, dtype_))
+          ? detail::empty_local(zeros({B * world_.size(), 0}, dtype_))
           : pooled_embedding_lookup(lookups, dist, detail::lookup_weights(dist, weighted_, world_));
   // Intra-node: L blocks of G*B rows (the samples of ranks j, L + j, ... for local rank j).
   Awaitable<Variable> intra = intra_rs_.forward(partial);
