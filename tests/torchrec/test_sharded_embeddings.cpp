@@ -204,7 +204,8 @@ ModuleShardingPlan uniform_plan(const std::vector<TableSpec>& specs, ShardingTyp
 
 // Mixed: t0 table_wise, t1 row_wise, t2 column_wise, t3 table_row_wise, t4 data_parallel,
 // t5 table_column_wise (sequence: t3 row_wise, t5 column_wise).
-ModuleShardingPlan mixed_plan(int W, int L, bool sequence) {
+ModuleShardingPlan mixed_plan(int W, int L, bool sequence,
+                              const std::vector<TableSpec>& specs = mixed_specs()) {
   const int G = W / L;
   std::map<std::string, ParameterShardingGenerator> gens{
       {"t0", table_wise(W - 1)},
@@ -213,7 +214,7 @@ ModuleShardingPlan mixed_plan(int W, int L, bool sequence) {
       {"t3", sequence ? row_wise() : table_row_wise(G - 1)},
       {"t4", data_parallel()},
       {"t5", sequence ? column_wise({W - 1, 0}) : table_column_wise(0)}};
-  return construct_module_sharding_plan(shapes(mixed_specs()), gens, W, L);
+  return construct_module_sharding_plan(shapes(specs), gens, W, L);
 }
 
 FusedOptimizerConfig optimizer(bool adagrad) {
@@ -301,8 +302,14 @@ void ec_equivalence(const Group& g, const std::vector<TableSpec>& specs,
         if (r == me) mine = n;
       }
       const int64_t total = yr.values_per_key[f].value().size(0);
-      expect_same(ys.values_per_key[f].value(), yr.values_per_key[f].value().narrow(0, before, mine),
-                  g, str(what, " step ", step, " forward ", ys.keys[f]));
+      // Copies of the rows: bit-identical while the tables are (step 0); later the tables
+      // differ by the rounding of the gradient averaging.
+      const Tensor want = yr.values_per_key[f].value().narrow(0, before, mine);
+      if (step == 0)
+        expect_same(ys.values_per_key[f].value(), want, g, str(what, " forward ", ys.keys[f]));
+      else
+        expect_rel(ys.values_per_key[f].value(), want, g,
+                   str(what, " step ", step, " forward ", ys.keys[f]));
       expect_same(ys.lengths_per_key[f], local[ys.keys[f]].lengths(), g, what + ": lengths");
       const Variable a = loss_of(ys.values_per_key[f], target(mine, D, before, f), B);
       const Variable b = loss_of(yr.values_per_key[f], target(total, D, 0, f), W * B);
@@ -439,7 +446,7 @@ DG_CASE("sharded EBC / EC state: gathered full tables, local shards with offsets
   // The EC's state the same way (keys embeddings.<t>.weight).
   std::vector<TableSpec> specs = mixed_specs();
   for (auto& s : specs) s.dim = 4;
-  ShardedEmbeddingCollection e4(seq_configs(specs), mixed_plan(W, 2, true), g, {.local_size = 2},
+  ShardedEmbeddingCollection e4(seq_configs(specs), mixed_plan(W, 2, true, specs), g, {.local_size = 2},
                                 std::nullopt, kSeed);
   EmbeddingCollection eref(seq_configs(specs), kSeed);
   const auto es = e4.state_dict();
