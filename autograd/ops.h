@@ -60,6 +60,9 @@ Variable operator-(const Variable& a);
 // ---- linear algebra ----
 Variable matmul(const Variable& a, const Variable& b);  // [N, K] x [K, M] -> [N, M]
 Variable transpose(const Variable& a);                  // [N, M] -> [M, N] (a copy)
+Variable bmm(const Variable& a, const Variable& b);      // [B, N, K] x [B, K, M] -> [B, N, M]
+// Dims dim0 and dim1 exchanged (negative counts from the back), any rank (a copy).
+Variable transpose(const Variable& a, int64_t dim0, int64_t dim1);
 
 // ---- reductions ----
 Variable sum(const Variable& x);   // 0-d

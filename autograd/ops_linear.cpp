@@ -1,4 +1,4 @@
-// matmul and transpose.
+// matmul, bmm and the transposes.
 #include "autograd/ops.h"
 #include "autograd/ops_detail.h"
 
@@ -27,6 +27,32 @@ Variable transpose(const Variable& a) {
   return detail::record("transpose", {&a}, std::move(y),
                         [](const std::vector<Tensor>& g, const std::vector<bool>&) {
                           return std::vector<Tensor>{kernels::transpose(g[0])};
+                        });
+}
+
+Variable bmm(const Variable& a, const Variable& b) {
+  Tensor y = kernels::bmm(detail::value_of("bmm", a, "a"), detail::value_of("bmm", b, "b"));
+  if (!detail::should_record({&a, &b})) return Variable(std::move(y));
+  // Per batch entry as matmul: dL/da = g b^T, dL/db = a^T g.
+  detail::SavedTensor saved_a = detail::save_if(b.requires_grad(), a);
+  detail::SavedTensor saved_b = detail::save_if(a.requires_grad(), b);
+  return detail::record(
+      "bmm", {&a, &b}, std::move(y),
+      [saved_a, saved_b](const std::vector<Tensor>& g, const std::vector<bool>& needs) {
+        std::vector<Tensor> out(2);
+        if (needs[0]) out[0] = kernels::bmm(g[0], saved_b.get("bmm"), false, true);
+        if (needs[1]) out[1] = kernels::bmm(saved_a.get("bmm"), g[0], true, false);
+        return out;
+      });
+}
+
+Variable transpose(const Variable& a, int64_t dim0, int64_t dim1) {
+  Tensor y = kernels::transpose(detail::value_of("transpose", a, "a"), dim0, dim1);
+  if (!detail::should_record({&a})) return Variable(std::move(y));
+  // A transposition is its own inverse.
+  return detail::record("transpose", {&a}, std::move(y),
+                        [dim0, dim1](const std::vector<Tensor>& g, const std::vector<bool>&) {
+                          return std::vector<Tensor>{kernels::transpose(g[0], dim0, dim1)};
                         });
 }
 

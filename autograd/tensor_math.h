@@ -54,6 +54,11 @@ Tensor neg(const Tensor& a);
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
               bool transpose_b = false);
 Tensor transpose(const Tensor& a);                // [N, M] -> [M, N], a copy
+// Batched: [B, N, K] x [B, K, M] -> [B, N, M], one matrix product per batch entry, with the same
+// transposition flags applied to every a[b] (b[b]).
+Tensor bmm(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// Dims dim0 and dim1 (negative counts from the back) exchanged, any rank, a copy.
+Tensor transpose(const Tensor& a, int64_t dim0, int64_t dim1);
 
 // ---- reductions ----
 Tensor sum(const Tensor& a);   // 0-d; 0 for an empty tensor

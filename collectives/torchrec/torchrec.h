@@ -42,6 +42,12 @@
 //   planner/                 sharding plans (sharding_plan.h, plan_helpers.h, plan_agreement.h),
 //                            the planner's cost model (cost_model.h), the planner (planner.h) and
 //                            the plan printer (plan_printer.h).
+//   models/dlrm.h            DLRM (DenseArch, InteractionArch, OverArch in dlrm_arches.h, Mlp /
+//                            Linear in mlp.h) with a pluggable SparseArch; bce_with_logits.
+//   datasets/                Batch and the sharded batch schedule (batch.h), the synthetic
+//                            Criteo-like generator (synthetic_criteo.h), the Criteo TSV reader.
+//   metrics/                 exact AUC with ties counted half (auc.h), accuracy, log loss, all
+//                            over a Group (binary_metrics.h).
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
 // same; the README's torchrec section lists the mapping and the deliberate differences.
@@ -55,13 +61,17 @@
 #include "collectives/torchrec/comm/lazy_awaitable.h"
 #include "collectives/torchrec/comm/qcomm_codec.h"
 #include "collectives/torchrec/comm/topology.h"
+#include "collectives/torchrec/datasets/criteo_tsv.h"
+#include "collectives/torchrec/datasets/synthetic_criteo.h"
 #include "collectives/torchrec/dist/embeddings_awaitable.h"
 #include "collectives/torchrec/dist/inference_dists.h"
 #include "collectives/torchrec/dist/kjt_all_to_all.h"
 #include "collectives/torchrec/dist/pooled_embeddings_all_to_all.h"
 #include "collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h"
 #include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
-#include "collectives/torchrec/sparse/bucketize.h"
+#include "collectives/torchrec/metrics/auc.h"
+#include "collectives/torchrec/metrics/binary_metrics.h"
+#include "collectives/torchrec/models/dlrm.h"
 #include "collectives/torchrec/modules/embedding_bag_collection.h"
 #include "collectives/torchrec/modules/embedding_collection.h"
 #include "collectives/torchrec/modules/embedding_config.h"
@@ -75,6 +85,7 @@
 #include "collectives/torchrec/planner/plan_printer.h"
 #include "collectives/torchrec/planner/planner.h"
 #include "collectives/torchrec/planner/sharding_plan.h"
+#include "collectives/torchrec/sparse/bucketize.h"
 #include "collectives/torchrec/sparse/jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_tensor.h"

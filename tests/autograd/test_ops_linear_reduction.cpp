@@ -1,4 +1,4 @@
-// matmul, transpose, sum and mean: values, gradcheck including zero-size inputs, errors.
+// matmul, bmm, transpose (2-D and of two dims), sum and mean: values, gradcheck including zero-size inputs, errors.
 #include "autograd/ops.h"
 #include "math_reference.h"
 #include "op_checks.h"
@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 using namespace ferry;
 using namespace ferry::testing;
@@ -38,6 +41,58 @@ TEST_CASE("matmul and transpose", "[ops]") {
   REQUIRE_THROWS_WITH(matmul(Variable(zeros({2, 3})), Variable(zeros({3}))),
                       Contains("matmul") && Contains("[2, 3]") && Contains("[3]"));
   REQUIRE_THROWS_WITH(transpose(Variable(zeros({3}))), Contains("transpose") && Contains("[3]"));
+}
+
+TEST_CASE("bmm and transpose of two dims", "[ops]") {
+  // bmm equals one matmul per batch entry.
+  const Tensor a = random64({3, 2, 4}, 21);
+  const Tensor b = random64({3, 4, 5}, 22);
+  const Tensor y = bmm(Variable(a), Variable(b)).value();
+  REQUIRE(y.shape() == Shape{3, 2, 5});
+  for (int64_t i = 0; i < 3; ++i) {
+    const Tensor expected = ref_matmul(a.select(i).clone(), b.select(i).clone());
+    CHECK(allclose(y.select(i).clone(), expected));
+  }
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{3, 2, 4}, {3, 4, 5}}, {{1, 1, 1}, {1, 1, 1}}, {{0, 2, 3}, {0, 3, 2}},
+      {{2, 0, 3}, {2, 3, 2}}, {{2, 2, 0}, {2, 0, 3}}};
+  for (const auto& [sa, sb] : shapes) {
+    CAPTURE(shape_str(sa), shape_str(sb));
+    check_gradients(single([](const auto& in) { return bmm(in[0], in[1]); }),
+                    {random64(sa, 23), random64(sb, 24)});
+  }
+  // transpose(x, d0, d1): element [i, j, k] lands at the swapped index.
+  const Tensor x = random64({2, 3, 4}, 25);
+  const Tensor t12 = transpose(Variable(x), 1, 2).value();
+  REQUIRE(t12.shape() == Shape{2, 4, 3});
+  const Tensor t02 = transpose(Variable(x), 0, -1).value();
+  REQUIRE(t02.shape() == Shape{4, 3, 2});
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 3; ++j) {
+      for (int64_t k = 0; k < 4; ++k) {
+        const double v = x.get_flat((i * 3 + j) * 4 + k);
+        CHECK(t12.get_flat((i * 4 + k) * 3 + j) == v);
+        CHECK(t02.get_flat((k * 3 + j) * 2 + i) == v);
+      }
+    }
+  }
+  CHECK(equal(transpose(Variable(x), 1, 1).value(), x));
+  for (const auto& [s, d0, d1] : std::vector<std::tuple<Shape, int64_t, int64_t>>{
+           {{2, 3, 4}, 1, 2}, {{2, 3, 4}, 0, 2}, {{5, 2}, 0, 1}, {{2, 0, 3}, 0, 2}}) {
+    CAPTURE(shape_str(s), d0, d1);
+    check_gradients(single([d0 = d0, d1 = d1](const auto& in) { return transpose(in[0], d0, d1); }),
+                    {random64(s, 26)});
+  }
+  // The Gram matrices of a batch (what DLRM's interaction computes): X X^T through both paths.
+  check_gradients(single([](const auto& in) { return bmm(in[0], transpose(in[0], 1, 2)); }),
+                  {random64({2, 3, 4}, 27)});
+  REQUIRE_THROWS_WITH(bmm(Variable(zeros({2, 3, 4})), Variable(zeros({3, 4, 5}))),
+                      Contains("bmm") && Contains("[2, 3, 4]") && Contains("[3, 4, 5]"));
+  REQUIRE_THROWS_WITH(bmm(Variable(zeros({2, 3, 4})), Variable(zeros({2, 3, 5}))),
+                      Contains("bmm") && Contains("[2, 3, 5]"));
+  REQUIRE_THROWS_WITH(bmm(Variable(zeros({3, 4})), Variable(zeros({4, 5}))),
+                      Contains("bmm") && Contains("[3, 4]"));
+  REQUIRE_THROWS_WITH(transpose(Variable(zeros({2, 3})), 0, 2), Contains("transpose"));
 }
 
 TEST_CASE("sum and mean over everything", "[ops]") {

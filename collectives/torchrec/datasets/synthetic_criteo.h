@@ -1,0 +1,111 @@
+// ferry::torchrec::SyntheticCriteo: an embedded, Criteo-like click dataset whose labels come
+// from a fixed hidden model, so that a DLRM trained on it can learn.
+//
+// Sample n of a split (train = 0, test = 1) is a pure function of (seed, split, n), drawn from
+// its own counter-seeded generator: any rank produces any sample without the others, batch size
+// and world size do not change the data, and a rank computes only its own batches (ShardOptions
+// in batch.h cut the split into per-rank batches).
+//
+// One sample:
+//   dense   num_dense values, each N(0, 1) (already "normalised" features).
+//   sparse  one bag per table t: length 1 + Poisson(mean_pooling_factor - 1), at most
+//           max_pooling_factor; each id drawn independently from a power law over the table's
+//           cardinality c_t: the popularity rank k in [0, c_t) has density ∝ (k + 1)^-s on the
+//           continuous approximation (s = zipf_exponent), mapped to the id (k * a_t + b_t) mod
+//           c_t (a_t coprime with c_t, so hot ids are spread over the table, not all in row 0).
+//   label   Bernoulli(sigmoid(logit)), with the hidden model
+//             logit = bias + sum_i w_i dense_i + sparse_scale / sqrt(T) * sum_t mean_{id in bag}
+//                     e_t(id),
+//           w_i ~ N(0, dense_scale^2 / num_dense) fixed by the seed, e_t(id) ~ N(0, 1) a fixed
+//           hash of (seed, t, id).
+// Cardinalities default to a geometric spread from 10^2 to 10^6 over the tables
+// (default_cardinalities).
+//
+// bayes_auc(): the AUC of the Bayes-optimal scorer (the true probability) against the labels
+// the generator draws, computed exactly in expectation over the labels on the first `samples`
+// test samples (auc_expected in metrics/auc.h: no label noise in the estimate). Nothing can beat
+// it on average; dense_only_auc() is the same for the dense part of the logit alone (what a
+// model that ignores the embeddings can reach).
+#pragma once
+
+#include "collectives/torchrec/datasets/batch.h"
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace ferry::torchrec {
+
+struct SyntheticCriteoConfig {
+  int64_t num_dense = 13;
+  int64_t num_sparse = 26;
+  std::vector<int64_t> cardinalities{};  // num_sparse entries; empty = default spread
+  double mean_pooling_factor = 3.0;      // >= 1
+  int64_t max_pooling_factor = 20;
+  double zipf_exponent = 1.05;           // > 0
+  int64_t num_train = 1 << 16;
+  int64_t num_test = 1 << 14;
+  // The hidden model.
+  double bias = -1.0;
+  double dense_scale = 1.0;
+  double sparse_scale = 2.0;
+  uint64_t seed = 0;
+};
+
+// n tables, cardinalities round(10^(2 + 4 t / (n - 1))): 100, ..., 10^6 (100 for n == 1).
+std::vector<int64_t> default_cardinalities(int64_t num_sparse);
+
+enum class Split { Train = 0, Test = 1 };
+
+class SyntheticCriteo {
+ public:
+  explicit SyntheticCriteo(SyntheticCriteoConfig config);  // validates; fills cardinalities
+
+  const SyntheticCriteoConfig& config() const { return config_; }
+  int64_t num_samples(Split split) const;
+
+  // One sample, with its true click probability (of the hidden model) and the dense part of the
+  // logit.
+  struct Sample {
+    std::vector<float> dense;
+    std::vector<std::vector<int64_t>> bags;  // per table
+    float label = 0;
+    double probability = 0;
+    double dense_logit = 0;
+  };
+  Sample sample(Split split, int64_t n) const;
+
+  // Samples [first, first + count) of a split as one Batch.
+  Batch batch(Split split, int64_t first, int64_t count) const;
+
+  double bayes_auc(int64_t samples = 1 << 15) const;
+  double dense_only_auc(int64_t samples = 1 << 15) const;
+
+  // The hidden model's pieces (for tests).
+  const std::vector<double>& dense_weights() const { return w_; }
+  double table_effect(int64_t table, int64_t id) const;
+  int64_t id_of_rank(int64_t table, int64_t rank) const;  // popularity rank -> id
+
+ private:
+  SyntheticCriteoConfig config_;
+  std::vector<double> w_;
+  std::vector<int64_t> multiplier_;  // a_t
+  std::vector<int64_t> offset_;      // b_t
+};
+
+// A rank's stream over one split.
+class SyntheticCriteoSource : public BatchSource {
+ public:
+  SyntheticCriteoSource(const SyntheticCriteo& data, Split split, const ShardOptions& options);
+  std::optional<Batch> next_batch() override;
+  int64_t num_batches() const override { return schedule_.num_batches(); }
+  void reset() override { next_ = 0; }
+
+ private:
+  const SyntheticCriteo* data_;
+  Split split_;
+  ShardSchedule schedule_;
+  int64_t next_ = 0;
+};
+
+}  // namespace ferry::torchrec
