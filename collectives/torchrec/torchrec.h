@@ -48,6 +48,10 @@
 //                            Criteo-like generator (synthetic_criteo.h), the Criteo TSV reader.
 //   metrics/                 exact AUC with ties counted half (auc.h), accuracy, log loss, all
 //                            over a Group (binary_metrics.h).
+//   sharding/                ShardedEmbeddingBagCollection, ShardedEmbeddingCollection (input
+//                            dist -> lookup -> output dist per sharding type: dp_sharding.h,
+//                            tw_cw_sharding.h, rw_sharding.h, twrw_sharding.h), their options,
+//                            state (sharded_tables.h).
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
 // same; the README's torchrec section lists the mapping and the deliberate differences.
@@ -85,6 +89,14 @@
 #include "collectives/torchrec/planner/plan_printer.h"
 #include "collectives/torchrec/planner/planner.h"
 #include "collectives/torchrec/planner/sharding_plan.h"
+#include "collectives/torchrec/sharding/dp_sharding.h"
+#include "collectives/torchrec/sharding/embedding_sharding.h"
+#include "collectives/torchrec/sharding/rw_sharding.h"
+#include "collectives/torchrec/sharding/sharded_embedding_bag_collection.h"
+#include "collectives/torchrec/sharding/sharded_embedding_collection.h"
+#include "collectives/torchrec/sharding/sharded_tables.h"
+#include "collectives/torchrec/sharding/tw_cw_sharding.h"
+#include "collectives/torchrec/sharding/twrw_sharding.h"
 #include "collectives/torchrec/sparse/bucketize.h"
 #include "collectives/torchrec/sparse/jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_jagged_tensor.h"

@@ -1,0 +1,65 @@
+#include "collectives/torchrec/sharding/dp_sharding.h"
+
+#include "collectives/torchrec/modules/embedding_lookup.h"
+
+#include <algorithm>
+
+namespace ferry::torchrec {
+
+namespace {
+std::vector<FeatureLookup> dp_lookups(const detail::ShardedTables& tables,
+                                      const std::vector<int>& table_ids,
+                                      std::vector<OutputBlock>& blocks) {
+  std::vector<FeatureLookup> out;
+  int first_feature = 0;
+  for (const auto& t : tables.tables()) {
+    const int nf = static_cast<int>(t.config.feature_names.size());
+    if (std::find(table_ids.begin(), table_ids.end(), t.index) != table_ids.end())
+      for (int f = 0; f < nf; ++f) {
+        out.push_back({.table = t.tables.front(),
+                       .feature = t.config.feature_names[static_cast<size_t>(f)],
+                       .pooling = t.config.pooling});
+        blocks.push_back({first_feature + f, 0, t.config.embedding_dim});
+      }
+    first_feature += nf;
+  }
+  return out;
+}
+
+DistFeaturesAwaitable no_dist(const KeyedJaggedTensor& kjt,
+                              const std::shared_ptr<ShardingBatchContext>& ctx) {
+  ctx->batch_size = kjt.stride();
+  return NoWait<Awaitable<KeyedJaggedTensor>>(NoWait<KeyedJaggedTensor>(kjt));
+}
+}  // namespace
+
+DpPooledEmbeddingSharding::DpPooledEmbeddingSharding(const detail::ShardedTables& tables,
+                                                     std::vector<int> table_ids, bool is_weighted)
+    : weighted_(is_weighted), lookups_(dp_lookups(tables, table_ids, blocks_)) {}
+
+DistFeaturesAwaitable DpPooledEmbeddingSharding::input_dist(
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  return no_dist(kjt, ctx);
+}
+
+Awaitable<Variable> DpPooledEmbeddingSharding::compute_and_output_dist(
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>&) const {
+  const Variable w = weighted_ ? Variable(kjt.weights()) : Variable();
+  return NoWait<Variable>(pooled_embedding_lookup(lookups_, kjt, w));
+}
+
+DpSequenceEmbeddingSharding::DpSequenceEmbeddingSharding(const detail::ShardedTables& tables,
+                                                         std::vector<int> table_ids)
+    : lookups_(dp_lookups(tables, table_ids, blocks_)) {}
+
+DistFeaturesAwaitable DpSequenceEmbeddingSharding::input_dist(
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  return no_dist(kjt, ctx);
+}
+
+Awaitable<std::vector<Variable>> DpSequenceEmbeddingSharding::compute_and_output_dist(
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>&) const {
+  return NoWait<std::vector<Variable>>(sequence_embedding_lookup(lookups_, kjt));
+}
+
+}  // namespace ferry::torchrec

@@ -1,0 +1,94 @@
+#include "collectives/torchrec/sharding/embedding_sharding.h"
+
+#include "collectives/torchrec/comm/comm_switches.h"
+
+#include <algorithm>
+
+namespace ferry::torchrec::detail {
+
+DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJaggedTensor& send,
+                                        const std::shared_ptr<ShardingBatchContext>& ctx) {
+  KJTAllToAllSplitsAwaitable phase1 = a2a(send);
+  const int W = a2a.group().size();
+  return DistFeaturesAwaitable([phase1, ctx, W]() mutable {
+    KJTAllToAllTensorsAwaitable phase2 = phase1.wait();
+    ctx->dist = phase2;
+    ctx->stride_per_rank = phase2.stride_per_rank();
+    if (ctx->stride_per_rank.empty()) ctx->stride_per_rank.assign(static_cast<size_t>(W), ctx->batch_size);
+    return Awaitable<KeyedJaggedTensor>(phase2);
+  });
+}
+
+Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group) {
+  if (!weighted) return Variable();
+  Variable w(kjt.weights());
+  if (w.requires_grad()) w = comm_op_gradient_scaling(w, group);
+  return w;
+}
+
+KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
+                                  const std::vector<std::string>& features) {
+  std::vector<int64_t> idx;
+  idx.reserve(features.size());
+  for (const auto& f : features) idx.push_back(kjt.key_index(f));
+  return kjt.permute(idx);
+}
+
+Tensor mean_divisor(const KeyedJaggedTensor& kjt, const std::vector<std::string>& features,
+                    const std::vector<int64_t>& dims, const std::vector<PoolingType>& pooling,
+                    DType dtype) {
+  bool any = false;
+  for (PoolingType p : pooling) any = any || p == PoolingType::Mean;
+  if (!any) return Tensor();
+  const int64_t B = kjt.stride();
+  const int64_t cols = sum_of(dims);
+  Tensor out = ones({B, cols}, dtype);
+  int64_t c0 = 0;
+  for (size_t f = 0; f < features.size(); ++f) {
+    if (pooling[f] == PoolingType::Mean) {
+      const Tensor lengths = kjt[features[f]].lengths();
+      for (int64_t b = 0; b < B; ++b) {
+        const double n = lengths.get_flat(b);
+        if (n > 0)
+          for (int64_t c = 0; c < dims[f]; ++c) out.set_flat(b * cols + c0 + c, n);
+      }
+    }
+    c0 += dims[f];
+  }
+  return out;
+}
+
+// Tables by sharding group: data_parallel, table/column-wise, row_wise, table_row_wise.
+std::vector<std::vector<int>> tables_by_group(const ShardedTables& tables) {
+  std::vector<std::vector<int>> g(4);
+  for (const auto& t : tables.tables()) {
+    switch (t.sharding.sharding_type) {
+      case ShardingType::DATA_PARALLEL: g[0].push_back(t.index); break;
+      case ShardingType::TABLE_WISE:
+      case ShardingType::COLUMN_WISE:
+      case ShardingType::TABLE_COLUMN_WISE: g[1].push_back(t.index); break;
+      case ShardingType::ROW_WISE: g[2].push_back(t.index); break;
+      case ShardingType::TABLE_ROW_WISE: g[3].push_back(t.index); break;
+    }
+  }
+  return g;
+}
+
+// The pieces of every group's output (split by block), sorted by (feature, column), joined by
+// feature.
+std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
+    std::vector<std::pair<OutputBlock, Variable>> pieces) {
+  std::stable_sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) {
+    return a.first.feature != b.first.feature ? a.first.feature < b.first.feature
+                                              : a.first.col_offset < b.first.col_offset;
+  });
+  return pieces;
+}
+
+int64_t sum_of(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+
+}  // namespace ferry::torchrec::detail

@@ -1,0 +1,113 @@
+// The per-sharding-type pieces of the sharded embedding collections (torchrec's
+// EmbeddingSharding: input dist -> local lookup -> output dist), as one internal interface and a
+// few helpers. The implementations live one per file:
+//   tw_cw_sharding.h   table_wise, column_wise, table_column_wise (shards as whole "tables" on
+//                      their ranks: KJTAllToAll of their features, pooled / sequence all-to-all)
+//   rw_sharding.h      row_wise (bucketize, KJTAllToAll, reduce-scatter / sequence all-to-all
+//                      with the unbucketize permutation)
+//   twrw_sharding.h    table_row_wise (bucketize per node, staggered KJTAllToAll, intra-node
+//                      reduce-scatter, cross-node all-to-all)
+//   dp_sharding.h      data_parallel (local lookup, no dist)
+// A sharded collection groups its tables by sharding type and runs one EmbeddingSharding per
+// group, all of them in the same order on every rank (so their collectives match).
+#pragma once
+
+#include "autograd/variable.h"
+#include "collectives/torchrec/dist/kjt_all_to_all.h"
+#include "collectives/torchrec/sharding/sharded_tables.h"
+#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+#include "runtime/awaitable.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace ferry::torchrec {
+
+// One column block of a sharding group's output: `width` columns of the feature at position
+// `feature` of the collection's feature list (config order), from column `col_offset` of its
+// table on.
+struct OutputBlock {
+  int feature = 0;
+  int64_t col_offset = 0;
+  int64_t width = 0;
+};
+
+// What one sharding group keeps of one batch between its input dist and its output dist.
+struct ShardingBatchContext {
+  int64_t batch_size = 0;                        // this rank's B
+  std::vector<int64_t> stride_per_rank;          // every rank's B (set by phase 1's wait)
+  std::optional<KJTAllToAllTensorsAwaitable> dist;  // the input dist's phase 2 (its splits)
+  Tensor mean_divisor;                           // row-wise MEAN: [B, group cols] (else undefined)
+  std::vector<int64_t> sent_length_per_key;      // sequence: ids of every key sent
+  std::optional<Tensor> unbucketize_permute;     // sequence row-wise
+};
+
+// The input dist: the outer wait finishes phase 1 and issues phase 2; the inner wait gives the
+// features this rank looks up.
+using DistFeaturesAwaitable = Awaitable<Awaitable<KeyedJaggedTensor>>;
+
+class EmbeddingSharding {
+ public:
+  virtual ~EmbeddingSharding() = default;
+  // Launches the input dist of `kjt` (this rank's batch, every key of the collection); returns
+  // at once. Collective over the world (every rank, the same order).
+  virtual DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
+                                           const std::shared_ptr<ShardingBatchContext>& ctx) const = 0;
+  // The group's output blocks, in the order of its output's columns (pooled) / Variables
+  // (sequence).
+  const std::vector<OutputBlock>& output_blocks() const { return blocks_; }
+
+ protected:
+  std::vector<OutputBlock> blocks_;
+};
+
+class PooledEmbeddingSharding : public EmbeddingSharding {
+ public:
+  // Lookup on this rank's shards, then the output dist launched: [B, sum of the blocks' widths].
+  virtual Awaitable<Variable> compute_and_output_dist(
+      const KeyedJaggedTensor& dist_features,
+      const std::shared_ptr<ShardingBatchContext>& ctx) const = 0;
+};
+
+class SequenceEmbeddingSharding : public EmbeddingSharding {
+ public:
+  // Lookup, then the output dist launched: one Variable per output block, [ids of the block's
+  // feature in this rank's KJT, width], in the KJT's id order.
+  virtual Awaitable<std::vector<Variable>> compute_and_output_dist(
+      const KeyedJaggedTensor& dist_features,
+      const std::shared_ptr<ShardingBatchContext>& ctx) const = 0;
+};
+
+namespace detail {
+
+// Launches `a2a` on `send` and records phase 2 (splits, stride per rank) in ctx when the outer
+// awaitable is waited.
+DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJaggedTensor& send,
+                                        const std::shared_ptr<ShardingBatchContext>& ctx);
+// The KJT's weights as a constant Variable when `weighted`, else undefined. The weights that
+// arrive through the input dist are constants (KJTAllToAll records nothing on the tape); a
+// weights Variable that requires grad gets comm_op_gradient_scaling over `group` (spec §4.1).
+Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group);
+// kjt permuted to the given features (by name, repeats allowed).
+KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
+                                  const std::vector<std::string>& features);
+// [B, sum dims] divisors: the bag length of each (sample, feature) for MEAN features (1 for
+// empty bags and for SUM features), each repeated over the feature's columns. Undefined when no
+// feature pools by MEAN.
+Tensor mean_divisor(const KeyedJaggedTensor& kjt, const std::vector<std::string>& features,
+                    const std::vector<int64_t>& dims, const std::vector<PoolingType>& pooling,
+                    DType dtype);
+// The collection's tables by sharding group, in the order the groups run: data_parallel,
+// table/column-wise (table_wise, column_wise, table_column_wise), row_wise, table_row_wise.
+std::vector<std::vector<int>> tables_by_group(const ShardedTables& tables);
+// Output pieces sorted by (feature, column offset) (stable).
+std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
+    std::vector<std::pair<OutputBlock, Variable>> pieces);
+// sum of v
+int64_t sum_of(const std::vector<int64_t>& v);
+
+}  // namespace detail
+}  // namespace ferry::torchrec

@@ -1,0 +1,140 @@
+#include "collectives/torchrec/sharding/rw_sharding.h"
+
+#include "autograd/ops.h"
+#include "collectives/torchrec/modules/embedding_lookup.h"
+#include "collectives/torchrec/sparse/bucketize.h"
+
+#include <algorithm>
+
+namespace ferry::torchrec {
+
+namespace detail {
+
+std::vector<RowWiseFeature> row_wise_features(const ShardedTables& tables,
+                                              const std::vector<int>& table_ids, int num_blocks) {
+  std::vector<RowWiseFeature> out;
+  int first_feature = 0;
+  for (const ShardedTable& t : tables.tables()) {
+    const int nf = static_cast<int>(t.config.feature_names.size());
+    if (std::find(table_ids.begin(), table_ids.end(), t.index) != table_ids.end()) {
+      const int64_t bs = (t.config.num_embeddings + num_blocks - 1) / num_blocks;
+      for (int f = 0; f < nf; ++f)
+        out.push_back({first_feature + f, t.config.feature_names[static_cast<size_t>(f)],
+                       t.config.embedding_dim, bs, t.config.pooling,
+                       t.tables.empty() ? nullptr : t.tables.front()});
+    }
+    first_feature += nf;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+namespace {
+template <class F>
+std::vector<int64_t> collect(const std::vector<detail::RowWiseFeature>& fs, F f) {
+  std::vector<int64_t> out;
+  for (const auto& x : fs) out.push_back(f(x));
+  return out;
+}
+std::vector<std::string> keys_of(const std::vector<detail::RowWiseFeature>& fs) {
+  std::vector<std::string> out;
+  for (const auto& x : fs) out.push_back(x.key);
+  return out;
+}
+}  // namespace
+
+RwPooledEmbeddingSharding::RwPooledEmbeddingSharding(const detail::ShardedTables& tables,
+                                                     std::vector<int> table_ids, bool is_weighted)
+    : world_(tables.world()),
+      weighted_(is_weighted),
+      dtype_(tables.tables()[static_cast<size_t>(table_ids.at(0))].config.data_type),
+      features_(detail::row_wise_features(tables, table_ids, world_.size())),
+      keys_(keys_of(features_)),
+      dims_(collect(features_, [](const auto& x) { return x.dim; })),
+      block_sizes_(collect(features_, [](const auto& x) { return x.block_size; })),
+      input_a2a_(world_, std::vector<int64_t>(static_cast<size_t>(world_.size()),
+                                              static_cast<int64_t>(features_.size()))),
+      output_rs_(world_, tables.codecs()) {
+  for (const auto& f : features_) {
+    blocks_.push_back({f.feature, 0, f.dim});
+    pooling_.push_back(f.pooling);
+  }
+}
+
+DistFeaturesAwaitable RwPooledEmbeddingSharding::input_dist(
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  ctx->batch_size = kjt.stride();
+  const KeyedJaggedTensor mine = detail::select_features(kjt, keys_);
+  ctx->mean_divisor = detail::mean_divisor(mine, keys_, dims_, pooling_, dtype_);
+  BucketizedKjt b = bucketize_kjt_before_all2all(mine, world_.size(), block_sizes_, false, false,
+                                                 std::nullopt, /*keep_original_indices=*/true);
+  return detail::launch_input_dist(input_a2a_, b.kjt, ctx);
+}
+
+Awaitable<Variable> RwPooledEmbeddingSharding::compute_and_output_dist(
+    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  std::vector<FeatureLookup> lookups;
+  for (size_t t = 0; t < features_.size(); ++t)
+    lookups.push_back({.table = features_[t].table,
+                       .feature = features_[t].key,
+                       .key_index = static_cast<int64_t>(t),
+                       .pooling = PoolingType::Sum});  // partial sums; MEAN divides below
+  Variable partial =
+      pooled_embedding_lookup(lookups, dist, detail::lookup_weights(dist, weighted_, world_));
+  Awaitable<Variable> out = output_rs_.forward(partial, ctx->stride_per_rank);
+  if (ctx->mean_divisor.defined()) {
+    // MEAN: the full bag's sum divided by the full bag length, here on the owning rank.
+    const Variable divisor(ctx->mean_divisor);
+    out.then([divisor](Variable y) { return div(y, divisor); });
+  }
+  return out;
+}
+
+RwSequenceEmbeddingSharding::RwSequenceEmbeddingSharding(const detail::ShardedTables& tables,
+                                                         std::vector<int> table_ids)
+    : world_(tables.world()),
+      features_(detail::row_wise_features(tables, table_ids, world_.size())),
+      keys_(keys_of(features_)),
+      block_sizes_(collect(features_, [](const auto& x) { return x.block_size; })),
+      input_a2a_(world_, std::vector<int64_t>(static_cast<size_t>(world_.size()),
+                                              static_cast<int64_t>(features_.size()))),
+      output_a2a_(world_, std::vector<int64_t>(static_cast<size_t>(world_.size()),
+                                               static_cast<int64_t>(features_.size())),
+                  tables.codecs()) {
+  for (const auto& f : features_) blocks_.push_back({f.feature, 0, f.dim});
+}
+
+DistFeaturesAwaitable RwSequenceEmbeddingSharding::input_dist(
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  ctx->batch_size = kjt.stride();
+  const KeyedJaggedTensor mine = detail::select_features(kjt, keys_);
+  ctx->sent_length_per_key = mine.length_per_key();
+  BucketizedKjt b = bucketize_kjt_before_all2all(mine, world_.size(), block_sizes_,
+                                                 /*output_permute=*/true, false, std::nullopt,
+                                                 /*keep_original_indices=*/true);
+  ctx->unbucketize_permute = b.unbucketize_permute;
+  return detail::launch_input_dist(input_a2a_, b.kjt, ctx);
+}
+
+Awaitable<std::vector<Variable>> RwSequenceEmbeddingSharding::compute_and_output_dist(
+    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  std::vector<FeatureLookup> lookups;
+  for (size_t t = 0; t < features_.size(); ++t)
+    lookups.push_back({.table = features_[t].table,
+                       .feature = features_[t].key,
+                       .key_index = static_cast<int64_t>(t)});
+  Variable local = cat(sequence_embedding_lookup(lookups, dist), 0);
+  const auto& sp = ctx->stride_per_rank;
+  const bool uneven = std::any_of(sp.begin(), sp.end(), [&](int64_t s) { return s != sp.front(); });
+  Awaitable<Variable> back = output_a2a_.forward(
+      local, dist.lengths(), ctx->dist->input_splits("values"), ctx->dist->output_splits("values"),
+      ctx->unbucketize_permute, uneven ? std::optional<std::vector<int64_t>>(sp) : std::nullopt,
+      uneven ? std::optional<Tensor>(sequence_sparse_features_recat(*ctx->dist)) : std::nullopt);
+  const std::vector<int64_t> sizes = ctx->sent_length_per_key;
+  return Awaitable<std::vector<Variable>>([back, sizes]() mutable {
+    return split(back.wait(), sizes, 0);
+  });
+}
+
+}  // namespace ferry::torchrec

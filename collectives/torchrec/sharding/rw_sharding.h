@@ -1,0 +1,82 @@
+// row_wise sharding (torchrec's rw_sharding): table t's rows split into W blocks of
+// ceil(R_t / W), block j on rank j.
+//
+//   input dist   the KJT's row-wise features, bucketized into W buckets
+//                (bucketize_kjt_before_all2all, keep_original_indices: ids stay global, the
+//                shard lookup skips nothing because every id it gets is in its block), then
+//                KJTAllToAll(splits = [T] * W): rank j receives bucket j of every feature for all
+//                W*B samples
+//   lookup       pooled: SUM over the rank's row block -> partial sums [W*B, D];
+//                sequence: the rows of the ids received
+//   output dist  pooled: PooledEmbeddingsReduceScatter (reduce_scatter_base with equal batches,
+//                _v otherwise) -> [B, D] on every owner; MEAN pooling: the summed partials are
+//                divided by the FULL bag length after the reduce-scatter, on the rank that owns
+//                the samples (it holds the lengths of its own KJT), as a differentiable division
+//                -- so the lookup runs with SUM and no rank needs another rank's lengths;
+//                sequence: SequenceEmbeddingsAllToAll with the unbucketize permutation.
+#pragma once
+
+#include "collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h"
+#include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
+#include "collectives/torchrec/sharding/embedding_sharding.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec {
+
+namespace detail {
+// The row-wise features of the given tables, in config order.
+struct RowWiseFeature {
+  int feature = 0;
+  std::string key;
+  int64_t dim = 0, block_size = 0;
+  PoolingType pooling = PoolingType::Sum;
+  std::shared_ptr<EmbeddingTable> table;  // this rank's row block
+};
+std::vector<RowWiseFeature> row_wise_features(const ShardedTables& tables,
+                                              const std::vector<int>& table_ids, int num_blocks);
+}  // namespace detail
+
+class RwPooledEmbeddingSharding : public PooledEmbeddingSharding {
+ public:
+  RwPooledEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids,
+                            bool is_weighted);
+  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
+                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  Awaitable<Variable> compute_and_output_dist(
+      const KeyedJaggedTensor& dist_features,
+      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+
+ private:
+  Group world_;
+  bool weighted_;
+  DType dtype_;
+  std::vector<detail::RowWiseFeature> features_;
+  std::vector<std::string> keys_;
+  std::vector<int64_t> dims_, block_sizes_;
+  std::vector<PoolingType> pooling_;
+  KJTAllToAll input_a2a_;
+  PooledEmbeddingsReduceScatter output_rs_;
+};
+
+class RwSequenceEmbeddingSharding : public SequenceEmbeddingSharding {
+ public:
+  RwSequenceEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids);
+  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
+                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  Awaitable<std::vector<Variable>> compute_and_output_dist(
+      const KeyedJaggedTensor& dist_features,
+      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+
+ private:
+  Group world_;
+  std::vector<detail::RowWiseFeature> features_;
+  std::vector<std::string> keys_;
+  std::vector<int64_t> block_sizes_;
+  KJTAllToAll input_a2a_;
+  SequenceEmbeddingsAllToAll output_a2a_;
+};
+
+}  // namespace ferry::torchrec

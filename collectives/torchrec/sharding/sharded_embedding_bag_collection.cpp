@@ -1,0 +1,139 @@
+#include "collectives/torchrec/sharding/sharded_embedding_bag_collection.h"
+
+#include "autograd/ops.h"
+#include "collectives/torchrec/comm/topology.h"
+#include "collectives/torchrec/sharding/dp_sharding.h"
+#include "collectives/torchrec/sharding/rw_sharding.h"
+#include "collectives/torchrec/sharding/tw_cw_sharding.h"
+#include "collectives/torchrec/sharding/twrw_sharding.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+
+namespace ferry::torchrec {
+
+
+ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
+    std::vector<EmbeddingBagConfig> tables, bool is_weighted, const ModuleShardingPlan& plan,
+    Group world, ShardedEmbeddingOptions options, std::optional<FusedOptimizerConfig> fused,
+    uint64_t seed)
+    : configs_(tables),
+      is_weighted_(is_weighted),
+      plan_(plan),
+      tables_(std::move(tables), plan, std::move(world), options, fused, seed,
+              "ShardedEmbeddingBagCollection", "embedding_bags") {
+  const auto groups = detail::tables_by_group(tables_);
+  if (!groups[0].empty())
+    shardings_.push_back(std::make_shared<DpPooledEmbeddingSharding>(tables_, groups[0], is_weighted_));
+  if (!groups[1].empty())
+    shardings_.push_back(std::make_shared<TwCwPooledEmbeddingSharding>(tables_, groups[1], is_weighted_));
+  if (!groups[2].empty())
+    shardings_.push_back(std::make_shared<RwPooledEmbeddingSharding>(tables_, groups[2], is_weighted_));
+  if (!groups[3].empty()) {
+    auto [intra, cross] = intra_and_cross_node_pg(tables_.world(), tables_.local_size());
+    shardings_.push_back(std::make_shared<TwRwPooledEmbeddingSharding>(
+        tables_, groups[3], is_weighted_, intra, cross));
+  }
+}
+
+ShardedInputDistAwaitable ShardedEmbeddingBagCollection::input_dist(
+    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
+  tables_.check_input(features, is_weighted_, "ShardedEmbeddingBagCollection::input_dist");
+  ctx.batch_size = features.stride();
+  ctx.shardings.clear();
+  std::vector<DistFeaturesAwaitable> phase1;
+  for (const auto& s : shardings_) {
+    ctx.shardings.push_back(std::make_shared<ShardingBatchContext>());
+    phase1.push_back(s->input_dist(features, ctx.shardings.back()));
+  }
+  return ShardedInputDistAwaitable([phase1]() mutable {
+    std::vector<Awaitable<KeyedJaggedTensor>> phase2;
+    for (auto& a : phase1) phase2.push_back(a.wait());
+    return Awaitable<std::vector<KeyedJaggedTensor>>([phase2]() mutable {
+      std::vector<KeyedJaggedTensor> out;
+      for (auto& a : phase2) out.push_back(a.wait());
+      return out;
+    });
+  });
+}
+
+LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_output_dist(
+    ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const {
+  FERRY_CHECK(dist_input.size() == shardings_.size() && ctx.shardings.size() == shardings_.size(),
+              InvalidArgument,
+              "ShardedEmbeddingBagCollection::compute_and_output_dist: expected the input dist's "
+              "result (",
+              shardings_.size(), " KJTs) and its context, got ", dist_input.size());
+  std::vector<Awaitable<Variable>> outs;
+  for (size_t i = 0; i < shardings_.size(); ++i)
+    outs.push_back(shardings_[i]->compute_and_output_dist(dist_input[i], ctx.shardings[i]));
+  const auto shardings = shardings_;
+  const std::vector<std::string> keys = tables_.features();
+  const std::vector<int64_t> dims = tables_.feature_dims();
+  return LazyAwaitable<PooledEmbeddings>(std::function<PooledEmbeddings()>(
+      [outs, shardings, keys, dims]() mutable {
+        std::vector<std::pair<OutputBlock, Variable>> pieces;
+        for (size_t i = 0; i < outs.size(); ++i) {
+          const Variable y = outs[i].wait();
+          const auto& blocks = shardings[i]->output_blocks();
+          std::vector<int64_t> widths;
+          for (const auto& b : blocks) widths.push_back(b.width);
+          const std::vector<Variable> parts =
+              blocks.size() == 1 ? std::vector<Variable>{y} : split(y, widths, 1);
+          for (size_t j = 0; j < blocks.size(); ++j) pieces.emplace_back(blocks[j], parts[j]);
+        }
+        pieces = detail::sorted_pieces(std::move(pieces));
+        std::vector<Variable> cols;
+        for (auto& p : pieces) cols.push_back(p.second);
+        PooledEmbeddings out;
+        out.keys = keys;
+        out.length_per_key = dims;
+        out.values = cols.size() == 1 ? cols.front() : cat(cols, 1);
+        return out;
+      }));
+}
+
+PooledEmbeddings ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features) const {
+  ShardedEmbeddingContext ctx;
+  std::vector<KeyedJaggedTensor> d = input_dist(ctx, features).wait().wait();
+  return compute_and_output_dist(ctx, d).value();
+}
+
+std::map<std::string, std::vector<std::shared_ptr<EmbeddingTable>>>
+ShardedEmbeddingBagCollection::local_tables() const {
+  std::map<std::string, std::vector<std::shared_ptr<EmbeddingTable>>> out;
+  for (const auto& t : tables_.tables()) out[t.config.name] = t.tables;
+  return out;
+}
+
+std::vector<std::shared_ptr<EmbeddingTable>> ShardedEmbeddingBagCollection::data_parallel_tables()
+    const {
+  return tables_.data_parallel_tables();
+}
+
+std::vector<Variable> ShardedEmbeddingBagCollection::data_parallel_parameters() const {
+  std::vector<Variable> out;
+  for (const auto& t : tables_.data_parallel_tables()) out.push_back(t->weight());
+  return out;
+}
+
+void ShardedEmbeddingBagCollection::reduce_data_parallel_gradients() const {
+  tables_.reduce_data_parallel_gradients();
+}
+
+void ShardedEmbeddingBagCollection::step_data_parallel() { tables_.step_data_parallel(); }
+
+std::map<std::string, Tensor> ShardedEmbeddingBagCollection::state_dict() const {
+  return tables_.state_dict();
+}
+
+std::map<std::string, std::vector<LocalShard>> ShardedEmbeddingBagCollection::local_state_dict()
+    const {
+  return tables_.local_state_dict();
+}
+
+void ShardedEmbeddingBagCollection::load_state_dict(const std::map<std::string, Tensor>& state) {
+  tables_.load_state_dict(state);
+}
+
+}  // namespace ferry::torchrec

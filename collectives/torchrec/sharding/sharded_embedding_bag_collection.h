@@ -1,0 +1,118 @@
+// ferry::torchrec::ShardedEmbeddingBagCollection: an EmbeddingBagCollection whose tables are
+// sharded over the ranks of a world group by a plan (torchrec's ShardedEmbeddingBagCollection).
+// Spec torchrec-modules.md §2-3, semantics.md §4.12.
+//
+//   ModuleShardingPlan plan = construct_module_sharding_plan(
+//       shapes, {{"t0", table_wise(0)}, {"t1", row_wise()}, {"t2", column_wise({0, 1})}}, W);
+//   ShardedEmbeddingBagCollection sebc(configs, /*is_weighted=*/false, plan, world, {},
+//                                      FusedOptimizerConfig{.learning_rate = 0.1}, seed);
+//   PooledEmbeddings out = sebc.forward(local_kjt);   // [B_local, sum dims], config order
+//
+// forward(kjt) returns exactly what EmbeddingBagCollection(configs, is_weighted, seed)
+// .forward(kjt) gives for this rank's samples (up to rounding where the summation order differs:
+// row-wise partial sums), and after a backward of each rank's loss (its mean over its B samples)
+// with gradient division on (the default) every table is updated as the unsharded collection's
+// would be by the mean loss over the global batch (rank-major). data_parallel tables need the
+// averaging step: step_data_parallel() (or reduce_data_parallel_gradients() and a step by hand).
+//
+// The stages, for a pipeline that overlaps batch i+1's input dist with batch i's compute:
+//   ShardedEmbeddingContext ctx;
+//   auto in = sebc.input_dist(ctx, kjt);          // phase 1 of every group's KJT all-to-all
+//   auto feats = in.wait();                       // phase 1 done, phase 2 issued
+//   std::vector<KeyedJaggedTensor> d = feats.wait();
+//   LazyAwaitable<PooledEmbeddings> out = sebc.compute_and_output_dist(ctx, d);
+//   out.value()                                   // waits the output dists, assembles
+// The collectives of all these calls run on `world`, in the same order on every rank; the
+// sharding groups (data_parallel, table/column-wise, row_wise, table_row_wise) always come in
+// that order. input_dist first runs the collective input check (ShardedEmbeddingOptions::
+// check_inputs): one blocking all_gather.
+//
+// Errors (InvalidArgument unless said): the plan is validated against the tables at
+// construction (a missing or extra table, a rank outside the world, bad shards), and must be the
+// same on every rank (MismatchError on every rank, check_plan_agreement); a configured feature
+// missing from a rank's KJT, an id out of range (message naming rank, table, feature, sample and
+// id), a weighted collection given a KJT without weights: raised on every rank before any
+// payload moves. Compute kernels: DENSE and FUSED (the plan's kernel: FUSED shards get the
+// fused optimizer, DENSE ones accumulate sparse gradients); data_parallel tables are never
+// fused. Not supported: variable batch per feature (VBE), the UVM / QUANT kernels (run as
+// FUSED).
+#pragma once
+
+#include "collectives/group.h"
+#include "collectives/torchrec/comm/lazy_awaitable.h"
+#include "collectives/torchrec/modules/embedding_bag_collection.h"
+#include "collectives/torchrec/sharding/embedding_sharding.h"
+#include "collectives/torchrec/sharding/sharded_tables.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec {
+
+// One batch's state between the stages (torchrec's EmbeddingBagCollectionContext): the batch
+// size and each sharding group's context. Fill it with input_dist, pass it on unchanged.
+struct ShardedEmbeddingContext {
+  int64_t batch_size = 0;
+  std::vector<std::shared_ptr<ShardingBatchContext>> shardings;
+  std::vector<Tensor> lengths_per_feature;  // sequence collections: each feature's lengths
+};
+
+// What input_dist returns: the outer wait finishes phase 1 of every group's input dist (and
+// issues phase 2); the inner wait gives one KJT per sharding group.
+using ShardedInputDistAwaitable = Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>;
+
+class ShardedEmbeddingBagCollection {
+ public:
+  // Collective over `world` (plan agreement; the intra/cross-node groups when a table is
+  // table_row_wise). `plan`: this module's plan (table name -> ParameterSharding).
+  ShardedEmbeddingBagCollection(std::vector<EmbeddingBagConfig> tables, bool is_weighted,
+                                const ModuleShardingPlan& plan, Group world,
+                                ShardedEmbeddingOptions options = {},
+                                std::optional<FusedOptimizerConfig> fused = std::nullopt,
+                                uint64_t seed = 0);
+
+  ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
+                                       const KeyedJaggedTensor& features) const;
+  LazyAwaitable<PooledEmbeddings> compute_and_output_dist(
+      ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
+  // input_dist, both waits, compute_and_output_dist, wait.
+  PooledEmbeddings forward(const KeyedJaggedTensor& features) const;
+
+  const std::vector<EmbeddingBagConfig>& embedding_bag_configs() const { return configs_; }
+  bool is_weighted() const { return is_weighted_; }
+  const std::vector<std::string>& feature_names() const { return tables_.features(); }
+  const std::vector<int64_t>& length_per_key() const { return tables_.feature_dims(); }
+  const Group& world() const { return tables_.world(); }
+  const ModuleShardingPlan& plan() const { return plan_; }
+
+  // This rank's shards: table name -> its EmbeddingTables (shard order of the plan).
+  std::map<std::string, std::vector<std::shared_ptr<EmbeddingTable>>> local_tables() const;
+  // data_parallel tables (every rank holds them whole): their weights are the parameters a DDP
+  // reducer would average; their sparse gradients are averaged by
+  // reduce_data_parallel_gradients() (collective) and stepped by step_data_parallel().
+  std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables() const;
+  std::vector<Variable> data_parallel_parameters() const;
+  void reduce_data_parallel_gradients() const;
+  void step_data_parallel();
+
+  // Item 6: full tables gathered on every rank (collective), "embedding_bags.<t>.weight".
+  std::map<std::string, Tensor> state_dict() const;
+  // This rank's shards with offsets (local).
+  std::map<std::string, std::vector<LocalShard>> local_state_dict() const;
+  // A full-table state (EmbeddingBagCollection::state_dict or state_dict() above, from any plan
+  // and world size) cut into this rank's shards (local).
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ private:
+  std::vector<EmbeddingBagConfig> configs_;
+  bool is_weighted_;
+  ModuleShardingPlan plan_;
+  detail::ShardedTables tables_;
+  std::vector<std::shared_ptr<PooledEmbeddingSharding>> shardings_;
+};
+
+}  // namespace ferry::torchrec

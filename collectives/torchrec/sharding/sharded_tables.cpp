@@ -1,0 +1,238 @@
+#include "collectives/torchrec/sharding/sharded_tables.h"
+
+#include "collectives/collectives.h"
+#include "collectives/torchrec/comm/topology.h"
+#include "collectives/torchrec/planner/plan_agreement.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace ferry::torchrec::detail {
+
+namespace {
+
+// The block [r0, r0 + nr) x [c0, c0 + nc) of `full` as a new contiguous tensor.
+Tensor cut(const Tensor& full, const ShardMetadata& m) {
+  return full.narrow_copy(0, m.row_offset(), m.rows()).narrow_copy(1, m.col_offset(), m.cols());
+}
+
+}  // namespace
+
+ShardedTables::ShardedTables(std::vector<EmbeddingBagConfig> configs,
+                             const ModuleShardingPlan& plan, Group world,
+                             ShardedEmbeddingOptions options,
+                             std::optional<FusedOptimizerConfig> fused, uint64_t seed,
+                             const char* where, const char* state_prefix)
+    : world_(std::move(world)), options_(options), fused_(fused), where_(where),
+      prefix_(state_prefix) {
+  FERRY_CHECK(world_.valid(), InvalidArgument, where, ": the world group is null");
+  const int W = world_.size();
+  local_size_ = options_.local_size > 0 ? options_.local_size : get_local_size(world_);
+  FERRY_CHECK(W % local_size_ == 0, InvalidArgument, where, ": local_size ", local_size_,
+              " does not divide the world size ", W);
+  validate_tables(configs, where);
+  if (fused_) validate(*fused_);
+  std::vector<TableShape> shapes;
+  for (const auto& c : configs) shapes.push_back({c.name, c.num_embeddings, c.embedding_dim});
+  validate_module_plan(plan, shapes, W, local_size_);
+  // Once, collectively: the same plan on every rank.
+  check_plan_agreement(ShardingPlan({{"", plan}}), world_);
+  if (options_.qcomms_config) codecs_ = get_qcomm_codecs(options_.qcomms_config);
+
+  const int me = world_.rank();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    ShardedTable t;
+    t.config = configs[i];
+    t.index = static_cast<int>(i);
+    t.sharding = plan.at(configs[i].name);
+    const TableShape shape = shapes[i];
+    t.shards = t.sharding.shards_on_rank(me, shape);
+    if (!t.shards.empty()) {
+      const Tensor full = init_table_weight(t.config, seed);
+      for (const auto& m : t.shards) {
+        std::shared_ptr<EmbeddingTable> table;
+        if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL) {
+          table = std::make_shared<EmbeddingTable>(t.config.name, full);
+        } else {
+          table = std::make_shared<EmbeddingTable>(
+              t.config.name, cut(full, m), shape.rows, shape.dim,
+              TableShard{m.row_offset(), m.rows(), m.col_offset(), m.cols()});
+          if (fused_ && t.sharding.compute_kernel != EmbeddingComputeKernel::DENSE)
+            table->set_fused_optimizer(*fused_);
+        }
+        table->set_bounds_check_mode(options_.bounds_check_mode);
+        t.tables.push_back(table);
+      }
+    }
+    for (const auto& f : t.config.feature_names) {
+      features_.push_back(f);
+      feature_table_.push_back(static_cast<int>(i));
+      feature_dims_.push_back(t.config.embedding_dim);
+    }
+    tables_.push_back(std::move(t));
+  }
+}
+
+void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
+                                const char* where) const {
+  if (!options_.check_inputs) return;
+  // status: {code, feature, sample, id}; code 0 ok, 1 missing feature, 2 id out of range,
+  // 3 weights missing, 4 variable stride per key (not supported).
+  std::vector<int64_t> status{0, 0, 0, 0};
+  const auto index = kjt.index_per_key();
+  if (kjt.variable_stride_per_key()) status = {4, 0, 0, 0};
+  if (status[0] == 0 && weighted && !kjt.has_weights()) status = {3, 0, 0, 0};
+  for (size_t f = 0; f < features_.size() && status[0] == 0; ++f) {
+    auto it = index.find(features_[f]);
+    if (it == index.end()) {
+      status = {1, static_cast<int64_t>(f), 0, 0};
+      break;
+    }
+    const int64_t rows = tables_[static_cast<size_t>(feature_table_[f])].config.num_embeddings;
+    const JaggedTensor jt = kjt[features_[f]];
+    const std::vector<int64_t> ids = jt.values().to_vector<int64_t>();
+    const Tensor lengths = jt.lengths();
+    int64_t b = 0, end = lengths.numel() > 0 ? static_cast<int64_t>(lengths.get_flat(0)) : 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      while (static_cast<int64_t>(i) >= end && b + 1 < lengths.numel())
+        end += static_cast<int64_t>(lengths.get_flat(++b));
+      if (ids[i] < 0 || ids[i] >= rows) {
+        status = {2, static_cast<int64_t>(f), b, ids[i]};
+        break;
+      }
+    }
+  }
+  const int W = world_.size();
+  std::vector<int64_t> all = status;
+  if (W > 1) {
+    Tensor out = zeros({static_cast<int64_t>(W) * 4}, DType::Int64);
+    all_gather(from_vector(status), out, world_).wait();
+    all = out.to_vector<int64_t>();
+  }
+  for (int r = 0; r < static_cast<int>(all.size() / 4); ++r) {
+    const int64_t* s = &all[static_cast<size_t>(r) * 4];
+    if (s[0] == 0) continue;
+    std::ostringstream os;
+    os << where << ": rank " << r << "'s input: ";
+    const std::string& feature = features_[static_cast<size_t>(std::max<int64_t>(s[1], 0))];
+    const auto& cfg = tables_[static_cast<size_t>(feature_table_[static_cast<size_t>(
+                                  std::max<int64_t>(s[1], 0))])].config;
+    if (s[0] == 1) {
+      os << "feature \"" << feature << "\" (table \"" << cfg.name
+         << "\") is configured but missing from the KJT's keys";
+    } else if (s[0] == 2) {
+      os << "table \"" << cfg.name << "\", feature \"" << feature << "\", sample " << s[2]
+         << ": id " << s[3] << " is out of range [0, " << cfg.num_embeddings << ")";
+    } else if (s[0] == 3) {
+      os << "the collection is weighted but the KJT has no weights";
+    } else {
+      os << "a variable stride per key (VBE) is not supported by the sharded collections";
+    }
+    FERRY_THROW(InvalidArgument, os.str());
+  }
+}
+
+std::map<std::string, Tensor> ShardedTables::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (const auto& t : tables_) {
+    const std::string key = prefix_ + "." + t.config.name + ".weight";
+    if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL) {
+      out[key] = t.tables.front()->weight().value().clone();
+      continue;
+    }
+    // Every element is held by exactly one shard: zeros elsewhere, summed over the ranks.
+    Tensor full = zeros({t.config.num_embeddings, t.config.embedding_dim}, t.config.data_type);
+    for (size_t s = 0; s < t.shards.size(); ++s) {
+      const ShardMetadata& m = t.shards[s];
+      if (m.rows() == 0 || m.cols() == 0) continue;
+      for (int64_t r = 0; r < m.rows(); ++r)
+        full.select(m.row_offset() + r).narrow(0, m.col_offset(), m.cols())
+            .copy_(t.tables[s]->weight().value().select(r));
+    }
+    if (world_.size() > 1) all_reduce(full, world_).wait();
+    out[key] = full;
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<LocalShard>> ShardedTables::local_state_dict() const {
+  std::map<std::string, std::vector<LocalShard>> out;
+  for (const auto& t : tables_) {
+    auto& v = out[prefix_ + "." + t.config.name + ".weight"];
+    for (size_t s = 0; s < t.shards.size(); ++s)
+      v.push_back({t.shards[s], t.tables[s]->weight().value()});
+  }
+  return out;
+}
+
+void ShardedTables::load_state_dict(const std::map<std::string, Tensor>& state) {
+  const std::string w = where_ + "::load_state_dict";
+  for (const auto& t : tables_) {
+    const std::string key = prefix_ + "." + t.config.name + ".weight";
+    auto it = state.find(key);
+    FERRY_CHECK(it != state.end(), InvalidArgument, w, ": the state has no \"", key, "\"");
+    const Tensor& full = it->second;
+    FERRY_CHECK(full.defined() && full.dim() == 2 && full.size(0) == t.config.num_embeddings &&
+                    full.size(1) == t.config.embedding_dim,
+                InvalidArgument, w, ": \"", key, "\" must be [", t.config.num_embeddings, ", ",
+                t.config.embedding_dim, "]");
+    for (size_t s = 0; s < t.shards.size(); ++s) {
+      Tensor dst = t.tables[s]->weight().value();
+      if (dst.numel() == 0) continue;
+      dst.copy_(cut(full, t.shards[s]).to(dst.dtype()));
+    }
+  }
+}
+
+std::vector<std::shared_ptr<EmbeddingTable>> ShardedTables::data_parallel_tables() const {
+  std::vector<std::shared_ptr<EmbeddingTable>> out;
+  for (const auto& t : tables_)
+    if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL) out.push_back(t.tables.front());
+  return out;
+}
+
+void ShardedTables::reduce_data_parallel_gradients() const {
+  const int W = world_.size();
+  for (const auto& table : data_parallel_tables()) {
+    const int64_t R = table->total_rows(), D = table->total_cols();
+    const SparseRowGradient& g = table->sparse_grad();
+    // [R, D + 1]: the dense gradient and a touched flag per row, summed over the ranks.
+    Tensor buf = zeros({R, D + 1}, table->dtype());
+    if (!g.empty()) {
+      const std::vector<int64_t> rows = g.rows().to_vector<int64_t>();
+      for (size_t i = 0; i < rows.size(); ++i) {
+        buf.select(rows[i]).narrow(0, 0, D).copy_(g.values().select(static_cast<int64_t>(i)));
+        buf.set_flat(rows[i] * (D + 1) + D, 1.0);
+      }
+    }
+    if (W > 1) all_reduce(buf, world_).wait();
+    std::vector<int64_t> rows;
+    for (int64_t r = 0; r < R; ++r)
+      if (buf.get_flat(r * (D + 1) + D) != 0.0) rows.push_back(r);
+    Tensor values = empty({static_cast<int64_t>(rows.size()), D}, table->dtype());
+    for (size_t i = 0; i < rows.size(); ++i)
+      values.select(static_cast<int64_t>(i)).copy_(buf.select(rows[i]).narrow(0, 0, D));
+    SparseRowGradient avg(from_vector(rows), values);
+    avg.scale_(1.0 / W);
+    table->zero_sparse_grad();
+    table->receive_gradient(avg);
+  }
+}
+
+void ShardedTables::step_data_parallel() {
+  FERRY_CHECK(fused_.has_value(), InvalidArgument, where_,
+              "::step_data_parallel: the collection has no optimizer config");
+  reduce_data_parallel_gradients();
+  for (const auto& table : data_parallel_tables()) {
+    auto it = dp_optimizers_.find(table->name());
+    if (it == dp_optimizers_.end())
+      it = dp_optimizers_
+               .emplace(table->name(), SparseOptimizer(*fused_, table->total_rows(),
+                                                       table->total_cols(), table->dtype()))
+               .first;
+    table->step(it->second);
+  }
+}
+
+}  // namespace ferry::torchrec::detail

@@ -1,0 +1,128 @@
+// ferry::torchrec sharded embedding tables: what a sharded collection holds on one rank (its
+// shards of every table, cut from the same deterministic initial tables as the unsharded
+// collection), the options shared by ShardedEmbeddingBagCollection and
+// ShardedEmbeddingCollection, the collective input check and the state (full tables or local
+// shards). Spec torchrec-modules.md §2; semantics.md §4.12.
+//
+// ShardedTables(configs, plan, world, options, fused, seed) validates the plan against the
+// tables (validate_module_plan: a missing table, an extra table, a rank outside the world, shards
+// that do not tile), checks once, collectively, that every rank holds the same plan
+// (check_plan_agreement) and builds this rank's shards:
+//   data_parallel          the whole table (every rank), never fused: its sparse gradient is
+//                          accumulated and averaged by reduce_data_parallel_gradients()
+//   other types            one EmbeddingTable per shard placed on this rank (TableShard offsets),
+//                          cut from init_table_weight(config, seed), so sharded == unsharded;
+//                          kernel FUSED with a fused config: the optimizer runs in backward;
+//                          kernel DENSE: the sparse gradient accumulates (step by hand)
+#pragma once
+
+#include "collectives/group.h"
+#include "collectives/torchrec/comm/comm_ops.h"
+#include "collectives/torchrec/comm/fbgemm_qcomm_codec.h"
+#include "collectives/torchrec/modules/embedding_config.h"
+#include "collectives/torchrec/modules/embedding_table.h"
+#include "collectives/torchrec/modules/fused_optimizer.h"
+#include "collectives/torchrec/planner/sharding_plan.h"
+#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec {
+
+// The environment of a sharded collection (torchrec's ShardingEnv + the sharder's options).
+struct ShardedEmbeddingOptions {
+  // Ranks per node for table_row_wise / table_column_wise (0: get_local_size(world)). Must
+  // divide the world size. Used for plan validation and the intra/cross-node groups.
+  int local_size = 0;
+  // Before any payload moves, every rank checks its own KJT (configured features present, ids in
+  // [0, num_embeddings), weights present when weighted) and the ranks exchange the outcome (one
+  // all_gather of 4 int64 per rank), so a bad batch raises the same InvalidArgument, naming the
+  // rank, table, feature, sample and id, on EVERY rank and the group stays usable. Off: the
+  // owning rank's lookup raises (BoundsCheckMode::Fatal) and its peers see the failure as a
+  // peer failure / timeout.
+  bool check_inputs = true;
+  // Codecs of the embedding output dists (comm ops) from a QCommsConfig (std::nullopt: none).
+  std::optional<QCommsConfig> qcomms_config{};
+  // Per-table bounds handling of the lookups (fbgemm's modes; see embedding_table.h).
+  BoundsCheckMode bounds_check_mode = BoundsCheckMode::Fatal;
+};
+
+// One shard of a table stored on this rank, with its place in the table.
+struct LocalShard {
+  ShardMetadata metadata;  // offsets, sizes, placement (this rank)
+  Tensor tensor;           // the shard's weight (shares the table's storage)
+};
+
+namespace detail {
+
+// A table of the collection with its plan and this rank's shards.
+struct ShardedTable {
+  EmbeddingBagConfig config;   // EmbeddingConfig tables as bag configs (pooling unused)
+  int index = 0;               // position in the config list
+  ParameterSharding sharding;  // its plan entry
+  // This rank's shards (data_parallel: one shard, the whole table), sharding_spec order.
+  std::vector<ShardMetadata> shards;
+  std::vector<std::shared_ptr<EmbeddingTable>> tables;
+};
+
+class ShardedTables {
+ public:
+  ShardedTables(std::vector<EmbeddingBagConfig> configs, const ModuleShardingPlan& plan,
+                Group world, ShardedEmbeddingOptions options,
+                std::optional<FusedOptimizerConfig> fused, uint64_t seed, const char* where,
+                const char* state_prefix);
+
+  const Group& world() const { return world_; }
+  int local_size() const { return local_size_; }
+  const ShardedEmbeddingOptions& options() const { return options_; }
+  const std::vector<ShardedTable>& tables() const { return tables_; }
+  // Feature names in config order, their table index, and each feature's dim.
+  const std::vector<std::string>& features() const { return features_; }
+  const std::vector<int>& feature_table() const { return feature_table_; }
+  const std::vector<int64_t>& feature_dims() const { return feature_dims_; }
+  // The codecs of the output dists (from options.qcomms_config).
+  const Codecs& codecs() const { return codecs_; }
+
+  // The collective input check (options.check_inputs; W = 1: local only). Throws
+  // InvalidArgument on every rank when any rank's KJT is bad.
+  void check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where) const;
+
+  // Full tables "<prefix>.<table>.weight", gathered (collective: every rank calls it).
+  std::map<std::string, Tensor> state_dict() const;
+  // This rank's shards "<prefix>.<table>.weight" -> its shards with offsets (local).
+  std::map<std::string, std::vector<LocalShard>> local_state_dict() const;
+  // Copies each full table of `state` into this rank's shards (local; every table present with
+  // its [rows, dim] shape). The fused optimizers' state is kept.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  // data_parallel tables: this rank's copies, and the collective average of their accumulated
+  // sparse gradients (sum over ranks / W of the dense gradients; rows touched on any rank stay
+  // touched), left as each table's sparse_grad().
+  std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables() const;
+  void reduce_data_parallel_gradients() const;
+  // reduce_data_parallel_gradients, then steps each data_parallel table with its own
+  // SparseOptimizer of the collection's fused config (the "dense optimizer path" of
+  // data-parallel tables). Throws when the collection has no fused config.
+  void step_data_parallel();
+
+ private:
+  Group world_;
+  int local_size_ = 1;
+  ShardedEmbeddingOptions options_;
+  std::optional<FusedOptimizerConfig> fused_;
+  std::string where_, prefix_;
+  std::vector<ShardedTable> tables_;
+  std::vector<std::string> features_;
+  std::vector<int> feature_table_;
+  std::vector<int64_t> feature_dims_;
+  Codecs codecs_;
+  std::map<std::string, SparseOptimizer> dp_optimizers_;
+};
+
+}  // namespace detail
+}  // namespace ferry::torchrec

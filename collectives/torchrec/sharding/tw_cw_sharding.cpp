@@ -1,0 +1,169 @@
+#include "collectives/torchrec/sharding/tw_cw_sharding.h"
+
+#include "autograd/ops.h"
+#include "collectives/torchrec/modules/embedding_lookup.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace ferry::torchrec {
+
+namespace detail {
+
+std::vector<ShardUnit> shard_units(const ShardedTables& tables, const std::vector<int>& table_ids,
+                                   int64_t width) {
+  const int me = tables.world().rank();
+  std::vector<ShardUnit> units;
+  int first_feature = 0;
+  for (const ShardedTable& t : tables.tables()) {
+    const int nf = static_cast<int>(t.config.feature_names.size());
+    if (std::find(table_ids.begin(), table_ids.end(), t.index) != table_ids.end()) {
+      size_t local = 0;  // t.shards / t.tables hold this rank's shards in spec order
+      for (const ShardMetadata& m : t.sharding.sharding_spec) {
+        std::shared_ptr<EmbeddingTable> mine;
+        if (m.placement == me) mine = t.tables.at(local++);
+        if (width > 0 && m.cols() != width) continue;
+        for (int f = 0; f < nf; ++f)
+          units.push_back({first_feature + f, t.config.feature_names[static_cast<size_t>(f)],
+                           m.placement, m.col_offset(), m.cols(), t.config.pooling, mine});
+      }
+    }
+    first_feature += nf;
+  }
+  std::stable_sort(units.begin(), units.end(),
+                   [](const ShardUnit& a, const ShardUnit& b) { return a.rank < b.rank; });
+  return units;
+}
+
+namespace {
+
+std::vector<int64_t> units_per_rank(const std::vector<ShardUnit>& units, int W) {
+  std::vector<int64_t> n(static_cast<size_t>(W), 0);
+  for (const auto& u : units) ++n[static_cast<size_t>(u.rank)];
+  return n;
+}
+
+std::vector<int64_t> dims_per_rank(const std::vector<ShardUnit>& units, int W) {
+  std::vector<int64_t> n(static_cast<size_t>(W), 0);
+  for (const auto& u : units) n[static_cast<size_t>(u.rank)] += u.width;
+  return n;
+}
+
+std::vector<std::string> unit_keys(const std::vector<ShardUnit>& units) {
+  std::vector<std::string> keys;
+  for (const auto& u : units) keys.push_back(u.key);
+  return keys;
+}
+
+DType tables_dtype(const ShardedTables& tables, const std::vector<int>& ids) {
+  return ids.empty() ? DType::Float32
+                     : tables.tables()[static_cast<size_t>(ids.front())].config.data_type;
+}
+
+// The column permutation putting the units' blocks (in rank order) in (feature, column) order.
+EmbeddingsCallback column_order_callback(const std::vector<ShardUnit>& units) {
+  std::vector<int64_t> order(units.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const auto& ua = units[static_cast<size_t>(a)];
+    const auto& ub = units[static_cast<size_t>(b)];
+    return ua.feature != ub.feature ? ua.feature < ub.feature : ua.col_offset < ub.col_offset;
+  });
+  std::vector<int64_t> dims;
+  for (const auto& u : units) dims.push_back(u.width);
+  return permute_pooled_embs_callback(PermutePooledEmbeddingsSplit(dims, order));
+}
+
+}  // namespace
+}  // namespace detail
+
+TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTables& tables,
+                                                         std::vector<int> table_ids,
+                                                         bool is_weighted)
+    : world_(tables.world()),
+      weighted_(is_weighted),
+      dtype_(detail::tables_dtype(tables, table_ids)),
+      units_(detail::shard_units(tables, table_ids, 0)),
+      send_keys_(detail::unit_keys(units_)),
+      dims_per_rank_(detail::dims_per_rank(units_, world_.size())),
+      input_a2a_(world_, detail::units_per_rank(units_, world_.size())),
+      output_a2a_(world_, dims_per_rank_,
+                  units_.empty() ? std::vector<EmbeddingsCallback>{}
+                                 : std::vector<EmbeddingsCallback>{detail::column_order_callback(units_)},
+                  tables.codecs()) {
+  std::vector<detail::ShardUnit> sorted = units_;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.feature != b.feature ? a.feature < b.feature : a.col_offset < b.col_offset;
+  });
+  for (const auto& u : sorted) blocks_.push_back({u.feature, u.col_offset, u.width});
+}
+
+DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  ctx->batch_size = kjt.stride();
+  return detail::launch_input_dist(input_a2a_, detail::select_features(kjt, send_keys_), ctx);
+}
+
+Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
+    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  const int me = world_.rank();
+  std::vector<FeatureLookup> lookups;
+  for (const auto& u : units_)
+    if (u.rank == me)
+      lookups.push_back({.table = u.table,
+                         .feature = u.key,
+                         .key_index = static_cast<int64_t>(lookups.size()),
+                         .pooling = u.pooling});
+  const int64_t n = detail::sum_of(ctx->stride_per_rank);
+  Variable local = lookups.empty()
+                       ? Variable(zeros({n, 0}, dtype_))
+                       : pooled_embedding_lookup(lookups, dist,
+                                                 detail::lookup_weights(dist, weighted_, world_));
+  return output_a2a_.forward(local, ctx->stride_per_rank);
+}
+
+TwCwSequenceEmbeddingSharding::TwCwSequenceEmbeddingSharding(const detail::ShardedTables& tables,
+                                                             std::vector<int> table_ids,
+                                                             int64_t width)
+    : world_(tables.world()),
+      dtype_(detail::tables_dtype(tables, table_ids)),
+      width_(width),
+      units_(detail::shard_units(tables, table_ids, width)),
+      send_keys_(detail::unit_keys(units_)),
+      input_a2a_(world_, detail::units_per_rank(units_, world_.size())),
+      output_a2a_(world_, detail::units_per_rank(units_, world_.size()), tables.codecs()) {
+  for (const auto& u : units_) blocks_.push_back({u.feature, u.col_offset, u.width});
+}
+
+DistFeaturesAwaitable TwCwSequenceEmbeddingSharding::input_dist(
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  ctx->batch_size = kjt.stride();
+  KeyedJaggedTensor send = detail::select_features(kjt, send_keys_);
+  ctx->sent_length_per_key = send.length_per_key();
+  return detail::launch_input_dist(input_a2a_, send, ctx);
+}
+
+Awaitable<std::vector<Variable>> TwCwSequenceEmbeddingSharding::compute_and_output_dist(
+    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  const int me = world_.rank();
+  std::vector<FeatureLookup> lookups;
+  for (const auto& u : units_)
+    if (u.rank == me)
+      lookups.push_back({.table = u.table,
+                         .feature = u.key,
+                         .key_index = static_cast<int64_t>(lookups.size())});
+  Variable local = lookups.empty() ? Variable(zeros({0, width_}, dtype_))
+                                   : cat(sequence_embedding_lookup(lookups, dist), 0);
+  const auto& sp = ctx->stride_per_rank;
+  const bool uneven = std::any_of(sp.begin(), sp.end(), [&](int64_t s) { return s != sp.front(); });
+  Awaitable<Variable> back = output_a2a_.forward(
+      local, dist.lengths(), ctx->dist->input_splits("values"), ctx->dist->output_splits("values"),
+      std::nullopt, uneven ? std::optional<std::vector<int64_t>>(sp) : std::nullopt,
+      uneven ? std::optional<Tensor>(sequence_sparse_features_recat(*ctx->dist)) : std::nullopt);
+  const std::vector<int64_t> sizes = ctx->sent_length_per_key;
+  return Awaitable<std::vector<Variable>>([back, sizes]() mutable {
+    return split(back.wait(), sizes, 0);
+  });
+}
+
+}  // namespace ferry::torchrec

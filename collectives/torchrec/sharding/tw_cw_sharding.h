@@ -1,0 +1,85 @@
+// table_wise, column_wise and table_column_wise sharding (torchrec's tw_sharding / cw_sharding /
+// twcw_sharding): every shard -- a whole table for table_wise, a column range for the others --
+// acts as a table of its own on the rank it is placed on.
+//
+//   input dist   the collection's KJT permuted to one key per (shard, feature of its table),
+//                ordered by the shard's rank (a feature repeats once per column shard), then
+//                KJTAllToAll(splits = keys per rank): each rank receives its shards' features
+//                for all W*B samples (rank-major)
+//   lookup       pooled_embedding_lookup / sequence_embedding_lookup on the rank's shards
+//   output dist  pooled: PooledEmbeddingsAllToAll(dims per rank) with the column permutation
+//                callback (PermutePooledEmbeddingsSplit) putting the blocks in (feature,
+//                column) order; sequence: SequenceEmbeddingsAllToAll back to the ids' owners.
+// A sequence group needs one width for all its shards (the sequence all-to-all moves [N, D]
+// rows): the collection makes one group per distinct shard width.
+#pragma once
+
+#include "collectives/torchrec/dist/pooled_embeddings_all_to_all.h"
+#include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
+#include "collectives/torchrec/sharding/embedding_sharding.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec {
+
+namespace detail {
+// One (shard, feature) pair: the unit a table-wise / column-wise input dist moves.
+struct ShardUnit {
+  int feature = 0;       // position in the collection's feature list
+  std::string key;       // the feature name
+  int rank = 0;          // where the shard lives
+  int64_t col_offset = 0, width = 0;
+  PoolingType pooling = PoolingType::Sum;
+  std::shared_ptr<EmbeddingTable> table;  // on this rank only
+};
+// The units of the given tables' shards of width `width` (0: any), sorted by rank (stable).
+std::vector<ShardUnit> shard_units(const ShardedTables& tables, const std::vector<int>& table_ids,
+                                   int64_t width);
+}  // namespace detail
+
+class TwCwPooledEmbeddingSharding : public PooledEmbeddingSharding {
+ public:
+  // table_ids: tables (config positions) sharded table_wise, column_wise or table_column_wise.
+  TwCwPooledEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids,
+                              bool is_weighted);
+  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
+                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  Awaitable<Variable> compute_and_output_dist(
+      const KeyedJaggedTensor& dist_features,
+      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+
+ private:
+  Group world_;
+  bool weighted_;
+  DType dtype_;
+  std::vector<detail::ShardUnit> units_;
+  std::vector<std::string> send_keys_;
+  std::vector<int64_t> dims_per_rank_;
+  KJTAllToAll input_a2a_;
+  PooledEmbeddingsAllToAll output_a2a_;
+};
+
+class TwCwSequenceEmbeddingSharding : public SequenceEmbeddingSharding {
+ public:
+  // The shards of width `width` of the given tables.
+  TwCwSequenceEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids,
+                                int64_t width);
+  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
+                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  Awaitable<std::vector<Variable>> compute_and_output_dist(
+      const KeyedJaggedTensor& dist_features,
+      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+
+ private:
+  Group world_;
+  DType dtype_;
+  int64_t width_;
+  std::vector<detail::ShardUnit> units_;
+  std::vector<std::string> send_keys_;
+  KJTAllToAll input_a2a_;
+  SequenceEmbeddingsAllToAll output_a2a_;
+};
+
+}  // namespace ferry::torchrec

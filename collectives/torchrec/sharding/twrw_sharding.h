@@ -1,0 +1,59 @@
+// table_row_wise sharding (torchrec's twrw_sharding): table t lives on ONE node h (L = local
+// size ranks, G = W / L nodes); its rows are split into L blocks of ceil(R_t / L), block j on
+// rank h*L + j.
+//
+//   input dist   the KJT's table-row-wise features bucketized into L buckets (ids kept global),
+//                then permuted so that rank r = h*L + j gets bucket j of node h's features
+//                (torchrec's staggered shuffle), KJTAllToAll(splits = features of node(r),
+//                stagger = G): the received samples come in (local rank, node) source order,
+//                so the block for local rank j holds the samples of ranks j, L + j, 2L + j, ...
+//   lookup       SUM over the rank's row block -> partial sums [W*B, D_h]
+//   output dist  intra-node PooledEmbeddingsReduceScatter (L blocks of G*B rows), waited, then
+//                cross-node PooledEmbeddingsAllToAll (dims per node) -> [B, sum over nodes of
+//                D_h], node-major; MEAN: divided by the full bag length on the owning rank, as
+//                row_wise. Every rank must have the same batch size.
+// The intra- and cross-node groups are intra_and_cross_node_pg(world, L).
+#pragma once
+
+#include "collectives/torchrec/dist/pooled_embeddings_all_to_all.h"
+#include "collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h"
+#include "collectives/torchrec/sharding/embedding_sharding.h"
+#include "collectives/torchrec/sharding/rw_sharding.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec {
+
+class TwRwPooledEmbeddingSharding : public PooledEmbeddingSharding {
+ public:
+  // intra / cross: this rank's groups of intra_and_cross_node_pg(world, tables.local_size()).
+  TwRwPooledEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids,
+                              bool is_weighted, Group intra, Group cross);
+  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
+                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  Awaitable<Variable> compute_and_output_dist(
+      const KeyedJaggedTensor& dist_features,
+      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+
+ private:
+  Group world_, intra_, cross_;
+  int L_ = 1, G_ = 1;
+  bool weighted_;
+  DType dtype_;
+  // Features in node-major order (node 0's features in config order, then node 1's, ...).
+  std::vector<detail::RowWiseFeature> features_;
+  std::vector<int> node_;  // node of each feature
+  std::vector<std::string> keys_;
+  std::vector<int64_t> dims_, block_sizes_;
+  std::vector<PoolingType> pooling_;
+  std::vector<int64_t> send_permute_;  // bucketized key index of each key sent, rank order
+  std::vector<std::string> my_keys_;
+  std::vector<int64_t> my_feature_pos_;  // positions in features_ of the features of my node
+  std::shared_ptr<KJTAllToAll> input_a2a_;
+  PooledEmbeddingsReduceScatter intra_rs_;
+  std::shared_ptr<PooledEmbeddingsAllToAll> cross_a2a_;
+};
+
+}  // namespace ferry::torchrec
