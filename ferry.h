@@ -22,6 +22,7 @@
 
 #include "collectives/algorithm_table.h"
 #include "collectives/collectives.h"
+#include "collectives/ddp/gradient_reducer.h"
 #include "collectives/differentiable/all_to_all_async.h"
 #include "collectives/differentiable/differentiable.h"
 #include "collectives/differentiable/distributed_gradcheck.h"

@@ -1,13 +1,16 @@
 // ferry-train: the demo trainer. Data-parallel training of a small MLP classifier on an embedded
 // synthetic dataset, the way a C++ trainer would use ferry:
 //
-//   - every rank builds the same model from the same seed, then rank 0's parameters are
-//     broadcast so the replicas start identical whatever the seed;
+//   - every rank builds its model from its own seed, then a GradientReducer
+//     (collectives/ddp/gradient_reducer.h, ferry's DistributedDataParallel) checks that the
+//     ranks registered the same parameters and broadcasts rank 0's values, so the replicas start
+//     identical;
 //   - each rank trains on its own shard of every mini-batch;
-//   - gradients are averaged over the ranks as backward produces them: a post-accumulate hook
-//     on each parameter launches an asynchronous all_reduce (avg) the moment that parameter's
-//     gradient is complete, so communication overlaps the rest of backward (what torch's DDP
-//     does with buckets); the optimizer waits for them before stepping;
+//   - the reducer averages the gradients over the ranks as backward produces them: as soon as
+//     every gradient of a bucket is complete it launches an asynchronous all_reduce (avg) of the
+//     bucket, overlapping the rest of backward; finish() waits for them before the optimizer
+//     steps (--bucket-kib sets the bucket cap; the default 16 KiB makes three buckets of the
+//     64-wide MLP: {b3, w3, b2}, {w2}, {b1, w1}, launched in that order);
 //   - each epoch the ranks agree on the mean training loss and the test accuracy with
 //     collectives, and rank 0 prints them.
 // At the end it checks that the replicas are still bit-identical and that the model learned:
@@ -41,6 +44,7 @@ struct Options {
   double lr = 0.1;
   double momentum = 0.9;
   uint64_t seed = 7;
+  int64_t bucket_kib = 16;  // the GradientReducer's bucket cap
 };
 
 constexpr int kFeatures = 16;
@@ -126,20 +130,9 @@ Outcome train(Group& world, const Options& o) {
   const int me = world.rank();
   const Dataset data = make_dataset(o.seed);
   Model model(o.hidden, o.seed + static_cast<uint64_t>(me));  // deliberately different...
-  for (Variable& p : model.params) {
-    Tensor value = p.value();
-    broadcast(value, 0, world).wait();  // ...until rank 0's parameters are broadcast
-  }
-
-  // Gradient averaging, overlapped with backward.
-  std::vector<Work> pending(model.params.size());
-  std::vector<Tensor> averaged(model.params.size());
-  for (size_t i = 0; i < model.params.size(); ++i) {
-    model.params[i].register_post_accumulate_hook([&, i](Variable& leaf) {
-      averaged[i] = empty(leaf.shape(), leaf.dtype());
-      pending[i] = all_reduce(leaf.grad(), averaged[i], world, ReduceOp::Avg);
-    });
-  }
+  // Gradient averaging in buckets, overlapped with backward.
+  DistributedDataParallel ddp(model.params, world, {.bucket_cap_bytes = o.bucket_kib << 10});
+  ddp.broadcast_parameters();  // ...until rank 0's parameters are broadcast
   Sgd optimizer(model.params, SgdOptions{.lr = o.lr, .momentum = o.momentum});
   Outcome outcome;
   outcome.initial_test_loss = test_loss(model, data, world);
@@ -159,10 +152,7 @@ Outcome train(Group& world, const Options& o) {
       Variable yb = index_select(Variable(data.y_train), 0, rows);
       Variable loss = binary_cross_entropy_with_logits(model.logits(xb), yb);
       loss.backward();
-      for (size_t i = 0; i < pending.size(); ++i) {
-        pending[i].wait();
-        model.params[i].set_grad(averaged[i]);
-      }
+      ddp.finish();
       optimizer.step();
       optimizer.zero_grad();
       loss_sum += loss.value().item();
@@ -205,7 +195,7 @@ Outcome train(Group& world, const Options& o) {
   std::fprintf(stderr,
                "ferry-train: %s\n"
                "usage: ferry-train [--world-size N] [--epochs N] [--batch N] [--hidden N] "
-               "[--lr X] [--seed N]\n",
+               "[--lr X] [--seed N] [--bucket-kib N]\n",
                problem);
   std::exit(2);
 }
@@ -222,6 +212,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--hidden") o.hidden = std::atoi(value);
     else if (flag == "--lr") o.lr = std::atof(value);
     else if (flag == "--seed") o.seed = std::strtoull(value, nullptr, 10);
+    else if (flag == "--bucket-kib") o.bucket_kib = std::atoll(value);
     else usage(std::string("unknown option ").append(flag).c_str());
   }
   if (o.world_size < 1 || o.epochs < 1 || o.hidden < 1 || o.lr <= 0) usage("bad value");

@@ -75,6 +75,7 @@
 #include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
 #include "collectives/torchrec/metrics/auc.h"
 #include "collectives/torchrec/metrics/binary_metrics.h"
+#include "collectives/torchrec/model_parallel/model_parallel.h"
 #include "collectives/torchrec/models/dlrm.h"
 #include "collectives/torchrec/modules/embedding_bag_collection.h"
 #include "collectives/torchrec/modules/embedding_collection.h"
