@@ -103,3 +103,4 @@
 #include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_tensor.h"
 #include "collectives/torchrec/sparse/kjt_dist.h"
+#include "collectives/torchrec/train_pipeline/train_pipeline.h"

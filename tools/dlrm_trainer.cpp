@@ -1,0 +1,528 @@
+// ferry-dlrm: the main demo. Trains a DLRM whose embedding tables are sharded over the ranks
+// (ShardedEmbeddingBagCollection by a plan from the planner, or --sharding), whose dense part is
+// replicated (DistributedModelParallel: averaged gradients, SGD with momentum), with the sparse
+// input dist of the next batch overlapping the current batch's compute (TrainPipelineSparseDist;
+// --pipeline off: TrainPipelineBase), on the embedded synthetic Criteo-like data (each rank
+// generates only its own batches).
+//
+// Prints the sharding plan, a progress line with samples/s during each epoch (a terminal only;
+// otherwise one line per epoch), per epoch train loss, test loss, test AUC and accuracy, and the
+// median step time by stage. Exit status 0 only when
+//   - the equivalence check passed: before training, a fresh sharded model (same tables and
+//     dense init) trains --check-steps steps through the same pipeline, and rank 0 trains the
+//     unsharded model (EmbeddingBagCollection + DLRM) on the same global batches; the logits of
+//     every step, every table and every dense parameter must agree within 1e-4 relative to
+//     max(1, largest magnitude) (float32 with different summation orders; 5e-2 with a lossy
+//     codec), and
+//   - the model learned: final test AUC >= dense-only AUC + 0.25 (Bayes AUC - dense-only AUC) of
+//     the generator (both computed exactly from the hidden model, datasets/synthetic_criteo.h):
+//     above what the dense features alone allow, so the embeddings must have learned.
+// Ranks are threads of the local transport by default; under mpiexec (or FERRY_BACKEND=ucx with
+// ferry-run) each process is one rank.
+#include "ferry.h"
+#include "collectives/torchrec/torchrec.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace ferry;
+using namespace ferry::torchrec;
+
+struct Options {
+  int world_size = 4;
+  int epochs = 2;
+  int64_t batch = 128;  // per rank
+  int tables = 26;
+  int64_t max_rows = 10000;
+  int64_t dim = 16;
+  int64_t train_samples = 32768;
+  int64_t test_samples = 8192;
+  std::string sharding = "planner";
+  std::string codec = "fp32";
+  bool pipeline = true;
+  std::string metrics;
+  uint64_t seed = 0;
+  double dense_lr = 0.05;
+  double momentum = 0.9;
+  double sparse_lr = 10.0;
+  int check_steps = 3;
+  int64_t check_batch = 32;
+  double min_auc = -1;  // < 0: from the generator
+};
+
+std::vector<int64_t> cardinalities(const Options& o) {
+  std::vector<int64_t> c = default_cardinalities(o.tables);
+  for (int64_t& v : c) v = std::min(v, o.max_rows);
+  return c;
+}
+
+SyntheticCriteo make_data(const Options& o) {
+  SyntheticCriteoConfig cfg;
+  cfg.num_sparse = o.tables;
+  cfg.cardinalities = cardinalities(o);
+  cfg.num_train = o.train_samples;
+  cfg.num_test = o.test_samples;
+  cfg.seed = o.seed;
+  return SyntheticCriteo(cfg);
+}
+
+std::vector<EmbeddingBagConfig> table_configs(const Options& o) {
+  std::vector<EmbeddingBagConfig> configs;
+  const std::vector<int64_t> rows = cardinalities(o);
+  for (int t = 0; t < o.tables; ++t) {
+    EmbeddingBagConfig c;
+    c.name = "t_" + std::to_string(t);
+    c.num_embeddings = rows[static_cast<size_t>(t)];
+    c.embedding_dim = o.dim;
+    c.feature_names = {"cat_" + std::to_string(t)};
+    c.pooling = PoolingType::Mean;
+    configs.push_back(c);
+  }
+  return configs;
+}
+
+std::vector<PlannerTable> planner_tables(const Options& o) {
+  std::vector<PlannerTable> out;
+  for (const EmbeddingBagConfig& c : table_configs(o)) {
+    PlannerTable t;
+    t.name = c.name;
+    t.rows = c.num_embeddings;
+    t.dim = c.embedding_dim;
+    t.pooling_factor = 3.0;
+    out.push_back(t);
+  }
+  return out;
+}
+
+Topology topology(const Options& o, int world_size) {
+  Topology topo;
+  topo.world_size = world_size;
+  topo.local_world_size = world_size;
+  topo.batch_size = o.batch;
+  topo.memory_budget = int64_t{1} << 30;
+  return topo;
+}
+
+// The plan: the planner's, or every table (or a cycle over the tables) of one type.
+ShardingPlan make_plan(const Options& o, int world_size) {
+  if (o.sharding == "planner") {
+    return EmbeddingShardingPlanner(topology(o, world_size)).plan(planner_tables(o), "sparse.ebc");
+  }
+  std::vector<TableShape> shapes;
+  for (const PlannerTable& t : planner_tables(o)) shapes.push_back(t.shape());
+  std::vector<int> all;
+  for (int r = 0; r < world_size; ++r) all.push_back(r);
+  const std::vector<std::string> cycle = {"dp", "tw", "cw", "twcw", "rw", "twrw"};
+  std::map<std::string, ParameterShardingGenerator> gens;
+  for (size_t t = 0; t < shapes.size(); ++t) {
+    std::string type = o.sharding == "mixed" ? cycle[t % cycle.size()] : o.sharding;
+    ParameterShardingGenerator g;
+    if (type == "dp") g = data_parallel();
+    else if (type == "tw") g = table_wise(static_cast<int>(t % static_cast<size_t>(world_size)));
+    else if (type == "cw") g = column_wise(all);
+    else if (type == "twcw") g = table_column_wise(0);
+    else if (type == "rw") g = row_wise();
+    else if (type == "twrw") g = table_row_wise(0);
+    else throw InvalidArgument("ferry-dlrm: unknown --sharding " + o.sharding);
+    gens[shapes[t].name] = g;
+  }
+  ShardingPlan plan;
+  plan.set_plan_for_module("sparse.ebc", construct_module_sharding_plan(shapes, gens, world_size,
+                                                                        world_size, "sparse.ebc"));
+  return plan;
+}
+
+DlrmConfig dlrm_config(const Options& o) {
+  DlrmConfig c;
+  c.dense_in_features = 13;
+  c.dense_arch_layer_sizes = {64, o.dim};
+  c.over_arch_layer_sizes = {64, 1};
+  c.seed = o.seed + 1;
+  return c;
+}
+
+FusedOptimizerConfig fused_config(const Options& o) {
+  FusedOptimizerConfig f;
+  f.optimizer = EmbOptimType::Sgd;
+  f.learning_rate = o.sparse_lr;
+  return f;
+}
+
+std::vector<std::string> feature_keys(const Options& o) { return criteo_sparse_keys(o.tables); }
+
+// One rank's sharded model and its pipeline.
+struct ShardedDlrm {
+  std::shared_ptr<ShardedEmbeddingBagCollection> sebc;
+  std::unique_ptr<SparseArch> sparse;
+  std::unique_ptr<DLRM> dlrm;
+  std::unique_ptr<DistributedModelParallel> dmp;
+  std::unique_ptr<TrainPipeline> pipeline;
+
+  Variable logits(const Batch& b, const PooledEmbeddings& pooled) const {
+    return dlrm->forward_with_embeddings(
+        Variable(b.dense), SparseArchOutput{pooled.keys, pooled.length_per_key, pooled.values});
+  }
+};
+
+std::unique_ptr<ShardedDlrm> build(const Options& o, const ModuleShardingPlan& plan, Group& world) {
+  auto m = std::make_unique<ShardedDlrm>();
+  ShardedEmbeddingOptions so;
+  so.local_size = world.size();
+  if (o.codec != "fp32") {
+    const size_t comma = o.codec.find(',');
+    const CommType fwd = comm_type_from_name(o.codec.substr(0, comma));
+    const CommType bwd =
+        comma == std::string::npos ? fwd : comm_type_from_name(o.codec.substr(comma + 1));
+    so.qcomms_config = QCommsConfig(fwd, bwd);
+  }
+  m->sebc = std::make_shared<ShardedEmbeddingBagCollection>(table_configs(o), false, plan, world,
+                                                            so, fused_config(o), o.seed);
+  ShardedEmbeddingBagCollection* sebc = m->sebc.get();
+  m->sparse = std::make_unique<SparseArch>(
+      feature_keys(o), o.dim, [sebc](const KeyedJaggedTensor& kjt) { return sebc->forward(kjt); });
+  m->dlrm = std::make_unique<DLRM>(*m->sparse, dlrm_config(o));
+  const double lr = o.dense_lr, momentum = o.momentum;
+  m->dmp = std::make_unique<DistributedModelParallel>(
+      m->dlrm->dense_parameters(),
+      std::vector<std::shared_ptr<ShardedModule>>{std::make_shared<ShardedEbcModule>(m->sebc)},
+      world, [lr, momentum](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
+        return std::make_unique<Sgd>(std::move(p), SgdOptions{.lr = lr, .momentum = momentum});
+      });
+  PipelineModel pm;
+  pm.sparse = m->sebc;
+  pm.dmp = m->dmp.get();
+  ShardedDlrm* self = m.get();
+  pm.dense_step = [self](const Batch& b, const PooledEmbeddings& pooled) {
+    Variable logits = self->logits(b, pooled);
+    return DenseStepResult{logits, bce_with_logits(logits, b.labels)};
+  };
+  if (o.pipeline) m->pipeline = std::make_unique<TrainPipelineSparseDist>(pm);
+  else m->pipeline = std::make_unique<TrainPipelineBase>(pm);
+  return m;
+}
+
+double sum_over_ranks(double mine, const Group& world) {
+  Tensor t = full({1}, mine, DType::Float64);
+  all_reduce(t, world).wait();
+  return t.item();
+}
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) return 1e30;
+  double diff = 0, scale = 1;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, std::abs(a.get_flat(i) - b.get_flat(i)));
+    scale = std::max(scale, std::abs(b.get_flat(i)));
+  }
+  return diff / scale;
+}
+
+struct CheckResult {
+  double logits = 0, tables = 0, dense = 0, tolerance = 0;
+  bool passed = false;
+};
+
+// Sharded training through the pipeline vs rank 0's unsharded model on the same global batches.
+CheckResult equivalence_check(const Options& o, const SyntheticCriteo& data,
+                              const ModuleShardingPlan& plan, Group& world) {
+  const int W = world.size();
+  const int64_t b = o.check_batch;
+  std::unique_ptr<ShardedDlrm> m = build(o, plan, world);
+  ShardOptions so;
+  so.batch_size = b;
+  so.rank = world.rank();
+  so.world_size = W;
+  SyntheticCriteoSource source(data, Split::Train, so);
+  std::vector<Tensor> gathered;
+  for (int k = 0; k < o.check_steps; ++k) {
+    std::optional<TrainStepOutput> out = m->pipeline->progress(source);
+    if (!out) throw InvalidArgument("ferry-dlrm: too few samples for the equivalence check");
+    gathered.push_back(gather_scores(out->logits, out->labels, world).scores);
+  }
+  std::map<std::string, Tensor> tables = m->sebc->state_dict();
+  CheckResult r;
+  r.tolerance = o.codec == "fp32" ? 1e-4 : 5e-2;
+  std::vector<double> errs(3, 0.0);
+  if (world.rank() == 0) {
+    EmbeddingBagCollection ebc(table_configs(o), false, o.seed, fused_config(o));
+    SparseArch sa(feature_keys(o), o.dim, [&ebc](const KeyedJaggedTensor& k) { return ebc.forward(k); });
+    DLRM ref(sa, dlrm_config(o));
+    Sgd sgd(ref.dense_parameters(), SgdOptions{.lr = o.dense_lr, .momentum = o.momentum});
+    for (int k = 0; k < o.check_steps; ++k) {
+      Batch g = data.batch(Split::Train, k * W * b, W * b);
+      Variable logits = ref.forward(Variable(g.dense), g.sparse);
+      errs[0] = std::max(errs[0], max_rel_diff(gathered[static_cast<size_t>(k)], logits.value()));
+      bce_with_logits(logits, g.labels).backward();
+      sgd.step();
+      sgd.zero_grad();
+    }
+    for (const auto& [name, t] : ebc.state_dict()) {
+      auto it = tables.find(name);
+      errs[1] = std::max(errs[1], it == tables.end() ? 1e30 : max_rel_diff(it->second, t));
+    }
+    const std::vector<Variable> mine = m->dlrm->dense_parameters();
+    const std::vector<Variable> theirs = ref.dense_parameters();
+    for (size_t i = 0; i < mine.size(); ++i)
+      errs[2] = std::max(errs[2], max_rel_diff(mine[i].value(), theirs[i].value()));
+  }
+  Tensor e = from_vector<double>(errs);
+  broadcast(e, 0, world).wait();
+  r.logits = e.get_flat(0);
+  r.tables = e.get_flat(1);
+  r.dense = e.get_flat(2);
+  r.passed = r.logits <= r.tolerance && r.tables <= r.tolerance && r.dense <= r.tolerance;
+  return r;
+}
+
+BinaryMetrics evaluate(const ShardedDlrm& m, const SyntheticCriteo& data, const Options& o,
+                       const Group& world) {
+  NoGradGuard no_grad;
+  ShardOptions so;
+  so.batch_size = o.batch;
+  so.rank = world.rank();
+  so.world_size = world.size();
+  SyntheticCriteoSource test(data, Split::Test, so);
+  std::vector<float> probs, labels;
+  while (std::optional<Batch> b = test.next_batch()) {
+    Tensor logits = m.logits(*b, m.sebc->forward(b->sparse)).value();
+    for (int64_t i = 0; i < logits.numel(); ++i) {
+      probs.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-logits.get_flat(i)))));
+      labels.push_back(static_cast<float>(b->labels.get_flat(i)));
+    }
+  }
+  return gathered_binary_metrics(from_vector<float>(probs), from_vector<float>(labels), world);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Outcome {
+  CheckResult check;
+  double auc = 0, threshold = 0;
+  bool ok = false;
+};
+
+Outcome run(const Options& o, Group& world) {
+  const int W = world.size();
+  const bool printer = world.rank() == 0;
+  const bool tty = isatty(1) != 0;
+  const SyntheticCriteo data = make_data(o);
+  const ShardingPlan plan = make_plan(o, W);
+  const ModuleShardingPlan module_plan = *plan.get_plan_for_module("sparse.ebc");
+  Outcome outcome;
+  if (printer) {
+    const double bayes = data.bayes_auc(8192), dense_only = data.dense_only_auc(8192);
+    outcome.threshold = o.min_auc >= 0 ? o.min_auc : dense_only + 0.25 * (bayes - dense_only);
+    std::printf("%s\n", format_plan(plan, {{"sparse.ebc", planner_tables(o)}}, topology(o, W)).c_str());
+    std::printf("generator: Bayes AUC %.4f, dense-only AUC %.4f -> learning threshold %.4f\n",
+                bayes, dense_only, outcome.threshold);
+    std::fflush(stdout);
+  }
+  outcome.threshold = sum_over_ranks(outcome.threshold, world);
+
+  // The equivalence check against single-process training.
+  outcome.check = equivalence_check(o, data, module_plan, world);
+  if (printer) {
+    std::printf("equivalence with unsharded single-process training (%d steps, global batch %lld): "
+                "max rel. diff logits %.2e, tables %.2e, dense %.2e (tolerance %.0e): %s\n",
+                o.check_steps, static_cast<long long>(o.check_batch * W), outcome.check.logits,
+                outcome.check.tables, outcome.check.dense, outcome.check.tolerance,
+                outcome.check.passed ? "passed" : "FAILED");
+    std::fflush(stdout);
+  }
+
+  std::unique_ptr<ShardedDlrm> m = build(o, module_plan, world);
+  ShardOptions so;
+  so.batch_size = o.batch;
+  so.rank = world.rank();
+  so.world_size = W;
+  SyntheticCriteoSource train(data, Split::Train, so);
+  const int64_t steps_per_epoch = train.num_batches();
+  std::FILE* csv = nullptr;
+  if (printer && !o.metrics.empty()) {
+    csv = std::fopen(o.metrics.c_str(), "w");
+    if (csv == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + o.metrics);
+    std::fprintf(csv, "epoch,step,pipeline,world_size,batch,data_ms,agreement_ms,input_dist_ms,"
+                      "lookup_output_dist_ms,dense_forward_ms,backward_ms,grad_all_reduce_ms,"
+                      "optimizer_ms,comm_wait_ms,total_ms,loss\n");
+  }
+  std::vector<StepTimes> last_epoch;
+  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+    train.reset();
+    m->pipeline->reset();
+    last_epoch.clear();
+    double loss_sum = 0;
+    int64_t steps = 0;
+    const auto start = std::chrono::steady_clock::now();
+    while (std::optional<TrainStepOutput> out = m->pipeline->progress(train)) {
+      loss_sum += out->loss;
+      ++steps;
+      last_epoch.push_back(out->times);
+      if (csv != nullptr) {
+        const StepTimes& t = out->times;
+        std::fprintf(csv, "%d,%lld,%s,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.6f\n",
+                     epoch, static_cast<long long>(out->step), m->pipeline->name().c_str(), W,
+                     static_cast<long long>(o.batch), 1e3 * t.data, 1e3 * t.agreement,
+                     1e3 * t.input_dist, 1e3 * t.lookup_output_dist, 1e3 * t.dense_forward,
+                     1e3 * t.backward, 1e3 * t.grad_all_reduce, 1e3 * t.optimizer,
+                     1e3 * t.comm_wait, 1e3 * t.total, out->loss);
+      }
+      if (printer && tty) {
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const int width = 30;
+        const int filled = static_cast<int>(width * steps / std::max<int64_t>(1, steps_per_epoch));
+        std::printf("\repoch %d [%s%s] %lld/%lld steps, %.0f samples/s, loss %.4f ", epoch,
+                    std::string(static_cast<size_t>(filled), '=').c_str(),
+                    std::string(static_cast<size_t>(width - filled), ' ').c_str(),
+                    static_cast<long long>(steps), static_cast<long long>(steps_per_epoch),
+                    static_cast<double>(steps * W * o.batch) / secs, loss_sum / steps);
+        std::fflush(stdout);
+      }
+    }
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double train_loss = sum_over_ranks(loss_sum, world) /
+                              std::max(1.0, sum_over_ranks(static_cast<double>(steps), world));
+    const BinaryMetrics test = evaluate(*m, data, o, world);
+    outcome.auc = test.auc;
+    if (printer) {
+      if (tty) std::printf("\r%*s\r", 100, "");
+      std::printf("epoch %d: %lld steps, %.0f samples/s | train loss %.4f | test loss %.4f  "
+                  "AUC %.4f  accuracy %.2f%%\n",
+                  epoch, static_cast<long long>(steps),
+                  static_cast<double>(steps * W * o.batch) / secs, train_loss, test.log_loss,
+                  test.auc, 100.0 * test.accuracy);
+      std::fflush(stdout);
+    }
+  }
+  if (csv != nullptr) std::fclose(csv);
+  if (printer && !last_epoch.empty()) {
+    // Medians over the last epoch's steps (rank 0), skipping the first (pipeline fill).
+    auto med = [&](double StepTimes::*field) {
+      std::vector<double> v;
+      for (size_t i = last_epoch.size() > 1 ? 1 : 0; i < last_epoch.size(); ++i)
+        v.push_back(1e3 * (last_epoch[i].*field));
+      return median(v);
+    };
+    const double total = med(&StepTimes::total);
+    std::printf("step time (rank 0, %s pipeline, median of the last epoch): %.2f ms = data %.2f + "
+                "agreement %.2f + input dist %.2f + lookup/output dist %.2f + dense fwd %.2f + "
+                "backward %.2f + grad all_reduce %.2f + optimizer %.2f ms; waiting on "
+                "communication %.2f ms (%.0f%%)\n",
+                m->pipeline->name().c_str(), total, med(&StepTimes::data),
+                med(&StepTimes::agreement), med(&StepTimes::input_dist),
+                med(&StepTimes::lookup_output_dist), med(&StepTimes::dense_forward),
+                med(&StepTimes::backward), med(&StepTimes::grad_all_reduce),
+                med(&StepTimes::optimizer), med(&StepTimes::comm_wait),
+                total > 0 ? 100.0 * med(&StepTimes::comm_wait) / total : 0.0);
+  }
+  outcome.ok = outcome.check.passed && outcome.auc >= outcome.threshold;
+  return outcome;
+}
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "ferry-dlrm: %s\n"
+               "usage: ferry-dlrm [--world-size N] [--epochs N] [--batch N (per rank)] "
+               "[--tables N] [--max-rows N] [--dim N] [--train-samples N] [--test-samples N]\n"
+               "       [--sharding planner|tw|rw|cw|dp|twcw|twrw|mixed] [--codec fp32|fp16|bf16|"
+               "fp8|int8[,BWD]] [--pipeline on|off] [--metrics PATH.csv]\n"
+               "       [--seed N] [--dense-lr X] [--sparse-lr X] [--check-steps N] "
+               "[--check-batch N] [--min-auc X]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") usage("help");
+    if (i + 1 >= argc) usage("missing value after " + flag);
+    const std::string v = argv[++i];
+    if (flag == "--world-size") o.world_size = std::atoi(v.c_str());
+    else if (flag == "--epochs") o.epochs = std::atoi(v.c_str());
+    else if (flag == "--batch") o.batch = std::atoll(v.c_str());
+    else if (flag == "--tables") o.tables = std::atoi(v.c_str());
+    else if (flag == "--max-rows") o.max_rows = std::atoll(v.c_str());
+    else if (flag == "--dim") o.dim = std::atoll(v.c_str());
+    else if (flag == "--train-samples") o.train_samples = std::atoll(v.c_str());
+    else if (flag == "--test-samples") o.test_samples = std::atoll(v.c_str());
+    else if (flag == "--sharding") o.sharding = v;
+    else if (flag == "--codec") o.codec = v;
+    else if (flag == "--pipeline") {
+      if (v != "on" && v != "off") usage("--pipeline takes on or off");
+      o.pipeline = v == "on";
+    } else if (flag == "--metrics") o.metrics = v;
+    else if (flag == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (flag == "--dense-lr") o.dense_lr = std::atof(v.c_str());
+    else if (flag == "--sparse-lr") o.sparse_lr = std::atof(v.c_str());
+    else if (flag == "--check-steps") o.check_steps = std::atoi(v.c_str());
+    else if (flag == "--check-batch") o.check_batch = std::atoll(v.c_str());
+    else if (flag == "--min-auc") o.min_auc = std::atof(v.c_str());
+    else usage("unknown option " + flag);
+  }
+  if (o.world_size < 1 || o.epochs < 1 || o.batch < 1 || o.tables < 1 || o.max_rows < 1 ||
+      o.dim < 1 || o.check_steps < 1 || o.check_batch < 1)
+    usage("bad value");
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  Group launched = init();
+  const bool one_process_per_rank = launched.size() > 1;
+  const int world_size = one_process_per_rank ? launched.size() : o.world_size;
+  o.world_size = world_size;
+  if (o.test_samples < o.batch * world_size || o.train_samples < o.batch * world_size)
+    usage("--train-samples and --test-samples must hold at least one global batch");
+  if (!one_process_per_rank || launched.rank() == 0) {
+    std::printf("ferry-dlrm: DLRM on %d ranks (%s), %d tables (<= %lld rows, dim %lld) sharded "
+                "by %s, batch %lld per rank, %s pipeline, codec %s, %d epochs of %lld samples\n",
+                world_size, one_process_per_rank ? backend_name().c_str() : "local transport",
+                o.tables, static_cast<long long>(o.max_rows), static_cast<long long>(o.dim),
+                o.sharding.c_str(), static_cast<long long>(o.batch),
+                o.pipeline ? "sparse-dist" : "base", o.codec.c_str(), o.epochs,
+                static_cast<long long>(o.train_samples));
+    std::fflush(stdout);
+  }
+  Outcome result;
+  if (one_process_per_rank) {
+    result = run(o, launched);
+  } else {
+    std::mutex mutex;
+    run_ranks(world_size, [&](Group& world) {
+      Outcome mine = run(o, world);
+      std::lock_guard lock(mutex);
+      if (world.rank() == 0) result = mine;
+    });
+  }
+  if (!one_process_per_rank || launched.rank() == 0) {
+    std::printf("ferry-dlrm: equivalence %s; test AUC %.4f %s threshold %.4f: %s\n",
+                result.check.passed ? "passed" : "FAILED", result.auc,
+                result.auc >= result.threshold ? ">=" : "<", result.threshold,
+                result.ok ? "the sharded DLRM learned" : "FAILED");
+  }
+  finalize();
+  return result.ok ? 0 : 1;
+}
