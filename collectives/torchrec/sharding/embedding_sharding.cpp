@@ -85,10 +85,7 @@ std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
   return pieces;
 }
 
-int64_t sum_of(const std::vector<int64_t>& v) {
-  int64_t s = 0;
-  for (int64_t x : v) s += x;
-  return s;
-}
+// sum_of (declared in embedding_sharding.h) is defined once, in comm/comm_op_base.cpp (the
+// same function): a second definition here broke the link of the merged library.
 
 }  // namespace ferry::torchrec::detail
