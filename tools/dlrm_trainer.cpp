@@ -44,12 +44,12 @@ using namespace ferry::torchrec;
 
 struct Options {
   int world_size = 4;
-  int epochs = 2;
+  int epochs = 3;
   int64_t batch = 128;  // per rank
   int tables = 26;
   int64_t max_rows = 10000;
   int64_t dim = 16;
-  int64_t train_samples = 32768;
+  int64_t train_samples = 65536;
   int64_t test_samples = 8192;
   std::string sharding = "planner";
   std::string codec = "fp32";
@@ -58,7 +58,7 @@ struct Options {
   uint64_t seed = 0;
   double dense_lr = 0.05;
   double momentum = 0.9;
-  double sparse_lr = 10.0;
+  double sparse_lr = 30.0;
   int check_steps = 3;
   int64_t check_batch = 32;
   double min_auc = -1;  // < 0: from the generator
