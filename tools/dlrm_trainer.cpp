@@ -361,7 +361,7 @@ Outcome run(const Options& o, Group& world) {
     if (csv == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + o.metrics);
     std::fprintf(csv, "epoch,step,pipeline,world_size,batch,data_ms,agreement_ms,input_dist_ms,"
                       "lookup_output_dist_ms,dense_forward_ms,backward_ms,grad_all_reduce_ms,"
-                      "optimizer_ms,comm_wait_ms,total_ms,loss\n");
+                      "optimizer_ms,sparse_optimizer_ms,comm_wait_ms,total_ms,loss\n");
   }
   std::vector<StepTimes> last_epoch;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
@@ -377,12 +377,12 @@ Outcome run(const Options& o, Group& world) {
       last_epoch.push_back(out->times);
       if (csv != nullptr) {
         const StepTimes& t = out->times;
-        std::fprintf(csv, "%d,%lld,%s,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.6f\n",
+        std::fprintf(csv, "%d,%lld,%s,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.6f\n",
                      epoch, static_cast<long long>(out->step), m->pipeline->name().c_str(), W,
                      static_cast<long long>(o.batch), 1e3 * t.data, 1e3 * t.agreement,
                      1e3 * t.input_dist, 1e3 * t.lookup_output_dist, 1e3 * t.dense_forward,
                      1e3 * t.backward, 1e3 * t.grad_all_reduce, 1e3 * t.optimizer,
-                     1e3 * t.comm_wait, 1e3 * t.total, out->loss);
+                     1e3 * t.sparse_optimizer, 1e3 * t.comm_wait, 1e3 * t.total, out->loss);
       }
       if (printer && tty) {
         const double secs =
@@ -425,13 +425,15 @@ Outcome run(const Options& o, Group& world) {
     const double total = med(&StepTimes::total);
     std::printf("step time (rank 0, %s pipeline, median of the last epoch): %.2f ms = data %.2f + "
                 "agreement %.2f + input dist %.2f + lookup/output dist %.2f + dense fwd %.2f + "
-                "backward %.2f + grad all_reduce %.2f + optimizer %.2f ms; waiting on "
+                "backward %.2f + grad all_reduce %.2f + dense optimizer %.2f + data_parallel "
+                "tables %.2f ms; waiting on "
                 "communication %.2f ms (%.0f%%)\n",
                 m->pipeline->name().c_str(), total, med(&StepTimes::data),
                 med(&StepTimes::agreement), med(&StepTimes::input_dist),
                 med(&StepTimes::lookup_output_dist), med(&StepTimes::dense_forward),
                 med(&StepTimes::backward), med(&StepTimes::grad_all_reduce),
-                med(&StepTimes::optimizer), med(&StepTimes::comm_wait),
+                med(&StepTimes::optimizer), med(&StepTimes::sparse_optimizer),
+                med(&StepTimes::comm_wait),
                 total > 0 ? 100.0 * med(&StepTimes::comm_wait) / total : 0.0);
   }
   outcome.ok = outcome.check.passed && outcome.auc >= outcome.threshold;

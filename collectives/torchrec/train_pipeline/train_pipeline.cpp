@@ -91,7 +91,13 @@ TrainStepOutput TrainPipeline::compute_step(const Batch& batch, ShardedEmbedding
   times.comm_wait += finish;
   t0 = Clock::now();
   if (has_reducer) dmp.dense_optimizer().step();
+  times.optimizer += seconds_since(t0);
+  t0 = Clock::now();
   for (auto& module : dmp.sharded_modules()) module->fused_optimizer_step();
+  const double sparse_step = seconds_since(t0);
+  times.sparse_optimizer += sparse_step;
+  times.comm_wait += sparse_step;
+  t0 = Clock::now();
   dmp.zero_grad();
   times.optimizer += seconds_since(t0);
 

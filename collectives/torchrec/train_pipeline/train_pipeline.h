@@ -84,8 +84,9 @@ struct PipelineModel {
 // input_dist is the time this step spent starting and waiting on the *next* batch's input dist
 // (the part not hidden behind compute); `comm_wait` is the time blocked in waits on
 // collectives: input dist waits, the output dist's wait (with the lookup, which the
-// LazyAwaitable runs together with it, so an upper bound), the reducer's finish and the
-// exhaustion agreement.
+// LazyAwaitable runs together with it, so an upper bound), the reducer's finish, the sharded
+// modules' optimizer step (the data_parallel tables' all_reduce with their small step: an
+// upper bound too) and the exhaustion agreement (which also absorbs the skew between ranks).
 struct StepTimes {
   double data = 0;                // fetching / generating this rank's batch
   double agreement = 0;           // the "have a batch" all_reduce(s)
@@ -94,7 +95,9 @@ struct StepTimes {
   double dense_forward = 0;       // dense forward and loss
   double backward = 0;            // backward (fused sparse updates, gradient launches inside)
   double grad_all_reduce = 0;     // the reducer's finish(): waiting for the gradient all_reduces
-  double optimizer = 0;           // dense optimizer + data_parallel tables + zero_grad
+  double optimizer = 0;           // dense optimizer + zero_grad
+  double sparse_optimizer = 0;    // every module's fused_optimizer_step: for a ShardedEbcModule
+                                  // the data_parallel tables' gradient all_reduce and step
   double comm_wait = 0;
   double total = 0;
 };
