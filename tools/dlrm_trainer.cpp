@@ -35,6 +35,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -55,6 +56,7 @@ struct Options {
   std::string codec = "fp32";
   bool pipeline = true;
   std::string metrics;
+  std::string svg;
   uint64_t seed = 0;
   double dense_lr = 0.05;
   double momentum = 0.9;
@@ -313,6 +315,74 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+
+struct EpochRecord {
+  double train_loss = 0, test_loss = 0, auc = 0;
+};
+
+// A picture of the run: test AUC and losses per epoch (left), and rank 0's median step time by
+// stage (right, one stacked bar; medians of each stage, so the stack need not add up to the
+// median total).
+void write_svg(const std::string& path, const std::vector<EpochRecord>& epochs,
+               const std::vector<std::pair<std::string, double>>& stages, double threshold,
+               const std::string& title) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + path);
+  const double W = 820, H = 360, x0 = 60, y0 = 40, pw = 380, ph = 260;
+  std::fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
+                  "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" "
+                  "height=\"100%%\" fill=\"white\"/>\n<text x=\"%g\" y=\"20\" font-size=\"14\">%s"
+                  "</text>\n", W, H, x0, title.c_str());
+  // Left: lines on [0, 1] (AUC) and [0, max loss].
+  std::fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" "
+                  "stroke=\"black\"/>\n", x0, y0, pw, ph);
+  double max_loss = 0;
+  for (const EpochRecord& e : epochs) max_loss = std::max({max_loss, e.train_loss, e.test_loss});
+  const size_t n = epochs.size();
+  auto px = [&](size_t i) { return x0 + (n <= 1 ? pw / 2 : pw * static_cast<double>(i) / static_cast<double>(n - 1)); };
+  auto line = [&](const char* color, const char* label, int row, auto value, double lo, double hi) {
+    std::string pts;
+    for (size_t i = 0; i < n; ++i) {
+      const double y = y0 + ph * (1 - (value(epochs[i]) - lo) / (hi - lo));
+      pts += std::to_string(px(i)) + "," + std::to_string(y) + " ";
+      std::fprintf(f, "<circle cx=\"%g\" cy=\"%g\" r=\"3\" fill=\"%s\"/>\n", px(i), y, color);
+    }
+    std::fprintf(f, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"/>\n"
+                    "<text x=\"%g\" y=\"%g\" fill=\"%s\">%s</text>\n",
+                 pts.c_str(), color, x0 + 8, y0 + 16.0 * row, color, label);
+  };
+  const double auc_lo = 0.5, auc_hi = 0.9;
+  line("#c33", "test AUC (0.5-0.9)", 1, [](const EpochRecord& e) { return e.auc; }, auc_lo, auc_hi);
+  line("#36c", "train loss", 2, [](const EpochRecord& e) { return e.train_loss; }, 0.0, max_loss * 1.1);
+  line("#393", "test loss", 3, [](const EpochRecord& e) { return e.test_loss; }, 0.0, max_loss * 1.1);
+  const double ty = y0 + ph * (1 - (threshold - auc_lo) / (auc_hi - auc_lo));
+  std::fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"#c33\" "
+                  "stroke-dasharray=\"4 3\"/>\n<text x=\"%g\" y=\"%g\" fill=\"#c33\">AUC "
+                  "threshold %.3f</text>\n<text x=\"%g\" y=\"%g\">epoch 1 .. %zu</text>\n",
+               x0, ty, x0 + pw, ty, x0 + pw - 130, ty - 4, threshold, x0 + pw / 2 - 30,
+               y0 + ph + 18, n);
+  // Right: the stacked bar of stage medians.
+  const double bx = x0 + pw + 80, bw = 60;
+  double sum = 0;
+  for (const auto& st : stages) sum += st.second;
+  const char* colors[] = {"#999", "#c9c", "#f93", "#fc3", "#9c6", "#69c", "#36c", "#c66", "#933"};
+  double y = y0 + ph;
+  size_t k = 0;
+  for (const auto& [name, ms] : stages) {
+    const double h = sum > 0 ? ph * ms / sum : 0;
+    y -= h;
+    std::fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"%s\"/>\n"
+                    "<rect x=\"%g\" y=\"%g\" width=\"10\" height=\"10\" fill=\"%s\"/>\n"
+                    "<text x=\"%g\" y=\"%g\">%s %.2f ms</text>\n",
+                 bx, y, bw, h, colors[k % 9], bx + bw + 20, y0 + 18.0 * static_cast<double>(k),
+                 colors[k % 9], bx + bw + 34, y0 + 18.0 * static_cast<double>(k) + 10, name.c_str(), ms);
+    ++k;
+  }
+  std::fprintf(f, "<text x=\"%g\" y=\"%g\">step stages (median ms, rank 0)</text>\n</svg>\n", bx,
+               y0 + ph + 18);
+  std::fclose(f);
+}
+
 struct Outcome {
   CheckResult check;
   double auc = 0, threshold = 0;
@@ -364,6 +434,7 @@ Outcome run(const Options& o, Group& world) {
                       "optimizer_ms,sparse_optimizer_ms,comm_wait_ms,total_ms,loss\n");
   }
   std::vector<StepTimes> last_epoch;
+  std::vector<EpochRecord> records;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     train.reset();
     m->pipeline->reset();
@@ -403,6 +474,7 @@ Outcome run(const Options& o, Group& world) {
                               std::max(1.0, sum_over_ranks(static_cast<double>(steps), world));
     const BinaryMetrics test = evaluate(*m, data, o, world);
     outcome.auc = test.auc;
+    records.push_back(EpochRecord{train_loss, test.log_loss, test.auc});
     if (printer) {
       if (tty) std::printf("\r%*s\r", 100, "");
       std::printf("epoch %d: %lld steps, %.0f samples/s | train loss %.4f | test loss %.4f  "
@@ -435,6 +507,22 @@ Outcome run(const Options& o, Group& world) {
                 med(&StepTimes::optimizer), med(&StepTimes::sparse_optimizer),
                 med(&StepTimes::comm_wait),
                 total > 0 ? 100.0 * med(&StepTimes::comm_wait) / total : 0.0);
+    if (!o.svg.empty()) {
+      write_svg(o.svg, records,
+                {{"data", med(&StepTimes::data)},
+                 {"agreement", med(&StepTimes::agreement)},
+                 {"input dist", med(&StepTimes::input_dist)},
+                 {"lookup + output dist", med(&StepTimes::lookup_output_dist)},
+                 {"dense forward", med(&StepTimes::dense_forward)},
+                 {"backward", med(&StepTimes::backward)},
+                 {"grad all_reduce", med(&StepTimes::grad_all_reduce)},
+                 {"dense optimizer", med(&StepTimes::optimizer)},
+                 {"data_parallel tables", med(&StepTimes::sparse_optimizer)}},
+                outcome.threshold,
+                "ferry-dlrm: " + std::to_string(W) + " ranks, " + m->pipeline->name() +
+                    " pipeline, sharding " + o.sharding);
+      std::printf("wrote %s\n", o.svg.c_str());
+    }
   }
   outcome.ok = outcome.check.passed && outcome.auc >= outcome.threshold;
   return outcome;
@@ -446,7 +534,7 @@ Outcome run(const Options& o, Group& world) {
                "usage: ferry-dlrm [--world-size N] [--epochs N] [--batch N (per rank)] "
                "[--tables N] [--max-rows N] [--dim N] [--train-samples N] [--test-samples N]\n"
                "       [--sharding planner|tw|rw|cw|dp|twcw|twrw|mixed] [--codec fp32|fp16|bf16|"
-               "fp8|int8[,BWD]] [--pipeline on|off] [--metrics PATH.csv]\n"
+               "fp8|int8[,BWD]] [--pipeline on|off] [--metrics PATH.csv] [--svg PATH.svg]\n"
                "       [--seed N] [--dense-lr X] [--sparse-lr X] [--check-steps N] "
                "[--check-batch N] [--min-auc X]\n",
                problem.c_str());
@@ -474,6 +562,7 @@ Options parse(int argc, char** argv) {
       if (v != "on" && v != "off") usage("--pipeline takes on or off");
       o.pipeline = v == "on";
     } else if (flag == "--metrics") o.metrics = v;
+    else if (flag == "--svg") o.svg = v;
     else if (flag == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
     else if (flag == "--dense-lr") o.dense_lr = std::atof(v.c_str());
     else if (flag == "--sparse-lr") o.sparse_lr = std::atof(v.c_str());
