@@ -57,6 +57,8 @@ struct Options {
   bool pipeline = true;
   std::string metrics;
   std::string svg;
+  std::string checkpoint;  // written after every epoch
+  std::string resume;      // read before training
   uint64_t seed = 0;
   double dense_lr = 0.05;
   double momentum = 0.9;
@@ -166,6 +168,101 @@ FusedOptimizerConfig fused_config(const Options& o) {
 
 std::vector<std::string> feature_keys(const Options& o) { return criteo_sparse_keys(o.tables); }
 
+// SGD with momentum (torch's rule with dampening 0: b = g at the first step, then
+// b = momentum b + g; p -= lr b), as ferry's Sgd computes it, with the momentum buffers
+// reachable so that a checkpoint can hold them. Float32 parameters.
+class MomentumSgd : public Optimizer {
+ public:
+  MomentumSgd(std::vector<Variable> parameters, double lr, double momentum)
+      : Optimizer(std::move(parameters), "MomentumSgd"), lr_(lr), momentum_(momentum),
+        buffers(parameters_.size()) {}
+  void step() override {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      Variable& p = parameters_[i];
+      if (!p.grad().defined()) continue;
+      Tensor value = p.value();
+      auto w = value.vec<float>();
+      ColVector<float> g = p.grad().vec<float>();
+      if (!buffers[i].defined()) {
+        buffers[i] = p.grad().clone();
+        buffers[i].vec<float>() = g;
+      } else {
+        auto b = buffers[i].vec<float>();
+        b = float(momentum_) * b + float(1.0) * g;
+      }
+      g = buffers[i].vec<float>();
+      w -= float(lr_) * g;
+      value.bump_version();
+    }
+  }
+  double lr_, momentum_;
+  std::vector<Tensor> buffers;  // undefined until a parameter's first step
+};
+
+// A checkpoint: full tables, dense parameters and their momentum buffers, and the epochs done.
+// One file, written by rank 0, read by every rank: any world size and plan can resume it (the
+// tables are loaded into whatever shards this rank holds).
+struct Checkpoint {
+  int64_t epochs_done = 0;
+  std::map<std::string, Tensor> tensors;
+};
+
+void save_checkpoint(const std::string& path, const Checkpoint& c) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + path);
+  auto put = [&](const void* p, size_t n) { std::fwrite(p, 1, n, f); };
+  const char magic[8] = {'F', 'D', 'L', 'R', 'M', 'C', 'K', '1'};
+  put(magic, 8);
+  put(&c.epochs_done, 8);
+  const int64_t count = static_cast<int64_t>(c.tensors.size());
+  put(&count, 8);
+  for (const auto& [name, t] : c.tensors) {
+    const Tensor v = t.to(DType::Float32).clone();
+    const int64_t len = static_cast<int64_t>(name.size()), rank = v.dim();
+    put(&len, 8);
+    put(name.data(), name.size());
+    put(&rank, 8);
+    for (int64_t d : v.shape()) put(&d, 8);
+    put(v.data<float>(), v.nbytes());
+  }
+  if (std::fclose(f) != 0) throw InvalidArgument("ferry-dlrm: cannot write " + path);
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot read " + path);
+  auto get = [&](void* p, size_t n) {
+    if (std::fread(p, 1, n, f) != n) {
+      std::fclose(f);
+      throw InvalidArgument("ferry-dlrm: " + path + " is truncated");
+    }
+  };
+  char magic[8];
+  get(magic, 8);
+  if (std::memcmp(magic, "FDLRMCK1", 8) != 0) {
+    std::fclose(f);
+    throw InvalidArgument("ferry-dlrm: " + path + " is not a ferry-dlrm checkpoint");
+  }
+  Checkpoint c;
+  int64_t count = 0;
+  get(&c.epochs_done, 8);
+  get(&count, 8);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t len = 0, rank = 0;
+    get(&len, 8);
+    std::string name(static_cast<size_t>(len), '\0');
+    get(name.data(), name.size());
+    get(&rank, 8);
+    Shape shape(static_cast<size_t>(rank));
+    for (int64_t& d : shape) get(&d, 8);
+    Tensor t = empty(shape, DType::Float32);
+    get(t.data<float>(), t.nbytes());
+    c.tensors[name] = t;
+  }
+  std::fclose(f);
+  return c;
+}
+
 // One rank's sharded model and its pipeline.
 struct ShardedDlrm {
   std::shared_ptr<ShardedEmbeddingBagCollection> sebc;
@@ -202,7 +299,7 @@ std::unique_ptr<ShardedDlrm> build(const Options& o, const ModuleShardingPlan& p
       m->dlrm->dense_parameters(),
       std::vector<std::shared_ptr<ShardedModule>>{std::make_shared<ShardedEbcModule>(m->sebc)},
       world, [lr, momentum](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
-        return std::make_unique<Sgd>(std::move(p), SgdOptions{.lr = lr, .momentum = momentum});
+        return std::make_unique<MomentumSgd>(std::move(p), lr, momentum);
       });
   PipelineModel pm;
   pm.sparse = m->sebc;
@@ -263,7 +360,7 @@ CheckResult equivalence_check(const Options& o, const SyntheticCriteo& data,
     EmbeddingBagCollection ebc(table_configs(o), false, o.seed, fused_config(o));
     SparseArch sa(feature_keys(o), o.dim, [&ebc](const KeyedJaggedTensor& k) { return ebc.forward(k); });
     DLRM ref(sa, dlrm_config(o));
-    Sgd sgd(ref.dense_parameters(), SgdOptions{.lr = o.dense_lr, .momentum = o.momentum});
+    MomentumSgd sgd(ref.dense_parameters(), o.dense_lr, o.momentum);
     for (int k = 0; k < o.check_steps; ++k) {
       Batch g = data.batch(Split::Train, k * W * b, W * b);
       Variable logits = ref.forward(Variable(g.dense), g.sparse);
@@ -435,7 +532,31 @@ Outcome run(const Options& o, Group& world) {
   }
   std::vector<StepTimes> last_epoch;
   std::vector<EpochRecord> records;
-  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+  auto& dense_opt = dynamic_cast<MomentumSgd&>(m->dmp->dense_optimizer());
+  const std::vector<Variable> dense = m->dlrm->dense_parameters();
+  int first_epoch = 1;
+  if (!o.resume.empty()) {
+    const Checkpoint c = load_checkpoint(o.resume);
+    std::map<std::string, Tensor> tables;
+    for (const auto& [name, t] : c.tensors)
+      if (name.rfind("embedding_bags.", 0) == 0) tables[name] = t;
+    m->sebc->load_state_dict(tables);
+    for (size_t i = 0; i < dense.size(); ++i) {
+      auto it = c.tensors.find("dense." + std::to_string(i));
+      if (it == c.tensors.end()) throw InvalidArgument("ferry-dlrm: " + o.resume + " has no dense." + std::to_string(i));
+      Tensor v = dense[i].value();
+      v.copy_(it->second.reshape(v.shape()));
+      auto b = c.tensors.find("momentum." + std::to_string(i));
+      if (b != c.tensors.end()) dense_opt.buffers[i] = b->second.reshape(v.shape()).clone();
+    }
+    first_epoch = static_cast<int>(c.epochs_done) + 1;
+    if (printer) {
+      std::printf("resumed from %s after epoch %lld\n", o.resume.c_str(),
+                  static_cast<long long>(c.epochs_done));
+      std::fflush(stdout);
+    }
+  }
+  for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
     train.reset();
     m->pipeline->reset();
     last_epoch.clear();
@@ -475,6 +596,18 @@ Outcome run(const Options& o, Group& world) {
     const BinaryMetrics test = evaluate(*m, data, o, world);
     outcome.auc = test.auc;
     records.push_back(EpochRecord{train_loss, test.log_loss, test.auc});
+    if (!o.checkpoint.empty()) {
+      Checkpoint c;
+      c.epochs_done = epoch;
+      c.tensors = m->sebc->state_dict();  // collective: every rank
+      for (size_t i = 0; i < dense.size(); ++i) {
+        c.tensors["dense." + std::to_string(i)] = dense[i].value();
+        if (dense_opt.buffers[i].defined())
+          c.tensors["momentum." + std::to_string(i)] = dense_opt.buffers[i];
+      }
+      if (printer) save_checkpoint(o.checkpoint, c);
+      barrier(world).wait();  // the file is complete before any rank goes on
+    }
     if (printer) {
       if (tty) std::printf("\r%*s\r", 100, "");
       std::printf("epoch %d: %lld steps, %.0f samples/s | train loss %.4f | test loss %.4f  "
@@ -535,6 +668,7 @@ Outcome run(const Options& o, Group& world) {
                "[--tables N] [--max-rows N] [--dim N] [--train-samples N] [--test-samples N]\n"
                "       [--sharding planner|tw|rw|cw|dp|twcw|twrw|mixed] [--codec fp32|fp16|bf16|"
                "fp8|int8[,BWD]] [--pipeline on|off] [--metrics PATH.csv] [--svg PATH.svg]\n"
+               "       [--checkpoint PATH] [--resume PATH]\n"
                "       [--seed N] [--dense-lr X] [--sparse-lr X] [--check-steps N] "
                "[--check-batch N] [--min-auc X]\n",
                problem.c_str());
@@ -563,6 +697,8 @@ Options parse(int argc, char** argv) {
       o.pipeline = v == "on";
     } else if (flag == "--metrics") o.metrics = v;
     else if (flag == "--svg") o.svg = v;
+    else if (flag == "--checkpoint") o.checkpoint = v;
+    else if (flag == "--resume") o.resume = v;
     else if (flag == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
     else if (flag == "--dense-lr") o.dense_lr = std::atof(v.c_str());
     else if (flag == "--sparse-lr") o.sparse_lr = std::atof(v.c_str());
