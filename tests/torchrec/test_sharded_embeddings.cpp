@@ -81,16 +81,16 @@ std::vector<TableShape> shapes(const std::vector<TableSpec>& specs) {
 
 // One rank's batch: per key, per sample, the ids (and weights). An extra key "extra" that no
 // table serves rides along (ignored, as torchrec does).
-struct Batch {
+struct ShardTestBatch {
   std::vector<std::string> keys;
   std::vector<std::vector<std::vector<int64_t>>> ids;    // [key][sample][i]
   std::vector<std::vector<std::vector<double>>> weights;  // the same shape
 };
 
-Batch make_batch(const std::vector<TableSpec>& specs, int64_t B, int rank, int step,
+ShardTestBatch make_batch(const std::vector<TableSpec>& specs, int64_t B, int rank, int step,
                  uint64_t salt = 0) {
   std::mt19937_64 rng(1000003ULL * static_cast<uint64_t>(step) + 7919ULL * static_cast<uint64_t>(rank) + salt);
-  Batch b;
+  ShardTestBatch b;
   std::vector<int64_t> rows;
   for (const auto& s : specs)
     for (const auto& f : s.features) {
@@ -116,12 +116,12 @@ Batch make_batch(const std::vector<TableSpec>& specs, int64_t B, int rank, int s
 }
 
 // The KJT of several ranks' batches concatenated rank-major (one batch: that rank's KJT).
-KeyedJaggedTensor to_kjt(const std::vector<Batch>& batches, bool weighted) {
+KeyedJaggedTensor to_kjt(const std::vector<ShardTestBatch>& batches, bool weighted) {
   std::vector<int64_t> lengths, values;
   std::vector<double> weights;
   const auto& keys = batches.front().keys;
   for (size_t k = 0; k < keys.size(); ++k)
-    for (const Batch& b : batches)
+    for (const ShardTestBatch& b : batches)
       for (size_t s = 0; s < b.ids[k].size(); ++s) {
         lengths.push_back(static_cast<int64_t>(b.ids[k][s].size()));
         values.insert(values.end(), b.ids[k][s].begin(), b.ids[k][s].end());
@@ -131,9 +131,9 @@ KeyedJaggedTensor to_kjt(const std::vector<Batch>& batches, bool weighted) {
                                               weighted ? from_vector(weights) : Tensor());
 }
 
-std::vector<Batch> batches_of(const std::vector<TableSpec>& specs, int64_t B, int W, int step,
+std::vector<ShardTestBatch> batches_of(const std::vector<TableSpec>& specs, int64_t B, int W, int step,
                               uint64_t salt = 0) {
-  std::vector<Batch> out;
+  std::vector<ShardTestBatch> out;
   for (int r = 0; r < W; ++r) out.push_back(make_batch(specs, B, r, step, salt));
   return out;
 }
@@ -428,7 +428,7 @@ DG_CASE("sharded EBC / EC state: gathered full tables, local shards with offsets
                                     sub, {.local_size = Ws}, std::nullopt, 99);
     s.load_state_dict(full);
     const int base = me < n ? 0 : n;
-    std::vector<Batch> bs;
+    std::vector<ShardTestBatch> bs;
     for (int r = 0; r < Ws; ++r) bs.push_back(make_batch(mixed_specs(), 2, base + r, 5));
     const Tensor got = s.forward(to_kjt({bs[static_cast<size_t>(sub.rank())]}, false)).values.value();
     const Tensor want = ref.forward(to_kjt(bs, false)).values.value().narrow(0, sub.rank() * 2, 2);
@@ -455,14 +455,14 @@ DG_CASE("sharded EBC: bad input raises the same error on every rank before any p
   ShardedEmbeddingBagCollection s(configs, false, plan, g, {.local_size = L}, std::nullopt, kSeed);
   const int bad = W - 1;
   // An id out of range on rank `bad` only.
-  Batch b = make_batch(bag_specs(), 2, me, 0);
+  ShardTestBatch b = make_batch(bag_specs(), 2, me, 0);
   if (me == bad) b.ids[2][1] = {1, 7};  // f2 -> t1 has 7 rows
   expect_invalid([&] { s.forward(to_kjt({b}, false)); },
                  {str("rank ", bad), "table \"t1\"", "feature \"f2\"", "id 7", "sample 1"}, g,
                  "id out of range");
   // A configured feature missing from one rank's KJT.
   {
-    Batch m = make_batch(bag_specs(), 2, me, 0);
+    ShardTestBatch m = make_batch(bag_specs(), 2, me, 0);
     if (me == 0) {
       m.keys.erase(m.keys.begin() + 3);
       m.ids.erase(m.ids.begin() + 3);
