@@ -20,12 +20,12 @@ namespace {
 
 constexpr int64_t R = 7, D = 3, B = 4;
 
-struct Batch {
+struct OptimBatch {
   KeyedJaggedTensor kjt;
   Tensor upstream;  // [B, 2 D]: features f (SUM) and m (MEAN), both in the one table
 };
 
-Batch random_batch(uint64_t seed) {
+OptimBatch random_batch(uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::vector<int64_t> values, lengths;
   std::vector<double> weights;
@@ -45,7 +45,7 @@ Batch random_batch(uint64_t seed) {
 }
 
 // The reference: dense gradient of sum(upstream * out) by a plain loop (occurrence order).
-std::vector<double> reference_gradient(const Batch& batch, std::set<int64_t>& touched) {
+std::vector<double> reference_gradient(const OptimBatch& batch, std::set<int64_t>& touched) {
   std::vector<double> g(R * D, 0.0);
   const auto ids = batch.kjt.values().to_vector<int64_t>();
   const auto w = batch.kjt.weights().to_vector<double>();
@@ -143,7 +143,7 @@ void run_against_reference(const FusedOptimizerConfig& config, int steps) {
   const std::vector<double> untouched_before(ref.w.begin() + 4 * D, ref.w.end());
   for (int s = 0; s < steps; ++s) {
     CAPTURE(s);
-    Batch batch = random_batch(1000 + static_cast<uint64_t>(s));
+    OptimBatch batch = random_batch(1000 + static_cast<uint64_t>(s));
     Variable out = pooled_embedding_lookup(
         {{.table = table, .feature = "f", .pooling = PoolingType::Sum},
          {.table = table, .feature = "m", .pooling = PoolingType::Mean}},
@@ -209,7 +209,7 @@ TEST_CASE("the weight-decay modes differ from each other", "[fused_optimizers]")
     table->set_fused_optimizer({.optimizer = EmbOptimType::ExactRowwiseAdagrad,
                                 .learning_rate = 0.2, .weight_decay = mode == WeightDecayMode::None ? 0.0 : 0.05,
                                 .weight_decay_mode = mode});
-    Batch batch = random_batch(1000);
+    OptimBatch batch = random_batch(1000);
     backward(pooled_embedding_lookup({{.table = table, .feature = "f"}}, batch.kjt),
              batch.upstream.narrow_copy(1, 0, D));
     results.push_back(table->weight().value().to_vector<double>());
@@ -227,7 +227,7 @@ TEST_CASE("non-fused path: the sparse gradient applied by hand equals the fused 
   auto t = plain.table("t");
   SparseOptimizer opt(config, R, D, DType::Float64);
   for (int s = 0; s < 3; ++s) {
-    Batch batch = random_batch(2000 + static_cast<uint64_t>(s));
+    OptimBatch batch = random_batch(2000 + static_cast<uint64_t>(s));
     Tensor up = batch.upstream.narrow_copy(1, 0, D);
     backward(fused.forward(batch.kjt).values, up);
     backward(plain.forward(batch.kjt).values, up);
@@ -237,7 +237,7 @@ TEST_CASE("non-fused path: the sparse gradient applied by hand equals the fused 
     REQUIRE(equal(t->weight().value(), fused.table("t")->weight().value()));
   }
   // Averaging by hand (data-parallel tables): scale and densify.
-  Batch batch = random_batch(3000);
+  OptimBatch batch = random_batch(3000);
   backward(plain.forward(batch.kjt).values, batch.upstream.narrow_copy(1, 0, D));
   SparseRowGradient g = t->sparse_grad();
   SparseRowGradient twice = g;
