@@ -42,6 +42,7 @@
 //   planner/                 sharding plans (sharding_plan.h, plan_helpers.h, plan_agreement.h),
 //                            the planner's cost model (cost_model.h), the planner (planner.h) and
 //                            the plan printer (plan_printer.h).
+//   train_pipeline/          TrainPipelineBase, TrainPipelineSparseDist (exhaustion agreed).
 //   model_parallel/          DistributedModelParallel (a skeleton: the dense part through a
 //                            GradientReducer, sharded modules through the ShardedModule interface).
 //   models/dlrm.h            DLRM (DenseArch, InteractionArch, OverArch in dlrm_arches.h, Mlp /
@@ -105,3 +106,4 @@
 #include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
 #include "collectives/torchrec/sparse/keyed_tensor.h"
 #include "collectives/torchrec/sparse/kjt_dist.h"
+#include "collectives/torchrec/train_pipeline/train_pipeline.h"

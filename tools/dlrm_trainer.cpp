@@ -1,0 +1,755 @@
+// ferry-dlrm: the main demo. Trains a DLRM whose embedding tables are sharded over the ranks
+// (ShardedEmbeddingBagCollection by a plan from the planner, or --sharding), whose dense part is
+// replicated (DistributedModelParallel: averaged gradients, SGD with momentum), with the sparse
+// input dist of the next batch overlapping the current batch's compute (TrainPipelineSparseDist;
+// --pipeline off: TrainPipelineBase), on the embedded synthetic Criteo-like data (each rank
+// generates only its own batches).
+//
+// Prints the sharding plan, a progress line with samples/s during each epoch (a terminal only;
+// otherwise one line per epoch), per epoch train loss, test loss, test AUC and accuracy, and the
+// median step time by stage. Exit status 0 only when
+//   - the equivalence check passed: before training, a fresh sharded model (same tables and
+//     dense init) trains --check-steps steps through the same pipeline, and rank 0 trains the
+//     unsharded model (EmbeddingBagCollection + DLRM) on the same global batches; the logits of
+//     every step, every table and every dense parameter must agree within 1e-4 relative to
+//     max(1, largest magnitude) (float32 with different summation orders; 5e-2 with a lossy
+//     codec), and
+//   - the model learned: final test AUC >= dense-only AUC + 0.25 (Bayes AUC - dense-only AUC) of
+//     the generator (both computed exactly from the hidden model, datasets/synthetic_criteo.h):
+//     above what the dense features alone allow, so the embeddings must have learned.
+// Ranks are threads of the local transport by default; under mpiexec (or FERRY_BACKEND=ucx with
+// ferry-run) each process is one rank.
+#include "ferry.h"
+#include "collectives/torchrec/torchrec.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace ferry;
+using namespace ferry::torchrec;
+
+struct Options {
+  int world_size = 4;
+  int epochs = 3;
+  int64_t batch = 128;  // per rank
+  int tables = 26;
+  int64_t max_rows = 10000;
+  int64_t dim = 16;
+  int64_t train_samples = 65536;
+  int64_t test_samples = 8192;
+  std::string sharding = "planner";
+  std::string codec = "fp32";
+  bool pipeline = true;
+  std::string metrics;
+  std::string svg;
+  std::string checkpoint;  // written after every epoch
+  std::string resume;      // read before training
+  uint64_t seed = 0;
+  double dense_lr = 0.05;
+  double momentum = 0.9;
+  double sparse_lr = 30.0;
+  int check_steps = 3;
+  int64_t check_batch = 32;
+  double min_auc = -1;  // < 0: from the generator
+};
+
+std::vector<int64_t> cardinalities(const Options& o) {
+  std::vector<int64_t> c = default_cardinalities(o.tables);
+  for (int64_t& v : c) v = std::min(v, o.max_rows);
+  return c;
+}
+
+SyntheticCriteo make_data(const Options& o) {
+  SyntheticCriteoConfig cfg;
+  cfg.num_sparse = o.tables;
+  cfg.cardinalities = cardinalities(o);
+  cfg.num_train = o.train_samples;
+  cfg.num_test = o.test_samples;
+  cfg.seed = o.seed;
+  return SyntheticCriteo(cfg);
+}
+
+std::vector<EmbeddingBagConfig> table_configs(const Options& o) {
+  std::vector<EmbeddingBagConfig> configs;
+  const std::vector<int64_t> rows = cardinalities(o);
+  for (int t = 0; t < o.tables; ++t) {
+    EmbeddingBagConfig c;
+    c.name = "t_" + std::to_string(t);
+    c.num_embeddings = rows[static_cast<size_t>(t)];
+    c.embedding_dim = o.dim;
+    c.feature_names = {"cat_" + std::to_string(t)};
+    c.pooling = PoolingType::Mean;
+    configs.push_back(c);
+  }
+  return configs;
+}
+
+std::vector<PlannerTable> planner_tables(const Options& o) {
+  std::vector<PlannerTable> out;
+  for (const EmbeddingBagConfig& c : table_configs(o)) {
+    PlannerTable t;
+    t.name = c.name;
+    t.rows = c.num_embeddings;
+    t.dim = c.embedding_dim;
+    t.pooling_factor = 3.0;
+    out.push_back(t);
+  }
+  return out;
+}
+
+Topology topology(const Options& o, int world_size) {
+  Topology topo;
+  topo.world_size = world_size;
+  topo.local_world_size = world_size;
+  topo.batch_size = o.batch;
+  topo.memory_budget = int64_t{1} << 30;
+  return topo;
+}
+
+// The plan: the planner's, or every table (or a cycle over the tables) of one type.
+ShardingPlan make_plan(const Options& o, int world_size) {
+  if (o.sharding == "planner") {
+    return EmbeddingShardingPlanner(topology(o, world_size)).plan(planner_tables(o), "sparse.ebc");
+  }
+  std::vector<TableShape> shapes;
+  for (const PlannerTable& t : planner_tables(o)) shapes.push_back(t.shape());
+  std::vector<int> all;
+  for (int r = 0; r < world_size; ++r) all.push_back(r);
+  const std::vector<std::string> cycle = {"dp", "tw", "cw", "twcw", "rw", "twrw"};
+  std::map<std::string, ParameterShardingGenerator> gens;
+  for (size_t t = 0; t < shapes.size(); ++t) {
+    std::string type = o.sharding == "mixed" ? cycle[t % cycle.size()] : o.sharding;
+    ParameterShardingGenerator g;
+    if (type == "dp") g = data_parallel();
+    else if (type == "tw") g = table_wise(static_cast<int>(t % static_cast<size_t>(world_size)));
+    else if (type == "cw") g = column_wise(all);
+    else if (type == "twcw") g = table_column_wise(0);
+    else if (type == "rw") g = row_wise();
+    else if (type == "twrw") g = table_row_wise(0);
+    else throw InvalidArgument("ferry-dlrm: unknown --sharding " + o.sharding);
+    gens[shapes[t].name] = g;
+  }
+  ShardingPlan plan;
+  plan.set_plan_for_module("sparse.ebc", construct_module_sharding_plan(shapes, gens, world_size,
+                                                                        world_size, "sparse.ebc"));
+  return plan;
+}
+
+DlrmConfig dlrm_config(const Options& o) {
+  DlrmConfig c;
+  c.dense_in_features = 13;
+  c.dense_arch_layer_sizes = {64, o.dim};
+  c.over_arch_layer_sizes = {64, 1};
+  c.seed = o.seed + 1;
+  return c;
+}
+
+FusedOptimizerConfig fused_config(const Options& o) {
+  FusedOptimizerConfig f;
+  f.optimizer = EmbOptimType::Sgd;
+  f.learning_rate = o.sparse_lr;
+  return f;
+}
+
+std::vector<std::string> feature_keys(const Options& o) { return criteo_sparse_keys(o.tables); }
+
+// SGD with momentum (torch's rule with dampening 0: b = g at the first step, then
+// b = momentum b + g; p -= lr b), as ferry's Sgd computes it, with the momentum buffers
+// reachable so that a checkpoint can hold them. Float32 parameters.
+class MomentumSgd : public Optimizer {
+ public:
+  MomentumSgd(std::vector<Variable> parameters, double lr, double momentum)
+      : Optimizer(std::move(parameters), "MomentumSgd"), lr_(lr), momentum_(momentum),
+        buffers(parameters_.size()) {}
+  void step() override {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      Variable& p = parameters_[i];
+      if (!p.grad().defined()) continue;
+      Tensor value = p.value();
+      auto w = value.vec<float>();
+      ColVector<float> g = p.grad().vec<float>();
+      if (!buffers[i].defined()) {
+        buffers[i] = p.grad().clone();
+        buffers[i].vec<float>() = g;
+      } else {
+        auto b = buffers[i].vec<float>();
+        b = float(momentum_) * b + float(1.0) * g;
+      }
+      g = buffers[i].vec<float>();
+      w -= float(lr_) * g;
+      value.bump_version();
+    }
+  }
+  double lr_, momentum_;
+  std::vector<Tensor> buffers;  // undefined until a parameter's first step
+};
+
+// A checkpoint: full tables, dense parameters and their momentum buffers, and the epochs done.
+// One file, written by rank 0, read by every rank: any world size and plan can resume it (the
+// tables are loaded into whatever shards this rank holds).
+struct Checkpoint {
+  int64_t epochs_done = 0;
+  std::map<std::string, Tensor> tensors;
+};
+
+void save_checkpoint(const std::string& path, const Checkpoint& c) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + path);
+  auto put = [&](const void* p, size_t n) { std::fwrite(p, 1, n, f); };
+  const char magic[8] = {'F', 'D', 'L', 'R', 'M', 'C', 'K', '1'};
+  put(magic, 8);
+  put(&c.epochs_done, 8);
+  const int64_t count = static_cast<int64_t>(c.tensors.size());
+  put(&count, 8);
+  for (const auto& [name, t] : c.tensors) {
+    const Tensor v = t.to(DType::Float32).clone();
+    const int64_t len = static_cast<int64_t>(name.size()), rank = v.dim();
+    put(&len, 8);
+    put(name.data(), name.size());
+    put(&rank, 8);
+    for (int64_t d : v.shape()) put(&d, 8);
+    put(v.data<float>(), v.nbytes());
+  }
+  if (std::fclose(f) != 0) throw InvalidArgument("ferry-dlrm: cannot write " + path);
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot read " + path);
+  auto get = [&](void* p, size_t n) {
+    if (std::fread(p, 1, n, f) != n) {
+      std::fclose(f);
+      throw InvalidArgument("ferry-dlrm: " + path + " is truncated");
+    }
+  };
+  char magic[8];
+  get(magic, 8);
+  if (std::memcmp(magic, "FDLRMCK1", 8) != 0) {
+    std::fclose(f);
+    throw InvalidArgument("ferry-dlrm: " + path + " is not a ferry-dlrm checkpoint");
+  }
+  Checkpoint c;
+  int64_t count = 0;
+  get(&c.epochs_done, 8);
+  get(&count, 8);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t len = 0, rank = 0;
+    get(&len, 8);
+    std::string name(static_cast<size_t>(len), '\0');
+    get(name.data(), name.size());
+    get(&rank, 8);
+    Shape shape(static_cast<size_t>(rank));
+    for (int64_t& d : shape) get(&d, 8);
+    Tensor t = empty(shape, DType::Float32);
+    get(t.data<float>(), t.nbytes());
+    c.tensors[name] = t;
+  }
+  std::fclose(f);
+  return c;
+}
+
+// One rank's sharded model and its pipeline.
+struct ShardedDlrm {
+  std::shared_ptr<ShardedEmbeddingBagCollection> sebc;
+  std::unique_ptr<SparseArch> sparse;
+  std::unique_ptr<DLRM> dlrm;
+  std::unique_ptr<DistributedModelParallel> dmp;
+  std::unique_ptr<TrainPipeline> pipeline;
+
+  Variable logits(const Batch& b, const PooledEmbeddings& pooled) const {
+    return dlrm->forward_with_embeddings(
+        Variable(b.dense), SparseArchOutput{pooled.keys, pooled.length_per_key, pooled.values});
+  }
+};
+
+std::unique_ptr<ShardedDlrm> build(const Options& o, const ModuleShardingPlan& plan, Group& world) {
+  auto m = std::make_unique<ShardedDlrm>();
+  ShardedEmbeddingOptions so;
+  so.local_size = world.size();
+  if (o.codec != "fp32") {
+    const size_t comma = o.codec.find(',');
+    const CommType fwd = comm_type_from_name(o.codec.substr(0, comma));
+    const CommType bwd =
+        comma == std::string::npos ? fwd : comm_type_from_name(o.codec.substr(comma + 1));
+    so.qcomms_config = QCommsConfig(fwd, bwd);
+  }
+  m->sebc = std::make_shared<ShardedEmbeddingBagCollection>(table_configs(o), false, plan, world,
+                                                            so, fused_config(o), o.seed);
+  ShardedEmbeddingBagCollection* sebc = m->sebc.get();
+  m->sparse = std::make_unique<SparseArch>(
+      feature_keys(o), o.dim, [sebc](const KeyedJaggedTensor& kjt) { return sebc->forward(kjt); });
+  m->dlrm = std::make_unique<DLRM>(*m->sparse, dlrm_config(o));
+  const double lr = o.dense_lr, momentum = o.momentum;
+  m->dmp = std::make_unique<DistributedModelParallel>(
+      m->dlrm->dense_parameters(),
+      std::vector<std::shared_ptr<ShardedModule>>{std::make_shared<ShardedEbcModule>(m->sebc)},
+      world, [lr, momentum](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
+        return std::make_unique<MomentumSgd>(std::move(p), lr, momentum);
+      });
+  PipelineModel pm;
+  pm.sparse = m->sebc;
+  pm.dmp = m->dmp.get();
+  ShardedDlrm* self = m.get();
+  pm.dense_step = [self](const Batch& b, const PooledEmbeddings& pooled) {
+    Variable logits = self->logits(b, pooled);
+    return DenseStepResult{logits, bce_with_logits(logits, b.labels)};
+  };
+  if (o.pipeline) m->pipeline = std::make_unique<TrainPipelineSparseDist>(pm);
+  else m->pipeline = std::make_unique<TrainPipelineBase>(pm);
+  return m;
+}
+
+double sum_over_ranks(double mine, const Group& world) {
+  Tensor t = full({1}, mine, DType::Float64);
+  all_reduce(t, world).wait();
+  return t.item();
+}
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) return 1e30;
+  double diff = 0, scale = 1;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, std::abs(a.get_flat(i) - b.get_flat(i)));
+    scale = std::max(scale, std::abs(b.get_flat(i)));
+  }
+  return diff / scale;
+}
+
+struct CheckResult {
+  double logits = 0, tables = 0, dense = 0, tolerance = 0;
+  bool passed = false;
+};
+
+// Sharded training through the pipeline vs rank 0's unsharded model on the same global batches.
+CheckResult equivalence_check(const Options& o, const SyntheticCriteo& data,
+                              const ModuleShardingPlan& plan, Group& world) {
+  const int W = world.size();
+  const int64_t b = o.check_batch;
+  std::unique_ptr<ShardedDlrm> m = build(o, plan, world);
+  ShardOptions so;
+  so.batch_size = b;
+  so.rank = world.rank();
+  so.world_size = W;
+  SyntheticCriteoSource source(data, Split::Train, so);
+  std::vector<Tensor> gathered;
+  for (int k = 0; k < o.check_steps; ++k) {
+    std::optional<TrainStepOutput> out = m->pipeline->progress(source);
+    if (!out) throw InvalidArgument("ferry-dlrm: too few samples for the equivalence check");
+    gathered.push_back(gather_scores(out->logits, out->labels, world).scores);
+  }
+  std::map<std::string, Tensor> tables = m->sebc->state_dict();
+  CheckResult r;
+  r.tolerance = o.codec == "fp32" ? 1e-4 : 5e-2;
+  std::vector<double> errs(3, 0.0);
+  if (world.rank() == 0) {
+    EmbeddingBagCollection ebc(table_configs(o), false, o.seed, fused_config(o));
+    SparseArch sa(feature_keys(o), o.dim, [&ebc](const KeyedJaggedTensor& k) { return ebc.forward(k); });
+    DLRM ref(sa, dlrm_config(o));
+    MomentumSgd sgd(ref.dense_parameters(), o.dense_lr, o.momentum);
+    for (int k = 0; k < o.check_steps; ++k) {
+      Batch g = data.batch(Split::Train, k * W * b, W * b);
+      Variable logits = ref.forward(Variable(g.dense), g.sparse);
+      errs[0] = std::max(errs[0], max_rel_diff(gathered[static_cast<size_t>(k)], logits.value()));
+      bce_with_logits(logits, g.labels).backward();
+      sgd.step();
+      sgd.zero_grad();
+    }
+    for (const auto& [name, t] : ebc.state_dict()) {
+      auto it = tables.find(name);
+      errs[1] = std::max(errs[1], it == tables.end() ? 1e30 : max_rel_diff(it->second, t));
+    }
+    const std::vector<Variable> mine = m->dlrm->dense_parameters();
+    const std::vector<Variable> theirs = ref.dense_parameters();
+    for (size_t i = 0; i < mine.size(); ++i)
+      errs[2] = std::max(errs[2], max_rel_diff(mine[i].value(), theirs[i].value()));
+  }
+  Tensor e = from_vector<double>(errs);
+  broadcast(e, 0, world).wait();
+  r.logits = e.get_flat(0);
+  r.tables = e.get_flat(1);
+  r.dense = e.get_flat(2);
+  r.passed = r.logits <= r.tolerance && r.tables <= r.tolerance && r.dense <= r.tolerance;
+  return r;
+}
+
+BinaryMetrics evaluate(const ShardedDlrm& m, const SyntheticCriteo& data, const Options& o,
+                       const Group& world) {
+  NoGradGuard no_grad;
+  ShardOptions so;
+  so.batch_size = o.batch;
+  so.rank = world.rank();
+  so.world_size = world.size();
+  SyntheticCriteoSource test(data, Split::Test, so);
+  std::vector<float> probs, labels;
+  while (std::optional<Batch> b = test.next_batch()) {
+    Tensor logits = m.logits(*b, m.sebc->forward(b->sparse)).value();
+    for (int64_t i = 0; i < logits.numel(); ++i) {
+      probs.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-logits.get_flat(i)))));
+      labels.push_back(static_cast<float>(b->labels.get_flat(i)));
+    }
+  }
+  return gathered_binary_metrics(from_vector<float>(probs), from_vector<float>(labels), world);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+
+struct EpochRecord {
+  double train_loss = 0, test_loss = 0, auc = 0;
+};
+
+// A picture of the run: test AUC and losses per epoch (left), and rank 0's median step time by
+// stage (right, one stacked bar; medians of each stage, so the stack need not add up to the
+// median total).
+void write_svg(const std::string& path, const std::vector<EpochRecord>& epochs,
+               const std::vector<std::pair<std::string, double>>& stages, double threshold,
+               const std::string& title) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + path);
+  const double W = 820, H = 360, x0 = 60, y0 = 40, pw = 380, ph = 260;
+  std::fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
+                  "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" "
+                  "height=\"100%%\" fill=\"white\"/>\n<text x=\"%g\" y=\"20\" font-size=\"14\">%s"
+                  "</text>\n", W, H, x0, title.c_str());
+  // Left: lines on [0, 1] (AUC) and [0, max loss].
+  std::fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" "
+                  "stroke=\"black\"/>\n", x0, y0, pw, ph);
+  double max_loss = 0;
+  for (const EpochRecord& e : epochs) max_loss = std::max({max_loss, e.train_loss, e.test_loss});
+  const size_t n = epochs.size();
+  auto px = [&](size_t i) { return x0 + (n <= 1 ? pw / 2 : pw * static_cast<double>(i) / static_cast<double>(n - 1)); };
+  auto line = [&](const char* color, const char* label, int row, auto value, double lo, double hi) {
+    std::string pts;
+    for (size_t i = 0; i < n; ++i) {
+      const double y = y0 + ph * (1 - (value(epochs[i]) - lo) / (hi - lo));
+      pts += std::to_string(px(i)) + "," + std::to_string(y) + " ";
+      std::fprintf(f, "<circle cx=\"%g\" cy=\"%g\" r=\"3\" fill=\"%s\"/>\n", px(i), y, color);
+    }
+    std::fprintf(f, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"/>\n"
+                    "<text x=\"%g\" y=\"%g\" fill=\"%s\">%s</text>\n",
+                 pts.c_str(), color, x0 + 8, y0 + 16.0 * row, color, label);
+  };
+  const double auc_lo = 0.5, auc_hi = 0.9;
+  line("#c33", "test AUC (0.5-0.9)", 1, [](const EpochRecord& e) { return e.auc; }, auc_lo, auc_hi);
+  line("#36c", "train loss", 2, [](const EpochRecord& e) { return e.train_loss; }, 0.0, max_loss * 1.1);
+  line("#393", "test loss", 3, [](const EpochRecord& e) { return e.test_loss; }, 0.0, max_loss * 1.1);
+  const double ty = y0 + ph * (1 - (threshold - auc_lo) / (auc_hi - auc_lo));
+  std::fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"#c33\" "
+                  "stroke-dasharray=\"4 3\"/>\n<text x=\"%g\" y=\"%g\" fill=\"#c33\">AUC "
+                  "threshold %.3f</text>\n<text x=\"%g\" y=\"%g\">epoch 1 .. %zu</text>\n",
+               x0, ty, x0 + pw, ty, x0 + pw - 130, ty - 4, threshold, x0 + pw / 2 - 30,
+               y0 + ph + 18, n);
+  // Right: the stacked bar of stage medians.
+  const double bx = x0 + pw + 80, bw = 60;
+  double sum = 0;
+  for (const auto& st : stages) sum += st.second;
+  const char* colors[] = {"#999", "#c9c", "#f93", "#fc3", "#9c6", "#69c", "#36c", "#c66", "#933"};
+  double y = y0 + ph;
+  size_t k = 0;
+  for (const auto& [name, ms] : stages) {
+    const double h = sum > 0 ? ph * ms / sum : 0;
+    y -= h;
+    std::fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"%s\"/>\n"
+                    "<rect x=\"%g\" y=\"%g\" width=\"10\" height=\"10\" fill=\"%s\"/>\n"
+                    "<text x=\"%g\" y=\"%g\">%s %.2f ms</text>\n",
+                 bx, y, bw, h, colors[k % 9], bx + bw + 20, y0 + 18.0 * static_cast<double>(k),
+                 colors[k % 9], bx + bw + 34, y0 + 18.0 * static_cast<double>(k) + 10, name.c_str(), ms);
+    ++k;
+  }
+  std::fprintf(f, "<text x=\"%g\" y=\"%g\">step stages (median ms, rank 0)</text>\n</svg>\n", bx,
+               y0 + ph + 18);
+  std::fclose(f);
+}
+
+struct Outcome {
+  CheckResult check;
+  double auc = 0, threshold = 0;
+  bool ok = false;
+};
+
+Outcome run(const Options& o, Group& world) {
+  const int W = world.size();
+  const bool printer = world.rank() == 0;
+  const bool tty = isatty(1) != 0;
+  const SyntheticCriteo data = make_data(o);
+  const ShardingPlan plan = make_plan(o, W);
+  const ModuleShardingPlan module_plan = *plan.get_plan_for_module("sparse.ebc");
+  Outcome outcome;
+  if (printer) {
+    const double bayes = data.bayes_auc(8192), dense_only = data.dense_only_auc(8192);
+    outcome.threshold = o.min_auc >= 0 ? o.min_auc : dense_only + 0.25 * (bayes - dense_only);
+    std::printf("%s\n", format_plan(plan, {{"sparse.ebc", planner_tables(o)}}, topology(o, W)).c_str());
+    std::printf("generator: Bayes AUC %.4f, dense-only AUC %.4f -> learning threshold %.4f\n",
+                bayes, dense_only, outcome.threshold);
+    std::fflush(stdout);
+  }
+  outcome.threshold = sum_over_ranks(outcome.threshold, world);
+
+  // The equivalence check against single-process training.
+  outcome.check = equivalence_check(o, data, module_plan, world);
+  if (printer) {
+    std::printf("equivalence with unsharded single-process training (%d steps, global batch %lld): "
+                "max rel. diff logits %.2e, tables %.2e, dense %.2e (tolerance %.0e): %s\n",
+                o.check_steps, static_cast<long long>(o.check_batch * W), outcome.check.logits,
+                outcome.check.tables, outcome.check.dense, outcome.check.tolerance,
+                outcome.check.passed ? "passed" : "FAILED");
+    std::fflush(stdout);
+  }
+
+  std::unique_ptr<ShardedDlrm> m = build(o, module_plan, world);
+  ShardOptions so;
+  so.batch_size = o.batch;
+  so.rank = world.rank();
+  so.world_size = W;
+  SyntheticCriteoSource train(data, Split::Train, so);
+  const int64_t steps_per_epoch = train.num_batches();
+  std::FILE* csv = nullptr;
+  if (printer && !o.metrics.empty()) {
+    csv = std::fopen(o.metrics.c_str(), "w");
+    if (csv == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + o.metrics);
+    std::fprintf(csv, "epoch,step,pipeline,world_size,batch,data_ms,agreement_ms,input_dist_ms,"
+                      "lookup_output_dist_ms,dense_forward_ms,backward_ms,grad_all_reduce_ms,"
+                      "optimizer_ms,sparse_optimizer_ms,comm_wait_ms,total_ms,loss\n");
+  }
+  std::vector<StepTimes> last_epoch;
+  std::vector<EpochRecord> records;
+  auto& dense_opt = dynamic_cast<MomentumSgd&>(m->dmp->dense_optimizer());
+  const std::vector<Variable> dense = m->dlrm->dense_parameters();
+  int first_epoch = 1;
+  if (!o.resume.empty()) {
+    const Checkpoint c = load_checkpoint(o.resume);
+    std::map<std::string, Tensor> tables;
+    for (const auto& [name, t] : c.tensors)
+      if (name.rfind("embedding_bags.", 0) == 0) tables[name] = t;
+    m->sebc->load_state_dict(tables);
+    for (size_t i = 0; i < dense.size(); ++i) {
+      auto it = c.tensors.find("dense." + std::to_string(i));
+      if (it == c.tensors.end()) throw InvalidArgument("ferry-dlrm: " + o.resume + " has no dense." + std::to_string(i));
+      Tensor v = dense[i].value();
+      v.copy_(it->second.reshape(v.shape()));
+      auto b = c.tensors.find("momentum." + std::to_string(i));
+      if (b != c.tensors.end()) dense_opt.buffers[i] = b->second.reshape(v.shape()).clone();
+    }
+    first_epoch = static_cast<int>(c.epochs_done) + 1;
+    if (printer) {
+      std::printf("resumed from %s after epoch %lld\n", o.resume.c_str(),
+                  static_cast<long long>(c.epochs_done));
+      std::fflush(stdout);
+    }
+  }
+  for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
+    train.reset();
+    m->pipeline->reset();
+    last_epoch.clear();
+    double loss_sum = 0;
+    int64_t steps = 0;
+    const auto start = std::chrono::steady_clock::now();
+    while (std::optional<TrainStepOutput> out = m->pipeline->progress(train)) {
+      loss_sum += out->loss;
+      ++steps;
+      last_epoch.push_back(out->times);
+      if (csv != nullptr) {
+        const StepTimes& t = out->times;
+        std::fprintf(csv, "%d,%lld,%s,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.6f\n",
+                     epoch, static_cast<long long>(out->step), m->pipeline->name().c_str(), W,
+                     static_cast<long long>(o.batch), 1e3 * t.data, 1e3 * t.agreement,
+                     1e3 * t.input_dist, 1e3 * t.lookup_output_dist, 1e3 * t.dense_forward,
+                     1e3 * t.backward, 1e3 * t.grad_all_reduce, 1e3 * t.optimizer,
+                     1e3 * t.sparse_optimizer, 1e3 * t.comm_wait, 1e3 * t.total, out->loss);
+      }
+      if (printer && tty) {
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const int width = 30;
+        const int filled = static_cast<int>(width * steps / std::max<int64_t>(1, steps_per_epoch));
+        std::printf("\repoch %d [%s%s] %lld/%lld steps, %.0f samples/s, loss %.4f ", epoch,
+                    std::string(static_cast<size_t>(filled), '=').c_str(),
+                    std::string(static_cast<size_t>(width - filled), ' ').c_str(),
+                    static_cast<long long>(steps), static_cast<long long>(steps_per_epoch),
+                    static_cast<double>(steps * W * o.batch) / secs, loss_sum / steps);
+        std::fflush(stdout);
+      }
+    }
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double train_loss = sum_over_ranks(loss_sum, world) /
+                              std::max(1.0, sum_over_ranks(static_cast<double>(steps), world));
+    const BinaryMetrics test = evaluate(*m, data, o, world);
+    outcome.auc = test.auc;
+    records.push_back(EpochRecord{train_loss, test.log_loss, test.auc});
+    if (!o.checkpoint.empty()) {
+      Checkpoint c;
+      c.epochs_done = epoch;
+      c.tensors = m->sebc->state_dict();  // collective: every rank
+      for (size_t i = 0; i < dense.size(); ++i) {
+        c.tensors["dense." + std::to_string(i)] = dense[i].value();
+        if (dense_opt.buffers[i].defined())
+          c.tensors["momentum." + std::to_string(i)] = dense_opt.buffers[i];
+      }
+      if (printer) save_checkpoint(o.checkpoint, c);
+      barrier(world).wait();  // the file is complete before any rank goes on
+    }
+    if (printer) {
+      if (tty) std::printf("\r%*s\r", 100, "");
+      std::printf("epoch %d: %lld steps, %.0f samples/s | train loss %.4f | test loss %.4f  "
+                  "AUC %.4f  accuracy %.2f%%\n",
+                  epoch, static_cast<long long>(steps),
+                  static_cast<double>(steps * W * o.batch) / secs, train_loss, test.log_loss,
+                  test.auc, 100.0 * test.accuracy);
+      std::fflush(stdout);
+    }
+  }
+  if (csv != nullptr) std::fclose(csv);
+  if (printer && !last_epoch.empty()) {
+    // Medians over the last epoch's steps (rank 0), skipping the first (pipeline fill).
+    auto med = [&](double StepTimes::*field) {
+      std::vector<double> v;
+      for (size_t i = last_epoch.size() > 1 ? 1 : 0; i < last_epoch.size(); ++i)
+        v.push_back(1e3 * (last_epoch[i].*field));
+      return median(v);
+    };
+    const double total = med(&StepTimes::total);
+    std::printf("step time (rank 0, %s pipeline, median of the last epoch): %.2f ms = data %.2f + "
+                "agreement %.2f + input dist %.2f + lookup/output dist %.2f + dense fwd %.2f + "
+                "backward %.2f + grad all_reduce %.2f + dense optimizer %.2f + data_parallel "
+                "tables %.2f ms; waiting on "
+                "communication %.2f ms (%.0f%%)\n",
+                m->pipeline->name().c_str(), total, med(&StepTimes::data),
+                med(&StepTimes::agreement), med(&StepTimes::input_dist),
+                med(&StepTimes::lookup_output_dist), med(&StepTimes::dense_forward),
+                med(&StepTimes::backward), med(&StepTimes::grad_all_reduce),
+                med(&StepTimes::optimizer), med(&StepTimes::sparse_optimizer),
+                med(&StepTimes::comm_wait),
+                total > 0 ? 100.0 * med(&StepTimes::comm_wait) / total : 0.0);
+    if (!o.svg.empty()) {
+      write_svg(o.svg, records,
+                {{"data", med(&StepTimes::data)},
+                 {"agreement", med(&StepTimes::agreement)},
+                 {"input dist", med(&StepTimes::input_dist)},
+                 {"lookup + output dist", med(&StepTimes::lookup_output_dist)},
+                 {"dense forward", med(&StepTimes::dense_forward)},
+                 {"backward", med(&StepTimes::backward)},
+                 {"grad all_reduce", med(&StepTimes::grad_all_reduce)},
+                 {"dense optimizer", med(&StepTimes::optimizer)},
+                 {"data_parallel tables", med(&StepTimes::sparse_optimizer)}},
+                outcome.threshold,
+                "ferry-dlrm: " + std::to_string(W) + " ranks, " + m->pipeline->name() +
+                    " pipeline, sharding " + o.sharding);
+      std::printf("wrote %s\n", o.svg.c_str());
+    }
+  }
+  outcome.ok = outcome.check.passed && outcome.auc >= outcome.threshold;
+  return outcome;
+}
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "ferry-dlrm: %s\n"
+               "usage: ferry-dlrm [--world-size N] [--epochs N] [--batch N (per rank)] "
+               "[--tables N] [--max-rows N] [--dim N] [--train-samples N] [--test-samples N]\n"
+               "       [--sharding planner|tw|rw|cw|dp|twcw|twrw|mixed] [--codec fp32|fp16|bf16|"
+               "fp8|int8[,BWD]] [--pipeline on|off] [--metrics PATH.csv] [--svg PATH.svg]\n"
+               "       [--checkpoint PATH] [--resume PATH]\n"
+               "       [--seed N] [--dense-lr X] [--sparse-lr X] [--check-steps N] "
+               "[--check-batch N] [--min-auc X]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") usage("help");
+    if (i + 1 >= argc) usage("missing value after " + flag);
+    const std::string v = argv[++i];
+    if (flag == "--world-size") o.world_size = std::atoi(v.c_str());
+    else if (flag == "--epochs") o.epochs = std::atoi(v.c_str());
+    else if (flag == "--batch") o.batch = std::atoll(v.c_str());
+    else if (flag == "--tables") o.tables = std::atoi(v.c_str());
+    else if (flag == "--max-rows") o.max_rows = std::atoll(v.c_str());
+    else if (flag == "--dim") o.dim = std::atoll(v.c_str());
+    else if (flag == "--train-samples") o.train_samples = std::atoll(v.c_str());
+    else if (flag == "--test-samples") o.test_samples = std::atoll(v.c_str());
+    else if (flag == "--sharding") o.sharding = v;
+    else if (flag == "--codec") o.codec = v;
+    else if (flag == "--pipeline") {
+      if (v != "on" && v != "off") usage("--pipeline takes on or off");
+      o.pipeline = v == "on";
+    } else if (flag == "--metrics") o.metrics = v;
+    else if (flag == "--svg") o.svg = v;
+    else if (flag == "--checkpoint") o.checkpoint = v;
+    else if (flag == "--resume") o.resume = v;
+    else if (flag == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (flag == "--dense-lr") o.dense_lr = std::atof(v.c_str());
+    else if (flag == "--sparse-lr") o.sparse_lr = std::atof(v.c_str());
+    else if (flag == "--check-steps") o.check_steps = std::atoi(v.c_str());
+    else if (flag == "--check-batch") o.check_batch = std::atoll(v.c_str());
+    else if (flag == "--min-auc") o.min_auc = std::atof(v.c_str());
+    else usage("unknown option " + flag);
+  }
+  if (o.world_size < 1 || o.epochs < 1 || o.batch < 1 || o.tables < 1 || o.max_rows < 1 ||
+      o.dim < 1 || o.check_steps < 1 || o.check_batch < 1)
+    usage("bad value");
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  Group launched = init();
+  const bool one_process_per_rank = launched.size() > 1;
+  const int world_size = one_process_per_rank ? launched.size() : o.world_size;
+  o.world_size = world_size;
+  if (o.test_samples < o.batch * world_size || o.train_samples < o.batch * world_size)
+    usage("--train-samples and --test-samples must hold at least one global batch");
+  if (!one_process_per_rank || launched.rank() == 0) {
+    std::printf("ferry-dlrm: DLRM on %d ranks (%s), %d tables (<= %lld rows, dim %lld) sharded "
+                "by %s, batch %lld per rank, %s pipeline, codec %s, %d epochs of %lld samples\n",
+                world_size, one_process_per_rank ? backend_name().c_str() : "local transport",
+                o.tables, static_cast<long long>(o.max_rows), static_cast<long long>(o.dim),
+                o.sharding.c_str(), static_cast<long long>(o.batch),
+                o.pipeline ? "sparse-dist" : "base", o.codec.c_str(), o.epochs,
+                static_cast<long long>(o.train_samples));
+    std::fflush(stdout);
+  }
+  Outcome result;
+  if (one_process_per_rank) {
+    result = run(o, launched);
+  } else {
+    std::mutex mutex;
+    run_ranks(world_size, [&](Group& world) {
+      Outcome mine = run(o, world);
+      std::lock_guard lock(mutex);
+      if (world.rank() == 0) result = mine;
+    });
+  }
+  if (!one_process_per_rank || launched.rank() == 0) {
+    std::printf("ferry-dlrm: equivalence %s; test AUC %.4f %s threshold %.4f: %s\n",
+                result.check.passed ? "passed" : "FAILED", result.auc,
+                result.auc >= result.threshold ? ">=" : "<", result.threshold,
+                result.ok ? "the sharded DLRM learned" : "FAILED");
+  }
+  finalize();
+  return result.ok ? 0 : 1;
+}
