@@ -21,6 +21,8 @@
 // ferry-run) each process is one rank.
 #include "ferry.h"
 #include "collectives/torchrec/torchrec.h"
+#include "tools/dlrm/checkpoint.h"
+#include "tools/dlrm/run_picture.h"
 
 #include <unistd.h>
 
@@ -42,6 +44,12 @@ namespace {
 
 using namespace ferry;
 using namespace ferry::torchrec;
+using ferry::dlrm_tool::Checkpoint;
+using ferry::dlrm_tool::MomentumSgd;
+using ferry::dlrm_tool::load_checkpoint;
+using ferry::dlrm_tool::save_checkpoint;
+using ferry::dlrm_tool::EpochRecord;
+using ferry::dlrm_tool::write_svg;
 
 struct Options {
   int world_size = 4;
@@ -167,101 +175,6 @@ FusedOptimizerConfig fused_config(const Options& o) {
 }
 
 std::vector<std::string> feature_keys(const Options& o) { return criteo_sparse_keys(o.tables); }
-
-// SGD with momentum (torch's rule with dampening 0: b = g at the first step, then
-// b = momentum b + g; p -= lr b), as ferry's Sgd computes it, with the momentum buffers
-// reachable so that a checkpoint can hold them. Float32 parameters.
-class MomentumSgd : public Optimizer {
- public:
-  MomentumSgd(std::vector<Variable> parameters, double lr, double momentum)
-      : Optimizer(std::move(parameters), "MomentumSgd"), lr_(lr), momentum_(momentum),
-        buffers(parameters_.size()) {}
-  void step() override {
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      Variable& p = parameters_[i];
-      if (!p.grad().defined()) continue;
-      Tensor value = p.value();
-      auto w = value.vec<float>();
-      ColVector<float> g = p.grad().vec<float>();
-      if (!buffers[i].defined()) {
-        buffers[i] = p.grad().clone();
-        buffers[i].vec<float>() = g;
-      } else {
-        auto b = buffers[i].vec<float>();
-        b = float(momentum_) * b + float(1.0) * g;
-      }
-      g = buffers[i].vec<float>();
-      w -= float(lr_) * g;
-      value.bump_version();
-    }
-  }
-  double lr_, momentum_;
-  std::vector<Tensor> buffers;  // undefined until a parameter's first step
-};
-
-// A checkpoint: full tables, dense parameters and their momentum buffers, and the epochs done.
-// One file, written by rank 0, read by every rank: any world size and plan can resume it (the
-// tables are loaded into whatever shards this rank holds).
-struct Checkpoint {
-  int64_t epochs_done = 0;
-  std::map<std::string, Tensor> tensors;
-};
-
-void save_checkpoint(const std::string& path, const Checkpoint& c) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + path);
-  auto put = [&](const void* p, size_t n) { std::fwrite(p, 1, n, f); };
-  const char magic[8] = {'F', 'D', 'L', 'R', 'M', 'C', 'K', '1'};
-  put(magic, 8);
-  put(&c.epochs_done, 8);
-  const int64_t count = static_cast<int64_t>(c.tensors.size());
-  put(&count, 8);
-  for (const auto& [name, t] : c.tensors) {
-    const Tensor v = t.to(DType::Float32).clone();
-    const int64_t len = static_cast<int64_t>(name.size()), rank = v.dim();
-    put(&len, 8);
-    put(name.data(), name.size());
-    put(&rank, 8);
-    for (int64_t d : v.shape()) put(&d, 8);
-    put(v.data<float>(), v.nbytes());
-  }
-  if (std::fclose(f) != 0) throw InvalidArgument("ferry-dlrm: cannot write " + path);
-}
-
-Checkpoint load_checkpoint(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot read " + path);
-  auto get = [&](void* p, size_t n) {
-    if (std::fread(p, 1, n, f) != n) {
-      std::fclose(f);
-      throw InvalidArgument("ferry-dlrm: " + path + " is truncated");
-    }
-  };
-  char magic[8];
-  get(magic, 8);
-  if (std::memcmp(magic, "FDLRMCK1", 8) != 0) {
-    std::fclose(f);
-    throw InvalidArgument("ferry-dlrm: " + path + " is not a ferry-dlrm checkpoint");
-  }
-  Checkpoint c;
-  int64_t count = 0;
-  get(&c.epochs_done, 8);
-  get(&count, 8);
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t len = 0, rank = 0;
-    get(&len, 8);
-    std::string name(static_cast<size_t>(len), '\0');
-    get(name.data(), name.size());
-    get(&rank, 8);
-    Shape shape(static_cast<size_t>(rank));
-    for (int64_t& d : shape) get(&d, 8);
-    Tensor t = empty(shape, DType::Float32);
-    get(t.data<float>(), t.nbytes());
-    c.tensors[name] = t;
-  }
-  std::fclose(f);
-  return c;
-}
 
 // One rank's sharded model and its pipeline.
 struct ShardedDlrm {
@@ -410,74 +323,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-
-struct EpochRecord {
-  double train_loss = 0, test_loss = 0, auc = 0;
-};
-
-// A picture of the run: test AUC and losses per epoch (left), and rank 0's median step time by
-// stage (right, one stacked bar; medians of each stage, so the stack need not add up to the
-// median total).
-void write_svg(const std::string& path, const std::vector<EpochRecord>& epochs,
-               const std::vector<std::pair<std::string, double>>& stages, double threshold,
-               const std::string& title) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + path);
-  const double W = 820, H = 360, x0 = 60, y0 = 40, pw = 380, ph = 260;
-  std::fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
-                  "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" "
-                  "height=\"100%%\" fill=\"white\"/>\n<text x=\"%g\" y=\"20\" font-size=\"14\">%s"
-                  "</text>\n", W, H, x0, title.c_str());
-  // Left: lines on [0, 1] (AUC) and [0, max loss].
-  std::fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" "
-                  "stroke=\"black\"/>\n", x0, y0, pw, ph);
-  double max_loss = 0;
-  for (const EpochRecord& e : epochs) max_loss = std::max({max_loss, e.train_loss, e.test_loss});
-  const size_t n = epochs.size();
-  auto px = [&](size_t i) { return x0 + (n <= 1 ? pw / 2 : pw * static_cast<double>(i) / static_cast<double>(n - 1)); };
-  auto line = [&](const char* color, const char* label, int row, auto value, double lo, double hi) {
-    std::string pts;
-    for (size_t i = 0; i < n; ++i) {
-      const double y = y0 + ph * (1 - (value(epochs[i]) - lo) / (hi - lo));
-      pts += std::to_string(px(i)) + "," + std::to_string(y) + " ";
-      std::fprintf(f, "<circle cx=\"%g\" cy=\"%g\" r=\"3\" fill=\"%s\"/>\n", px(i), y, color);
-    }
-    std::fprintf(f, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"/>\n"
-                    "<text x=\"%g\" y=\"%g\" fill=\"%s\">%s</text>\n",
-                 pts.c_str(), color, x0 + 8, y0 + 16.0 * row, color, label);
-  };
-  const double auc_lo = 0.5, auc_hi = 0.9;
-  line("#c33", "test AUC (0.5-0.9)", 1, [](const EpochRecord& e) { return e.auc; }, auc_lo, auc_hi);
-  line("#36c", "train loss", 2, [](const EpochRecord& e) { return e.train_loss; }, 0.0, max_loss * 1.1);
-  line("#393", "test loss", 3, [](const EpochRecord& e) { return e.test_loss; }, 0.0, max_loss * 1.1);
-  const double ty = y0 + ph * (1 - (threshold - auc_lo) / (auc_hi - auc_lo));
-  std::fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"#c33\" "
-                  "stroke-dasharray=\"4 3\"/>\n<text x=\"%g\" y=\"%g\" fill=\"#c33\">AUC "
-                  "threshold %.3f</text>\n<text x=\"%g\" y=\"%g\">epoch 1 .. %zu</text>\n",
-               x0, ty, x0 + pw, ty, x0 + pw - 130, ty - 4, threshold, x0 + pw / 2 - 30,
-               y0 + ph + 18, n);
-  // Right: the stacked bar of stage medians.
-  const double bx = x0 + pw + 80, bw = 60;
-  double sum = 0;
-  for (const auto& st : stages) sum += st.second;
-  const char* colors[] = {"#999", "#c9c", "#f93", "#fc3", "#9c6", "#69c", "#36c", "#c66", "#933"};
-  double y = y0 + ph;
-  size_t k = 0;
-  for (const auto& [name, ms] : stages) {
-    const double h = sum > 0 ? ph * ms / sum : 0;
-    y -= h;
-    std::fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"%s\"/>\n"
-                    "<rect x=\"%g\" y=\"%g\" width=\"10\" height=\"10\" fill=\"%s\"/>\n"
-                    "<text x=\"%g\" y=\"%g\">%s %.2f ms</text>\n",
-                 bx, y, bw, h, colors[k % 9], bx + bw + 20, y0 + 18.0 * static_cast<double>(k),
-                 colors[k % 9], bx + bw + 34, y0 + 18.0 * static_cast<double>(k) + 10, name.c_str(), ms);
-    ++k;
-  }
-  std::fprintf(f, "<text x=\"%g\" y=\"%g\">step stages (median ms, rank 0)</text>\n</svg>\n", bx,
-               y0 + ph + 18);
-  std::fclose(f);
 }
 
 struct Outcome {
