@@ -97,4 +97,17 @@ int64_t sharding_total(const std::vector<int64_t>& v) {
   return s;
 }
 
+Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(
+    std::vector<DistFeaturesAwaitable> phase1) {
+  return Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>([phase1]() mutable {
+    std::vector<Awaitable<KeyedJaggedTensor>> phase2;
+    for (auto& a : phase1) phase2.push_back(a.wait());
+    return Awaitable<std::vector<KeyedJaggedTensor>>([phase2]() mutable {
+      std::vector<KeyedJaggedTensor> out;
+      for (auto& a : phase2) out.push_back(a.wait());
+      return out;
+    });
+  });
+}
+
 }  // namespace ferry::torchrec::detail

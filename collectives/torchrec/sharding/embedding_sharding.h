@@ -85,6 +85,12 @@ namespace detail {
 
 // Launches `a2a` on `send` and records phase 2 (splits, stride per rank) in ctx when the outer
 // awaitable is waited.
+// The collections' input dist: the shardings' two-phase input dists (launched already) joined
+// into one two-phase awaitable of their KJTs, in sharding order. The outer wait completes every
+// phase 1 (and so issues every phase 2), the inner one every phase 2.
+Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(
+    std::vector<DistFeaturesAwaitable> phase1);
+
 DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJaggedTensor& send,
                                         const std::shared_ptr<ShardingBatchContext>& ctx);
 // The KJT's weights as a constant Variable when `weighted`, else undefined. The weights that

@@ -60,15 +60,7 @@ ShardedInputDistAwaitable ShardedEmbeddingCollection::input_dist(
     ctx.shardings.push_back(std::make_shared<ShardingBatchContext>());
     phase1.push_back(s->input_dist(features, ctx.shardings.back()));
   }
-  return ShardedInputDistAwaitable([phase1]() mutable {
-    std::vector<Awaitable<KeyedJaggedTensor>> phase2;
-    for (auto& a : phase1) phase2.push_back(a.wait());
-    return Awaitable<std::vector<KeyedJaggedTensor>>([phase2]() mutable {
-      std::vector<KeyedJaggedTensor> out;
-      for (auto& a : phase2) out.push_back(a.wait());
-      return out;
-    });
-  });
+  return detail::join_input_dists(std::move(phase1));
 }
 
 LazyAwaitable<SequenceEmbeddings> ShardedEmbeddingCollection::compute_and_output_dist(
