@@ -144,9 +144,10 @@ using detail::ReqWaitCore;
 // node (a rank whose loss ignores the outputs still runs it).
 class RequestNode : public Function {
  public:
+  // The name is built once: the tape asks for it several times per node.
   RequestNode(std::shared_ptr<ReqWaitCore> core, DType dtype, const char* suffix)
-      : core_(std::move(core)), dtype_(dtype), suffix_(suffix) {}
-  std::string name() const override { return core_->op().name() + suffix_; }
+      : core_(std::move(core)), dtype_(dtype), name_(core_->op().name() + suffix) {}
+  std::string name() const override { return name_; }
   bool is_collective() const override { return true; }
 
  protected:
@@ -158,7 +159,7 @@ class RequestNode : public Function {
 
  private:
   DType dtype_;
-  const char* suffix_;
+  std::string name_;
 };
 
 class ReqFunction final : public RequestNode {

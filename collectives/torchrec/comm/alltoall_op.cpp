@@ -60,14 +60,18 @@ std::vector<Tensor> AllToAllCommOp::finish() {
 }
 
 Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
-  return exchange(*backward_pass_, gradient_send(grad_outputs), recv_, gradient_send_wire_,
-                  gradient_recv_wire_, received_);
+  // With a codec the division stays after decoding, as in the original: dividing before
+  // encoding would change what is quantized.
+  divided_before_send_ =
+      divides_in_gradient_send() && backward_pass_->passthrough() && gradient_divides();
+  return exchange(*backward_pass_, gradient_send(grad_outputs, divided_before_send_), recv_,
+                  gradient_send_wire_, gradient_recv_wire_, received_);
 }
 
 std::vector<Tensor> AllToAllCommOp::finish_gradient() {
   Tensor values = backward_pass_->decode(received_);
   received_ = Tensor();
-  divide_if_enabled(values);
+  if (!divided_before_send_) divide_if_enabled(values);
   return input_gradients(values);
 }
 

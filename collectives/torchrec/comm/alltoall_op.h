@@ -33,8 +33,14 @@ class AllToAllCommOp : public TorchrecCommOp {
   virtual Tensor forward_send(const std::vector<Tensor>& inputs) = 0;
   // The outputs from the received buffer (1-D, blocks of recv[i] elements in rank order).
   virtual std::vector<Tensor> forward_outputs(const Tensor& received) = 0;
-  // The gradient's send buffer: block i, recv[i] elements, goes back to rank i.
-  virtual Tensor gradient_send(const std::vector<Tensor>& grad_outputs) = 0;
+  // The gradient's send buffer: block i, recv[i] elements, goes back to rank i. With
+  // `divide`, also divided by the group size (asked only of an op whose
+  // divides_in_gradient_send() is true).
+  virtual Tensor gradient_send(const std::vector<Tensor>& grad_outputs, bool divide) = 0;
+  // True when gradient_send copies the gradient into a new layout anyway and can divide while
+  // it copies. Without a codec the division then happens on the sending rank, before the
+  // exchange: the same division of the same values (the same bits) without a pass of its own.
+  virtual bool divides_in_gradient_send() const { return false; }
   // The input gradients from the received gradient (1-D, blocks of send[k] elements), already
   // decoded and divided.
   virtual std::vector<Tensor> input_gradients(const Tensor& received) = 0;
@@ -49,6 +55,7 @@ class AllToAllCommOp : public TorchrecCommOp {
   std::vector<int64_t> forward_send_wire_, forward_recv_wire_;
   std::vector<int64_t> gradient_send_wire_, gradient_recv_wire_;
   Tensor received_;  // the wire buffer in flight (forward, then gradient)
+  bool divided_before_send_ = false;  // this backward's gradient_send divided
 };
 
 }  // namespace ferry::torchrec::detail

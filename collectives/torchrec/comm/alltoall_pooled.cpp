@@ -38,9 +38,10 @@ class AllToAllPooledOp final : public AllToAllCommOp {
     const int64_t b = info_.batch_size_per_rank[rank()];
     return {columns_side_by_side(received, b)};
   }
-  Tensor gradient_send(const std::vector<Tensor>& grad_outputs) override {
-    return column_blocks(grad_outputs[0]);
+  Tensor gradient_send(const std::vector<Tensor>& grad_outputs, bool divide) override {
+    return column_blocks(grad_outputs[0], divide ? world() : 1);
   }
+  bool divides_in_gradient_send() const override { return true; }
   std::vector<Tensor> input_gradients(const Tensor& received) override {
     return {received.reshape(input_shape_)};
   }
@@ -49,29 +50,45 @@ class AllToAllPooledOp final : public AllToAllCommOp {
   // [b, sum D] from blocks [b, D_i] laid one after the other in `flat`.
   Tensor columns_side_by_side(const Tensor& flat, int64_t b) const {
     Tensor out = empty({b, sum_of(info_.dim_sum_per_rank)}, flat.dtype());
-    move_column_blocks(flat, out, b, /*to_side_by_side=*/true);
+    if (out.dtype() == DType::Float64) {
+      move_column_blocks<double>(flat, out, b, /*to_side_by_side=*/true, 1);
+    } else {
+      move_column_blocks<float>(flat, out, b, /*to_side_by_side=*/true, 1);
+    }
     return out;
   }
-  // The inverse layout: `g` [b, sum D] cut into column blocks [b, D_i], each row-major.
-  Tensor column_blocks(const Tensor& g) const {
+  // The inverse layout: `g` [b, sum D] cut into column blocks [b, D_i], each row-major, and
+  // divided by `divisor` on the way.
+  Tensor column_blocks(const Tensor& g, int divisor) const {
     Tensor out = empty({g.numel()}, g.dtype());
-    move_column_blocks(g, out, g.size(0), /*to_side_by_side=*/false);
+    if (out.dtype() == DType::Float64) {
+      move_column_blocks<double>(g, out, g.size(0), /*to_side_by_side=*/false, divisor);
+    } else {
+      move_column_blocks<float>(g, out, g.size(0), /*to_side_by_side=*/false, divisor);
+    }
     return out;
   }
   // Copies between the two layouts of b rows of the column blocks D_i: blocked (block i is
   // [b, D_i] row-major, the blocks one after the other) and side by side ([b, sum D], block i
-  // in columns off_i..off_i + D_i).
-  void move_column_blocks(const Tensor& from, Tensor& to, int64_t b, bool to_side_by_side) const {
+  // in columns off_i..off_i + D_i), dividing each value by `divisor` unless it is 1.
+  template <typename T>
+  void move_column_blocks(const Tensor& from, Tensor& to, int64_t b, bool to_side_by_side,
+                          int divisor) const {
     const int64_t total = sum_of(info_.dim_sum_per_rank);
-    const size_t es = from.element_size();
-    const auto* src = static_cast<const char*>(from.raw_data());
-    auto* dst = static_cast<char*>(to.raw_data());
+    const T* src = static_cast<const T*>(from.raw_data());
+    T* dst = static_cast<T*>(to.raw_data());
+    const T by = static_cast<T>(divisor);
     int64_t block = 0, col = 0;
     for (int64_t d : info_.dim_sum_per_rank) {
       for (int64_t r = 0; r < b; ++r) {
         const int64_t blocked = block + r * d, side = r * total + col;
-        std::copy_n(src + (to_side_by_side ? blocked : side) * es, d * es,
-                    dst + (to_side_by_side ? side : blocked) * es);
+        const T* s = src + (to_side_by_side ? blocked : side);
+        T* t = dst + (to_side_by_side ? side : blocked);
+        if (divisor == 1) {
+          std::copy_n(s, d, t);
+        } else {
+          for (int64_t j = 0; j < d; ++j) t[j] = s[j] / by;
+        }
       }
       block += b * d;
       col += d;
@@ -93,7 +110,7 @@ class VariableBatchAllToAllPooledOp final : public AllToAllCommOp {
     return inputs[0].flatten();
   }
   std::vector<Tensor> forward_outputs(const Tensor& received) override { return {received}; }
-  Tensor gradient_send(const std::vector<Tensor>& grad_outputs) override {
+  Tensor gradient_send(const std::vector<Tensor>& grad_outputs, bool) override {
     return grad_outputs[0].flatten();
   }
   std::vector<Tensor> input_gradients(const Tensor& received) override {

@@ -71,7 +71,7 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
     return {received.reshape({-1, dim_})};
   }
-  Tensor gradient_send(const std::vector<Tensor>& grad_outputs) override {
+  Tensor gradient_send(const std::vector<Tensor>& grad_outputs, bool) override {
     return grad_outputs[0];
   }
   std::vector<Tensor> input_gradients(const Tensor& received) override {

@@ -38,7 +38,7 @@ class AllToAllVOp final : public detail::AllToAllCommOp {
     }
     return outputs;
   }
-  Tensor gradient_send(const std::vector<Tensor>& grad_outputs) override {
+  Tensor gradient_send(const std::vector<Tensor>& grad_outputs, bool) override {
     std::vector<Tensor> flats;
     for (const Tensor& g : grad_outputs) flats.push_back(g.flatten());
     return cat(flats, 0);

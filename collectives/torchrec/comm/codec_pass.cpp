@@ -5,7 +5,7 @@
 namespace ferry::torchrec::detail {
 
 CodecPass::CodecPass(std::shared_ptr<QuantizedCommCodec> codec, DType value_dtype,
-                     std::string who)
+                     Who who)
     : value_dtype_(value_dtype), who_(std::move(who)) {
   // A no-op codec would put float32 on the wire for float64 values; passing through keeps
   // them exact, which is what "no-op" promises.
@@ -24,7 +24,7 @@ int64_t CodecPass::wire_size(int64_t values) const {
   try {
     return codec_->calc_quantized_size(values, ctx_ ? &*ctx_ : nullptr);
   } catch (...) {
-    rethrow_with_prefix(std::current_exception(), who_ + ": ");
+    rethrow_with_prefix(std::current_exception(), who_() + ": ");
   }
 }
 
@@ -41,7 +41,7 @@ Tensor CodecPass::encode(const Tensor& values) {
   try {
     return codec_->encode(f32.flatten(), ctx()).flatten();
   } catch (...) {
-    rethrow_with_prefix(std::current_exception(), who_ + ": ");
+    rethrow_with_prefix(std::current_exception(), who_() + ": ");
   }
 }
 
@@ -51,7 +51,7 @@ Tensor CodecPass::decode(const Tensor& wire) {
   try {
     f32 = codec_->decode(wire.flatten(), ctx()).flatten();
   } catch (...) {
-    rethrow_with_prefix(std::current_exception(), who_ + ": ");
+    rethrow_with_prefix(std::current_exception(), who_() + ": ");
   }
   return f32.dtype() == value_dtype_ ? f32 : f32.to(value_dtype_);
 }
@@ -60,7 +60,7 @@ void CodecPass::check_reducible(const char* op) const {
   const DType d = wire_dtype();
   const bool floating = d == DType::Float32 || d == DType::Float64 || d == DType::Float16 ||
                         d == DType::BFloat16;
-  FERRY_CHECK(floating, InvalidArgument, who_, " ", codec_ ? codec_->describe() : "", ": ", op,
+  FERRY_CHECK(floating, InvalidArgument, who_(), " ", codec_ ? codec_->describe() : "", ": ", op,
               " sums in the encoded dtype, and ", dtype_name(d),
               " codes cannot be summed; use an FP32, FP16 or BF16 codec (torchrec's registry "
               "falls back to FP16 / BF16 for reduce-scatter)");

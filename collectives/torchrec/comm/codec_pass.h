@@ -15,6 +15,7 @@
 #include "runtime/tensor.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,9 +25,11 @@ namespace ferry::torchrec::detail {
 
 class CodecPass {
  public:
-  // `who` prefixes error messages ("alltoall_pooled on rank 1 of group 0 (size 2), forward
-  // codec"). A null codec is a no-op.
-  CodecPass(std::shared_ptr<QuantizedCommCodec> codec, DType value_dtype, std::string who);
+  // `who` gives the prefix of error messages ("alltoall_pooled on rank 1 of group 0 (size 2),
+  // forward codec"). It is called only when there is an error to report: formatting it costs
+  // more than a small op's whole launch. A null codec is a no-op.
+  using Who = std::function<std::string()>;
+  CodecPass(std::shared_ptr<QuantizedCommCodec> codec, DType value_dtype, Who who);
 
   bool passthrough() const { return codec_ == nullptr; }
   // The dtype the collective moves (and reduces in).
@@ -51,7 +54,7 @@ class CodecPass {
   std::shared_ptr<QuantizedCommCodec> codec_;  // null: pass through
   std::optional<QuantizationContext> ctx_;
   DType value_dtype_;
-  std::string who_;
+  Who who_;
 };
 
 }  // namespace ferry::torchrec::detail

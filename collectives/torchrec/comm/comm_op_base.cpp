@@ -22,18 +22,26 @@ TorchrecCommOp::TorchrecCommOp(const char* name, Group group,
 std::string TorchrecCommOp::describe() const { return where(name_, group_); }
 
 CodecPass TorchrecCommOp::forward_pass(DType dtype) const {
-  return CodecPass(forward_codec_, dtype, describe() + ", forward codec");
+  // The op outlives its passes (they are its members), so `this` stays valid in `who`.
+  return CodecPass(forward_codec_, dtype, [this] { return describe() + ", forward codec"; });
 }
 
 CodecPass TorchrecCommOp::backward_pass(DType dtype) const {
-  return CodecPass(backward_codec_, dtype, describe() + ", backward codec");
+  return CodecPass(backward_codec_, dtype, [this] { return describe() + ", backward codec"; });
 }
 
-void TorchrecCommOp::divide_if_enabled(Tensor& grad) const {
+bool TorchrecCommOp::gradient_divides() const {
   const bool divide = captured_division_
                           ? *captured_division_
                           : division_ == Division::kTorchrec && get_gradient_division();
-  if (!divide || world() == 1) return;
+  return divide && world() > 1;
+}
+
+void TorchrecCommOp::divide_if_enabled(Tensor& grad) const {
+  if (gradient_divides()) divide(grad);
+}
+
+void TorchrecCommOp::divide(Tensor& grad) const {
   if (grad.dtype() == DType::Float64) {
     grad.vec<double>() /= static_cast<double>(world());
   } else {
@@ -109,7 +117,8 @@ void check_reducible_codec(const std::optional<QuantizedCommCodecs>& codecs, boo
                            DType dtype, const Group& group, const char* op) {
   if (!codecs) return;
   const auto& codec = forward ? codecs->forward : codecs->backward;
-  CodecPass(codec, dtype, where(op, group) + (forward ? ", forward codec" : ", backward codec"))
+  CodecPass(codec, dtype,
+            [&] { return where(op, group) + (forward ? ", forward codec" : ", backward codec"); })
       .check_reducible(forward ? "the forward reduce-scatter" : "the gradient reduce-scatter");
 }
 

@@ -45,9 +45,13 @@ class TorchrecCommOp : public ReqWaitOp {
   // A codec pass for this op's forward / gradient collective on values of `dtype`.
   CodecPass forward_pass(DType dtype) const;
   CodecPass backward_pass(DType dtype) const;
+  // True when this backward divides its gradient by the group size (the rule above, read now).
+  bool gradient_divides() const;
   // Divides `grad` (float32 / float64, decoded) in place by the group size when this backward
   // divides (after decoding, as the original).
   void divide_if_enabled(Tensor& grad) const;
+  // Divides `grad` in place by the group size.
+  void divide(Tensor& grad) const;
 
  private:
   const char* name_;

@@ -71,15 +71,27 @@ std::vector<Tensor> ReduceScatterGatherOp::finish() {
 
 Work ReduceScatterGatherOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
   const Tensor& g = grad_outputs[0];
-  if (forward_ == ForwardCollective::kReduceScatter)
+  divided_before_send_ = false;
+  if (forward_ == ForwardCollective::kReduceScatter) {
+    // The gathered gradient is W times this rank's: without a codec, dividing this rank's
+    // part before the all_gather gives the same bits with 1/W of the work. (With a codec the
+    // division stays after decoding, as in the original.)
+    if (backward_pass_->passthrough() && gradient_divides()) {
+      Tensor divided = g.clone();
+      divide(divided);
+      divided_before_send_ = true;
+      return all_gather(*backward_pass_, divided, backward_wire_);
+    }
     return all_gather(*backward_pass_, g, backward_wire_);
+  }
+  // A reduce-scatter sums first: its division must follow the sum.
   return reduce_scatter(*backward_pass_, g, backward_wire_);
 }
 
 std::vector<Tensor> ReduceScatterGatherOp::finish_gradient() {
   Tensor values = backward_pass_->decode(received_);
   received_ = Tensor();
-  divide_if_enabled(values);
+  if (!divided_before_send_) divide_if_enabled(values);
   std::vector<Tensor> grads;
   grads.reserve(input_shapes_.size());
   int64_t start = 0;

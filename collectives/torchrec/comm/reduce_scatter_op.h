@@ -45,6 +45,7 @@ class ReduceScatterGatherOp final : public TorchrecCommOp {
   std::optional<CodecPass> forward_pass_, backward_pass_;
   std::vector<int64_t> forward_wire_, backward_wire_;
   Tensor received_;
+  bool divided_before_send_ = false;  // this backward divided before its all_gather
 };
 
 }  // namespace ferry::torchrec::detail
