@@ -44,12 +44,7 @@ namespace {
 
 using namespace ferry;
 using namespace ferry::torchrec;
-using ferry::dlrm_tool::Checkpoint;
-using ferry::dlrm_tool::MomentumSgd;
-using ferry::dlrm_tool::load_checkpoint;
-using ferry::dlrm_tool::save_checkpoint;
-using ferry::dlrm_tool::EpochRecord;
-using ferry::dlrm_tool::write_svg;
+using namespace ferry::dlrm_tool;  // the checkpoint and the picture (tools/dlrm/)
 
 struct Options {
   int world_size = 4;
@@ -386,6 +381,7 @@ Outcome run(const Options& o, Group& world) {
     for (const auto& [name, t] : c.tensors)
       if (name.rfind("embedding_bags.", 0) == 0) tables[name] = t;
     m->sebc->load_state_dict(tables);
+    m->sebc->load_optimizer_state_dict(tables);  // the fused optimizers' step counts (SGD)
     for (size_t i = 0; i < dense.size(); ++i) {
       auto it = c.tensors.find("dense." + std::to_string(i));
       if (it == c.tensors.end()) throw InvalidArgument("ferry-dlrm: " + o.resume + " has no dense." + std::to_string(i));
@@ -445,6 +441,7 @@ Outcome run(const Options& o, Group& world) {
       Checkpoint c;
       c.epochs_done = epoch;
       c.tensors = m->sebc->state_dict();  // collective: every rank
+      for (auto& [key, t] : m->sebc->optimizer_state_dict()) c.tensors[key] = t;  // collective
       for (size_t i = 0; i < dense.size(); ++i) {
         c.tensors["dense." + std::to_string(i)] = dense[i].value();
         if (dense_opt.buffers[i].defined())

@@ -62,6 +62,23 @@ SparseOptimizer::SparseOptimizer(FusedOptimizerConfig config, int64_t rows, int6
   }
 }
 
+void SparseOptimizer::load_state(int64_t step, const Tensor& momentum1, const Tensor& momentum2,
+                                 const std::string& what) {
+  FERRY_CHECK(step >= 0, InvalidArgument, what, ": the step count must be >= 0, given ", step);
+  const auto load = [&](Tensor& mine, const Tensor& saved, const char* name) {
+    FERRY_CHECK(mine.defined() == saved.defined(), InvalidArgument, what, ": ",
+                emb_optim_type_name(config_.optimizer), (mine.defined() ? " keeps " : " keeps no "),
+                name, ", but the saved state ", (saved.defined() ? "has" : "has no"), " one");
+    if (!mine.defined()) return;
+    FERRY_CHECK(saved.shape() == mine.shape(), InvalidArgument, what, ": ", name, " must be ",
+                shape_str(mine.shape()), ", given ", shape_str(saved.shape()));
+    mine.copy_(saved.to(dtype_));
+  };
+  load(momentum1_, momentum1, "momentum1");
+  load(momentum2_, momentum2, "momentum2");
+  step_ = step;
+}
+
 namespace {
 
 template <class T>

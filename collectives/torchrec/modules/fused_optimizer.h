@@ -78,6 +78,11 @@ class SparseOptimizer {
   // for SGD.
   const Tensor& momentum1() const { return momentum1_; }
   const Tensor& momentum2() const { return momentum2_; }  // Adam's v; undefined otherwise
+  // Replaces the state with a saved one (a checkpoint's): the step count and the momenta, which
+  // must have the shapes above (undefined where the optimizer has none). Copied in, converted
+  // to the optimizer's dtype. InvalidArgument naming `what` for a wrong shape or a negative step.
+  void load_state(int64_t step, const Tensor& momentum1, const Tensor& momentum2,
+                  const std::string& what);
 
  private:
   FusedOptimizerConfig config_;

@@ -106,6 +106,14 @@ class ShardedEmbeddingBagCollection {
   // A full-table state (EmbeddingBagCollection::state_dict or state_dict() above, from any plan
   // and world size) cut into this rank's shards (local).
   void load_state_dict(const std::map<std::string, Tensor>& state);
+  // The fused optimizers' state as whole tables (collective) and back into any plan and world
+  // size (local): see ShardedTables::optimizer_state_dict in sharded_tables.h for the keys.
+  std::map<std::string, Tensor> optimizer_state_dict() const {
+    return tables_.optimizer_state_dict();
+  }
+  void load_optimizer_state_dict(const std::map<std::string, Tensor>& state) {
+    tables_.load_optimizer_state_dict(state);
+  }
 
  private:
   std::vector<EmbeddingBagConfig> configs_;

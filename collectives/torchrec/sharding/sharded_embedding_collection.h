@@ -55,6 +55,14 @@ class ShardedEmbeddingCollection {
   std::map<std::string, Tensor> state_dict() const;  // collective; "embeddings.<t>.weight"
   std::map<std::string, std::vector<LocalShard>> local_state_dict() const;
   void load_state_dict(const std::map<std::string, Tensor>& state);
+  // The fused optimizers' state as whole tables (collective) and back into any plan and world
+  // size (local): see ShardedTables::optimizer_state_dict in sharded_tables.h for the keys.
+  std::map<std::string, Tensor> optimizer_state_dict() const {
+    return tables_.optimizer_state_dict();
+  }
+  void load_optimizer_state_dict(const std::map<std::string, Tensor>& state) {
+    tables_.load_optimizer_state_dict(state);
+  }
 
  private:
   std::vector<EmbeddingConfig> configs_;

@@ -100,6 +100,24 @@ class ShardedTables {
   // its [rows, dim] shape). The fused optimizers' state is kept.
   void load_state_dict(const std::map<std::string, Tensor>& state);
 
+  // The fused optimizers' state as whole tables (collective: every rank calls it), for each
+  // table whose optimizer keeps state; "<prefix>.<table>.weight." followed by:
+  //   "step"        int64 [1], the table's step count;
+  //   "momentum1"   element-wise state (EXACT_ADAGRAD, ADAM's m): [rows, dim]; row-wise state
+  //                 (EXACT_ROWWISE_ADAGRAD): [rows, k], one column per column block of the
+  //                 plan (k = 1 unless the table is split by columns: each column shard keeps
+  //                 its own row state), with "momentum1.col_offsets" int64 [k], their first
+  //                 columns;
+  //   "momentum2"   ADAM's v, [rows, dim].
+  // data_parallel tables contribute the state of their optimizer once it has stepped.
+  // Empty without a fused config. sharded_optimizer_state.cpp.
+  std::map<std::string, Tensor> optimizer_state_dict() const;
+  // Cuts a state optimizer_state_dict() made (any plan, any world size) into this rank's
+  // optimizers (local). Row-wise state moves only between identical column blocks (a row's
+  // state of two blocks cannot be split or merged exactly): InvalidArgument otherwise, and
+  // for a missing key or a wrong shape.
+  void load_optimizer_state_dict(const std::map<std::string, Tensor>& state);
+
   // data_parallel tables: this rank's copies, and the collective average of their accumulated
   // sparse gradients (sum over ranks / W of the dense gradients; rows touched on any rank stay
   // touched), left as each table's sparse_grad().
