@@ -43,8 +43,9 @@
 //                            the planner's cost model (cost_model.h), the planner (planner.h) and
 //                            the plan printer (plan_printer.h).
 //   train_pipeline/          TrainPipelineBase, TrainPipelineSparseDist (exhaustion agreed).
-//   model_parallel/          DistributedModelParallel (a skeleton: the dense part through a
-//                            GradientReducer, sharded modules through the ShardedModule interface).
+//   model_parallel/          DistributedModelParallel: shards a ShardableModel's collections by
+//                            a plan (shard_model.h) or wraps sharded modules (ShardedModule,
+//                            ShardedEbcModule); the dense part through a GradientReducer.
 //   models/dlrm.h            DLRM (DenseArch, InteractionArch, OverArch in dlrm_arches.h, Mlp /
 //                            Linear in mlp.h) with a pluggable SparseArch; bce_with_logits.
 //   datasets/                Batch and the sharded batch schedule (batch.h), the synthetic
@@ -79,6 +80,7 @@
 #include "collectives/torchrec/metrics/auc.h"
 #include "collectives/torchrec/metrics/binary_metrics.h"
 #include "collectives/torchrec/model_parallel/model_parallel.h"
+#include "collectives/torchrec/model_parallel/sharded_ebc_module.h"
 #include "collectives/torchrec/models/dlrm.h"
 #include "collectives/torchrec/modules/embedding_bag_collection.h"
 #include "collectives/torchrec/modules/embedding_collection.h"

@@ -29,6 +29,24 @@ DistributedModelParallel::DistributedModelParallel(
               "DistributedModelParallel: the dense optimizer factory returned null");
 }
 
+DistributedModelParallel::DistributedModelParallel(ShardableModel& model, Group group,
+                                                   DenseOptimizerFactory dense_optimizer,
+                                                   ModelShardingOptions sharding,
+                                                   DistributedModelParallelOptions options)
+    : DistributedModelParallel(model.dense_parameters(),
+                               detail::shard_collections(model, group, sharding), group,
+                               std::move(dense_optimizer), options) {}
+
+DistributedModelParallel::DistributedModelParallel(std::vector<Variable> dense_parameters,
+                                                   detail::ShardedCollections sharded,
+                                                   Group group,
+                                                   DenseOptimizerFactory dense_optimizer,
+                                                   DistributedModelParallelOptions options)
+    : DistributedModelParallel(std::move(dense_parameters), std::move(sharded.modules),
+                               std::move(group), std::move(dense_optimizer), options) {
+  plan_ = std::move(sharded.plan);
+}
+
 void DistributedModelParallel::step() {
   if (reducer_) {
     if (!reducer_->syncing()) return;

@@ -1,8 +1,11 @@
 // DistributedModelParallel: a model whose embedding collections are sharded across the ranks and
-// whose dense part is replicated on every rank (torchrec's DistributedModelParallel, skeleton).
+// whose dense part is replicated on every rank (torchrec's DistributedModelParallel).
 //
-// The wrapper does not run the model's forward: the model calls its sharded modules and dense
-// layers itself. What it owns is the training step around it:
+// Built from a ShardableModel (shard_model.h), it plans the model's embedding bag collections
+// (or takes the caller's plan), shards them and installs the sharded collections in the model;
+// built from sharded modules, it wraps what the caller sharded. It does not run the model's
+// forward: the model calls its sharded modules and dense layers itself. What it owns is the
+// training step around it:
 //   - the replicated parameters (the dense ones, then every sharded module's data-parallel
 //     ones, in that order) are checked to agree across ranks and broadcast from rank 0 at
 //     construction;
@@ -25,6 +28,8 @@
 #include "autograd/variable.h"
 #include "collectives/ddp/gradient_reducer.h"
 #include "collectives/group.h"
+#include "collectives/torchrec/model_parallel/shard_model.h"
+#include "collectives/torchrec/planner/sharding_plan.h"
 #include "runtime/awaitable.h"
 
 #include <functional>
@@ -107,6 +112,14 @@ class DistributedModelParallel {
                            Group group, DenseOptimizerFactory dense_optimizer,
                            DistributedModelParallelOptions options = {});
 
+  // Shards `model`'s embedding bag collections (detail::shard_collections: the planner's plan
+  // unless `sharding.plan` is set; each collection installed in the model through its slot),
+  // then as above with the model's dense parameters. Collective over `group`.
+  DistributedModelParallel(ShardableModel& model, Group group,
+                           DenseOptimizerFactory dense_optimizer,
+                           ModelShardingOptions sharding = {},
+                           DistributedModelParallelOptions options = {});
+
   // Collective, after backward: the reducer's finish(), the dense optimizer's step, then every
   // module's fused_optimizer_step() in order. Inside no_sync() nothing is stepped (the gradients
   // keep accumulating).
@@ -123,13 +136,21 @@ class DistributedModelParallel {
   GradientReducer& reducer();
   Optimizer& dense_optimizer();
   const Group& group() const { return group_; }
+  // The plan the model was sharded by (empty when built from sharded modules).
+  const ShardingPlan& plan() const { return plan_; }
 
  private:
+  DistributedModelParallel(std::vector<Variable> dense_parameters,
+                           detail::ShardedCollections sharded, Group group,
+                           DenseOptimizerFactory dense_optimizer,
+                           DistributedModelParallelOptions options);
+
   Group group_;
   std::vector<std::shared_ptr<ShardedModule>> modules_;
   std::vector<Variable> replicated_;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<Optimizer> dense_optimizer_;
+  ShardingPlan plan_;
 };
 
 }  // namespace ferry::torchrec

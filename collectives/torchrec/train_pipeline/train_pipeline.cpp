@@ -20,16 +20,6 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
-ShardedEbcModule::ShardedEbcModule(std::shared_ptr<ShardedEmbeddingBagCollection> ebc,
-                                   std::string name)
-    : ebc_(std::move(ebc)), name_(std::move(name)) {
-  FERRY_CHECK(ebc_ != nullptr, InvalidArgument, "ShardedEbcModule: the collection is null");
-}
-
-void ShardedEbcModule::fused_optimizer_step() {
-  if (!ebc_->data_parallel_tables().empty()) ebc_->step_data_parallel();
-}
-
 TrainPipeline::TrainPipeline(PipelineModel model) : model_(std::move(model)) {
   FERRY_CHECK(model_.sparse != nullptr, InvalidArgument, "TrainPipeline: no sharded collection");
   FERRY_CHECK(model_.dmp != nullptr, InvalidArgument, "TrainPipeline: no DistributedModelParallel");

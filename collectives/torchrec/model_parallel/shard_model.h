@@ -1,0 +1,98 @@
+// Sharding a model inside DistributedModelParallel (torchrec's DistributedModelParallel(module,
+// env, plan=None, sharders)): the wrapper finds the model's embedding bag collections, plans
+// them (or takes the caller's plan), builds each ShardedEmbeddingBagCollection and hands it
+// back to the model, then wraps the dense part as usual.
+//
+// C++ has no module tree to walk and swap children in, so a model says what to shard through
+// ShardableModel: its dense parameters and one slot per collection (the plan's module path,
+// the tables, and a callback that installs the sharded collection where the model will call
+// it).
+//
+//   struct MyModel : ShardableModel {
+//     std::shared_ptr<ShardedEmbeddingBagCollection> ebc;  // installed by the wrapper
+//     Mlp top;
+//     std::vector<Variable> dense_parameters() override { return top.parameters(); }
+//     std::vector<EmbeddingBagCollectionSlot> embedding_bag_collections() override {
+//       return {{.module_path = "sparse.ebc", .tables = configs, .seed = 1,
+//                .install = [this](auto s) { ebc = std::move(s); }}};
+//     }
+//   };
+//   MyModel model;
+//   DistributedModelParallel dmp(model, world, dense_optimizer_factory,
+//                                {.fused = FusedOptimizerConfig{.learning_rate = 0.1}});
+//   // model.ebc is sharded by the planner's plan (dmp.plan()), printed with format_plan.
+#pragma once
+
+#include "autograd/variable.h"
+#include "collectives/torchrec/modules/embedding_config.h"
+#include "collectives/torchrec/modules/fused_optimizer.h"
+#include "collectives/torchrec/planner/cost_model.h"
+#include "collectives/torchrec/planner/sharding_plan.h"
+#include "collectives/torchrec/sharding/sharded_tables.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::torchrec {
+
+class ShardedEmbeddingBagCollection;
+class ShardedModule;
+
+// One embedding bag collection of a model, to be sharded.
+struct EmbeddingBagCollectionSlot {
+  std::string module_path;  // its key in the ShardingPlan ("sparse.ebc"); unique in the model
+  std::vector<EmbeddingBagConfig> tables;
+  bool is_weighted = false;
+  // The initial tables: those of EmbeddingBagCollection(tables, is_weighted, seed), so the
+  // sharded model starts where the unsharded one would.
+  uint64_t seed = 0;
+  // Receives the sharded collection (called once, on every rank, before the wrapper's
+  // constructor returns).
+  std::function<void(std::shared_ptr<ShardedEmbeddingBagCollection>)> install;
+};
+
+// What DistributedModelParallel needs to shard a model.
+class ShardableModel {
+ public:
+  virtual ~ShardableModel() = default;
+  // The replicated parameters (leaf Variables requiring grad, the same on every rank).
+  virtual std::vector<Variable> dense_parameters() = 0;
+  virtual std::vector<EmbeddingBagCollectionSlot> embedding_bag_collections() = 0;
+};
+
+struct ModelShardingOptions {
+  // The plan to shard by (one module per slot). None: the planner's, computed on rank 0 and
+  // broadcast (EmbeddingShardingPlanner::collective_plan) with `topology`.
+  std::optional<ShardingPlan> plan;
+  // For the planner: world_size is the group's and local_world_size the sharded options'
+  // local_size (or the launcher's, get_local_size) whatever is set here; the rest (batch size,
+  // memory budget, bandwidths) as given.
+  Topology topology;
+  // Expected ids per bag of each table, by table name, for the planner (default 1).
+  std::map<std::string, double> pooling_factors;
+  // Local size, input checks, codecs and bounds checks of every sharded collection.
+  ShardedEmbeddingOptions sharded;
+  // The fused optimizer of the sharded tables (none: DENSE row gradients).
+  std::optional<FusedOptimizerConfig> fused;
+};
+
+namespace detail {
+
+struct ShardedCollections {
+  ShardingPlan plan;
+  std::vector<std::shared_ptr<ShardedModule>> modules;  // one ShardedEbcModule per slot
+};
+
+// Plans (unless given), validates the plan against the slots (InvalidArgument naming a module
+// the plan lacks or has in excess), builds and installs each collection. Collective over
+// `group` (planner broadcast, each collection's plan agreement).
+ShardedCollections shard_collections(ShardableModel& model, const Group& group,
+                                     const ModelShardingOptions& options);
+
+}  // namespace detail
+}  // namespace ferry::torchrec

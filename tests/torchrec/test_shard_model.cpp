@@ -1,0 +1,176 @@
+// DistributedModelParallel sharding a model itself (issue 18 item 5): a ShardableModel with two
+// embedding bag collections and a dense weight, sharded by the planner's plan (the same plan the
+// planner gives on one rank) or by the caller's; one training step through the wrapper equals,
+// bit for bit, the same model sharded by hand and wrapped from its sharded modules; a plan that
+// lacks a collection or names one the model does not have, and two collections at one module
+// path, are refused on every rank.
+#include "autograd/ops.h"
+#include "autograd/optimizer.h"
+#include "collectives/collectives.h"
+#include "collectives/torchrec/torchrec.h"
+#include "comm_test_helpers.h"
+#include "tests/differentiable/spmd_gradcheck.h"
+
+#include <random>
+
+using namespace ferry;
+using namespace ferry::torchrec;
+using dgtest::expect;
+
+namespace {
+
+EmbeddingBagConfig table(const std::string& name, int64_t rows, int64_t dim) {
+  return {.name = name, .num_embeddings = rows, .embedding_dim = dim,
+          .feature_names = {"f_" + name}, .pooling = PoolingType::Sum,
+          .data_type = DType::Float64};
+}
+
+const std::vector<EmbeddingBagConfig>& sparse_tables() {
+  static const std::vector<EmbeddingBagConfig> t{table("t0", 10, 4), table("t1", 6, 2)};
+  return t;
+}
+const std::vector<EmbeddingBagConfig>& extra_tables() {
+  static const std::vector<EmbeddingBagConfig> t{table("t2", 8, 3)};
+  return t;
+}
+
+// Two collections and a dense weight [6, 1] on the first one's pooled output.
+struct TwoCollections : ShardableModel {
+  std::shared_ptr<ShardedEmbeddingBagCollection> sparse, extra;
+  Variable w{from_vector<double>({0.5, -1, 0.25, 2, 1.5, -0.75}, {6, 1}), true, "w"};
+  std::string second_path = "extra.ebc";
+
+  std::vector<Variable> dense_parameters() override { return {w}; }
+  std::vector<EmbeddingBagCollectionSlot> embedding_bag_collections() override {
+    return {{.module_path = "sparse.ebc", .tables = sparse_tables(), .seed = 3,
+             .install = [this](auto s) { sparse = std::move(s); }},
+            {.module_path = second_path, .tables = extra_tables(), .seed = 4,
+             .install = [this](auto s) { extra = std::move(s); }}};
+  }
+};
+
+// This rank's features of `tables`: 3 samples, 0..2 ids each.
+KeyedJaggedTensor features(const std::vector<EmbeddingBagConfig>& tables, int rank) {
+  std::mt19937_64 rng(17 + static_cast<uint64_t>(rank));
+  std::vector<std::string> keys;
+  std::vector<int64_t> lengths, ids;
+  for (const EmbeddingBagConfig& t : tables) {
+    keys.push_back(t.feature_names[0]);
+    for (int s = 0; s < 3; ++s) {
+      const int64_t n = static_cast<int64_t>(rng() % 3);
+      lengths.push_back(n);
+      for (int64_t j = 0; j < n; ++j)
+        ids.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(t.num_embeddings)));
+    }
+  }
+  return KeyedJaggedTensor::from_lengths_sync(keys, from_vector(ids), from_vector(lengths));
+}
+
+void train_step(TwoCollections& m, DistributedModelParallel& dmp, int rank) {
+  const Variable a = m.sparse->forward(features(sparse_tables(), rank)).values;
+  const Variable b = m.extra->forward(features(extra_tables(), rank)).values;
+  add(sum(matmul(a, m.w)), mul(sum(mul(b, b)), 0.5)).backward();
+  dmp.step();
+  dmp.zero_grad();
+}
+
+DistributedModelParallel::DenseOptimizerFactory sgd() {
+  return [](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<Sgd>(std::move(p), SgdOptions{.lr = 0.1});
+  };
+}
+
+ModelShardingOptions options(int W) {
+  ModelShardingOptions o;
+  o.topology.batch_size = 3;
+  o.topology.memory_budget = int64_t{1} << 20;
+  o.pooling_factors = {{"t0", 1.0}, {"t1", 1.0}, {"t2", 1.0}};
+  o.sharded.local_size = W;
+  o.fused = FusedOptimizerConfig{.learning_rate = 0.2};
+  return o;
+}
+
+}  // namespace
+
+DG_CASE("DistributedModelParallel shards a ShardableModel by the planner's plan or the "
+        "caller's; one step equals the model sharded by hand; bad plans refused on every rank",
+        "[torchrec][dmp]", 1, 2, 3) {
+  const int W = g.size(), me = g.rank();
+  TwoCollections model;
+  DistributedModelParallel dmp(model, g, sgd(), options(W));
+  expect(model.sparse != nullptr && model.extra != nullptr, g, "a collection was not installed");
+
+  // The planner's plan, as one rank computes it.
+  std::map<std::string, std::vector<PlannerTable>> modules;
+  for (const auto& [path, tables] : {std::pair{"sparse.ebc", sparse_tables()},
+                                     std::pair{"extra.ebc", extra_tables()}})
+    for (const EmbeddingBagConfig& c : tables) {
+      PlannerTable t;
+      t.name = c.name;
+      t.rows = c.num_embeddings;
+      t.dim = c.embedding_dim;
+      modules[path].push_back(t);
+    }
+  Topology topo = options(W).topology;
+  topo.world_size = W;
+  topo.local_world_size = W;
+  const ShardingPlan want = EmbeddingShardingPlanner(topo).plan(modules);
+  expect(dmp.plan() == want, g, "the wrapper's plan is not the planner's:\n" +
+                                    dmp.plan().to_string() + "vs\n" + want.to_string());
+  expect(model.sparse->plan() == *want.get_plan_for_module("sparse.ebc"), g,
+         "the installed collection has another plan");
+
+  // By hand: the same plan, the same seeds, wrapped from its sharded modules.
+  TwoCollections hand;
+  auto sparse = std::make_shared<ShardedEmbeddingBagCollection>(
+      sparse_tables(), false, *want.get_plan_for_module("sparse.ebc"), g, options(W).sharded,
+      options(W).fused, 3);
+  auto extra = std::make_shared<ShardedEmbeddingBagCollection>(
+      extra_tables(), false, *want.get_plan_for_module("extra.ebc"), g, options(W).sharded,
+      options(W).fused, 4);
+  hand.sparse = sparse;
+  hand.extra = extra;
+  DistributedModelParallel by_hand(
+      {hand.w},
+      {std::make_shared<ShardedEbcModule>(sparse, "sparse.ebc"),
+       std::make_shared<ShardedEbcModule>(extra, "extra.ebc")},
+      g, sgd());
+  train_step(model, dmp, me);
+  train_step(hand, by_hand, me);
+  expect(equal(model.w.value(), hand.w.value()), g, "the dense weight differs");
+  for (auto [mine, theirs] : {std::pair{model.sparse, hand.sparse}, {model.extra, hand.extra}})
+    for (const auto& [key, t] : theirs->state_dict())
+      expect(equal(mine->state_dict().at(key), t), g, "the table " + key + " differs");
+
+  // The caller's plan: taken as it is.
+  ShardingPlan mine;
+  std::vector<TableShape> s0, s1;
+  for (const auto& c : sparse_tables()) s0.push_back({c.name, c.num_embeddings, c.embedding_dim});
+  for (const auto& c : extra_tables()) s1.push_back({c.name, c.num_embeddings, c.embedding_dim});
+  mine.set_plan_for_module("sparse.ebc", construct_module_sharding_plan(
+                                             s0, {{"t0", row_wise()}, {"t1", data_parallel()}}, W,
+                                             W, "sparse.ebc"));
+  mine.set_plan_for_module("extra.ebc", construct_module_sharding_plan(
+                                            s1, {{"t2", table_wise(W - 1)}}, W, W, "extra.ebc"));
+  ModelShardingOptions given = options(W);
+  given.plan = mine;
+  TwoCollections planned;
+  DistributedModelParallel with_plan(planned, g, sgd(), given);
+  expect(with_plan.plan() == mine && planned.extra->plan() == *mine.get_plan_for_module("extra.ebc"),
+         g, "the caller's plan was not used");
+
+  // A plan without "extra.ebc" but with "other.ebc"; two collections at one path.
+  ShardingPlan wrong;
+  wrong.set_plan_for_module("sparse.ebc", *mine.get_plan_for_module("sparse.ebc"));
+  wrong.set_plan_for_module("other.ebc", *mine.get_plan_for_module("extra.ebc"));
+  given.plan = wrong;
+  TwoCollections refused;
+  trtest::expect_invalid([&] { DistributedModelParallel d(refused, g, sgd(), given); },
+                         {"DistributedModelParallel on rank", "\"other.ebc\"", "\"extra.ebc\""}, g,
+                         "a plan for other modules");
+  TwoCollections twice;
+  twice.second_path = "sparse.ebc";
+  trtest::expect_invalid([&] { DistributedModelParallel d(twice, g, sgd(), options(W)); },
+                         {"two embedding bag collections", "\"sparse.ebc\""}, g,
+                         "two collections at one path");
+}
