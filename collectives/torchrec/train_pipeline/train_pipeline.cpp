@@ -37,18 +37,31 @@ void TrainPipeline::reset() {
   ended_ = false;
 }
 
-std::optional<Batch> TrainPipeline::agree_next(BatchSource& source, StepTimes& times) {
+TrainPipeline::Proposal TrainPipeline::propose_next(BatchSource& source, StepTimes& times) {
   auto t0 = Clock::now();
-  std::optional<Batch> batch = source.next_batch();
+  Proposal p;
+  p.batch = source.next_batch();
   times.data += seconds_since(t0);
-  const auto step_start = Clock::now();
-  Tensor have = full({1}, batch.has_value() ? 1.0 : 0.0, DType::Float64);
-  all_reduce(have, model_.sparse->world(), ReduceOp::Min).wait();
-  const double t = seconds_since(step_start);
+  t0 = Clock::now();
+  p.flag = full({1}, p.batch.has_value() ? 1.0 : 0.0, DType::Float64);
+  p.agreement = all_reduce(p.flag, model_.sparse->world(), ReduceOp::Min);
+  times.agreement += seconds_since(t0);
+  return p;
+}
+
+std::optional<Batch> TrainPipeline::agreed(Proposal& p, StepTimes& times) {
+  const auto t0 = Clock::now();
+  p.agreement.wait();
+  const double t = seconds_since(t0);
   times.agreement += t;
   times.comm_wait += t;
-  if (have.item() < 0.5) return std::nullopt;  // some rank has no batch: nobody starts one
-  return batch;
+  if (p.flag.item() < 0.5) return std::nullopt;  // some rank has no batch: nobody starts one
+  return std::move(p.batch);
+}
+
+std::optional<Batch> TrainPipeline::agree_next(BatchSource& source, StepTimes& times) {
+  Proposal p = propose_next(source, times);
+  return agreed(p, times);
 }
 
 TrainStepOutput TrainPipeline::compute_step(const Batch& batch, ShardedEmbeddingContext& ctx,
@@ -150,6 +163,9 @@ void TrainPipelineSparseDist::advance(InFlight& f, int to_stage, StepTimes& time
 void TrainPipelineSparseDist::reset() {
   TrainPipeline::reset();
   current_.reset();
+  // Every rank launched this agreement: it completes (and its batch is dropped) here.
+  if (proposal_) proposal_->agreement.wait();
+  proposal_.reset();
   filled_ = false;
 }
 
@@ -163,15 +179,24 @@ std::optional<TrainStepOutput> TrainPipelineSparseDist::progress(BatchSource& so
     if (std::optional<Batch> first = agree_next(source, times)) {
       current_ = start(std::move(*first), times);
       advance(*current_, 3, times);
+      proposal_ = propose_next(source, times);
     }
   }
   if (!current_) {
     ended_ = true;
     return std::nullopt;
   }
-  // Batch i's input dist has completed: start batch i+1's, if every rank has one.
+  // Batch i's input dist has completed: start batch i+1's if every rank has one (agreed while
+  // the previous step computed), and propose batch i+2.
   std::unique_ptr<InFlight> next;
-  if (std::optional<Batch> batch = agree_next(source, times)) next = start(std::move(*batch), times);
+  if (proposal_) {
+    std::optional<Batch> batch = agreed(*proposal_, times);
+    proposal_.reset();
+    if (batch) {
+      next = start(std::move(*batch), times);
+      proposal_ = propose_next(source, times);
+    }
+  }
   // Batch i's step; once its output dist is in hand, batch i+1's phase 2 is issued.
   TrainStepOutput out = compute_step(current_->batch, current_->ctx, current_->dist_input, times,
                                      [&] {

@@ -29,7 +29,9 @@
 // (their steps run on every rank) and then progress() returns std::nullopt on every rank, after
 // the same step. A rank with more batches than its peers leaves its extra batches untrained
 // (like the samplers' even_batches). So ranks with uneven data end together, cleanly, with
-// matched collectives.
+// matched collectives. TrainPipelineSparseDist fetches each batch one step early and launches
+// its agreement then, so the agreement travels during a step's compute instead of being a
+// synchronisation point of its own.
 #pragma once
 
 #include "autograd/variable.h"
@@ -114,8 +116,18 @@ class TrainPipeline {
   virtual std::string name() const = 0;
 
  protected:
-  // The batch this rank fetched, if every rank has one (the agreement); adds the collective's
-  // time to `times`.
+  // This rank's next batch and the exhaustion agreement on it, in flight.
+  struct Proposal {
+    std::optional<Batch> batch;
+    Tensor flag;  // 1 when this rank has a batch; min over the world once `agreement` is done
+    Work agreement;
+  };
+  // Fetches the next batch of `source` and launches its agreement (the all_reduce) without
+  // waiting for it.
+  Proposal propose_next(BatchSource& source, StepTimes& times);
+  // Waits for the agreement: the batch if every rank has one. Adds the wait to `times`.
+  std::optional<Batch> agreed(Proposal& proposal, StepTimes& times);
+  // Both at once.
   std::optional<Batch> agree_next(BatchSource& source, StepTimes& times);
   // Lookup + output dist, dense forward, backward, finish, optimizers, zero_grad.
   TrainStepOutput compute_step(const Batch& batch, ShardedEmbeddingContext& ctx,
@@ -157,6 +169,7 @@ class TrainPipelineSparseDist : public TrainPipeline {
   void advance(InFlight& f, int to_stage, StepTimes& times);
 
   std::unique_ptr<InFlight> current_;
+  std::optional<Proposal> proposal_;  // the batch after `current_`'s successor, agreeing
   bool filled_ = false;
 };
 
