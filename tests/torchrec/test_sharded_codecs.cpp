@@ -9,6 +9,7 @@
 #include "collectives/collectives.h"
 #include "collectives/torchrec/torchrec.h"
 #include "comm_test_helpers.h"
+#include "sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>
@@ -21,23 +22,11 @@ using dgtest::expect;
 
 namespace {
 
-const std::vector<std::tuple<std::string, int64_t, int64_t>> kTables{
+const testing::TableList kTables{
     {"t0", 40, 8}, {"t1", 25, 16}, {"t2", 33, 8}};
 
-std::vector<EmbeddingBagConfig> configs() {
-  std::vector<EmbeddingBagConfig> c;
-  for (const auto& [name, rows, dim] : kTables)
-    c.push_back({.name = name, .num_embeddings = rows, .embedding_dim = dim,
-                 .feature_names = {"f" + name}, .pooling = PoolingType::Sum,
-                 .data_type = DType::Float32});
-  return c;
-}
-
-std::vector<TableShape> shapes() {
-  std::vector<TableShape> s;
-  for (const auto& [name, rows, dim] : kTables) s.push_back({name, rows, dim});
-  return s;
-}
+std::vector<EmbeddingBagConfig> configs() { return testing::bag_configs_of(kTables, DType::Float32); }
+std::vector<TableShape> shapes() { return testing::shapes_of(kTables); }
 
 // This rank's 4 samples: 1..3 ids per bag.
 KeyedJaggedTensor features(int rank) {
@@ -67,15 +56,6 @@ ParameterShardingGenerator generator(ShardingType type, int i, int W) {
   }
 }
 
-// Max |a - b| / max |b|.
-double rel_err(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    num = std::max(num, std::abs(a.get_flat(i) - b.get_flat(i)));
-    den = std::max(den, std::abs(b.get_flat(i)));
-  }
-  return den > 0 ? num / den : num;
-}
 
 struct Run {
   Tensor output;
@@ -118,11 +98,11 @@ DG_CASE("sharded EBC with FP16 / BF16 comm codecs: within the codec's rounding o
       // a little more after the sums of a reduce-scatter.
       const double bound = codec == CommType::FP16 ? 4e-3 : 3e-2;
       const Run q = run(type, g, QCommsConfig(codec, codec));
-      const double fwd = rel_err(q.output, exact.output);
+      const double fwd = testing::max_rel_err(q.output, exact.output);
       expect(fwd <= bound, g, what.str() + ": forward relative error " + std::to_string(fwd));
       expect(fwd > 0, g, what.str() + ": the output is exact, so the codec did not run");
       for (const auto& [key, t] : exact.tables) {
-        const double e = rel_err(q.tables.at(key), t);
+        const double e = testing::max_rel_err(q.tables.at(key), t);
         expect(e <= bound, g, what.str() + ": " + key + " after a step, relative error " +
                                   std::to_string(e));
       }

@@ -10,6 +10,7 @@
 #include "collectives/collectives.h"
 #include "collectives/torchrec/torchrec.h"
 #include "comm_test_helpers.h"
+#include "sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>
@@ -153,14 +154,7 @@ Variable loss_of(const Variable& y, const Tensor& G, int64_t n) {
   return div(sum(mul(y, add(mul(y, 0.5), Variable(G)))), static_cast<double>(n));
 }
 
-double rel_err(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    num = std::max(num, std::abs(a.get_flat(i) - b.get_flat(i)));
-    den = std::max(den, std::abs(b.get_flat(i)));
-  }
-  return den > 0 ? num / den : num;
-}
+double rel_err(const Tensor& a, const Tensor& b) { return testing::max_rel_err(a, b); }
 
 void expect_rel(const Tensor& a, const Tensor& b, const Group& g, const std::string& what,
                 double tol = 1e-12) {

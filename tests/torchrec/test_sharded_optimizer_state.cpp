@@ -8,6 +8,7 @@
 #include "collectives/collectives.h"
 #include "collectives/torchrec/torchrec.h"
 #include "comm_test_helpers.h"
+#include "sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>
@@ -23,23 +24,11 @@ namespace {
 constexpr int64_t kB = 2;  // samples per rank of the W = 4 world
 
 // (name, rows, dim): every table one feature named after it.
-const std::vector<std::tuple<std::string, int64_t, int64_t>> kTables{
+const testing::TableList kTables{
     {"t0", 11, 4}, {"t1", 7, 3}, {"t2", 9, 6}, {"t3", 13, 2}, {"t4", 6, 3}, {"t5", 10, 4}};
 
-std::vector<EmbeddingBagConfig> configs() {
-  std::vector<EmbeddingBagConfig> c;
-  for (const auto& [name, rows, dim] : kTables)
-    c.push_back({.name = name, .num_embeddings = rows, .embedding_dim = dim,
-                 .feature_names = {"f" + name}, .pooling = PoolingType::Sum,
-                 .data_type = DType::Float64});
-  return c;
-}
-
-std::vector<TableShape> shapes() {
-  std::vector<TableShape> s;
-  for (const auto& [name, rows, dim] : kTables) s.push_back({name, rows, dim});
-  return s;
-}
+std::vector<EmbeddingBagConfig> configs() { return testing::bag_configs_of(kTables, DType::Float64); }
+std::vector<TableShape> shapes() { return testing::shapes_of(kTables); }
 
 // The batch of W4-rank `r` at `step`: per feature, kB bags of 0..3 ids.
 void append_batch(int r, int step, std::vector<std::vector<int64_t>>& lengths,
@@ -83,14 +72,6 @@ void train_step(ShardedEmbeddingBagCollection& s, const std::vector<int>& ranks,
   s.step_data_parallel();
 }
 
-double rel_err(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    num = std::max(num, std::abs(a.get_flat(i) - b.get_flat(i)));
-    den = std::max(den, std::abs(b.get_flat(i)));
-  }
-  return den > 0 ? num / den : num;
-}
 
 void expect_states(const std::map<std::string, Tensor>& got,
                    const std::map<std::string, Tensor>& want, double tol, const Group& g,
@@ -99,7 +80,7 @@ void expect_states(const std::map<std::string, Tensor>& got,
   for (const auto& [key, t] : want) {
     auto it = got.find(key);
     expect(it != got.end() && it->second.shape() == t.shape(), g, what + ": " + key + " missing");
-    const double e = rel_err(it->second, t);
+    const double e = testing::max_rel_err(it->second, t);
     std::ostringstream os;
     os << what << ": " << key << " relative error " << e << " > " << tol;
     expect(e <= tol, g, os.str());
