@@ -130,24 +130,27 @@ struct KjtA2aState {
         if (rec[s][w] != rec[0][w]) bad.push_back(s);
       return bad;
     };
-    auto mismatch = [&](Word w, const std::string& what, const std::string& here) {
+    // `here` describes this rank's side; it is formatted only for an error (formatting it on
+    // every call cost more than the rest of phase 1's bookkeeping).
+    auto mismatch = [&](Word w, const char* what, const auto& here) {
       std::vector<int64_t> bad = differing(w);
       if (bad.empty()) return;
       FERRY_THROW(MismatchError, kWhere, " on rank ", me, ": ranks ", list_str(bad),
-                  " disagree with rank 0 about ", what, " (here: ", here,
+                  " disagree with rank 0 about ", what, " (here: ", here(),
                   "); every rank fails this call and no data moved");
     };
-    mismatch(kKeysFp, "the keys or their order", detail::keys_str(input.keys()));
-    mismatch(kSplitsFp, "the key splits or the stagger",
-             "splits " + list_str(splits) + ", stagger " + std::to_string(stagger));
-    {
-      std::string here = std::string("variable stride per key ") +
-                         (input.variable_stride_per_key() ? "yes" : "no") + ", weights " +
-                         (input.has_weights() ? dtype_name(input.weights().dtype()) : "none") +
-                         ", lengths " + dtype_name(input.lengths().dtype());
-      mismatch(kFlags, "the KJT's layout (variable stride per key, weights, dtypes)", here);
-    }
-    mismatch(kLimit, "max_recv_elements", std::to_string(options.max_recv_elements));
+    mismatch(kKeysFp, "the keys or their order", [&] { return detail::keys_str(input.keys()); });
+    mismatch(kSplitsFp, "the key splits or the stagger", [&] {
+      return "splits " + list_str(splits) + ", stagger " + std::to_string(stagger);
+    });
+    mismatch(kFlags, "the KJT's layout (variable stride per key, weights, dtypes)", [&] {
+      return std::string("variable stride per key ") +
+             (input.variable_stride_per_key() ? "yes" : "no") + ", weights " +
+             (input.has_weights() ? dtype_name(input.weights().dtype()) : "none") +
+             ", lengths " + dtype_name(input.lengths().dtype());
+    });
+    mismatch(kLimit, "max_recv_elements",
+             [&] { return std::to_string(options.max_recv_elements); });
 
     // Counts: consistent with the splits, and within bounds at every receiver.
     const bool vbe = input.variable_stride_per_key();
