@@ -193,56 +193,6 @@ std::vector<std::shared_ptr<EmbeddingTable>> ShardedTables::data_parallel_tables
   return out;
 }
 
-void ShardedTables::reduce_data_parallel_gradients() const {
-  const int W = world_.size();
-  const std::vector<std::shared_ptr<EmbeddingTable>> tables = data_parallel_tables();
-  // Per table [R, D + 1]: the dense gradient and a touched flag per row, summed over the ranks.
-  // The tables of one dtype share one buffer, so one all_reduce per dtype moves them all (one
-  // collective's latency per step, not one per table).
-  std::map<DType, int64_t> elements;
-  for (const auto& table : tables)
-    elements[table->dtype()] += table->total_rows() * (table->total_cols() + 1);
-  std::map<DType, Tensor> flat;
-  std::map<DType, int64_t> used;
-  for (const auto& [dtype, n] : elements) flat[dtype] = zeros({n}, dtype);
-  std::vector<Tensor> bufs;
-  for (const auto& table : tables) {
-    const int64_t R = table->total_rows(), D = table->total_cols();
-    const DType dtype = table->dtype();
-    Tensor buf = flat[dtype].narrow(0, used[dtype], R * (D + 1)).reshape({R, D + 1});
-    used[dtype] += R * (D + 1);
-    const SparseRowGradient& g = table->sparse_grad();
-    if (!g.empty()) {
-      const std::vector<int64_t> rows = g.rows().to_vector<int64_t>();
-      for (size_t i = 0; i < rows.size(); ++i) {
-        buf.select(rows[i]).narrow(0, 0, D).copy_(g.values().select(static_cast<int64_t>(i)));
-        buf.set_flat(rows[i] * (D + 1) + D, 1.0);
-      }
-    }
-    bufs.push_back(buf);
-  }
-  if (W > 1) {
-    std::vector<Work> works;
-    for (auto& [dtype, t] : flat) works.push_back(all_reduce(t, world_));
-    wait_all(works);
-  }
-  for (size_t k = 0; k < tables.size(); ++k) {
-    const auto& table = tables[k];
-    const Tensor& buf = bufs[k];
-    const int64_t R = table->total_rows(), D = table->total_cols();
-    std::vector<int64_t> rows;
-    for (int64_t r = 0; r < R; ++r)
-      if (buf.get_flat(r * (D + 1) + D) != 0.0) rows.push_back(r);
-    Tensor values = empty({static_cast<int64_t>(rows.size()), D}, table->dtype());
-    for (size_t i = 0; i < rows.size(); ++i)
-      values.select(static_cast<int64_t>(i)).copy_(buf.select(rows[i]).narrow(0, 0, D));
-    SparseRowGradient avg(from_vector(rows), values);
-    avg.scale_(1.0 / W);
-    table->zero_sparse_grad();
-    table->receive_gradient(avg);
-  }
-}
-
 void ShardedTables::step_data_parallel() {
   FERRY_CHECK(fused_.has_value(), InvalidArgument, where_,
               "::step_data_parallel: the collection has no optimizer config");
