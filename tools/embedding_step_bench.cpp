@@ -290,6 +290,7 @@ std::vector<double> lookup_values(const Setup& s, const ModuleShardingPlan& plan
 
 struct TypeResult {
   double input = 0, lookup = 0, output = 0, backward = 0, total = 0;  // seconds, medians
+  double dp_step = 0;            // of backward: step_data_parallel (data_parallel only)
   double ids_per_s = 0;          // global ids per step / the slowest rank's total
   double lookup_rate = 0;        // per rank: looked-up values / dim / lookup time
   double max_err = 0;
@@ -331,7 +332,7 @@ TypeResult run_type(const Setup& s, ShardingType type, const Group& world,
   const bool exact =
       type != ShardingType::ROW_WISE && type != ShardingType::TABLE_ROW_WISE;
 
-  enum { kIn, kLookup, kOut, kBwd, kTotal, kErr, kBad, kRates };
+  enum { kIn, kLookup, kOut, kBwd, kTotal, kDp, kErr, kBad, kRates };
   std::vector<std::vector<double>> stages(kRates);
   std::vector<double> rates, throughput;
   auto last_note = Clock::now();
@@ -361,13 +362,14 @@ TypeResult run_type(const Setup& s, ShardingType type, const Group& world,
       }
     }
     backward(out.values, up);
+    const auto t_dp = Clock::now();
     if (type == ShardingType::DATA_PARALLEL) sebc.step_data_parallel();
     const auto t4 = Clock::now();
 
     const double my_lookup = seconds(t1, t2);
     Tensor m = zeros({kRates + W}, DType::Float64);
     const double t[] = {seconds(t0, t1), my_lookup, seconds(t2, t3), seconds(t3, t4),
-                        seconds(t0, t4), err, bad};
+                        seconds(t0, t4), seconds(t_dp, t4), err, bad};
     for (int k = 0; k < kRates; ++k) m.set_flat(k, t[k]);
     // Rates are >= 0, so the MAX of a vector holding only this rank's entry gathers them.
     m.set_flat(kRates + me, values[bi][static_cast<size_t>(me)] / static_cast<double>(D) / my_lookup);
@@ -394,6 +396,7 @@ TypeResult run_type(const Setup& s, ShardingType type, const Group& world,
   res.output = median(stages[kOut]);
   res.backward = median(stages[kBwd]);
   res.total = median(stages[kTotal]);
+  res.dp_step = median(stages[kDp]);
   res.ids_per_s = median(throughput);
   res.lookup_rate = median(rates);
   return res;
@@ -413,16 +416,19 @@ void run_rank(const Setup& s, const SyntheticCriteo& data, int distinct, const G
   for (int b = 0; b < distinct; ++b)
     batches.push_back(data.batch(Split::Train, (static_cast<int64_t>(b) * W + me) * B, B).sparse);
   if (lead) progress(s, "building the unsharded reference (each rank 1/%d of the tables)", W);
-  const KeyedJaggedTensor global = data.batch(Split::Train, 0, W * B).sparse;
-  const UnshardedReference ref = unsharded_reference(s.configs, global, o.seed, world, 5);
+  // Global batch b (every rank's b-th batch, rank-major), for the reference's timing passes.
+  std::vector<KeyedJaggedTensor> globals;
+  for (int b = 0; b < std::min(distinct, 5); ++b)
+    globals.push_back(data.batch(Split::Train, static_cast<int64_t>(b) * W * B, W * B).sparse);
+  const UnshardedReference ref = unsharded_reference(s.configs, globals, o.seed, world);
   if (lead) {
     progress(s, "reference done");
     std::printf("ids per global step: %lld (first batch)\n",
-                static_cast<long long>(global.values().numel()));
-    std::printf("single-core references, per rank with the ranks running concurrently, over the "
-                "first global batch: Eigen gather-and-sum loop %.3e ids/s, unsharded lookup "
+                static_cast<long long>(globals[0].values().numel()));
+    std::printf("single-core references, per rank with the ranks running concurrently, median "
+                "over %zu global batches: Eigen gather-and-sum loop %.3e ids/s, unsharded lookup "
                 "(no tape) %.3e ids/s\n",
-                ref.eigen_ids_per_s, ref.lookup_ids_per_s);
+                globals.size(), ref.eigen_ids_per_s, ref.lookup_ids_per_s);
     std::printf("times: medians over the timed steps of the slowest rank (ranks start each step "
                 "at a barrier; one all_reduce MAX of the per-rank stage times); total is the "
                 "slowest rank's own total\n\n");
@@ -432,6 +438,7 @@ void run_rank(const Setup& s, const SyntheticCriteo& data, int distinct, const G
     std::fflush(stdout);
   }
   std::vector<std::string> legends;
+  double dp_note = -1;
   for (ShardingType type : o.types) {
     const TypeResult r = run_type(s, type, world, batches, ref);
     if (!r.ok) all_ok = false;
@@ -444,6 +451,7 @@ void run_rank(const Setup& s, const SyntheticCriteo& data, int distinct, const G
                 r.ok ? "ok" : "MISMATCH", r.max_err);
     std::fflush(stdout);
     legends.push_back(name + ": " + legend(s, type));
+    if (type == ShardingType::DATA_PARALLEL) dp_note = r.dp_step;
   }
   if (lead) {
     std::printf("\nlayouts (W = %d, L = %d): ", W, o.local_size);
@@ -451,6 +459,10 @@ void run_rank(const Setup& s, const SyntheticCriteo& data, int distinct, const G
       std::printf("%s%s", i ? "; " : "", legends[i].c_str());
     std::printf("\nlookup ids/s/r: each rank's looked-up values / dim / its lookup time (median "
                 "over ranks and steps; a column shard's id counts as its share of the dim)\n");
+    if (dp_note >= 0)
+      std::printf("data_parallel's backward includes step_data_parallel, %.2f ms (median): per "
+                  "table an all_reduce of a dense [rows, dim + 1] buffer (gradient + touched "
+                  "flag), then the SGD step of the touched rows\n", dp_note * 1e3);
     std::printf("load average %s (1, 5, 15 min) at the end\n", load_average().c_str());
     progress(s, "done");
   }
