@@ -138,8 +138,10 @@ bool parse(int argc, char** argv, Options& o) {
     }
   }
   if (o.local_size == 0) o.local_size = o.world_size % 2 == 0 ? o.world_size / 2 : o.world_size;
-  if (o.world_size % o.local_size != 0 || o.rows_max < o.rows_min || o.rows_max >= (int64_t{1} << 31)) {
-    std::fprintf(stderr, "need --local-size dividing --world-size and rows-min <= rows-max < 2^31\n");
+  if (o.world_size % o.local_size != 0 || o.rows_max < o.rows_min ||
+      o.rows_max >= (int64_t{1} << 31)) {
+    std::fprintf(stderr,
+                 "need --local-size dividing --world-size and rows-min <= rows-max < 2^31\n");
     return false;
   }
   return true;
@@ -175,7 +177,8 @@ Setup make_setup(const Options& o) {
   const double l1 = std::log(static_cast<double>(o.rows_max));
   double table_bytes = 0;
   for (int64_t t = 0; t < o.tables; ++t) {
-    const double f = o.tables == 1 ? 0.0 : static_cast<double>(t) / static_cast<double>(o.tables - 1);
+    const double f =
+        o.tables == 1 ? 0.0 : static_cast<double>(t) / static_cast<double>(o.tables - 1);
     const auto r = static_cast<int64_t>(std::llround(std::exp(l0 + f * (l1 - l0))));
     std::string name = "t";
     name += std::to_string(t);
@@ -270,13 +273,16 @@ std::vector<double> lookup_values(const Setup& s, const ModuleShardingPlan& plan
       const std::vector<int64_t> ids = kjt[f].values().to_vector<int64_t>();
       mine_ids += static_cast<double>(ids.size());
       if (ps.sharding_type == ShardingType::DATA_PARALLEL) {
-        acc[static_cast<size_t>(me)] += static_cast<double>(ids.size() * static_cast<size_t>(c.embedding_dim));
+        acc[static_cast<size_t>(me)] +=
+            static_cast<double>(ids.size()) * static_cast<double>(c.embedding_dim);
         continue;
       }
       for (const ShardMetadata& m : ps.sharding_spec) {
         const int64_t lo = m.row_offset(), hi = lo + m.rows();
-        const auto in = std::count_if(ids.begin(), ids.end(), [&](int64_t id) { return id >= lo && id < hi; });
-        acc[static_cast<size_t>(m.placement)] += static_cast<double>(in) * static_cast<double>(m.cols());
+        const auto in =
+            std::count_if(ids.begin(), ids.end(), [&](int64_t id) { return id >= lo && id < hi; });
+        acc[static_cast<size_t>(m.placement)] +=
+            static_cast<double>(in) * static_cast<double>(m.cols());
       }
     }
   }
@@ -290,9 +296,9 @@ std::vector<double> lookup_values(const Setup& s, const ModuleShardingPlan& plan
 
 struct TypeResult {
   double input = 0, lookup = 0, output = 0, backward = 0, total = 0;  // seconds, medians
-  double dp_step = 0;            // of backward: step_data_parallel (data_parallel only)
-  double ids_per_s = 0;          // global ids per step / the slowest rank's total
-  double lookup_rate = 0;        // per rank: looked-up values / dim / lookup time
+  double dp_step = 0;      // of backward: step_data_parallel (data_parallel only)
+  double ids_per_s = 0;    // global ids per step / the slowest rank's total
+  double lookup_rate = 0;  // per rank: looked-up values / dim / lookup time
   double max_err = 0;
   bool ok = true;
   double build_s = 0;
@@ -329,8 +335,7 @@ TypeResult run_type(const Setup& s, ShardingType type, const Group& world,
   int64_t cols = 0;
   for (int64_t d : sebc.length_per_key()) cols += d;
   const Tensor up = ones({B, cols}, DType::Float32);  // d(sum of the output) / d(output)
-  const bool exact =
-      type != ShardingType::ROW_WISE && type != ShardingType::TABLE_ROW_WISE;
+  const bool exact = type != ShardingType::ROW_WISE && type != ShardingType::TABLE_ROW_WISE;
 
   enum { kIn, kLookup, kOut, kBwd, kTotal, kDp, kErr, kBad, kRates };
   std::vector<std::vector<double>> stages(kRates);
@@ -372,14 +377,16 @@ TypeResult run_type(const Setup& s, ShardingType type, const Group& world,
                         seconds(t0, t4), seconds(t_dp, t4), err, bad};
     for (int k = 0; k < kRates; ++k) m.set_flat(k, t[k]);
     // Rates are >= 0, so the MAX of a vector holding only this rank's entry gathers them.
-    m.set_flat(kRates + me, values[bi][static_cast<size_t>(me)] / static_cast<double>(D) / my_lookup);
+    m.set_flat(kRates + me,
+               values[bi][static_cast<size_t>(me)] / static_cast<double>(D) / my_lookup);
     all_reduce(m, world, ReduceOp::Max).wait();
     if (step == 0) {
       res.max_err = m.get_flat(kErr);
       res.ok = m.get_flat(kBad) == 0;
       if (lead && !res.ok)
-        progress(s, "%s: MISMATCH: the sharded forward differs from the unsharded collection's "
-                 "by up to %g (largest output %g)", name, res.max_err, ref.max_abs);
+        std::fprintf(stderr, "%s: MISMATCH: the sharded forward differs from the unsharded "
+                     "collection's by up to %g (largest output %g)\n", name, res.max_err,
+                     ref.max_abs);
       continue;
     }
     for (int k = 0; k < kErr; ++k) stages[static_cast<size_t>(k)].push_back(m.get_flat(k));

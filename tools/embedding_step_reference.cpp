@@ -71,43 +71,22 @@ UnshardedReference unsharded_reference(const std::vector<EmbeddingBagConfig>& co
     for (size_t t : mine) my_configs.push_back(configs[t]);
     const EmbeddingBagCollection ebc(my_configs, /*is_weighted=*/false, seed);
     NoGradGuard no_grad;
-    // Each timing pass reads another batch: passes over the same ids would find the previous
-    // pass's rows in the 32 MiB L3, which the sharded steps (a new batch each) do not.
-    std::vector<double> lookup_s, eigen_s;
+    // Each timing pass reads another batch: a pass over the ids the previous pass read would
+    // find many of their rows in the 32 MiB L3, which the sharded steps (a new batch each) do
+    // not. So all lookup passes run first, then all Eigen passes, each over batches 0, 1, ...
+    std::vector<double> lookup_rate, eigen_rate, checksums;  // per pass
+    std::vector<double> ids(globals.size(), 0.0);
     for (size_t g = 0; g < globals.size(); ++g) {
-      const KeyedJaggedTensor& global = globals[g];
-      auto t0 = std::chrono::steady_clock::now();
-      const Tensor out = ebc.forward(global).values.value();
-      lookup_s.push_back(seconds_since(t0));
-
-      std::vector<std::pair<const EmbeddingTable*, Bags>> work;
-      double ids = 0;
-      for (size_t j = 0; j < mine.size(); ++j) {
-        for (const auto& f : configs[mine[j]].feature_names) {
-          const JaggedTensor jt = global[f];
-          Bags bags{jt.values().to_vector<int64_t>(), jt.offsets().to_vector<int64_t>()};
-          ids += static_cast<double>(bags.ids.size());
-          work.emplace_back(ebc.tables()[j].get(), std::move(bags));
-        }
-      }
-      RowMatrix<float> acc;
-      double checksum = 0;
-      t0 = std::chrono::steady_clock::now();
-      for (const auto& [table, bags] : work) {
-        const Tensor& w = table->weight().value();
-        if (acc.cols() != w.size(1)) acc.resize(GB, w.size(1));
-        eigen_gather_sum(w, bags, acc);
-        checksum += static_cast<double>(acc.sum());  // keeps every table's loop observable
-      }
-      eigen_s.push_back(seconds_since(t0));
-      lookup_s.back() = ids / lookup_s.back();
-      eigen_s.back() = ids / eigen_s.back();
-
-      double ours = 0;
-      for (int64_t i = 0; i < out.numel(); ++i) ours += out.get_flat(i);
-      FERRY_CHECK(std::abs(ours - checksum) <= 1e-3 * (1 + std::abs(checksum)), InvalidArgument,
-                  "ferry-embedding-bench: rank ", me, ": the Eigen loop's checksum ", checksum,
-                  " differs from the lookup's ", ours);
+      const auto t0 = std::chrono::steady_clock::now();
+      const Tensor out = ebc.forward(globals[g]).values.value();
+      const double s = seconds_since(t0);
+      for (size_t t : mine)
+        for (const auto& f : configs[t].feature_names)
+          ids[g] += static_cast<double>(globals[g][f].values().numel());
+      lookup_rate.push_back(ids[g] / s);
+      double sum = 0;
+      for (int64_t i = 0; i < out.numel(); ++i) sum += out.get_flat(i);
+      checksums.push_back(sum);
       if (g != 0) continue;
       // The output's blocks in config order; the blocks of other ranks' tables stay zero, so
       // the all_reduce below is an exact assembly.
@@ -121,8 +100,32 @@ UnshardedReference unsharded_reference(const std::vector<EmbeddingBagConfig>& co
         src_col += w;
       }
     }
-    rates.set_flat(0, median(eigen_s));
-    rates.set_flat(1, median(lookup_s));
+    for (size_t g = 0; g < globals.size(); ++g) {
+      std::vector<std::pair<const EmbeddingTable*, Bags>> work;  // copied out before timing
+      for (size_t j = 0; j < mine.size(); ++j) {
+        for (const auto& f : configs[mine[j]].feature_names) {
+          const JaggedTensor jt = globals[g][f];
+          Bags bags{jt.values().to_vector<int64_t>(), jt.offsets().to_vector<int64_t>()};
+          work.emplace_back(ebc.tables()[j].get(), std::move(bags));
+        }
+      }
+      RowMatrix<float> acc;
+      double checksum = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const auto& [table, bags] : work) {
+        const Tensor& w = table->weight().value();
+        if (acc.cols() != w.size(1)) acc.resize(GB, w.size(1));
+        eigen_gather_sum(w, bags, acc);
+        checksum += static_cast<double>(acc.sum());  // keeps every table's loop observable
+      }
+      eigen_rate.push_back(ids[g] / seconds_since(t0));
+      FERRY_CHECK(std::abs(checksums[g] - checksum) <= 1e-3 * (1 + std::abs(checksum)),
+                  InvalidArgument, "ferry-embedding-bench: rank ", me,
+                  ": the Eigen loop's checksum ", checksum, " differs from the lookup's ",
+                  checksums[g]);
+    }
+    rates.set_flat(0, median(eigen_rate));
+    rates.set_flat(1, median(lookup_rate));
     rates.set_flat(2, 1.0);
   }
   all_reduce(ref.pooled, world).wait();
