@@ -19,7 +19,9 @@
 //
 // The ranks pass a barrier before each step; after it one all_reduce(MAX) of each rank's stage
 // times gives the slowest rank's, and the table shows medians of those over the timed steps
-// (total: the slowest rank's own total, so the stage columns need not add up to it).
+// (total: the slowest rank's own total, so the stage columns need not add up to it). Each
+// rank's lookup throughput is read against a plain Eigen gather-and-sum loop and the unsharded
+// lookup, run by the same ranks at the same time (embedding_step_reference.h).
 //
 // The first step is a warm-up whose forward is checked against the unsharded
 // EmbeddingBagCollection on the same global batch (bit-identical where the summation order is
