@@ -8,8 +8,14 @@
 // Prints ids/s (one core) for: the lookup forward (no tape), the forward + backward with a fused
 // SGD step, and the Eigen loop (forward only); and the ratio forward / Eigen (issue 18's
 // target: >= 0.8).
+//
+//   ferry-embedding-bench --sharded [...]
+//
+// times the training step of a ShardedEmbeddingBagCollection per sharding type instead
+// (tools/embedding_step_bench.cpp, whose head lists its options).
 #include "autograd/grad_mode.h"
 #include "collectives/torchrec/torchrec.h"
+#include "tools/embedding_step_bench.h"
 
 #include <chrono>
 #include <cmath>
@@ -54,6 +60,9 @@ double eigen_loop(const Tensor& weight, const std::vector<int64_t>& ids,
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--sharded") == 0)
+      return ferry::embedding_bench::run_sharded_step_bench(argc, argv);
   int64_t rows = 100000, dim = 64, batch = 512, pooling = 20, features = 4;
   int iters = 20;
   std::string dtype = "float32";
