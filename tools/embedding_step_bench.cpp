@@ -469,9 +469,10 @@ void run_rank(const Setup& s, const SyntheticCriteo& data, int distinct, const G
     std::printf("\nlookup ids/s/r: each rank's looked-up values / dim / its lookup time (median "
                 "over ranks and steps; a column shard's id counts as its share of the dim)\n");
     if (dp_note >= 0)
-      std::printf("data_parallel's backward includes step_data_parallel, %.2f ms (median): per "
-                  "table an all_reduce of a dense [rows, dim + 1] buffer (gradient + touched "
-                  "flag), then the SGD step of the touched rows\n", dp_note * 1e3);
+      std::printf("data_parallel's backward includes step_data_parallel, %.2f ms (median): "
+                  "the touched rows' average over the ranks (all-gathered rows, or an "
+                  "all_reduce of a dense buffer for tables touched all over), then the SGD step "
+                  "of the touched rows\n", dp_note * 1e3);
     std::printf("load average %s (1, 5, 15 min) at the end\n", load_average().c_str());
     progress(s, "done");
   }
