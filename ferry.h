@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/tensor.h"
+#include "runtime/version.h"
 #include "runtime/work.h"
 
 #include "autograd/function.h"

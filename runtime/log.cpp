@@ -1,6 +1,7 @@
 #include "runtime/log.h"
 
 #include "runtime/config.h"
+#include "runtime/version.h"
 
 #include <cstdio>
 #include <mutex>
@@ -41,6 +42,14 @@ bool log_enabled(LogLevel level, const char* subsys) {
 void log_line(LogLevel level, const char* subsys, const std::string& text) {
   static std::mutex mu;  // one line at a time, even from rank threads of the local transport
   std::lock_guard<std::mutex> lock(mu);
+  // The first line a process prints names the library's version, as NCCL's does: a log pasted
+  // into a bug report then says which ferry produced it.
+  static bool first = true;
+  if (first) {
+    first = false;
+    std::fprintf(stderr, "[ferry %d INFO init] ferry version %s\n", static_cast<int>(getpid()),
+                 version());
+  }
   std::fprintf(stderr, "[ferry %d %s %s] %s\n", static_cast<int>(getpid()),
                level == LogLevel::Trace ? "TRACE" : "INFO", subsys, text.c_str());
 }
