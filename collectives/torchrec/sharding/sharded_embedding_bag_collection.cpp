@@ -128,4 +128,12 @@ void ShardedEmbeddingBagCollection::load_state_dict(const std::map<std::string, 
   tables_.load_state_dict(state);
 }
 
+std::map<std::string, Tensor> ShardedEmbeddingBagCollection::optimizer_state_dict() const {
+  return tables_.optimizer_state_dict();
+}
+
+void ShardedEmbeddingBagCollection::load_optimizer_state_dict(const std::map<std::string, Tensor>& state) {
+  tables_.load_optimizer_state_dict(state);
+}
+
 }  // namespace ferry::torchrec

@@ -130,4 +130,12 @@ void ShardedEmbeddingCollection::load_state_dict(const std::map<std::string, Ten
   tables_.load_state_dict(state);
 }
 
+std::map<std::string, Tensor> ShardedEmbeddingCollection::optimizer_state_dict() const {
+  return tables_.optimizer_state_dict();
+}
+
+void ShardedEmbeddingCollection::load_optimizer_state_dict(const std::map<std::string, Tensor>& state) {
+  tables_.load_optimizer_state_dict(state);
+}
+
 }  // namespace ferry::torchrec

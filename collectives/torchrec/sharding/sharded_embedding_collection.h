@@ -57,12 +57,8 @@ class ShardedEmbeddingCollection {
   void load_state_dict(const std::map<std::string, Tensor>& state);
   // The fused optimizers' state as whole tables (collective) and back into any plan and world
   // size (local): see ShardedTables::optimizer_state_dict in sharded_tables.h for the keys.
-  std::map<std::string, Tensor> optimizer_state_dict() const {
-    return tables_.optimizer_state_dict();
-  }
-  void load_optimizer_state_dict(const std::map<std::string, Tensor>& state) {
-    tables_.load_optimizer_state_dict(state);
-  }
+  std::map<std::string, Tensor> optimizer_state_dict() const;
+  void load_optimizer_state_dict(const std::map<std::string, Tensor>& state);
 
  private:
   std::vector<EmbeddingConfig> configs_;
