@@ -153,7 +153,9 @@ std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
                 default_timeout().count(), " ms); the job must end");
   }
   if (slot->error && slot->failed_ticket == slot->newest) std::rethrow_exception(slot->error);
-  if (in != nullptr && copies > 0) {
+  // A zero-element op has no staging bytes (send.data() may be null) and may be given a null
+  // `in`: memcpy from or to null is undefined even for 0 bytes.
+  if (in != nullptr && copies > 0 && !slot->send.empty()) {
     const size_t block = slot->send.size() / static_cast<size_t>(copies);
     for (int c = 0; c < copies; ++c)
       std::memcpy(slot->send.data() + static_cast<size_t>(c) * block, in, block);
