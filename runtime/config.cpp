@@ -2,36 +2,24 @@
 
 #include "runtime/error.h"
 
-#include <algorithm>
+#include <unistd.h>
+
 #include <atomic>
-#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 namespace ferry {
 namespace {
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return (v != nullptr && *v != '\0') ? std::string(v) : std::string(fallback);
-}
-
-Config read_config() {
-  Config c;
-  const std::string timeout = env_or("FERRY_TIMEOUT", "");
-  if (!timeout.empty()) c.timeout = detail::parse_timeout("FERRY_TIMEOUT", timeout);
-  c.backend = env_or("FERRY_BACKEND", "");
-  c.algo = env_or("FERRY_ALGO", "");
-  c.debug = env_or("FERRY_DEBUG", "off");
-  c.debug_subsys = env_or("FERRY_DEBUG_SUBSYS", "");
-  const std::string progress = env_or("FERRY_PROGRESS_THREAD", "1");
-  FERRY_CHECK(progress == "0" || progress == "1", InvalidArgument,
-              "FERRY_PROGRESS_THREAD: expected 0 or 1, given '", progress, "'");
-  c.progress_thread = progress == "1";
-  const std::string check = env_or("FERRY_CHECK", "0");
-  FERRY_CHECK(check == "0" || check == "1", InvalidArgument,
-              "FERRY_CHECK: expected 0 or 1, given '", check, "'");
-  c.check = check == "1";
+Config read_environment() {
+  Config c = detail::read_config([](const char* name) -> const char* {
+    const char* v = std::getenv(name);
+    return (v != nullptr && *v != '\0') ? v : nullptr;
+  });
+  for (const auto& [name, nearest] : detail::unknown_settings(environ))
+    std::fprintf(stderr, "ferry: warning: %s is not a ferry setting (did you mean %s?)\n",
+                 name.c_str(), nearest.c_str());
   return c;
 }
 
@@ -47,27 +35,8 @@ std::atomic<int>& check_override() {
 
 }  // namespace
 
-namespace detail {
-
-std::chrono::milliseconds parse_timeout(const char* variable, const std::string& text) {
-  char* end = nullptr;
-  const double seconds = std::strtod(text.c_str(), &end);
-  // Checked before any conversion: a double outside int64's range (inf, 1e300) converts with
-  // undefined behaviour, and one that fits could still overflow the clock when added to now.
-  // Below a millisecond would round to no deadline at all.
-  FERRY_CHECK(end != text.c_str() && *end == '\0' && std::isfinite(seconds) &&
-                  seconds * 1000.0 >= static_cast<double>(kMinTimeout.count()) - 0.5 &&
-                  seconds * 1000.0 <= static_cast<double>(kMaxTimeout.count()),
-              InvalidArgument, variable, ": expected a number of seconds from ",
-              kMinTimeout.count() / 1000.0, " to ", kMaxTimeout.count() / 1000, ", given '", text,
-              "'");
-  return std::max(kMinTimeout, std::chrono::milliseconds(std::llround(seconds * 1000.0)));
-}
-
-}  // namespace detail
-
 const Config& config() {
-  static const Config c = read_config();
+  static const Config c = read_environment();
   return c;
 }
 
@@ -82,10 +51,6 @@ std::chrono::milliseconds default_timeout() {
   int64_t ms = timeout_override_ms().load();
   return ms > 0 ? std::chrono::milliseconds(ms) : config().timeout;
 }
-
-}  // namespace ferry
-
-namespace ferry {
 
 bool check_mode() {
   const int v = check_override().load(std::memory_order_relaxed);

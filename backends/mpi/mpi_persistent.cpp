@@ -96,10 +96,7 @@ class PersistentRequest final : public NativeRequest {
 
 enum Kind { kAllReduce, kReduceScatter, kBroadcast, kAllGather, kAllToAll, kBarrier };
 
-bool enabled_by_environment() {
-  const char* v = std::getenv("FERRY_MPI_PERSISTENT");
-  return v == nullptr || std::string_view(v) != "0";
-}
+bool enabled_by_environment() { return config().mpi_persistent; }
 
 }  // namespace
 

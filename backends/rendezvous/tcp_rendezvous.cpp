@@ -16,13 +16,7 @@ namespace ferry {
 namespace detail {
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-int env_int(const char* name, int lo, int hi) {
-  const std::string v = env(name);
+int int_in(const char* name, const std::string& v, int lo, int hi) {
   FERRY_CHECK(!v.empty(), InvalidArgument, name, " must be set for the TCP rendezvous");
   char* end = nullptr;
   const long x = std::strtol(v.c_str(), &end, 10);
@@ -135,9 +129,9 @@ RendezvousResult join(const RendezvousOptions& o, const std::string& blob,
 }  // namespace detail
 
 RendezvousOptions rendezvous_options_from_env() {
-  using detail::env;
+  const Config& c = config();
   RendezvousOptions o;
-  const std::string where = env("FERRY_RENDEZVOUS");
+  const std::string& where = c.rendezvous;
   const size_t colon = where.rfind(':');
   FERRY_CHECK(colon != std::string::npos && colon > 0, InvalidArgument,
               "FERRY_RENDEZVOUS: expected host:port (where rank 0 listens), given '", where, "'");
@@ -153,14 +147,14 @@ RendezvousOptions rendezvous_options_from_env() {
                 where, "'");
     o.port = static_cast<int>(p);
   }
-  o.size = detail::env_int("FERRY_WORLD_SIZE", 1, static_cast<int>(detail::kMaxRendezvousWorld));
-  o.rank = detail::env_int("FERRY_RANK", 0, o.size - 1);
-  o.secret = env("FERRY_SECRET");
+  o.size = detail::int_in("FERRY_WORLD_SIZE", c.world_size, 1,
+                          static_cast<int>(detail::kMaxRendezvousWorld));
+  o.rank = detail::int_in("FERRY_RANK", c.rank, 0, o.size - 1);
+  o.secret = c.secret;
   FERRY_CHECK(!o.secret.empty() && o.secret.size() <= detail::kMaxSecretBytes, InvalidArgument,
               "FERRY_SECRET must be set to the job's secret (1 to ", detail::kMaxSecretBytes,
               " bytes, the same on every rank), given ", o.secret.size(), " bytes");
-  const std::string bind = env("FERRY_RENDEZVOUS_BIND");
-  if (!bind.empty()) o.bind = bind;
+  if (!c.rendezvous_bind.empty()) o.bind = c.rendezvous_bind;
   o.timeout = default_timeout();
   return o;
 }
