@@ -44,7 +44,36 @@ std::string Fingerprint::describe() const {
   return str(name, " (seq ", seq, ")");
 }
 
+namespace {
+
+// What the ranks must agree on, as opposed to how each rank called it: all_to_all (lists) and
+// all_to_all_single move the same messages pair by pair, and callers mix them on purpose (the
+// KJT all-to-all takes the list form on ranks that must leave out their own block), so both
+// are one collective whose per-peer sizes only the transports check.
+Fingerprint canonical(const Fingerprint& f) {
+  Fingerprint c = f;
+  if (std::strncmp(f.op, "all_to_all", sizeof(f.op)) == 0 ||
+      std::strncmp(f.op, "all_to_all_single", sizeof(f.op)) == 0) {
+    std::memset(c.op, 0, sizeof(c.op));
+    std::strncpy(c.op, "all_to_all", sizeof(c.op) - 1);
+    c.agreed = -1;
+    c.per_row = 0;
+    c.splits = 0;
+  }
+  return c;
+}
+
+const char* difference(const Fingerprint& a, const Fingerprint& b);
+
+}  // namespace
+
 const char* fingerprint_difference(const Fingerprint& a, const Fingerprint& b) {
+  return difference(canonical(a), canonical(b));
+}
+
+namespace {
+
+const char* difference(const Fingerprint& a, const Fingerprint& b) {
   if (std::strncmp(a.op, b.op, sizeof(a.op)) != 0) return "the collective";
   if (a.group != b.group) return "the group";
   if (a.seq != b.seq) return "the sequence number";
@@ -58,6 +87,8 @@ const char* fingerprint_difference(const Fingerprint& a, const Fingerprint& b) {
   if (a.splits != b.splits) return "the split sizes";
   return nullptr;
 }
+
+}  // namespace
 
 namespace {
 
@@ -78,7 +109,8 @@ uint8_t dtype_within_width(DType t) {
 
 }  // namespace
 
-uint32_t check_hash(const Fingerprint& f) {
+uint32_t check_hash(const Fingerprint& fingerprint) {
+  const Fingerprint f = canonical(fingerprint);
   // FNV-1a over the op, the reduce op, the root, the split sizes and the dtype within its width
   // (see above); the tag carries the group and the sequence number.
   uint32_t h = 2166136261u;
