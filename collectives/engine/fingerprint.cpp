@@ -111,8 +111,10 @@ uint8_t dtype_within_width(DType t) {
 
 uint32_t check_hash(const Fingerprint& fingerprint) {
   const Fingerprint f = canonical(fingerprint);
-  // FNV-1a over the op, the reduce op, the root, the split sizes and the dtype within its width
-  // (see above); the tag carries the group and the sequence number.
+  // FNV-1a over the op, the reduce op, the root and the dtype within its width (see above); the
+  // tag carries the group and the sequence number. Not the element count or the split sizes:
+  // ranks that disagree on those move other byte counts, which fail at once where the tags
+  // match (a torchrec caller relies on that), but would only be diagnosed at the deadline.
   uint32_t h = 2166136261u;
   auto mix = [&h](const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
@@ -123,7 +125,6 @@ uint32_t check_hash(const Fingerprint& fingerprint) {
                            f.reduce_op, f.per_row};
   mix(small, sizeof(small));
   mix(&f.root, sizeof(f.root));
-  mix(&f.splits, sizeof(f.splits));
   return h == 0 ? 1 : h;
 }
 

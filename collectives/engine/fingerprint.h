@@ -56,8 +56,8 @@ struct Fingerprint {
 const char* fingerprint_difference(const Fingerprint& a, const Fingerprint& b);
 
 // A 32-bit hash of what the ranks must agree on and a byte count cannot show (the op, the
-// reduce op, the root, the split sizes, the dtype among those of its width); the tag carries
-// the group and the sequence number. Never 0, which stands for "no fingerprint".
+// reduce op, the root, the dtype among those of its width); the tag carries the group and the
+// sequence number. Never 0, which stands for "no fingerprint".
 uint32_t check_hash(const Fingerprint& f);
 
 // FERRY_CHECK=1: sends this rank's fingerprint to every peer and compares theirs before the op
