@@ -27,6 +27,11 @@ struct Tag {
   uint32_t group = 0;  // group id, unique within the process while the group lives
   uint32_t slot = 0;   // algorithm step, or the user's tag for send/recv
   uint64_t seq = 0;    // collective sequence number in the group (kP2PSeq for send/recv)
+  // A hash of the collective's fingerprint (collectives/engine/fingerprint.h), 0 for messages
+  // that are not a collective's: two ranks that run different collectives at the same sequence
+  // number post messages that never match, instead of combining each other's data. A transport
+  // matches on it (local: all of it; ucx: folded into the tag's sequence bits).
+  uint32_t check = 0;
   friend bool operator==(const Tag&, const Tag&) = default;
 };
 // User send/recv do not advance a group's collective sequence; they use this one.

@@ -11,7 +11,7 @@ namespace ferry::detail {
 void world_handshake(Transport& transport, Handshake which, Clock::time_point deadline) {
   const int me = transport.rank(), n = transport.size();
   if (n == 1) return;
-  const Tag tag{0, static_cast<uint32_t>(which), kLifecycleSeq};
+  const Tag tag{0, static_cast<uint32_t>(which), kLifecycleSeq, 0};
   const char* call = which == Handshake::Open ? "ferry::init" : "ferry::finalize";
   // Receives first: a peer's message then never waits for its receive to be posted.
   std::vector<std::unique_ptr<Request>> recvs(static_cast<size_t>(n)), sends(recvs.size());

@@ -55,7 +55,9 @@ Group init() {
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.world.valid()) return s.world;
   FERRY_CHECK(!s.finalized, InvalidArgument, "ferry::init: called after ferry::finalize()");
+  // Every FERRY_* variable is read (and a bad value refused) here, before anything starts.
   std::string backend = config().backend;
+  FERRY_LOG(Info, "init", "settings: ", detail::describe_settings(config()));
   std::string why = "FERRY_BACKEND=" + backend;
   if (backend.empty()) {
     const std::string hint = mpi_launcher_hint();
@@ -73,8 +75,7 @@ Group init() {
     transport = make_local_world(1)[0];
   } else if (backend == "ucx") {
     // The rendezvous when asked for by name (also under mpiexec), else MPI's launcher.
-    const char* rendezvous = std::getenv("FERRY_RENDEZVOUS");
-    const bool through_mpi = (rendezvous == nullptr || *rendezvous == '\0');
+    const bool through_mpi = config().rendezvous.empty();
     FERRY_CHECK(!through_mpi || !mpi_launcher_hint().empty(), InvalidArgument,
                 "ferry::init: FERRY_BACKEND=ucx needs either an MPI launcher (mpiexec) or the TCP "
                 "rendezvous (FERRY_RENDEZVOUS=host:port, FERRY_RANK, FERRY_WORLD_SIZE, "

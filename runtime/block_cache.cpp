@@ -1,5 +1,6 @@
 #include "runtime/block_cache.h"
 
+#include "runtime/config.h"
 #include "runtime/error.h"
 
 #include <cstdint>
@@ -15,16 +16,7 @@ namespace {
 
 constexpr std::align_val_t kAlign{detail::kBlockAlignment};
 
-size_t limit_from_environment() {
-  const char* v = std::getenv("FERRY_HOST_CACHE_MB");
-  if (v == nullptr || *v == '\0') return size_t{256} << 20;
-  char* end = nullptr;
-  const long long mib = std::strtoll(v, &end, 10);
-  FERRY_CHECK(end != v && *end == '\0' && mib >= 0 && mib < (1LL << 30), InvalidArgument,
-              "FERRY_HOST_CACHE_MB: expected a number of MiB (0 turns the cache off), given '",
-              v, "'");
-  return static_cast<size_t>(mib) << 20;
-}
+size_t limit_from_environment() { return static_cast<size_t>(config().host_cache_mb) << 20; }
 
 class BlockCache {
  public:

@@ -2,36 +2,24 @@
 
 #include "runtime/error.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 namespace ferry {
 namespace {
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return (v != nullptr && *v != '\0') ? std::string(v) : std::string(fallback);
-}
-
-Config read_config() {
-  Config c;
-  std::string timeout = env_or("FERRY_TIMEOUT", "");
-  if (!timeout.empty()) {
-    char* end = nullptr;
-    double seconds = std::strtod(timeout.c_str(), &end);
-    FERRY_CHECK(end != timeout.c_str() && *end == '\0' && seconds > 0, InvalidArgument,
-                "FERRY_TIMEOUT: expected a positive number of seconds, given '", timeout, "'");
-    c.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
-  }
-  c.backend = env_or("FERRY_BACKEND", "");
-  c.algo = env_or("FERRY_ALGO", "");
-  c.debug = env_or("FERRY_DEBUG", "off");
-  c.debug_subsys = env_or("FERRY_DEBUG_SUBSYS", "");
-  const std::string progress = env_or("FERRY_PROGRESS_THREAD", "1");
-  FERRY_CHECK(progress == "0" || progress == "1", InvalidArgument,
-              "FERRY_PROGRESS_THREAD: expected 0 or 1, given '", progress, "'");
-  c.progress_thread = progress == "1";
+Config read_environment() {
+  Config c = detail::read_config([](const char* name) -> const char* {
+    const char* v = std::getenv(name);
+    return (v != nullptr && *v != '\0') ? v : nullptr;
+  });
+  for (const auto& [name, nearest] : detail::unknown_settings(environ))
+    std::fprintf(stderr, "ferry: warning: %s is not a ferry setting (did you mean %s?)\n",
+                 name.c_str(), nearest.c_str());
   return c;
 }
 
@@ -40,16 +28,22 @@ std::atomic<int64_t>& timeout_override_ms() {
   return ms;
 }
 
+std::atomic<int>& check_override() {
+  static std::atomic<int> v{-1};  // -1: use the configured value
+  return v;
+}
+
 }  // namespace
 
 const Config& config() {
-  static const Config c = read_config();
+  static const Config c = read_environment();
   return c;
 }
 
 void set_default_timeout(std::chrono::milliseconds timeout) {
-  FERRY_CHECK(timeout.count() > 0, InvalidArgument,
-              "set_default_timeout: expected a positive timeout, given ", timeout.count(), " ms");
+  FERRY_CHECK(timeout >= kMinTimeout && timeout <= kMaxTimeout, InvalidArgument,
+              "set_default_timeout: expected a timeout from ", kMinTimeout.count(), " to ",
+              kMaxTimeout.count(), " ms, given ", timeout.count(), " ms");
   timeout_override_ms().store(timeout.count());
 }
 
@@ -57,5 +51,12 @@ std::chrono::milliseconds default_timeout() {
   int64_t ms = timeout_override_ms().load();
   return ms > 0 ? std::chrono::milliseconds(ms) : config().timeout;
 }
+
+bool check_mode() {
+  const int v = check_override().load(std::memory_order_relaxed);
+  return v < 0 ? config().check : v == 1;
+}
+
+void set_check_mode(bool on) { check_override().store(on ? 1 : 0); }
 
 }  // namespace ferry

@@ -1,33 +1,97 @@
-// Settings read from FERRY_* environment variables, once, at first use.
+// Every FERRY_* environment variable, read in one place (config.cpp, config_parse.cpp), once,
+// at first use (ferry::init() asks first, so a bad value fails init naming the variable).
 //
-//   FERRY_TIMEOUT   seconds every wait may last before TimeoutError (default 300; fractions ok)
-//   FERRY_BACKEND   local | mpi | ucx: the transport ferry::init() picks (empty: automatic)
-//   FERRY_ALGO      algorithm overrides, "all_reduce:ring,broadcast:tree" (see algorithm_table)
-//   FERRY_DEBUG     off | info | trace: what ferry prints to stderr
-//   FERRY_DEBUG_SUBSYS  comma list of subsystems to print (coll, transport, init); empty: all
-//   FERRY_PROGRESS_THREAD  0: the thread that moves in-flight ops nobody waits for only
-//                          watches them, it does not test them (runtime/progress.h); default 1
+// One set of rules for all of them: values are case-insensitive (FERRY_DEBUG=INFO works);
+// booleans take 1/0, true/false, yes/no, on/off; numbers have a documented range; anything
+// else throws InvalidArgument naming the variable, what it accepts and what it was given. A
+// FERRY_* name that is not one of known_settings() draws a warning on stderr naming the nearest
+// known name (FERRY_TIMEOUTS: did you mean FERRY_TIMEOUT?). FERRY_DEBUG=info prints the
+// effective settings at init. The README's table of variables is checked against
+// known_settings() by tests/runtime/test_config.cpp.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ferry {
 
 struct Config {
-  std::chrono::milliseconds timeout{300'000};
-  std::string backend;
-  std::string algo;
-  std::string debug = "off";
-  std::string debug_subsys;
-  bool progress_thread = true;
+  std::chrono::milliseconds timeout{300'000};  // FERRY_TIMEOUT
+  std::string backend;                         // FERRY_BACKEND: "", local, mpi, ucx
+  std::string algo;                            // FERRY_ALGO (parsed by the algorithm table)
+  std::string debug = "off";                   // FERRY_DEBUG: off, info, trace
+  std::string debug_subsys;                    // FERRY_DEBUG_SUBSYS, lower case
+  bool progress_thread = true;                 // FERRY_PROGRESS_THREAD
+  bool check = false;                          // FERRY_CHECK
+  int64_t host_cache_mb = 256;                 // FERRY_HOST_CACHE_MB
+  bool mpi_persistent = true;                  // FERRY_MPI_PERSISTENT
+  bool mpi_exchange = true;                    // FERRY_MPI_EXCHANGE
+  bool ucx_cma = true;                         // FERRY_UCX_CMA
+  uint64_t ucx_cma_min_bytes = 0;              // FERRY_UCX_CMA_MIN_BYTES (0: the transport's)
+  bool ucx_peer_errors = true;                 // FERRY_UCX_ERROR_HANDLING: peer (true), none
+  // The TCP rendezvous's variables, as given: they depend on each other (a rank below the world
+  // size), so tcp_rendezvous.cpp checks them when a rendezvous is asked for.
+  std::string rendezvous, rank, world_size, secret, rendezvous_bind;
 };
+
+// One known variable: what it accepts and its default, as the README's table shows them.
+struct SettingInfo {
+  const char* name;
+  const char* accepts;
+  const char* fallback;
+  bool documented;  // false: a tool's or a test's own switch, not in the README's table
+};
+const std::vector<SettingInfo>& known_settings();
 
 // The process-wide configuration (read from the environment the first time it is asked for).
 const Config& config();
 
+// The range of a default timeout (FERRY_TIMEOUT, set_default_timeout); anything else is refused
+// with InvalidArgument. The top (about 31 years) keeps every deadline ferry computes from it
+// (twice it, plus now) inside the steady clock's range.
+inline constexpr std::chrono::milliseconds kMinTimeout{1};
+inline constexpr std::chrono::milliseconds kMaxTimeout{1'000'000'000'000};
+
 // Replaces the default deadline of every wait from now on; tests use it to keep timeouts short.
 void set_default_timeout(std::chrono::milliseconds timeout);
 std::chrono::milliseconds default_timeout();
+
+namespace detail {
+
+// now + `timeout` on the steady clock without overflow: a timeout past twice kMaxTimeout
+// (Work::wait(milliseconds::max())) waits that long, which is forever for a job, and a
+// negative one is already past. Twice the largest default timeout plus now stays far inside
+// the clock's range (about 292 years of nanoseconds since boot).
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  if (timeout <= std::chrono::milliseconds::zero()) return now;
+  return now + std::min(timeout, 2 * kMaxTimeout);
+}
+
+// The configuration `get` (a getenv) describes; throws InvalidArgument for a bad value.
+Config read_config(const std::function<const char*(const char*)>& get);
+// 1/0, true/false, yes/no, on/off in any case; throws InvalidArgument naming `variable`.
+bool parse_bool(const char* variable, const std::string& text);
+// The FERRY_* names of `environ`-style `env` that are not known settings, each with the
+// nearest known name: {"FERRY_TIMEOUTS", "FERRY_TIMEOUT"}.
+std::vector<std::pair<std::string, std::string>> unknown_settings(char** env);
+// "FERRY_TIMEOUT=300 s, FERRY_CHECK=0, ..." for FERRY_DEBUG=info (the secret is not shown).
+std::string describe_settings(const Config& c);
+
+// Seconds as FERRY_TIMEOUT takes them, checked against [kMinTimeout, kMaxTimeout]; throws
+// InvalidArgument naming `variable` otherwise (inf, nan, 1e300, 0.0001, "abc").
+std::chrono::milliseconds parse_timeout(const char* variable, const std::string& text);
+
+}  // namespace detail
+
+// Whether collectives exchange their fingerprints before they run (FERRY_CHECK). Every rank must
+// agree; set_check_mode, for tests, replaces the configured value from now on.
+bool check_mode();
+void set_check_mode(bool on);
 
 }  // namespace ferry

@@ -93,7 +93,7 @@ void Work::wait(std::chrono::milliseconds timeout) { wait_for(timeout, /*may_hel
 
 void Work::wait_for(std::chrono::milliseconds timeout, bool may_help) {
   if (!state_) return;
-  if (!state_->wait_until(std::chrono::steady_clock::now() + timeout, may_help)) {
+  if (!state_->wait_until(detail::deadline_after(timeout), may_help)) {
     std::string why = detail::str(state_->description(), ": not completed within ",
                                   timeout.count(), " ms (Work::wait)");
     state_->wait_timed_out(why);

@@ -1,6 +1,7 @@
 #include "backends/mpi/mpi_exchange.h"
 
 #include "backends/mpi/mpi_exchange_op.h"
+#include "runtime/config.h"
 #include "runtime/error.h"
 
 #include <algorithm>
@@ -15,10 +16,7 @@ namespace {
 constexpr int kFirstTag = 1 << 25;  // above every tag OpContext's algorithms use
 constexpr int64_t kMinTags = int64_t{1} << 20;
 
-bool exchange_enabled() {
-  const char* v = std::getenv("FERRY_MPI_EXCHANGE");
-  return v == nullptr || std::string(v) != "0";
-}
+bool exchange_enabled() { return config().mpi_exchange; }
 
 }  // namespace
 

@@ -96,10 +96,7 @@ class PersistentRequest final : public NativeRequest {
 
 enum Kind { kAllReduce, kReduceScatter, kBroadcast, kAllGather, kAllToAll, kBarrier };
 
-bool enabled_by_environment() {
-  const char* v = std::getenv("FERRY_MPI_PERSISTENT");
-  return v == nullptr || std::string_view(v) != "0";
-}
+bool enabled_by_environment() { return config().mpi_persistent; }
 
 }  // namespace
 
@@ -153,7 +150,9 @@ std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
                 default_timeout().count(), " ms); the job must end");
   }
   if (slot->error && slot->failed_ticket == slot->newest) std::rethrow_exception(slot->error);
-  if (in != nullptr && copies > 0) {
+  // A zero-element op has no staging bytes (send.data() may be null) and may be given a null
+  // `in`: memcpy from or to null is undefined even for 0 bytes.
+  if (in != nullptr && copies > 0 && !slot->send.empty()) {
     const size_t block = slot->send.size() / static_cast<size_t>(copies);
     for (int c = 0; c < copies; ++c)
       std::memcpy(slot->send.data() + static_cast<size_t>(c) * block, in, block);

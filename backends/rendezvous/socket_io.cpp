@@ -118,9 +118,8 @@ int bound_port(const Socket& s) {
   return 0;
 }
 
-Socket accept_until(const Socket& listener, Clock::time_point deadline, std::string& peer) {
+Socket accept_now(const Socket& listener, std::string& peer) {
   for (;;) {
-    if (!wait_for(listener.fd(), POLLIN, deadline)) return Socket();
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
     Socket s(::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&ss), &len,
@@ -131,8 +130,30 @@ Socket accept_until(const Socket& listener, Clock::time_point deadline, std::str
       setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       return s;
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-      FERRY_THROW(TransportError, "rendezvous: accept failed: ", errno_str(errno));
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Socket();
+    FERRY_THROW(TransportError, "rendezvous: accept failed: ", errno_str(errno));
+  }
+}
+
+Socket accept_until(const Socket& listener, Clock::time_point deadline, std::string& peer) {
+  for (;;) {
+    if (!wait_for(listener.fd(), POLLIN, deadline)) return Socket();
+    Socket s = accept_now(listener, peer);
+    if (s.valid()) return s;
+  }
+}
+
+size_t read_available(const Socket& s, void* data, size_t bytes, const std::string& who) {
+  for (;;) {
+    const ssize_t n = ::recv(s.fd(), data, bytes, 0);
+    if (n > 0) return static_cast<size_t>(n);
+    FERRY_CHECK(n != 0 || bytes == 0, TransportError, "rendezvous: ", who,
+                " closed the connection early (", bytes, " more bytes expected)");
+    if (n == 0) return 0;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    FERRY_THROW(TransportError, "rendezvous: reading from ", who, " failed: ", errno_str(errno));
   }
 }
 

@@ -35,6 +35,11 @@ int bound_port(const Socket& s);
 // Accepts one connection, or returns an invalid Socket when `deadline` passes first.
 // `peer` receives "address:port" of the connecting side.
 Socket accept_until(const Socket& listener, Clock::time_point deadline, std::string& peer);
+// Accepts one connection that is already waiting, or returns an invalid Socket.
+Socket accept_now(const Socket& listener, std::string& peer);
+// Reads at most `bytes` of what has arrived, without waiting; 0 when nothing has. Throws
+// TransportError when the peer closed the connection (or it broke).
+size_t read_available(const Socket& s, void* data, size_t bytes, const std::string& who);
 // Connects to host:port, retrying while nobody listens yet (the server may start later).
 Socket connect_until(const std::string& host, int port, Clock::time_point deadline);
 

@@ -1,5 +1,6 @@
 #include "backends/rendezvous/tcp_rendezvous.h"
 
+#include "backends/rendezvous/hello_server.h"
 #include "backends/rendezvous/rendezvous_frame.h"
 #include "backends/rendezvous/socket_io.h"
 #include "runtime/config.h"
@@ -15,17 +16,7 @@ namespace ferry {
 namespace detail {
 namespace {
 
-// A rank connects and speaks at once; a connection that says nothing for this long is dropped
-// so that it cannot hold the rendezvous up.
-constexpr auto kHelloWait = std::chrono::seconds(5);
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-int env_int(const char* name, int lo, int hi) {
-  const std::string v = env(name);
+int int_in(const char* name, const std::string& v, int lo, int hi) {
   FERRY_CHECK(!v.empty(), InvalidArgument, name, " must be set for the TCP rendezvous");
   char* end = nullptr;
   const long x = std::strtol(v.c_str(), &end, 10);
@@ -79,56 +70,20 @@ RendezvousResult serve(const RendezvousOptions& o, const std::string& blob,
   if (o.on_listening) o.on_listening(bound_port(listener));
   FERRY_LOG(Info, "init", "rendezvous: rank 0 listening on ", o.bind, ":", bound_port(listener),
             " for ", o.size - 1, " ranks");
-  RendezvousResult result;
-  result.blobs.assign(static_cast<size_t>(o.size), std::string());
-  result.blobs[0] = blob;
-  std::vector<Socket> conns(static_cast<size_t>(o.size));
-  int joined = 1;
   const uint32_t world = static_cast<uint32_t>(o.size);
-  while (joined < o.size) {
-    std::string peer;
-    Socket s = accept_until(listener, deadline, peer);
-    if (!s.valid()) {
-      std::string missing;
-      for (int r = 1; r < o.size; ++r)
-        if (!conns[r].valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      std::string msg = str("rendezvous: rank 0 timed out after ", o.timeout.count(),
-                            " ms waiting for rank(s) ", missing, " to connect");
-      for (const std::string& r : result.rejected) msg.append("; rejected ").append(r);
-      FERRY_THROW(TimeoutError, msg);
-    }
-    const std::string who = "the peer at " + peer;
-    const auto hello_deadline = std::min(deadline, Clock::now() + kHelloWait);
-    std::string error;
-    std::optional<Frame> f;
-    try {
-      f = read_frame(s, FrameExpectation{{FrameType::Hello}, 0, world, true}, o.secret,
-                     hello_deadline, who, error);
-      if (f && conns[f->header.rank].valid()) {
-        error = str("rank ", f->header.rank, " joined already (two processes with FERRY_RANK=",
-                    f->header.rank, "?)");
-        f.reset();
-      }
-    } catch (const Error& e) {
-      error = e.what();  // it closed, stalled or broke off: same treatment as garbage
-    }
-    if (!f) {
-      std::string why = str(who, ": ", error);
-      std::fprintf(stderr, "ferry: rendezvous on rank 0 rejected a connection from %s\n",
-                   why.c_str());
-      result.rejected.push_back(why);
-      try {
-        send_frame(s, FrameType::Reject, 1, 0, world, "", error.substr(0, kMaxRejectBytes),
-                   std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), who);
-      } catch (const Error&) {
-        // It does not listen; closing says enough.
-      }
-      continue;
-    }
-    const uint32_t r = f->header.rank;
-    result.blobs[r] = std::move(f->payload);
-    conns[r] = std::move(s);
-    ++joined;
+  HelloOutcome hellos = collect_hellos(listener, world, o.secret, blob, deadline);
+  RendezvousResult result;
+  result.blobs = std::move(hellos.blobs);
+  result.rejected = std::move(hellos.rejected);
+  std::vector<Socket>& conns = hellos.conns;
+  if (!hellos.complete) {
+    std::string missing;
+    for (int r = 1; r < o.size; ++r)
+      if (!conns[r].valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    std::string msg = str("rendezvous: rank 0 timed out after ", o.timeout.count(),
+                          " ms waiting for rank(s) ", missing, " to connect");
+    for (const std::string& r : result.rejected) msg.append("; rejected ").append(r);
+    FERRY_THROW(TimeoutError, msg);
   }
   const std::string table = encode_table(result.blobs);
   // Every rank gets the table even if one of them has died since it said hello: the others
@@ -174,9 +129,9 @@ RendezvousResult join(const RendezvousOptions& o, const std::string& blob,
 }  // namespace detail
 
 RendezvousOptions rendezvous_options_from_env() {
-  using detail::env;
+  const Config& c = config();
   RendezvousOptions o;
-  const std::string where = env("FERRY_RENDEZVOUS");
+  const std::string& where = c.rendezvous;
   const size_t colon = where.rfind(':');
   FERRY_CHECK(colon != std::string::npos && colon > 0, InvalidArgument,
               "FERRY_RENDEZVOUS: expected host:port (where rank 0 listens), given '", where, "'");
@@ -192,14 +147,14 @@ RendezvousOptions rendezvous_options_from_env() {
                 where, "'");
     o.port = static_cast<int>(p);
   }
-  o.size = detail::env_int("FERRY_WORLD_SIZE", 1, static_cast<int>(detail::kMaxRendezvousWorld));
-  o.rank = detail::env_int("FERRY_RANK", 0, o.size - 1);
-  o.secret = env("FERRY_SECRET");
+  o.size = detail::int_in("FERRY_WORLD_SIZE", c.world_size, 1,
+                          static_cast<int>(detail::kMaxRendezvousWorld));
+  o.rank = detail::int_in("FERRY_RANK", c.rank, 0, o.size - 1);
+  o.secret = c.secret;
   FERRY_CHECK(!o.secret.empty() && o.secret.size() <= detail::kMaxSecretBytes, InvalidArgument,
               "FERRY_SECRET must be set to the job's secret (1 to ", detail::kMaxSecretBytes,
               " bytes, the same on every rank), given ", o.secret.size(), " bytes");
-  const std::string bind = env("FERRY_RENDEZVOUS_BIND");
-  if (!bind.empty()) o.bind = bind;
+  if (!c.rendezvous_bind.empty()) o.bind = c.rendezvous_bind;
   o.timeout = default_timeout();
   return o;
 }

@@ -16,7 +16,9 @@
 // each rank checks it before accepting any address. A connection that sends garbage, a wrong
 // secret, a wrong world size, a rank out of range or a rank already seen gets a Reject frame
 // (if it is still listening) and is closed; rank 0 reports it on stderr, naming the peer's
-// address, and keeps waiting for the real ranks. Every socket operation has a deadline.
+// address, and keeps waiting for the real ranks. Every socket operation has a deadline, and
+// rank 0 reads all pending connections at once, each under its own hello deadline
+// (hello_server.h), so silent connections cannot hold the real ranks up.
 #pragma once
 
 #include "backends/transport.h"

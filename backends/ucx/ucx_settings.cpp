@@ -1,6 +1,7 @@
 #include "backends/ucx/ucx_settings.h"
 
 #include "backends/ucx/ucx_worker.h"
+#include "runtime/config.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 
@@ -57,29 +58,13 @@ bool transport_wanted(const std::string& name) {
 
 }  // namespace
 
-bool ucx_peer_error_handling() {
-  const char* v = std::getenv("FERRY_UCX_ERROR_HANDLING");
-  const std::string mode = v == nullptr ? "" : v;
-  FERRY_CHECK(mode.empty() || mode == "peer" || mode == "none", InvalidArgument,
-              "FERRY_UCX_ERROR_HANDLING: expected peer or none, given '", mode, "'");
-  return mode != "none";
-}
+bool ucx_peer_error_handling() { return config().ucx_peer_errors; }
 
 size_t ucx_cma_min_bytes() {
-  const char* on = std::getenv("FERRY_UCX_CMA");
-  const std::string mode = on == nullptr ? "" : on;
-  FERRY_CHECK(mode.empty() || mode == "0" || mode == "1", InvalidArgument,
-              "FERRY_UCX_CMA: expected 1 (on, the default) or 0 (off), given '", mode, "'");
-  if (mode == "0") return SIZE_MAX;
-  const char* min = std::getenv("FERRY_UCX_CMA_MIN_BYTES");
-  if (min == nullptr || *min == '\0') return kUcxCmaDefaultMinBytes;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(min, &end, 10);
-  FERRY_CHECK(errno == 0 && *end == '\0' && min[0] != '-' && v >= 1024, InvalidArgument,
-              "FERRY_UCX_CMA_MIN_BYTES: expected a byte count of at least 1024, given '", min,
-              "'");
-  return static_cast<size_t>(v);
+  const Config& c = config();
+  if (!c.ucx_cma) return SIZE_MAX;
+  return c.ucx_cma_min_bytes == 0 ? kUcxCmaDefaultMinBytes
+                                  : static_cast<size_t>(c.ucx_cma_min_bytes);
 }
 
 void apply_ucx_transport_defaults() {

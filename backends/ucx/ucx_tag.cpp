@@ -31,7 +31,12 @@ uint64_t pack_ucx_tag(int source, const Tag& tag) {
     const uint32_t phase = tag.slot >> 24, step = tag.slot & 0xFFFFFF;
     FERRY_CHECK(phase < 2 && step < (1u << 14), TransportError, "ucx transport: ", tag_str(tag),
                 " (phase ", phase, ") does not fit the UCP tag (phase < 2, step < 16384)");
-    low = (uint64_t{phase} << 30) | (uint64_t{step} << 16) | (tag.seq & 0xFFFF);
+    // The fingerprint hash is folded into the sequence bits: ranks that run different
+    // collectives at one sequence number then post tags that do not match (and are diagnosed
+    // at the deadline) instead of exchanging data. It weakens the stale-message argument above
+    // only for groups that already failed.
+    const uint64_t check = (tag.check ^ (tag.check >> 16)) & 0xFFFF;
+    low = (uint64_t{phase} << 30) | (uint64_t{step} << 16) | ((tag.seq ^ check) & 0xFFFF);
   }
   return (kind << 62) | (uint64_t(source) << 48) | (uint64_t{tag.group} << 32) | low;
 }

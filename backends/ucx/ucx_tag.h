@@ -8,7 +8,7 @@
 //   kinds 0-2:
 //   bits 47..32  group   group id                          (< 65536 groups per process)
 //   bit  31      the message is a CMA descriptor standing for the data (ucx_cma.h)
-//   bits 30..0   kind 0: phase (1 bit) | step (14 bits) | seq mod 2^16 (16 bits)
+//   bits 30..0   kind 0: phase (1 bit) | step (14 bits) | (seq xor folded fingerprint hash) mod 2^16
 //                kind 1: the user's tag (31 bits: user tags are non-negative ints)
 //                kind 2: zero (kDiagnosisSeq, one exchange per group), or 1 + slot for the
 //                        world handshakes of init and finalize (kLifecycleSeq, group 0)

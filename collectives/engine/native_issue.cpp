@@ -162,7 +162,9 @@ class NativeWork final : public WorkState, public InFlightNative {
 
 NativeIssue::NativeIssue(const Group& group, const char* op)
     : handle_(group), group_(&group.impl()), op_(op) {
-  if (group_->native() == nullptr) return;
+  // FERRY_CHECK=1 compares the call's fingerprint with the peers' before it starts, which the
+  // worker's path (submit) does: nothing starts at issue then.
+  if (group_->native() == nullptr || check_mode()) return;
   group_->throw_if_poisoned(op);
   lock_ = std::unique_lock<std::mutex>(group_->issue_mutex());
   // Ops queued before this one must start first: then this one is queued behind them.

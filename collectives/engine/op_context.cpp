@@ -9,7 +9,21 @@
 namespace ferry::detail {
 
 OpContext::OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time_point deadline)
-    : group_(group), op_(std::move(op)), seq_(seq), start_(Clock::now()), deadline_(deadline) {}
+    : group_(group), op_(std::move(op)), seq_(seq), start_(Clock::now()), deadline_(deadline),
+      fingerprint_(Fingerprint::of(op_.c_str(), seq, group.id(), OpSummary{})) {
+  fingerprint_.complete = 0;  // only the op's name and seq are known until set_fingerprint
+  // The diagnosis after a timeout listens for the peers for a while: it takes that while out
+  // of the op's own deadline, so the op fails at its deadline rather than after it.
+  diagnosis_window_ = std::clamp<Clock::duration>((deadline_ - start_) / 4,
+                                                  std::chrono::milliseconds(50),
+                                                  std::chrono::seconds(2));
+  give_up_ = std::max(start_ + (deadline_ - start_) / 2, deadline_ - diagnosis_window_);
+}
+
+void OpContext::set_fingerprint(const Fingerprint& f) {
+  fingerprint_ = f;
+  check_ = check_hash(f);
+}
 
 OpContext::~OpContext() {
   for (auto& r : pending_) r->cancel();
@@ -17,7 +31,7 @@ OpContext::~OpContext() {
 
 Tag OpContext::tag(uint32_t step) const {
   // 8 bits of phase, 24 of step: steps count at most a few times the group size.
-  return Tag{group_.id(), (phase_ << 24) | (step & 0xFFFFFF), seq_};
+  return Tag{group_.id(), (phase_ << 24) | (step & 0xFFFFFF), seq_, check_};
 }
 
 void OpContext::send(int peer, uint32_t step, const void* data, size_t bytes) {
@@ -33,8 +47,8 @@ void OpContext::wait_all() {
     // In slices: between them, stop if the group was poisoned meanwhile (a user's Work::wait
     // gave up) or if another request of the op already failed (a peer died), instead of
     // holding the worker until the deadline.
-    while (!r->wait_until(std::min(deadline_, Clock::now() + kCheckEvery))) {
-      if (Clock::now() >= deadline_) fail_timeout();
+    while (!r->wait_until(std::min(give_up_, Clock::now() + kCheckEvery))) {
+      if (Clock::now() >= give_up_) fail_timeout();
       if (group_.poisoned()) abort_poisoned();
       rethrow_first_failure();
     }
@@ -56,8 +70,8 @@ bool OpContext::test_all() {
 
 void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep) {
   // In slices, as wait_all: a poisoned group stops the wait before the deadline.
-  while (!request->wait_until(std::min(deadline_, Clock::now() + kCheckEvery))) {
-    const bool expired = Clock::now() >= deadline_;
+  while (!request->wait_until(std::min(give_up_, Clock::now() + kCheckEvery))) {
+    const bool expired = Clock::now() >= give_up_;
     if (!expired && !group_.poisoned()) continue;
     const auto waited =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
@@ -69,17 +83,11 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
     if (!expired) {
       group_.throw_if_poisoned(str(op_, " (seq ", seq_, ") abandoned;", never, ";"));
     }
-    std::vector<int> absent = ranks_not_here();
-    std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
-                          waited.count(), " ms;");
-    if (!absent.empty()) {
-      msg += absent.size() == 1 ? " rank " : " ranks ";
-      for (size_t i = 0; i < absent.size(); ++i) msg += str(i ? ", " : "", absent[i]);
-      msg += " did not reach this collective;";
-    }
-    msg += str(" the group is poisoned;", never,
-               " (every rank must issue the same collectives in the same order)");
-    FERRY_THROW(OwnDeadlineExpired, msg);
+    const std::string tail = str(" the group is poisoned;", never,
+                                 " (every rank must issue the same collectives in the same order)");
+    const std::string found = explain(diagnose(), tail);
+    FERRY_THROW(OwnDeadlineExpired, op_, " (seq ", seq_, ") on ", group_.describe(),
+                " timed out after ", waited.count(), " ms;", found, tail);
   }
   try {
     request->rethrow_if_failed();
@@ -116,32 +124,33 @@ void OpContext::rethrow_first_failure() {
   }
 }
 
-std::vector<int> OpContext::ranks_not_here() {
+OpContext::Diagnosis OpContext::diagnose() {
   // Every rank stuck in this op times out at about the same moment (same deadline, counted from
-  // a start that was in step), so each tells every peer which op it is stuck in and listens for
-  // a short while. A rank that never reached the op is elsewhere and stays silent, or answers
-  // from another op: those are the culprits, named on every rank, not only on its neighbours.
+  // a start that was in step), so each tells every peer the fingerprint of the op it is stuck in
+  // and listens for a short while. A rank that never reached the op is elsewhere and stays
+  // silent, or answers from another op; so does a rank that finished it (a mismatched call can
+  // let some ranks through): a silent rank is therefore never said to be absent, only silent.
   // It costs nothing until a timeout. It can reach each rank once per group: the timeout
   // poisons the group, and ops on a poisoned group fail before they get here.
   const int n = size(), me = rank();
-  const Tag tag{group_.id(), 0, kDiagnosisSeq};
-  const auto window = std::clamp<Clock::duration>((deadline_ - start_) / 4,
-                                                  std::chrono::milliseconds(50),
-                                                  std::chrono::seconds(2));
-  std::vector<uint64_t> theirs(n, 0);
+  const Tag tag{group_.id(), 0, kDiagnosisSeq, 0};
+  const auto window = diagnosis_window_;
+  std::vector<Fingerprint> theirs(static_cast<size_t>(n));
   std::vector<std::unique_ptr<Request>> requests;
   std::vector<int> peer_of;
   for (int k = 0; k < n; ++k) {
     if (k == me) continue;
-    requests.push_back(group_.transport().irecv(group_.members()[k], tag, &theirs[k], 8));
+    requests.push_back(group_.transport().irecv(group_.members()[k], tag, &theirs[k],
+                                                sizeof(Fingerprint)));
     peer_of.push_back(k);
   }
   for (int k = 0; k < n; ++k) {
     if (k == me) continue;
-    requests.push_back(group_.transport().isend(group_.members()[k], tag, &seq_, 8));
+    requests.push_back(group_.transport().isend(group_.members()[k], tag, &fingerprint_,
+                                                sizeof(Fingerprint)));
   }
   const auto until = Clock::now() + window;
-  std::vector<int> absent;
+  Diagnosis d;
   for (size_t i = 0; i < peer_of.size(); ++i) {
     bool ok = requests[i]->wait_until(until);
     if (ok) {
@@ -151,10 +160,40 @@ std::vector<int> OpContext::ranks_not_here() {
         ok = false;
       }
     }
-    if (!ok || theirs[peer_of[i]] != seq_) absent.push_back(peer_of[i]);
+    const int peer = peer_of[i];
+    const Fingerprint& f = theirs[static_cast<size_t>(peer)];
+    if (!ok || f.magic != Fingerprint::kMagic)
+      d.silent.push_back(peer);
+    else if (f.seq != seq_)
+      d.elsewhere.emplace_back(peer, f);
+    else if (fingerprint_difference(fingerprint_, f) != nullptr)
+      d.differ.emplace_back(peer, f);
   }
+  // Our own fingerprint must reach the peers still listening before it is withdrawn (a
+  // receiver may copy it only when it next looks): until the window closes at most.
+  for (size_t i = peer_of.size(); i < requests.size(); ++i) requests[i]->wait_until(until);
   for (auto& r : requests) r->cancel();  // our sends and `theirs` must not be touched later
-  return absent;
+  return d;
+}
+
+std::string OpContext::explain(const Diagnosis& d, const std::string& tail) const {
+  if (!d.differ.empty()) {
+    FERRY_THROW(MismatchError, mismatch_message(*this, fingerprint_, d.differ),
+                " (found when the op timed out: the calls' messages could not match);", tail);
+  }
+  auto ranks = [](const std::vector<int>& v) {
+    std::string s = v.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s;
+  };
+  std::string msg;
+  for (const auto& [peer, f] : d.elsewhere)
+    msg += str(" rank ", peer, " is in ", f.describe(), " instead;");
+  if (!d.silent.empty()) {
+    msg += str(" ", ranks(d.silent),
+               " did not answer (never reached this collective, or already left it);");
+  }
+  return msg;
 }
 
 void OpContext::abort_poisoned() {
@@ -182,18 +221,19 @@ void OpContext::fail_timeout() {
   for (auto& r : pending_) r->cancel();
   pending_.clear();
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
-  std::vector<int> absent = ranks_not_here();
   auto ranks = [](const std::vector<int>& v) {
     std::string s = v.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
     return s;
   };
+  const std::string tail =
+      " the group is poisoned (every rank must issue the same collectives in the same order)";
   std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
                         waited.count(), " ms;");
-  if (!absent.empty()) msg += str(" ", ranks(absent), " did not reach this collective;");
+  msg += explain(diagnose(), tail);
   if (!silent.empty()) msg += str(" waiting for data from ", ranks(silent), ";");
   if (!not_taking.empty()) msg += str(" waiting for ", ranks(not_taking), " to take our data;");
-  msg += " the group is poisoned (every rank must issue the same collectives in the same order)";
+  msg += tail;
   FERRY_THROW(OwnDeadlineExpired, msg);
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "backends/transport.h"
+#include "collectives/engine/fingerprint.h"
 #include "collectives/engine/group_impl.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
@@ -60,6 +61,13 @@ class OpContext {
 
   char* scratch(int slot, size_t bytes) { return group_.scratch().get(slot, bytes); }
 
+  // The op's fingerprint (fingerprint.h): its hash goes into the tag of every later message,
+  // and the timeout diagnosis compares it with the peers'. exchange_fingerprints posts its
+  // messages at step kFingerprintStep before this is called (with no hash in their tags, so
+  // that ranks running different ops still meet).
+  void set_fingerprint(const Fingerprint& f);
+  static constexpr uint32_t kFingerprintStep = (1u << 14) - 1;  // the UCX tag's largest step
+
   // The group's transport collectives, or null (then the algorithms run over send / recv).
   NativeCollectives* native() const { return group_.native(); }
   // Waits for a native collective under the op's deadline. A native collective cannot be
@@ -80,15 +88,27 @@ class OpContext {
   void rethrow_first_failure();
   static constexpr auto kCheckEvery = std::chrono::milliseconds(50);
   bool leak_scratch_on_abandon_ = true;
-  // After a timeout: the group ranks that are not stuck in this same op.
-  std::vector<int> ranks_not_here();
+  // After a timeout: what the peers answered about the op they are in (diagnose()).
+  struct Diagnosis {
+    std::vector<int> silent;                             // no answer: finished, or never came
+    std::vector<std::pair<int, Fingerprint>> elsewhere;  // in another op (another seq)
+    std::vector<std::pair<int, Fingerprint>> differ;     // same seq, another call
+  };
+  Diagnosis diagnose();
+  // The diagnosis as the middle of a timeout message; throws MismatchError when some peer
+  // is stuck at this sequence number in another call (`tail` ends that message).
+  std::string explain(const Diagnosis& d, const std::string& tail) const;
 
   GroupImpl& group_;
   std::string op_;
   uint64_t seq_;
   Clock::time_point start_;
   Clock::time_point deadline_;
+  Clock::duration diagnosis_window_{};
+  Clock::time_point give_up_;  // deadline_ less the diagnosis window
   uint32_t phase_ = 0;
+  uint32_t check_ = 0;
+  Fingerprint fingerprint_;
   std::vector<std::unique_ptr<Request>> pending_;
 };
 

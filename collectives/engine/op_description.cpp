@@ -13,6 +13,7 @@ OpSummary OpSummary::of(const Tensor& t) {
   s.dtype = t.dtype();
   s.ndim = static_cast<int>(t.dim());
   for (int d = 0; d < std::min(s.ndim, kDims); ++d) s.dims[static_cast<size_t>(d)] = t.size(d);
+  s.agreed = t.numel();
   return s;
 }
 
@@ -28,6 +29,16 @@ OpSummary OpSummary::of_lists(DType dtype) {
   s.lists = true;
   s.dtype = dtype;
   return s;
+}
+
+OpSummary& OpSummary::with_splits(const std::vector<int64_t>& sizes) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the sizes' bytes
+  for (int64_t v : sizes) {
+    for (int b = 0; b < 8; ++b)
+      h = (h ^ ((static_cast<uint64_t>(v) >> (8 * b)) & 0xFF)) * 1099511628211ull;
+  }
+  splits = h == 0 ? 1 : h;
+  return *this;
 }
 
 std::string OpSummary::format() const {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ferry::detail {
 
@@ -29,12 +30,27 @@ struct OpSummary {
   ReduceOp reduce_op = ReduceOp::Sum;
   int root = -1;
   const char* note = "";  // appended as is, e.g. " with exchanged sizes"
+  // What every rank must give alike, for the fingerprint (fingerprint.h): `agreed` elements
+  // (the tensor's, or per row when `per_row`; -1: not compared, the sizes may differ across
+  // ranks) and split sizes whose hash is `splits` (0: none).
+  int64_t agreed = -1;
+  bool per_row = false;
+  uint64_t splits = 0;
 
   static OpSummary of(const Tensor& t);
   static OpSummary of(const Tensor& t, ReduceOp op);
   static OpSummary of_lists(DType dtype);  // "(float32 lists)"
   OpSummary& with_root(int r) { root = r; return *this; }
   OpSummary& with_note(const char* n) { note = n; return *this; }
+  // The sizes may differ across ranks, but not the elements per row.
+  OpSummary& rows_may_differ(int64_t elements_per_row) {
+    agreed = elements_per_row;
+    per_row = true;
+    return *this;
+  }
+  // Nothing about the sizes is compared (gather, scatter, all_to_all: per-peer sizes).
+  OpSummary& sizes_may_differ() { agreed = -1; return *this; }
+  OpSummary& with_splits(const std::vector<int64_t>& sizes);
   std::string format() const;
 };
 

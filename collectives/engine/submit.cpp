@@ -1,5 +1,6 @@
 #include "collectives/engine/submit.h"
 
+#include "collectives/engine/fingerprint.h"
 #include "collectives/engine/group_impl.h"
 #include "collectives/engine/queued_work.h"
 #include "runtime/config.h"
@@ -15,11 +16,14 @@ Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
   // group at once must not queue seq 6 ahead of seq 5.
   std::lock_guard<std::mutex> issuing(g.issue_mutex());
   const uint64_t seq = g.take_sequence_number();
+  const Fingerprint fingerprint = Fingerprint::of(op, seq, g.id(), what);
+  const bool checked = check_mode();
   std::shared_ptr<WorkState> state =
       std::make_shared<QueuedWork>(OpDescription(op, seq, std::move(what), group));
   state->self_timed = true;
   GroupImpl* gp = &g;
-  g.executor().enqueue([gp, state_in = state, op, seq, body_in = std::move(body)]() mutable {
+  g.executor().enqueue([gp, state_in = state, op, seq, fingerprint, checked,
+                        body_in = std::move(body)]() mutable {
     // The task lets go of everything it holds (the body's tensor handles, its context) before
     // the op completes: a waiter that sees the op finished then holds the only handles to its
     // tensors. Autograd relies on that to keep a gradient a collective wrote as grad() instead
@@ -34,6 +38,8 @@ Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
       std::vector<Tensor> outputs;
       {
         OpContext ctx(*gp, op, seq, Clock::now() + default_timeout());
+        if (checked) exchange_fingerprints(ctx, fingerprint);
+        ctx.set_fingerprint(fingerprint);
         outputs = body(ctx);
       }
       body = nullptr;

@@ -53,6 +53,13 @@ void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
   output.bump_version();
 }
 
+// The elements of one row (dim 0 index), which must agree across ranks whose rows may differ.
+int64_t elements_per_row(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
 }  // namespace
 
 Work broadcast(Tensor tensor, int root, const Group& group) {
@@ -94,7 +101,10 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
   for (int k = 0; k < me; ++k) start += sizes[k];
   v.no_overlap(output, "output", input, "input", output.narrow(0, start, sizes[me]));
   const std::string algo = all_gather_algorithm(output.nbytes(), group.size());
-  return detail::submit(group, "all_gather", detail::OpSummary::of(input),
+  return detail::submit(group, "all_gather",
+                        detail::OpSummary::of(input)
+                            .rows_may_differ(elements_per_row(input))
+                            .with_splits(sizes),
                         [input, output, sizes, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, row_bytes(input)),
                   algo);
@@ -138,7 +148,10 @@ Work all_gather_v(const Tensor& input, const Group& group) {
   v.defined(input, "input");
   v.at_least_1d(input, "input");
   const int world = group.size();
-  return detail::submit(group, "all_gather", detail::OpSummary::of(input).with_note(" with exchanged sizes"),
+  return detail::submit(group, "all_gather",
+                        detail::OpSummary::of(input)
+                            .rows_may_differ(elements_per_row(input))
+                            .with_note(" with exchanged sizes"),
                         [input, world](OpContext& ctx) {
     // Phase 1: every rank's (rows, elements per row), so the output can be sized and a rank
     // whose rows have another shape is named instead of corrupting the gather.
@@ -211,8 +224,12 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   auto splits_or_equal = [&](const std::vector<int64_t>& splits, const Tensor& t) {
     return splits.empty() ? std::vector<int64_t>(world, t.size(0) / world) : splits;
   };
+  // Equal blocks: every rank gives as many elements; split lists: only the rows' shape agrees
+  // (the transports check each block's byte count).
+  detail::OpSummary summary = detail::OpSummary::of(input);
+  if (!equal) summary.rows_may_differ(elements_per_row(input));
   auto work = detail::start_native_now(
-      group, "all_to_all_single", detail::OpSummary::of(input), {&input, &output},
+      group, "all_to_all_single", summary, {&input, &output},
       [&](NativeCollectives& native) {
         output.bump_version();
         if (equal)
@@ -229,7 +246,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   if (work) return std::move(*work);
   std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
   std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
-  return detail::submit(group, "all_to_all_single", detail::OpSummary::of(input),
+  return detail::submit(group, "all_to_all_single", summary,
                         [input, output, in_splits, out_splits, world,
                          equal](OpContext& ctx) mutable {
     NativeCollectives* native = ctx.native();
@@ -323,7 +340,8 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
                          ", given ", shape_str(outputs[root].shape())));
     for (const Tensor& o : outputs) v.no_overlap(input, "input", o, "an output", outputs[root]);
   }
-  return detail::submit(group, "gather", detail::OpSummary::of(input).with_root(root),
+  return detail::submit(group, "gather",
+                        detail::OpSummary::of(input).with_root(root).sizes_may_differ(),
                         [input, outputs = std::vector<Tensor>(outputs), root, is_root](OpContext& ctx) mutable {
     std::vector<char*> recv;
     std::vector<size_t> recv_bytes;
@@ -361,7 +379,8 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
                          ", given ", shape_str(inputs[root].shape())));
     for (const Tensor& i : inputs) v.no_overlap(i, "an input", output, "output", inputs[root]);
   }
-  return detail::submit(group, "scatter", detail::OpSummary::of(output).with_root(root),
+  return detail::submit(group, "scatter",
+                        detail::OpSummary::of(output).with_root(root).sizes_may_differ(),
                         [inputs, output, root, is_root](OpContext& ctx) mutable {
     std::vector<const char*> send;
     std::vector<size_t> send_bytes;

@@ -168,7 +168,8 @@ std::optional<Work> start_direct_all_reduce_now(const Group& group, const Tensor
                                                 Tensor& output, ReduceOp op,
                                                 const std::string& algo) {
   GroupImpl& g = group.impl();
-  if (g.native() != nullptr || algo != "direct" || op == ReduceOp::Avg ||
+  // FERRY_CHECK=1: the fingerprint exchange runs on the worker's path (submit) only.
+  if (g.native() != nullptr || check_mode() || algo != "direct" || op == ReduceOp::Avg ||
       accumulation_dtype(input.dtype()) != input.dtype())
     return std::nullopt;
   g.throw_if_poisoned("all_reduce");
@@ -181,6 +182,7 @@ std::optional<Work> start_direct_all_reduce_now(const Group& group, const Tensor
   const size_t bytes = count * spec.elem_bytes();
   auto ctx = std::make_unique<OpContext>(g, "all_reduce", seq, deadline);
   ctx->uses_no_scratch();
+  ctx->set_fingerprint(Fingerprint::of("all_reduce", seq, g.id(), OpSummary::of(input, op)));
   std::unique_ptr<char[]> gathered(new char[bytes * static_cast<size_t>(g.size())]);
   const char* in = static_cast<const char*>(input.raw_data());
   char* out = static_cast<char*>(output.raw_data());

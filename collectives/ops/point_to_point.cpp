@@ -66,7 +66,7 @@ Work post(const char* op, const Tensor& tensor, int peer, const Group& group, in
   if (tag < 0) v.fail(detail::str("tag must be >= 0, given ", tag));
   detail::GroupImpl& g = group.impl();
   g.throw_if_poisoned(op);
-  const Tag t{g.id(), static_cast<uint32_t>(tag), kP2PSeq};
+  const Tag t{g.id(), static_cast<uint32_t>(tag), kP2PSeq, 0};
   const int world_peer = g.members()[peer];
   Tensor handle = tensor;
   std::unique_ptr<Request> request =

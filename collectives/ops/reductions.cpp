@@ -165,8 +165,8 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
   if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
     auto work = detail::start_native_now(
-        group, "reduce_scatter", detail::OpSummary::of(input, op), {&input, &output},
-        [&](NativeCollectives& native) {
+        group, "reduce_scatter", detail::OpSummary::of(input, op).with_splits(sizes),
+        {&input, &output}, [&](NativeCollectives& native) {
           std::vector<size_t> counts;
           for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
           output.bump_version();
@@ -175,7 +175,8 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
         });
     if (work) return std::move(*work);
   }
-  return detail::submit(group, "reduce_scatter", detail::OpSummary::of(input, op),
+  return detail::submit(group, "reduce_scatter",
+                        detail::OpSummary::of(input, op).with_splits(sizes),
                         [input, output, op, sizes, world](OpContext& ctx) mutable {
     // An output that is exactly our block of the input is fine: the algorithm reads that block
     // only in its last step, elementwise, while writing the result.

@@ -67,7 +67,7 @@ void expect_timeout(Checks& c, Group& g, Work& work, uint64_t seq, int absent,
            w + "timed out after " + std::to_string(s) + " s");
   c.expect(contains(msg, "all_reduce"), w + "the message names the op: " + msg);
   c.expect(contains(msg, "seq " + std::to_string(seq)), w + "the message names seq " + std::to_string(seq) + ": " + msg);
-  c.expect(contains(msg, "rank " + std::to_string(absent) + " did not reach"),
+  c.expect(contains(msg, "rank " + std::to_string(absent) + " did not answer"),
            w + "the message names absent rank " + std::to_string(absent) + ": " + msg);
   c.expect(contains(msg, "job must end"), w + "the message says the job must end: " + msg);
   c.expect(g.poisoned(), w + "the timeout poisons the group");

@@ -1,0 +1,167 @@
+#include "collectives/engine/fingerprint.h"
+
+#include "collectives/engine/op_context.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ferry::detail {
+
+Fingerprint Fingerprint::of(const char* op, uint64_t seq, uint32_t group, const OpSummary& what) {
+  Fingerprint f;
+  f.group = group;
+  f.seq = seq;
+  std::strncpy(f.op, op, sizeof(f.op) - 1);
+  f.agreed = what.agreed;
+  f.per_row = what.per_row;
+  f.splits = what.splits;
+  for (int d = 0; d < OpSummary::kDims; ++d) f.dims[d] = what.dims[static_cast<size_t>(d)];
+  f.ndim = what.ndim;
+  f.root = what.root;
+  f.has_tensor = what.has_tensor;
+  f.lists = what.lists;
+  f.dtype = static_cast<uint8_t>(what.dtype);
+  f.has_reduce_op = what.has_reduce_op;
+  f.reduce_op = static_cast<uint8_t>(what.reduce_op);
+  return f;
+}
+
+std::string Fingerprint::describe() const {
+  OpSummary s;
+  s.has_tensor = has_tensor != 0;
+  s.lists = lists != 0;
+  s.dtype = static_cast<DType>(dtype);
+  for (int d = 0; d < OpSummary::kDims; ++d) s.dims[static_cast<size_t>(d)] = dims[d];
+  s.ndim = ndim;
+  s.has_reduce_op = has_reduce_op != 0;
+  s.reduce_op = static_cast<ReduceOp>(reduce_op);
+  s.root = root;
+  const std::string summary = s.format();
+  std::string name(op, strnlen(op, sizeof(op)));
+  if (!summary.empty()) name.append(" ").append(summary);
+  if (splits != 0) name += " with split sizes #" + std::to_string(splits % 100000);
+  return str(name, " (seq ", seq, ")");
+}
+
+namespace {
+
+// What the ranks must agree on, as opposed to how each rank called it: all_to_all (lists) and
+// all_to_all_single move the same messages pair by pair, and callers mix them on purpose (the
+// KJT all-to-all takes the list form on ranks that must leave out their own block), so both
+// are one collective whose per-peer sizes only the transports check.
+Fingerprint canonical(const Fingerprint& f) {
+  Fingerprint c = f;
+  if (std::strncmp(f.op, "all_to_all", sizeof(f.op)) == 0 ||
+      std::strncmp(f.op, "all_to_all_single", sizeof(f.op)) == 0) {
+    std::memset(c.op, 0, sizeof(c.op));
+    std::strncpy(c.op, "all_to_all", sizeof(c.op) - 1);
+    c.agreed = -1;
+    c.per_row = 0;
+    c.splits = 0;
+  }
+  return c;
+}
+
+const char* difference(const Fingerprint& a, const Fingerprint& b);
+
+}  // namespace
+
+const char* fingerprint_difference(const Fingerprint& a, const Fingerprint& b) {
+  return difference(canonical(a), canonical(b));
+}
+
+namespace {
+
+const char* difference(const Fingerprint& a, const Fingerprint& b) {
+  if (std::strncmp(a.op, b.op, sizeof(a.op)) != 0) return "the collective";
+  if (a.group != b.group) return "the group";
+  if (a.seq != b.seq) return "the sequence number";
+  if (!a.complete || !b.complete) return nullptr;
+  if ((a.has_tensor || a.lists) && (b.has_tensor || b.lists) && a.dtype != b.dtype)
+    return "the dtype";
+  if (a.has_reduce_op != b.has_reduce_op || a.reduce_op != b.reduce_op) return "the reduce op";
+  if (a.root != b.root) return "the root";
+  if (a.per_row != b.per_row || (a.agreed >= 0 && b.agreed >= 0 && a.agreed != b.agreed))
+    return a.per_row ? "the elements per row" : "the element count";
+  if (a.splits != b.splits) return "the split sizes";
+  return nullptr;
+}
+
+}  // namespace
+
+namespace {
+
+// Tells apart the dtypes of one width (float32 / int32, float16 / bfloat16, float64 / int64)
+// and no more: a call with another element count or width moves another number of bytes, which
+// every transport already reports at once as a MismatchError when the tags match, whereas
+// differing tags would only be diagnosed at the deadline.
+uint8_t dtype_within_width(DType t) {
+  switch (t) {
+    case DType::BFloat16:
+    case DType::Int32:
+    case DType::Int64:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+uint32_t check_hash(const Fingerprint& fingerprint) {
+  const Fingerprint f = canonical(fingerprint);
+  // FNV-1a over the op, the reduce op, the root and the dtype within its width (see above); the
+  // tag carries the group and the sequence number. Not the element count or the split sizes:
+  // ranks that disagree on those move other byte counts, which fail at once where the tags
+  // match (a torchrec caller relies on that), but would only be diagnosed at the deadline.
+  uint32_t h = 2166136261u;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 16777619u;
+  };
+  mix(f.op, strnlen(f.op, sizeof(f.op)));
+  const uint8_t small[] = {dtype_within_width(static_cast<DType>(f.dtype)), f.has_reduce_op,
+                           f.reduce_op, f.per_row};
+  mix(small, sizeof(small));
+  mix(&f.root, sizeof(f.root));
+  return h == 0 ? 1 : h;
+}
+
+std::string mismatch_message(const OpContext& ctx, const Fingerprint& mine,
+                             const std::vector<std::pair<int, Fingerprint>>& theirs) {
+  std::string msg = str(mine.op, " (seq ", mine.seq, ") on rank ", ctx.rank(), ": the ranks ",
+                        "called different collectives: rank ", ctx.rank(), " called ",
+                        mine.describe());
+  for (const auto& [peer, f] : theirs) {
+    const char* what = fingerprint_difference(mine, f);
+    msg += str(", rank ", peer, " called ", f.describe(), " (", what ? what : "nothing",
+               " differs)");
+  }
+  return msg;
+}
+
+void exchange_fingerprints(OpContext& ctx, const Fingerprint& mine) {
+  const int n = ctx.size(), me = ctx.rank();
+  if (n == 1) return;
+  std::vector<Fingerprint> theirs(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k)
+    if (k != me) ctx.recv(k, OpContext::kFingerprintStep, &theirs[k], sizeof(Fingerprint));
+  for (int k = 0; k < n; ++k)
+    if (k != me) ctx.send(k, OpContext::kFingerprintStep, &mine, sizeof(Fingerprint));
+  ctx.wait_all();
+  std::vector<std::pair<int, Fingerprint>> differ;
+  for (int k = 0; k < n; ++k) {
+    if (k == me) continue;
+    const Fingerprint& f = theirs[static_cast<size_t>(k)];
+    FERRY_CHECK(f.magic == Fingerprint::kMagic, MismatchError, mine.op, " (seq ", mine.seq,
+                ") on rank ", me, ": rank ", k, " sent no collective fingerprint (FERRY_CHECK ",
+                "must be set alike on every rank)");
+    if (fingerprint_difference(mine, f) != nullptr) differ.emplace_back(k, f);
+  }
+  if (!differ.empty())
+    FERRY_THROW(MismatchError, mismatch_message(ctx, mine, differ),
+                " (FERRY_CHECK=1 compared the calls before any data moved)");
+}
+
+}  // namespace ferry::detail

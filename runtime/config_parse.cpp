@@ -1,0 +1,211 @@
+// The rules every FERRY_* variable is read with (see config.h): the list of known variables,
+// parsing with one set of rules, the nearest known name for a misspelt one.
+#include "runtime/config.h"
+
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace ferry {
+
+const std::vector<SettingInfo>& known_settings() {
+  static const std::vector<SettingInfo> all = {
+      {"FERRY_TIMEOUT", "seconds, 0.001 to 1e9", "300", true},
+      {"FERRY_CHECK", "boolean", "0", true},
+      {"FERRY_ALGO", "op:algorithm list", "", true},
+      {"FERRY_DEBUG", "off, info, trace", "off", true},
+      {"FERRY_DEBUG_SUBSYS", "list of init, coll, transport, ucx, codec, torchrec, all", "",
+       true},
+      {"FERRY_HOST_CACHE_MB", "MiB, 0 to 2^30 - 1", "256", true},
+      {"FERRY_BACKEND", "local, mpi, ucx", "", true},
+      {"FERRY_MPI_PERSISTENT", "boolean", "1", true},
+      {"FERRY_MPI_EXCHANGE", "boolean", "1", true},
+      {"FERRY_PROGRESS_THREAD", "boolean", "1", true},
+      {"FERRY_UCX_CMA", "boolean", "1", true},
+      {"FERRY_UCX_CMA_MIN_BYTES", "bytes, at least 1024", "65536", true},
+      {"FERRY_UCX_ERROR_HANDLING", "peer, none", "peer", true},
+      {"FERRY_RENDEZVOUS", "host:port", "", true},
+      {"FERRY_RANK", "0 to world size - 1", "", true},
+      {"FERRY_WORLD_SIZE", "1 to 2^20", "", true},
+      {"FERRY_SECRET", "1 to 256 bytes", "", true},
+      {"FERRY_RENDEZVOUS_BIND", "address", "127.0.0.1", true},
+      // Switches of the tools and tests, known so that they draw no warning.
+      {"FERRY_RUN_BINARY", "path (tests)", "", false},
+      {"FERRY_BENCH_KJT_BACKGROUND", "boolean (ferry-bench)", "", false},
+      {"FERRY_UCX_TEST_PARAM", "(tests)", "", false},
+  };
+  return all;
+}
+
+namespace detail {
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string get_or(const std::function<const char*(const char*)>& get, const char* name) {
+  const char* v = get(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+// One of `choices` (lower case), in any case; "" stays "" (the default).
+std::string one_of(const char* variable, const std::string& text,
+                   const std::vector<const char*>& choices) {
+  if (text.empty()) return text;
+  const std::string v = lower(text);
+  for (const char* c : choices)
+    if (v == c) return v;
+  std::string list;
+  for (const char* c : choices) list.append(list.empty() ? "" : ", ").append(c);
+  FERRY_THROW(InvalidArgument, variable, ": expected one of ", list, " (any case), given '",
+              text, "'");
+}
+
+int64_t integer_in(const char* variable, const std::string& text, int64_t lo, int64_t hi,
+                   const char* what) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  FERRY_CHECK(errno == 0 && end != text.c_str() && *end == '\0' && v >= lo && v <= hi,
+              InvalidArgument, variable, ": expected ", what, " from ", lo, " to ", hi,
+              ", given '", text, "'");
+  return v;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+bool parse_bool(const char* variable, const std::string& text) {
+  const std::string v = lower(text);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  FERRY_THROW(InvalidArgument, variable, ": expected 1/0, true/false, yes/no or on/off (any ",
+              "case), given '", text, "'");
+}
+
+std::chrono::milliseconds parse_timeout(const char* variable, const std::string& text) {
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  // Checked before any conversion: a double outside int64's range (inf, 1e300) converts with
+  // undefined behaviour, and one that fits could still overflow the clock when added to now.
+  // Below a millisecond would round to no deadline at all.
+  FERRY_CHECK(end != text.c_str() && *end == '\0' && std::isfinite(seconds) &&
+                  seconds * 1000.0 >= static_cast<double>(kMinTimeout.count()) - 0.5 &&
+                  seconds * 1000.0 <= static_cast<double>(kMaxTimeout.count()),
+              InvalidArgument, variable, ": expected a number of seconds from ",
+              kMinTimeout.count() / 1000.0, " to ", kMaxTimeout.count() / 1000, ", given '", text,
+              "'");
+  return std::max(kMinTimeout, std::chrono::milliseconds(std::llround(seconds * 1000.0)));
+}
+
+Config read_config(const std::function<const char*(const char*)>& get) {
+  Config c;
+  auto text = [&](const char* name) { return get_or(get, name); };
+  auto boolean = [&](const char* name, bool fallback) {
+    const std::string v = text(name);
+    return v.empty() ? fallback : parse_bool(name, v);
+  };
+  if (const std::string t = text("FERRY_TIMEOUT"); !t.empty())
+    c.timeout = parse_timeout("FERRY_TIMEOUT", t);
+  c.backend = one_of("FERRY_BACKEND", text("FERRY_BACKEND"), {"local", "mpi", "ucx"});
+  c.algo = lower(text("FERRY_ALGO"));
+  c.debug = one_of("FERRY_DEBUG", text("FERRY_DEBUG"), {"off", "info", "trace"});
+  if (c.debug.empty()) c.debug = "off";
+  c.debug_subsys = lower(text("FERRY_DEBUG_SUBSYS"));
+  {
+    std::stringstream list(c.debug_subsys);
+    std::string item;
+    const std::vector<const char*> known = {"init", "coll",     "transport", "ucx",
+                                            "codec", "torchrec", "all"};
+    while (std::getline(list, item, ',')) {
+      if (std::find_if(known.begin(), known.end(), [&](const char* k) { return item == k; }) ==
+          known.end())
+        FERRY_THROW(InvalidArgument, "FERRY_DEBUG_SUBSYS: expected a comma list of init, coll, ",
+                    "transport, ucx, codec, torchrec, all (any case); '", item,
+                    "' is none of them, given '", text("FERRY_DEBUG_SUBSYS"), "'");
+    }
+  }
+  c.progress_thread = boolean("FERRY_PROGRESS_THREAD", true);
+  c.check = boolean("FERRY_CHECK", false);
+  if (const std::string v = text("FERRY_HOST_CACHE_MB"); !v.empty())
+    c.host_cache_mb = integer_in("FERRY_HOST_CACHE_MB", v, 0, (int64_t{1} << 30) - 1,
+                                 "a number of MiB (0 turns the cache off)");
+  c.mpi_persistent = boolean("FERRY_MPI_PERSISTENT", true);
+  c.mpi_exchange = boolean("FERRY_MPI_EXCHANGE", true);
+  c.ucx_cma = boolean("FERRY_UCX_CMA", true);
+  if (const std::string v = text("FERRY_UCX_CMA_MIN_BYTES"); !v.empty())
+    c.ucx_cma_min_bytes = static_cast<uint64_t>(integer_in(
+        "FERRY_UCX_CMA_MIN_BYTES", v, 1024, int64_t{1} << 62, "a byte count"));
+  c.ucx_peer_errors =
+      one_of("FERRY_UCX_ERROR_HANDLING", text("FERRY_UCX_ERROR_HANDLING"), {"peer", "none"}) !=
+      "none";
+  c.rendezvous = text("FERRY_RENDEZVOUS");
+  c.rank = text("FERRY_RANK");
+  c.world_size = text("FERRY_WORLD_SIZE");
+  c.secret = text("FERRY_SECRET");
+  c.rendezvous_bind = text("FERRY_RENDEZVOUS_BIND");
+  return c;
+}
+
+std::vector<std::pair<std::string, std::string>> unknown_settings(char** env) {
+  std::vector<std::pair<std::string, std::string>> unknown;
+  for (char** e = env; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    const std::string name(*e, eq == nullptr ? std::strlen(*e) : static_cast<size_t>(eq - *e));
+    if (name.rfind("FERRY_", 0) != 0) continue;
+    const SettingInfo* nearest = nullptr;
+    size_t best = SIZE_MAX;
+    bool known = false;
+    for (const SettingInfo& s : known_settings()) {
+      if (name == s.name) known = true;
+      const size_t d = edit_distance(name, s.name);
+      if (d < best) {
+        best = d;
+        nearest = &s;
+      }
+    }
+    if (!known) unknown.emplace_back(name, nearest ? nearest->name : "");
+  }
+  return unknown;
+}
+
+std::string describe_settings(const Config& c) {
+  auto on = [](bool b) { return b ? "1" : "0"; };
+  return str("FERRY_TIMEOUT=", c.timeout.count() / 1000.0, " s, FERRY_CHECK=", on(c.check),
+             ", FERRY_BACKEND=", c.backend.empty() ? "(automatic)" : c.backend, ", FERRY_ALGO=",
+             c.algo.empty() ? "(table)" : c.algo, ", FERRY_DEBUG=", c.debug,
+             ", FERRY_DEBUG_SUBSYS=", c.debug_subsys.empty() ? "(all)" : c.debug_subsys,
+             ", FERRY_HOST_CACHE_MB=", c.host_cache_mb, ", FERRY_PROGRESS_THREAD=",
+             on(c.progress_thread), ", FERRY_MPI_PERSISTENT=", on(c.mpi_persistent),
+             ", FERRY_MPI_EXCHANGE=", on(c.mpi_exchange), ", FERRY_UCX_CMA=", on(c.ucx_cma),
+             ", FERRY_UCX_CMA_MIN_BYTES=",
+             c.ucx_cma_min_bytes == 0 ? std::string("(default)")
+                                      : std::to_string(c.ucx_cma_min_bytes),
+             ", FERRY_UCX_ERROR_HANDLING=", c.ucx_peer_errors ? "peer" : "none",
+             c.rendezvous.empty() ? "" : ", FERRY_RENDEZVOUS=", c.rendezvous,
+             c.secret.empty() ? "" : ", FERRY_SECRET=(set)");
+}
+
+}  // namespace detail
+}  // namespace ferry

@@ -1,0 +1,129 @@
+// The configuration module (runtime/config.h): one set of rules for every FERRY_* variable,
+// bad values refused naming the variable, misspelt names warned about with the nearest known
+// name, and the README's table of variables checked against the module's list.
+#include "runtime/config.h"
+#include "runtime/error.h"
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using ferry::Config;
+
+Config parse(const std::map<std::string, std::string>& env) {
+  return ferry::detail::read_config([&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+std::string error_of(const std::map<std::string, std::string>& env) {
+  try {
+    parse(env);
+  } catch (const ferry::InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("config: defaults when nothing is set", "[config]") {
+  const Config c = parse({});
+  CHECK(c.timeout == std::chrono::seconds(300));
+  CHECK(c.debug == "off");
+  CHECK_FALSE(c.check);
+  CHECK(c.progress_thread);
+  CHECK(c.mpi_persistent);
+  CHECK(c.mpi_exchange);
+  CHECK(c.ucx_cma);
+  CHECK(c.ucx_peer_errors);
+  CHECK(c.host_cache_mb == 256);
+}
+
+TEST_CASE("config: values are case-insensitive and booleans take six spellings", "[config]") {
+  CHECK(parse({{"FERRY_DEBUG", "INFO"}}).debug == "info");
+  CHECK(parse({{"FERRY_DEBUG", "Trace"}}).debug == "trace");
+  CHECK(parse({{"FERRY_BACKEND", "UCX"}}).backend == "ucx");
+  CHECK(parse({{"FERRY_UCX_ERROR_HANDLING", "None"}}).ucx_peer_errors == false);
+  CHECK(parse({{"FERRY_DEBUG_SUBSYS", "COLL,Ucx"}}).debug_subsys == "coll,ucx");
+  for (const char* yes : {"1", "true", "TRUE", "yes", "Yes", "on"})
+    CHECK(parse({{"FERRY_CHECK", yes}}).check);
+  for (const char* no : {"0", "false", "False", "no", "NO", "off"}) {
+    CHECK_FALSE(parse({{"FERRY_MPI_PERSISTENT", no}}).mpi_persistent);
+    CHECK_FALSE(parse({{"FERRY_UCX_CMA", no}}).ucx_cma);
+  }
+  CHECK(parse({{"FERRY_HOST_CACHE_MB", "0"}}).host_cache_mb == 0);
+  CHECK(parse({{"FERRY_UCX_CMA_MIN_BYTES", "4096"}}).ucx_cma_min_bytes == 4096);
+}
+
+TEST_CASE("config: every bad value is refused naming the variable", "[config]") {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"FERRY_TIMEOUT", "inf"},          {"FERRY_TIMEOUT", "1e300"},
+      {"FERRY_CHECK", "2"},              {"FERRY_CHECK", "maybe"},
+      {"FERRY_DEBUG", "verbose"},        {"FERRY_DEBUG_SUBSYS", "coll,gpu"},
+      {"FERRY_BACKEND", "nccl"},         {"FERRY_HOST_CACHE_MB", "-1"},
+      {"FERRY_HOST_CACHE_MB", "12abc"},  {"FERRY_MPI_EXCHANGE", "y"},
+      {"FERRY_PROGRESS_THREAD", "2"},    {"FERRY_UCX_CMA", "enable"},
+      {"FERRY_UCX_CMA_MIN_BYTES", "100"}, {"FERRY_UCX_ERROR_HANDLING", "abort"},
+  };
+  for (const auto& [name, value] : bad) {
+    INFO(name << "=" << value);
+    const std::string msg = error_of({{name, value}});
+    CHECK(msg.find(name) != std::string::npos);
+    CHECK(msg.find("'" + value + "'") != std::string::npos);
+  }
+}
+
+TEST_CASE("config: unknown FERRY_ names are reported with the nearest known one", "[config]") {
+  std::vector<std::string> storage = {"FERRY_TIMEOUTS=3", "FERRY_CHEK=1", "FERRY_DEBUG=info",
+                                      "PATH=/bin", "FERRY_UCX_CMA_MIN_BYTE=4096"};
+  std::vector<char*> env;
+  for (std::string& s : storage) env.push_back(s.data());
+  env.push_back(nullptr);
+  const auto unknown = ferry::detail::unknown_settings(env.data());
+  REQUIRE(unknown.size() == 3);
+  CHECK(unknown[0] == std::make_pair(std::string("FERRY_TIMEOUTS"), std::string("FERRY_TIMEOUT")));
+  CHECK(unknown[1] == std::make_pair(std::string("FERRY_CHEK"), std::string("FERRY_CHECK")));
+  CHECK(unknown[2].second == "FERRY_UCX_CMA_MIN_BYTES");
+}
+
+TEST_CASE("config: the effective settings are described (the secret is not)", "[config]") {
+  const std::string d = ferry::detail::describe_settings(
+      parse({{"FERRY_CHECK", "yes"}, {"FERRY_SECRET", "hunter2"}, {"FERRY_TIMEOUT", "2.5"}}));
+  CHECK(d.find("FERRY_CHECK=1") != std::string::npos);
+  CHECK(d.find("FERRY_TIMEOUT=2.5 s") != std::string::npos);
+  CHECK(d.find("hunter2") == std::string::npos);
+}
+
+TEST_CASE("config: the README's table lists exactly the known variables", "[config]") {
+  std::ifstream readme(FERRY_SOURCE_DIR "/README.md");
+  REQUIRE(readme.good());
+  std::string line;
+  bool in_section = false;
+  std::set<std::string> listed;
+  while (std::getline(readme, line)) {
+    if (line.rfind("## ", 0) == 0) in_section = line == "## Environment variables";
+    if (!in_section || line.rfind("| `FERRY_", 0) != 0) continue;
+    const size_t end = line.find('`', 3);
+    listed.insert(line.substr(3, end - 3));
+  }
+  std::set<std::string> known;
+  for (const ferry::SettingInfo& s : ferry::known_settings())
+    if (s.documented) known.insert(s.name);
+  for (const std::string& name : known) {
+    INFO(name << " is a setting but not in the README's table");
+    CHECK(listed.count(name) == 1);
+  }
+  for (const std::string& name : listed) {
+    INFO(name << " is in the README's table but not a setting (runtime/config_parse.cpp)");
+    CHECK(known.count(name) == 1);
+  }
+}
