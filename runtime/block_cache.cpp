@@ -1,6 +1,6 @@
-#include "runtime/block_cache.h"
+#include <ferry/runtime/block_cache.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <cstdint>
 #include <cstdlib>

@@ -8,8 +8,8 @@
 // Prints ids/s (one core) for: the lookup forward (no tape), the forward + backward with a fused
 // SGD step, and the Eigen loop (forward only); and the ratio forward / Eigen (issue 18's
 // target: >= 0.8).
-#include "autograd/grad_mode.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <chrono>
 #include <cmath>

@@ -1,7 +1,7 @@
-#include "backends/mpi/mpi_exchange.h"
+#include <ferry/backends/mpi/mpi_exchange.h>
 
-#include "backends/mpi/mpi_exchange_op.h"
-#include "runtime/error.h"
+#include <ferry/backends/mpi/mpi_exchange_op.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cstdlib>

@@ -19,7 +19,7 @@
 // address, and keeps waiting for the real ranks. Every socket operation has a deadline.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <functional>
 #include <string>

@@ -21,11 +21,11 @@
 //   dmp.zero_grad();
 #pragma once
 
-#include "autograd/optimizer.h"
-#include "autograd/variable.h"
-#include "collectives/ddp/gradient_reducer.h"
-#include "collectives/group.h"
-#include "runtime/awaitable.h"
+#include <ferry/autograd/optimizer.h>
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/ddp/gradient_reducer.h>
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/awaitable.h>
 
 #include <functional>
 #include <memory>

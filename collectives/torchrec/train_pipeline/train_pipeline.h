@@ -32,10 +32,10 @@
 // matched collectives.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/datasets/batch.h"
-#include "collectives/torchrec/model_parallel/model_parallel.h"
-#include "collectives/torchrec/sharding/sharded_embedding_bag_collection.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/datasets/batch.h>
+#include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 
 #include <cstdint>
 #include <functional>
