@@ -1,40 +1,40 @@
 // ferry: the umbrella header. Link with `pkg-config --libs ferry`.
 #pragma once
 
-#include "runtime/awaitable.h"
-#include "runtime/block_cache.h"
-#include "runtime/config.h"
-#include "runtime/dtype.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
-#include "runtime/tensor.h"
-#include "runtime/version.h"
-#include "runtime/work.h"
+#include <ferry/runtime/awaitable.h>
+#include <ferry/runtime/block_cache.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/dtype.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
+#include <ferry/runtime/tensor.h>
+#include <ferry/runtime/version.h>
+#include <ferry/runtime/work.h>
 
-#include "autograd/function.h"
-#include "autograd/gradcheck.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "autograd/optimizer.h"
-#include "autograd/variable.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/gradcheck.h>
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/optimizer.h>
+#include <ferry/autograd/variable.h>
 
-#include "backends/transport.h"
-#include "backends/local/local_transport.h"
+#include <ferry/backends/transport.h>
+#include <ferry/backends/local/local_transport.h>
 
-#include "collectives/algorithm_table.h"
-#include "collectives/collectives.h"
-#include "collectives/ddp/gradient_reducer.h"
-#include "collectives/differentiable/all_to_all_async.h"
-#include "collectives/differentiable/differentiable.h"
-#include "collectives/differentiable/distributed_gradcheck.h"
-#include "collectives/differentiable/req_wait.h"
-#include "collectives/group.h"
-#include "collectives/init.h"
-#include "collectives/run_ranks.h"
+#include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/ddp/gradient_reducer.h>
+#include <ferry/collectives/differentiable/all_to_all_async.h>
+#include <ferry/collectives/differentiable/differentiable.h>
+#include <ferry/collectives/differentiable/distributed_gradcheck.h>
+#include <ferry/collectives/differentiable/req_wait.h>
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/init.h>
+#include <ferry/collectives/run_ranks.h>
 
 // The seed families, one namespace each.
-#include "collectives/fairchem/fairchem.h"
-#include "collectives/ksuit/ksuit.h"
-#include "collectives/poptorch/poptorch.h"
-#include "collectives/towhee/towhee.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/fairchem/fairchem.h>
+#include <ferry/collectives/ksuit/ksuit.h>
+#include <ferry/collectives/poptorch/poptorch.h>
+#include <ferry/collectives/towhee/towhee.h>
+#include <ferry/collectives/torchrec/torchrec.h>

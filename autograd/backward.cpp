@@ -1,8 +1,8 @@
 // The backward pass: which nodes run, in which order, and where their gradients go.
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "autograd/variable.h"
-#include "runtime/error.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/autograd/node.h>
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
-#include "autograd/function.h"
+#include <ferry/autograd/function.h>
 
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "autograd/saved_tensor.h"
-#include "runtime/error.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/autograd/node.h>
+#include <ferry/autograd/saved_tensor.h>
+#include <ferry/runtime/error.h>
 
 #include <utility>
 

@@ -20,8 +20,8 @@
 // grad are dropped. backward runs with recording off too.
 #pragma once
 
-#include "autograd/variable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <any>
 #include <map>

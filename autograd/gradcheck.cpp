@@ -1,7 +1,7 @@
-#include "autograd/gradcheck.h"
+#include <ferry/autograd/gradcheck.h>
 
-#include "autograd/grad_mode.h"
-#include "runtime/error.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/runtime/error.h>
 
 #include <cmath>
 #include <sstream>

@@ -7,7 +7,7 @@
 // is compared with the analytic gradient: |analytic - numeric| <= atol + rtol * |numeric|.
 #pragma once
 
-#include "autograd/variable.h"
+#include <ferry/autograd/variable.h>
 
 #include <cstdint>
 #include <functional>

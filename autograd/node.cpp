@@ -1,6 +1,6 @@
-#include "autograd/node.h"
+#include <ferry/autograd/node.h>
 
-#include "autograd/grad_mode.h"
+#include <ferry/autograd/grad_mode.h>
 
 #include <utility>
 

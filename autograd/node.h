@@ -7,8 +7,8 @@
 // outputs of a forward frees its graph without a backward.
 #pragma once
 
-#include "autograd/variable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <functional>

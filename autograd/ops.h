@@ -14,9 +14,9 @@
 //  - Inputs that do not require grad get no gradient (and cost no backward work).
 #pragma once
 
-#include "autograd/tensor_math.h"
-#include "autograd/variable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <vector>

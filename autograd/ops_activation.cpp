@@ -1,6 +1,6 @@
 // relu, sigmoid, tanh, exp, log, softmax and log_softmax.
-#include "autograd/ops.h"
-#include "autograd/ops_detail.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
 
 namespace ferry {
 

@@ -1,6 +1,6 @@
 // add, sub, mul, div (variable-variable with broadcasting, and with a double), neg, operators.
-#include "autograd/ops.h"
-#include "autograd/ops_detail.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
 
 namespace ferry {
 

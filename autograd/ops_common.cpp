@@ -1,6 +1,6 @@
 // Argument checks and saving shared by the differentiable ops.
-#include "autograd/ops_detail.h"
-#include "autograd/tensor_math.h"
+#include <ferry/autograd/ops_detail.h>
+#include <ferry/autograd/tensor_math.h>
 
 namespace ferry::detail {
 

@@ -1,10 +1,10 @@
 // Shared plumbing of the differentiable ops (internal).
 #pragma once
 
-#include "autograd/record.h"
-#include "autograd/saved_tensor.h"
-#include "autograd/variable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/record.h>
+#include <ferry/autograd/saved_tensor.h>
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // index_select and embedding_bag.
-#include "autograd/ops.h"
-#include "autograd/ops_detail.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
 
 namespace ferry {
 

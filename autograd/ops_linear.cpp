@@ -1,6 +1,6 @@
 // matmul, bmm and the transposes.
-#include "autograd/ops.h"
-#include "autograd/ops_detail.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
 
 namespace ferry {
 

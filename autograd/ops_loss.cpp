@@ -1,6 +1,6 @@
 // mse_loss and binary_cross_entropy_with_logits, differentiable in input and target.
-#include "autograd/ops.h"
-#include "autograd/ops_detail.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
 
 namespace ferry {
 

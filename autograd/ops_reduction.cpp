@@ -1,6 +1,6 @@
 // sum and mean, over everything or along one dim.
-#include "autograd/ops.h"
-#include "autograd/ops_detail.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
 
 namespace ferry {
 

@@ -1,7 +1,7 @@
 // reshape, cat, split / chunk and narrow: ops that move elements without arithmetic.
-#include "autograd/ops.h"
-#include "autograd/ops_detail.h"
-#include "autograd/tensor_math_detail.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
+#include <ferry/autograd/tensor_math_detail.h>
 
 #include <numeric>
 

@@ -1,6 +1,6 @@
-#include "autograd/optimizer.h"
+#include <ferry/autograd/optimizer.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <cmath>
 

@@ -3,7 +3,7 @@
 // parameters whose grad() is undefined. float32 and float64 parameters.
 #pragma once
 
-#include "autograd/variable.h"
+#include <ferry/autograd/variable.h>
 
 #include <cstdint>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "autograd/record.h"
+#include <ferry/autograd/record.h>
 
 #include <utility>
 

@@ -12,9 +12,9 @@
 //   }
 #pragma once
 
-#include "autograd/node.h"
-#include "autograd/saved_tensor.h"
-#include "autograd/variable.h"
+#include <ferry/autograd/node.h>
+#include <ferry/autograd/saved_tensor.h>
+#include <ferry/autograd/variable.h>
 
 #include <functional>
 #include <vector>

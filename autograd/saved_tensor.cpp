@@ -1,7 +1,7 @@
-#include "autograd/saved_tensor.h"
+#include <ferry/autograd/saved_tensor.h>
 
-#include "autograd/node.h"
-#include "runtime/error.h"
+#include <ferry/autograd/node.h>
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 

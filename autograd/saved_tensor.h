@@ -1,8 +1,8 @@
 // A tensor kept for backward, with the version it had when saved (internal).
 #pragma once
 
-#include "autograd/variable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <string>
 

@@ -7,7 +7,7 @@
 // op (the name of the differentiable op built on the kernel) and the shapes involved.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 // Elementwise activations, softmax / log_softmax over rows, and their backward helpers.
-#include "autograd/tensor_math.h"
-#include "autograd/tensor_math_detail.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/autograd/tensor_math_detail.h>
 
 namespace ferry::kernels {
 

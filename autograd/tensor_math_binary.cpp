@@ -1,6 +1,6 @@
 // Elementwise arithmetic: tensor-tensor with ferry's three broadcast rules, tensor-double, neg.
-#include "autograd/tensor_math.h"
-#include "autograd/tensor_math_detail.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/autograd/tensor_math_detail.h>
 
 namespace ferry::kernels {
 

@@ -1,6 +1,6 @@
 // Argument checks and names shared by every kernel.
-#include "autograd/tensor_math.h"
-#include "autograd/tensor_math_detail.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/autograd/tensor_math_detail.h>
 
 namespace ferry {
 

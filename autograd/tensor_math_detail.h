@@ -1,10 +1,10 @@
 // Shared plumbing of the kernels (internal): dtype dispatch and Eigen array views.
 #pragma once
 
-#include "autograd/tensor_math.h"
-#include "runtime/dtype.h"
-#include "runtime/error.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/runtime/dtype.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/tensor.h>
 
 #include <Eigen/Core>
 

@@ -1,6 +1,6 @@
 // Gathers and scatters of rows: index_select / index_add and embedding_bag with its adjoints.
-#include "autograd/tensor_math.h"
-#include "autograd/tensor_math_detail.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/autograd/tensor_math_detail.h>
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // Matrix products (2-D and batched) and transposes.
-#include "autograd/tensor_math.h"
-#include "autograd/tensor_math_detail.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/autograd/tensor_math_detail.h>
 
 #include <utility>
 #include <vector>

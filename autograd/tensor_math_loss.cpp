@@ -1,6 +1,6 @@
 // mse_loss and binary_cross_entropy_with_logits with their input and target gradients.
-#include "autograd/tensor_math.h"
-#include "autograd/tensor_math_detail.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/autograd/tensor_math_detail.h>
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
 // sum and mean over everything or along one dim, and the expansions that are their backward.
-#include "autograd/tensor_math.h"
-#include "autograd/tensor_math_detail.h"
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/autograd/tensor_math_detail.h>
 
 namespace ferry::kernels {
 

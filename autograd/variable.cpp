@@ -1,7 +1,7 @@
-#include "autograd/variable.h"
+#include <ferry/autograd/variable.h>
 
-#include "autograd/node.h"
-#include "runtime/error.h"
+#include <ferry/autograd/node.h>
+#include <ferry/runtime/error.h>
 
 #include <utility>
 

@@ -9,7 +9,7 @@
 // not support (every built-in op takes float32 and float64) throw InvalidArgument.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <functional>
 #include <memory>

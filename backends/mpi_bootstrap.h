@@ -2,7 +2,7 @@
 // with MPI (backends/no_mpi.cpp stands in without it), so callers need no <mpi.h>.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <memory>
 #include <string>

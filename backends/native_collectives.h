@@ -14,9 +14,9 @@
 // tested by a thread waiting on it while another thread starts the next op.
 #pragma once
 
-#include "backends/transport.h"
-#include "runtime/dtype.h"
-#include "runtime/reduce_op.h"
+#include <ferry/backends/transport.h>
+#include <ferry/runtime/dtype.h>
+#include <ferry/runtime/reduce_op.h>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,8 +1,8 @@
 // Stands in for backends/mpi when ferry is built without MPI (MLX's no_mpi.cpp pattern): the
 // core builds and runs, and asking for MPI says why it is not there.
-#include "backends/mpi_bootstrap.h"
+#include <ferry/backends/mpi_bootstrap.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 

@@ -1,8 +1,8 @@
 // Stands in for backends/ucx when ferry is built without UCX: the core builds and runs, and
 // asking for UCX says why it is not there.
-#include "backends/ucx_bootstrap.h"
+#include <ferry/backends/ucx_bootstrap.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 

@@ -1,6 +1,6 @@
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry {
 

@@ -2,7 +2,7 @@
 // built with UCX (backends/no_ucx.cpp stands in without it), so callers need no UCX headers.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <memory>
 

@@ -1,6 +1,6 @@
-#include "backends/world_handshake.h"
+#include <ferry/backends/world_handshake.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <memory>
 #include <string>

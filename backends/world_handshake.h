@@ -9,7 +9,7 @@
 // peer will send it anything more: a peer that ends from then on has finished, not failed.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 namespace ferry::detail {
 

@@ -24,10 +24,10 @@
 // end. Integer sums wrap around. Avg is only defined for floating dtypes.
 #pragma once
 
-#include "collectives/group.h"
-#include "runtime/reduce_op.h"
-#include "runtime/tensor.h"
-#include "runtime/work.h"
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/reduce_op.h>
+#include <ferry/runtime/tensor.h>
+#include <ferry/runtime/work.h>
 
 #include <cstdint>
 #include <vector>

@@ -2,4 +2,4 @@
 // collectives/differentiable/ now.
 #pragma once
 
-#include "collectives/differentiable/differentiable.h"
+#include <ferry/collectives/differentiable/differentiable.h>

@@ -2,4 +2,4 @@
 // collectives/differentiable/ now.
 #pragma once
 
-#include "collectives/differentiable/distributed_gradcheck.h"
+#include <ferry/collectives/differentiable/distributed_gradcheck.h>

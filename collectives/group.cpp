@@ -1,10 +1,10 @@
-#include "collectives/group.h"
+#include <ferry/collectives/group.h>
 
-#include "collectives/algorithm_table.h"
-#include "collectives/collectives.h"
-#include "collectives/engine/group_impl.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <algorithm>
 #include <numeric>

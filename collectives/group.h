@@ -7,7 +7,7 @@
 // so several may be outstanding; different groups progress independently.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <cstdint>
 #include <memory>

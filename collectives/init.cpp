@@ -1,13 +1,13 @@
-#include "collectives/init.h"
+#include <ferry/collectives/init.h>
 
-#include "backends/local/local_transport.h"
-#include "backends/mpi_bootstrap.h"
-#include "backends/ucx_bootstrap.h"
-#include "backends/world_handshake.h"
-#include "collectives/engine/group_impl.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/backends/local/local_transport.h>
+#include <ferry/backends/mpi_bootstrap.h>
+#include <ferry/backends/ucx_bootstrap.h>
+#include <ferry/backends/world_handshake.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <cstdio>
 #include <cstdlib>

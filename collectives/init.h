@@ -19,7 +19,7 @@
 // TransportError "built without MPI" where MPI would be used.
 #pragma once
 
-#include "collectives/group.h"
+#include <ferry/collectives/group.h>
 
 #include <string>
 

@@ -1,7 +1,7 @@
-#include "collectives/run_ranks.h"
+#include <ferry/collectives/run_ranks.h>
 
-#include "backends/local/local_transport.h"
-#include "runtime/error.h"
+#include <ferry/backends/local/local_transport.h>
+#include <ferry/runtime/error.h>
 
 #include <exception>
 #include <mutex>

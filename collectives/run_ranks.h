@@ -5,7 +5,7 @@
 // blocked on it fails with PeerFailure instead of waiting for its deadline.
 #pragma once
 
-#include "collectives/group.h"
+#include <ferry/collectives/group.h>
 
 #include <functional>
 

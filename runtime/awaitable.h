@@ -20,8 +20,8 @@
 // throws InvalidArgument. Not thread-safe: one thread waits and edits the callbacks.
 #pragma once
 
-#include "runtime/error.h"
-#include "runtime/work.h"
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/work.h>
 
 #include <functional>
 #include <memory>

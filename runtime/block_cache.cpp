@@ -1,7 +1,7 @@
-#include "runtime/block_cache.h"
+#include <ferry/runtime/block_cache.h>
 
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
 
 #include <cstdint>
 #include <cstdlib>

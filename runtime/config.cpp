@@ -1,6 +1,6 @@
-#include "runtime/config.h"
+#include <ferry/runtime/config.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <unistd.h>
 

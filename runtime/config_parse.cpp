@@ -1,8 +1,8 @@
 // The rules every FERRY_* variable is read with (see config.h): the list of known variables,
 // parsing with one set of rules, the nearest known name for a misspelt one.
-#include "runtime/config.h"
+#include <ferry/runtime/config.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cctype>

@@ -1,6 +1,6 @@
-#include "runtime/dtype.h"
+#include <ferry/runtime/dtype.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cctype>

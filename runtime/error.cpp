@@ -1,4 +1,4 @@
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <exception>
 

@@ -1,7 +1,7 @@
-#include "runtime/log.h"
+#include <ferry/runtime/log.h>
 
-#include "runtime/config.h"
-#include "runtime/version.h"
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/version.h>
 
 #include <cstdio>
 #include <mutex>

@@ -1,7 +1,7 @@
 // Debug output by subsystem, NCCL style: FERRY_DEBUG=info|trace, FERRY_DEBUG_SUBSYS=coll,transport.
 #pragma once
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <string>
 

@@ -1,6 +1,6 @@
-#include "runtime/progress.h"
+#include <ferry/runtime/progress.h>
 
-#include "runtime/config.h"
+#include <ferry/runtime/config.h>
 
 #include <algorithm>
 #include <atomic>

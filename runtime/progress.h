@@ -29,7 +29,7 @@
 // as before this thread existed, and callbacks still run when it did complete.
 #pragma once
 
-#include "runtime/work.h"
+#include <ferry/runtime/work.h>
 
 #include <cstdint>
 #include <functional>

@@ -1,4 +1,4 @@
-#include "runtime/reduce_op.h"
+#include <ferry/runtime/reduce_op.h>
 
 namespace ferry {
 

@@ -1,8 +1,8 @@
 // Tensor core: storage, metadata, views, element access and Eigen maps.
-#include "runtime/tensor.h"
-#include "runtime/tensor_detail.h"
+#include <ferry/runtime/tensor.h>
+#include <ferry/runtime/tensor_detail.h>
 
-#include "runtime/block_cache.h"
+#include <ferry/runtime/block_cache.h>
 
 #include <algorithm>
 #include <cstring>

@@ -6,8 +6,8 @@
 // contiguous view (narrowing an inner dim, cat, to) copy and say so in their name or contract.
 #pragma once
 
-#include "runtime/dtype.h"
-#include "runtime/error.h"
+#include <ferry/runtime/dtype.h>
+#include <ferry/runtime/error.h>
 
 #include <Eigen/Core>
 

@@ -1,6 +1,6 @@
 // Comparison and printing: equal, allclose, shape_str, shape_numel, to_string / operator<<.
-#include "runtime/tensor.h"
-#include "runtime/tensor_detail.h"
+#include <ferry/runtime/tensor.h>
+#include <ferry/runtime/tensor_detail.h>
 
 #include <cmath>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // Element conversion between dtypes: Tensor::to, copy_, fill_, set_flat and the factories all
 // come through here, so every path rounds and saturates the same way.
-#include "runtime/tensor.h"
-#include "runtime/tensor_detail.h"
+#include <ferry/runtime/tensor.h>
+#include <ferry/runtime/tensor_detail.h>
 
 #include <algorithm>
 #include <bit>

@@ -2,9 +2,9 @@
 // tensor.h only forward-declares Storage so that users never depend on its layout.
 #pragma once
 
-#include "runtime/block_cache.h"
+#include <ferry/runtime/block_cache.h>
 
-#include "runtime/dtype.h"
+#include <ferry/runtime/dtype.h>
 
 #include <atomic>
 #include <cstddef>

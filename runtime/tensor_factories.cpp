@@ -1,6 +1,6 @@
 // Factories that make new tensors: constants, ranges, seeded random values, vectors, cat.
-#include "runtime/tensor.h"
-#include "runtime/tensor_detail.h"
+#include <ferry/runtime/tensor.h>
+#include <ferry/runtime/tensor_detail.h>
 
 #include <bit>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "runtime/version.h"
+#include <ferry/runtime/version.h>
 
 namespace ferry {
 

@@ -1,9 +1,9 @@
-#include "runtime/work.h"
+#include <ferry/runtime/work.h>
 
-#include "runtime/config.h"
-#include "runtime/error.h"
-#include "runtime/progress.h"
-#include "runtime/wait_policy.h"
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/progress.h>
+#include <ferry/runtime/wait_policy.h>
 
 namespace ferry {
 namespace detail {

@@ -6,7 +6,7 @@
 // collectives cannot be cancelled half-way, so the group cannot be trusted afterwards.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <chrono>
 #include <condition_variable>

@@ -6,7 +6,7 @@
 //  2. A 3-layer MLP (512 wide, batch 256, float32, ReLU, MSE loss): forward + backward through
 //     the tape against the same arithmetic written by hand with Eigen, in the same run.
 // Medians over repetitions; the machine's timings swing, so compare the ratio, not the times.
-#include "ferry.h"
+#include <ferry/ferry.h>
 
 #include <algorithm>
 #include <chrono>

@@ -19,7 +19,7 @@
 //
 // The dataset: 16 features drawn from N(0, 1); the label is 1 when a fixed random "teacher"
 // network (16 -> 32 -> 1, tanh) gives a positive output. 4096 training and 1024 test samples.
-#include "ferry.h"
+#include <ferry/ferry.h>
 
 #include <algorithm>
 #include <cmath>

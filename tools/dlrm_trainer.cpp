@@ -19,8 +19,8 @@
 //     above what the dense features alone allow, so the embeddings must have learned.
 // Ranks are threads of the local transport by default; under mpiexec (or FERRY_BACKEND=ucx with
 // ferry-run) each process is one rank.
-#include "ferry.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/ferry.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "tools/dlrm/checkpoint.h"
 #include "tools/dlrm/run_picture.h"
 

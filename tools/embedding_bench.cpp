@@ -13,8 +13,8 @@
 //
 // times the training step of a ShardedEmbeddingBagCollection per sharding type instead
 // (tools/embedding_step_bench.cpp, whose head lists its options).
-#include "autograd/grad_mode.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "tools/embedding_step_bench.h"
 
 #include <chrono>

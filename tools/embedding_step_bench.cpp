@@ -29,9 +29,9 @@
 // mismatch.
 #include "tools/embedding_step_bench.h"
 
-#include "collectives/collectives.h"
-#include "collectives/run_ranks.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/run_ranks.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "tools/embedding_step_reference.h"
 
 #include <algorithm>

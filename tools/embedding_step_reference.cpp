@@ -1,8 +1,8 @@
 // The unsharded reference of ferry-embedding-bench --sharded (see embedding_step_reference.h).
 #include "tools/embedding_step_reference.h"
 
-#include "autograd/grad_mode.h"
-#include "collectives/collectives.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/collectives/collectives.h>
 
 #include <algorithm>
 #include <chrono>

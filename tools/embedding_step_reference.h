@@ -2,9 +2,9 @@
 // against, and the per-core lookup references its lookup throughput is read against.
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/torchrec/torchrec.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/torchrec.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <vector>

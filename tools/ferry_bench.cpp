@@ -5,7 +5,7 @@
 // the numbers); tensors are allocated per size. Each iteration starts with a barrier and every
 // rank times its own op(...).wait(); the iteration's time is the slowest rank's, as a user
 // waiting for the step to finish would see it.
-#include "ferry.h"
+#include <ferry/ferry.h>
 #include "tools/bench/codec_bench.h"
 #include "tools/bench/kjt_bench.h"
 #include "tools/bench/differentiable_case.h"

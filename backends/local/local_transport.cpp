@@ -1,7 +1,7 @@
-#include "backends/local/local_transport.h"
+#include <ferry/backends/local/local_transport.h>
 
-#include "runtime/wait_policy.h"
-#include "runtime/error.h"
+#include <ferry/runtime/wait_policy.h>
+#include <ferry/runtime/error.h>
 
 #include <condition_variable>
 #include <algorithm>

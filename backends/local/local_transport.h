@@ -6,7 +6,7 @@
 // are copied at the same time. Waiting spins briefly, then sleeps on a condition variable.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <memory>
 #include <string>

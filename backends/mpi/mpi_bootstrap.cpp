@@ -1,12 +1,12 @@
-#include "backends/mpi_bootstrap.h"
+#include <ferry/backends/mpi_bootstrap.h>
 
-#include "backends/mpi/mpi_error.h"
-#include "backends/mpi/mpi_exchange.h"
-#include "backends/mpi/mpi_request.h"
-#include "backends/mpi/mpi_transport.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
-#include "runtime/progress.h"
+#include <ferry/backends/mpi/mpi_error.h>
+#include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_request.h>
+#include <ferry/backends/mpi/mpi_transport.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
+#include <ferry/runtime/progress.h>
 
 #include <atomic>
 #include <chrono>

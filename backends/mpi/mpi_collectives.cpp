@@ -1,11 +1,11 @@
-#include "backends/mpi/mpi_collectives.h"
+#include <ferry/backends/mpi/mpi_collectives.h>
 
-#include "backends/mpi/mpi_error.h"
-#include "backends/mpi/mpi_exchange.h"
-#include "backends/mpi/mpi_persistent.h"
-#include "backends/mpi/mpi_request.h"
-#include "backends/mpi/mpi_types.h"
-#include "runtime/error.h"
+#include <ferry/backends/mpi/mpi_error.h>
+#include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_persistent.h>
+#include <ferry/backends/mpi/mpi_request.h>
+#include <ferry/backends/mpi/mpi_types.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <climits>

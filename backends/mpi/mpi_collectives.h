@@ -5,8 +5,8 @@
 // (mpi_exchange.h), and that the other small ops run as persistent requests (mpi_persistent.h).
 #pragma once
 
-#include "backends/mpi/mpi_world.h"
-#include "backends/native_collectives.h"
+#include <ferry/backends/mpi/mpi_world.h>
+#include <ferry/backends/native_collectives.h>
 
 #include <memory>
 

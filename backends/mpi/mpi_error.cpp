@@ -1,6 +1,6 @@
-#include "backends/mpi/mpi_error.h"
+#include <ferry/backends/mpi/mpi_error.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 

@@ -1,8 +1,8 @@
-#include "backends/mpi/mpi_exchange.h"
+#include <ferry/backends/mpi/mpi_exchange.h>
 
-#include "backends/mpi/mpi_exchange_op.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include <ferry/backends/mpi/mpi_exchange_op.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cstdlib>

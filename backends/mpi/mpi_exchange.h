@@ -60,7 +60,7 @@
 // not overtake on one tag).
 #pragma once
 
-#include "backends/native_collectives.h"
+#include <ferry/backends/native_collectives.h>
 
 #include <mpi.h>
 

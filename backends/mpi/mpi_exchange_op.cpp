@@ -1,10 +1,10 @@
-#include "backends/mpi/mpi_exchange_op.h"
+#include <ferry/backends/mpi/mpi_exchange_op.h>
 
-#include "backends/mpi/mpi_error.h"
-#include "backends/mpi/mpi_exchange.h"
-#include "backends/mpi/mpi_request.h"
-#include "backends/mpi/mpi_wait.h"
-#include "runtime/error.h"
+#include <ferry/backends/mpi/mpi_error.h>
+#include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_request.h>
+#include <ferry/backends/mpi/mpi_wait.h>
+#include <ferry/runtime/error.h>
 
 #include <chrono>
 #include <condition_variable>

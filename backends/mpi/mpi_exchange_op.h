@@ -2,8 +2,8 @@
 // them, and the progress of all_reduce's second round (see "Progress" there).
 #pragma once
 
-#include "backends/native_collectives.h"
-#include "runtime/tensor_detail.h"
+#include <ferry/backends/native_collectives.h>
+#include <ferry/runtime/tensor_detail.h>
 
 #include <mpi.h>
 

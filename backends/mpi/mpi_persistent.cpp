@@ -1,10 +1,10 @@
-#include "backends/mpi/mpi_persistent.h"
+#include <ferry/backends/mpi/mpi_persistent.h>
 
-#include "backends/mpi/mpi_error.h"
-#include "backends/mpi/mpi_exchange.h"
-#include "backends/mpi/mpi_wait.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include <ferry/backends/mpi/mpi_error.h>
+#include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_wait.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
 
 #include <cstdlib>
 #include <cstring>

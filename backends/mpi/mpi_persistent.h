@@ -25,7 +25,7 @@
 // non-blocking call where its peers start a persistent request would never match them).
 #pragma once
 
-#include "backends/native_collectives.h"
+#include <ferry/backends/native_collectives.h>
 
 #include <mpi.h>
 

@@ -1,9 +1,9 @@
-#include "backends/mpi/mpi_request.h"
+#include <ferry/backends/mpi/mpi_request.h>
 
-#include "backends/mpi/mpi_error.h"
-#include "backends/mpi/mpi_exchange.h"
-#include "backends/mpi/mpi_wait.h"
-#include "runtime/error.h"
+#include <ferry/backends/mpi/mpi_error.h>
+#include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_wait.h>
+#include <ferry/runtime/error.h>
 
 #include <atomic>
 

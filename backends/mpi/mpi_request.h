@@ -1,7 +1,7 @@
 // One MPI request (internal); waited for as mpi_wait.h describes.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <mpi.h>
 

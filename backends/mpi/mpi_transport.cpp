@@ -1,12 +1,12 @@
 // Point-to-point over MPI, and the world group's communicators.
-#include "backends/mpi/mpi_transport.h"
+#include <ferry/backends/mpi/mpi_transport.h>
 
-#include "backends/mpi/mpi_collectives.h"
-#include "backends/mpi/mpi_error.h"
-#include "backends/mpi/mpi_request.h"
-#include "backends/mpi/mpi_world.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/backends/mpi/mpi_collectives.h>
+#include <ferry/backends/mpi/mpi_error.h>
+#include <ferry/backends/mpi/mpi_request.h>
+#include <ferry/backends/mpi/mpi_world.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <numeric>
 

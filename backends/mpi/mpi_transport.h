@@ -6,7 +6,7 @@
 // it; a communicator handed in here must come from an MPI initialized with it.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <mpi.h>
 

@@ -1,6 +1,6 @@
-#include "backends/mpi/mpi_types.h"
+#include <ferry/backends/mpi/mpi_types.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 

@@ -1,8 +1,8 @@
 // ferry's dtypes and reduce ops as MPI's (internal).
 #pragma once
 
-#include "runtime/dtype.h"
-#include "runtime/reduce_op.h"
+#include <ferry/runtime/dtype.h>
+#include <ferry/runtime/reduce_op.h>
 
 #include <mpi.h>
 

@@ -7,7 +7,7 @@
 // (up to 1 ms), so a rank that waits long for an absent peer stops using the core.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,7 @@
-#include "backends/mpi/mpi_world.h"
+#include <ferry/backends/mpi/mpi_world.h>
 
-#include "backends/mpi/mpi_error.h"
-#include "runtime/error.h"
+#include <ferry/backends/mpi/mpi_error.h>
+#include <ferry/runtime/error.h>
 
 #include <numeric>
 

@@ -10,7 +10,7 @@
 // one after another, so their messages are posted in sequence order.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <mpi.h>
 

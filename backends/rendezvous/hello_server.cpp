@@ -1,7 +1,7 @@
-#include "backends/rendezvous/hello_server.h"
+#include <ferry/backends/rendezvous/hello_server.h>
 
-#include "backends/rendezvous/rendezvous_frame.h"
-#include "runtime/error.h"
+#include <ferry/backends/rendezvous/rendezvous_frame.h>
+#include <ferry/runtime/error.h>
 
 #include <poll.h>
 

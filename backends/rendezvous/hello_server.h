@@ -14,7 +14,7 @@
 // Nothing a client does consumes the job's deadline beyond its own bytes.
 #pragma once
 
-#include "backends/rendezvous/socket_io.h"
+#include <ferry/backends/rendezvous/socket_io.h>
 
 #include <chrono>
 #include <string>

@@ -1,6 +1,6 @@
-#include "backends/rendezvous/rendezvous_frame.h"
+#include <ferry/backends/rendezvous/rendezvous_frame.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

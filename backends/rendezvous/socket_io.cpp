@@ -1,6 +1,6 @@
-#include "backends/rendezvous/socket_io.h"
+#include <ferry/backends/rendezvous/socket_io.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <arpa/inet.h>
 #include <fcntl.h>

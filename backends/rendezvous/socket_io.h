@@ -5,7 +5,7 @@
 // time left, never a hang. Failures throw TransportError / TimeoutError naming `who`.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <cstddef>
 #include <string>

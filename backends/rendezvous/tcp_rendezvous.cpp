@@ -1,11 +1,11 @@
-#include "backends/rendezvous/tcp_rendezvous.h"
+#include <ferry/backends/rendezvous/tcp_rendezvous.h>
 
-#include "backends/rendezvous/hello_server.h"
-#include "backends/rendezvous/rendezvous_frame.h"
-#include "backends/rendezvous/socket_io.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/backends/rendezvous/hello_server.h>
+#include <ferry/backends/rendezvous/rendezvous_frame.h>
+#include <ferry/backends/rendezvous/socket_io.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <algorithm>
 #include <cstdio>

@@ -21,7 +21,7 @@
 // (hello_server.h), so silent connections cannot hold the real ranks up.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <functional>
 #include <string>

@@ -1,4 +1,4 @@
-#include "backends/ucx/peer_watch.h"
+#include <ferry/backends/ucx/peer_watch.h>
 
 #include <poll.h>
 #include <sys/syscall.h>

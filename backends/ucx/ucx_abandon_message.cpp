@@ -1,6 +1,6 @@
-#include "backends/ucx/ucx_abandon_message.h"
+#include <ferry/backends/ucx/ucx_abandon_message.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <cstring>
 

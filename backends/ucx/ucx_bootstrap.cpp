@@ -1,14 +1,14 @@
 // The two ways a UCX world learns its worker addresses: MPI's all-gather under mpiexec, or the
 // TCP rendezvous without MPI.
-#include "backends/ucx_bootstrap.h"
+#include <ferry/backends/ucx_bootstrap.h>
 
-#include "backends/mpi_bootstrap.h"
-#include "backends/native_collectives.h"
-#include "backends/rendezvous/tcp_rendezvous.h"
-#include "backends/ucx/ucx_transport.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/backends/mpi_bootstrap.h>
+#include <ferry/backends/native_collectives.h>
+#include <ferry/backends/rendezvous/tcp_rendezvous.h>
+#include <ferry/backends/ucx/ucx_transport.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <cstring>
 

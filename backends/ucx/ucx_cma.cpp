@@ -1,7 +1,7 @@
-#include "backends/ucx/ucx_cma.h"
+#include <ferry/backends/ucx/ucx_cma.h>
 
-#include "backends/ucx/ucx_tag.h"
-#include "runtime/error.h"
+#include <ferry/backends/ucx/ucx_tag.h>
+#include <ferry/runtime/error.h>
 
 #include <sys/random.h>
 #include <sys/uio.h>

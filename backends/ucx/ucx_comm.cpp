@@ -1,10 +1,10 @@
-#include "backends/ucx/ucx_comm.h"
+#include <ferry/backends/ucx/ucx_comm.h>
 
-#include "backends/ucx/ucx_abandon_message.h"
-#include "backends/ucx/ucx_settings.h"
-#include "backends/ucx/ucx_tag.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/backends/ucx/ucx_abandon_message.h>
+#include <ferry/backends/ucx/ucx_settings.h>
+#include <ferry/backends/ucx/ucx_tag.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <poll.h>
 

@@ -15,10 +15,10 @@
 // inside ucp_worker_progress); only UcxOp::done is read without it.
 #pragma once
 
-#include "backends/transport.h"
-#include "backends/ucx/peer_watch.h"
-#include "backends/ucx/ucx_cma.h"
-#include "backends/ucx/ucx_worker.h"
+#include <ferry/backends/transport.h>
+#include <ferry/backends/ucx/peer_watch.h>
+#include <ferry/backends/ucx/ucx_cma.h>
+#include <ferry/backends/ucx/ucx_worker.h>
 
 #include <ucp/api/ucp.h>
 

@@ -1,10 +1,10 @@
 // UcxComm's side of the CMA protocol (see ucx_cma.h for the protocol, ucx_comm.h for the ops
 // and their legs). Everything runs under the worker's lock except the read in read_from_peer.
-#include "backends/ucx/ucx_comm.h"
+#include <ferry/backends/ucx/ucx_comm.h>
 
-#include "backends/ucx/ucx_tag.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/backends/ucx/ucx_tag.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <cstring>
 

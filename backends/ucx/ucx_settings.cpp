@@ -1,9 +1,9 @@
-#include "backends/ucx/ucx_settings.h"
+#include <ferry/backends/ucx/ucx_settings.h>
 
-#include "backends/ucx/ucx_worker.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/backends/ucx/ucx_worker.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <algorithm>
 #include <cerrno>

@@ -1,6 +1,6 @@
-#include "backends/ucx/ucx_tag.h"
+#include <ferry/backends/ucx/ucx_tag.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 namespace {

@@ -30,7 +30,7 @@
 // the algorithms use steps < group size and at most two phases.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <cstdint>
 

@@ -1,10 +1,10 @@
-#include "backends/ucx/ucx_transport.h"
+#include <ferry/backends/ucx/ucx_transport.h>
 
-#include "backends/ucx/ucx_comm.h"
-#include "backends/ucx/ucx_tag.h"
-#include "backends/ucx/ucx_worker.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/backends/ucx/ucx_comm.h>
+#include <ferry/backends/ucx/ucx_tag.h>
+#include <ferry/backends/ucx/ucx_worker.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <unistd.h>
 

@@ -14,7 +14,7 @@
 // polls briefly and then sleeps on the worker's event fd (see ucx_worker.h).
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <functional>
 #include <memory>

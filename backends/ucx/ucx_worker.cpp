@@ -1,9 +1,9 @@
-#include "backends/ucx/ucx_worker.h"
+#include <ferry/backends/ucx/ucx_worker.h>
 
-#include "backends/ucx/ucx_settings.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
-#include "runtime/wait_policy.h"
+#include <ferry/backends/ucx/ucx_settings.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
+#include <ferry/runtime/wait_policy.h>
 
 #include <poll.h>
 #include <time.h>

@@ -27,7 +27,7 @@
 // kSpinFor with yields in between.
 #pragma once
 
-#include "backends/transport.h"
+#include <ferry/backends/transport.h>
 
 #include <ucp/api/ucp.h>
 

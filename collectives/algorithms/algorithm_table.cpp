@@ -1,7 +1,7 @@
-#include "collectives/algorithm_table.h"
+#include <ferry/collectives/algorithm_table.h>
 
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
 
 #include <array>
 #include <mutex>

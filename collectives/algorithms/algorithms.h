@@ -6,8 +6,8 @@
 // Ranks are group ranks. Reductions receive element counts and a dtype that `combine` accepts.
 #pragma once
 
-#include "collectives/collectives.h"
-#include "collectives/engine/op_context.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/engine/op_context.h>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "collectives/algorithms/algorithms.h"
+#include <ferry/collectives/algorithms/algorithms.h>
 
 #include <algorithm>
 

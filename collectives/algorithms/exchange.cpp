@@ -1,6 +1,6 @@
 // Algorithms that are a fixed pattern of direct messages: pairwise all-to-all, direct
 // all-gather, linear gather and scatter, and the dissemination barrier.
-#include "collectives/algorithms/algorithms.h"
+#include <ferry/collectives/algorithms/algorithms.h>
 
 #include <cstring>
 

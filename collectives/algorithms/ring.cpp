@@ -1,6 +1,6 @@
-#include "collectives/algorithms/algorithms.h"
+#include <ferry/collectives/algorithms/algorithms.h>
 
-#include "collectives/engine/reduce_kernels.h"
+#include <ferry/collectives/engine/reduce_kernels.h>
 
 #include <algorithm>
 #include <cstring>

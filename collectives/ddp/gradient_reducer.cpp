@@ -1,9 +1,9 @@
 // GradientReducer: buckets, the readiness bookkeeping driven by the post-accumulate hooks, the
 // launches in bucket order, finish(), and the agreement check at construction.
-#include "collectives/ddp/gradient_reducer.h"
+#include <ferry/collectives/ddp/gradient_reducer.h>
 
-#include "collectives/collectives.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/runtime/error.h>
 
 #include <cstring>
 #include <exception>

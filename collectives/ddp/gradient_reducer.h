@@ -47,10 +47,10 @@
 // the parameters after the reducer is destroyed, and then do nothing.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
-#include "runtime/reduce_op.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/reduce_op.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <memory>

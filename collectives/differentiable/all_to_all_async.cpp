@@ -1,8 +1,8 @@
-#include "collectives/differentiable/all_to_all_async.h"
+#include <ferry/collectives/differentiable/all_to_all_async.h>
 
-#include "collectives/collectives.h"
-#include "collectives/differentiable/checks.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/differentiable/checks.h>
+#include <ferry/runtime/error.h>
 
 #include <numeric>
 

@@ -22,9 +22,9 @@
 // records its two nodes (y is a copy of x), as the blocking op does.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/differentiable/req_wait.h"
-#include "collectives/group.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/differentiable/req_wait.h>
+#include <ferry/collectives/group.h>
 
 #include <cstdint>
 #include <vector>

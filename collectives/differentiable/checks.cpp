@@ -1,6 +1,6 @@
-#include "collectives/differentiable/checks.h"
+#include <ferry/collectives/differentiable/checks.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 

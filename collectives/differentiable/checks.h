@@ -3,8 +3,8 @@
 // which includes nothing but public headers, raises the same errors; not part of ferry.h.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
 
 namespace ferry::detail {
 

@@ -1,10 +1,10 @@
-#include "collectives/differentiable/differentiable.h"
+#include <ferry/collectives/differentiable/differentiable.h>
 
-#include "autograd/function.h"
-#include "autograd/tensor_math.h"
-#include "collectives/collectives.h"
-#include "collectives/differentiable/checks.h"
-#include "runtime/error.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/differentiable/checks.h>
+#include <ferry/runtime/error.h>
 
 #include <numeric>
 

@@ -26,9 +26,9 @@
 // before any data moves.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
-#include "runtime/reduce_op.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/reduce_op.h>
 
 #include <cstdint>
 #include <vector>

@@ -1,8 +1,8 @@
-#include "collectives/differentiable/distributed_gradcheck.h"
+#include <ferry/collectives/differentiable/distributed_gradcheck.h>
 
-#include "autograd/grad_mode.h"
-#include "collectives/collectives.h"
-#include "runtime/error.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/runtime/error.h>
 
 #include <cmath>
 

@@ -16,8 +16,8 @@
 // worst element over all ranks.
 #pragma once
 
-#include "autograd/gradcheck.h"
-#include "collectives/group.h"
+#include <ferry/autograd/gradcheck.h>
+#include <ferry/collectives/group.h>
 
 namespace ferry {
 

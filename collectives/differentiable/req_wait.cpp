@@ -1,9 +1,9 @@
-#include "collectives/differentiable/req_wait.h"
+#include <ferry/collectives/differentiable/req_wait.h>
 
-#include "autograd/function.h"
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "runtime/error.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/autograd/node.h>
+#include <ferry/runtime/error.h>
 
 #include <atomic>
 #include <cstdint>

@@ -35,9 +35,9 @@
 //  - Not thread-safe: launch, wait and backward on the thread that owns the tape.
 #pragma once
 
-#include "autograd/variable.h"
-#include "runtime/awaitable.h"
-#include "runtime/work.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/awaitable.h>
+#include <ferry/runtime/work.h>
 
 #include <functional>
 #include <memory>

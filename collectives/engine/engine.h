@@ -14,9 +14,9 @@
 // a user's wait on it expires (queued_work.h).
 #pragma once
 
-#include "collectives/engine/group_impl.h"
-#include "collectives/engine/op_context.h"
-#include "collectives/engine/op_description.h"
-#include "collectives/engine/queued_work.h"
-#include "collectives/engine/submit.h"
-#include "collectives/engine/validator.h"
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/engine/op_description.h>
+#include <ferry/collectives/engine/queued_work.h>
+#include <ferry/collectives/engine/submit.h>
+#include <ferry/collectives/engine/validator.h>

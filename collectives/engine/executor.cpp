@@ -1,6 +1,6 @@
-#include "collectives/engine/executor.h"
+#include <ferry/collectives/engine/executor.h>
 
-#include "runtime/wait_policy.h"
+#include <ferry/runtime/wait_policy.h>
 
 namespace ferry::detail {
 

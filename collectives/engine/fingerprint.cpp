@@ -1,7 +1,7 @@
-#include "collectives/engine/fingerprint.h"
+#include <ferry/collectives/engine/fingerprint.h>
 
-#include "collectives/engine/op_context.h"
-#include "runtime/error.h"
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cstring>

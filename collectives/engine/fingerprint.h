@@ -20,7 +20,7 @@
 // compared here; the transports check the byte count of every point-to-point message.
 #pragma once
 
-#include "collectives/engine/op_description.h"
+#include <ferry/collectives/engine/op_description.h>
 
 #include <cstdint>
 #include <string>

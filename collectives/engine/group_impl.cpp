@@ -1,6 +1,6 @@
-#include "collectives/engine/group_impl.h"
+#include <ferry/collectives/engine/group_impl.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 
 namespace ferry::detail {

@@ -1,10 +1,10 @@
 // The state behind a Group handle (internal).
 #pragma once
 
-#include "backends/native_collectives.h"
-#include "backends/transport.h"
-#include "collectives/engine/executor.h"
-#include "collectives/engine/scratch_arena.h"
+#include <ferry/backends/native_collectives.h>
+#include <ferry/backends/transport.h>
+#include <ferry/collectives/engine/executor.h>
+#include <ferry/collectives/engine/scratch_arena.h>
 
 #include <atomic>
 #include <cstdint>

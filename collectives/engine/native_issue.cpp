@@ -1,7 +1,7 @@
-#include "collectives/engine/native_issue.h"
+#include <ferry/collectives/engine/native_issue.h>
 
-#include "runtime/config.h"
-#include "runtime/log.h"
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/log.h>
 
 namespace ferry::detail {
 

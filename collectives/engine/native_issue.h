@@ -11,7 +11,7 @@
 // own ops in its own issue order either way.
 #pragma once
 
-#include "collectives/engine/engine.h"
+#include <ferry/collectives/engine/engine.h>
 
 #include <array>
 #include <exception>

@@ -1,6 +1,6 @@
-#include "collectives/engine/op_context.h"
+#include <ferry/collectives/engine/op_context.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <chrono>

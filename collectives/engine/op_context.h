@@ -6,11 +6,11 @@
 // failure withdraws the op's other pending requests first, so no buffer is touched afterwards.
 #pragma once
 
-#include "backends/transport.h"
-#include "collectives/engine/fingerprint.h"
-#include "collectives/engine/group_impl.h"
-#include "runtime/error.h"
-#include "runtime/tensor.h"
+#include <ferry/backends/transport.h>
+#include <ferry/collectives/engine/fingerprint.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/tensor.h>
 
 #include <memory>
 #include <string>

@@ -1,7 +1,7 @@
-#include "collectives/engine/op_description.h"
+#include <ferry/collectives/engine/op_description.h>
 
-#include "collectives/engine/group_impl.h"
-#include "runtime/error.h"
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

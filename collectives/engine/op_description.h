@@ -3,9 +3,9 @@
 // (building the string for every op would cost more than a small collective).
 #pragma once
 
-#include "collectives/group.h"
-#include "runtime/reduce_op.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/reduce_op.h>
+#include <ferry/runtime/tensor.h>
 
 #include <array>
 #include <cstdint>

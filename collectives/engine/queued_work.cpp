@@ -1,7 +1,7 @@
-#include "collectives/engine/queued_work.h"
+#include <ferry/collectives/engine/queued_work.h>
 
-#include "collectives/engine/group_impl.h"
-#include "runtime/error.h"
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 

@@ -2,9 +2,9 @@
 // (internal).
 #pragma once
 
-#include "collectives/engine/op_description.h"
-#include "collectives/group.h"
-#include "runtime/work.h"
+#include <ferry/collectives/engine/op_description.h>
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/work.h>
 
 #include <functional>
 #include <string>

@@ -1,6 +1,6 @@
-#include "collectives/engine/reduce_kernels.h"
+#include <ferry/collectives/engine/reduce_kernels.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <type_traits>

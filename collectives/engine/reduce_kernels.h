@@ -1,8 +1,8 @@
 // Elementwise reduction of two buffers, used by every reducing algorithm (internal).
 #pragma once
 
-#include "collectives/collectives.h"
-#include "runtime/dtype.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/runtime/dtype.h>
 
 #include <cstddef>
 

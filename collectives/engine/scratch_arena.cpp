@@ -1,6 +1,6 @@
-#include "collectives/engine/scratch_arena.h"
+#include <ferry/collectives/engine/scratch_arena.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <cstdlib>
 

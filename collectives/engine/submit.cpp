@@ -1,11 +1,11 @@
-#include "collectives/engine/submit.h"
+#include <ferry/collectives/engine/submit.h>
 
-#include "collectives/engine/fingerprint.h"
-#include "collectives/engine/group_impl.h"
-#include "collectives/engine/queued_work.h"
-#include "runtime/config.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/collectives/engine/fingerprint.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/engine/queued_work.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 namespace ferry::detail {
 

@@ -1,10 +1,10 @@
 // Queueing an op on its group's executor: the engine's general issue path (internal).
 #pragma once
 
-#include "collectives/engine/op_context.h"
-#include "collectives/engine/op_description.h"
-#include "collectives/group.h"
-#include "runtime/work.h"
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/engine/op_description.h>
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/work.h>
 
 #include <functional>
 #include <vector>

@@ -1,6 +1,6 @@
-#include "collectives/engine/validator.h"
+#include <ferry/collectives/engine/validator.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::detail {
 

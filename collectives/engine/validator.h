@@ -2,9 +2,9 @@
 // or any byte moves (internal).
 #pragma once
 
-#include "collectives/group.h"
-#include "runtime/reduce_op.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/reduce_op.h>
+#include <ferry/runtime/tensor.h>
 
 #include <string>
 #include <vector>

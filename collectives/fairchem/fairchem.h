@@ -4,9 +4,9 @@
 // a graph-parallel group (with pad / trim), and the model-parallel regions.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <memory>

@@ -1,8 +1,8 @@
 // gp_utils' module-level functions over the default layout (fairchem.h, "module functions").
-#include "collectives/fairchem/fairchem.h"
+#include <ferry/collectives/fairchem/fairchem.h>
 
-#include "collectives/fairchem/internal.h"
-#include "runtime/error.h"
+#include <ferry/collectives/fairchem/internal.h>
+#include <ferry/runtime/error.h>
 
 #include <memory>
 #include <mutex>

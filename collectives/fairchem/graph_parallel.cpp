@@ -1,6 +1,6 @@
-#include "collectives/fairchem/fairchem.h"
+#include <ferry/collectives/fairchem/fairchem.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <mutex>

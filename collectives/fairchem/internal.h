@@ -1,7 +1,7 @@
 // What the fairchem family's files share (internal: not installed).
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 

@@ -1,12 +1,12 @@
-#include "collectives/fairchem/fairchem.h"
+#include <ferry/collectives/fairchem/fairchem.h>
 
-#include "autograd/function.h"
-#include "autograd/tensor_math.h"
-#include "collectives/collectives.h"
-#include "collectives/differentiable/differentiable.h"
-#include "collectives/differentiable/checks.h"
-#include "collectives/fairchem/internal.h"
-#include "runtime/error.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/tensor_math.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/differentiable/differentiable.h>
+#include <ferry/collectives/differentiable/checks.h>
+#include <ferry/collectives/fairchem/internal.h>
+#include <ferry/runtime/error.h>
 
 #include <numeric>
 #include <sstream>

@@ -1,7 +1,7 @@
-#include "collectives/fairchem/fairchem.h"
+#include <ferry/collectives/fairchem/fairchem.h>
 
-#include "collectives/fairchem/internal.h"
-#include "runtime/error.h"
+#include <ferry/collectives/fairchem/internal.h>
+#include <ferry/runtime/error.h>
 
 #include <string>
 

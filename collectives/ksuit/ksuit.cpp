@@ -1,10 +1,10 @@
-#include "collectives/ksuit/ksuit.h"
+#include <ferry/collectives/ksuit/ksuit.h>
 
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/differentiable/differentiable.h"
-#include "collectives/differentiable/checks.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/differentiable/differentiable.h>
+#include <ferry/collectives/differentiable/checks.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cstring>

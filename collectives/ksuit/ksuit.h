@@ -43,8 +43,8 @@
 //    builds no list: it is the R all_gather (ferry::all_gather, Adjoint::Replicated).
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
 
 #include <cstdint>
 

@@ -1,8 +1,8 @@
 // broadcast, all_gather(_v), all_to_all(_single), gather, scatter, barrier.
-#include "collectives/algorithm_table.h"
-#include "collectives/algorithms/algorithms.h"
-#include "collectives/engine/engine.h"
-#include "collectives/engine/native_issue.h"
+#include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/algorithms/algorithms.h>
+#include <ferry/collectives/engine/engine.h>
+#include <ferry/collectives/engine/native_issue.h>
 
 #include <algorithm>
 #include <cstring>

@@ -1,11 +1,11 @@
-#include "collectives/ops/direct_issue.h"
+#include <ferry/collectives/ops/direct_issue.h>
 
-#include "collectives/algorithms/algorithms.h"
-#include "collectives/engine/native_issue.h"
-#include "collectives/engine/op_context.h"
-#include "collectives/engine/reduce_kernels.h"
-#include "runtime/config.h"
-#include "runtime/log.h"
+#include <ferry/collectives/algorithms/algorithms.h>
+#include <ferry/collectives/engine/native_issue.h>
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/engine/reduce_kernels.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/log.h>
 
 #include <memory>
 #include <mutex>

@@ -15,7 +15,7 @@
 // the engine comes before the algorithms (which run over its OpContext) and must not use them.
 #pragma once
 
-#include "collectives/engine/engine.h"
+#include <ferry/collectives/engine/engine.h>
 
 #include <optional>
 

@@ -1,8 +1,8 @@
 // send and recv: posted straight to the transport from the calling thread. They match by
 // (peer, tag) in posting order and do not take a collective sequence number, so they never
 // disturb the order of collectives.
-#include "collectives/engine/engine.h"
-#include "runtime/config.h"
+#include <ferry/collectives/engine/engine.h>
+#include <ferry/runtime/config.h>
 
 #include <mutex>
 #include <vector>

@@ -1,10 +1,10 @@
 // all_reduce, reduce, reduce_scatter and reduce_scatter_v: validation, then the algorithm.
-#include "collectives/algorithm_table.h"
-#include "collectives/algorithms/algorithms.h"
-#include "collectives/engine/engine.h"
-#include "collectives/engine/native_issue.h"
-#include "collectives/engine/reduce_kernels.h"
-#include "collectives/ops/direct_issue.h"
+#include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/algorithms/algorithms.h>
+#include <ferry/collectives/engine/engine.h>
+#include <ferry/collectives/engine/native_issue.h>
+#include <ferry/collectives/engine/reduce_kernels.h>
+#include <ferry/collectives/ops/direct_issue.h>
 
 #include <cstring>
 

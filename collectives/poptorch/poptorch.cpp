@@ -1,9 +1,9 @@
-#include "collectives/poptorch/poptorch.h"
+#include <ferry/collectives/poptorch/poptorch.h>
 
-#include "autograd/ops.h"
-#include "collectives/differentiable/differentiable.h"
-#include "collectives/differentiable/checks.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/differentiable/differentiable.h>
+#include <ferry/collectives/differentiable/checks.h>
+#include <ferry/runtime/error.h>
 
 namespace ferry::poptorch {
 

@@ -33,8 +33,8 @@
 //    InvalidArgument naming the op, the rank, the size and R (PopART failed at compile time).
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
 
 namespace ferry::poptorch {
 

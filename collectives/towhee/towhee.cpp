@@ -1,9 +1,9 @@
-#include "collectives/towhee/towhee.h"
+#include <ferry/collectives/towhee/towhee.h>
 
-#include "collectives/collectives.h"
-#include "collectives/differentiable/differentiable.h"
-#include "collectives/differentiable/checks.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/differentiable/differentiable.h>
+#include <ferry/collectives/differentiable/checks.h>
+#include <ferry/runtime/error.h>
 
 #include <sstream>
 

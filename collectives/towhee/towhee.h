@@ -31,8 +31,8 @@
 //    tensor.shape[0]); a 0-d input is an InvalidArgument.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
 
 namespace ferry::towhee {
 

@@ -2,7 +2,7 @@
 // double, sharing no code with the kernels they check.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <functional>

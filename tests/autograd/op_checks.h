@@ -1,9 +1,9 @@
 // Helpers for the differentiable op tests: gradcheck that must cover every element.
 #pragma once
 
-#include "autograd/gradcheck.h"
-#include "autograd/variable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/gradcheck.h>
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // gradcheck itself: it passes a correct backward and catches a wrong one, naming the element.
-#include "autograd/function.h"
-#include "autograd/gradcheck.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/gradcheck.h>
 
 #include <catch2/catch.hpp>
 

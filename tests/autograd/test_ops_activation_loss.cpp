@@ -1,5 +1,5 @@
 // Activations, softmaxes and losses: values, gradcheck, target gradients, errors.
-#include "autograd/ops.h"
+#include <ferry/autograd/ops.h>
 #include "math_reference.h"
 #include "op_checks.h"
 

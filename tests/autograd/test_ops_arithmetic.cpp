@@ -1,5 +1,5 @@
 // add, sub, mul, div, neg and their operators: values, broadcasting gradients, gradcheck.
-#include "autograd/ops.h"
+#include <ferry/autograd/ops.h>
 #include "math_reference.h"
 #include "op_checks.h"
 

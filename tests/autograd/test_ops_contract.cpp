@@ -1,7 +1,7 @@
 // The contract every differentiable op shares: dtypes, float32, no-grad mode, gradients only
 // for inputs that want them, and saved tensors modified in place.
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/autograd/ops.h>
 #include "math_reference.h"
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // index_select and embedding_bag: values, gradcheck (weights and per-sample weights), errors.
-#include "autograd/ops.h"
+#include <ferry/autograd/ops.h>
 #include "math_reference.h"
 #include "op_checks.h"
 

@@ -1,5 +1,5 @@
 // matmul, bmm, transpose (2-D and of two dims), sum and mean: values, gradcheck including zero-size inputs, errors.
-#include "autograd/ops.h"
+#include <ferry/autograd/ops.h>
 #include "math_reference.h"
 #include "op_checks.h"
 

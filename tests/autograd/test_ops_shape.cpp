@@ -1,5 +1,5 @@
 // reshape, cat, split, chunk, narrow: values, views, gradcheck with unused outputs, errors.
-#include "autograd/ops.h"
+#include <ferry/autograd/ops.h>
 #include "math_reference.h"
 #include "op_checks.h"
 

@@ -1,5 +1,5 @@
 // Optimizers against hand-computed steps of torch's update rules.
-#include "autograd/optimizer.h"
+#include <ferry/autograd/optimizer.h>
 
 #include <catch2/catch.hpp>
 

@@ -1,10 +1,10 @@
 // The tape: recording, reverse order, accumulation, retain_graph, hooks, saved-tensor versions,
 // multi-output functions, forced collective nodes. Only custom Functions are used here, so
 // these tests do not depend on the built-in ops.
-#include "autograd/function.h"
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "autograd/variable.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/autograd/node.h>
+#include <ferry/autograd/variable.h>
 
 #include <catch2/catch.hpp>
 

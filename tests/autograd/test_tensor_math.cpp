@@ -1,5 +1,5 @@
 // ferry::kernels against independent loop references: values, zero-size shapes, every error.
-#include "autograd/tensor_math.h"
+#include <ferry/autograd/tensor_math.h>
 #include "math_reference.h"
 
 #include <catch2/catch.hpp>

@@ -2,7 +2,7 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
-#include "runtime/config.h"
+#include <ferry/runtime/config.h>
 
 #include <chrono>
 #include <cstdlib>

@@ -6,15 +6,15 @@
 // assertions on the main thread after run_ranks returned (or threw).
 #pragma once
 
-#include "collectives/algorithm_table.h"
-#include "collectives/collectives.h"
-#include "collectives/group.h"
-#include "collectives/run_ranks.h"
-#include "runtime/config.h"
-#include "runtime/dtype.h"
-#include "runtime/error.h"
-#include "runtime/tensor.h"
-#include "runtime/work.h"
+#include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/run_ranks.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/dtype.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/tensor.h>
+#include <ferry/runtime/work.h>
 
 #include <atomic>
 #include <chrono>

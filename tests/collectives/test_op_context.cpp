@@ -1,6 +1,6 @@
 // OpContext in isolation (no messages): the limits it checks for every transport.
-#include "collectives/engine/group_impl.h"
-#include "collectives/engine/op_context.h"
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/engine/op_context.h>
 
 #include <catch2/catch.hpp>
 

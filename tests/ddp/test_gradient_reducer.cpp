@@ -3,11 +3,11 @@
 // by ordering, the broadcast of initial values, the agreement check, unused parameters, no_sync
 // accumulation and misuse. SPMD cases: local worlds here, one process per rank under mpiexec
 // (ddp-mpi-*).
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/ddp/gradient_reducer.h"
-#include "runtime/error.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/ddp/gradient_reducer.h>
+#include <ferry/runtime/error.h>
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>

@@ -2,11 +2,11 @@
 // sharded module: a "sharded" table that differs per rank and is stepped by the module's own
 // optimizer, a data-parallel table reduced and stepped with the dense parameters, the pipeline
 // stages composing into forward.
-#include "autograd/ops.h"
-#include "autograd/optimizer.h"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/model_parallel/model_parallel.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/optimizer.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
+#include <ferry/runtime/error.h>
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>

@@ -1,7 +1,7 @@
 #include "spmd_gradcheck.h"
 
-#include "collectives/collectives.h"
-#include "collectives/run_ranks.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/run_ranks.h>
 
 #include <algorithm>
 

@@ -6,8 +6,8 @@
 //   DG_CASE("all_gather: ...", "[all_gather]", 1, 2, 3, 4) { ...uses g... }
 #pragma once
 
-#include "collectives/differentiable/distributed_gradcheck.h"
-#include "collectives/group.h"
+#include <ferry/collectives/differentiable/distributed_gradcheck.h>
+#include <ferry/collectives/group.h>
 #include "tests/spmd/spmd.h"
 
 #include <catch2/catch.hpp>

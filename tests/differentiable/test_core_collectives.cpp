@@ -3,10 +3,10 @@
 // under the objective of its convention; exact values for the tie rule of max/min and for
 // TC11's contrast; and the argument checks. SPMD cases: local worlds here, mpiexec / UCX in
 // tests/mpi and tests/ucx.
-#include "collectives/collectives.h"
-#include "collectives/differentiable/differentiable.h"
-#include "collectives/differentiable/distributed_gradcheck.h"
-#include "collectives/run_ranks.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/differentiable/differentiable.h>
+#include <ferry/collectives/differentiable/distributed_gradcheck.h>
+#include <ferry/collectives/run_ranks.h>
 #include "spmd_gradcheck.h"
 
 #include <catch2/catch.hpp>

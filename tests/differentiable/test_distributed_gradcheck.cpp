@@ -1,11 +1,11 @@
 // The first differentiable collectives (all_reduce, all_gather; convention P) through the
 // distributed gradcheck, and the gradcheck's own ability to tell the two adjoint conventions
 // apart. SPMD cases: on local worlds here, under mpiexec in tests/mpi.
-#include "autograd/function.h"
-#include "collectives/collectives.h"
-#include "collectives/differentiable/differentiable.h"
-#include "collectives/differentiable/distributed_gradcheck.h"
-#include "collectives/run_ranks.h"
+#include <ferry/autograd/function.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/differentiable/differentiable.h>
+#include <ferry/collectives/differentiable/distributed_gradcheck.h>
+#include <ferry/collectives/run_ranks.h>
 #include "spmd_gradcheck.h"
 
 #include <catch2/catch.hpp>

@@ -3,13 +3,13 @@
 // splits; the same bits as the blocking op; overlap shown by ordering; a dropped request; a rank
 // whose loss ignores the output. SPMD cases: local worlds here, mpiexec / UCX in tests/mpi and
 // tests/ucx.
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/differentiable.h"
-#include "collectives/differentiable/all_to_all_async.h"
-#include "collectives/run_ranks.h"
-#include "runtime/config.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/differentiable.h>
+#include <ferry/collectives/differentiable/all_to_all_async.h>
+#include <ferry/collectives/run_ranks.h>
+#include <ferry/runtime/config.h>
 #include "spmd_gradcheck.h"
 #include "tests/collectives/test_helpers.h"
 

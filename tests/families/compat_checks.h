@@ -4,9 +4,9 @@
 // takes them all with `using namespace compat;`.
 #pragma once
 
-#include "collectives/differentiable/distributed_gradcheck.h"
-#include "collectives/group.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/differentiable/distributed_gradcheck.h>
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/tensor.h>
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <functional>

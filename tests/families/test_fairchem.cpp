@@ -3,9 +3,9 @@
 // the spec's numeric cases, and the errors ferry raises where fairchem hangs or goes wrong.
 // SPMD cases: on local worlds here, under mpiexec in tests/mpi (where the world has 2 or 3
 // ranks whatever sizes a case lists, so every body adapts to g.size()).
-#include "autograd/ops.h"
-#include "collectives/differentiable/distributed_gradcheck.h"
-#include "collectives/fairchem/fairchem.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/differentiable/distributed_gradcheck.h>
+#include <ferry/collectives/fairchem/fairchem.h>
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <catch2/catch.hpp>

@@ -2,9 +2,9 @@
 // through the distributed gradcheck under the objective of their convention, at world sizes
 // 1-4 and on a sub-group; TC10, TC11; the nograd forms and the sampler reordering of the
 // clipped gather; the argument checks.
-#include "collectives/ksuit/ksuit.h"
+#include <ferry/collectives/ksuit/ksuit.h>
 
-#include "autograd/ops.h"
+#include <ferry/autograd/ops.h>
 #include "compat_checks.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

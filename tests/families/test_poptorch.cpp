@@ -1,9 +1,9 @@
 // poptorch-experimental-addons' cross-replica ops (collectives/poptorch/poptorch.h, spec §5):
 // every op through the distributed gradcheck under the objective of its convention, at world sizes
 // 1-4 and on a sub-group; TC23's numbers; R == 1; the argument checks.
-#include "collectives/poptorch/poptorch.h"
+#include <ferry/collectives/poptorch/poptorch.h>
 
-#include "autograd/ops.h"
+#include <ferry/autograd/ops.h>
 #include "compat_checks.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

@@ -2,7 +2,7 @@
 // distributed gradcheck under the objective of their convention, at world sizes 1-4 and on a
 // sub-group; TC12 including the W = 4 case towhee gets wrong on two nodes; the equal-batch
 // check.
-#include "collectives/towhee/towhee.h"
+#include <ferry/collectives/towhee/towhee.h>
 
 #include "compat_checks.h"
 #include "tests/differentiable/spmd_gradcheck.h"

@@ -15,7 +15,7 @@
 //
 // Exit status 0 when this rank's checks passed. Launch with mpiexec (FERRY_BACKEND=mpi or ucx)
 // or with ferry-run (UCX through the TCP rendezvous).
-#include "ferry.h"
+#include <ferry/ferry.h>
 
 #include <cstdio>
 #include <cstring>

@@ -2,7 +2,7 @@
 // its own, and the job passes only when every rank's passed.
 #pragma once
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 
 #include <cstdio>
 #include <string>

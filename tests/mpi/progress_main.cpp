@@ -12,7 +12,7 @@
 //
 // Run as its own mpiexec job (mpiexec -n 2|3 test_progress_mpi); exit status 0 when every check
 // passed on every rank.
-#include "ferry.h"
+#include <ferry/ferry.h>
 #include "job_checks.h"
 
 #include <mpi.h>

@@ -7,7 +7,7 @@
 // Run as its own mpiexec job (mpiexec -n 2|3 test_timeout_mpi): a timed-out MPI collective can
 // never be completed, so the communicators are left behind and the job ends with
 // ferry::finalize() (exit status 0 when every check passed on every rank).
-#include "ferry.h"
+#include <ferry/ferry.h>
 #include "job_checks.h"
 
 #include <mpi.h>

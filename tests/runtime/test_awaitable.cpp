@@ -1,7 +1,7 @@
 // Awaitable / NoWait (runtime/awaitable.h): torchrec's callback semantics, and how an Awaitable
 // over a Work keeps the Work's deadline and error.
-#include "runtime/awaitable.h"
-#include "runtime/config.h"
+#include <ferry/runtime/awaitable.h>
+#include <ferry/runtime/config.h>
 #include "tests/collectives/test_helpers.h"
 
 #include <catch2/catch.hpp>

@@ -1,7 +1,7 @@
 // The large-block cache under tensor storage (runtime/block_cache.h), at its default limit
 // (256 MiB; the suite does not set FERRY_HOST_CACHE_MB).
-#include "runtime/block_cache.h"
-#include "runtime/tensor.h"
+#include <ferry/runtime/block_cache.h>
+#include <ferry/runtime/tensor.h>
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 // The configuration module (runtime/config.h): one set of rules for every FERRY_* variable,
 // bad values refused naming the variable, misspelt names warned about with the nearest known
 // name, and the README's table of variables checked against the module's list.
-#include "runtime/config.h"
-#include "runtime/error.h"
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
 
 #include <catch2/catch.hpp>
 

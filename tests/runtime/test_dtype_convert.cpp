@@ -1,6 +1,6 @@
 // DType names and sizes, and the rounding / saturation rules of Tensor::to and copy_.
-#include "runtime/tensor.h"
-#include "runtime/tensor_detail.h"
+#include <ferry/runtime/tensor.h>
+#include <ferry/runtime/tensor_detail.h>
 
 #include <catch2/catch.hpp>
 

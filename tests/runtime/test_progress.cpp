@@ -1,7 +1,7 @@
 // The progress thread (runtime/progress.h): an op that moves only when tested, as an MPI
 // request does, completes while nobody waits for it; the thread sleeps once nothing is in
 // flight and forgets dropped Works.
-#include "runtime/progress.h"
+#include <ferry/runtime/progress.h>
 
 #include <catch2/catch.hpp>
 

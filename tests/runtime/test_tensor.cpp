@@ -1,5 +1,5 @@
 // Tensor core: metadata, storage sharing, views, element access, Eigen maps, versions.
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <catch2/catch.hpp>
 

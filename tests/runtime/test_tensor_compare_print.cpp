@@ -1,5 +1,5 @@
 // equal, allclose, shape helpers and printing.
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <catch2/catch.hpp>
 

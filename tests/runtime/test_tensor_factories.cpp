@@ -1,5 +1,5 @@
 // Factories: constants, ranges, seeded random tensors, from_vector, cat.
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 #include "tests/spmd/spmd.h"
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 
 #include <algorithm>
 #include <chrono>

@@ -7,7 +7,7 @@
 // involved under mpiexec: its macros are not used in rank code anyway.
 #pragma once
 
-#include "collectives/group.h"
+#include <ferry/collectives/group.h>
 
 #include <functional>
 #include <stdexcept>

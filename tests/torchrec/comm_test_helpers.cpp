@@ -1,7 +1,7 @@
 #include "comm_test_helpers.h"
 
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "tests/differentiable/spmd_gradcheck.h"
 
 namespace trtest {

@@ -3,10 +3,10 @@
 // ranks run as threads, and reading values.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
-#include "runtime/awaitable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
+#include <ferry/runtime/awaitable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <functional>
 #include <string>

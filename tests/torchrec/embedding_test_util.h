@@ -2,9 +2,9 @@
 // difference check of a table's gradient through a dense view of its SparseRowGradient.
 #pragma once
 
-#include "autograd/grad_mode.h"
-#include "autograd/variable.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 // Small helpers shared by the jagged-type tests.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <vector>

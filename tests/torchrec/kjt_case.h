@@ -6,8 +6,8 @@
 // sub-group where a case needs a fixed size (first_ranks).
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/run_ranks.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/run_ranks.h>
 #include "tests/spmd/spmd.h"
 
 #include <catch2/catch.hpp>

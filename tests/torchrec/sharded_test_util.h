@@ -2,7 +2,7 @@
 // (name, rows, dim), each table looked up by one feature "f<name>".
 #pragma once
 
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // bucketize_kjt_before_all2all (spec §4.11, TC21) and the pooled-embedding column permutation.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 
 #include <catch2/catch.hpp>

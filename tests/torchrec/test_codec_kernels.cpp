@@ -1,8 +1,8 @@
 // Bit patterns and byte layouts of the codec kernels (collectives/torchrec/comm/codec_kernels.h),
 // against hand-computed encodings and independent reference conversions: Eigen's half and
 // bfloat16 (the runtime's types) and a frexp-based model of fbgemm's HFP8 rounding.
-#include "collectives/torchrec/comm/codec_kernels.h"
-#include "runtime/dtype.h"
+#include <ferry/collectives/torchrec/comm/codec_kernels.h>
+#include <ferry/runtime/dtype.h>
 
 #include <catch2/catch.hpp>
 

@@ -2,9 +2,9 @@
 // an InvalidArgument naming the op, the rank and the values, before any data moves (the group
 // stays usable: each case ends with a good call); and a request waited for twice. Inputs do not
 // require grad, so nothing is left on the tape for a later case.
-#include "collectives/collectives.h"
-#include "collectives/init.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/init.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

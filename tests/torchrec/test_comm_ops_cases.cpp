@@ -2,10 +2,10 @@
 // §4.4 and §4.5) and hand-computed cases for alltoall_sequence and alltoallv, each forward and
 // backward with gradient division on and off, on the ranks they specify. SPMD cases: local
 // worlds here, mpiexec / ferry-run in the torchrec-mpi-* / torchrec-ucx-* suites.
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/function.h>
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

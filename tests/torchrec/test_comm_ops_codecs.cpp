@@ -2,8 +2,8 @@
 // backward codec on the gradient collective, reductions in the encoded dtype, float64 values
 // through a float32 codec. Each case compares the op with codecs against the same op without
 // codecs on inputs that went through the codec's round trip (what the wire does to them).
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

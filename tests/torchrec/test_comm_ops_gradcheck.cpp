@@ -3,8 +3,8 @@
 // the sum objective sum_r L_r; on, exactly 1/W of it (the gradient of the mean objective). And
 // the sync path (sync collectives) must give the same outputs and gradients, bit for bit, as
 // the asynchronous one.
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

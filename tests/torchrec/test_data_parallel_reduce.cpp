@@ -3,9 +3,9 @@
 // whose rows every rank touches (the dense buffer is all-reduced), with one rank touching no
 // row of the large table at all. After a fused-SGD step the tables equal the unsharded
 // collection trained on the global batch with the mean loss, within 1e-12 (float64).
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

@@ -2,7 +2,7 @@
 // generator (determinism, shapes, ranges, power-law ids, bag lengths, shards covering the split
 // once, labels following the hidden model, its Bayes AUC) and the Criteo TSV reader on a tiny
 // file written here.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
 

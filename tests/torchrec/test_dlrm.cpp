@@ -2,11 +2,11 @@
 // numbers and naive loops, gradcheck of the interaction and of the whole dense path (float64),
 // the pluggable sparse arch (a stand-in embedding lookup written here: the real
 // EmbeddingBagCollection plugs in the same way), bce_with_logits, and a few SGD steps that learn.
-#include "autograd/grad_mode.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "autograd/optimizer.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/grad_mode.h>
+#include <ferry/autograd/gradcheck.h>
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/optimizer.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
 

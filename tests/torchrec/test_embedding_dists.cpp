@@ -4,9 +4,9 @@
 // input-dist -> lookup -> output-dist round trip of sequence sharding (table-wise, unequal
 // batches, row-wise with the unbucketize permutation) and bad input. SPMD cases: local worlds
 // in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-* suites.
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

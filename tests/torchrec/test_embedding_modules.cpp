@@ -1,11 +1,11 @@
 // The unsharded embedding modules: configs and their validation, EmbeddingBagCollection and
 // EmbeddingCollection forward values against hand-computed numbers, id bounds checks, sparse
 // gradients (touched rows only, duplicates accumulated) and gradchecks of tables and weights.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "embedding_test_util.h"
 #include "jagged_test_util.h"
 
-#include "autograd/gradcheck.h"
+#include <ferry/autograd/gradcheck.h>
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 // sums that add up to the full lookup (SUM, weighted, MEAN with the full bag lengths as
 // divisors), column blocks concatenate to it, and each shard's sparse gradient is the full
 // gradient's block.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 
 #include <catch2/catch.hpp>

@@ -2,7 +2,7 @@
 // over several steps: dense per-step gradients accumulated occurrence by occurrence, then each
 // touched row updated once with the rule written out here. float64, same operation order, so
 // the tables must be bit-identical. Also the non-fused path and the config validation.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 
 #include <catch2/catch.hpp>

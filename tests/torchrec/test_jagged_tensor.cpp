@@ -1,5 +1,5 @@
 // JaggedTensor: lengths / offsets agreement, dense views and padding, validation messages.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 
 #include <catch2/catch.hpp>

@@ -1,6 +1,6 @@
 // KeyedJaggedTensor: construction from lengths / offsets, lazy derivation, validation, access by
 // key, split / permute / concat, variable stride per key.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 
 #include <catch2/catch.hpp>

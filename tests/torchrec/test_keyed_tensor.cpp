@@ -1,5 +1,5 @@
 // KeyedTensor: per-key access, to_dict, regroup, from_tensor_list, validation.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 
 #include <catch2/catch.hpp>

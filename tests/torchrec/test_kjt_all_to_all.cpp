@@ -5,8 +5,8 @@
 // per-key order), row-wise bucketization end to end, and bad input failing on every rank.
 // GCC 12 at -O3 reports a false -Wrestrict inside std::string's operator+ with a literal.
 #pragma GCC diagnostic ignored "-Wrestrict"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 #include "kjt_case.h"
 

@@ -1,7 +1,7 @@
 // The KJT's wire form (kjt_dist.h): labels, per-destination splits, get_recat, and
 // kjt_dist_init on buffers laid out exactly as the two-phase all-to-all will deliver them
 // (simulated in process here, from kjt_dist_tensors / kjt_dist_splits alone).
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 
 #include <catch2/catch.hpp>

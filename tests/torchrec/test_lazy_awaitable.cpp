@@ -1,9 +1,9 @@
 // LazyAwaitable, LazyNoWait, GetItemLazyAwaitable (comm/lazy_awaitable.h) and the comm-op
 // switches (comm/comm_switches.h) on one thread: caching, callback order, errors at the wait,
 // Work composition, the sync scope's nesting and thread scope, CommOpGradientScaling.
-#include "collectives/run_ranks.h"
-#include "collectives/torchrec/torchrec.h"
-#include "runtime/work.h"
+#include <ferry/collectives/run_ranks.h>
+#include <ferry/collectives/torchrec/torchrec.h>
+#include <ferry/runtime/work.h>
 
 #include <catch2/catch.hpp>
 

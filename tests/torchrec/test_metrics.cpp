@@ -1,9 +1,9 @@
 // Metrics: AUC with ties counted half (hand-computed), its independence of sample order, one
 // class -> 0.5, the soft-label form, accuracy at 0.5, clamped log loss, and the gathered forms
 // over ranks holding different numbers of samples.
-#include "collectives/collectives.h"
-#include "collectives/run_ranks.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/run_ranks.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
 

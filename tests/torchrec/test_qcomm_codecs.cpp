@@ -1,6 +1,6 @@
 // The codec protocol on tensors (spec §4.3, TC22): shapes, dtypes, sizes, loss_scale,
 // round-trip error bounds per precision, NaN / inf, FP8 row-wise padding and bad input.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // QCommsConfig -> codecs, the registry's keys and fallbacks (spec §4.3, TC22), the enum
 // names, and the per-codec telemetry.
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
 

@@ -4,10 +4,10 @@
 // bit for bit, the same model sharded by hand and wrapped from its sharded modules; a plan that
 // lacks a collection or names one the model does not have, and two collections at one module
 // path, are refused on every rank.
-#include "autograd/ops.h"
-#include "autograd/optimizer.h"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/autograd/optimizer.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

@@ -5,9 +5,9 @@
 // the unquantized sharded output, and differs from it (the codec really ran); after one fused SGD
 // step the tables stay within the same bound of the unquantized run's. INT8 on a reduce-scatter
 // (row-wise) is refused by the registry's rules before any data moves.
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"

@@ -6,9 +6,9 @@
 // bit-identical where the summation order is the same); mixed plans; the staged API; state
 // (gathered, local shards, resharding from W = 4 to 2 and 3); bad input on every rank. SPMD
 // cases: local worlds in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-* suites.
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"

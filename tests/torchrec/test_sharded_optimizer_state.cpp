@@ -4,9 +4,9 @@
 //   - another plan on W = 2 (same global batch): the next step equals it within 1e-12 (float64);
 // for ADAM, EXACT_ADAGRAD and EXACT_ROWWISE_ADAGRAD; and row-wise state refused, naming the
 // table and the column blocks, by a plan that splits a table's columns differently.
-#include "autograd/ops.h"
-#include "collectives/collectives.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"

@@ -2,8 +2,8 @@
 // sharding type (their exact shards, and an independent cell-coverage check that they tile the
 // table), each validation error with its message, serialization, and the collective plan
 // agreement check on the local transport. Rank bodies record; Catch2 checks on the main thread.
-#include "collectives/run_ranks.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/run_ranks.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
 

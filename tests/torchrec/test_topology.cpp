@@ -2,9 +2,9 @@
 // environment, group rank, number of groups, intra- and cross-node groups and their cache.
 // Rank bodies record what they saw; Catch2 checks it on the main thread afterwards (its macros
 // are not thread-safe).
-#include "collectives/collectives.h"
-#include "collectives/run_ranks.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/run_ranks.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 #include "env_guard.h"
 
 #include <catch2/catch.hpp>

@@ -4,10 +4,10 @@
 // multiple of anything and when ranks have different numbers of batches (no hang); reset()
 // starts a new pass. Ranks are threads (run_ranks); Catch2 assertions run on the main thread
 // only, on what the ranks recorded.
-#include "autograd/optimizer.h"
-#include "collectives/collectives.h"
-#include "collectives/run_ranks.h"
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/autograd/optimizer.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/run_ranks.h>
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
 

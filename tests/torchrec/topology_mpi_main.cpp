@@ -13,8 +13,8 @@
 // LOCAL_RANK) are removed first, in case the caller's environment has them. Exit status 0 when
 // every check passed on every rank.
 #include "../mpi/job_checks.h"
-#include "collectives/torchrec/torchrec.h"
-#include "ferry.h"
+#include <ferry/collectives/torchrec/torchrec.h>
+#include <ferry/ferry.h>
 
 #include <cstdlib>
 #include <string>

@@ -1,7 +1,7 @@
 #include "tests/ucx/child_scenarios.h"
 
-#include "backends/ucx/ucx_cma.h"
-#include "ferry.h"
+#include <ferry/backends/ucx/ucx_cma.h>
+#include <ferry/ferry.h>
 #include "tests/ucx/cma_probe.h"
 
 #include <linux/capability.h>

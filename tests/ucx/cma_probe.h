@@ -4,7 +4,7 @@
 // CAP_SYS_PTRACE), so tests that check which path carried the data ask first.
 #pragma once
 
-#include "collectives/group.h"
+#include <ferry/collectives/group.h>
 
 namespace ucxtest {
 

@@ -2,7 +2,7 @@
 // (collectives-ucx-cma-1k-3): after the cases, every rank checks that its large messages took
 // ferry's CMA protocol, read from the peers' memory where this host lets it read them and
 // through UCX after a fallback where not.
-#include "backends/ucx/ucx_cma.h"
+#include <ferry/backends/ucx/ucx_cma.h>
 #include "tests/spmd/spmd.h"
 #include "tests/ucx/cma_probe.h"
 

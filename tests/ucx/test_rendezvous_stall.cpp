@@ -2,11 +2,11 @@
 // reads every pending connection at once, each under its own hello deadline, at most
 // kMaxPending of them, so the real ranks join at once however many silent ones sit there.
 // (Before, rank 0 gave each connection 5 s in turn: 12 silent ones used up a 30 s deadline.)
-#include "backends/rendezvous/hello_server.h"
-#include "backends/rendezvous/rendezvous_frame.h"
-#include "backends/rendezvous/socket_io.h"
-#include "backends/rendezvous/tcp_rendezvous.h"
-#include "runtime/error.h"
+#include <ferry/backends/rendezvous/hello_server.h>
+#include <ferry/backends/rendezvous/rendezvous_frame.h>
+#include <ferry/backends/rendezvous/socket_io.h>
+#include <ferry/backends/rendezvous/tcp_rendezvous.h>
+#include <ferry/runtime/error.h>
 
 #include <catch2/catch.hpp>
 

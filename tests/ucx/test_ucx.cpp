@@ -1,12 +1,12 @@
 // The UCX transport across processes (the test starts them itself, joined by the TCP
 // rendezvous) and the rendezvous against garbage.
-#include "backends/rendezvous/rendezvous_frame.h"
-#include "backends/ucx/ucx_cma.h"
-#include "backends/ucx/ucx_tag.h"
-#include "backends/ucx/ucx_worker.h"
-#include "backends/rendezvous/socket_io.h"
-#include "backends/rendezvous/tcp_rendezvous.h"
-#include "runtime/error.h"
+#include <ferry/backends/rendezvous/rendezvous_frame.h>
+#include <ferry/backends/ucx/ucx_cma.h>
+#include <ferry/backends/ucx/ucx_tag.h>
+#include <ferry/backends/ucx/ucx_worker.h>
+#include <ferry/backends/rendezvous/socket_io.h>
+#include <ferry/backends/rendezvous/tcp_rendezvous.h>
+#include <ferry/runtime/error.h>
 #include "tests/ucx/child_scenarios.h"
 #include "tools/run/rank_processes.h"
 

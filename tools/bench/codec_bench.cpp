@@ -1,6 +1,6 @@
 #include "tools/bench/codec_bench.h"
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 #include "tools/bench/ops.h"
 #include "tools/bench/report.h"
 

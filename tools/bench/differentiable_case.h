@@ -5,7 +5,7 @@
 // the output and gradient tensors it allocates per step.
 #pragma once
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 #include "tools/bench/launcher.h"
 #include "tools/bench/ops.h"
 

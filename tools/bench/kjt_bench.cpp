@@ -10,7 +10,7 @@
 // Reported: medians over iterations of the slowest rank, and total / (raw + small).
 #include "tools/bench/kjt_bench.h"
 
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <algorithm>
 #include <chrono>

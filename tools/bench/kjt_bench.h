@@ -2,7 +2,7 @@
 // synthetic KJT, per phase, next to one all_to_all_single of the same bytes in the same run.
 #pragma once
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 #include "tools/bench/launcher.h"
 #include "tools/bench/options.h"
 

@@ -6,7 +6,7 @@
 // test).
 #pragma once
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 #include "tools/bench/ops.h"
 
 #include <functional>

@@ -2,7 +2,7 @@
 // with MPI_THREAD_MULTIPLE and hands MPI_COMM_WORLD to make_mpi_transport, the user-owned
 // communicator path), and keeps a duplicate of its own for the rank exchanges and the --vs-mpi
 // baseline, so neither shares a communicator with ferry.
-#include "backends/mpi/mpi_transport.h"
+#include <ferry/backends/mpi/mpi_transport.h>
 #include "tools/bench/launcher.h"
 #include "tools/bench/options.h"
 

@@ -2,7 +2,7 @@
 // how bus bandwidth is derived, so numbers can be compared with nccl-tests and OSU runs.
 #pragma once
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 
 #include <cstddef>
 #include <cstdint>

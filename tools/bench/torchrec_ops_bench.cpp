@@ -11,7 +11,7 @@
 // block, so the ratio is what the op adds: encode, decode, division, the tape's two nodes.
 #include "tools/bench/torchrec_ops_bench.h"
 
-#include "collectives/torchrec/torchrec.h"
+#include <ferry/collectives/torchrec/torchrec.h>
 
 #include <algorithm>
 #include <chrono>

@@ -6,7 +6,7 @@
 // directions quantized; the raw side then moves the encoded bytes.
 #pragma once
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 #include "tools/bench/launcher.h"
 #include "tools/bench/options.h"
 

@@ -1,5 +1,5 @@
 // ferry-bench's UCX world: ferry's public UCX transport, addresses exchanged by the launcher.
-#include "backends/ucx/ucx_transport.h"
+#include <ferry/backends/ucx/ucx_transport.h>
 #include "tools/bench/launcher.h"
 
 namespace ferry::bench {

@@ -2,7 +2,7 @@
 // buffers, epochs done) and the dense optimizer whose buffers it holds.
 #pragma once
 
-#include "ferry.h"
+#include <ferry/ferry.h>
 
 #include <map>
 #include <string>

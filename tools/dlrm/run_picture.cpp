@@ -1,6 +1,6 @@
 #include "tools/dlrm/run_picture.h"
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cstdio>

@@ -1,7 +1,7 @@
-#include "collectives/torchrec/comm/alltoall_op.h"
+#include <ferry/collectives/torchrec/comm/alltoall_op.h>
 
-#include "collectives/collectives.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/runtime/error.h>
 
 namespace ferry::torchrec::detail {
 namespace {

@@ -10,7 +10,7 @@
 // any data moves (InvalidArgument naming the op, the rank and the codec).
 #pragma once
 
-#include "collectives/torchrec/comm/comm_op_base.h"
+#include <ferry/collectives/torchrec/comm/comm_op_base.h>
 
 #include <optional>
 #include <vector>

@@ -1,8 +1,8 @@
 // alltoall_pooled and variable_batch_alltoall_pooled (spec §4.4, §4.5): the pooled-embedding
 // all-to-alls of data-parallel -> model-parallel sharding.
-#include "collectives/torchrec/comm/alltoall_op.h"
-#include "collectives/torchrec/comm/comm_ops.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/comm/alltoall_op.h>
+#include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <string>

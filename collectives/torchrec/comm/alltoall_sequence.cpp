@@ -1,9 +1,9 @@
 // alltoall_sequence (spec §4.6): per-id embeddings back to the ranks that own the samples, and
 // the recat helpers of SequenceEmbeddingsAllToAll.
-#include "autograd/ops.h"
-#include "collectives/torchrec/comm/alltoall_op.h"
-#include "collectives/torchrec/comm/comm_ops.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/comm/alltoall_op.h>
+#include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

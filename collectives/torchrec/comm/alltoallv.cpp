@@ -2,9 +2,9 @@
 // 2024-12 and kept for ported code. Its asynchronous backward does not divide by W, whatever
 // the gradient-division switch says (torchrec's All2Allv_Req.backward never divided); its sync
 // path does when the switch was on at forward, as torchrec's AllToAllSingle.
-#include "collectives/torchrec/comm/alltoall_op.h"
-#include "collectives/torchrec/comm/comm_ops.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/comm/alltoall_op.h>
+#include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/runtime/error.h>
 
 namespace ferry::torchrec {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/torchrec/comm/codec_kernels.h"
+#include <ferry/collectives/torchrec/comm/codec_kernels.h>
 
 #include <algorithm>
 #include <bit>

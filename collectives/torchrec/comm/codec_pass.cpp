@@ -1,6 +1,6 @@
-#include "collectives/torchrec/comm/codec_pass.h"
+#include <ferry/collectives/torchrec/comm/codec_pass.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::torchrec::detail {
 

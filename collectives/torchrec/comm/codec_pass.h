@@ -11,8 +11,8 @@
 // float32 conversion and the decoded float32 values are converted back to the values' dtype.
 #pragma once
 
-#include "collectives/torchrec/comm/qcomm_codec.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/torchrec/comm/qcomm_codec.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <functional>

@@ -1,7 +1,7 @@
-#include "collectives/torchrec/comm/codec_telemetry.h"
+#include <ferry/collectives/torchrec/comm/codec_telemetry.h>
 
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <algorithm>
 #include <cmath>

@@ -18,7 +18,7 @@
 // Thread safe: ranks of the local transport may share a registry.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <atomic>
 #include <cstdint>

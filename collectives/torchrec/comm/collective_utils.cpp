@@ -1,8 +1,8 @@
-#include "collectives/torchrec/comm/collective_utils.h"
+#include <ferry/collectives/torchrec/comm/collective_utils.h>
 
-#include "collectives/collectives.h"
-#include "runtime/error.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/tensor.h>
 
 #include <exception>
 #include <string>

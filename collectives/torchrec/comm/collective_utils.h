@@ -19,8 +19,8 @@
 // broadcast until the process group's timeout.)
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/serialization.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/serialization.h>
 
 #include <cstdint>
 #include <functional>

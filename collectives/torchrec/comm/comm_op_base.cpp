@@ -1,8 +1,8 @@
-#include "collectives/torchrec/comm/comm_op_base.h"
+#include <ferry/collectives/torchrec/comm/comm_op_base.h>
 
-#include "collectives/differentiable/checks.h"
-#include "collectives/torchrec/comm/comm_switches.h"
-#include "runtime/error.h"
+#include <ferry/collectives/differentiable/checks.h>
+#include <ferry/collectives/torchrec/comm/comm_switches.h>
+#include <ferry/runtime/error.h>
 
 #include <numeric>
 #include <sstream>

@@ -5,12 +5,12 @@
 // the two collective shapes of alltoall_op.h and reduce_scatter_op.h.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/differentiable/req_wait.h"
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/codec_pass.h"
-#include "collectives/torchrec/comm/qcomm_codec.h"
-#include "runtime/awaitable.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/differentiable/req_wait.h>
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/codec_pass.h>
+#include <ferry/collectives/torchrec/comm/qcomm_codec.h>
+#include <ferry/runtime/awaitable.h>
 
 #include <cstdint>
 #include <memory>

@@ -46,11 +46,11 @@
 //    the data as each rank's arguments say.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/qcomm_codec.h"
-#include "runtime/awaitable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/qcomm_codec.h>
+#include <ferry/runtime/awaitable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <optional>

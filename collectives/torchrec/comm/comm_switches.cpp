@@ -1,7 +1,7 @@
-#include "collectives/torchrec/comm/comm_switches.h"
+#include <ferry/collectives/torchrec/comm/comm_switches.h>
 
-#include "autograd/function.h"
-#include "runtime/error.h"
+#include <ferry/autograd/function.h>
+#include <ferry/runtime/error.h>
 
 #include <atomic>
 

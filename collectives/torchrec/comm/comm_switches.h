@@ -21,8 +21,8 @@
 // rank threads that enter and leave at different moments restore each other's values).
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
 
 #include <cstdint>
 #include <optional>

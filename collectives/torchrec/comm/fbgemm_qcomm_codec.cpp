@@ -1,9 +1,9 @@
-#include "collectives/torchrec/comm/fbgemm_qcomm_codec.h"
+#include <ferry/collectives/torchrec/comm/fbgemm_qcomm_codec.h>
 
-#include "collectives/torchrec/comm/codec_kernels.h"
-#include "collectives/torchrec/comm/codec_telemetry.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/collectives/torchrec/comm/codec_kernels.h>
+#include <ferry/collectives/torchrec/comm/codec_telemetry.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <array>
 #include <cctype>

@@ -42,7 +42,7 @@
 //    scale that is not finite and positive, MX4 (not provided by ferry).
 #pragma once
 
-#include "collectives/torchrec/comm/qcomm_codec.h"
+#include <ferry/collectives/torchrec/comm/qcomm_codec.h>
 
 #include <map>
 #include <optional>

@@ -26,8 +26,8 @@
 // waits once. Not thread-safe, as Awaitable.
 #pragma once
 
-#include "runtime/awaitable.h"
-#include "runtime/error.h"
+#include <ferry/runtime/awaitable.h>
+#include <ferry/runtime/error.h>
 
 #include <functional>
 #include <memory>

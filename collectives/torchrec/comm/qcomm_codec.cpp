@@ -1,7 +1,7 @@
-#include "collectives/torchrec/comm/qcomm_codec.h"
+#include <ferry/collectives/torchrec/comm/qcomm_codec.h>
 
-#include "collectives/torchrec/comm/codec_telemetry.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/comm/codec_telemetry.h>
+#include <ferry/runtime/error.h>
 
 #include <array>
 

@@ -24,7 +24,7 @@
 // (they add the telemetry around encode_impl / decode_impl).
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <memory>

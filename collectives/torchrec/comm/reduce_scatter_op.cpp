@@ -1,7 +1,7 @@
-#include "collectives/torchrec/comm/reduce_scatter_op.h"
+#include <ferry/collectives/torchrec/comm/reduce_scatter_op.h>
 
-#include "collectives/collectives.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

@@ -10,7 +10,7 @@
 // all_gather), unequal ones the _v forms, as the original picks its torch.distributed calls.
 #pragma once
 
-#include "collectives/torchrec/comm/comm_op_base.h"
+#include <ferry/collectives/torchrec/comm/comm_op_base.h>
 
 #include <optional>
 #include <vector>

@@ -15,7 +15,7 @@
 // serialize wrote.
 #pragma once
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <concepts>
 #include <cstddef>

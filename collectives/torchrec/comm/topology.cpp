@@ -1,7 +1,7 @@
-#include "collectives/torchrec/comm/topology.h"
+#include <ferry/collectives/torchrec/comm/topology.h>
 
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <charconv>
 #include <cstdlib>

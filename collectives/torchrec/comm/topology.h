@@ -20,7 +20,7 @@
 // original's default arguments (dist.get_world_size(), dist.get_rank()) are the Group overloads.
 #pragma once
 
-#include "collectives/group.h"
+#include <ferry/collectives/group.h>
 
 #include <utility>
 

@@ -1,6 +1,6 @@
-#include "collectives/torchrec/datasets/batch.h"
+#include <ferry/collectives/torchrec/datasets/batch.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <utility>

@@ -18,8 +18,8 @@
 //     may also be short).
 #pragma once
 
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <optional>

@@ -1,7 +1,7 @@
-#include "collectives/torchrec/datasets/criteo_tsv.h"
+#include <ferry/collectives/torchrec/datasets/criteo_tsv.h>
 
-#include "collectives/torchrec/datasets/synthetic_criteo.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/datasets/synthetic_criteo.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cerrno>

@@ -13,7 +13,7 @@
 // number) throws InvalidArgument naming the path and line number.
 #pragma once
 
-#include "collectives/torchrec/datasets/batch.h"
+#include <ferry/collectives/torchrec/datasets/batch.h>
 
 #include <cstdint>
 #include <fstream>

@@ -28,7 +28,7 @@
 // model that ignores the embeddings can reach).
 #pragma once
 
-#include "collectives/torchrec/datasets/batch.h"
+#include <ferry/collectives/torchrec/datasets/batch.h>
 
 #include <cstdint>
 #include <optional>

@@ -1,8 +1,8 @@
-#include "collectives/torchrec/dist/embeddings_awaitable.h"
+#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
 
-#include "collectives/torchrec/comm/comm_ops.h"
-#include "collectives/torchrec/sparse/jagged_kernels.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/runtime/error.h>
 
 #include <utility>
 

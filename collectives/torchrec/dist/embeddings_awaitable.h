@@ -16,9 +16,9 @@
 // InvalidArgument (from the comm op). Copies share the wait and the callback list.
 #pragma once
 
-#include "autograd/variable.h"
-#include "runtime/awaitable.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/awaitable.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <optional>

@@ -1,8 +1,8 @@
-#include "collectives/torchrec/dist/inference_dists.h"
+#include <ferry/collectives/torchrec/dist/inference_dists.h>
 
-#include "autograd/ops.h"
-#include "collectives/torchrec/sparse/jagged_kernels.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/runtime/error.h>
 
 #include <utility>
 

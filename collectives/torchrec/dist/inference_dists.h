@@ -20,9 +20,9 @@
 //   Variable y = EmbeddingsAllToOne(2, /*cat_dim=*/1).forward(pooled);      // [B, D_0 + D_1]
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
-#include "runtime/awaitable.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
+#include <ferry/runtime/awaitable.h>
 
 #include <cstdint>
 #include <vector>

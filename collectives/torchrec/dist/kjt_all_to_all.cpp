@@ -1,9 +1,9 @@
-#include "collectives/torchrec/dist/kjt_all_to_all.h"
+#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
 
-#include "collectives/collectives.h"
-#include "collectives/torchrec/sparse/jagged_kernels.h"
-#include "collectives/torchrec/sparse/kjt_dist.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/collectives/torchrec/sparse/kjt_dist.h>
+#include <ferry/runtime/error.h>
 
 #include <cstring>
 #include <exception>

@@ -51,9 +51,9 @@
 // then()) apply to each wait's result, as for any ferry Awaitable.
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
-#include "runtime/awaitable.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
+#include <ferry/runtime/awaitable.h>
 
 #include <cstdint>
 #include <limits>

@@ -1,8 +1,8 @@
-#include "collectives/torchrec/dist/pooled_embeddings_all_to_all.h"
+#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
 
-#include "autograd/ops.h"
-#include "collectives/torchrec/sparse/jagged_kernels.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/runtime/error.h>
 
 #include <utility>
 

@@ -14,11 +14,11 @@
 // is).
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/comm_ops.h"
-#include "collectives/torchrec/dist/embeddings_awaitable.h"
-#include "collectives/torchrec/sparse/bucketize.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
+#include <ferry/collectives/torchrec/sparse/bucketize.h>
 
 #include <cstdint>
 #include <optional>

@@ -1,6 +1,6 @@
-#include "collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h"
+#include <ferry/collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <set>
 #include <utility>

@@ -10,10 +10,10 @@
 // Backward: the comm op's (the gradient all-gathered / reduce-scattered, / W when dividing).
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/comm_ops.h"
-#include "collectives/torchrec/dist/embeddings_awaitable.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
 
 #include <cstdint>
 #include <optional>

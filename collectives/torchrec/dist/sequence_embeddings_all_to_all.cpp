@@ -1,7 +1,7 @@
-#include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
+#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
 
-#include "collectives/torchrec/sparse/jagged_kernels.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/runtime/error.h>
 
 #include <utility>
 

@@ -19,11 +19,11 @@
 // sequence_sparse_features_recat(p2) too (it follows whatever recat the input dist applied).
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/comm_ops.h"
-#include "collectives/torchrec/dist/embeddings_awaitable.h"
-#include "collectives/torchrec/dist/kjt_all_to_all.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
+#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
 
 #include <cstdint>
 #include <optional>

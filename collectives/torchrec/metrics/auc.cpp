@@ -1,7 +1,7 @@
-#include "collectives/torchrec/metrics/auc.h"
+#include <ferry/collectives/torchrec/metrics/auc.h>
 
-#include "collectives/collectives.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cmath>

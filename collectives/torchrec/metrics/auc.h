@@ -18,7 +18,7 @@
 // returns the same value. (Not a histogram approximation.)
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <vector>
 

@@ -1,7 +1,7 @@
-#include "collectives/torchrec/metrics/binary_metrics.h"
+#include <ferry/collectives/torchrec/metrics/binary_metrics.h>
 
-#include "collectives/torchrec/metrics/auc.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/metrics/auc.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@
 // torchrec's RecMetrics are not provided.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 

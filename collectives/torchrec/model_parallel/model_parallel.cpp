@@ -1,8 +1,8 @@
 // DistributedModelParallel: the replicated parameters, their reducer and optimizer, and the
 // step over both optimizers.
-#include "collectives/torchrec/model_parallel/model_parallel.h"
+#include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::torchrec {
 

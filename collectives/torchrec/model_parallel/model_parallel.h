@@ -24,13 +24,13 @@
 //   dmp.zero_grad();
 #pragma once
 
-#include "autograd/optimizer.h"
-#include "autograd/variable.h"
-#include "collectives/ddp/gradient_reducer.h"
-#include "collectives/group.h"
-#include "collectives/torchrec/model_parallel/shard_model.h"
-#include "collectives/torchrec/planner/sharding_plan.h"
-#include "runtime/awaitable.h"
+#include <ferry/autograd/optimizer.h>
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/ddp/gradient_reducer.h>
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/model_parallel/shard_model.h>
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/runtime/awaitable.h>
 
 #include <functional>
 #include <memory>

@@ -1,9 +1,9 @@
-#include "collectives/torchrec/model_parallel/shard_model.h"
+#include <ferry/collectives/torchrec/model_parallel/shard_model.h>
 
-#include "collectives/torchrec/comm/topology.h"
-#include "collectives/torchrec/model_parallel/sharded_ebc_module.h"
-#include "collectives/torchrec/planner/planner.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/collectives/torchrec/model_parallel/sharded_ebc_module.h>
+#include <ferry/collectives/torchrec/planner/planner.h>
+#include <ferry/runtime/error.h>
 
 #include <set>
 

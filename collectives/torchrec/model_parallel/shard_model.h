@@ -23,12 +23,12 @@
 //   // model.ebc is sharded by the planner's plan (dmp.plan()), printed with format_plan.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/modules/embedding_config.h"
-#include "collectives/torchrec/modules/fused_optimizer.h"
-#include "collectives/torchrec/planner/cost_model.h"
-#include "collectives/torchrec/planner/sharding_plan.h"
-#include "collectives/torchrec/sharding/sharded_tables.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/modules/embedding_config.h>
+#include <ferry/collectives/torchrec/modules/fused_optimizer.h>
+#include <ferry/collectives/torchrec/planner/cost_model.h>
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 
 #include <cstdint>
 #include <functional>

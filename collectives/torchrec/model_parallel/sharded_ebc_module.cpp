@@ -1,6 +1,6 @@
-#include "collectives/torchrec/model_parallel/sharded_ebc_module.h"
+#include <ferry/collectives/torchrec/model_parallel/sharded_ebc_module.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::torchrec {
 

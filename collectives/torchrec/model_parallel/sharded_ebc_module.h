@@ -2,8 +2,8 @@
 // DistributedModelParallel's sharded modules.
 #pragma once
 
-#include "collectives/torchrec/model_parallel/model_parallel.h"
-#include "collectives/torchrec/sharding/sharded_embedding_bag_collection.h"
+#include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 
 #include <memory>
 #include <string>

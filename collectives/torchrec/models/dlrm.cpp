@@ -1,6 +1,6 @@
-#include "collectives/torchrec/models/dlrm.h"
+#include <ferry/collectives/torchrec/models/dlrm.h>
 
-#include "autograd/ops.h"
+#include <ferry/autograd/ops.h>
 
 #include <sstream>
 

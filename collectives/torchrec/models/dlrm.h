@@ -24,11 +24,11 @@
 // from seed * 2 + 1, the over arch from seed * 2 + 2.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/models/dlrm_arches.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
-#include "collectives/torchrec/sparse/keyed_tensor.h"
-#include "runtime/error.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/models/dlrm_arches.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
+#include <ferry/collectives/torchrec/sparse/keyed_tensor.h>
+#include <ferry/runtime/error.h>
 
 #include <cstdint>
 #include <functional>

@@ -1,7 +1,7 @@
-#include "collectives/torchrec/models/dlrm_arches.h"
+#include <ferry/collectives/torchrec/models/dlrm_arches.h>
 
-#include "autograd/ops.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/runtime/error.h>
 
 #include <utility>
 

@@ -13,9 +13,9 @@
 // embeddings (and through them the sparse arch) and every Linear.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/models/mlp.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/models/mlp.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <vector>

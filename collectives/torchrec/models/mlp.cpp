@@ -1,8 +1,8 @@
-#include "collectives/torchrec/models/mlp.h"
+#include <ferry/collectives/torchrec/models/mlp.h>
 
-#include "autograd/ops.h"
-#include "runtime/error.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cmath>
 #include <utility>

@@ -15,8 +15,8 @@
 // l is seeded with seed * 1000 + l.
 #pragma once
 
-#include "autograd/variable.h"
-#include "runtime/dtype.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/runtime/dtype.h>
 
 #include <cstdint>
 #include <string>

@@ -21,12 +21,12 @@
 // ignores the KJT's weights, as torchrec does.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/modules/embedding_config.h"
-#include "collectives/torchrec/modules/embedding_table.h"
-#include "collectives/torchrec/modules/fused_optimizer.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
-#include "collectives/torchrec/sparse/keyed_tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/modules/embedding_config.h>
+#include <ferry/collectives/torchrec/modules/embedding_table.h>
+#include <ferry/collectives/torchrec/modules/fused_optimizer.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
+#include <ferry/collectives/torchrec/sparse/keyed_tensor.h>
 
 #include <cstdint>
 #include <map>

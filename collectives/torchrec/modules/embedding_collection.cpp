@@ -1,8 +1,8 @@
-#include "collectives/torchrec/modules/embedding_collection.h"
+#include <ferry/collectives/torchrec/modules/embedding_collection.h>
 
-#include "collectives/torchrec/modules/embedding_lookup.h"
-#include "collectives/torchrec/modules/module_helpers.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
+#include <ferry/collectives/torchrec/modules/module_helpers.h>
+#include <ferry/runtime/error.h>
 
 namespace ferry::torchrec {
 

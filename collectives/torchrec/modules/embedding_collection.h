@@ -13,12 +13,12 @@
 // sequence_embedding_lookup (embedding_lookup.h) gives them.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/modules/embedding_config.h"
-#include "collectives/torchrec/modules/embedding_table.h"
-#include "collectives/torchrec/modules/fused_optimizer.h"
-#include "collectives/torchrec/sparse/jagged_tensor.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/modules/embedding_config.h>
+#include <ferry/collectives/torchrec/modules/embedding_table.h>
+#include <ferry/collectives/torchrec/modules/fused_optimizer.h>
+#include <ferry/collectives/torchrec/sparse/jagged_tensor.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <cstdint>
 #include <map>

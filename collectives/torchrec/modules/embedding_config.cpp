@@ -1,6 +1,6 @@
-#include "collectives/torchrec/modules/embedding_config.h"
+#include <ferry/collectives/torchrec/modules/embedding_config.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <cmath>
 #include <map>

@@ -15,7 +15,7 @@
 // build the same full table and cut its shards out of it.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <optional>

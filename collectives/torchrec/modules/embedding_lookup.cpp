@@ -1,7 +1,7 @@
-#include "collectives/torchrec/modules/embedding_lookup.h"
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 
-#include "autograd/function.h"
-#include "runtime/error.h"
+#include <ferry/autograd/function.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <iostream>

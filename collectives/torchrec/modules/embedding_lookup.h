@@ -48,10 +48,10 @@
 // table's total_rows with the table's BoundsCheckMode.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/modules/embedding_config.h"
-#include "collectives/torchrec/modules/embedding_table.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/modules/embedding_config.h>
+#include <ferry/collectives/torchrec/modules/embedding_table.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <cstdint>
 #include <memory>

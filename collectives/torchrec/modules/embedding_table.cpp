@@ -1,6 +1,6 @@
-#include "collectives/torchrec/modules/embedding_table.h"
+#include <ferry/collectives/torchrec/modules/embedding_table.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 namespace ferry::torchrec {
 

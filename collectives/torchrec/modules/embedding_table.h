@@ -21,10 +21,10 @@
 // lookups through std::shared_ptr.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/modules/fused_optimizer.h"
-#include "collectives/torchrec/modules/sparse_row_gradient.h"
-#include "runtime/tensor.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/modules/fused_optimizer.h>
+#include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,6 @@
-#include "collectives/torchrec/modules/fused_optimizer.h"
+#include <ferry/collectives/torchrec/modules/fused_optimizer.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <cmath>
 

@@ -29,8 +29,8 @@
 // a non-zero weight_decay is refused (ferry does not guess a rule the spec does not pin).
 #pragma once
 
-#include "collectives/torchrec/modules/sparse_row_gradient.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <string>

@@ -1,6 +1,6 @@
-#include "collectives/torchrec/modules/module_helpers.h"
+#include <ferry/collectives/torchrec/modules/module_helpers.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <sstream>
 

@@ -1,8 +1,8 @@
 // Helpers shared by the embedding collections (internal, not installed).
 #pragma once
 
-#include "collectives/torchrec/modules/embedding_table.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+#include <ferry/collectives/torchrec/modules/embedding_table.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <map>
 #include <memory>

@@ -1,6 +1,6 @@
-#include "collectives/torchrec/modules/sparse_row_gradient.h"
+#include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <vector>
 

@@ -15,7 +15,7 @@
 // reference can reproduce the sums bit for bit.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 

@@ -1,6 +1,6 @@
-#include "collectives/torchrec/planner/cost_model.h"
+#include <ferry/collectives/torchrec/planner/cost_model.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,9 @@
-#include "collectives/torchrec/planner/plan_agreement.h"
+#include <ferry/collectives/torchrec/planner/plan_agreement.h>
 
-#include "collectives/collectives.h"
-#include "collectives/torchrec/comm/collective_utils.h"
-#include "runtime/error.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/comm/collective_utils.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstring>
 #include <map>

@@ -3,8 +3,8 @@
 // sharding time)"). The sharded modules call check_plan_agreement once when they are built.
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/torchrec/planner/sharding_plan.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
 
 #include <cstdint>
 

@@ -1,7 +1,7 @@
-#include "collectives/torchrec/planner/plan_helpers.h"
+#include <ferry/collectives/torchrec/planner/plan_helpers.h>
 
-#include "collectives/torchrec/comm/topology.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

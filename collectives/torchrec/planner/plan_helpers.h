@@ -16,7 +16,7 @@
 // InvalidArgument naming the table.
 #pragma once
 
-#include "collectives/torchrec/planner/sharding_plan.h"
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
 
 #include <functional>
 #include <map>

@@ -1,4 +1,4 @@
-#include "collectives/torchrec/planner/plan_printer.h"
+#include <ferry/collectives/torchrec/planner/plan_printer.h>
 
 #include <algorithm>
 #include <cstdio>

@@ -21,8 +21,8 @@
 //   estimated cost per step: max 1.31 ms (rank 0), mean 1.31 ms, max/mean 1
 #pragma once
 
-#include "collectives/torchrec/planner/cost_model.h"
-#include "collectives/torchrec/planner/sharding_plan.h"
+#include <ferry/collectives/torchrec/planner/cost_model.h>
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
 
 #include <cstdint>
 #include <map>

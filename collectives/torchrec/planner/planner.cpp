@@ -1,10 +1,10 @@
-#include "collectives/torchrec/planner/planner.h"
+#include <ferry/collectives/torchrec/planner/planner.h>
 
-#include "collectives/torchrec/comm/collective_utils.h"
-#include "collectives/torchrec/planner/plan_helpers.h"
-#include "collectives/torchrec/planner/plan_printer.h"
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include <ferry/collectives/torchrec/comm/collective_utils.h>
+#include <ferry/collectives/torchrec/planner/plan_helpers.h>
+#include <ferry/collectives/torchrec/planner/plan_printer.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <algorithm>
 #include <cmath>

@@ -34,9 +34,9 @@
 // rank 0 and broadcasts instead.
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/torchrec/planner/cost_model.h"
-#include "collectives/torchrec/planner/sharding_plan.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/planner/cost_model.h>
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
 
 #include <map>
 #include <string>

@@ -1,6 +1,6 @@
-#include "collectives/torchrec/planner/sharding_plan.h"
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <set>

@@ -12,8 +12,8 @@
 //           buffer for all such tables of one dtype: cheaper when the ranks touch, together,
 //           more rows than the table has.
 // Both give the same rows; their sums may differ in the last bit (another summation order).
-#include "collectives/collectives.h"
-#include "collectives/torchrec/sharding/sharded_tables.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 
 #include <map>
 

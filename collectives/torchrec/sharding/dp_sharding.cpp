@@ -1,6 +1,6 @@
-#include "collectives/torchrec/sharding/dp_sharding.h"
+#include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 
-#include "collectives/torchrec/modules/embedding_lookup.h"
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 
 #include <algorithm>
 

@@ -5,8 +5,8 @@
 // loss. Weights are not rescaled (torchrec disables CommOpGradientScaling here).
 #pragma once
 
-#include "collectives/torchrec/modules/embedding_lookup.h"
-#include "collectives/torchrec/sharding/embedding_sharding.h"
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
+#include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
 #include <memory>
 #include <string>

@@ -1,6 +1,6 @@
-#include "collectives/torchrec/sharding/embedding_sharding.h"
+#include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
-#include "collectives/torchrec/comm/comm_switches.h"
+#include <ferry/collectives/torchrec/comm/comm_switches.h>
 
 #include <algorithm>
 

@@ -12,11 +12,11 @@
 // group, all of them in the same order on every rank (so their collectives match).
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/dist/kjt_all_to_all.h"
-#include "collectives/torchrec/sharding/sharded_tables.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
-#include "runtime/awaitable.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
+#include <ferry/runtime/awaitable.h>
 
 #include <cstdint>
 #include <memory>

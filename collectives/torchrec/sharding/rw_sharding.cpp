@@ -1,8 +1,8 @@
-#include "collectives/torchrec/sharding/rw_sharding.h"
+#include <ferry/collectives/torchrec/sharding/rw_sharding.h>
 
-#include "autograd/ops.h"
-#include "collectives/torchrec/modules/embedding_lookup.h"
-#include "collectives/torchrec/sparse/bucketize.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
+#include <ferry/collectives/torchrec/sparse/bucketize.h>
 
 #include <algorithm>
 

@@ -16,9 +16,9 @@
 //                sequence: SequenceEmbeddingsAllToAll with the unbucketize permutation.
 #pragma once
 
-#include "collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h"
-#include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
-#include "collectives/torchrec/sharding/embedding_sharding.h"
+#include <ferry/collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h>
+#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
 #include <memory>
 #include <string>

@@ -1,12 +1,12 @@
-#include "collectives/torchrec/sharding/sharded_embedding_bag_collection.h"
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 
-#include "autograd/ops.h"
-#include "collectives/torchrec/comm/topology.h"
-#include "collectives/torchrec/sharding/dp_sharding.h"
-#include "collectives/torchrec/sharding/rw_sharding.h"
-#include "collectives/torchrec/sharding/tw_cw_sharding.h"
-#include "collectives/torchrec/sharding/twrw_sharding.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/collectives/torchrec/sharding/dp_sharding.h>
+#include <ferry/collectives/torchrec/sharding/rw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/twrw_sharding.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

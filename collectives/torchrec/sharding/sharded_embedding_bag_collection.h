@@ -38,11 +38,11 @@
 // FUSED).
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/lazy_awaitable.h"
-#include "collectives/torchrec/modules/embedding_bag_collection.h"
-#include "collectives/torchrec/sharding/embedding_sharding.h"
-#include "collectives/torchrec/sharding/sharded_tables.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/lazy_awaitable.h>
+#include <ferry/collectives/torchrec/modules/embedding_bag_collection.h>
+#include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
+#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 
 #include <cstdint>
 #include <map>

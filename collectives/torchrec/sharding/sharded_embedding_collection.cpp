@@ -1,10 +1,10 @@
-#include "collectives/torchrec/sharding/sharded_embedding_collection.h"
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_collection.h>
 
-#include "autograd/ops.h"
-#include "collectives/torchrec/sharding/dp_sharding.h"
-#include "collectives/torchrec/sharding/rw_sharding.h"
-#include "collectives/torchrec/sharding/tw_cw_sharding.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/sharding/dp_sharding.h>
+#include <ferry/collectives/torchrec/sharding/rw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
+#include <ferry/runtime/error.h>
 
 #include <set>
 

@@ -15,10 +15,10 @@
 // steps as there; the state keys are "embeddings.<table>.weight".
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/lazy_awaitable.h"
-#include "collectives/torchrec/modules/embedding_collection.h"
-#include "collectives/torchrec/sharding/sharded_embedding_bag_collection.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/lazy_awaitable.h>
+#include <ferry/collectives/torchrec/modules/embedding_collection.h>
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 
 #include <cstdint>
 #include <map>

@@ -5,10 +5,10 @@
 // Gathering follows the weights' state_dict: each rank writes its shards' state into a
 // zero tensor of the whole table and an all_reduce sums them (every element is held by exactly
 // one shard). Every rank runs the same collectives in table order, whatever it holds.
-#include "collectives/collectives.h"
-#include "collectives/torchrec/comm/comm_op_base.h"
-#include "collectives/torchrec/sharding/sharded_tables.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/comm/comm_op_base.h>
+#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
-#include "collectives/torchrec/sharding/sharded_tables.h"
+#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 
-#include "collectives/collectives.h"
-#include "collectives/torchrec/comm/topology.h"
-#include "collectives/torchrec/planner/plan_agreement.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/collectives/torchrec/planner/plan_agreement.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <map>

@@ -16,14 +16,14 @@
 //                          kernel DENSE: the sparse gradient accumulates (step by hand)
 #pragma once
 
-#include "collectives/group.h"
-#include "collectives/torchrec/comm/comm_ops.h"
-#include "collectives/torchrec/comm/fbgemm_qcomm_codec.h"
-#include "collectives/torchrec/modules/embedding_config.h"
-#include "collectives/torchrec/modules/embedding_table.h"
-#include "collectives/torchrec/modules/fused_optimizer.h"
-#include "collectives/torchrec/planner/sharding_plan.h"
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+#include <ferry/collectives/group.h>
+#include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/collectives/torchrec/comm/fbgemm_qcomm_codec.h>
+#include <ferry/collectives/torchrec/modules/embedding_config.h>
+#include <ferry/collectives/torchrec/modules/embedding_table.h>
+#include <ferry/collectives/torchrec/modules/fused_optimizer.h>
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <cstdint>
 #include <map>

@@ -1,7 +1,7 @@
-#include "collectives/torchrec/sharding/tw_cw_sharding.h"
+#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
 
-#include "autograd/ops.h"
-#include "collectives/torchrec/modules/embedding_lookup.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 
 #include <algorithm>
 #include <numeric>

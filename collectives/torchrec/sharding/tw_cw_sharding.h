@@ -14,9 +14,9 @@
 // rows): the collection makes one group per distinct shard width.
 #pragma once
 
-#include "collectives/torchrec/dist/pooled_embeddings_all_to_all.h"
-#include "collectives/torchrec/dist/sequence_embeddings_all_to_all.h"
-#include "collectives/torchrec/sharding/embedding_sharding.h"
+#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
 #include <memory>
 #include <string>

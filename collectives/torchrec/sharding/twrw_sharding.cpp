@@ -1,9 +1,9 @@
-#include "collectives/torchrec/sharding/twrw_sharding.h"
+#include <ferry/collectives/torchrec/sharding/twrw_sharding.h>
 
-#include "autograd/ops.h"
-#include "collectives/torchrec/modules/embedding_lookup.h"
-#include "collectives/torchrec/sparse/bucketize.h"
-#include "runtime/error.h"
+#include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
+#include <ferry/collectives/torchrec/sparse/bucketize.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 

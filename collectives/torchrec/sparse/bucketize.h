@@ -26,8 +26,8 @@
 // is kept (stride_per_key_per_rank repeated for every bucket).
 #pragma once
 
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <optional>

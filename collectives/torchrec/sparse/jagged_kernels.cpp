@@ -1,6 +1,6 @@
-#include "collectives/torchrec/sparse/jagged_kernels.h"
+#include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 
-#include "runtime/error.h"
+#include <ferry/runtime/error.h>
 
 #include <cstring>
 #include <limits>

@@ -4,7 +4,7 @@
 // and by the receiving side of the KJT all-to-all, kjt_dist_init).
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <string>

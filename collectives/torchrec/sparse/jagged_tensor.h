@@ -16,7 +16,7 @@
 // Plain data: values and weights are Tensors, not autograd Variables.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <optional>

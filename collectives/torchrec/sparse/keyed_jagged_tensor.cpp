@@ -1,7 +1,7 @@
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
-#include "collectives/torchrec/sparse/jagged_kernels.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 #include <mutex>

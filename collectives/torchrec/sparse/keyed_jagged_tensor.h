@@ -38,8 +38,8 @@
 // sending side, kjt_dist_init on the receiving side; split / concat by key for the input dists.
 #pragma once
 
-#include "collectives/torchrec/sparse/jagged_tensor.h"
-#include "runtime/tensor.h"
+#include <ferry/collectives/torchrec/sparse/jagged_tensor.h>
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <iosfwd>

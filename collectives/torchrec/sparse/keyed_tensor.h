@@ -12,7 +12,7 @@
 // otherwise. Plain data: values is a Tensor, not an autograd Variable.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <ferry/runtime/tensor.h>
 
 #include <cstdint>
 #include <map>

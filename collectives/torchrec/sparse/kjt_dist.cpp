@@ -1,7 +1,7 @@
-#include "collectives/torchrec/sparse/kjt_dist.h"
+#include <ferry/collectives/torchrec/sparse/kjt_dist.h>
 
-#include "collectives/torchrec/sparse/jagged_kernels.h"
-#include "runtime/error.h"
+#include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/runtime/error.h>
 
 namespace ferry::torchrec {
 

@@ -23,7 +23,7 @@
 // segment keeps its own sample count, so unequal batch sizes per rank need no special case).
 #pragma once
 
-#include "collectives/torchrec/sparse/keyed_jagged_tensor.h"
+#include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <cstdint>
 #include <optional>

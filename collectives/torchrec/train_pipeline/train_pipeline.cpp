@@ -1,9 +1,9 @@
 // The train pipelines: the step shared by both, the exhaustion agreement, and the sparse-dist
 // pipeline's bookkeeping of the batch in flight.
-#include "collectives/torchrec/train_pipeline/train_pipeline.h"
+#include <ferry/collectives/torchrec/train_pipeline/train_pipeline.h>
 
-#include "collectives/collectives.h"
-#include "runtime/error.h"
+#include <ferry/collectives/collectives.h>
+#include <ferry/runtime/error.h>
 
 #include <chrono>
 #include <utility>

@@ -34,11 +34,11 @@
 // synchronisation point of its own.
 #pragma once
 
-#include "autograd/variable.h"
-#include "collectives/torchrec/datasets/batch.h"
-#include "collectives/torchrec/model_parallel/model_parallel.h"
-#include "collectives/torchrec/model_parallel/sharded_ebc_module.h"
-#include "collectives/torchrec/sharding/sharded_embedding_bag_collection.h"
+#include <ferry/autograd/variable.h>
+#include <ferry/collectives/torchrec/datasets/batch.h>
+#include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
+#include <ferry/collectives/torchrec/model_parallel/sharded_ebc_module.h>
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 
 #include <cstdint>
 #include <functional>
