@@ -47,6 +47,21 @@ done
 case " $libs " in *mpi*|*ucp*|*ucs*) echo "FAIL: MPI/UCX libraries in Libs"; exit 1;; esac
 test "$(pkg-config --variable=cxx_std ferry)" = "c++20"
 
+step "the installed headers compile, and their inline functions link to libferry.so"
+# Exported symbols: a program compiled against the headers must find every ferry symbol their
+# inline functions reach (-fkeep-inline-functions emits them all; packaging/export_map.py's
+# KEEP_DETAIL is where a ferry::detail one goes). Templates are covered by the consumers below.
+(cd "$prefix/include" && find ferry -name '*.h' | sort) > "$work/headers.txt"
+sed 's|.*|#include <&>|' "$work/headers.txt" > "$work/all_headers.cpp"
+# shellcheck disable=SC2086
+g++ -std=c++20 -O0 -fkeep-inline-functions -DMPICH_SKIP_MPICXX -c "$work/all_headers.cpp" \
+  -o "$work/all_headers.o" $cflags
+nm -u -P "$work/all_headers.o" | awk '{print $1}' | grep 5ferry | sort -u > "$work/needed.txt"
+nm -D --defined-only "$libdir/libferry.so" | awk '{print $3}' | sort -u > "$work/exported.txt"
+missing="$(comm -23 "$work/needed.txt" "$work/exported.txt" | c++filt)"
+[ -z "$missing" ] || { echo "FAIL: the headers reach symbols libferry.so hides:"; echo "$missing"; exit 1; }
+echo "$(wc -l < "$work/headers.txt") headers; $(wc -l < "$work/needed.txt") ferry symbols reached, all exported"
+
 step "pkg-config consumer: the README's first program"
 # shellcheck disable=SC2086  # the flags are word lists
 g++ -std=c++20 "$source/tests/install/first_program.cpp" -o "$work/first_program" \
