@@ -3,6 +3,7 @@
 
 #include <ferry/runtime/awaitable.h>
 #include <ferry/runtime/block_cache.h>
+#include <ferry/runtime/build_info.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/dtype.h>
 #include <ferry/runtime/error.h>

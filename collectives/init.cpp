@@ -91,6 +91,7 @@ Group init() {
     std::atexit(finalize_at_exit);
     s.at_exit_registered = true;
   }
+  if (transport->size() > 1) detail::set_process_log_rank(transport->rank());
   FERRY_LOG(Info, "init", "backend ", backend, " (", why, "): rank ", transport->rank(), " of ",
             transport->size());
   Group world = Group::world(std::move(transport));

@@ -2,6 +2,7 @@
 
 #include <ferry/backends/local/local_transport.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <exception>
 #include <mutex>
@@ -19,6 +20,7 @@ void run_ranks(int n, const std::function<void(Group& world)>& fn) {
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      detail::set_thread_log_rank(r);  // this thread's log lines carry its rank
       // The group outlives the catch below: the failing rank is declared dead first, so that its
       // own queued ops and the peers waiting on it fail at once instead of at their deadline.
       std::optional<Group> world;

@@ -24,7 +24,8 @@ struct Config {
   std::chrono::milliseconds timeout{300'000};  // FERRY_TIMEOUT
   std::string backend;                         // FERRY_BACKEND: "", local, mpi, ucx
   std::string algo;                            // FERRY_ALGO (parsed by the algorithm table)
-  std::string debug = "off";                   // FERRY_DEBUG: off, info, trace
+  std::string debug = "off";                   // FERRY_DEBUG: off, warn, info, trace
+  std::string debug_file;                      // FERRY_DEBUG_FILE ("": stderr)
   std::string debug_subsys;                    // FERRY_DEBUG_SUBSYS, lower case
   bool progress_thread = true;                 // FERRY_PROGRESS_THREAD
   bool check = false;                          // FERRY_CHECK

@@ -18,7 +18,8 @@ const std::vector<SettingInfo>& known_settings() {
       {"FERRY_TIMEOUT", "seconds, 0.001 to 1e9", "300", true},
       {"FERRY_CHECK", "boolean", "0", true},
       {"FERRY_ALGO", "op:algorithm list", "", true},
-      {"FERRY_DEBUG", "off, info, trace", "off", true},
+      {"FERRY_DEBUG", "off, warn, info, trace", "off", true},
+      {"FERRY_DEBUG_FILE", "path with %h, %p, %r", "", true},
       {"FERRY_DEBUG_SUBSYS", "list of init, coll, transport, ucx, codec, torchrec, all", "",
        true},
       {"FERRY_HOST_CACHE_MB", "MiB, 0 to 2^30 - 1", "256", true},
@@ -130,8 +131,9 @@ Config read_config(const std::function<const char*(const char*)>& get) {
     c.timeout = parse_timeout("FERRY_TIMEOUT", t);
   c.backend = one_of("FERRY_BACKEND", text("FERRY_BACKEND"), {"local", "mpi", "ucx"});
   c.algo = lower(text("FERRY_ALGO"));
-  c.debug = one_of("FERRY_DEBUG", text("FERRY_DEBUG"), {"off", "info", "trace"});
+  c.debug = one_of("FERRY_DEBUG", text("FERRY_DEBUG"), {"off", "warn", "info", "trace"});
   if (c.debug.empty()) c.debug = "off";
+  c.debug_file = text("FERRY_DEBUG_FILE");  // a path: case kept
   c.debug_subsys = lower(text("FERRY_DEBUG_SUBSYS"));
   {
     std::stringstream list(c.debug_subsys);

@@ -7,6 +7,7 @@
 //     the tape against the same arithmetic written by hand with Eigen, in the same run.
 // Medians over repetitions; the machine's timings swing, so compare the ratio, not the times.
 #include <ferry/ferry.h>
+#include "tools/cli/args.h"
 
 #include <algorithm>
 #include <chrono>
@@ -162,16 +163,15 @@ void mlp(int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 21;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: ferry-autograd-bench [--reps N]\n");
-      return 2;
-    }
-  }
-  tape_overhead(reps);
-  mlp(reps);
-  return 0;
+  return ferry::cli::guarded_main("ferry-autograd-bench", [&] {
+    int reps = 21;
+    ferry::cli::Parser("ferry-autograd-bench", "[--reps N]",
+                       "The tape's overhead per node, and an MLP step against hand-written Eigen.")
+        .int_option("--reps", "repetitions; the median is printed (default 21)", &reps, 1,
+                    1'000'000)
+        .parse(argc, argv);
+    tape_overhead(reps);
+    mlp(reps);
+    return 0;
+  });
 }

@@ -20,6 +20,7 @@
 // The dataset: 16 features drawn from N(0, 1); the label is 1 when a fixed random "teacher"
 // network (16 -> 32 -> 1, tanh) gives a positive output. 4096 training and 1024 test samples.
 #include <ferry/ferry.h>
+#include "tools/cli/args.h"
 
 #include <algorithm>
 #include <cmath>
@@ -191,38 +192,33 @@ Outcome train(Group& world, const Options& o) {
   return outcome;
 }
 
-[[noreturn]] void usage(const char* problem) {
-  std::fprintf(stderr,
-               "ferry-train: %s\n"
-               "usage: ferry-train [--world-size N] [--epochs N] [--batch N] [--hidden N] "
-               "[--lr X] [--seed N] [--bucket-kib N]\n",
-               problem);
-  std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) usage(std::string("missing value after ").append(flag).c_str());
-    const char* value = argv[++i];
-    if (flag == "--world-size") o.world_size = std::atoi(value);
-    else if (flag == "--epochs") o.epochs = std::atoi(value);
-    else if (flag == "--batch") o.batch = std::atoi(value);
-    else if (flag == "--hidden") o.hidden = std::atoi(value);
-    else if (flag == "--lr") o.lr = std::atof(value);
-    else if (flag == "--seed") o.seed = std::strtoull(value, nullptr, 10);
-    else if (flag == "--bucket-kib") o.bucket_kib = std::atoll(value);
-    else usage(std::string("unknown option ").append(flag).c_str());
-  }
-  if (o.world_size < 1 || o.epochs < 1 || o.hidden < 1 || o.lr <= 0) usage("bad value");
-  if (o.batch < o.world_size || o.batch > kTrain) usage("--batch must be in [world size, 4096]");
+  cli::Parser p("ferry-train", "[options]",
+                "Trains a 16-64-64-1 MLP data-parallel (threads of the local transport, or one\n"
+                "process per rank under mpiexec / ferry-run). Exit status 0 when the replicas\n"
+                "stayed identical and the model learned, 1 otherwise, 2 for a bad command line.");
+  p.int_option("-n, --world-size", "ranks of the local transport (default 4)", &o.world_size, 1,
+               1024)
+      .int_option("--epochs", "training epochs (default 8)", &o.epochs, 1, 10000)
+      .int_option("--batch", "global mini-batch, split over the ranks (default 64)", &o.batch, 1,
+                  kTrain)
+      .int_option("--hidden", "hidden layer width (default 64)", &o.hidden, 1, 1 << 16)
+      .double_option("--lr", "SGD learning rate (default 0.1)", &o.lr, 1e-12, 1e6)
+      .option("--seed", "N", "initialisation seed (default 7)",
+              [&](const std::string& v) {
+                o.seed = static_cast<uint64_t>(cli::parse_int("--seed", v, 0, INT64_MAX));
+              })
+      .int_option("--bucket-kib", "the gradient reducer's bucket cap (default 16)", &o.bucket_kib,
+                  1, int64_t{1} << 30);
+  p.parse(argc, argv);
+  if (o.batch < o.world_size) throw cli::UsageError("--batch must be at least --world-size");
   return o;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   // Under mpiexec (or with FERRY_BACKEND set to a multi-process transport) every process is one
   // rank of init()'s world; otherwise the ranks are --world-size threads of this process.
@@ -238,7 +234,7 @@ int main(int argc, char** argv) {
   }
   Outcome result;
   if (one_process_per_rank) {
-    if (o.batch < world_size) usage("--batch must be at least the world size");
+    if (o.batch < world_size) throw cli::UsageError("--batch must be at least the world size");
     result = train(launched, o);
   } else {
     std::mutex mutex;
@@ -258,4 +254,8 @@ int main(int argc, char** argv) {
   }
   finalize();
   return result.replicas_identical && learned ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  return cli::guarded_main("ferry-train", [&] { return run_main(argc, argv); });
 }

@@ -21,6 +21,7 @@
 // ferry-run) each process is one rank.
 #include <ferry/ferry.h>
 #include <ferry/collectives/torchrec/torchrec.h>
+#include "tools/cli/args.h"
 #include "tools/dlrm/checkpoint.h"
 #include "tools/dlrm/run_picture.h"
 
@@ -503,68 +504,64 @@ Outcome run(const Options& o, Group& world) {
   return outcome;
 }
 
-[[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "ferry-dlrm: %s\n"
-               "usage: ferry-dlrm [--world-size N] [--epochs N] [--batch N (per rank)] "
-               "[--tables N] [--max-rows N] [--dim N] [--train-samples N] [--test-samples N]\n"
-               "       [--sharding planner|tw|rw|cw|dp|twcw|twrw|mixed] [--codec fp32|fp16|bf16|"
-               "fp8|int8[,BWD]] [--pipeline on|off] [--metrics PATH.csv] [--svg PATH.svg]\n"
-               "       [--checkpoint PATH] [--resume PATH]\n"
-               "       [--seed N] [--dense-lr X] [--sparse-lr X] [--check-steps N] "
-               "[--check-batch N] [--min-auc X]\n",
-               problem.c_str());
-  std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage("help");
-    if (i + 1 >= argc) usage("missing value after " + flag);
-    const std::string v = argv[++i];
-    if (flag == "--world-size") o.world_size = std::atoi(v.c_str());
-    else if (flag == "--epochs") o.epochs = std::atoi(v.c_str());
-    else if (flag == "--batch") o.batch = std::atoll(v.c_str());
-    else if (flag == "--tables") o.tables = std::atoi(v.c_str());
-    else if (flag == "--max-rows") o.max_rows = std::atoll(v.c_str());
-    else if (flag == "--dim") o.dim = std::atoll(v.c_str());
-    else if (flag == "--train-samples") o.train_samples = std::atoll(v.c_str());
-    else if (flag == "--test-samples") o.test_samples = std::atoll(v.c_str());
-    else if (flag == "--sharding") o.sharding = v;
-    else if (flag == "--codec") o.codec = v;
-    else if (flag == "--pipeline") {
-      if (v != "on" && v != "off") usage("--pipeline takes on or off");
-      o.pipeline = v == "on";
-    } else if (flag == "--metrics") o.metrics = v;
-    else if (flag == "--svg") o.svg = v;
-    else if (flag == "--checkpoint") o.checkpoint = v;
-    else if (flag == "--resume") o.resume = v;
-    else if (flag == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
-    else if (flag == "--dense-lr") o.dense_lr = std::atof(v.c_str());
-    else if (flag == "--sparse-lr") o.sparse_lr = std::atof(v.c_str());
-    else if (flag == "--check-steps") o.check_steps = std::atoi(v.c_str());
-    else if (flag == "--check-batch") o.check_batch = std::atoll(v.c_str());
-    else if (flag == "--min-auc") o.min_auc = std::atof(v.c_str());
-    else usage("unknown option " + flag);
-  }
-  if (o.world_size < 1 || o.epochs < 1 || o.batch < 1 || o.tables < 1 || o.max_rows < 1 ||
-      o.dim < 1 || o.check_steps < 1 || o.check_batch < 1)
-    usage("bad value");
+  std::string pipeline = "on";
+  cli::Parser p("ferry-dlrm", "[options]",
+                "Trains a DLRM whose embedding tables are sharded over the ranks (threads of the\n"
+                "local transport, or one process per rank under mpiexec / ferry-run), after an\n"
+                "equivalence check against unsharded training. Exit status 0 when the check\n"
+                "passed and the test AUC cleared the threshold, 1 otherwise, 2 for a bad command\n"
+                "line.");
+  p.int_option("-n, --world-size", "ranks of the local transport (default 4)", &o.world_size, 1,
+               1024)
+      .int_option("--epochs", "training epochs (default 3)", &o.epochs, 1, 1000)
+      .int_option("--batch", "samples per rank and step (default 128)", &o.batch, 1, 1 << 20)
+      .int_option("--tables", "embedding tables (default 26)", &o.tables, 1, 4096)
+      .int_option("--max-rows", "rows per table at most (default 10000)", &o.max_rows, 1,
+                  int64_t{1} << 32)
+      .int_option("--dim", "embedding dim (default 16)", &o.dim, 1, 4096)
+      .int_option("--train-samples", "samples per epoch (default 65536)", &o.train_samples, 1,
+                  int64_t{1} << 32)
+      .int_option("--test-samples", "test samples (default 8192)", &o.test_samples, 1,
+                  int64_t{1} << 32)
+      .string_option("--sharding", "planner|tw|rw|cw|dp|twcw|twrw|mixed (default planner)",
+                     &o.sharding, "TYPE")
+      .string_option("--codec", "fp32|fp16|bf16|fp8|int8[,BWD] (default fp32)", &o.codec, "NAME")
+      .choice_option("--pipeline", "sparse-dist pipeline or the base one (default on)",
+                     &pipeline, {"on", "off"})
+      .string_option("--metrics", "write per-step metrics as CSV", &o.metrics, "PATH")
+      .string_option("--svg", "write a picture of the run", &o.svg, "PATH")
+      .string_option("--checkpoint", "write a checkpoint after every epoch", &o.checkpoint, "PATH")
+      .string_option("--resume", "resume from a checkpoint", &o.resume, "PATH")
+      .option("--seed", "N", "data and initialisation seed (default 0)",
+              [&](const std::string& v) {
+                o.seed = static_cast<uint64_t>(cli::parse_int("--seed", v, 0, INT64_MAX));
+              })
+      .double_option("--dense-lr", "dense SGD learning rate (default 0.05)", &o.dense_lr, 1e-12,
+                     1e6)
+      .double_option("--sparse-lr", "sparse learning rate (default 30)", &o.sparse_lr, 1e-12, 1e6)
+      .int_option("--check-steps", "steps of the equivalence check (default 3)", &o.check_steps,
+                  1, 1000)
+      .int_option("--check-batch", "batch of the equivalence check (default 32)", &o.check_batch,
+                  1, 1 << 20)
+      .double_option("--min-auc", "learning threshold (default: from the generator)", &o.min_auc,
+                     0, 1);
+  p.parse(argc, argv);
+  o.pipeline = pipeline == "on";
   return o;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   Options o = parse(argc, argv);
   Group launched = init();
   const bool one_process_per_rank = launched.size() > 1;
   const int world_size = one_process_per_rank ? launched.size() : o.world_size;
   o.world_size = world_size;
   if (o.test_samples < o.batch * world_size || o.train_samples < o.batch * world_size)
-    usage("--train-samples and --test-samples must hold at least one global batch");
+    throw cli::UsageError("--train-samples and --test-samples must hold at least one global batch");
   if (!one_process_per_rank || launched.rank() == 0) {
     std::printf("ferry-dlrm: DLRM on %d ranks (%s), %d tables (<= %lld rows, dim %lld) sharded "
                 "by %s, batch %lld per rank, %s pipeline, codec %s, %d epochs of %lld samples\n",
@@ -594,4 +591,8 @@ int main(int argc, char** argv) {
   }
   finalize();
   return result.ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  return cli::guarded_main("ferry-dlrm", [&] { return run_main(argc, argv); });
 }

@@ -15,6 +15,7 @@
 // (tools/embedding_step_bench.cpp, whose head lists its options).
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/collectives/torchrec/torchrec.h>
+#include "tools/cli/args.h"
 #include "tools/embedding_step_bench.h"
 
 #include <chrono>
@@ -66,21 +67,21 @@ int main(int argc, char** argv) {
   int64_t rows = 100000, dim = 64, batch = 512, pooling = 20, features = 4;
   int iters = 20;
   std::string dtype = "float32";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const char* v = argv[i + 1];
-    if (a == "--rows") rows = std::atoll(v);
-    else if (a == "--dim") dim = std::atoll(v);
-    else if (a == "--batch") batch = std::atoll(v);
-    else if (a == "--pooling") pooling = std::atoll(v);
-    else if (a == "--features") features = std::atoll(v);
-    else if (a == "--iters") iters = std::atoi(v);
-    else if (a == "--dtype") dtype = v;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+  const int status = cli::guarded_main("ferry-embedding-bench", [&] {
+    cli::Parser("ferry-embedding-bench", "[options]",
+                "Pooled embedding lookup throughput against a plain Eigen gather-and-sum loop.")
+        .int_option("--rows", "rows per table (default 100000)", &rows, 1, int64_t{1} << 32)
+        .int_option("--dim", "embedding dim (default 64)", &dim, 1, 1 << 16)
+        .int_option("--batch", "bags per feature (default 512)", &batch, 1, 1 << 24)
+        .int_option("--pooling", "ids per bag (default 20)", &pooling, 1, 1 << 16)
+        .int_option("--features", "features (default 4)", &features, 1, 1 << 12)
+        .int_option("--iters", "timed iterations (default 20)", &iters, 1, 1 << 24)
+        .choice_option("--dtype", "table dtype (default float32)", &dtype,
+                       {"float32", "float64"})
+        .parse(argc, argv);
+    return 0;
+  });
+  if (status != 0) return status;
   const DType dt = dtype_from_name(dtype);
   std::mt19937_64 gen(1);
   std::vector<int64_t> ids, lengths, offsets{0};

@@ -233,9 +233,18 @@ int run(int argc, char** argv) {
   std::string algo_table;
   try {
     opts = parse_options(argc, argv);
-    if (opts.help) {
-      std::fputs(usage().c_str(), stdout);
-      return 0;
+    // Under a launcher without --transport mpi / ucx each process would run its own
+    // single-process bench and print its own table: refuse, and say what to add.
+    if (const LaunchedAs launched = launched_as(); launched.size > 1) {
+      if (launched.by_ferry_run)
+        throw UsageError("started by ferry-run, which ferry-bench does not support: start it with "
+                         "mpiexec -n N ferry-bench --transport mpi (or ucx)");
+      if (opts.transport == "local" && !opts.codec) {
+        if (launched.rank != 0) return 2;  // rank 0 says why
+        throw UsageError(std::string("started as one of ") + std::to_string(launched.size) +
+                         " processes (mpiexec) with --transport local: every process would run "
+                         "its own single-process bench; add --transport mpi or --transport ucx");
+      }
     }
     if (opts.codec) return run_codecs(opts);
     launcher = make_launcher(opts.transport, opts.world_size);

@@ -6,6 +6,7 @@
 // Exit status 0 when every rank exited with 0; otherwise 1, with one line per failed rank.
 // SIGINT / SIGTERM / SIGHUP are passed on to the ranks (SIGKILL after --grace); ferry-run then
 // exits with 128 + the signal, as a shell reports a process a signal ended.
+#include "tools/cli/args.h"
 #include "tools/run/rank_processes.h"
 
 #include <cstdio>
@@ -16,47 +17,28 @@
 
 namespace {
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "ferry-run: %s\nusage: ferry-run -n RANKS [--timeout SECONDS] "
-               "[--grace SECONDS] program [args...]\n", why);
-  std::exit(2);
-}
-
-double number(const char* flag, const char* value) {
-  if (value == nullptr) usage((std::string(flag) + " needs a value").c_str());
-  char* end = nullptr;
-  const double x = std::strtod(value, &end);
-  if (end == value || *end != '\0' || x <= 0)
-    usage((std::string(flag) + ": expected a positive number, given '" + value + "'").c_str());
-  return x;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   ferry::run::LaunchOptions o;
-  int i = 1;
-  for (; i < argc && argv[i][0] == '-'; ++i) {
-    const std::string flag = argv[i];
-    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (flag == "-n") {
-      const double n = number("-n", value);
-      if (n != static_cast<double>(static_cast<int>(n)) || n > 4096)
-        usage("-n: expected a whole number of ranks in [1, 4096]");
-      o.ranks = static_cast<int>(n);
-    } else if (flag == "--timeout") {
-      o.timeout = std::chrono::milliseconds(static_cast<int64_t>(number("--timeout", value) * 1e3));
-    } else if (flag == "--grace") {
-      o.grace = std::chrono::milliseconds(static_cast<int64_t>(number("--grace", value) * 1e3));
-    } else if (flag == "--") {
-      ++i;
-      break;
-    } else {
-      usage(("unknown flag " + flag).c_str());
-    }
-    ++i;
-  }
-  if (i >= argc) usage("no program given");
+  namespace cli = ferry::cli;
+  auto seconds = [](const char* flag, const std::string& v) {
+    const double s = cli::parse_double(flag, v, 1e-3, 1e7);
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1e3));
+  };
+  cli::Parser p("ferry-run", "[-n RANKS] [options] [--] program [args...]",
+                "Starts RANKS processes of program on this host as one ferry job over the UCX\n"
+                "transport (FERRY_BACKEND=ucx unless set), joined by a TCP rendezvous: mpiexec's\n"
+                "role without MPI.");
+  p.int_option("-n, --ranks", "processes to start (default 2)", &o.ranks, 1, 4096, "RANKS")
+      .option("--timeout", "SECONDS", "stop the job (SIGTERM, then SIGKILL) after this long",
+              [&](const std::string& v) { o.timeout = seconds("--timeout", v); })
+      .option("--grace", "SECONDS", "between SIGTERM and SIGKILL when stopping the ranks",
+              [&](const std::string& v) { o.grace = seconds("--grace", v); })
+      .positional_rest("program")
+      .epilog("Exit status 0 when every rank exited with 0; 1 otherwise, with one line per failed\n"
+              "rank; 2 for a bad command line. SIGINT / SIGTERM / SIGHUP are passed on to the\n"
+              "ranks; ferry-run then exits with 128 + the signal.");
+  int i = p.parse(argc, argv);
+  if (i >= argc) throw cli::UsageError("no program given");
   for (; i < argc; ++i) o.argv.push_back(argv[i]);
   o.forward_signals = true;
   std::vector<ferry::run::RankExit> exits;
@@ -80,4 +62,10 @@ int main(int argc, char** argv) {
     return 128 + forwarded;
   }
   return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ferry::cli::guarded_main("ferry-run", [&] { return run_main(argc, argv); });
 }

@@ -8,6 +8,8 @@
 #include <cctype>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -23,15 +25,7 @@ std::string lower(std::string s) {
 }
 
 int parse_int(const std::string& flag, const std::string& text, int min, int max) {
-  int value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || value < min || value > max) {
-    std::ostringstream os;
-    os << flag << " expects an integer in " << min << ".." << max << ", given '" << text << "'";
-    throw UsageError(os.str());
-  }
-  return value;
+  return static_cast<int>(cli::parse_int(flag, text, min, max));
 }
 
 std::vector<OpKind> parse_ops(const std::string& text) {
@@ -111,115 +105,139 @@ std::vector<std::string> parse_codecs(const std::string& text) {
 }  // namespace
 
 size_t parse_bytes(const std::string& flag, const std::string& text) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  const std::string suffix = lower(text.substr(digits));
-  size_t shift = 0;
-  if (suffix.empty() || suffix == "b") {
-    shift = 0;
-  } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
-    shift = 10;
-  } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
-    shift = 20;
-  } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
-    shift = 30;
-  } else {
-    digits = 0;  // reported below
-  }
-  size_t value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + digits, value);
-  if (digits == 0 || ec != std::errc() || ptr != text.data() + digits ||
-      value > (std::numeric_limits<size_t>::max() >> shift)) {
-    throw UsageError(flag + " expects a byte count like 8, 64K, 1M or 2G (binary units), given '" +
-                     text + "'");
-  }
-  return value << shift;
+  return cli::parse_bytes(flag, text);
 }
+
+namespace {
+
+// The flags and their help; the same parser reads the command line and writes --help.
+cli::Parser make_parser(Options& o, bool& ops_given, std::string& codec_text) {
+  std::ostringstream iters_help;
+  iters_help << "timed iterations per size (default auto: about " << kTargetSecondsPerSize
+             << " s per size,\nat least " << kMinIters << ", at most " << kMaxIters << ")";
+  cli::Parser p(
+      "ferry-bench", "[options]",
+      "Measures ferry's collectives in the style of nccl-tests: for each size, the median\n"
+      "time over iterations (an iteration's time is the slowest rank's), algbw = size / time\n"
+      "and busbw = algbw * the op's bus factor. \"size\" is the per-rank buffer the op's count\n"
+      "refers to: the tensor (all_reduce, broadcast, reduce), the output (all_gather), the\n"
+      "input (reduce_scatter, all_to_all).");
+  p.option("--op", "NAME[,NAME...]|all",
+           "all_reduce, all_gather, reduce_scatter, all_to_all, broadcast,\n"
+           "reduce, memcpy (default all_reduce; all runs every op);\n"
+           "kjt_all_to_all instead: torchrec's two-phase KJT all-to-all on\n"
+           "a synthetic KJT (--features T, default 16; --batch B per rank,\n"
+           "1024; --pooling P mean ids per bag, power-law, 8; --weighted),\n"
+           "per phase, against one all_to_all_single of the same bytes;\n"
+           "torchrec or alltoall_pooled, variable_batch_alltoall_pooled,\n"
+           "alltoall_sequence, reduce_scatter_pooled,\n"
+           "reduce_scatter_base_pooled, reduce_scatter_v_pooled,\n"
+           "all_gather_base_pooled instead: torchrec's comm ops, forward and\n"
+           "forward + backward, against the raw collectives moving the same\n"
+           "bytes and a memcpy of the input (size = float32 input per rank);\n"
+           "codec instead: encode + decode throughput of the torchrec comm\n"
+           "codecs on one core (size = float32 input bytes), next to memcpy\n"
+           "of the same bytes; no ranks are started",
+           [&](const std::string& v) {
+             if (lower(v) == "codec")
+               o.codec = true;
+             else if (lower(v) == "kjt_all_to_all")
+               o.kjt = true;
+             else if (lower(v) == "torchrec")
+               o.torchrec_ops = torchrec_op_names();
+             else if (!split_list(v).empty() && is_torchrec_op(split_list(v)[0]))
+               o.torchrec_ops = parse_torchrec_ops(v);
+             else
+               o.ops = parse_ops(v);
+             ops_given = true;
+           })
+      .option("--codec", "NAME[,NAME...]",
+              "with --op codec: fp16, bf16, fp8 (HFP8), fp8-rowwise, int8\n"
+              "(default all); with torchrec ops: none|fp16|bf16|fp8|int8",
+              [&](const std::string& v) { codec_text = v; })
+      .option("--row-dim", "N", "row dim of fp8-rowwise and int8 (default 32)",
+              [&](const std::string& v) { o.row_dim = parse_int("--row-dim", v, 1, 1 << 20); })
+      .option("--features", "T", "--op kjt_all_to_all: features (default 16)",
+              [&](const std::string& v) {
+                o.kjt_features = parse_int("--features", v, 1, 1 << 20);
+              })
+      .option("--batch", "B", "--op kjt_all_to_all: bags per feature and rank (default 1024)",
+              [&](const std::string& v) { o.kjt_batch = parse_int("--batch", v, 1, 1 << 24); })
+      .option("--pooling", "P", "--op kjt_all_to_all: mean ids per bag (default 8)",
+              [&](const std::string& v) { o.kjt_pooling = parse_int("--pooling", v, 1, 1 << 16); })
+      .flag("--weighted", "--op kjt_all_to_all: with per-id weights",
+            [&] { o.kjt_weighted = true; })
+      .option("--transport", "NAME",
+              "local (threads in this process), mpi or ucx (one rank per\n"
+              "process: mpiexec -n N ferry-bench --transport ucx; rank 0\n"
+              "prints; ucx exchanges its addresses through MPI) (default local)",
+              [&](const std::string& v) { o.transport = v; })
+      .option("-n, --world-size", "N",
+              "ranks of the local transport (default 2); mpiexec's -n sets\n"
+              "them for mpi and ucx",
+              [&](const std::string& v) {
+                o.world_size = parse_int("--world-size", v, 1, kMaxWorldSize);
+              })
+      .flag("--vs-mpi",
+            "(mpi, ucx) also time the blocking MPI call of the same op and\n"
+            "size, alternating iterations with ferry's, and print its median,\n"
+            "ferry/mpi and ferry - mpi",
+            [&] { o.vs_mpi = true; })
+      .flag("--mpi-nonblocking",
+            "with --vs-mpi: the baseline is the non-blocking call and\n"
+            "MPI_Wait (the call ferry makes under MPI) instead",
+            [&] { o.mpi_nonblocking = true; })
+      .flag("--differentiable",
+            "time forward + backward of the differentiable all_reduce and\n"
+            "all_gather (default: both) against the raw forward and backward\n"
+            "collectives on preallocated buffers (all_reduce + all_reduce,\n"
+            "all_gather + reduce_scatter), alternating iterations; float32\n"
+            "or float64",
+            [&] { o.differentiable = true; })
+      .option("-d, --dtype, --datatype", "NAME",
+              "float32, float64, float16, bfloat16, int32, int64, uint8\n"
+              "(default float32)",
+              [&](const std::string& v) { o.dtype = parse_dtype(v); })
+      .option("-b, --min-bytes, --minbytes", "SIZE",
+              "smallest size (default 8); K, M, G suffixes are KiB, MiB, GiB",
+              [&](const std::string& v) { o.min_bytes = parse_bytes("--min-bytes", v); })
+      .option("-e, --max-bytes, --maxbytes", "SIZE", "largest size (default 64M)",
+              [&](const std::string& v) { o.max_bytes = parse_bytes("--max-bytes", v); })
+      .option("-f, --factor, --stepfactor", "F", "size multiplier between steps (default 4)",
+              [&](const std::string& v) { o.factor = parse_int("--factor", v, 2, 1 << 20); })
+      .option("--sizes", "SIZE[,SIZE...]", "exactly these sizes instead of the -b/-e/-f sweep",
+              [&](const std::string& v) {
+                o.sizes.clear();
+                for (const std::string& item : split_list(v))
+                  o.sizes.push_back(parse_bytes("--sizes", item));
+                if (o.sizes.empty()) throw UsageError("--sizes needs a comma list of byte counts");
+              })
+      .option("--iters", "N|auto", iters_help.str(),
+              [&](const std::string& v) {
+                o.iters = lower(v) == "auto" ? 0 : parse_int("--iters", v, 1, 100'000'000);
+              })
+      .option("-w, --warmup, --warmup_iters", "N", "untimed iterations per size (default 3)",
+              [&](const std::string& v) { o.warmup = parse_int("--warmup", v, 0, 100'000'000); })
+      .option("--algo", "SPEC",
+              "algorithm override, e.g. all_reduce:ring,all_gather:direct\n"
+              "(same syntax as FERRY_ALGO, which it replaces)",
+              [&](const std::string& v) { o.algo = v; })
+      .option("--csv", "FILE", "also write the rows to FILE as CSV", [&](const std::string& v) {
+        if (v.empty()) throw UsageError("--csv needs a file name");
+        o.csv_path = v;
+      })
+      .epilog("Exit status: 0 on success, 1 when a result is wrong (\"check failed\") or the\n"
+              "runtime fails, 2 for a bad command line.");
+  return p;
+}
+
+}  // namespace
 
 Options parse_options(int argc, char** argv) {
   Options o;
   bool ops_given = false;
   std::string codec_text;  // --codec, read once --op is known
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::optional<std::string> inline_value;
-    if (arg.rfind("--", 0) == 0) {
-      if (auto eq = arg.find('='); eq != std::string::npos) {
-        inline_value = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
-      }
-    } else if (arg.rfind("-n", 0) == 0 && arg.size() > 2) {  // -n4
-      inline_value = arg.substr(2);
-      arg = "-n";
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      o.help = true;
-    } else if (arg == "--op") {
-      const std::string v = value();
-      if (lower(v) == "codec")
-        o.codec = true;
-      else if (lower(v) == "kjt_all_to_all")
-        o.kjt = true;
-      else if (lower(v) == "torchrec")
-        o.torchrec_ops = torchrec_op_names();
-      else if (!split_list(v).empty() && is_torchrec_op(split_list(v)[0]))
-        o.torchrec_ops = parse_torchrec_ops(v);
-      else
-        o.ops = parse_ops(v);
-      ops_given = true;
-    } else if (arg == "--codec") {
-      codec_text = value();
-    } else if (arg == "--features") {
-      o.kjt_features = parse_int(arg, value(), 1, 1 << 20);
-    } else if (arg == "--batch") {
-      o.kjt_batch = parse_int(arg, value(), 1, 1 << 24);
-    } else if (arg == "--pooling") {
-      o.kjt_pooling = parse_int(arg, value(), 1, 1 << 16);
-    } else if (arg == "--weighted") {
-      o.kjt_weighted = true;
-    } else if (arg == "--row-dim") {
-      o.row_dim = parse_int(arg, value(), 1, 1 << 20);
-    } else if (arg == "--sizes") {
-      o.sizes.clear();
-      for (const std::string& item : split_list(value())) o.sizes.push_back(parse_bytes(arg, item));
-      if (o.sizes.empty()) throw UsageError("--sizes needs a comma list of byte counts");
-    } else if (arg == "--transport") {
-      o.transport = value();
-    } else if (arg == "-n" || arg == "--world-size") {
-      o.world_size = parse_int(arg, value(), 1, kMaxWorldSize);
-    } else if (arg == "--dtype") {
-      o.dtype = parse_dtype(value());
-    } else if (arg == "--min-bytes" || arg == "-b") {
-      o.min_bytes = parse_bytes(arg, value());
-    } else if (arg == "--max-bytes" || arg == "-e") {
-      o.max_bytes = parse_bytes(arg, value());
-    } else if (arg == "--factor" || arg == "-f") {
-      o.factor = parse_int(arg, value(), 2, 1 << 20);
-    } else if (arg == "--iters") {
-      const std::string v = value();
-      o.iters = lower(v) == "auto" ? 0 : parse_int(arg, v, 1, 100'000'000);
-    } else if (arg == "--warmup") {
-      o.warmup = parse_int(arg, value(), 0, 100'000'000);
-    } else if (arg == "--algo") {
-      o.algo = value();
-    } else if (arg == "--vs-mpi") {
-      o.vs_mpi = true;
-    } else if (arg == "--differentiable") {
-      o.differentiable = true;
-    } else if (arg == "--mpi-nonblocking") {
-      o.mpi_nonblocking = true;
-    } else if (arg == "--csv") {
-      o.csv_path = value();
-      if (o.csv_path.empty()) throw UsageError("--csv needs a file name");
-    } else {
-      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
-    }
-  }
+  make_parser(o, ops_given, codec_text).parse(argc, argv);
   if (!codec_text.empty()) {
     if (o.codec) {
       o.codecs = parse_codecs(codec_text);
@@ -300,71 +318,36 @@ std::string bytes_str(size_t bytes) {
 }
 
 std::string usage() {
-  std::ostringstream os;
-  os << "usage: ferry-bench [options]\n"
-        "\n"
-        "Measures ferry's collectives in the style of nccl-tests: for each size, the median\n"
-        "time over iterations (an iteration's time is the slowest rank's), algbw = size / time\n"
-        "and busbw = algbw * the op's bus factor. \"size\" is the per-rank buffer the op's count\n"
-        "refers to: the tensor (all_reduce, broadcast, reduce), the output (all_gather), the\n"
-        "input (reduce_scatter, all_to_all).\n"
-        "\n"
-        "  --op NAME[,NAME...]|all  all_reduce, all_gather, reduce_scatter, all_to_all,\n"
-        "                           broadcast, reduce, memcpy (default all_reduce; all runs\n"
-        "                           every op)\n"
-        "  --op kjt_all_to_all      instead: torchrec's two-phase KJT all-to-all on a synthetic\n"
-        "                           KJT (--features T, default 16; --batch B per rank, 1024;\n"
-        "                           --pooling P mean ids per bag, power-law, 8; --weighted), per\n"
-        "                           phase, against one all_to_all_single of the same bytes\n"
-        "  --op torchrec|NAME[,...] instead: torchrec's comm ops (alltoall_pooled,\n"
-        "                           variable_batch_alltoall_pooled, alltoall_sequence,\n"
-        "                           reduce_scatter_pooled, reduce_scatter_base_pooled,\n"
-        "                           reduce_scatter_v_pooled, all_gather_base_pooled), forward\n"
-        "                           and forward + backward, against the raw collectives moving\n"
-        "                           the same bytes and a memcpy of the input (size = float32\n"
-        "                           input per rank); --codec none|fp16|bf16|fp8|int8\n"
-        "  --op codec               instead: encode + decode throughput of the torchrec comm\n"
-        "                           codecs on one core (size = float32 input bytes), next to\n"
-        "                           memcpy of the same bytes; no ranks are started\n"
-        "  --codec NAME[,NAME...]   with --op codec: fp16, bf16, fp8 (HFP8), fp8-rowwise, int8\n"
-        "                           (default all)\n"
-        "  --row-dim N              row dim of fp8-rowwise and int8 (default 32)\n"
-        "  --transport NAME         local (threads in this process), mpi or ucx (one rank per\n"
-        "                           process: mpiexec -n N ferry-bench --transport ucx; rank 0\n"
-        "                           prints; ucx exchanges its addresses through MPI)\n"
-        "                           (default local)\n"
-        "  -n, --world-size N       ranks of the local transport (default 2); mpiexec's -n\n"
-        "                           sets them for mpi and ucx\n"
-        "  --vs-mpi                 (mpi, ucx) also time the blocking MPI call of the same op and\n"
-        "                           size, alternating iterations with ferry's, and print\n"
-        "                           its median, ferry/mpi and ferry - mpi\n"
-        "  --mpi-nonblocking        with --vs-mpi: the baseline is the non-blocking call and\n"
-        "                           MPI_Wait (the call ferry makes under MPI) instead\n"
-        "  --differentiable         time forward + backward of the differentiable all_reduce\n"
-        "                           and all_gather (default: both) against the raw forward\n"
-        "                           and backward collectives on preallocated buffers\n"
-        "                           (all_reduce + all_reduce, all_gather + reduce_scatter),\n"
-        "                           alternating iterations; float32 or float64\n"
-        "  --dtype NAME             float32, float64, float16, bfloat16, int32, int64, uint8\n"
-        "                           (default float32)\n"
-        "  -b, --min-bytes SIZE     smallest size (default 8); K, M, G suffixes are KiB, MiB, GiB\n"
-        "  -e, --max-bytes SIZE     largest size (default 64M)\n"
-        "  -f, --factor F           size multiplier between steps (default 4)\n"
-        "  --sizes SIZE[,SIZE...]   exactly these sizes instead of the -b/-e/-f sweep\n"
-        "  --iters N|auto           timed iterations per size (default auto: about "
-     << kTargetSecondsPerSize << " s\n"
-        "                           per size, at least "
-     << kMinIters << ", at most " << kMaxIters
-     << ")\n"
-        "  --warmup N               untimed iterations per size (default 3)\n"
-        "  --algo SPEC              algorithm override, e.g. all_reduce:ring,all_gather:direct\n"
-        "                           (same syntax as FERRY_ALGO, which it replaces)\n"
-        "  --csv FILE               also write the rows to FILE as CSV\n"
-        "  -h, --help               this text\n"
-        "\n"
-        "Exit status: 0 on success, 1 when a result is wrong (\"check failed\") or the runtime\n"
-        "fails, 2 for a bad command line.\n";
-  return os.str();
+  Options o;
+  bool ops_given = false;
+  std::string codec_text;
+  return make_parser(o, ops_given, codec_text).help();
+}
+
+LaunchedAs launched_as() {
+  auto number = [](const char* name) -> int {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return -1;
+    int value = -1;
+    const char* end = v + std::strlen(v);
+    auto [ptr, ec] = std::from_chars(v, end, value);
+    return ec == std::errc() && ptr == end ? value : -1;
+  };
+  // Hydra (MPICH) sets PMI_SIZE / PMI_RANK, Open MPI OMPI_COMM_WORLD_*, PMIx launchers
+  // PMIX_RANK only, ferry-run FERRY_WORLD_SIZE / FERRY_RANK.
+  const std::pair<const char*, const char*> launchers[] = {
+      {"PMI_SIZE", "PMI_RANK"},
+      {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+      {"FERRY_WORLD_SIZE", "FERRY_RANK"}};
+  for (const auto& [size_name, rank_name] : launchers) {
+    const int size = number(size_name);
+    if (size > 1) {
+      return LaunchedAs{size, std::max(number(rank_name), 0),
+                        std::strcmp(size_name, "FERRY_WORLD_SIZE") == 0};
+    }
+  }
+  if (number("PMIX_RANK") >= 0) return LaunchedAs{2, number("PMIX_RANK"), false};
+  return LaunchedAs{};
 }
 
 }  // namespace ferry::bench

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tools/bench/ops.h"
+#include "tools/cli/args.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -11,11 +12,8 @@
 
 namespace ferry::bench {
 
-// A bad command line; main prints it and exits with status 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// A bad command line; main prints it and exits with status 2. The tools' shared one.
+using UsageError = cli::UsageError;
 
 struct Options {
   std::vector<OpKind> ops;  // in the order they run
@@ -34,7 +32,6 @@ struct Options {
   // Time forward + backward of the differentiable op against the raw forward + backward
   // collectives (all_reduce and all_gather only).
   bool differentiable = false;
-  bool help = false;
   // --op codec: time the torchrec comm codecs on one core instead of collectives (no ranks).
   bool codec = false;
   std::vector<std::string> codecs;  // --codec; empty: all of codec_bench_names()
@@ -57,9 +54,21 @@ inline constexpr double kTargetSecondsPerSize = 0.2;
 inline constexpr int kMinIters = 5;
 inline constexpr int kMaxIters = 1000;
 
-// Throws UsageError naming the flag and what it expected. Does not check that the transport is
-// built in: make_launcher does, so the transport is decided in one place.
+// Throws UsageError naming the flag and what it expected; --help prints usage() and exits 0.
+// Does not check that the transport is built in: make_launcher does, so the transport is decided
+// in one place. nccl-tests' flag names are accepted where they mean the same thing (-b, -e, -f,
+// -w, -d, --minbytes, --maxbytes, --stepfactor, --warmup_iters, --datatype, --iters); its -n
+// (iterations) and -o (reduction op) are not, since ferry-bench's -n and --op came first.
 Options parse_options(int argc, char** argv);
+
+// The process count and this process's rank when a launcher (mpiexec, ferry-run) started this
+// process as one rank of several; {1, 0} otherwise. Read from the launchers' environment.
+struct LaunchedAs {
+  int size = 1;
+  int rank = 0;
+  bool by_ferry_run = false;
+};
+LaunchedAs launched_as();
 
 // "8", "64K", "1M", "2G", "1MiB" (binary units); throws UsageError.
 size_t parse_bytes(const std::string& flag, const std::string& text);
