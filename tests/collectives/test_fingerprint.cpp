@@ -74,7 +74,11 @@ std::vector<Row> rows() {
                    w1.wait();
                    w2.wait();
                  }
-               }, "all_reduce (sum, float32 [4])", "broadcast (float32 [4]) root 0", true});
+                 // Not caught reliably in the default mode: each rank has two ops queued, and
+                 // when a rank's first op has timed out its second one may be the op that
+                 // answers the peer's diagnosis (seq 1 against seq 0: "elsewhere", a
+                 // TimeoutError); a CI run under load showed it. FERRY_CHECK=1 catches it.
+               }, "all_reduce (sum, float32 [4])", "broadcast (float32 [4]) root 0", false});
   r.push_back({"a rank skips one collective", [](Group& g, bool odd) {
                  Tensor a = ferry::ones({4}), b = ferry::ones({4});
                  if (!odd) all_reduce(a, g).wait();
