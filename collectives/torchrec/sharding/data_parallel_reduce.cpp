@@ -20,6 +20,15 @@
 namespace ferry::torchrec::detail {
 namespace {
 
+// Replaces `table`'s gradient by the sum over the ranks (`rows`, `sums`) divided by W.
+void install_average(EmbeddingTable& table, const std::vector<int64_t>& rows, const Tensor& sums,
+                     int W) {
+  SparseRowGradient avg(from_vector(rows), sums);
+  avg.scale_(1.0 / W);
+  table.zero_sparse_grad();
+  table.receive_gradient(avg);
+}
+
 // Averages the tables' gradients through one all_reduce per dtype of dense buffers.
 void reduce_dense(const std::vector<std::shared_ptr<EmbeddingTable>>& tables, const Group& world) {
   const int W = world.size();
@@ -57,10 +66,7 @@ void reduce_dense(const std::vector<std::shared_ptr<EmbeddingTable>>& tables, co
     Tensor values = empty({static_cast<int64_t>(rows.size()), D}, tables[k]->dtype());
     for (size_t i = 0; i < rows.size(); ++i)
       values.select(static_cast<int64_t>(i)).copy_(buf.select(rows[i]).narrow(0, 0, D));
-    SparseRowGradient avg(from_vector(rows), values);
-    avg.scale_(1.0 / W);
-    tables[k]->zero_sparse_grad();
-    tables[k]->receive_gradient(avg);
+    install_average(*tables[k], rows, values, W);
   }
 }
 
@@ -70,8 +76,10 @@ struct Gathered {
   Tensor rows, values;          // all ranks' rows [sum counts] and values [sum counts * D]
 };
 
-// Sums the gathered rows in rank order (rows sorted, each rank's rows ascending) and averages.
-SparseRowGradient combine(const Gathered& g, int64_t D, DType dtype, int W) {
+// Sums the gathered rows in rank order into `table`'s gradient, averaged (rows ascending).
+void combine(const Gathered& g, EmbeddingTable& table, int W) {
+  const int64_t D = table.total_cols();
+  const DType dtype = table.dtype();
   const std::vector<int64_t> all_rows = g.rows.to_vector<int64_t>();
   std::map<int64_t, int64_t> slot;  // row -> its place in the result, ascending
   for (int64_t r : all_rows) slot.emplace(r, 0);
@@ -95,9 +103,7 @@ SparseRowGradient combine(const Gathered& g, int64_t D, DType dtype, int W) {
   std::vector<int64_t> rows;
   rows.reserve(slot.size());
   for (const auto& [row, place] : slot) rows.push_back(row);
-  SparseRowGradient avg(from_vector(rows), sums);
-  avg.scale_(1.0 / W);
-  return avg;
+  install_average(table, rows, sums, W);
 }
 
 }  // namespace
@@ -147,12 +153,7 @@ void ShardedTables::reduce_data_parallel_gradients() const {
   }
   if (!dense.empty()) reduce_dense(dense, world_);
   wait_all(works);
-  for (size_t k = 0; k < sparse.size(); ++k) {
-    const auto& table = tables[sparse[k]];
-    SparseRowGradient avg = combine(gathered[k], table->total_cols(), table->dtype(), W);
-    table->zero_sparse_grad();
-    table->receive_gradient(avg);
-  }
+  for (size_t k = 0; k < sparse.size(); ++k) combine(gathered[k], *tables[sparse[k]], W);
 }
 
 }  // namespace ferry::torchrec::detail
