@@ -2,7 +2,64 @@
 
 #include <ferry/runtime/error.h>
 
+#include <vector>
+
 namespace ferry {
+namespace {
+
+// isend_layout / irecv_layout of a transport without layouts of its own: a contiguous
+// staging buffer, packed before the send is posted, unpacked once the receive succeeded.
+class StagedRequest final : public Request {
+ public:
+  StagedRequest(int peer, bool is_send, ByteLayout layout)
+      : Request(peer, is_send), layout_(std::move(layout)), staging_(layout_.bytes()) {
+    if (is_send_) pack_layout(layout_, staging_.data());
+  }
+  char* staging() { return staging_.data(); }
+  size_t bytes() const { return staging_.size(); }
+  void start(std::unique_ptr<Request> inner) { inner_ = std::move(inner); }
+
+  bool test() override { return unpack_if(inner_->test()); }
+  bool wait_until(Clock::time_point deadline) override {
+    return unpack_if(inner_->wait_until(deadline));
+  }
+  void cancel() override { inner_->cancel(); }
+  void rethrow_if_failed() override { inner_->rethrow_if_failed(); }
+
+ private:
+  // Once, and only after success: a failed receive leaves the caller's buffer alone.
+  bool unpack_if(bool finished) {
+    if (finished && !is_send_ && !unpacked_) {
+      unpacked_ = true;
+      try {
+        inner_->rethrow_if_failed();
+      } catch (...) {
+        return true;
+      }
+      unpack_layout(staging_.data(), layout_);
+    }
+    return finished;
+  }
+
+  ByteLayout layout_;
+  std::vector<char> staging_;
+  std::unique_ptr<Request> inner_;
+  bool unpacked_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Request> Transport::isend_layout(int dst, const Tag& tag, ByteLayout layout) {
+  auto request = std::make_unique<StagedRequest>(dst, true, std::move(layout));
+  request->start(isend(dst, tag, request->staging(), request->bytes()));
+  return request;
+}
+
+std::unique_ptr<Request> Transport::irecv_layout(int src, const Tag& tag, ByteLayout layout) {
+  auto request = std::make_unique<StagedRequest>(src, false, std::move(layout));
+  request->start(irecv(src, tag, request->staging(), request->bytes()));
+  return request;
+}
 
 std::string tag_str(const Tag& tag) {
   if (tag.seq == kP2PSeq) return detail::str("group ", tag.group, " send/recv tag ", tag.slot);

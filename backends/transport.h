@@ -9,6 +9,8 @@
 // MismatchError.
 #pragma once
 
+#include <ferry/backends/byte_layout.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -77,6 +79,12 @@ class Transport {
   virtual std::unique_ptr<Request> isend(int dst, const Tag& tag, const void* data,
                                          size_t bytes) = 0;
   virtual std::unique_ptr<Request> irecv(int src, const Tag& tag, void* data, size_t bytes) = 0;
+  // A send or receive of layout.bytes() bytes laid out by `layout` (byte_layout.h) instead of
+  // contiguous; matched and checked like isend / irecv, and it matches either of them on the
+  // other side. These versions pack into (unpack out of) a staging buffer of their own around
+  // isend / irecv; a transport that can copy through the layout directly overrides them.
+  virtual std::unique_ptr<Request> isend_layout(int dst, const Tag& tag, ByteLayout layout);
+  virtual std::unique_ptr<Request> irecv_layout(int src, const Tag& tag, ByteLayout layout);
 
   // This rank gives up on group `group` after an error (the group is poisoned here): the
   // peers' pending and later messages with this rank in that group fail with PeerFailure, so

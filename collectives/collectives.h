@@ -76,6 +76,27 @@ Work all_to_all_single(const Tensor& input, Tensor output, const Group& group);
 Work all_to_all_single(const Tensor& input, Tensor output,
                        const std::vector<int64_t>& output_split_sizes,
                        const std::vector<int64_t>& input_split_sizes, const Group& group);
+// A block's place in a tensor's flat storage when it is not one run of rows: runs read (or
+// written) in order, each `count` pieces of `length` elements, piece j starting at element
+// `offset + j * stride` (MPI's vector datatype). Columns c..c+d of a [b, n] matrix are
+// {{c, b, d, n}}; a list of segments is one run per segment with count 1.
+struct StridedRun {
+  int64_t offset = 0;
+  int64_t count = 1;
+  int64_t length = 0;
+  int64_t stride = 0;
+};
+using BlockLayout = std::vector<StridedRun>;
+// all_to_all_single with a layout per block: block j of what this rank sends is read from
+// `input` through send_layouts[j], and the block from rank k is written into `output` through
+// recv_layouts[k] (elements of the tensors' dtype). Rank j's send_layouts[k] and rank k's
+// recv_layouts[j] hold the same number of elements (MismatchError otherwise). Received blocks
+// must not overlap each other (not checked). Every rank of the call uses this form. The local
+// and UCX transports copy straight between the layouts, so the bytes move once, as in the
+// contiguous forms; MPI packs into a staging buffer and unpacks out of it.
+Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send_layouts,
+                       Tensor output, const std::vector<BlockLayout>& recv_layouts,
+                       const Group& group);
 // Lists of W tensors: inputs[j] goes to rank j, outputs[k] comes from rank k. Every tensor of
 // both lists has one dtype; shapes may differ but bytes must match pairwise across ranks.
 Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,

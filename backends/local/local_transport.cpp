@@ -29,10 +29,19 @@ struct LocalOp {
   const void* send_data = nullptr;
   void* recv_data = nullptr;
   size_t bytes = 0;
+  // isend_layout / irecv_layout: the bytes lie where `layout` says, not at send_data/recv_data.
+  bool laid_out = false;
+  ByteLayout layout;
   std::atomic<OpState> state{OpState::Posted};
   std::exception_ptr error;          // written before state becomes Done
   std::shared_ptr<LocalOp> partner;  // a Matched receive's send, until the copy is done
 
+  ByteLayout placement() const {
+    if (laid_out) return layout;
+    char* at = is_send ? const_cast<char*>(static_cast<const char*>(send_data))
+                       : static_cast<char*>(recv_data);
+    return ByteLayout{at, {ByteRun{0, 1, bytes, 0}}};
+  }
   int receiver() const { return is_send ? peer : owner; }
   int sender() const { return is_send ? owner : peer; }
 };
@@ -246,7 +255,13 @@ class LocalWorld {
       finish(recv, mismatch());
       return;
     }
-    if (send->bytes > 0) std::memcpy(recv->recv_data, send->send_data, send->bytes);
+    if (send->bytes > 0) {
+      if (send->laid_out || recv->laid_out) {
+        copy_layout(send->placement(), recv->placement());
+      } else {
+        std::memcpy(recv->recv_data, send->send_data, send->bytes);
+      }
+    }
     finish(send, nullptr);
     finish(recv, nullptr);
   }
@@ -345,6 +360,13 @@ class LocalTransport final : public Transport {
   std::unique_ptr<Request> irecv(int src, const Tag& tag, void* data, size_t bytes) override {
     return post(src, tag, false, data, bytes);
   }
+  // Layouts cost nothing here: the receiving thread copies from one placement to the other.
+  std::unique_ptr<Request> isend_layout(int dst, const Tag& tag, ByteLayout layout) override {
+    return post(dst, tag, true, nullptr, layout.bytes(), &layout);
+  }
+  std::unique_ptr<Request> irecv_layout(int src, const Tag& tag, ByteLayout layout) override {
+    return post(src, tag, false, nullptr, layout.bytes(), &layout);
+  }
 
   void abandon_group(uint32_t group, const std::string& why) override {
     world_->abandon_group(group, rank_, why);
@@ -354,7 +376,7 @@ class LocalTransport final : public Transport {
 
  private:
   std::unique_ptr<Request> post(int peer, const Tag& tag, bool is_send, void* data,
-                                size_t bytes) {
+                                size_t bytes, ByteLayout* layout = nullptr) {
     FERRY_CHECK(peer >= 0 && peer < size(), InvalidArgument, "local transport ",
                 is_send ? "isend" : "irecv", " on rank ", rank_, ": peer must be in [0, ",
                 size(), "), given ", peer);
@@ -366,6 +388,10 @@ class LocalTransport final : public Transport {
     op->send_data = is_send ? data : nullptr;
     op->recv_data = is_send ? nullptr : data;
     op->bytes = bytes;
+    if (layout) {
+      op->laid_out = true;
+      op->layout = std::move(*layout);
+    }
     auto request = std::make_unique<LocalRequest>(world_, op);
     world_->post(op);
     return request;

@@ -9,14 +9,23 @@ namespace ferry::detail {
 void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   const int n = ctx.size(), r = ctx.rank();
   // All pairs are posted at once, in pairwise order so that no rank is everyone's first target.
+  const bool laid_out = !x.send_layout.empty();
   for (int s = 1; s < n; ++s) {
     const int to = (r + s) % n, from = (r - s + n) % n;
-    ctx.recv(from, 0, x.recv[from], x.recv_bytes[from]);
-    ctx.send(to, 0, x.send[to], x.send_bytes[to]);
+    if (laid_out) {
+      ctx.recv(from, 0, x.recv_layout[from]);
+      ctx.send(to, 0, x.send_layout[to]);
+    } else {
+      ctx.recv(from, 0, x.recv[from], x.recv_bytes[from]);
+      ctx.send(to, 0, x.send[to], x.send_bytes[to]);
+    }
   }
   // Our own block moves while the peers' are under way (no other block overlaps it).
-  if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r])
+  if (laid_out) {
+    copy_layout(x.send_layout[r], x.recv_layout[r]);
+  } else if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r]) {
     std::memcpy(x.recv[r], x.send[r], x.recv_bytes[r]);
+  }
   ctx.wait_all();
 }
 

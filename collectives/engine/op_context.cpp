@@ -42,6 +42,16 @@ void OpContext::recv(int peer, uint32_t step, void* data, size_t bytes) {
   pending_.push_back(group_.transport().irecv(group_.members()[peer], tag(step), data, bytes));
 }
 
+void OpContext::send(int peer, uint32_t step, ByteLayout layout) {
+  pending_.push_back(
+      group_.transport().isend_layout(group_.members()[peer], tag(step), std::move(layout)));
+}
+
+void OpContext::recv(int peer, uint32_t step, ByteLayout layout) {
+  pending_.push_back(
+      group_.transport().irecv_layout(group_.members()[peer], tag(step), std::move(layout)));
+}
+
 void OpContext::wait_all() {
   for (auto& r : pending_) {
     // In slices: between them, stop if the group was poisoned meanwhile (a user's Work::wait

@@ -41,6 +41,9 @@ class OpContext {
   // exchanges several messages in one op gives each its own step).
   void send(int peer, uint32_t step, const void* data, size_t bytes);
   void recv(int peer, uint32_t step, void* data, size_t bytes);
+  // The same through a layout (byte_layout.h): the message's bytes are not contiguous.
+  void send(int peer, uint32_t step, ByteLayout layout);
+  void recv(int peer, uint32_t step, ByteLayout layout);
   // Completes every request posted so far.
   void wait_all();
   // Never blocks: true once every request posted so far completed (then as wait_all); throws

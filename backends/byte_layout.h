@@ -1,0 +1,34 @@
+// Where the bytes of one message live when they are not one contiguous run (a scatter/gather
+// list, in the shape of MPI's vector and hindexed datatypes): a sequence of strided runs, read
+// or written in order. An all-to-all whose blocks are columns of a matrix, or segments of a
+// permutation, sends and receives through layouts instead of packing into a staging buffer
+// and unpacking out of it, so its bytes are copied once, as a plain all-to-all's are.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace ferry {
+
+// `count` blocks of `block` bytes, block j starting `offset + j * stride` bytes into the buffer.
+struct ByteRun {
+  size_t offset = 0;
+  size_t count = 1;
+  size_t block = 0;
+  size_t stride = 0;
+};
+
+struct ByteLayout {
+  char* base = nullptr;  // written through by a receive, only read by a send
+  std::vector<ByteRun> runs;
+
+  size_t bytes() const;  // the message's size: sum of count * block
+};
+
+// Copies the bytes of one layout into another, in order. The two hold the same number of bytes
+// (the transports check that before copying). pack / unpack: the other side is contiguous.
+void copy_layout(const ByteLayout& from, const ByteLayout& to);
+void pack_layout(const ByteLayout& from, char* to);
+void unpack_layout(const char* from, const ByteLayout& to);
+
+}  // namespace ferry
