@@ -43,8 +43,11 @@ DistFeaturesAwaitable DpPooledEmbeddingSharding::input_dist(
 }
 
 Awaitable<Variable> DpPooledEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>&) const {
-  const Variable w = weighted_ ? Variable(kjt.weights()) : Variable();
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  // The caller's own weights (no dist, no CommOpGradientScaling: torchrec disables it here).
+  const Variable w = !weighted_ ? Variable()
+                     : ctx->weights.defined() ? ctx->weights
+                                              : Variable(kjt.weights());
   return NoWait<Variable>(pooled_embedding_lookup(lookups_, kjt, w));
 }
 

@@ -1,6 +1,9 @@
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
 #include <ferry/collectives/torchrec/comm/comm_switches.h>
+#include <ferry/collectives/torchrec/sharding/weights_dist.h>
+
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 
@@ -19,11 +22,22 @@ DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJagge
   });
 }
 
-Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group) {
+Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group,
+                        const ShardingBatchContext& ctx) {
   if (!weighted) return Variable();
-  Variable w(kjt.weights());
-  if (w.requires_grad()) w = comm_op_gradient_scaling(w, group);
-  return w;
+  if (!ctx.weights.defined()) return Variable(kjt.weights());
+  FERRY_CHECK(ctx.dist.has_value(), InvalidArgument,
+              "ShardedEmbeddingBagCollection: per-sample weights that require grad need the "
+              "input dist's exchange (rank ", group.rank(), ")");
+  return comm_op_gradient_scaling(dist_weights(ctx.weights, ctx.send_index, *ctx.dist, kjt, group),
+                                  group);
+}
+
+void route_weights(const KeyedJaggedTensor& kjt,
+                   const std::function<KeyedJaggedTensor(const KeyedJaggedTensor&)>& rearrange,
+                   ShardingBatchContext& ctx) {
+  if (!ctx.weights.defined()) return;
+  ctx.send_index = value_sources(kjt, rearrange);
 }
 
 KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,

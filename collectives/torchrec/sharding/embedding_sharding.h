@@ -19,6 +19,7 @@
 #include <ferry/runtime/awaitable.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -43,6 +44,10 @@ struct ShardingBatchContext {
   Tensor mean_divisor;                           // row-wise MEAN: [B, group cols] (else undefined)
   std::vector<int64_t> sent_length_per_key;      // sequence: ids of every key sent
   std::optional<Tensor> unbucketize_permute;     // sequence row-wise
+  // Pooled, weighted, when the caller's per-sample weights require grad (weights_dist.h): the
+  // caller's weights and the caller position of every value this group sends (else undefined).
+  Variable weights;
+  Tensor send_index;
 };
 
 // The input dist: the outer wait finishes phase 1 and issues phase 2; the inner wait gives the
@@ -53,7 +58,8 @@ class EmbeddingSharding {
  public:
   virtual ~EmbeddingSharding() = default;
   // Launches the input dist of `kjt` (this rank's batch, every key of the collection); returns
-  // at once. Collective over the world (every rank, the same order).
+  // at once. Collective over the world (every rank, the same order). ctx->weights, when set
+  // before the call, are the caller's per-sample weights requiring grad (pooled shardings).
   virtual DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
                                            const std::shared_ptr<ShardingBatchContext>& ctx) const = 0;
   // The group's output blocks, in the order of its output's columns (pooled) / Variables
@@ -93,10 +99,19 @@ Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(
 
 DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJaggedTensor& send,
                                         const std::shared_ptr<ShardingBatchContext>& ctx);
-// The KJT's weights as a constant Variable when `weighted`, else undefined. The weights that
-// arrive through the input dist are constants (KJTAllToAll records nothing on the tape); a
-// weights Variable that requires grad gets comm_op_gradient_scaling over `group` (spec §4.1).
-Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group);
+// The weights a pooled lookup of the received `kjt` uses when `weighted` (else undefined): a
+// constant Variable of the KJT's weights, or -- when ctx.weights is defined (the caller's weights
+// require grad) -- dist_weights (weights_dist.h) through comm_op_gradient_scaling over `group`
+// (spec 4.1), so their gradient reaches the caller. Records the collective backward node on
+// every rank: call it even when this rank has nothing to look up.
+Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group,
+                        const ShardingBatchContext& ctx);
+// When ctx.weights is defined (the caller's per-sample weights, one per value of `kjt`,
+// requiring grad): records in ctx.send_index the caller position of every value of
+// rearrange(kjt), the KJT the group sends. Does nothing otherwise.
+void route_weights(const KeyedJaggedTensor& kjt,
+                   const std::function<KeyedJaggedTensor(const KeyedJaggedTensor&)>& rearrange,
+                   ShardingBatchContext& ctx);
 // kjt permuted to the given features (by name, repeats allowed), renamed to `names` when given
 // (the received KJT of an input dist must have unique keys: column shards of one feature on one
 // rank travel as "<feature>@<column offset>").

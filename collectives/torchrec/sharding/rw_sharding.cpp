@@ -67,9 +67,14 @@ DistFeaturesAwaitable RwPooledEmbeddingSharding::input_dist(
   ctx->batch_size = kjt.stride();
   const KeyedJaggedTensor mine = detail::select_features(kjt, keys_);
   ctx->mean_divisor = detail::mean_divisor(mine, keys_, dims_, pooling_, dtype_);
-  BucketizedKjt b = bucketize_kjt_before_all2all(mine, world_.size(), block_sizes_, false, false,
-                                                 std::nullopt, /*keep_original_indices=*/true);
-  return detail::launch_input_dist(input_a2a_, b.kjt, ctx);
+  const auto send = [this](const KeyedJaggedTensor& k) {
+    return bucketize_kjt_before_all2all(detail::select_features(k, keys_), world_.size(),
+                                        block_sizes_, false, false, std::nullopt,
+                                        /*keep_original_indices=*/true)
+        .kjt;
+  };
+  detail::route_weights(kjt, send, *ctx);
+  return detail::launch_input_dist(input_a2a_, send(kjt), ctx);
 }
 
 Awaitable<Variable> RwPooledEmbeddingSharding::compute_and_output_dist(
@@ -81,7 +86,7 @@ Awaitable<Variable> RwPooledEmbeddingSharding::compute_and_output_dist(
                        .key_index = static_cast<int64_t>(t),
                        .pooling = PoolingType::Sum});  // partial sums; MEAN divides below
   Variable partial =
-      pooled_embedding_lookup(lookups, dist, detail::lookup_weights(dist, weighted_, world_));
+      pooled_embedding_lookup(lookups, dist, detail::lookup_weights(dist, weighted_, world_, *ctx));
   Awaitable<Variable> out = output_rs_.forward(partial, ctx->stride_per_rank);
   if (ctx->mean_divisor.defined()) {
     // MEAN: the full bag's sum divided by the full bag length, here on the owning rank.

@@ -37,13 +37,20 @@ ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
 }
 
 ShardedInputDistAwaitable ShardedEmbeddingBagCollection::input_dist(
-    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
-  tables_.check_input(features, is_weighted_, "ShardedEmbeddingBagCollection::input_dist");
+    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features,
+    const Variable& per_sample_weights) const {
+  tables_.check_input(features, is_weighted_, "ShardedEmbeddingBagCollection::input_dist",
+                      per_sample_weights);
   ctx.batch_size = features.stride();
   ctx.shardings.clear();
+  // Only weights that require grad need a route back; constant ones are the KJT's weights.
+  const Variable trained = per_sample_weights.defined() && per_sample_weights.requires_grad()
+                               ? per_sample_weights
+                               : Variable();
   std::vector<DistFeaturesAwaitable> phase1;
   for (const auto& s : shardings_) {
     ctx.shardings.push_back(std::make_shared<ShardingBatchContext>());
+    ctx.shardings.back()->weights = trained;
     phase1.push_back(s->input_dist(features, ctx.shardings.back()));
   }
   return detail::join_input_dists(std::move(phase1));
@@ -85,9 +92,10 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
       }));
 }
 
-PooledEmbeddings ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features) const {
+PooledEmbeddings ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features,
+                                                        const Variable& per_sample_weights) const {
   ShardedEmbeddingContext ctx;
-  std::vector<KeyedJaggedTensor> d = input_dist(ctx, features).wait().wait();
+  std::vector<KeyedJaggedTensor> d = input_dist(ctx, features, per_sample_weights).wait().wait();
   return compute_and_output_dist(ctx, d).value();
 }
 

@@ -36,6 +36,12 @@
 // fused optimizer, DENSE ones accumulate sparse gradients); data_parallel tables are never
 // fused. Not supported: variable batch per feature (VBE), the UVM / QUANT kernels (run as
 // FUSED).
+//
+// Per-sample weights that require grad (weighted collections): pass them to forward /
+// input_dist as a Variable; for every sharding type the caller receives d L_r / d w of its own
+// loss L_r, as from EmbeddingBagCollection::forward(kjt, w) on its own batch (data_parallel
+// looks the caller's Variable up directly; the other types route the gradient back through the
+// input dist, weights_dist.h -- a ferry addition: torchrec's KJTAllToAll gives no gradient).
 #pragma once
 
 #include <ferry/collectives/group.h>
@@ -75,12 +81,19 @@ class ShardedEmbeddingBagCollection {
                                 std::optional<FusedOptimizerConfig> fused = std::nullopt,
                                 uint64_t seed = 0);
 
+  // per_sample_weights (weighted collections only): the KJT's weights as a Variable, e.g. a leaf
+  // requiring grad or the output of a weight model; one element per value, the KJT's weights'
+  // dtype. When it requires grad (on every rank: checked), its gradient comes back to the caller
+  // through the input dist (weights_dist.h; torchrec's KJTAllToAll drops it). The forward values
+  // are always the KJT's weights.
   ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
-                                       const KeyedJaggedTensor& features) const;
+                                       const KeyedJaggedTensor& features,
+                                       const Variable& per_sample_weights = Variable()) const;
   LazyAwaitable<PooledEmbeddings> compute_and_output_dist(
       ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
   // input_dist, both waits, compute_and_output_dist, wait.
-  PooledEmbeddings forward(const KeyedJaggedTensor& features) const;
+  PooledEmbeddings forward(const KeyedJaggedTensor& features,
+                           const Variable& per_sample_weights = Variable()) const;
 
   const std::vector<EmbeddingBagConfig>& embedding_bag_configs() const { return configs_; }
   bool is_weighted() const { return is_weighted_; }

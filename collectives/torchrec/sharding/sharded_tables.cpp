@@ -75,19 +75,43 @@ ShardedTables::ShardedTables(std::vector<EmbeddingBagConfig> configs,
   }
 }
 
-void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
-                                const char* where) const {
-  if (!options_.check_inputs) return;
-  // status: {code, feature, sample, id}; code 0 ok, 1 missing feature, 2 id out of range,
-  // 3 weights missing, 4 variable stride per key (not supported).
-  std::vector<int64_t> status{0, 0, 0, 0};
+void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where,
+                                const Variable& weights) const {
+  // The caller's weights Variable: local facts, raised here only when the collective check is
+  // off (otherwise every rank raises them below).
+  int64_t weights_status = 0;  // 0 ok, 5 unweighted collection, 6 count / dtype mismatch
+  if (weights.defined()) {
+    if (!weighted)
+      weights_status = 5;
+    else if (kjt.has_weights() && (weights.value().numel() != kjt.values().numel() ||
+                                   weights.value().dtype() != kjt.weights().dtype()))
+      weights_status = 6;
+  }
+  const int64_t grad_flag = weights.defined() && weights.requires_grad() ? 1 : 0;
+  if (!options_.check_inputs) {
+    FERRY_CHECK(weights_status == 0, InvalidArgument, where, " on rank ", world_.rank(),
+                weights_status == 5
+                    ? ": per_sample_weights given to an unweighted collection"
+                    : ": per_sample_weights must have the KJT's weights' dtype and one element "
+                      "per value (" +
+                          std::to_string(kjt.values().numel()) + "), got " +
+                          std::to_string(weights.value().numel()));
+    return;
+  }
+  // status: {code, feature, sample, id, weights require grad}; code 0 ok, 1 missing feature,
+  // 2 id out of range, 3 weights missing, 4 variable stride per key (not supported), 5/6 as
+  // weights_status.
+  constexpr int kWords = 5;
+  std::vector<int64_t> status{0, 0, 0, 0, grad_flag};
   const auto index = kjt.index_per_key();
-  if (kjt.variable_stride_per_key()) status = {4, 0, 0, 0};
-  if (status[0] == 0 && weighted && !kjt.has_weights()) status = {3, 0, 0, 0};
+  if (kjt.variable_stride_per_key()) status = {4, 0, 0, 0, grad_flag};
+  if (status[0] == 0 && weighted && !kjt.has_weights()) status = {3, 0, 0, 0, grad_flag};
+  if (status[0] == 0 && weights_status != 0)
+    status = {weights_status, 0, weights.value().numel(), kjt.values().numel(), grad_flag};
   for (size_t f = 0; f < features_.size() && status[0] == 0; ++f) {
     auto it = index.find(features_[f]);
     if (it == index.end()) {
-      status = {1, static_cast<int64_t>(f), 0, 0};
+      status = {1, static_cast<int64_t>(f), 0, 0, grad_flag};
       break;
     }
     const int64_t rows = tables_[static_cast<size_t>(feature_table_[f])].config.num_embeddings;
@@ -99,7 +123,7 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
       while (static_cast<int64_t>(i) >= end && b + 1 < lengths.numel())
         end += static_cast<int64_t>(lengths.get_flat(++b));
       if (ids[i] < 0 || ids[i] >= rows) {
-        status = {2, static_cast<int64_t>(f), b, ids[i]};
+        status = {2, static_cast<int64_t>(f), b, ids[i], grad_flag};
         break;
       }
     }
@@ -107,12 +131,12 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
   const int W = world_.size();
   std::vector<int64_t> all = status;
   if (W > 1) {
-    Tensor out = zeros({static_cast<int64_t>(W) * 4}, DType::Int64);
+    Tensor out = zeros({static_cast<int64_t>(W) * kWords}, DType::Int64);
     all_gather(from_vector(status), out, world_).wait();
     all = out.to_vector<int64_t>();
   }
-  for (int r = 0; r < static_cast<int>(all.size() / 4); ++r) {
-    const int64_t* s = &all[static_cast<size_t>(r) * 4];
+  for (int r = 0; r < static_cast<int>(all.size() / kWords); ++r) {
+    const int64_t* s = &all[static_cast<size_t>(r) * kWords];
     if (s[0] == 0) continue;
     std::ostringstream os;
     os << where << ": rank " << r << "'s input: ";
@@ -127,11 +151,24 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
          << ": id " << s[3] << " is out of range [0, " << cfg.num_embeddings << ")";
     } else if (s[0] == 3) {
       os << "the collection is weighted but the KJT has no weights";
+    } else if (s[0] == 5) {
+      os << "per_sample_weights given to an unweighted collection";
+    } else if (s[0] == 6) {
+      os << "per_sample_weights must have the KJT's weights' dtype and one element per value ("
+         << s[3] << "), got " << s[2] << " elements";
     } else {
       os << "a variable stride per key (VBE) is not supported by the sharded collections";
     }
     FERRY_THROW(InvalidArgument, os.str());
   }
+  // The weights' gradient goes back through a collective: every rank or none.
+  std::string with, without;
+  for (int r = 0; r < static_cast<int>(all.size() / kWords); ++r)
+    (all[static_cast<size_t>(r) * kWords + 4] ? with : without) += " " + std::to_string(r);
+  FERRY_CHECK(with.empty() || without.empty(), InvalidArgument, where,
+              ": the ranks disagree on whether the per-sample weights require grad (they do on "
+              "rank(s)", with, ", not on rank(s)", without,
+              "); their gradient goes back through the input dist, a collective");
 }
 
 std::map<std::string, Tensor> ShardedTables::state_dict() const {

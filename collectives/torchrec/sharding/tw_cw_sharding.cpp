@@ -108,7 +108,11 @@ TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTa
 DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
-  return detail::launch_input_dist(input_a2a_, detail::select_features(kjt, send_keys_, detail::unit_names(units_)), ctx);
+  const auto send = [this](const KeyedJaggedTensor& k) {
+    return detail::select_features(k, send_keys_, detail::unit_names(units_));
+  };
+  detail::route_weights(kjt, send, *ctx);
+  return detail::launch_input_dist(input_a2a_, send(kjt), ctx);
 }
 
 Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
@@ -122,10 +126,9 @@ Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
                          .key_index = static_cast<int64_t>(lookups.size()),
                          .pooling = u.pooling});
   const int64_t n = detail::sharding_total(ctx->stride_per_rank);
-  Variable local = lookups.empty()
-                       ? detail::empty_local(zeros({n, 0}, dtype_))
-                       : pooled_embedding_lookup(lookups, dist,
-                                                 detail::lookup_weights(dist, weighted_, world_));
+  const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
+  Variable local = lookups.empty() ? detail::empty_local(zeros({n, 0}, dtype_))
+                                   : pooled_embedding_lookup(lookups, dist, weights);
   return output_a2a_.forward(local, ctx->stride_per_rank);
 }
 
