@@ -14,6 +14,7 @@
 
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/modules/vbe_pooling.h>
 #include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 #include <ferry/runtime/awaitable.h>
@@ -48,6 +49,11 @@ struct ShardingBatchContext {
   // caller's weights and the caller position of every value this group sends (else undefined).
   Variable weights;
   Tensor send_index;
+  // Pooled with a variable batch per feature (VBE): the caller's KJT (its per-feature batches,
+  // lengths) and, set by compute_and_output_dist, where each output block's rows sit in the
+  // group's flat (1-D) output (vbe_pooling.h).
+  std::optional<KeyedJaggedTensor> vbe_input;
+  std::vector<detail::VbeBlock> vbe_blocks;
 };
 
 // The input dist: the outer wait finishes phase 1 and issues phase 2; the inner wait gives the
@@ -72,7 +78,8 @@ class EmbeddingSharding {
 
 class PooledEmbeddingSharding : public EmbeddingSharding {
  public:
-  // Lookup on this rank's shards, then the output dist launched: [B, sum of the blocks' widths].
+  // Lookup on this rank's shards, then the output dist launched: [B, sum of the blocks' widths];
+  // with VBE (ctx->vbe_input set) a 1-D Variable whose layout ctx->vbe_blocks describes.
   virtual Awaitable<Variable> compute_and_output_dist(
       const KeyedJaggedTensor& dist_features,
       const std::shared_ptr<ShardingBatchContext>& ctx) const = 0;
@@ -135,6 +142,16 @@ std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
     std::vector<std::pair<OutputBlock, Variable>> pieces);
 // sum of v
 int64_t sharding_total(const std::vector<int64_t>& v);
+// The batch of `key` in the VBE input the context holds.
+int64_t vbe_batch(const ShardingBatchContext& ctx, const std::string& key);
+// VBE: the flat indices into a padded lookup output [B_max, C] (pad_variable_stride of the
+// received `dist`, keys t with `widths` in column order) that lay it out destination-major:
+// for every destination rank s, key t, sample b < B(s, t), column d -- where key t's samples are
+// its sources' batches in rank order (stride_per_key_per_rank[t][s]; stagger 1). Also returns
+// B(s, t) as [s][t].
+std::vector<int64_t> vbe_destination_index(const KeyedJaggedTensor& dist,
+                                           const std::vector<int64_t>& widths, int W,
+                                           std::vector<std::vector<int64_t>>& batch_per_rank);
 
 }  // namespace detail
 }  // namespace ferry::torchrec

@@ -34,8 +34,16 @@
 // id), a weighted collection given a KJT without weights: raised on every rank before any
 // payload moves. Compute kernels: DENSE and FUSED (the plan's kernel: FUSED shards get the
 // fused optimizer, DENSE ones accumulate sparse gradients); data_parallel tables are never
-// fused. Not supported: variable batch per feature (VBE), the UVM / QUANT kernels (run as
-// FUSED).
+// fused. Not supported: the UVM / QUANT kernels (run as FUSED).
+//
+// Variable batch per feature (VBE: a KJT with stride_per_key_per_rank and inverse_indices), as
+// torchrec: data_parallel, table_wise, column_wise, table_column_wise and row_wise tables pool
+// every feature over its own batch (the KJT all-to-all carries the strides; the output dists
+// are VariableBatchPooledEmbeddingsAllToAll / VariableBatchPooledEmbeddingsReduceScatter) and
+// the output is expanded by the inverse indices to [B_out, sum dims], equal to
+// EmbeddingBagCollection::forward on the same KJT. table_row_wise refuses VBE (InvalidArgument
+// naming the op, the rank and the sharding type, on every rank), as does a VBE KJT without
+// inverse_indices.
 //
 // Per-sample weights that require grad (weighted collections): pass them to forward /
 // input_dist as a Variable; for every sharding type the caller receives d L_r / d w of its own
@@ -63,6 +71,8 @@ namespace ferry::torchrec {
 // size and each sharding group's context. Fill it with input_dist, pass it on unchanged.
 struct ShardedEmbeddingContext {
   int64_t batch_size = 0;
+  // VBE: each feature's inverse-index row (the output's B_out samples), by collection feature.
+  std::vector<std::vector<int64_t>> inverse_rows;
   std::vector<std::shared_ptr<ShardingBatchContext>> shardings;
   std::vector<Tensor> lengths_per_feature;  // sequence collections: each feature's lengths
 };

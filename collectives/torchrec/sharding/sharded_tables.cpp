@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/collectives/torchrec/modules/vbe_pooling.h>
 #include <ferry/collectives/torchrec/planner/plan_agreement.h>
 #include <ferry/runtime/error.h>
 
@@ -76,7 +77,7 @@ ShardedTables::ShardedTables(std::vector<EmbeddingBagConfig> configs,
 }
 
 void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where,
-                                const Variable& weights) const {
+                                const Variable& weights, bool allow_vbe) const {
   // The caller's weights Variable: local facts, raised here only when the collective check is
   // off (otherwise every rank raises them below).
   int64_t weights_status = 0;  // 0 ok, 5 unweighted collection, 6 count / dtype mismatch
@@ -104,7 +105,21 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, con
   constexpr int kWords = 5;
   std::vector<int64_t> status{0, 0, 0, 0, grad_flag};
   const auto index = kjt.index_per_key();
-  if (kjt.variable_stride_per_key()) status = {4, 0, 0, 0, grad_flag};
+  bool has_twrw = false;
+  for (const auto& t : tables_) has_twrw = has_twrw || t.sharding.sharding_type == ShardingType::TABLE_ROW_WISE;
+  std::string vbe_error;  // this rank's own inverse-indices problem, in full
+  if (kjt.variable_stride_per_key()) {
+    if (!allow_vbe || has_twrw) {
+      status = {4, 0, 0, 0, grad_flag};
+    } else {
+      try {
+        detail::inverse_rows(kjt, features_, where, world_.rank());
+      } catch (const InvalidArgument& e) {
+        vbe_error = e.what();
+        status = {7, 0, 0, 0, grad_flag};
+      }
+    }
+  }
   if (status[0] == 0 && weighted && !kjt.has_weights()) status = {3, 0, 0, 0, grad_flag};
   if (status[0] == 0 && weights_status != 0)
     status = {weights_status, 0, weights.value().numel(), kjt.values().numel(), grad_flag};
@@ -138,6 +153,12 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, con
   for (int r = 0; r < static_cast<int>(all.size() / kWords); ++r) {
     const int64_t* s = &all[static_cast<size_t>(r) * kWords];
     if (s[0] == 0) continue;
+    if (s[0] == 7) {
+      FERRY_CHECK(r != world_.rank(), InvalidArgument, vbe_error);
+      FERRY_THROW(InvalidArgument, where, ": rank ", r,
+                  "'s input: its VBE inverse_indices are missing or invalid (rank ", r,
+                  " raises the details)");
+    }
     std::ostringstream os;
     os << where << ": rank " << r << "'s input: ";
     const std::string& feature = features_[static_cast<size_t>(std::max<int64_t>(s[1], 0))];
@@ -157,7 +178,24 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, con
       os << "per_sample_weights must have the KJT's weights' dtype and one element per value ("
          << s[3] << "), got " << s[2] << " elements";
     } else {
-      os << "a variable stride per key (VBE) is not supported by the sharded collections";
+      // torchrec runs VBE through the pooled shardings (variable-batch all-to-all /
+      // reduce-scatter); ferry's sharded collections do not implement it yet: say so, with the
+      // sharding types the batch would have gone through.
+      std::string types;
+      for (const auto& t : tables_) {
+        const std::string name(to_string(t.sharding.sharding_type));
+        if (types.find(name) == std::string::npos) types += (types.empty() ? "" : ", ") + name;
+      }
+      if (allow_vbe)
+        os << "a variable stride per key (VBE, stride_per_key_per_rank) is not supported by "
+              "table_row_wise sharding (torchrec has no variable-batch output dist for it); "
+              "sharding types of this collection: "
+           << types;
+      else
+        os << "a variable stride per key (VBE, stride_per_key_per_rank) is not supported by a "
+              "sharded EmbeddingCollection (torchrec raises too); sharding types of this "
+              "collection: "
+           << types;
     }
     FERRY_THROW(InvalidArgument, os.str());
   }

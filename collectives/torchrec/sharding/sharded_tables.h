@@ -94,8 +94,10 @@ class ShardedTables {
   // per-sample weights Variable, if given) do not match the KJT's weights (dtype, one per value;
   // only a weighted collection takes them), or the ranks disagree on whether the weights require
   // grad (their gradient goes back through a collective: all ranks or none).
+  // allow_vbe: a variable stride per key is accepted (pooled collections) unless a table is
+  // table_row_wise; it then needs valid inverse_indices. Otherwise VBE is refused.
   void check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where,
-                   const Variable& weights = Variable()) const;
+                   const Variable& weights = Variable(), bool allow_vbe = false) const;
 
   // Full tables "<prefix>.<table>.weight", gathered (collective: every rank calls it).
   std::map<std::string, Tensor> state_dict() const;

@@ -16,8 +16,13 @@ Tensor value_sources(const KeyedJaggedTensor& kjt,
   const int64_t n = kjt.values().numel();
   std::vector<double> pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), 0.0);
-  const KeyedJaggedTensor tagged = KeyedJaggedTensor::from_lengths_sync(
-      kjt.keys(), kjt.values(), kjt.lengths(), from_vector(pos), kjt.stride());
+  const KeyedJaggedTensor tagged =
+      kjt.variable_stride_per_key()
+          ? KeyedJaggedTensor::from_lengths_sync(kjt.keys(), kjt.values(), kjt.lengths(),
+                                                 from_vector(pos), std::nullopt,
+                                                 kjt.stride_per_key_per_rank())
+          : KeyedJaggedTensor::from_lengths_sync(kjt.keys(), kjt.values(), kjt.lengths(),
+                                                 from_vector(pos), kjt.stride());
   const Tensor moved = rearrange(tagged).weights();
   std::vector<int64_t> out(static_cast<size_t>(moved.numel()));
   for (int64_t i = 0; i < moved.numel(); ++i) out[static_cast<size_t>(i)] = static_cast<int64_t>(moved.get_flat(i));
@@ -28,7 +33,8 @@ namespace {
 
 // in_pos[o]: where the received value o (recat order: local key, source in stagger order,
 // sample, id) sat in the all-to-all's receive buffer (source-major: source, local key, sample,
-// id). Needs a uniform stride per key (stride_per_rank known).
+// id). With a uniform stride per key each source's batch is stride_per_rank; with a variable
+// one (VBE) each (key, source) has its own, stride_per_key_per_rank[key] in recat order.
 std::vector<int64_t> receive_positions(const KJTAllToAllTensorsAwaitable& ex,
                                        const KeyedJaggedTensor& received, int W, int me) {
   const int64_t n = received.values().numel();
@@ -40,7 +46,8 @@ std::vector<int64_t> receive_positions(const KJTAllToAllTensorsAwaitable& ex,
   }
   const std::vector<int64_t>& sp = ex.stride_per_rank();
   const std::vector<int64_t>& from = ex.output_splits("values");
-  FERRY_CHECK(static_cast<int>(sp.size()) == W && static_cast<int>(from.size()) == W,
+  const bool vbe = received.variable_stride_per_key();
+  FERRY_CHECK((vbe || static_cast<int>(sp.size()) == W) && static_cast<int>(from.size()) == W,
               InvalidArgument,
               "ShardedEmbeddingBagCollection weights gradient on rank ", me,
               ": the input dist has no stride per rank (a variable stride per key is not "
@@ -51,16 +58,18 @@ std::vector<int64_t> receive_positions(const KJTAllToAllTensorsAwaitable& ex,
     for (int64_t y = 0; y < stagger; ++y) order.push_back(static_cast<int>(x + per * y));
   std::vector<int64_t> base(static_cast<size_t>(W), 0);  // start of each source's block
   for (int s = 1; s < W; ++s) base[static_cast<size_t>(s)] = base[static_cast<size_t>(s - 1)] + from[static_cast<size_t>(s - 1)];
-  const int64_t S = std::accumulate(sp.begin(), sp.end(), int64_t{0});
   const Tensor lengths = received.lengths();
   const int64_t L = received.num_keys();
   std::vector<int64_t> done(static_cast<size_t>(W), 0);  // values of each source placed so far
   for (int64_t t = 0; t < L; ++t) {
-    int64_t sample = t * S;
-    for (int s : order) {
+    int64_t sample = received.lengths_offset_per_key()[static_cast<size_t>(t)];
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int s = order[k];
+      const int64_t batch = vbe ? received.stride_per_key_per_rank()[static_cast<size_t>(t)][k]
+                                : sp[static_cast<size_t>(s)];
       int64_t c = 0;
-      for (int64_t b = 0; b < sp[static_cast<size_t>(s)]; ++b) c += static_cast<int64_t>(lengths.get_flat(sample + b));
-      sample += sp[static_cast<size_t>(s)];
+      for (int64_t b = 0; b < batch; ++b) c += static_cast<int64_t>(lengths.get_flat(sample + b));
+      sample += batch;
       const int64_t start = base[static_cast<size_t>(s)] + done[static_cast<size_t>(s)];
       for (int64_t i = 0; i < c; ++i) in_pos.push_back(start + i);
       done[static_cast<size_t>(s)] += c;

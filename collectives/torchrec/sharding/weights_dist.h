@@ -24,7 +24,7 @@
 //
 // Collective in backward: every rank of the group runs it, in tape order, when the weights
 // require grad on every rank (the collections check the agreement with their input check).
-// Uniform stride per key only (the sharded collections refuse VBE).
+// Works with a uniform or a variable stride per key (VBE).
 #pragma once
 
 #include <ferry/autograd/variable.h>
