@@ -193,7 +193,7 @@ void vbe_equivalence(const Group& g, const ModuleShardingPlan& plan, int L, bool
 }  // namespace
 
 DG_CASE("ShardedEmbeddingBagCollection with a variable batch per feature (VBE) equals the "
-        "unsharded collection: forward and 2 fused SGD steps, every VBE sharding type",
+        "unsharded collection, forward and 2 fused SGD steps, every VBE sharding type",
         "[torchrec][sharded][vbe]", 1, 2, 3, 4) {
   const int W = g.size();
   const int L = W % 2 == 0 ? W / 2 : W;
@@ -208,7 +208,7 @@ DG_CASE("ShardedEmbeddingBagCollection with a variable batch per feature (VBE) e
                             weighted ? " weighted" : ""));
 }
 
-DG_CASE("ShardedEmbeddingBagCollection VBE: mixed plan, and weights requiring grad",
+DG_CASE("ShardedEmbeddingBagCollection VBE, a mixed plan and weights requiring grad",
         "[torchrec][sharded][vbe]", 1, 2, 3, 4) {
   const int W = g.size(), me = g.rank();
   const int L = W % 2 == 0 ? W / 2 : W;
@@ -233,7 +233,7 @@ DG_CASE("ShardedEmbeddingBagCollection VBE: mixed plan, and weights requiring gr
   }
 }
 
-DG_CASE("ShardedEmbeddingBagCollection VBE refused: table_row_wise, no inverse indices",
+DG_CASE("ShardedEmbeddingBagCollection VBE refused for table_row_wise and without inverse indices",
         "[torchrec][sharded][vbe]", 1, 2, 4) {
   const int W = g.size(), me = g.rank();
   const int L = W % 2 == 0 ? W / 2 : W;

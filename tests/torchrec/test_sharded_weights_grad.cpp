@@ -113,7 +113,7 @@ std::string str(const A&... a) {
 
 }  // namespace
 
-DG_CASE("ShardedEmbeddingBagCollection: per-sample weights that require grad get the gradient "
+DG_CASE("ShardedEmbeddingBagCollection per-sample weights that require grad get the gradient "
         "of the unsharded collection on the rank's batch, every sharding type",
         "[torchrec][sharded][weights]", 1, 2, 3, 4) {
   const int W = g.size(), me = g.rank();
@@ -141,7 +141,7 @@ DG_CASE("ShardedEmbeddingBagCollection: per-sample weights that require grad get
     }
 }
 
-DG_CASE("ShardedEmbeddingBagCollection: per-sample weights refused on every rank when the "
+DG_CASE("ShardedEmbeddingBagCollection per-sample weights refused on every rank when the "
         "ranks disagree on requires_grad, the collection is unweighted, or the size is wrong",
         "[torchrec][sharded][weights]", 1, 2, 3) {
   const int W = g.size(), me = g.rank();

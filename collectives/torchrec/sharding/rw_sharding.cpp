@@ -66,8 +66,10 @@ RwPooledEmbeddingSharding::RwPooledEmbeddingSharding(const detail::ShardedTables
 DistFeaturesAwaitable RwPooledEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
-  const KeyedJaggedTensor mine = detail::select_features(kjt, keys_);
-  ctx->mean_divisor = detail::mean_divisor(mine, keys_, dims_, pooling_, dtype_);
+  // VBE divides after its reduce-scatter from the caller's KJT (vbe_output_dist).
+  if (!kjt.variable_stride_per_key())
+    ctx->mean_divisor = detail::mean_divisor(detail::select_features(kjt, keys_), keys_, dims_,
+                                             pooling_, dtype_);
   const auto send = [this](const KeyedJaggedTensor& k) {
     return bucketize_kjt_before_all2all(detail::select_features(k, keys_), world_.size(),
                                         block_sizes_, false, false, std::nullopt,

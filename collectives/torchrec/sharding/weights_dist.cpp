@@ -1,6 +1,7 @@
 #include <ferry/collectives/torchrec/sharding/weights_dist.h>
 
 #include <ferry/autograd/function.h>
+#include <ferry/autograd/node.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/runtime/error.h>
 
@@ -151,7 +152,11 @@ Variable dist_weights(const Variable& caller_weights, const Tensor& send_index,
   auto fn = std::make_shared<DistWeights>(received.weights(),
                                           receive_positions(exchange, received, W, group.rank()), send_index,
                                           std::move(recv_splits), std::move(send_splits), group);
-  return apply(fn, {caller_weights})[0];
+  Variable out = apply(fn, {caller_weights})[0];
+  // A rank that looks nothing up drops `out` at once; the node must live to run its half of the
+  // backward all-to-all (the peers send it its weights' gradients).
+  if (out.impl()->producer) ferry::detail::keep_until_backward(out.impl()->producer);
+  return out;
 }
 
 }  // namespace ferry::torchrec::detail
