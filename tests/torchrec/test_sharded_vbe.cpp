@@ -4,12 +4,14 @@
 // row_wise, W = 1..4, SUM and MEAN, weighted and not, float64: the forward equals the unsharded
 // EmbeddingBagCollection on the concatenation of every rank's VBE batch (rank r's rows), and
 // after k fused SGD steps with each rank's mean loss the tables equal the unsharded ones
-// trained with the mean loss over all W * B_out rows (relative 1e-12). table_row_wise and a
-// VBE KJT without inverse_indices are refused on every rank, naming op, rank and sharding type.
+// trained with the mean loss over all W * B_out rows (relative 1e-12). table_row_wise, a VBE
+// KJT without inverse_indices and VBE into a sharded EmbeddingCollection are refused on every
+// rank, naming op, rank and sharding type.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "sharded_test_util.h"
+#include "small_tables_case.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>
@@ -20,34 +22,17 @@ using namespace ferry;
 using namespace ferry::torchrec;
 using dgtest::expect;
 using trtest::expect_invalid;
+using testing::cat_str;
+using testing::small_configs;
+using testing::small_plan;
+using testing::small_shapes;
+using testing::small_tables;
 
 namespace {
 
 constexpr uint64_t kSeed = 99;
 constexpr int64_t kOut = 4;  // B_out: output samples per rank
 
-struct Spec {
-  std::string name;
-  int64_t rows, dim;
-  std::vector<std::string> features;
-};
-const std::vector<Spec>& specs() {
-  static const std::vector<Spec> s{{"t0", 11, 4, {"f0", "f1"}}, {"t1", 7, 3, {"f2"}},
-                                   {"t2", 9, 5, {"f3"}}};
-  return s;
-}
-std::vector<EmbeddingBagConfig> configs(PoolingType pooling) {
-  std::vector<EmbeddingBagConfig> out;
-  for (const auto& s : specs())
-    out.push_back({.name = s.name, .num_embeddings = s.rows, .embedding_dim = s.dim,
-                   .feature_names = s.features, .pooling = pooling, .data_type = DType::Float64});
-  return out;
-}
-std::vector<TableShape> shapes() {
-  std::vector<TableShape> out;
-  for (const auto& s : specs()) out.push_back({s.name, s.rows, s.dim});
-  return out;
-}
 
 // One rank's VBE batch: per key its own batch of bags, and B_out inverse indices per key.
 struct VbeBatch {
@@ -61,7 +46,7 @@ VbeBatch make_batch(int rank, int step) {
   std::mt19937_64 rng(7919ULL * static_cast<uint64_t>(rank) + 104729ULL * static_cast<uint64_t>(step) + 5);
   VbeBatch b;
   std::vector<int64_t> rows;
-  for (const auto& s : specs())
+  for (const auto& s : small_tables())
     for (const auto& f : s.features) {
       b.keys.push_back(f);
       rows.push_back(s.rows);
@@ -131,44 +116,16 @@ Variable loss_of(const Variable& y, const Tensor& G, int64_t n) {
   return div(sum(mul(y, add(mul(y, 0.5), Variable(G)))), static_cast<double>(n));
 }
 
-ModuleShardingPlan plan_of(ShardingType type, int W, int L) {
-  const int G = W / L;
-  std::map<std::string, ParameterShardingGenerator> gens;
-  for (size_t i = 0; i < specs().size(); ++i) {
-    const int k = static_cast<int>(i);
-    const std::string& n = specs()[i].name;
-    switch (type) {
-      case ShardingType::DATA_PARALLEL: gens[n] = data_parallel(); break;
-      case ShardingType::TABLE_WISE: gens[n] = table_wise(k % W); break;
-      case ShardingType::COLUMN_WISE: {
-        std::vector<int> ranks;
-        for (int j = 0; j < std::min(3, W + 1); ++j) ranks.push_back((k + j) % W);
-        gens[n] = column_wise(ranks);
-        break;
-      }
-      case ShardingType::TABLE_COLUMN_WISE: gens[n] = table_column_wise(k % G); break;
-      case ShardingType::ROW_WISE: gens[n] = row_wise(); break;
-      case ShardingType::TABLE_ROW_WISE: gens[n] = table_row_wise(k % G); break;
-    }
-  }
-  return construct_module_sharding_plan(shapes(), gens, W, L);
-}
 
-template <class... A>
-std::string str(const A&... a) {
-  std::ostringstream os;
-  (os << ... << a);
-  return os.str();
-}
 
 void vbe_equivalence(const Group& g, const ModuleShardingPlan& plan, int L, bool weighted,
                      PoolingType pooling, bool has_dp, const std::string& what) {
   const int W = g.size(), me = g.rank();
   FusedOptimizerConfig opt;
   opt.learning_rate = 0.3;
-  ShardedEmbeddingBagCollection sharded(configs(pooling), weighted, plan, g, {.local_size = L},
+  ShardedEmbeddingBagCollection sharded(small_configs(pooling), weighted, plan, g, {.local_size = L},
                                         opt, kSeed);
-  EmbeddingBagCollection ref(configs(pooling), weighted, kSeed, opt);
+  EmbeddingBagCollection ref(small_configs(pooling), weighted, kSeed, opt);
   int64_t cols = 0;
   for (int64_t d : ref.length_per_key()) cols += d;
   for (int step = 0; step < 2; ++step) {
@@ -178,7 +135,7 @@ void vbe_equivalence(const Group& g, const ModuleShardingPlan& plan, int L, bool
     const PooledEmbeddings yr = ref.forward(to_kjt(all, weighted));
     expect(ys.values.value().shape() == Shape{kOut, cols}, g, what + ": output shape");
     const double e = testing::max_rel_err(ys.values.value(), yr.values.value().narrow(0, me * kOut, kOut));
-    expect(e <= 1e-12, g, str(what, " step ", step, ": forward relative error ", e));
+    expect(e <= 1e-12, g, cat_str(what, " step ", step, ": forward relative error ", e));
     loss_of(ys.values, target(kOut, cols, me * kOut), kOut).backward();
     if (has_dp) sharded.step_data_parallel();
     loss_of(yr.values, target(W * kOut, cols, 0), W * kOut).backward();
@@ -186,7 +143,7 @@ void vbe_equivalence(const Group& g, const ModuleShardingPlan& plan, int L, bool
   const auto got = sharded.state_dict();
   for (const auto& [key, t] : ref.state_dict()) {
     const double e = testing::max_rel_err(got.at(key), t);
-    expect(e <= 1e-12, g, str(what, ": table ", key, " after 2 steps, relative error ", e));
+    expect(e <= 1e-12, g, cat_str(what, ": table ", key, " after 2 steps, relative error ", e));
   }
 }
 
@@ -202,9 +159,9 @@ DG_CASE("ShardedEmbeddingBagCollection with a variable batch per feature (VBE) e
                             ShardingType::ROW_WISE})
     for (PoolingType pooling : {PoolingType::Sum, PoolingType::Mean})
       for (bool weighted : {false, true})
-        vbe_equivalence(g, plan_of(type, W, L), L, weighted, pooling,
+        vbe_equivalence(g, small_plan(type, W, L), L, weighted, pooling,
                         type == ShardingType::DATA_PARALLEL,
-                        str(to_string(type), pooling == PoolingType::Sum ? " SUM" : " MEAN",
+                        cat_str(to_string(type), pooling == PoolingType::Sum ? " SUM" : " MEAN",
                             weighted ? " weighted" : ""));
 }
 
@@ -213,14 +170,14 @@ DG_CASE("ShardedEmbeddingBagCollection VBE, a mixed plan and weights requiring g
   const int W = g.size(), me = g.rank();
   const int L = W % 2 == 0 ? W / 2 : W;
   const ModuleShardingPlan mixed = construct_module_sharding_plan(
-      shapes(), {{"t0", row_wise()}, {"t1", data_parallel()}, {"t2", column_wise({W - 1, 0})}},
+      small_shapes(), {{"t0", row_wise()}, {"t1", data_parallel()}, {"t2", column_wise({W - 1, 0})}},
       W, L);
   vbe_equivalence(g, mixed, L, true, PoolingType::Mean, true, "mixed");
   // The weights' gradient through a VBE input dist equals the unsharded one on the rank's batch.
   for (ShardingType type : {ShardingType::TABLE_WISE, ShardingType::ROW_WISE}) {
-    ShardedEmbeddingBagCollection sharded(configs(PoolingType::Sum), true, plan_of(type, W, L), g,
+    ShardedEmbeddingBagCollection sharded(small_configs(PoolingType::Sum), true, small_plan(type, W, L), g,
                                           {.local_size = L}, std::nullopt, kSeed);
-    EmbeddingBagCollection ref(configs(PoolingType::Sum), true, kSeed);
+    EmbeddingBagCollection ref(small_configs(PoolingType::Sum), true, kSeed);
     const KeyedJaggedTensor kjt = to_kjt({make_batch(me, 3)}, true);
     Variable ws(kjt.weights().clone(), true), wr(kjt.weights().clone(), true);
     const Variable ys = sharded.forward(kjt, ws).values;
@@ -229,7 +186,7 @@ DG_CASE("ShardedEmbeddingBagCollection VBE, a mixed plan and weights requiring g
     loss_of(ys, G, kOut).backward();
     loss_of(yr, G, kOut).backward();
     const double e = testing::max_rel_err(ws.grad(), wr.grad());
-    expect(e <= 1e-12, g, str(to_string(type), " VBE weights gradient relative error ", e));
+    expect(e <= 1e-12, g, cat_str(to_string(type), " VBE weights gradient relative error ", e));
   }
 }
 
@@ -237,19 +194,34 @@ DG_CASE("ShardedEmbeddingBagCollection VBE refused for table_row_wise and withou
         "[torchrec][sharded][vbe]", 1, 2, 4) {
   const int W = g.size(), me = g.rank();
   const int L = W % 2 == 0 ? W / 2 : W;
-  ShardedEmbeddingBagCollection twrw(configs(PoolingType::Sum), false,
-                                     plan_of(ShardingType::TABLE_ROW_WISE, W, L), g,
+  ShardedEmbeddingBagCollection twrw(small_configs(PoolingType::Sum), false,
+                                     small_plan(ShardingType::TABLE_ROW_WISE, W, L), g,
                                      {.local_size = L}, std::nullopt, kSeed);
   expect_invalid([&] { twrw.forward(to_kjt({make_batch(me, 0)}, false)); },
                  {"ShardedEmbeddingBagCollection::input_dist", "rank 0's input", "table_row_wise",
                   "VBE"},
                  g, "VBE with table_row_wise");
-  ShardedEmbeddingBagCollection tw(configs(PoolingType::Sum), false,
-                                   plan_of(ShardingType::TABLE_WISE, W, L), g, {.local_size = L},
+  ShardedEmbeddingBagCollection tw(small_configs(PoolingType::Sum), false,
+                                   small_plan(ShardingType::TABLE_WISE, W, L), g, {.local_size = L},
                                    std::nullopt, kSeed);
   expect_invalid([&] { tw.forward(to_kjt({make_batch(me, 0)}, false, /*with_inverse=*/me != W - 1)); },
-                 {"ShardedEmbeddingBagCollection::input_dist", str("rank ", W - 1), "inverse_indices"},
+                 {"ShardedEmbeddingBagCollection::input_dist", cat_str("rank ", W - 1), "inverse_indices"},
                  g, "VBE without inverse indices");
+  // Sequence embeddings: torchrec's ShardedEmbeddingCollection raises for VBE too.
+  std::vector<EmbeddingConfig> seq;
+  for (const auto& s : small_tables())
+    seq.push_back({.name = s.name, .num_embeddings = s.rows, .embedding_dim = 4,
+                   .feature_names = s.features, .data_type = DType::Float64});
+  std::vector<TableShape> seq_shapes;
+  for (const auto& s : small_tables()) seq_shapes.push_back({s.name, s.rows, 4});
+  ShardedEmbeddingCollection ec(seq, construct_module_sharding_plan(
+                                         seq_shapes, {{"t0", row_wise()}, {"t1", table_wise(0)},
+                                                      {"t2", data_parallel()}}, W, L),
+                                g, {.local_size = L}, std::nullopt, kSeed);
+  expect_invalid([&] { ec.forward(to_kjt({make_batch(me, 0)}, false)); },
+                 {"ShardedEmbeddingCollection::input_dist", "rank 0's input", "VBE",
+                  "EmbeddingCollection", "row_wise"},
+                 g, "VBE with a sharded EmbeddingCollection");
   // The group is still usable: a good VBE batch goes through.
   const PooledEmbeddings y = tw.forward(to_kjt({make_batch(me, 1)}, false));
   expect(y.values.value().size(0) == kOut, g, "the VBE forward after the refusals");

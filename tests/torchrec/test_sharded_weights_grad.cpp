@@ -10,6 +10,7 @@
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"
 #include "sharded_test_util.h"
+#include "small_tables_case.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>
@@ -20,36 +21,24 @@ using namespace ferry;
 using namespace ferry::torchrec;
 using dgtest::expect;
 using trtest::expect_invalid;
+using testing::cat_str;
+using testing::small_configs;
+using testing::small_plan;
+using testing::small_shapes;
+using testing::small_tables;
 
 namespace {
 
 constexpr uint64_t kSeed = 77;
 
-struct Spec {
-  std::string name;
-  int64_t rows, dim;
-  std::vector<std::string> features;
-};
-const std::vector<Spec>& specs() {
-  static const std::vector<Spec> s{{"t0", 11, 4, {"f0", "f1"}}, {"t1", 7, 3, {"f2"}},
-                                   {"t2", 9, 5, {"f3"}}};
-  return s;
-}
 
-std::vector<EmbeddingBagConfig> configs(PoolingType pooling) {
-  std::vector<EmbeddingBagConfig> out;
-  for (const auto& s : specs())
-    out.push_back({.name = s.name, .num_embeddings = s.rows, .embedding_dim = s.dim,
-                   .feature_names = s.features, .pooling = pooling, .data_type = DType::Float64});
-  return out;
-}
 
 // This rank's weighted batch of B samples (0..3 ids per bag) plus a key no table serves.
 KeyedJaggedTensor batch(int rank, int64_t B) {
   std::mt19937_64 rng(4242 + 31 * static_cast<uint64_t>(rank));
   std::vector<std::string> keys;
   std::vector<int64_t> rows;
-  for (const auto& s : specs())
+  for (const auto& s : small_tables())
     for (const auto& f : s.features) {
       keys.push_back(f);
       rows.push_back(s.rows);
@@ -80,36 +69,7 @@ Variable loss(const Variable& y, int rank) {
              static_cast<double>(y.value().size(0)));
 }
 
-ModuleShardingPlan plan_of(ShardingType type, int W, int L) {
-  const int G = W / L;
-  std::map<std::string, ParameterShardingGenerator> gens;
-  std::vector<TableShape> shapes;
-  for (size_t i = 0; i < specs().size(); ++i) {
-    const int k = static_cast<int>(i);
-    shapes.push_back({specs()[i].name, specs()[i].rows, specs()[i].dim});
-    switch (type) {
-      case ShardingType::DATA_PARALLEL: gens[specs()[i].name] = data_parallel(); break;
-      case ShardingType::TABLE_WISE: gens[specs()[i].name] = table_wise(k % W); break;
-      case ShardingType::COLUMN_WISE: {  // a rank may hold two shards of one table
-        std::vector<int> ranks;
-        for (int j = 0; j < std::min(3, W + 1); ++j) ranks.push_back((k + j) % W);
-        gens[specs()[i].name] = column_wise(ranks);
-        break;
-      }
-      case ShardingType::TABLE_COLUMN_WISE: gens[specs()[i].name] = table_column_wise(k % G); break;
-      case ShardingType::ROW_WISE: gens[specs()[i].name] = row_wise(); break;
-      case ShardingType::TABLE_ROW_WISE: gens[specs()[i].name] = table_row_wise(k % G); break;
-    }
-  }
-  return construct_module_sharding_plan(shapes, gens, W, L);
-}
 
-template <class... A>
-std::string str(const A&... a) {
-  std::ostringstream os;
-  (os << ... << a);
-  return os.str();
-}
 
 }  // namespace
 
@@ -123,10 +83,10 @@ DG_CASE("ShardedEmbeddingBagCollection per-sample weights that require grad get 
        {ShardingType::DATA_PARALLEL, ShardingType::TABLE_WISE, ShardingType::COLUMN_WISE,
         ShardingType::TABLE_COLUMN_WISE, ShardingType::ROW_WISE, ShardingType::TABLE_ROW_WISE})
     for (PoolingType pooling : {PoolingType::Sum, PoolingType::Mean}) {
-      const std::string what = str(to_string(type), pooling == PoolingType::Sum ? " SUM" : " MEAN");
-      ShardedEmbeddingBagCollection sharded(configs(pooling), true, plan_of(type, W, L), g,
+      const std::string what = cat_str(to_string(type), pooling == PoolingType::Sum ? " SUM" : " MEAN");
+      ShardedEmbeddingBagCollection sharded(small_configs(pooling), true, small_plan(type, W, L), g,
                                             {.local_size = L}, std::nullopt, kSeed);
-      EmbeddingBagCollection ref(configs(pooling), true, kSeed);
+      EmbeddingBagCollection ref(small_configs(pooling), true, kSeed);
       const KeyedJaggedTensor kjt = batch(me, B);
       Variable ws(kjt.weights().clone(), true), wr(kjt.weights().clone(), true);
       const PooledEmbeddings ys = sharded.forward(kjt, ws);
@@ -137,7 +97,7 @@ DG_CASE("ShardedEmbeddingBagCollection per-sample weights that require grad get 
       loss(yr.values, me).backward();
       expect(ws.grad().defined(), g, what + ": the weights got no gradient");
       const double e = testing::max_rel_err(ws.grad(), wr.grad());
-      expect(e <= 1e-12, g, str(what, ": weights gradient relative error ", e));
+      expect(e <= 1e-12, g, cat_str(what, ": weights gradient relative error ", e));
     }
 }
 
@@ -146,8 +106,8 @@ DG_CASE("ShardedEmbeddingBagCollection per-sample weights refused on every rank 
         "[torchrec][sharded][weights]", 1, 2, 3) {
   const int W = g.size(), me = g.rank();
   const KeyedJaggedTensor kjt = batch(me, 2);
-  ShardedEmbeddingBagCollection weighted(configs(PoolingType::Sum), true,
-                                         plan_of(ShardingType::TABLE_WISE, W, W), g,
+  ShardedEmbeddingBagCollection weighted(small_configs(PoolingType::Sum), true,
+                                         small_plan(ShardingType::TABLE_WISE, W, W), g,
                                          {.local_size = W}, std::nullopt, kSeed);
   if (W > 1) {
     const Variable w(kjt.weights().clone(), /*requires_grad=*/me == 0);
@@ -157,11 +117,11 @@ DG_CASE("ShardedEmbeddingBagCollection per-sample weights refused on every rank 
   }
   const Variable short_w(kjt.weights().narrow(0, 0, kjt.weights().numel() - 1).clone(), true);
   expect_invalid([&] { weighted.forward(kjt, me == W - 1 ? short_w : Variable(kjt.weights(), true)); },
-                 {str("rank ", W - 1, "'s input"), "per_sample_weights",
-                  str("(", batch(W - 1, 2).values().numel(), ")")},
+                 {cat_str("rank ", W - 1, "'s input"), "per_sample_weights",
+                  cat_str("(", batch(W - 1, 2).values().numel(), ")")},
                  g, "weights of the wrong size");
-  ShardedEmbeddingBagCollection unweighted(configs(PoolingType::Sum), false,
-                                           plan_of(ShardingType::ROW_WISE, W, W), g,
+  ShardedEmbeddingBagCollection unweighted(small_configs(PoolingType::Sum), false,
+                                           small_plan(ShardingType::ROW_WISE, W, W), g,
                                            {.local_size = W}, std::nullopt, kSeed);
   expect_invalid([&] { unweighted.forward(kjt, Variable(kjt.weights(), true)); },
                  {"unweighted collection"}, g, "weights given to an unweighted collection");

@@ -105,8 +105,9 @@ Awaitable<Variable> RwPooledEmbeddingSharding::vbe_output_dist(
     const std::shared_ptr<ShardingBatchContext>& ctx) const {
   // Every rank holds a row block of every feature: partial sums for every source's samples,
   // laid out destination-major, reduce-scattered per feature with each rank's batches.
-  const Variable padded = pooled_embedding_lookup(lookups, detail::pad_variable_stride(dist),
-                                                  detail::lookup_weights(dist, weighted_, world_, *ctx));
+  const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
+  const Variable padded =
+      pooled_embedding_lookup(lookups, detail::pad_variable_stride(dist), weights);
   std::vector<std::vector<int64_t>> batch_per_rank;
   const Variable send = detail::flat_select(
       padded, detail::vbe_destination_index(dist, dims_, world_.size(), batch_per_rank));

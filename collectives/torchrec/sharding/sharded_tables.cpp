@@ -106,7 +106,8 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, con
   std::vector<int64_t> status{0, 0, 0, 0, grad_flag};
   const auto index = kjt.index_per_key();
   bool has_twrw = false;
-  for (const auto& t : tables_) has_twrw = has_twrw || t.sharding.sharding_type == ShardingType::TABLE_ROW_WISE;
+  for (const auto& t : tables_)
+    has_twrw = has_twrw || t.sharding.sharding_type == ShardingType::TABLE_ROW_WISE;
   std::string vbe_error;  // this rank's own inverse-indices problem, in full
   if (kjt.variable_stride_per_key()) {
     if (!allow_vbe || has_twrw) {

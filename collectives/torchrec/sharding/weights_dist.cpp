@@ -26,7 +26,8 @@ Tensor value_sources(const KeyedJaggedTensor& kjt,
                                                  from_vector(pos), kjt.stride());
   const Tensor moved = rearrange(tagged).weights();
   std::vector<int64_t> out(static_cast<size_t>(moved.numel()));
-  for (int64_t i = 0; i < moved.numel(); ++i) out[static_cast<size_t>(i)] = static_cast<int64_t>(moved.get_flat(i));
+  for (int64_t i = 0; i < moved.numel(); ++i)
+    out[static_cast<size_t>(i)] = static_cast<int64_t>(moved.get_flat(i));
   return from_vector(out);
 }
 
@@ -58,7 +59,7 @@ std::vector<int64_t> receive_positions(const KJTAllToAllTensorsAwaitable& ex,
   for (int64_t x = 0; x < per; ++x)
     for (int64_t y = 0; y < stagger; ++y) order.push_back(static_cast<int>(x + per * y));
   std::vector<int64_t> base(static_cast<size_t>(W), 0);  // start of each source's block
-  for (int s = 1; s < W; ++s) base[static_cast<size_t>(s)] = base[static_cast<size_t>(s - 1)] + from[static_cast<size_t>(s - 1)];
+  for (size_t s = 1; s < base.size(); ++s) base[s] = base[s - 1] + from[s - 1];
   const Tensor lengths = received.lengths();
   const int64_t L = received.num_keys();
   std::vector<int64_t> done(static_cast<size_t>(W), 0);  // values of each source placed so far
@@ -149,9 +150,9 @@ Variable dist_weights(const Variable& caller_weights, const Tensor& send_index,
     recv_splits = exchange.output_splits("values");
     send_splits = exchange.input_splits("values");
   }
-  auto fn = std::make_shared<DistWeights>(received.weights(),
-                                          receive_positions(exchange, received, W, group.rank()), send_index,
-                                          std::move(recv_splits), std::move(send_splits), group);
+  auto fn = std::make_shared<DistWeights>(
+      received.weights(), receive_positions(exchange, received, W, group.rank()), send_index,
+      std::move(recv_splits), std::move(send_splits), group);
   Variable out = apply(fn, {caller_weights})[0];
   // A rank that looks nothing up drops `out` at once; the node must live to run its half of the
   // backward all-to-all (the peers send it its weights' gradients).
