@@ -80,7 +80,7 @@
 #include <ferry/collectives/torchrec/metrics/auc.h>
 #include <ferry/collectives/torchrec/metrics/binary_metrics.h>
 #include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
-#include <ferry/collectives/torchrec/model_parallel/sharded_ebc_module.h>
+#include <ferry/collectives/torchrec/model_parallel/sharded_collection_module.h>
 #include <ferry/collectives/torchrec/models/dlrm.h>
 #include <ferry/collectives/torchrec/modules/embedding_bag_collection.h>
 #include <ferry/collectives/torchrec/modules/embedding_collection.h>

@@ -1,7 +1,8 @@
 // Sharding a model inside DistributedModelParallel (torchrec's DistributedModelParallel(module,
-// env, plan=None, sharders)): the wrapper finds the model's embedding bag collections, plans
-// them (or takes the caller's plan), builds each ShardedEmbeddingBagCollection and hands it
-// back to the model, then wraps the dense part as usual.
+// env, plan=None, sharders)): the wrapper finds the model's embedding bag collections and
+// embedding collections, plans them together (or takes the caller's plan), builds each
+// ShardedEmbeddingBagCollection / ShardedEmbeddingCollection and hands it back to the model,
+// then wraps the dense part as usual.
 //
 // C++ has no module tree to walk and swap children in, so a model says what to shard through
 // ShardableModel: its dense parameters and one slot per collection (the plan's module path,
@@ -21,6 +22,14 @@
 //   DistributedModelParallel dmp(model, world, dense_optimizer_factory,
 //                                {.fused = FusedOptimizerConfig{.learning_rate = 0.1}});
 //   // model.ebc is sharded by the planner's plan (dmp.plan()), printed with format_plan.
+//
+// Sequence embeddings (EmbeddingCollection) come through embedding_collections() the same way
+// (EmbeddingCollectionSlot). One plan covers both kinds, module paths unique across them. The
+// planner never proposes table_row_wise for a sequence table (ShardedEmbeddingCollection does not
+// support it; torchrec has no table_row_wise sequence sharding either) and plans its ids with a
+// pooling factor of 1 (one output row per id) unless `pooling_factors` says otherwise; a
+// caller's plan with table_row_wise for a sequence table is refused by the collection's
+// constructor (InvalidArgument, on every rank).
 #pragma once
 
 #include <ferry/autograd/variable.h>
@@ -41,6 +50,7 @@
 namespace ferry::torchrec {
 
 class ShardedEmbeddingBagCollection;
+class ShardedEmbeddingCollection;
 class ShardedModule;
 
 // One embedding bag collection of a model, to be sharded.
@@ -56,6 +66,17 @@ struct EmbeddingBagCollectionSlot {
   std::function<void(std::shared_ptr<ShardedEmbeddingBagCollection>)> install;
 };
 
+// One embedding collection (sequence embeddings) of a model, to be sharded.
+struct EmbeddingCollectionSlot {
+  std::string module_path;  // its key in the ShardingPlan ("sparse.ec"); unique in the model
+  std::vector<EmbeddingConfig> tables;
+  // The initial tables: those of EmbeddingCollection(tables, seed).
+  uint64_t seed = 0;
+  // Receives the sharded collection (called once, on every rank, before the wrapper's
+  // constructor returns).
+  std::function<void(std::shared_ptr<ShardedEmbeddingCollection>)> install;
+};
+
 // What DistributedModelParallel needs to shard a model.
 class ShardableModel {
  public:
@@ -63,6 +84,8 @@ class ShardableModel {
   // The replicated parameters (leaf Variables requiring grad, the same on every rank).
   virtual std::vector<Variable> dense_parameters() = 0;
   virtual std::vector<EmbeddingBagCollectionSlot> embedding_bag_collections() = 0;
+  // The model's embedding collections (none by default). Sharded after the bag collections.
+  virtual std::vector<EmbeddingCollectionSlot> embedding_collections() { return {}; }
 };
 
 struct ModelShardingOptions {
@@ -85,11 +108,13 @@ namespace detail {
 
 struct ShardedCollections {
   ShardingPlan plan;
-  std::vector<std::shared_ptr<ShardedModule>> modules;  // one ShardedEbcModule per slot
+  // One ShardedEbcModule per bag slot, then one ShardedEcModule per sequence slot.
+  std::vector<std::shared_ptr<ShardedModule>> modules;
 };
 
 // Plans (unless given), validates the plan against the slots (InvalidArgument naming a module
-// the plan lacks or has in excess), builds and installs each collection. Collective over
+// the plan lacks or has in excess), builds and installs each collection (bag slots first, in
+// the model's order, then sequence slots). Collective over
 // `group` (planner broadcast, each collection's plan agreement).
 ShardedCollections shard_collections(ShardableModel& model, const Group& group,
                                      const ModelShardingOptions& options);

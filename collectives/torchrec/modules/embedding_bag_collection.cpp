@@ -1,5 +1,7 @@
 #include <ferry/collectives/torchrec/modules/embedding_bag_collection.h>
 
+#include <ferry/collectives/torchrec/modules/vbe_pooling.h>
+
 #include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 #include <ferry/collectives/torchrec/modules/module_helpers.h>
 #include <ferry/runtime/error.h>
@@ -54,7 +56,22 @@ PooledEmbeddings EmbeddingBagCollection::forward(const KeyedJaggedTensor& featur
   PooledEmbeddings out;
   out.keys = features_;
   out.length_per_key = dims_;
-  out.values = pooled_embedding_lookup(lookups, features, weights);
+  if (!features.variable_stride_per_key()) {
+    out.values = pooled_embedding_lookup(lookups, features, weights);
+    return out;
+  }
+  // VBE (vbe_pooling.h): pool each feature over its own batch, expand by the inverse indices.
+  const auto inverse = detail::inverse_rows(features, features_, where, 0);
+  const Variable padded =
+      pooled_embedding_lookup(lookups, detail::pad_variable_stride(features), weights);
+  const int64_t C = padded.value().size(1);
+  std::vector<detail::VbeBlock> blocks;
+  int64_t col = 0;
+  for (size_t f = 0; f < features_.size(); ++f) {
+    blocks.push_back({static_cast<int>(f), 0, dims_[f], col, C});
+    col += dims_[f];
+  }
+  out.values = detail::gather_vbe_output(padded, blocks, dims_, inverse);
   return out;
 }
 

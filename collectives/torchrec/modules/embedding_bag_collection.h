@@ -15,6 +15,10 @@
 // the tables' gradients are SparseRowGradients, applied by their fused optimizer or
 // accumulated in EmbeddingTable::sparse_grad().
 //
+// Variable batch per feature (VBE): a KJT with stride_per_key_per_rank must carry
+// inverse_indices; each feature is pooled over its own batch and the output is expanded to
+// [B_out, sum dims] by the inverse indices, as torchrec does (vbe_pooling.h).
+//
 // is_weighted: the KJT's weights are the per-sample weights (constants), unless forward is
 // given a `per_sample_weights` Variable (one element per KJT value, e.g. a leaf requiring grad
 // that shares the KJT's weights), which then is differentiated. An unweighted collection

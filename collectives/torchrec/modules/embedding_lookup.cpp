@@ -208,26 +208,34 @@ SparseRowGradient table_gradient(const Plan& p, size_t slot, Visit&& visit) {
   return SparseRowGradient(from_vector(rows), values);
 }
 
+// Calls f(i, r, gbar) for every occurrence i of `it` whose id is in the table's block (local
+// row r), in bag and occurrence order, gbar being its bag's gradient (bag_gradient).
+template <class T, class F>
+void for_each_gradient_row(const Plan& p, const Plan::Item& it, const T* g, std::vector<T>& buf,
+                           F&& f) {
+  const int64_t base = p.offsets[it.first_bag];
+  for (int64_t b = 0; b < p.B; ++b) {
+    const T* gb = bag_gradient(p, it, b, g, buf);
+    for (int64_t i = p.bag_begin(it, b); i < p.bag_end(it, b); ++i) {
+      const int64_t r = it.rows[static_cast<size_t>(i - base)];
+      if (r >= 0) f(i, r, gb);
+    }
+  }
+}
+
 template <class T>
 void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
                      const std::vector<bool>& table_needs) {
   std::vector<T> buf;
   if (dw != nullptr) {
     for (const Plan::Item& it : p.items) {
-      const EmbeddingTable& t = *p.tables[it.table];
-      const T* W = t.weight().value().template data<T>();
-      const int64_t C = t.shard().num_cols;
-      const int64_t base = p.offsets[it.first_bag];
-      for (int64_t b = 0; b < p.B; ++b) {
-        const T* gb = bag_gradient(p, it, b, g, buf);
-        for (int64_t i = p.bag_begin(it, b); i < p.bag_end(it, b); ++i) {
-          const int64_t r = it.rows[static_cast<size_t>(i - base)];
-          if (r < 0) continue;
-          T s = 0;
-          for (int64_t d = 0; d < C; ++d) s += gb[d] * W[r * C + d];
-          dw[i] += s;
-        }
-      }
+      const T* W = p.tables[it.table]->weight().value().template data<T>();
+      const int64_t C = p.tables[it.table]->shard().num_cols;
+      for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
+        T s = 0;
+        for (int64_t d = 0; d < C; ++d) s += gb[d] * W[r * C + d];
+        dw[i] += s;
+      });
     }
   }
   // All per-sample-weight gradients are computed: now the tables may change (fused steps).
@@ -237,21 +245,15 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
       for (const Plan::Item& it : p.items) {
         if (it.table != s) continue;
         const int64_t C = p.tables[s]->shard().num_cols;
-        const int64_t base = p.offsets[it.first_bag];
-        for (int64_t b = 0; b < p.B; ++b) {
-          const T* gb = bag_gradient(p, it, b, g, buf);
-          for (int64_t i = p.bag_begin(it, b); i < p.bag_end(it, b); ++i) {
-            const int64_t r = it.rows[static_cast<size_t>(i - base)];
-            if (r < 0) continue;
-            T* acc = row_of(r);
-            if (w != nullptr) {
-              const T wi = w[i];
-              for (int64_t d = 0; d < C; ++d) acc[d] += wi * gb[d];
-            } else {
-              for (int64_t d = 0; d < C; ++d) acc[d] += gb[d];
-            }
+        for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
+          T* acc = row_of(r);
+          if (w != nullptr) {
+            const T wi = w[i];
+            for (int64_t d = 0; d < C; ++d) acc[d] += wi * gb[d];
+          } else {
+            for (int64_t d = 0; d < C; ++d) acc[d] += gb[d];
           }
-        }
+        });
       }
     });
     p.tables[slot]->receive_gradient(grad);

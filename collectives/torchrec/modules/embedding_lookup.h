@@ -43,7 +43,8 @@
 // rows as they are at backward: if a table was updated in between (a fused step of another
 // lookup node), backward throws instead of using the new rows.
 //
-// The KJT must not have a variable stride per key (VBE is not supported here yet). All tables of
+// The KJT must not have a variable stride per key (pad a VBE KJT first: pad_variable_stride in
+// vbe_pooling.h, as the collections do). All tables of
 // one lookup call must share a dtype (the output's). Ids are checked at forward against the
 // table's total_rows with the table's BoundsCheckMode.
 #pragma once

@@ -1,5 +1,6 @@
 #include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 
+#include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 
 #include <algorithm>
@@ -43,9 +44,22 @@ DistFeaturesAwaitable DpPooledEmbeddingSharding::input_dist(
 }
 
 Awaitable<Variable> DpPooledEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>&) const {
-  const Variable w = weighted_ ? Variable(kjt.weights()) : Variable();
-  return NoWait<Variable>(pooled_embedding_lookup(lookups_, kjt, w));
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  // The caller's own weights (no dist, no CommOpGradientScaling: torchrec disables it here).
+  const Variable w = !weighted_ ? Variable()
+                     : ctx->weights.defined() ? ctx->weights
+                                              : Variable(kjt.weights());
+  if (!ctx->vbe_input) return NoWait<Variable>(pooled_embedding_lookup(lookups_, kjt, w));
+  // VBE: each feature pooled over its own batch (padded lookup), read in place by the blocks.
+  const Variable padded = pooled_embedding_lookup(lookups_, detail::pad_variable_stride(kjt), w);
+  const int64_t C = padded.value().size(1);
+  ctx->vbe_blocks.clear();
+  int64_t col = 0;
+  for (const OutputBlock& b : blocks_) {
+    ctx->vbe_blocks.push_back({b.feature, 0, b.width, col, C});
+    col += b.width;
+  }
+  return NoWait<Variable>(reshape(padded, {padded.value().numel()}));
 }
 
 DpSequenceEmbeddingSharding::DpSequenceEmbeddingSharding(const detail::ShardedTables& tables,

@@ -1,6 +1,9 @@
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
 #include <ferry/collectives/torchrec/comm/comm_switches.h>
+#include <ferry/collectives/torchrec/sharding/weights_dist.h>
+
+#include <ferry/runtime/error.h>
 
 #include <algorithm>
 
@@ -19,11 +22,22 @@ DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJagge
   });
 }
 
-Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group) {
+Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group,
+                        const ShardingBatchContext& ctx) {
   if (!weighted) return Variable();
-  Variable w(kjt.weights());
-  if (w.requires_grad()) w = comm_op_gradient_scaling(w, group);
-  return w;
+  if (!ctx.weights.defined()) return Variable(kjt.weights());
+  FERRY_CHECK(ctx.dist.has_value(), InvalidArgument,
+              "ShardedEmbeddingBagCollection: per-sample weights that require grad need the "
+              "input dist's exchange (rank ", group.rank(), ")");
+  return comm_op_gradient_scaling(dist_weights(ctx.weights, ctx.send_index, *ctx.dist, kjt, group),
+                                  group);
+}
+
+void route_weights(const KeyedJaggedTensor& kjt,
+                   const std::function<KeyedJaggedTensor(const KeyedJaggedTensor&)>& rearrange,
+                   ShardingBatchContext& ctx) {
+  if (!ctx.weights.defined()) return;
+  ctx.send_index = value_sources(kjt, rearrange);
 }
 
 KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
@@ -34,6 +48,10 @@ KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
   for (const auto& f : features) idx.push_back(kjt.key_index(f));
   const KeyedJaggedTensor p = kjt.permute(idx);
   if (names.empty()) return p;
+  if (p.variable_stride_per_key())  // VBE: every key keeps its own batch
+    return KeyedJaggedTensor::from_lengths_sync(names, p.values(), p.lengths(),
+                                                p.weights_or_none(), std::nullopt,
+                                                p.stride_per_key_per_rank());
   return KeyedJaggedTensor::from_lengths_sync(names, p.values(), p.lengths(), p.weights_or_none(),
                                               p.stride());
 }
@@ -89,6 +107,44 @@ std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
                                               : a.first.col_offset < b.first.col_offset;
   });
   return pieces;
+}
+
+int64_t vbe_batch(const ShardingBatchContext& ctx, const std::string& key) {
+  const KeyedJaggedTensor& k = *ctx.vbe_input;
+  return k.stride_per_key()[static_cast<size_t>(k.key_index(key))];
+}
+
+std::vector<int64_t> vbe_destination_index(const KeyedJaggedTensor& dist,
+                                           const std::vector<int64_t>& widths, int W,
+                                           std::vector<std::vector<int64_t>>& batch_per_rank) {
+  const auto& spkpr = dist.stride_per_key_per_rank();
+  const size_t T = widths.size();
+  FERRY_CHECK(spkpr.size() == T, InvalidArgument,
+              "vbe_destination_index: the received KJT has ", spkpr.size(), " keys, expected ",
+              T);
+  batch_per_rank.assign(static_cast<size_t>(W), std::vector<int64_t>(T, 0));
+  std::vector<int64_t> col(T + 1, 0);
+  for (size_t t = 0; t < T; ++t) col[t + 1] = col[t] + widths[t];
+  const int64_t C = col[T];
+  std::vector<std::vector<int64_t>> first(T, std::vector<int64_t>(static_cast<size_t>(W), 0));
+  for (size_t t = 0; t < T; ++t) {
+    FERRY_CHECK(static_cast<int>(spkpr[t].size()) == W, InvalidArgument,
+                "vbe_destination_index: key ", t, " has batches from ", spkpr[t].size(),
+                " ranks, expected ", W);
+    for (int s = 0; s < W; ++s) {
+      batch_per_rank[static_cast<size_t>(s)][t] = spkpr[t][static_cast<size_t>(s)];
+      if (s + 1 < W)
+        first[t][static_cast<size_t>(s + 1)] =
+            first[t][static_cast<size_t>(s)] + spkpr[t][static_cast<size_t>(s)];
+    }
+  }
+  std::vector<int64_t> index;
+  for (int s = 0; s < W; ++s)
+    for (size_t t = 0; t < T; ++t)
+      for (int64_t b = 0; b < spkpr[t][static_cast<size_t>(s)]; ++b)
+        for (int64_t d = 0; d < widths[t]; ++d)
+          index.push_back((first[t][static_cast<size_t>(s)] + b) * C + col[t] + d);
+  return index;
 }
 
 int64_t sharding_total(const std::vector<int64_t>& v) {

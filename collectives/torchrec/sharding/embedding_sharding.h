@@ -14,11 +14,13 @@
 
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/modules/vbe_pooling.h>
 #include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 #include <ferry/runtime/awaitable.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -43,6 +45,15 @@ struct ShardingBatchContext {
   Tensor mean_divisor;                           // row-wise MEAN: [B, group cols] (else undefined)
   std::vector<int64_t> sent_length_per_key;      // sequence: ids of every key sent
   std::optional<Tensor> unbucketize_permute;     // sequence row-wise
+  // Pooled, weighted, when the caller's per-sample weights require grad (weights_dist.h): the
+  // caller's weights and the caller position of every value this group sends (else undefined).
+  Variable weights;
+  Tensor send_index;
+  // Pooled with a variable batch per feature (VBE): the caller's KJT (its per-feature batches,
+  // lengths) and, set by compute_and_output_dist, where each output block's rows sit in the
+  // group's flat (1-D) output (vbe_pooling.h).
+  std::optional<KeyedJaggedTensor> vbe_input;
+  std::vector<detail::VbeBlock> vbe_blocks;
 };
 
 // The input dist: the outer wait finishes phase 1 and issues phase 2; the inner wait gives the
@@ -53,7 +64,8 @@ class EmbeddingSharding {
  public:
   virtual ~EmbeddingSharding() = default;
   // Launches the input dist of `kjt` (this rank's batch, every key of the collection); returns
-  // at once. Collective over the world (every rank, the same order).
+  // at once. Collective over the world (every rank, the same order). ctx->weights, when set
+  // before the call, are the caller's per-sample weights requiring grad (pooled shardings).
   virtual DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
                                            const std::shared_ptr<ShardingBatchContext>& ctx) const = 0;
   // The group's output blocks, in the order of its output's columns (pooled) / Variables
@@ -66,7 +78,8 @@ class EmbeddingSharding {
 
 class PooledEmbeddingSharding : public EmbeddingSharding {
  public:
-  // Lookup on this rank's shards, then the output dist launched: [B, sum of the blocks' widths].
+  // Lookup on this rank's shards, then the output dist launched: [B, sum of the blocks' widths];
+  // with VBE (ctx->vbe_input set) a 1-D Variable whose layout ctx->vbe_blocks describes.
   virtual Awaitable<Variable> compute_and_output_dist(
       const KeyedJaggedTensor& dist_features,
       const std::shared_ptr<ShardingBatchContext>& ctx) const = 0;
@@ -93,10 +106,19 @@ Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(
 
 DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJaggedTensor& send,
                                         const std::shared_ptr<ShardingBatchContext>& ctx);
-// The KJT's weights as a constant Variable when `weighted`, else undefined. The weights that
-// arrive through the input dist are constants (KJTAllToAll records nothing on the tape); a
-// weights Variable that requires grad gets comm_op_gradient_scaling over `group` (spec §4.1).
-Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group);
+// The weights a pooled lookup of the received `kjt` uses when `weighted` (else undefined): a
+// constant Variable of the KJT's weights, or -- when ctx.weights is defined (the caller's weights
+// require grad) -- dist_weights (weights_dist.h) through comm_op_gradient_scaling over `group`
+// (spec 4.1), so their gradient reaches the caller. Records the collective backward node on
+// every rank: call it even when this rank has nothing to look up.
+Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group,
+                        const ShardingBatchContext& ctx);
+// When ctx.weights is defined (the caller's per-sample weights, one per value of `kjt`,
+// requiring grad): records in ctx.send_index the caller position of every value of
+// rearrange(kjt), the KJT the group sends. Does nothing otherwise.
+void route_weights(const KeyedJaggedTensor& kjt,
+                   const std::function<KeyedJaggedTensor(const KeyedJaggedTensor&)>& rearrange,
+                   ShardingBatchContext& ctx);
 // kjt permuted to the given features (by name, repeats allowed), renamed to `names` when given
 // (the received KJT of an input dist must have unique keys: column shards of one feature on one
 // rank travel as "<feature>@<column offset>").
@@ -120,6 +142,16 @@ std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
     std::vector<std::pair<OutputBlock, Variable>> pieces);
 // sum of v
 int64_t sharding_total(const std::vector<int64_t>& v);
+// The batch of `key` in the VBE input the context holds.
+int64_t vbe_batch(const ShardingBatchContext& ctx, const std::string& key);
+// VBE: the flat indices into a padded lookup output [B_max, C] (pad_variable_stride of the
+// received `dist`, keys t with `widths` in column order) that lay it out destination-major:
+// for every destination rank s, key t, sample b < B(s, t), column d -- where key t's samples are
+// its sources' batches in rank order (stride_per_key_per_rank[t][s]; stagger 1). Also returns
+// B(s, t) as [s][t].
+std::vector<int64_t> vbe_destination_index(const KeyedJaggedTensor& dist,
+                                           const std::vector<int64_t>& widths, int W,
+                                           std::vector<std::vector<int64_t>>& batch_per_rank);
 
 }  // namespace detail
 }  // namespace ferry::torchrec

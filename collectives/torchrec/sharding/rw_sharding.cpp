@@ -55,7 +55,8 @@ RwPooledEmbeddingSharding::RwPooledEmbeddingSharding(const detail::ShardedTables
       block_sizes_(collect(features_, [](const auto& x) { return x.block_size; })),
       input_a2a_(world_, std::vector<int64_t>(static_cast<size_t>(world_.size()),
                                               static_cast<int64_t>(features_.size()))),
-      output_rs_(world_, tables.codecs()) {
+      output_rs_(world_, tables.codecs()),
+      vbe_rs_(world_, tables.codecs()) {
   for (const auto& f : features_) {
     blocks_.push_back({f.feature, 0, f.dim});
     pooling_.push_back(f.pooling);
@@ -65,11 +66,18 @@ RwPooledEmbeddingSharding::RwPooledEmbeddingSharding(const detail::ShardedTables
 DistFeaturesAwaitable RwPooledEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
-  const KeyedJaggedTensor mine = detail::select_features(kjt, keys_);
-  ctx->mean_divisor = detail::mean_divisor(mine, keys_, dims_, pooling_, dtype_);
-  BucketizedKjt b = bucketize_kjt_before_all2all(mine, world_.size(), block_sizes_, false, false,
-                                                 std::nullopt, /*keep_original_indices=*/true);
-  return detail::launch_input_dist(input_a2a_, b.kjt, ctx);
+  // VBE divides after its reduce-scatter from the caller's KJT (vbe_output_dist).
+  if (!kjt.variable_stride_per_key())
+    ctx->mean_divisor = detail::mean_divisor(detail::select_features(kjt, keys_), keys_, dims_,
+                                             pooling_, dtype_);
+  const auto send = [this](const KeyedJaggedTensor& k) {
+    return bucketize_kjt_before_all2all(detail::select_features(k, keys_), world_.size(),
+                                        block_sizes_, false, false, std::nullopt,
+                                        /*keep_original_indices=*/true)
+        .kjt;
+  };
+  detail::route_weights(kjt, send, *ctx);
+  return detail::launch_input_dist(input_a2a_, send(kjt), ctx);
 }
 
 Awaitable<Variable> RwPooledEmbeddingSharding::compute_and_output_dist(
@@ -80,13 +88,49 @@ Awaitable<Variable> RwPooledEmbeddingSharding::compute_and_output_dist(
                        .feature = features_[t].key,
                        .key_index = static_cast<int64_t>(t),
                        .pooling = PoolingType::Sum});  // partial sums; MEAN divides below
+  if (ctx->vbe_input) return vbe_output_dist(lookups, dist, ctx);
   Variable partial =
-      pooled_embedding_lookup(lookups, dist, detail::lookup_weights(dist, weighted_, world_));
+      pooled_embedding_lookup(lookups, dist, detail::lookup_weights(dist, weighted_, world_, *ctx));
   Awaitable<Variable> out = output_rs_.forward(partial, ctx->stride_per_rank);
   if (ctx->mean_divisor.defined()) {
     // MEAN: the full bag's sum divided by the full bag length, here on the owning rank.
     const Variable divisor(ctx->mean_divisor);
     out.then([divisor](Variable y) { return div(y, divisor); });
+  }
+  return out;
+}
+
+Awaitable<Variable> RwPooledEmbeddingSharding::vbe_output_dist(
+    const std::vector<FeatureLookup>& lookups, const KeyedJaggedTensor& dist,
+    const std::shared_ptr<ShardingBatchContext>& ctx) const {
+  // Every rank holds a row block of every feature: partial sums for every source's samples,
+  // laid out destination-major, reduce-scattered per feature with each rank's batches.
+  const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
+  const Variable padded =
+      pooled_embedding_lookup(lookups, detail::pad_variable_stride(dist), weights);
+  std::vector<std::vector<int64_t>> batch_per_rank;
+  const Variable send = detail::flat_select(
+      padded, detail::vbe_destination_index(dist, dims_, world_.size(), batch_per_rank));
+  Awaitable<Variable> out = vbe_rs_.forward(send, batch_per_rank, dims_);
+  // My rows: feature t over my batch of it; MEAN: divided by my full bag lengths.
+  ctx->vbe_blocks.clear();
+  std::vector<double> divisor;
+  bool mean = false;
+  int64_t start = 0;
+  for (size_t t = 0; t < features_.size(); ++t) {
+    const int64_t B = detail::vbe_batch(*ctx, keys_[t]);
+    ctx->vbe_blocks.push_back({features_[t].feature, 0, dims_[t], start, dims_[t]});
+    start += B * dims_[t];
+    const Tensor lengths = (*ctx->vbe_input)[keys_[t]].lengths();
+    for (int64_t b = 0; b < B; ++b) {
+      const double n = pooling_[t] == PoolingType::Mean ? lengths.get_flat(b) : 1.0;
+      divisor.insert(divisor.end(), static_cast<size_t>(dims_[t]), n > 0 ? n : 1.0);
+    }
+    mean = mean || pooling_[t] == PoolingType::Mean;
+  }
+  if (mean) {
+    const Variable d(from_vector(divisor).to(dtype_));
+    out.then([d](Variable y) { return div(y, d); });
   }
   return out;
 }

@@ -13,11 +13,14 @@
 //                divided by the FULL bag length after the reduce-scatter, on the rank that owns
 //                the samples (it holds the lengths of its own KJT), as a differentiable division
 //                -- so the lookup runs with SUM and no rank needs another rank's lengths;
-//                sequence: SequenceEmbeddingsAllToAll with the unbucketize permutation.
+//                sequence: SequenceEmbeddingsAllToAll with the unbucketize permutation;
+//                VBE (pooled): the partial rows laid out destination-major through
+//                VariableBatchPooledEmbeddingsReduceScatter, MEAN divided after it as above.
 #pragma once
 
 #include <ferry/collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h>
 #include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
 #include <memory>
@@ -50,6 +53,10 @@ class RwPooledEmbeddingSharding : public PooledEmbeddingSharding {
       const std::shared_ptr<ShardingBatchContext>& ctx) const override;
 
  private:
+  Awaitable<Variable> vbe_output_dist(const std::vector<FeatureLookup>& lookups,
+                                      const KeyedJaggedTensor& dist,
+                                      const std::shared_ptr<ShardingBatchContext>& ctx) const;
+
   Group world_;
   bool weighted_;
   DType dtype_;
@@ -59,6 +66,7 @@ class RwPooledEmbeddingSharding : public PooledEmbeddingSharding {
   std::vector<PoolingType> pooling_;
   KJTAllToAll input_a2a_;
   PooledEmbeddingsReduceScatter output_rs_;
+  VariableBatchPooledEmbeddingsReduceScatter vbe_rs_;  // VBE output dist
 };
 
 class RwSequenceEmbeddingSharding : public SequenceEmbeddingSharding {

@@ -37,13 +37,25 @@ ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
 }
 
 ShardedInputDistAwaitable ShardedEmbeddingBagCollection::input_dist(
-    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
-  tables_.check_input(features, is_weighted_, "ShardedEmbeddingBagCollection::input_dist");
+    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features,
+    const Variable& per_sample_weights) const {
+  const char* where = "ShardedEmbeddingBagCollection::input_dist";
+  tables_.check_input(features, is_weighted_, where, per_sample_weights, /*allow_vbe=*/true);
   ctx.batch_size = features.stride();
   ctx.shardings.clear();
+  const bool vbe = features.variable_stride_per_key();
+  ctx.inverse_rows.clear();
+  if (vbe) ctx.inverse_rows = detail::inverse_rows(features, tables_.features(), where,
+                                                   tables_.world().rank());
+  // Only weights that require grad need a route back; constant ones are the KJT's weights.
+  const Variable trained = per_sample_weights.defined() && per_sample_weights.requires_grad()
+                               ? per_sample_weights
+                               : Variable();
   std::vector<DistFeaturesAwaitable> phase1;
   for (const auto& s : shardings_) {
     ctx.shardings.push_back(std::make_shared<ShardingBatchContext>());
+    ctx.shardings.back()->weights = trained;
+    if (vbe) ctx.shardings.back()->vbe_input = features;
     phase1.push_back(s->input_dist(features, ctx.shardings.back()));
   }
   return detail::join_input_dists(std::move(phase1));
@@ -62,6 +74,34 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
   const auto shardings = shardings_;
   const std::vector<std::string> keys = tables_.features();
   const std::vector<int64_t> dims = tables_.feature_dims();
+  if (!ctx.inverse_rows.empty() || (!ctx.shardings.empty() && ctx.shardings[0]->vbe_input)) {
+    // VBE: the groups' flat outputs joined, then one gather through their blocks and the
+    // inverse indices.
+    std::vector<std::vector<detail::VbeBlock>> blocks;
+    for (const auto& c : ctx.shardings) blocks.push_back(c->vbe_blocks);
+    const auto inverse = ctx.inverse_rows;
+    return LazyAwaitable<PooledEmbeddings>(std::function<PooledEmbeddings()>(
+        [outs, blocks, inverse, keys, dims]() mutable {
+          std::vector<Variable> flats;
+          std::vector<detail::VbeBlock> all;
+          int64_t base = 0;
+          for (size_t i = 0; i < outs.size(); ++i) {
+            const Variable y = outs[i].wait();
+            for (detail::VbeBlock b : blocks[i]) {
+              b.start += base;
+              all.push_back(b);
+            }
+            base += y.value().numel();
+            flats.push_back(reshape(y, {y.value().numel()}));
+          }
+          PooledEmbeddings out;
+          out.keys = keys;
+          out.length_per_key = dims;
+          out.values = detail::gather_vbe_output(flats.size() == 1 ? flats.front() : cat(flats, 0),
+                                                 all, dims, inverse);
+          return out;
+        }));
+  }
   return LazyAwaitable<PooledEmbeddings>(std::function<PooledEmbeddings()>(
       [outs, shardings, keys, dims]() mutable {
         std::vector<std::pair<OutputBlock, Variable>> pieces;
@@ -85,9 +125,10 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
       }));
 }
 
-PooledEmbeddings ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features) const {
+PooledEmbeddings ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features,
+                                                        const Variable& per_sample_weights) const {
   ShardedEmbeddingContext ctx;
-  std::vector<KeyedJaggedTensor> d = input_dist(ctx, features).wait().wait();
+  std::vector<KeyedJaggedTensor> d = input_dist(ctx, features, per_sample_weights).wait().wait();
   return compute_and_output_dist(ctx, d).value();
 }
 

@@ -34,8 +34,22 @@
 // id), a weighted collection given a KJT without weights: raised on every rank before any
 // payload moves. Compute kernels: DENSE and FUSED (the plan's kernel: FUSED shards get the
 // fused optimizer, DENSE ones accumulate sparse gradients); data_parallel tables are never
-// fused. Not supported: variable batch per feature (VBE), the UVM / QUANT kernels (run as
-// FUSED).
+// fused. Not supported: the UVM / QUANT kernels (run as FUSED).
+//
+// Variable batch per feature (VBE: a KJT with stride_per_key_per_rank and inverse_indices), as
+// torchrec: data_parallel, table_wise, column_wise, table_column_wise and row_wise tables pool
+// every feature over its own batch (the KJT all-to-all carries the strides; the output dists
+// are VariableBatchPooledEmbeddingsAllToAll / VariableBatchPooledEmbeddingsReduceScatter) and
+// the output is expanded by the inverse indices to [B_out, sum dims], equal to
+// EmbeddingBagCollection::forward on the same KJT. table_row_wise refuses VBE (InvalidArgument
+// naming the op, the rank and the sharding type, on every rank), as does a VBE KJT without
+// inverse_indices.
+//
+// Per-sample weights that require grad (weighted collections): pass them to forward /
+// input_dist as a Variable; for every sharding type the caller receives d L_r / d w of its own
+// loss L_r, as from EmbeddingBagCollection::forward(kjt, w) on its own batch (data_parallel
+// looks the caller's Variable up directly; the other types route the gradient back through the
+// input dist, weights_dist.h -- a ferry addition: torchrec's KJTAllToAll gives no gradient).
 #pragma once
 
 #include <ferry/collectives/group.h>
@@ -57,6 +71,8 @@ namespace ferry::torchrec {
 // size and each sharding group's context. Fill it with input_dist, pass it on unchanged.
 struct ShardedEmbeddingContext {
   int64_t batch_size = 0;
+  // VBE: each feature's inverse-index row (the output's B_out samples), by collection feature.
+  std::vector<std::vector<int64_t>> inverse_rows;
   std::vector<std::shared_ptr<ShardingBatchContext>> shardings;
   std::vector<Tensor> lengths_per_feature;  // sequence collections: each feature's lengths
 };
@@ -75,12 +91,19 @@ class ShardedEmbeddingBagCollection {
                                 std::optional<FusedOptimizerConfig> fused = std::nullopt,
                                 uint64_t seed = 0);
 
+  // per_sample_weights (weighted collections only): the KJT's weights as a Variable, e.g. a leaf
+  // requiring grad or the output of a weight model; one element per value, the KJT's weights'
+  // dtype. When it requires grad (on every rank: checked), its gradient comes back to the caller
+  // through the input dist (weights_dist.h; torchrec's KJTAllToAll drops it). The forward values
+  // are always the KJT's weights.
   ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
-                                       const KeyedJaggedTensor& features) const;
+                                       const KeyedJaggedTensor& features,
+                                       const Variable& per_sample_weights = Variable()) const;
   LazyAwaitable<PooledEmbeddings> compute_and_output_dist(
       ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
   // input_dist, both waits, compute_and_output_dist, wait.
-  PooledEmbeddings forward(const KeyedJaggedTensor& features) const;
+  PooledEmbeddings forward(const KeyedJaggedTensor& features,
+                           const Variable& per_sample_weights = Variable()) const;
 
   const std::vector<EmbeddingBagConfig>& embedding_bag_configs() const { return configs_; }
   bool is_weighted() const { return is_weighted_; }

@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/collectives/torchrec/modules/vbe_pooling.h>
 #include <ferry/collectives/torchrec/planner/plan_agreement.h>
 #include <ferry/runtime/error.h>
 
@@ -75,19 +76,58 @@ ShardedTables::ShardedTables(std::vector<EmbeddingBagConfig> configs,
   }
 }
 
-void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
-                                const char* where) const {
-  if (!options_.check_inputs) return;
-  // status: {code, feature, sample, id}; code 0 ok, 1 missing feature, 2 id out of range,
-  // 3 weights missing, 4 variable stride per key (not supported).
-  std::vector<int64_t> status{0, 0, 0, 0};
+void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where,
+                                const Variable& weights, bool allow_vbe) const {
+  // The caller's weights Variable: local facts, raised here only when the collective check is
+  // off (otherwise every rank raises them below).
+  int64_t weights_status = 0;  // 0 ok, 5 unweighted collection, 6 count / dtype mismatch
+  if (weights.defined()) {
+    if (!weighted)
+      weights_status = 5;
+    else if (kjt.has_weights() && (weights.value().numel() != kjt.values().numel() ||
+                                   weights.value().dtype() != kjt.weights().dtype()))
+      weights_status = 6;
+  }
+  const int64_t grad_flag = weights.defined() && weights.requires_grad() ? 1 : 0;
+  if (!options_.check_inputs) {
+    FERRY_CHECK(weights_status == 0, InvalidArgument, where, " on rank ", world_.rank(),
+                weights_status == 5
+                    ? ": per_sample_weights given to an unweighted collection"
+                    : ": per_sample_weights must have the KJT's weights' dtype and one element "
+                      "per value (" +
+                          std::to_string(kjt.values().numel()) + "), got " +
+                          std::to_string(weights.value().numel()));
+    return;
+  }
+  // status: {code, feature, sample, id, weights require grad}; code 0 ok, 1 missing feature,
+  // 2 id out of range, 3 weights missing, 4 variable stride per key (not supported), 5/6 as
+  // weights_status.
+  constexpr int kWords = 5;
+  std::vector<int64_t> status{0, 0, 0, 0, grad_flag};
   const auto index = kjt.index_per_key();
-  if (kjt.variable_stride_per_key()) status = {4, 0, 0, 0};
-  if (status[0] == 0 && weighted && !kjt.has_weights()) status = {3, 0, 0, 0};
+  bool has_twrw = false;
+  for (const auto& t : tables_)
+    has_twrw = has_twrw || t.sharding.sharding_type == ShardingType::TABLE_ROW_WISE;
+  std::string vbe_error;  // this rank's own inverse-indices problem, in full
+  if (kjt.variable_stride_per_key()) {
+    if (!allow_vbe || has_twrw) {
+      status = {4, 0, 0, 0, grad_flag};
+    } else {
+      try {
+        detail::inverse_rows(kjt, features_, where, world_.rank());
+      } catch (const InvalidArgument& e) {
+        vbe_error = e.what();
+        status = {7, 0, 0, 0, grad_flag};
+      }
+    }
+  }
+  if (status[0] == 0 && weighted && !kjt.has_weights()) status = {3, 0, 0, 0, grad_flag};
+  if (status[0] == 0 && weights_status != 0)
+    status = {weights_status, 0, weights.value().numel(), kjt.values().numel(), grad_flag};
   for (size_t f = 0; f < features_.size() && status[0] == 0; ++f) {
     auto it = index.find(features_[f]);
     if (it == index.end()) {
-      status = {1, static_cast<int64_t>(f), 0, 0};
+      status = {1, static_cast<int64_t>(f), 0, 0, grad_flag};
       break;
     }
     const int64_t rows = tables_[static_cast<size_t>(feature_table_[f])].config.num_embeddings;
@@ -99,7 +139,7 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
       while (static_cast<int64_t>(i) >= end && b + 1 < lengths.numel())
         end += static_cast<int64_t>(lengths.get_flat(++b));
       if (ids[i] < 0 || ids[i] >= rows) {
-        status = {2, static_cast<int64_t>(f), b, ids[i]};
+        status = {2, static_cast<int64_t>(f), b, ids[i], grad_flag};
         break;
       }
     }
@@ -107,13 +147,19 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
   const int W = world_.size();
   std::vector<int64_t> all = status;
   if (W > 1) {
-    Tensor out = zeros({static_cast<int64_t>(W) * 4}, DType::Int64);
+    Tensor out = zeros({static_cast<int64_t>(W) * kWords}, DType::Int64);
     all_gather(from_vector(status), out, world_).wait();
     all = out.to_vector<int64_t>();
   }
-  for (int r = 0; r < static_cast<int>(all.size() / 4); ++r) {
-    const int64_t* s = &all[static_cast<size_t>(r) * 4];
+  for (int r = 0; r < static_cast<int>(all.size() / kWords); ++r) {
+    const int64_t* s = &all[static_cast<size_t>(r) * kWords];
     if (s[0] == 0) continue;
+    if (s[0] == 7) {
+      FERRY_CHECK(r != world_.rank(), InvalidArgument, vbe_error);
+      FERRY_THROW(InvalidArgument, where, ": rank ", r,
+                  "'s input: its VBE inverse_indices are missing or invalid (rank ", r,
+                  " raises the details)");
+    }
     std::ostringstream os;
     os << where << ": rank " << r << "'s input: ";
     const std::string& feature = features_[static_cast<size_t>(std::max<int64_t>(s[1], 0))];
@@ -127,11 +173,41 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted,
          << ": id " << s[3] << " is out of range [0, " << cfg.num_embeddings << ")";
     } else if (s[0] == 3) {
       os << "the collection is weighted but the KJT has no weights";
+    } else if (s[0] == 5) {
+      os << "per_sample_weights given to an unweighted collection";
+    } else if (s[0] == 6) {
+      os << "per_sample_weights must have the KJT's weights' dtype and one element per value ("
+         << s[3] << "), got " << s[2] << " elements";
     } else {
-      os << "a variable stride per key (VBE) is not supported by the sharded collections";
+      // torchrec runs VBE through the pooled shardings (variable-batch all-to-all /
+      // reduce-scatter); ferry's sharded collections do not implement it yet: say so, with the
+      // sharding types the batch would have gone through.
+      std::string types;
+      for (const auto& t : tables_) {
+        const std::string name(to_string(t.sharding.sharding_type));
+        if (types.find(name) == std::string::npos) types += (types.empty() ? "" : ", ") + name;
+      }
+      if (allow_vbe)
+        os << "a variable stride per key (VBE, stride_per_key_per_rank) is not supported by "
+              "table_row_wise sharding (torchrec has no variable-batch output dist for it); "
+              "sharding types of this collection: "
+           << types;
+      else
+        os << "a variable stride per key (VBE, stride_per_key_per_rank) is not supported by a "
+              "sharded EmbeddingCollection (torchrec raises too); sharding types of this "
+              "collection: "
+           << types;
     }
     FERRY_THROW(InvalidArgument, os.str());
   }
+  // The weights' gradient goes back through a collective: every rank or none.
+  std::string with, without;
+  for (int r = 0; r < static_cast<int>(all.size() / kWords); ++r)
+    (all[static_cast<size_t>(r) * kWords + 4] ? with : without) += " " + std::to_string(r);
+  FERRY_CHECK(with.empty() || without.empty(), InvalidArgument, where,
+              ": the ranks disagree on whether the per-sample weights require grad (they do on "
+              "rank(s)", with, ", not on rank(s)", without,
+              "); their gradient goes back through the input dist, a collective");
 }
 
 std::map<std::string, Tensor> ShardedTables::state_dict() const {

@@ -16,6 +16,7 @@
 //                          kernel DENSE: the sparse gradient accumulates (step by hand)
 #pragma once
 
+#include <ferry/autograd/variable.h>
 #include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
 #include <ferry/collectives/torchrec/comm/fbgemm_qcomm_codec.h>
@@ -89,8 +90,14 @@ class ShardedTables {
   const Codecs& codecs() const { return codecs_; }
 
   // The collective input check (options.check_inputs; W = 1: local only). Throws
-  // InvalidArgument on every rank when any rank's KJT is bad.
-  void check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where) const;
+  // InvalidArgument on every rank when any rank's KJT is bad, or its `weights` (the caller's
+  // per-sample weights Variable, if given) do not match the KJT's weights (dtype, one per value;
+  // only a weighted collection takes them), or the ranks disagree on whether the weights require
+  // grad (their gradient goes back through a collective: all ranks or none).
+  // allow_vbe: a variable stride per key is accepted (pooled collections) unless a table is
+  // table_row_wise; it then needs valid inverse_indices. Otherwise VBE is refused.
+  void check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where,
+                   const Variable& weights = Variable(), bool allow_vbe = false) const;
 
   // Full tables "<prefix>.<table>.weight", gathered (collective: every rank calls it).
   std::map<std::string, Tensor> state_dict() const;

@@ -49,6 +49,13 @@ std::vector<int64_t> dims_per_rank(const std::vector<ShardUnit>& units, int W) {
   return n;
 }
 
+// [rank][unit of that rank]: the units' widths (the VBE all-to-all's dims per rank per feature).
+std::vector<std::vector<int64_t>> unit_widths_per_rank(const std::vector<ShardUnit>& units, int W) {
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(W));
+  for (const auto& u : units) out[static_cast<size_t>(u.rank)].push_back(u.width);
+  return out;
+}
+
 std::vector<std::string> unit_keys(const std::vector<ShardUnit>& units) {
   std::vector<std::string> keys;
   for (const auto& u : units) keys.push_back(u.key);
@@ -97,7 +104,8 @@ TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTa
       output_a2a_(world_, dims_per_rank_,
                   units_.empty() ? std::vector<EmbeddingsCallback>{}
                                  : std::vector<EmbeddingsCallback>{detail::column_order_callback(units_)},
-                  tables.codecs()) {
+                  tables.codecs()),
+      vbe_a2a_(world_, detail::unit_widths_per_rank(units_, world_.size()), {}, tables.codecs()) {
   std::vector<detail::ShardUnit> sorted = units_;
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return a.feature != b.feature ? a.feature < b.feature : a.col_offset < b.col_offset;
@@ -108,7 +116,11 @@ TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTa
 DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
-  return detail::launch_input_dist(input_a2a_, detail::select_features(kjt, send_keys_, detail::unit_names(units_)), ctx);
+  const auto send = [this](const KeyedJaggedTensor& k) {
+    return detail::select_features(k, send_keys_, detail::unit_names(units_));
+  };
+  detail::route_weights(kjt, send, *ctx);
+  return detail::launch_input_dist(input_a2a_, send(kjt), ctx);
 }
 
 Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
@@ -121,11 +133,37 @@ Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
                          .feature = u.key,
                          .key_index = static_cast<int64_t>(lookups.size()),
                          .pooling = u.pooling});
+  const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
+  if (ctx->vbe_input) {
+    // VBE: the rows of every (destination, unit) in destination-major order; the output's
+    // blocks are the units of every owner rank in rank order, each over my batch of its feature.
+    std::vector<int64_t> widths;
+    for (const auto& u : units_)
+      if (u.rank == me) widths.push_back(u.width);
+    std::vector<std::vector<int64_t>> batch_per_rank;
+    Variable send = detail::empty_local(zeros({0}, dtype_));
+    if (!lookups.empty()) {
+      const Variable padded =
+          pooled_embedding_lookup(lookups, detail::pad_variable_stride(dist), weights);
+      send = detail::flat_select(
+          padded, detail::vbe_destination_index(dist, widths, world_.size(), batch_per_rank));
+    } else {
+      batch_per_rank.assign(static_cast<size_t>(world_.size()), {});
+    }
+    std::vector<int64_t> pre_a2a;
+    ctx->vbe_blocks.clear();
+    int64_t start = 0;
+    for (const auto& u : units_) {
+      const int64_t b = detail::vbe_batch(*ctx, u.key);
+      pre_a2a.push_back(b);
+      ctx->vbe_blocks.push_back({u.feature, u.col_offset, u.width, start, u.width});
+      start += b * u.width;
+    }
+    return vbe_a2a_.forward(send, batch_per_rank, pre_a2a);
+  }
   const int64_t n = detail::sharding_total(ctx->stride_per_rank);
-  Variable local = lookups.empty()
-                       ? detail::empty_local(zeros({n, 0}, dtype_))
-                       : pooled_embedding_lookup(lookups, dist,
-                                                 detail::lookup_weights(dist, weighted_, world_));
+  Variable local = lookups.empty() ? detail::empty_local(zeros({n, 0}, dtype_))
+                                   : pooled_embedding_lookup(lookups, dist, weights);
   return output_a2a_.forward(local, ctx->stride_per_rank);
 }
 

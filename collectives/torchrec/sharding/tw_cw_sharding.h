@@ -9,7 +9,9 @@
 //   lookup       pooled_embedding_lookup / sequence_embedding_lookup on the rank's shards
 //   output dist  pooled: PooledEmbeddingsAllToAll(dims per rank) with the column permutation
 //                callback (PermutePooledEmbeddingsSplit) putting the blocks in (feature,
-//                column) order; sequence: SequenceEmbeddingsAllToAll back to the ids' owners.
+//                column) order; sequence: SequenceEmbeddingsAllToAll back to the ids' owners;
+//                VBE (pooled): VariableBatchPooledEmbeddingsAllToAll of the rows laid out
+//                destination-major, the collection gathers the columns back in order.
 // A sequence group needs one width for all its shards (the sequence all-to-all moves [N, D]
 // rows): the collection makes one group per distinct shard width.
 #pragma once
@@ -59,6 +61,7 @@ class TwCwPooledEmbeddingSharding : public PooledEmbeddingSharding {
   std::vector<int64_t> dims_per_rank_;
   KJTAllToAll input_a2a_;
   PooledEmbeddingsAllToAll output_a2a_;
+  VariableBatchPooledEmbeddingsAllToAll vbe_a2a_;  // VBE output dist
 };
 
 class TwCwSequenceEmbeddingSharding : public SequenceEmbeddingSharding {

@@ -67,11 +67,21 @@ TwRwPooledEmbeddingSharding::TwRwPooledEmbeddingSharding(const detail::ShardedTa
 DistFeaturesAwaitable TwRwPooledEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
+  // torchrec has no variable-batch output dist for table_row_wise (spec 4.12); the collection's
+  // input check refuses VBE before any rank gets here, this guards a disabled check.
+  FERRY_CHECK(!kjt.variable_stride_per_key(), InvalidArgument,
+              "ShardedEmbeddingBagCollection::input_dist on rank ", world_.rank(),
+              ": a variable stride per key (VBE) is not supported by table_row_wise sharding");
   const KeyedJaggedTensor mine = detail::select_features(kjt, keys_);
   ctx->mean_divisor = detail::mean_divisor(mine, keys_, dims_, pooling_, dtype_);
-  BucketizedKjt b = bucketize_kjt_before_all2all(mine, L_, block_sizes_, false, false,
-                                                 std::nullopt, /*keep_original_indices=*/true);
-  return detail::launch_input_dist(*input_a2a_, b.kjt.permute(send_permute_), ctx);
+  const auto send = [this](const KeyedJaggedTensor& k) {
+    return bucketize_kjt_before_all2all(detail::select_features(k, keys_), L_, block_sizes_,
+                                        false, false, std::nullopt,
+                                        /*keep_original_indices=*/true)
+        .kjt.permute(send_permute_);
+  };
+  detail::route_weights(kjt, send, *ctx);
+  return detail::launch_input_dist(*input_a2a_, send(kjt), ctx);
 }
 
 Awaitable<Variable> TwRwPooledEmbeddingSharding::compute_and_output_dist(
@@ -88,10 +98,10 @@ Awaitable<Variable> TwRwPooledEmbeddingSharding::compute_and_output_dist(
                        .feature = my_keys_[i],
                        .key_index = static_cast<int64_t>(i),
                        .pooling = PoolingType::Sum});
-  Variable partial =
-      lookups.empty()
-          ? detail::empty_local(zeros({B * world_.size(), 0}, dtype_))
-          : pooled_embedding_lookup(lookups, dist, detail::lookup_weights(dist, weighted_, world_));
+  const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
+  Variable partial = lookups.empty()
+                         ? detail::empty_local(zeros({B * world_.size(), 0}, dtype_))
+                         : pooled_embedding_lookup(lookups, dist, weights);
   // Intra-node: L blocks of G*B rows (the samples of ranks j, L + j, ... for local rank j).
   Awaitable<Variable> intra = intra_rs_.forward(partial);
   const std::shared_ptr<PooledEmbeddingsAllToAll> cross = cross_a2a_;

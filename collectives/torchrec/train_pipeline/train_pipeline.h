@@ -37,7 +37,7 @@
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/torchrec/datasets/batch.h>
 #include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
-#include <ferry/collectives/torchrec/model_parallel/sharded_ebc_module.h>
+#include <ferry/collectives/torchrec/model_parallel/sharded_collection_module.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 
 #include <cstdint>

@@ -1,0 +1,50 @@
+// ferry::torchrec::ShardedEbcModule / ShardedEcModule: a ShardedEmbeddingBagCollection or a
+// ShardedEmbeddingCollection as one of DistributedModelParallel's sharded modules.
+//
+// Their data_parallel tables receive sparse row gradients (no dense grad), so they are not
+// handed to the dense reducer: fused_optimizer_step() averages and steps them
+// (step_data_parallel, collective). The sharded tables' fused optimizers already ran in
+// backward.
+#pragma once
+
+#include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_collection.h>
+#include <ferry/runtime/error.h>
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ferry::torchrec {
+
+template <class Collection>
+class ShardedCollectionModule : public ShardedModule {
+ public:
+  // name: the module path ("sparse.ebc" for a bag collection, "sparse.ec" for a sequence one by
+  // default). Throws InvalidArgument for a null collection.
+  explicit ShardedCollectionModule(std::shared_ptr<Collection> collection,
+                                   std::string name = kDefaultName)
+      : collection_(std::move(collection)), name_(std::move(name)) {
+    FERRY_CHECK(collection_ != nullptr, InvalidArgument, "ShardedModule \"", name_,
+                "\": the collection is null");
+  }
+  std::string name() const override { return name_; }
+  std::vector<Variable> data_parallel_parameters() override { return {}; }
+  void fused_optimizer_step() override {
+    if (!collection_->data_parallel_tables().empty()) collection_->step_data_parallel();
+  }
+  const std::shared_ptr<Collection>& collection() const { return collection_; }
+
+ private:
+  static constexpr const char* kDefaultName =
+      std::is_same_v<Collection, ShardedEmbeddingBagCollection> ? "sparse.ebc" : "sparse.ec";
+  std::shared_ptr<Collection> collection_;
+  std::string name_;
+};
+
+using ShardedEbcModule = ShardedCollectionModule<ShardedEmbeddingBagCollection>;
+using ShardedEcModule = ShardedCollectionModule<ShardedEmbeddingCollection>;
+
+}  // namespace ferry::torchrec
