@@ -3,6 +3,8 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/runtime/error.h>
 
+#include <utility>
+
 namespace ferry::torchrec::detail {
 namespace {
 
@@ -49,11 +51,19 @@ Work AllToAllCommOp::launch(const std::vector<Tensor>& inputs) {
   forward_recv_wire_ = forward_pass_->wire_sizes(recv_);
   gradient_send_wire_ = backward_pass_->wire_sizes(recv_);
   gradient_recv_wire_ = backward_pass_->wire_sizes(send_);
+  if (forward_pass_->passthrough()) placement_ = placement(inputs);
+  if (placement_) {
+    input_shape_ = inputs[0].shape();
+    placed_ = empty(placement_->output_shape, dtype);
+    return ferry::all_to_all_single(inputs[0], placement_->send, placed_, placement_->recv,
+                                    group());
+  }
   return exchange(*forward_pass_, forward_send(inputs), send_, forward_send_wire_,
                   forward_recv_wire_, received_);
 }
 
 std::vector<Tensor> AllToAllCommOp::finish() {
+  if (placement_) return {std::exchange(placed_, Tensor())};
   Tensor values = forward_pass_->decode(received_);
   received_ = Tensor();
   return forward_outputs(values);
@@ -62,6 +72,12 @@ std::vector<Tensor> AllToAllCommOp::finish() {
 Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
   // With a codec the division stays after decoding, as in the original: dividing before
   // encoding would change what is quantized.
+  placed_gradient_ = placement_ && backward_pass_->passthrough();
+  if (placed_gradient_) {
+    placed_ = empty(input_shape_, grad_outputs[0].dtype());
+    return ferry::all_to_all_single(grad_outputs[0], placement_->recv, placed_,
+                                    placement_->send, group());
+  }
   divided_before_send_ =
       divides_in_gradient_send() && backward_pass_->passthrough() && gradient_divides();
   return exchange(*backward_pass_, gradient_send(grad_outputs, divided_before_send_), recv_,
@@ -69,10 +85,26 @@ Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
 }
 
 std::vector<Tensor> AllToAllCommOp::finish_gradient() {
+  if (placed_gradient_) {
+    Tensor grad = std::exchange(placed_, Tensor());
+    divide_if_enabled(grad);
+    return {grad};
+  }
   Tensor values = backward_pass_->decode(received_);
   received_ = Tensor();
   if (!divided_before_send_) divide_if_enabled(values);
   return input_gradients(values);
+}
+
+std::vector<BlockLayout> AllToAllCommOp::contiguous(const std::vector<int64_t>& sizes) {
+  std::vector<BlockLayout> layouts;
+  layouts.reserve(sizes.size());
+  int64_t offset = 0;
+  for (int64_t n : sizes) {
+    layouts.push_back({StridedRun{offset, 1, n, 0}});
+    offset += n;
+  }
+  return layouts;
 }
 
 }  // namespace ferry::torchrec::detail

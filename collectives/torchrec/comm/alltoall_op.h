@@ -10,6 +10,7 @@
 // any data moves (InvalidArgument naming the op, the rank and the codec).
 #pragma once
 
+#include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/comm/comm_op_base.h>
 
 #include <optional>
@@ -45,6 +46,26 @@ class AllToAllCommOp : public TorchrecCommOp {
   // decoded and divided.
   virtual std::vector<Tensor> input_gradients(const Tensor& received) = 0;
 
+  // Where the blocks lie, for an op that moves one input into one output of `output_shape`:
+  // block k for rank k is read from the input through send[k], the block from rank i lands in
+  // the output through recv[i] (collectives.h's layouts). An op that gives it moves its bytes
+  // straight between the tensors, without a copy into or out of a wire buffer, whenever the
+  // codec of that direction passes the values through; backward is the same exchange with the
+  // two layouts swapped (the gradient's blocks read where the output's landed, and written
+  // where the input's were read). With an encoding codec the four layouts above are used.
+  struct Placement {
+    std::vector<BlockLayout> send, recv;
+    Shape output_shape;
+  };
+  virtual std::optional<Placement> placement(const std::vector<Tensor>& inputs) {
+    (void)inputs;
+    return std::nullopt;
+  }
+  const std::vector<int64_t>& sends() const { return send_; }
+  const std::vector<int64_t>& receives() const { return recv_; }
+  // Contiguous blocks of `sizes` elements one after the other: the layout of a flat buffer.
+  static std::vector<BlockLayout> contiguous(const std::vector<int64_t>& sizes);
+
  private:
   Work exchange(CodecPass& pass, const Tensor& values, const std::vector<int64_t>& send_values,
                 const std::vector<int64_t>& send_wire, const std::vector<int64_t>& recv_wire,
@@ -56,6 +77,10 @@ class AllToAllCommOp : public TorchrecCommOp {
   std::vector<int64_t> gradient_send_wire_, gradient_recv_wire_;
   Tensor received_;  // the wire buffer in flight (forward, then gradient)
   bool divided_before_send_ = false;  // this backward's gradient_send divided
+  std::optional<Placement> placement_;  // set when the forward moved through it
+  Shape input_shape_;
+  Tensor placed_;  // the output (forward) or input gradient (backward) being received into
+  bool placed_gradient_ = false;  // this backward moves through placement_
 };
 
 }  // namespace ferry::torchrec::detail

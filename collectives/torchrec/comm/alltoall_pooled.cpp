@@ -20,7 +20,8 @@ constexpr const char* kVariableBatch = "variable_batch_alltoall_pooled";
 
 // Forward: X's rows are already grouped by destination, so the send buffer is X itself; the
 // received blocks [B_me, D_i] go side by side. Backward: the gradient's column blocks, each
-// flattened ("recat"), are sent back, and what comes back is dX row-major.
+// flattened ("recat"), are sent back, and what comes back is dX row-major. Without a codec the
+// blocks land in their columns directly (placement); the layouts below serve encoding codecs.
 class AllToAllPooledOp final : public AllToAllCommOp {
  public:
   AllToAllPooledOp(Group group, const Codecs& codecs, const All2AllPooledInfo& info,
@@ -33,6 +34,23 @@ class AllToAllPooledOp final : public AllToAllCommOp {
   Tensor forward_send(const std::vector<Tensor>& inputs) override {
     input_shape_ = inputs[0].shape();
     return inputs[0];
+  }
+  std::optional<Placement> placement(const std::vector<Tensor>& inputs) override {
+    input_shape_ = inputs[0].shape();
+    const int64_t b = info_.batch_size_per_rank[rank()];
+    const int64_t total = sum_of(info_.dim_sum_per_rank);
+    Placement p;
+    std::vector<int64_t> send;
+    for (size_t k = 0; k < info_.batch_size_per_rank.size(); ++k)
+      send.push_back(info_.batch_size_per_rank[k] * inputs[0].size(1));
+    p.send = contiguous(send);
+    int64_t col = 0;
+    for (int64_t d : info_.dim_sum_per_rank) {
+      p.recv.push_back({StridedRun{col, b, d, total}});
+      col += d;
+    }
+    p.output_shape = {b, total};
+    return p;
   }
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
     const int64_t b = info_.batch_size_per_rank[rank()];

@@ -70,6 +70,33 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
     return permute_segments(inputs[0], dim_, permutation_->forward_recat,
                             permutation_->segment_rows);
   }
+  // With a permutation and no codec, the segments are sent from where they lie in the input,
+  // in recat order, and backward writes their gradients back there: no permuted copy.
+  std::optional<Placement> placement(const std::vector<Tensor>& inputs) override {
+    if (!permutation_ || dim_ == 0) return std::nullopt;
+    const std::vector<int64_t>& rows = permutation_->segment_rows;
+    std::vector<int64_t> start(rows.size() + 1, 0);
+    for (size_t s = 0; s < rows.size(); ++s) start[s + 1] = start[s] + rows[s] * dim_;
+    Placement p;
+    p.send.resize(sends().size());
+    size_t block = 0;
+    int64_t room = sends().empty() ? 0 : sends()[0];  // elements block `block` still takes
+    for (int64_t s : permutation_->forward_recat) {
+      int64_t at = start[s], left = rows[s] * dim_;
+      while (left > 0) {  // a segment may straddle two ranks' blocks
+        while (room == 0) room = sends()[++block];
+        const int64_t n = std::min(left, room);
+        p.send[block].push_back(StridedRun{at, 1, n, 0});
+        at += n;
+        left -= n;
+        room -= n;
+      }
+    }
+    p.recv = contiguous(receives());
+    p.output_shape = {sum_of(receives()) / dim_, dim_};
+    (void)inputs;
+    return p;
+  }
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
     return {received.reshape({-1, dim_})};
   }

@@ -1,0 +1,121 @@
+// all_to_all_single with a layout per block: column blocks of a matrix (torchrec's pooled
+// layout), element-scattered blocks in a random order on both sides (seeded), zero-size blocks,
+// and the bad layouts the call must refuse before anything moves.
+#include "spmd_case.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+using namespace ftest;
+
+namespace {
+
+using ferry::BlockLayout;
+using ferry::StridedRun;
+
+// Columns of rank `from`'s embeddings, and the batch (rows) of rank `receiver`; rank 3 has
+// none, so its blocks are empty both ways.
+int64_t cols(int from) { return 1 + from % 2 + (from == 2 ? 2 : 0); }
+int64_t batch(int receiver) { return receiver == 3 ? 0 : 1 + receiver; }
+
+}  // namespace
+
+// Rank r owns D_r columns for every rank's rows; rank k receives them side by side in
+// [B_k, sum D]: the received blocks are columns (strided), the sent ones row blocks.
+FT_SPMD_CASE("all_to_all_single (layouts): column blocks side by side", "[movement][layout]", 1, 2, 3, 4) {
+  const int W = g.size(), me = g.rank();
+  int64_t total_cols = 0, sent_rows = 0;
+  for (int k = 0; k < W; ++k) total_cols += cols(k);
+  for (int k = 0; k < W; ++k) sent_rows += batch(k);
+  Tensor input = ferry::empty({sent_rows, cols(me)}, DType::Float64);
+  double* in = input.data<double>();
+  std::vector<BlockLayout> send(W), recv(W);
+  for (int k = 0, row = 0; k < W; ++k) {
+    send[k] = {StridedRun{row * cols(me), 1, batch(k) * cols(me), 0}};
+    for (int64_t i = 0; i < batch(k); ++i, ++row)
+      for (int64_t c = 0; c < cols(me); ++c) in[row * cols(me) + c] = 1000 * me + 100 * k + 10 * i + c;
+  }
+  const int64_t b = batch(me);
+  Tensor output = ferry::full({b, total_cols}, -1.0, DType::Float64);
+  for (int k = 0, col = 0; k < W; col += cols(k), ++k)
+    recv[k] = {StridedRun{col, b, cols(k), total_cols}};
+  ferry::all_to_all_single(input, send, output, recv, g).wait();
+  std::vector<double> expected;
+  for (int64_t i = 0; i < b; ++i)
+    for (int k = 0; k < W; ++k)
+      for (int64_t c = 0; c < cols(k); ++c) expected.push_back(1000 * k + 100 * me + 10 * i + c);
+  ctx.expect_tensor(where(g, "columns side by side"), output, DType::Float64, {b, total_cols},
+                    expected);
+}
+
+// Every element goes through its own run, in a random order on both sides, with block sizes
+// 0..5 per pair: whatever the layouts, element j of the block from rank i lands where this
+// rank's layout for i says its j-th element goes.
+FT_SPMD_CASE("all_to_all_single (layouts): random scattered blocks, seeded", "[movement][layout]", 1, 2, 3, 4) {
+  const int W = g.size(), me = g.rank();
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    auto size = [&](int from, int to) {
+      return static_cast<int64_t>((seed * 7919 + from * 31 + to * 17) % 6);
+    };
+    int64_t n_in = 0, n_out = 0;
+    for (int k = 0; k < W; ++k) {
+      n_in += size(me, k);
+      n_out += size(k, me);
+    }
+    std::mt19937_64 rng(seed * 101 + me);
+    std::vector<int64_t> in_place(n_in), out_place(n_out);
+    std::iota(in_place.begin(), in_place.end(), 0);
+    std::iota(out_place.begin(), out_place.end(), 0);
+    std::shuffle(in_place.begin(), in_place.end(), rng);
+    std::shuffle(out_place.begin(), out_place.end(), rng);
+    Tensor input = ferry::empty({n_in}, DType::Int32);
+    Tensor output = ferry::full({n_out}, -1, DType::Int32);
+    std::vector<BlockLayout> send(W), recv(W);
+    std::vector<double> expected(n_out);
+    for (int k = 0, a = 0, c = 0; k < W; ++k) {
+      for (int64_t j = 0; j < size(me, k); ++j, ++a) {
+        input.data<int32_t>()[in_place[a]] = static_cast<int32_t>(10000 * me + 100 * k + j);
+        send[k].push_back(StridedRun{in_place[a], 1, 1, 0});
+      }
+      for (int64_t j = 0; j < size(k, me); ++j, ++c) {
+        expected[out_place[c]] = 10000 * k + 100 * me + j;
+        recv[k].push_back(StridedRun{out_place[c], 1, 1, 0});
+      }
+    }
+    ferry::all_to_all_single(input, send, output, recv, g).wait();
+    ctx.expect_tensor(where(g, "seed " + std::to_string(seed)), output, DType::Int32, {n_out},
+                      expected);
+  }
+}
+
+FT_SPMD_CASE("all_to_all_single (layouts): bad layouts refused before anything moves", "[movement][layout][bad_input]", 1, 2, 3) {
+  const int W = g.size(), me = g.rank();
+  Tensor input = ferry::zeros({4 * W}, DType::Float32);
+  Tensor output = ferry::zeros({4 * W}, DType::Float32);
+  std::vector<BlockLayout> ok(W);
+  for (int k = 0; k < W; ++k) ok[k] = {StridedRun{4 * k, 1, 4, 0}};
+  auto refused = [&](const std::string& name, std::vector<BlockLayout> send,
+                     std::vector<BlockLayout> recv) {
+    const uint64_t seq = g.sequence_number();
+    expect_invalid(ctx, where(g, name),
+                   [&] { return ferry::all_to_all_single(input, send, output, recv, g); });
+    FT_CHECK(ctx, g.sequence_number() == seq && !g.poisoned(),
+             where(g, name + ": no sequence number taken, the group usable"));
+  };
+  std::vector<BlockLayout> past_end = ok;
+  past_end[me] = {StridedRun{4 * me, 3, 2, 4 * W}};  // the 2nd piece starts past the end
+  refused("a run past the end", ok, past_end);
+  std::vector<BlockLayout> negative = ok;
+  negative[me] = {StridedRun{-1, 1, 4, 0}};
+  refused("a negative offset", negative, ok);
+  refused("one layout too few", std::vector<BlockLayout>(ok.begin(), ok.end() - 1), ok);
+  std::vector<BlockLayout> own = ok;
+  own[me] = {StridedRun{4 * me, 1, 3, 0}};
+  refused("own block of another size", own, ok);
+  // The group still works: the good layouts exchange.
+  ferry::all_to_all_single(input, ok, output, ok, g).wait();
+  FT_CHECK(ctx, !g.poisoned(), where(g, "a good exchange after the refusals"));
+}
