@@ -92,8 +92,8 @@ using BlockLayout = std::vector<StridedRun>;
 // recv_layouts[k] (elements of the tensors' dtype). Rank j's send_layouts[k] and rank k's
 // recv_layouts[j] hold the same number of elements (MismatchError otherwise). Received blocks
 // must not overlap each other (not checked). Every rank of the call uses this form. The local
-// and UCX transports copy straight between the layouts, so the bytes move once, as in the
-// contiguous forms; MPI packs into a staging buffer and unpacks out of it.
+// transport copies straight between the layouts, so the bytes move once, as in the contiguous
+// forms; MPI and UCX pack into a staging buffer and unpack out of it.
 Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send_layouts,
                        Tensor output, const std::vector<BlockLayout>& recv_layouts,
                        const Group& group);
