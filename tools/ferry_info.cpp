@@ -2,6 +2,7 @@
 // the version of the library and of the headers, what it was built with, the transports compiled
 // in, the settings in effect (FERRY_* read the way the library reads them, and every FERRY_* and
 // UCX_* variable set), and the algorithm table the engine chooses from.
+#include <ferry/backends/rendezvous/launch_env.h>
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/runtime/build_info.h>
 #include <ferry/runtime/config.h>
