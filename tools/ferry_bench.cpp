@@ -4,7 +4,8 @@
 // One launch of the ranks serves the whole sweep (thread start-up and world set-up stay out of
 // the numbers); tensors are allocated per size. Each iteration starts with a barrier and every
 // rank times its own op(...).wait(); the iteration's time is the slowest rank's, as a user
-// waiting for the step to finish would see it.
+// waiting for the step to finish would see it. Ops with an in-place form get a row for each
+// form; after a row's timed iterations one more checked run gives nccl-tests' #wrong.
 #include <ferry/ferry.h>
 #include "tools/bench/codec_bench.h"
 #include "tools/bench/kjt_bench.h"
