@@ -98,8 +98,9 @@ Group init(const InitOptions& options) {
   } else if (backend == "ucx") {
     // The rendezvous when asked for (options, FERRY_RENDEZVOUS, or a non-MPI launcher's
     // address), else MPI's launcher.
-    const bool through_mpi = !rendezvous_given && config().rendezvous.empty() &&
-                             (launch.launcher == "mpi" || launch.launcher.empty());
+    const bool launcher_rendezvous = launch.world_size > 1 && launch.launcher != "mpi";
+    const bool through_mpi =
+        !rendezvous_given && config().rendezvous.empty() && !launcher_rendezvous;
     FERRY_CHECK(!through_mpi || !mpi_launcher_hint().empty(), InvalidArgument,
                 "ferry::init: FERRY_BACKEND=ucx needs either an MPI launcher (mpiexec) or the TCP "
                 "rendezvous (FERRY_RENDEZVOUS=host:port, FERRY_RANK, FERRY_WORLD_SIZE, "

@@ -223,6 +223,7 @@ Work OpCase::launch() {
 }
 
 double OpCase::expected_at(int64_t i) const {
+  if (block_ == 0) return 0;  // no element to check (a count rounded down to 0)
   const int world = group_.size();
   const int me = group_.rank();
   int64_t rank_sum = 0;
