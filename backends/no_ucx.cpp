@@ -8,7 +8,7 @@ namespace ferry::detail {
 
 bool ucx_built() { return false; }
 
-std::shared_ptr<Transport> ucx_world_transport(bool) {
+std::shared_ptr<Transport> ucx_world_transport(bool, const RendezvousOptions*) {
   FERRY_THROW(TransportError,
               "FERRY_BACKEND=ucx, but this ferry was built without UCX (meson did not find ucx); "
               "install libucx-dev and rebuild, or choose FERRY_BACKEND=mpi or local");

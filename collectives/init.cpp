@@ -2,6 +2,7 @@
 
 #include <ferry/backends/local/local_transport.h>
 #include <ferry/backends/mpi_bootstrap.h>
+#include <ferry/backends/rendezvous/tcp_rendezvous.h>
 #include <ferry/backends/ucx_bootstrap.h>
 #include <ferry/backends/world_handshake.h>
 #include <ferry/collectives/engine/group_impl.h>
@@ -50,23 +51,44 @@ void finalize_at_exit() {
 
 }  // namespace
 
-Group init() {
+Group init() { return init(InitOptions{}); }
+
+Group init(const InitOptions& options) {
   InitState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.world.valid()) return s.world;
   FERRY_CHECK(!s.finalized, InvalidArgument, "ferry::init: called after ferry::finalize()");
   // Every FERRY_* variable is read (and a bad value refused) here, before anything starts.
-  std::string backend = config().backend;
+  std::string backend = !options.backend.empty() ? options.backend : config().backend;
   FERRY_LOG(Info, "init", "settings: ", detail::describe_settings(config()));
-  std::string why = "FERRY_BACKEND=" + backend;
+  if (options.timeout.count() != 0) set_default_timeout(options.timeout);
+  const bool rendezvous_given =
+      options.rank >= 0 || options.world_size > 0 || !options.rendezvous.empty();
+  const LaunchEnvironment launch = launch_environment();
+  std::string why = (!options.backend.empty() ? "InitOptions::backend=" : "FERRY_BACKEND=") +
+                    backend;
   if (backend.empty()) {
     const std::string hint = mpi_launcher_hint();
-    backend = hint.empty() ? "local" : "mpi";
-    why = hint.empty() ? "no MPI launcher in the environment" : hint + " is set (an MPI launcher)";
-    FERRY_CHECK(hint.empty() || detail::mpi_built(), TransportError, "ferry::init: ", why,
+    if (rendezvous_given) {
+      backend = "ucx";
+      why = "InitOptions names a TCP rendezvous";
+    } else if (hint.empty() && launch.world_size > 1 && launch.launcher != "mpi") {
+      // torchrun, srun without MPI, or ferry-run's variables: several processes that must
+      // meet; a world of one each would train N unrelated models.
+      backend = "ucx";
+      why = launch.describe() + ", no MPI launcher";
+    } else {
+      backend = hint.empty() ? "local" : "mpi";
+      why = hint.empty() ? "no launcher in the environment" : hint + " is set (an MPI launcher)";
+    }
+    FERRY_CHECK(hint.empty() || backend != "mpi" || detail::mpi_built(), TransportError,
+                "ferry::init: ", why,
                 ", but this ferry was built without MPI; rebuild with MPI (libmpich-dev) or set "
                 "FERRY_BACKEND=local to run every process as a world of its own");
   }
+  FERRY_CHECK(!rendezvous_given || backend == "ucx", InvalidArgument,
+              "ferry::init: InitOptions::rank / world_size / rendezvous describe the TCP "
+              "rendezvous, which only the ucx backend uses; given backend '", backend, "'");
   std::shared_ptr<Transport> transport;
   if (backend == "mpi") {
     transport = detail::mpi_world_transport();
@@ -74,13 +96,22 @@ Group init() {
   } else if (backend == "local") {
     transport = make_local_world(1)[0];
   } else if (backend == "ucx") {
-    // The rendezvous when asked for by name (also under mpiexec), else MPI's launcher.
-    const bool through_mpi = config().rendezvous.empty();
+    // The rendezvous when asked for (options, FERRY_RENDEZVOUS, or a non-MPI launcher's
+    // address), else MPI's launcher.
+    const bool launcher_rendezvous = launch.world_size > 1 && launch.launcher != "mpi";
+    const bool through_mpi =
+        !rendezvous_given && config().rendezvous.empty() && !launcher_rendezvous;
     FERRY_CHECK(!through_mpi || !mpi_launcher_hint().empty(), InvalidArgument,
                 "ferry::init: FERRY_BACKEND=ucx needs either an MPI launcher (mpiexec) or the TCP "
                 "rendezvous (FERRY_RENDEZVOUS=host:port, FERRY_RANK, FERRY_WORLD_SIZE, "
-                "FERRY_SECRET)");
-    transport = detail::ucx_world_transport(through_mpi);
+                "FERRY_SECRET; or torchrun's / SLURM's variables; or InitOptions)");
+    if (through_mpi) {
+      transport = detail::ucx_world_transport(true);
+    } else {
+      const RendezvousOptions ro = rendezvous_options(
+          {options.rendezvous, options.rank, options.world_size, options.secret, options.bind});
+      transport = detail::ucx_world_transport(false, &ro);
+    }
     s.mpi_started = through_mpi;
     why += through_mpi ? ", addresses through MPI" : ", addresses through the TCP rendezvous";
   } else {

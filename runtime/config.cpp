@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -25,6 +28,11 @@ Config read_environment() {
 
 std::atomic<int64_t>& timeout_override_ms() {
   static std::atomic<int64_t> ms{0};  // 0: use the configured value
+  return ms;
+}
+
+std::atomic<int64_t>& stall_override_ms() {
+  static std::atomic<int64_t> ms{INT64_MIN};  // INT64_MIN: use the configured value
   return ms;
 }
 
@@ -50,6 +58,22 @@ void set_default_timeout(std::chrono::milliseconds timeout) {
 std::chrono::milliseconds default_timeout() {
   int64_t ms = timeout_override_ms().load();
   return ms > 0 ? std::chrono::milliseconds(ms) : config().timeout;
+}
+
+std::chrono::milliseconds stall_warning_after(std::chrono::milliseconds span) {
+  const int64_t o = stall_override_ms().load(std::memory_order_relaxed);
+  const std::chrono::milliseconds set = o == INT64_MIN ? config().stall_warn
+                                                       : std::chrono::milliseconds(o);
+  if (set.count() == 0) return set;
+  if (set.count() > 0) return set;
+  // Horovod's stall inspector speaks after 60 s; a short deadline gets a quarter of itself, so
+  // the warning comes well before the TimeoutError does.
+  return std::max(std::chrono::milliseconds(1),
+                  std::min<std::chrono::milliseconds>(std::chrono::seconds(60), span / 4));
+}
+
+void set_stall_warning(std::chrono::milliseconds after) {
+  stall_override_ms().store(after.count() < 0 ? -1 : after.count());
 }
 
 bool check_mode() {

@@ -27,6 +27,10 @@ struct Config {
   std::string debug = "off";                   // FERRY_DEBUG: off, warn, info, trace
   std::string debug_file;                      // FERRY_DEBUG_FILE ("": stderr)
   std::string debug_subsys;                    // FERRY_DEBUG_SUBSYS, lower case
+  // FERRY_STALL_WARN_S: how long a collective waits before a WARN line names the ranks it waits
+  // for; -1: min(60 s, a quarter of the op's deadline); 0: never.
+  std::chrono::milliseconds stall_warn{-1};
+  std::string timeline;                        // FERRY_TIMELINE ("": no timeline)
   bool progress_thread = true;                 // FERRY_PROGRESS_THREAD
   bool check = false;                          // FERRY_CHECK
   int64_t host_cache_mb = 256;                 // FERRY_HOST_CACHE_MB
@@ -89,6 +93,13 @@ std::string describe_settings(const Config& c);
 std::chrono::milliseconds parse_timeout(const char* variable, const std::string& text);
 
 }  // namespace detail
+
+// When a waiting collective says so (FERRY_STALL_WARN_S): after `stall_warning_after(span)`,
+// where `span` is the op's time from start to deadline; zero when the warning is off.
+// set_stall_warning replaces the configured value from now on (tests): a positive duration, zero
+// (off) or a negative one (back to automatic: min(60 s, span / 4)).
+std::chrono::milliseconds stall_warning_after(std::chrono::milliseconds span);
+void set_stall_warning(std::chrono::milliseconds after);
 
 // Whether collectives exchange their fingerprints before they run (FERRY_CHECK). Every rank must
 // agree; set_check_mode, for tests, replaces the configured value from now on.

@@ -20,6 +20,9 @@ const std::vector<SettingInfo>& known_settings() {
       {"FERRY_ALGO", "op:algorithm list", "", true},
       {"FERRY_DEBUG", "off, warn, info, trace", "off", true},
       {"FERRY_DEBUG_FILE", "path with %h, %p, %r", "", true},
+      {"FERRY_STALL_WARN_S", "seconds, 0 (off) or 0.001 to 1e9", "min(60, FERRY_TIMEOUT / 4)",
+       true},
+      {"FERRY_TIMELINE", "path with %h, %p, %r", "", true},
       {"FERRY_DEBUG_SUBSYS", "list of init, coll, transport, ucx, codec, torchrec, all", "",
        true},
       {"FERRY_HOST_CACHE_MB", "MiB, 0 to 2^30 - 1", "256", true},
@@ -134,6 +137,15 @@ Config read_config(const std::function<const char*(const char*)>& get) {
   c.debug = one_of("FERRY_DEBUG", text("FERRY_DEBUG"), {"off", "warn", "info", "trace"});
   if (c.debug.empty()) c.debug = "off";
   c.debug_file = text("FERRY_DEBUG_FILE");  // a path: case kept
+  if (const std::string t = text("FERRY_STALL_WARN_S"); !t.empty()) {
+    char* end = nullptr;
+    const double seconds = std::strtod(t.c_str(), &end);
+    // 0 exactly turns the warning off; otherwise the same range as FERRY_TIMEOUT.
+    c.stall_warn = end != t.c_str() && *end == '\0' && seconds == 0.0
+                       ? std::chrono::milliseconds::zero()
+                       : parse_timeout("FERRY_STALL_WARN_S", t);
+  }
+  c.timeline = text("FERRY_TIMELINE");  // a path: case kept
   c.debug_subsys = lower(text("FERRY_DEBUG_SUBSYS"));
   {
     std::stringstream list(c.debug_subsys);
@@ -205,6 +217,11 @@ std::string describe_settings(const Config& c) {
              c.ucx_cma_min_bytes == 0 ? std::string("(default)")
                                       : std::to_string(c.ucx_cma_min_bytes),
              ", FERRY_UCX_ERROR_HANDLING=", c.ucx_peer_errors ? "peer" : "none",
+             ", FERRY_STALL_WARN_S=",
+             c.stall_warn.count() < 0    ? std::string("(auto)")
+             : c.stall_warn.count() == 0 ? std::string("0 (off)")
+                                         : std::to_string(c.stall_warn.count() / 1000.0),
+             c.timeline.empty() ? "" : ", FERRY_TIMELINE=", c.timeline,
              c.rendezvous.empty() ? "" : ", FERRY_RENDEZVOUS=", c.rendezvous,
              c.secret.empty() ? "" : ", FERRY_SECRET=(set)");
 }

@@ -1,4 +1,5 @@
 #include <ferry/runtime/log.h>
+#include <ferry/runtime/log_sink.h>
 
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/version.h>
@@ -59,6 +60,17 @@ const std::string& host_name() {
   return name;
 }
 
+// One line at a time, even from rank threads of the local transport.
+std::mutex& log_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+detail::LogObserver& observer() {
+  static detail::LogObserver o;  // guarded by log_mutex()
+  return o;
+}
+
 // FERRY_DEBUG_FILE with %h, %p, %r expanded for `rank` ("-" when unknown).
 std::string expand_path(const std::string& pattern, const std::string& rank) {
   std::string out;
@@ -113,11 +125,10 @@ bool log_enabled(LogLevel level, const char* subsys) {
 }
 
 void log_line(LogLevel level, const char* subsys, const std::string& text) {
-  static std::mutex mu;  // one line at a time, even from rank threads of the local transport
-  const int r = t_rank >= 0 ? t_rank : g_process_rank.load(std::memory_order_relaxed);
+  const int r = detail::current_log_rank();
   const std::string rank = r >= 0 ? std::to_string(r) : "-";
   const std::string when = timestamp();
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(log_mutex());
   std::FILE* out = sink(rank);
   // The first line a process prints names the library's version, as NCCL's does: a log pasted
   // into a bug report then says which ferry produced it.
@@ -129,6 +140,7 @@ void log_line(LogLevel level, const char* subsys, const std::string& text) {
   }
   std::fprintf(out, "[ferry %s %s:%d r%s %s %s] %s\n", when.c_str(), host_name().c_str(),
                static_cast<int>(getpid()), rank.c_str(), level_name(level), subsys, text.c_str());
+  if (observer()) observer()(level, subsys, text);
 }
 
 namespace detail {
@@ -136,6 +148,19 @@ namespace detail {
 void set_thread_log_rank(int rank) { t_rank = rank; }
 
 void set_process_log_rank(int rank) { g_process_rank.store(rank, std::memory_order_relaxed); }
+
+std::string expand_log_path(const std::string& pattern, const std::string& rank) {
+  return expand_path(pattern, rank);
+}
+
+int current_log_rank() {
+  return t_rank >= 0 ? t_rank : g_process_rank.load(std::memory_order_relaxed);
+}
+
+void set_log_observer(LogObserver o) {
+  std::lock_guard<std::mutex> lock(log_mutex());
+  observer() = std::move(o);
+}
 
 }  // namespace detail
 }  // namespace ferry

@@ -2,6 +2,7 @@
 
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 #include <ferry/runtime/progress.h>
 #include <ferry/runtime/wait_policy.h>
 
@@ -126,6 +127,25 @@ void Work::progress_in_background(std::function<void()> on_completed) const {
     return;
   }
   detail::progress_in_background(state_, std::move(on_completed));
+}
+
+Work Work::then(std::function<void(Work)> callback) const {
+  FERRY_CHECK(callback != nullptr, InvalidArgument, "Work::then: expected a callback, given null");
+  Work self = *this;
+  progress_in_background([self, cb = std::move(callback)]() {
+    try {
+      cb(self);
+    } catch (const std::exception& e) {
+      // The thread running it is ferry's (a group's worker, the progress thread): an exception
+      // escaping there would end the process.
+      log_line(LogLevel::Warn, "coll",
+               detail::str("Work::then: the callback of ", self.describe(), " threw: ", e.what()));
+    } catch (...) {
+      log_line(LogLevel::Warn, "coll",
+               detail::str("Work::then: the callback of ", self.describe(), " threw a non-std exception"));
+    }
+  });
+  return *this;
 }
 
 std::string Work::describe() const { return state_ ? state_->description() : "completed work"; }

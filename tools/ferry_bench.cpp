@@ -4,11 +4,13 @@
 // One launch of the ranks serves the whole sweep (thread start-up and world set-up stay out of
 // the numbers); tensors are allocated per size. Each iteration starts with a barrier and every
 // rank times its own op(...).wait(); the iteration's time is the slowest rank's, as a user
-// waiting for the step to finish would see it.
+// waiting for the step to finish would see it. Ops with an in-place form get a row for each
+// form; after a row's timed iterations one more checked run gives nccl-tests' #wrong.
 #include <ferry/ferry.h>
 #include "tools/bench/codec_bench.h"
 #include "tools/bench/kjt_bench.h"
 #include "tools/bench/differentiable_case.h"
+#include "tools/bench/json_report.h"
 #include "tools/bench/launcher.h"
 #include "tools/bench/ops.h"
 #include "tools/bench/options.h"
@@ -82,64 +84,108 @@ struct Sweep {
   Launcher* launcher;
 };
 
+// #wrong over every rank, on every rank: each rank puts its count in its own slot.
+int64_t wrong_over_ranks(int64_t mine, const Group& world, RankSync& sync) {
+  std::vector<double> slots(static_cast<size_t>(world.size()), 0.0);
+  slots[static_cast<size_t>(world.rank())] = static_cast<double>(mine);
+  int64_t total = 0;
+  for (double v : sync.max_over_ranks(slots)) total += static_cast<int64_t>(v);
+  return total;
+}
+
+// The forms of `op` this run times (--place), out-of-place first.
+std::vector<Place> places_to_time(OpKind op, const Options& o) {
+  if (o.differentiable) return {Place::OutOfPlace};
+  std::vector<Place> out;
+  const std::vector<Place> forms = places_of(op);
+  for (Place p : forms) {
+    const bool wanted = p == Place::InPlace ? o.in_place : o.out_of_place;
+    if (wanted || forms.size() == 1) out.push_back(p);
+  }
+  return out;
+}
+
+// One row: one op, size and form. Every rank returns the same: false when any rank's result
+// was wrong before timing (the sweep stops there); #wrong after timing goes into the row.
+bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group& world,
+                RankSync& sync) {
+  const Options& o = sweep.opts;
+  const int w = world.size();
+  // Checked once per size, before timing: a runtime that returns early or moves the wrong
+  // bytes must not get to report a fast time.
+  std::optional<OpCase> op_case;
+  std::optional<DifferentiableCase> diff_case;
+  std::function<void()> step;
+  std::unique_ptr<Baseline> baseline;
+  std::string error;
+  if (o.differentiable) {
+    diff_case.emplace(op, count, o.dtype, world);
+    diff_case->run_autograd(/*keep=*/true);
+    diff_case->run_raw();
+    error = diff_case->check();
+    step = [&] { diff_case->run_autograd(); };
+    baseline = diff_case->raw_baseline();
+  } else {
+    op_case.emplace(op, count, o.dtype, world, place);
+    op_case->launch().wait();
+    error = op_case->check();
+    step = [&] { op_case->launch().wait(); };
+    // MPI's own call is timed out of place only: one baseline per size is enough for the ratio.
+    if (o.vs_mpi && place == Place::OutOfPlace)
+      baseline = sweep.launcher->baseline(op, count, o.dtype, o.mpi_nonblocking);
+  }
+  if (!error.empty()) report_check_failure(error);
+  if (!sync.all_of(error.empty())) return false;
+
+  int iters = o.iters;
+  const Samples warm = time_iterations(step, baseline.get(), world, calibration_iters(o));
+  if (iters == 0) {
+    // Both sides get the same count, from the slower of the two.
+    std::vector<double> medians{summarize(warm.ferry).median};
+    if (baseline) medians.push_back(summarize(warm.baseline).median);
+    const std::vector<double> slowest = sync.max_over_ranks(medians);
+    iters = adaptive_iters(*std::max_element(slowest.begin(), slowest.end()));
+  }
+  const Samples timed = time_iterations(step, baseline.get(), world, iters);
+  const std::vector<double> slowest = sync.max_over_ranks(timed.ferry);
+  std::optional<Stats> baseline_stats;
+  if (baseline) baseline_stats = summarize(sync.max_over_ranks(timed.baseline));
+
+  // nccl-tests' #wrong: a fresh run after the timed ones, every element compared.
+  int64_t wrong = -1;
+  if (op_case) {
+    op_case->reset();
+    barrier(world).wait();  // no rank's reset may overwrite what a faster peer already sent
+    op_case->launch().wait();
+    // The last rank, except for reduce, whose result only the root holds.
+    const int victim = op == OpKind::Reduce ? kRoot : w - 1;
+    if (o.test_corrupt > 0 && world.rank() == victim) op_case->corrupt_for_test(o.test_corrupt);
+    wrong = wrong_over_ranks(op_case->count_wrong(), world, sync);
+  }
+
+  if (sweep.report) {
+    // MPI carries every collective natively: the algorithm table does not apply there.
+    const std::string algorithm =
+        o.transport == "mpi" ? "native" : algorithm_for(op, count, o.dtype, w);
+    Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count, algorithm, iters,
+            summarize(slowest), 0, 0, baseline_stats, place, wrong};
+    set_bandwidth(row, w);
+    sweep.report->row(row);
+  }
+  return true;
+}
+
 // Every rank returns the same: false when any rank's result was wrong.
 bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& sync) {
   const Options& o = sweep.opts;
-  const int w = world.size();
   if (sweep.report) sweep.report->begin_op(op);
   int64_t previous_count = -1;
   for (size_t bytes : sweep.sizes) {
-    const int64_t count = element_count(op, bytes, o.dtype, w);
+    const int64_t count = element_count(op, bytes, o.dtype, world.size());
     if (count == previous_count) continue;  // rounding down made it the previous size again
     previous_count = count;
-
-    // Checked once per size, before timing: a runtime that returns early or moves the wrong
-    // bytes must not get to report a fast time.
-    std::optional<OpCase> op_case;
-    std::optional<DifferentiableCase> diff_case;
-    std::function<void()> step;
-    std::unique_ptr<Baseline> baseline;
-    std::string error;
-    if (o.differentiable) {
-      diff_case.emplace(op, count, o.dtype, world);
-      diff_case->run_autograd(/*keep=*/true);
-      diff_case->run_raw();
-      error = diff_case->check();
-      step = [&] { diff_case->run_autograd(); };
-      baseline = diff_case->raw_baseline();
-    } else {
-      op_case.emplace(op, count, o.dtype, world);
-      op_case->launch().wait();
-      error = op_case->check();
-      step = [&] { op_case->launch().wait(); };
-      if (o.vs_mpi) baseline = sweep.launcher->baseline(op, count, o.dtype, o.mpi_nonblocking);
-    }
-    if (!error.empty()) report_check_failure(error);
-    if (!sync.all_of(error.empty())) return false;
-
-    int iters = o.iters;
-    const Samples warm = time_iterations(step, baseline.get(), world, calibration_iters(o));
-    if (iters == 0) {
-      // Both sides get the same count, from the slower of the two.
-      std::vector<double> medians{summarize(warm.ferry).median};
-      if (baseline) medians.push_back(summarize(warm.baseline).median);
-      const std::vector<double> slowest = sync.max_over_ranks(medians);
-      iters = adaptive_iters(*std::max_element(slowest.begin(), slowest.end()));
-    }
-    const Samples timed = time_iterations(step, baseline.get(), world, iters);
-    const std::vector<double> slowest = sync.max_over_ranks(timed.ferry);
-    std::optional<Stats> baseline_stats;
-    if (baseline) baseline_stats = summarize(sync.max_over_ranks(timed.baseline));
-
-    if (sweep.report) {
-      // MPI carries every collective natively: the algorithm table does not apply there.
-      const std::string algorithm =
-          o.transport == "mpi" ? "native" : algorithm_for(op, count, o.dtype, w);
-      Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count, algorithm, iters,
-              summarize(slowest), 0, 0, baseline_stats};
-      set_bandwidth(row, w);
-      sweep.report->row(row);
-    }
+    for (Place place : places_to_time(op, o))
+      if (!bench_case(op, count, place, sweep, world, sync)) return false;
   }
   if (sweep.report) sweep.report->end_op();
   return true;
@@ -170,8 +216,10 @@ bool bench_memcpy(const Sweep& sweep, Group& world, RankSync& sync) {
         std::vector<double> seconds;
         seconds.reserve(static_cast<size_t>(iters));
         for (int i = 0; i < iters; ++i) seconds.push_back(copy.time_one_seconds());
+        const int64_t wrong = copy.count_wrong();
         if (sweep.report) {
-          Row row{OpKind::Memcpy, bytes, count, "memcpy", iters, summarize(seconds), 0, 0, {}};
+          Row row{OpKind::Memcpy, bytes, count, "memcpy", iters, summarize(seconds), 0, 0, {},
+                  Place::OutOfPlace, wrong};
           set_bandwidth(row, world.size());
           sweep.report->row(row);
         }
@@ -265,6 +313,13 @@ int run(int argc, char** argv) {
       if (!csv)
         throw UsageError("--csv: cannot write '" + opts.csv_path + "': " + std::strerror(errno));
     }
+    if (!opts.json_path.empty() && launcher->reports()) {
+      // Written at the end; opened now so a bad path is refused before minutes of measuring.
+      std::FILE* json = std::fopen(opts.json_path.c_str(), "w");
+      if (!json)
+        throw UsageError("--json: cannot write '" + opts.json_path + "': " + std::strerror(errno));
+      std::fclose(json);
+    }
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ferry-bench: %s\nRun 'ferry-bench --help' for the options.\n", e.what());
     return 2;
@@ -306,10 +361,32 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "ferry-bench: check failed: stopped before timing a wrong result\n");
       status = 1;
     }
+    int64_t wrong = 0;
+    int wrong_rows = 0;
+    for (const Row& r : report.rows()) {
+      if (r.wrong > 0) {
+        wrong += r.wrong;
+        ++wrong_rows;
+      }
+    }
+    if (wrong > 0) {
+      std::fprintf(stderr, "ferry-bench: check failed: #wrong: %lld wrong elements in %d rows\n",
+                   static_cast<long long>(wrong), wrong_rows);
+      status = 1;
+    }
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "ferry-bench: error: %s\n", e.what());
     status = 1;
+  }
+  if (!opts.json_path.empty() && launcher->reports()) {
+    try {
+      write_bench_json(opts.json_path,
+                       JsonRun{opts, sizes, algo_table, report.rows(), status == 0});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ferry-bench: %s\n", e.what());
+      status = 1;
+    }
   }
   if (csv && std::fclose(csv) != 0) {
     std::fprintf(stderr, "ferry-bench: error writing '%s': %s\n", opts.csv_path.c_str(),

@@ -2,6 +2,7 @@
 // the version of the library and of the headers, what it was built with, the transports compiled
 // in, the settings in effect (FERRY_* read the way the library reads them, and every FERRY_* and
 // UCX_* variable set), and the algorithm table the engine chooses from.
+#include <ferry/backends/rendezvous/launch_env.h>
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/runtime/build_info.h>
 #include <ferry/runtime/config.h>
@@ -60,6 +61,15 @@ int run_main(int argc, char** argv) {
     std::printf("  FERRY_DEBUG_SUBSYS     %s\n",
                 c.debug_subsys.empty() ? "(all)" : c.debug_subsys.c_str());
     std::printf("  FERRY_PROGRESS_THREAD  %d\n", c.progress_thread ? 1 : 0);
+    const auto stall = ferry::stall_warning_after(ferry::default_timeout());
+    std::printf("  FERRY_STALL_WARN_S     %s\n",
+                stall.count() == 0 ? "0 (off)"
+                                   : (std::to_string(static_cast<double>(stall.count()) / 1e3) +
+                                      " s" + (c.stall_warn.count() < 0 ? " (automatic)" : ""))
+                                         .c_str());
+    std::printf("  FERRY_TIMELINE         %s\n", c.timeline.empty() ? "(off)" : c.timeline.c_str());
+    const ferry::LaunchEnvironment launch = ferry::launch_environment();
+    std::printf("  launcher               %s\n", launch.describe().c_str());
   } catch (const ferry::Error& e) {
     std::fprintf(stderr, "ferry-info: %s\n", e.what());
     return 1;

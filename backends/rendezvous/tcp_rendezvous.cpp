@@ -1,6 +1,7 @@
 #include <ferry/backends/rendezvous/tcp_rendezvous.h>
 
 #include <ferry/backends/rendezvous/hello_server.h>
+#include <ferry/backends/rendezvous/launch_env.h>
 #include <ferry/backends/rendezvous/rendezvous_frame.h>
 #include <ferry/backends/rendezvous/socket_io.h>
 #include <ferry/runtime/config.h>
@@ -128,33 +129,67 @@ RendezvousResult join(const RendezvousOptions& o, const std::string& blob,
 }  // namespace
 }  // namespace detail
 
-RendezvousOptions rendezvous_options_from_env() {
+RendezvousOptions rendezvous_options_from_env() { return rendezvous_options({}); }
+
+RendezvousOptions rendezvous_options(const RendezvousOverrides& given) {
   const Config& c = config();
+  const LaunchEnvironment launch = launch_environment();
   RendezvousOptions o;
-  const std::string& where = c.rendezvous;
-  const size_t colon = where.rfind(':');
-  FERRY_CHECK(colon != std::string::npos && colon > 0, InvalidArgument,
-              "FERRY_RENDEZVOUS: expected host:port (where rank 0 listens), given '", where, "'");
-  o.host = where.substr(0, colon);
-  if (o.host.size() > 2 && o.host.front() == '[' && o.host.back() == ']')
-    o.host = o.host.substr(1, o.host.size() - 2);  // [::1]:port
-  {
+  // The address: given, else FERRY_RENDEZVOUS, else the launcher's (torchrun's MASTER_ADDR /
+  // MASTER_PORT, SLURM's first node).
+  const std::string where = !given.address.empty() ? given.address : c.rendezvous;
+  const char* source = !given.address.empty() ? "InitOptions::rendezvous" : "FERRY_RENDEZVOUS";
+  if (!where.empty() || launch.host.empty() || launch.port == 0) {
+    FERRY_CHECK(!where.empty(), InvalidArgument,
+                "the TCP rendezvous needs rank 0's address: FERRY_RENDEZVOUS=host:port, or "
+                "MASTER_ADDR and MASTER_PORT (torchrun, srun), or InitOptions::rendezvous; ",
+                launch.describe());
+    const size_t colon = where.rfind(':');
+    FERRY_CHECK(colon != std::string::npos && colon > 0, InvalidArgument, source,
+                ": expected host:port (where rank 0 listens), given '", where, "'");
+    o.host = where.substr(0, colon);
+    if (o.host.size() > 2 && o.host.front() == '[' && o.host.back() == ']')
+      o.host = o.host.substr(1, o.host.size() - 2);  // [::1]:port
     const std::string port = where.substr(colon + 1);
     char* end = nullptr;
     const long p = std::strtol(port.c_str(), &end, 10);
     FERRY_CHECK(end != port.c_str() && *end == '\0' && p > 0 && p < 65536, InvalidArgument,
-                "FERRY_RENDEZVOUS: expected a port in [1, 65535] after the colon, given '",
-                where, "'");
+                source, ": expected a port in [1, 65535] after the colon, given '", where, "'");
     o.port = static_cast<int>(p);
+  } else {
+    o.host = launch.host;
+    o.port = launch.port;
   }
-  o.size = detail::int_in("FERRY_WORLD_SIZE", c.world_size, 1,
-                          static_cast<int>(detail::kMaxRendezvousWorld));
-  o.rank = detail::int_in("FERRY_RANK", c.rank, 0, o.size - 1);
-  o.secret = c.secret;
+  const int max_world = static_cast<int>(detail::kMaxRendezvousWorld);
+  if (given.size > 0) {
+    FERRY_CHECK(given.size <= max_world, InvalidArgument, "InitOptions::world_size: expected 1 "
+                "to ", max_world, ", given ", given.size);
+    o.size = given.size;
+  } else if (!c.world_size.empty() || launch.launcher.empty() || launch.launcher == "mpi") {
+    o.size = detail::int_in("FERRY_WORLD_SIZE", c.world_size, 1, max_world);
+  } else {
+    o.size = launch.world_size;
+  }
+  if (given.rank >= 0) {
+    FERRY_CHECK(given.rank < o.size, InvalidArgument, "InitOptions::rank: expected 0 to ",
+                o.size - 1, " (below the world size), given ", given.rank);
+    o.rank = given.rank;
+  } else if (!c.rank.empty() || launch.launcher.empty() || launch.launcher == "mpi") {
+    o.rank = detail::int_in("FERRY_RANK", c.rank, 0, o.size - 1);
+  } else {
+    FERRY_CHECK(launch.rank < o.size, InvalidArgument, launch.launcher, "'s rank ", launch.rank,
+                " is not below the world size ", o.size);
+    o.rank = launch.rank;
+  }
+  o.secret = !given.secret.empty() ? given.secret : c.secret;
   FERRY_CHECK(!o.secret.empty() && o.secret.size() <= detail::kMaxSecretBytes, InvalidArgument,
-              "FERRY_SECRET must be set to the job's secret (1 to ", detail::kMaxSecretBytes,
-              " bytes, the same on every rank), given ", o.secret.size(), " bytes");
-  if (!c.rendezvous_bind.empty()) o.bind = c.rendezvous_bind;
+              "FERRY_SECRET (or InitOptions::secret) must be set to the job's secret (1 to ",
+              detail::kMaxSecretBytes, " bytes, the same on every rank), given ",
+              o.secret.size(), " bytes");
+  if (!given.bind.empty())
+    o.bind = given.bind;
+  else if (!c.rendezvous_bind.empty())
+    o.bind = c.rendezvous_bind;
   o.timeout = default_timeout();
   return o;
 }

@@ -46,9 +46,22 @@ struct RendezvousResult {
   std::vector<std::string> rejected;  // rank 0: why each rejected connection was refused
 };
 
-// Reads the variables above (timeout: FERRY_TIMEOUT). Throws InvalidArgument naming a missing
-// or malformed variable.
+// What ferry::init(InitOptions) says about the rendezvous; an empty or negative field is taken
+// from the environment instead.
+struct RendezvousOverrides {
+  std::string address;  // host:port
+  int rank = -1;
+  int size = -1;
+  std::string secret;
+  std::string bind;
+};
+
+// Reads the variables above (timeout: FERRY_TIMEOUT); where FERRY_RENDEZVOUS, FERRY_RANK or
+// FERRY_WORLD_SIZE is unset, what torchrun or SLURM set instead (launch_env.h). Throws
+// InvalidArgument naming a missing or malformed variable.
 RendezvousOptions rendezvous_options_from_env();
+// The same with `given` taking precedence over the environment.
+RendezvousOptions rendezvous_options(const RendezvousOverrides& given);
 
 // Collective over the job's ranks. Throws TransportError (a peer sent something invalid, or
 // rank 0 rejected us: the message names who and why) or TimeoutError (ranks missing at the

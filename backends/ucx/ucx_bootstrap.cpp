@@ -70,7 +70,8 @@ std::vector<std::string> all_gather_through_mpi(Transport& mpi, const std::strin
 
 bool ucx_built() { return true; }
 
-std::shared_ptr<Transport> ucx_world_transport(bool through_mpi) {
+std::shared_ptr<Transport> ucx_world_transport(bool through_mpi,
+                                               const RendezvousOptions* rendezvous) {
   if (through_mpi) {
     std::shared_ptr<Transport> mpi = mpi_world_transport();
     const int rank = mpi->rank(), size = mpi->size();
@@ -79,7 +80,7 @@ std::shared_ptr<Transport> ucx_world_transport(bool through_mpi) {
       return all_gather_through_mpi(*mpi, mine);
     });
   }
-  const RendezvousOptions options = rendezvous_options_from_env();
+  const RendezvousOptions options = rendezvous ? *rendezvous : rendezvous_options_from_env();
   FERRY_LOG(Info, "init", "ucx: exchanging worker addresses through the TCP rendezvous at ",
             options.host, ":", options.port, " (rank ", options.rank, " of ", options.size, ")");
   return make_ucx_transport(options.rank, options.size, [&](const std::string& mine) {

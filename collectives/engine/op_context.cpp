@@ -1,9 +1,13 @@
 #include <ferry/collectives/engine/op_context.h>
 
+#include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
+#include <ferry/runtime/timeline.h>
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <mutex>
 
 namespace ferry::detail {
@@ -18,6 +22,12 @@ OpContext::OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time
                                                   std::chrono::milliseconds(50),
                                                   std::chrono::seconds(2));
   give_up_ = std::max(start_ + (deadline_ - start_) / 2, deadline_ - diagnosis_window_);
+  const auto stall = stall_warning_after(
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_));
+  // A warning due at or after the give-up time would only repeat the TimeoutError.
+  stall_at_ = stall.count() > 0 && start_ + stall < give_up_ ? start_ + stall
+                                                              : Clock::time_point::max();
+  if (timeline_on()) wall_start_ = std::chrono::system_clock::now();
 }
 
 void OpContext::set_fingerprint(const Fingerprint& f) {
@@ -27,6 +37,15 @@ void OpContext::set_fingerprint(const Fingerprint& f) {
 
 OpContext::~OpContext() {
   for (auto& r : pending_) r->cancel();
+  if (timeline_on()) {
+    // An op that ends by an exception (timeout, peer failure) is marked, so the trace shows
+    // where a job stopped.
+    const bool failed = std::uncaught_exceptions() > 0;
+    timeline_event(op_, group_.members()[static_cast<size_t>(rank())], group_.id(), wall_start_,
+                   std::chrono::system_clock::now(),
+                   str("\"seq\": ", seq_, ", \"group_rank\": ", rank(),
+                       ", \"group_size\": ", size(), failed ? ", \"failed\": true" : ""));
+  }
 }
 
 Tag OpContext::tag(uint32_t step) const {
@@ -59,6 +78,7 @@ void OpContext::wait_all() {
     // holding the worker until the deadline.
     while (!r->wait_until(std::min(give_up_, Clock::now() + kCheckEvery))) {
       if (Clock::now() >= give_up_) fail_timeout();
+      warn_if_stalled(/*native_call=*/false);
       if (group_.poisoned()) abort_poisoned();
       rethrow_first_failure();
     }
@@ -82,7 +102,10 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
   // In slices, as wait_all: a poisoned group stops the wait before the deadline.
   while (!request->wait_until(std::min(give_up_, Clock::now() + kCheckEvery))) {
     const bool expired = Clock::now() >= give_up_;
-    if (!expired && !group_.poisoned()) continue;
+    if (!expired && !group_.poisoned()) {
+      warn_if_stalled(/*native_call=*/true);
+      continue;
+    }
     const auto waited =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
     const std::string transport = native()->name();
@@ -213,21 +236,61 @@ void OpContext::abort_poisoned() {
   FERRY_THROW(Error, "abort_poisoned on a group that is not poisoned (internal error)");
 }
 
-void OpContext::fail_timeout() {
-  // Which group ranks we still wait on: a receive means we have not heard from the peer; a send
-  // means the peer has not come to take our data.
+OpContext::Waiting OpContext::waiting_on() {
+  // A receive means we have not heard from the peer; a send means the peer has not come to
+  // take our data.
   auto group_rank_of = [&](int world) {
     for (int r = 0; r < group_.size(); ++r)
       if (group_.members()[r] == world) return r;
     return -1;
   };
-  std::vector<int> silent, not_taking;
+  Waiting w;
   for (auto& r : pending_) {
     if (r->test()) continue;
-    std::vector<int>& list = r->is_send() ? not_taking : silent;
+    std::vector<int>& list = r->is_send() ? w.not_taking : w.silent;
     int peer = group_rank_of(r->peer());
     if (std::find(list.begin(), list.end(), peer) == list.end()) list.push_back(peer);
   }
+  std::sort(w.silent.begin(), w.silent.end());
+  std::sort(w.not_taking.begin(), w.not_taking.end());
+  return w;
+}
+
+void OpContext::warn_if_stalled(bool native_call) {
+  if (stall_warned_ || Clock::now() < stall_at_) return;
+  stall_warned_ = true;
+  auto ms = [](Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  auto ranks = [](const std::vector<int>& v) {
+    std::string s = v.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s;
+  };
+  std::string msg = str("stall: ", op_, " (seq ", seq_, ") on ", group_.describe(),
+                        " has waited ", ms(Clock::now() - start_), " ms (TimeoutError in ",
+                        ms(deadline_ - Clock::now()), " ms);");
+  if (native_call) {
+    msg += str(" inside ", native()->name(), "'s own collective, which does not say whom it "
+               "waits for: some rank of the group has not arrived;");
+  } else {
+    const Waiting w = waiting_on();
+    if (!w.silent.empty())
+      msg += str(" not arrived: ", ranks(w.silent), " (no data from them yet);");
+    if (!w.not_taking.empty())
+      msg += str(" ", ranks(w.not_taking), " not yet taking our data;");
+    if (w.silent.empty() && w.not_taking.empty()) msg += " its messages are all complete;";
+  }
+  msg += " a rank that is itself waiting forwards the delay of one that has not arrived";
+  // Printed whatever FERRY_DEBUG says (FERRY_STALL_WARN_S=0 silences it): a job that is about
+  // to hang for minutes should say so without being asked.
+  log_line(LogLevel::Warn, "coll", msg);
+}
+
+void OpContext::fail_timeout() {
+  const Waiting w = waiting_on();
+  const std::vector<int>& silent = w.silent;
+  const std::vector<int>& not_taking = w.not_taking;
   for (auto& r : pending_) r->cancel();
   pending_.clear();
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);

@@ -84,6 +84,16 @@ class OpContext {
 
  private:
   Tag tag(uint32_t step) const;
+  // The group ranks the pending requests wait on: receives not yet heard from, and sends a
+  // peer has not come to take. Both the stall warning and the timeout name them.
+  struct Waiting {
+    std::vector<int> silent;
+    std::vector<int> not_taking;
+  };
+  Waiting waiting_on();
+  // The stall inspector: once, when the op has waited past stall_at_, a WARN line names whom it
+  // waits for. Called between the slices of a wait, so it costs a clock read per slice.
+  void warn_if_stalled(bool native_call);
   [[noreturn]] void fail_timeout();
   void abandon_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep);
   [[noreturn]] void abort_poisoned();
@@ -109,6 +119,9 @@ class OpContext {
   Clock::time_point deadline_;
   Clock::duration diagnosis_window_{};
   Clock::time_point give_up_;  // deadline_ less the diagnosis window
+  Clock::time_point stall_at_;  // when the stall warning is due (max(): never)
+  bool stall_warned_ = false;
+  std::chrono::system_clock::time_point wall_start_;  // for FERRY_TIMELINE
   uint32_t phase_ = 0;
   uint32_t check_ = 0;
   Fingerprint fingerprint_;

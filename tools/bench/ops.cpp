@@ -119,53 +119,99 @@ std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size)
   return "?";
 }
 
-// ---- OpCase ----
+const char* place_name(Place place) { return place == Place::InPlace ? "in" : "out"; }
 
-OpCase::OpCase(OpKind op, int64_t count, DType dtype, const Group& group)
-    : op_(op), count_(count), dtype_(dtype), group_(group) {
-  FERRY_CHECK(op != OpKind::Memcpy, InvalidArgument, "OpCase: memcpy is measured by MemcpyCase");
-  const int world = group.size();
-  const int me = group.rank();
-  const int64_t block = splits_in_blocks(op) ? count / world : count;
-  auto blocks_by_destination = [&] {
-    Tensor t = empty({count}, dtype);
-    for (int j = 0; j < world && block > 0; ++j)
-      t.narrow(0, j * block, block).fill_(block_value(me, j, world));
-    return t;
-  };
+std::vector<Place> places_of(OpKind op) {
   switch (op) {
     case OpKind::AllReduce:
-      input_ = full({count}, rank_value(me), dtype);
-      output_ = zeros({count}, dtype);
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::Reduce: return {Place::OutOfPlace, Place::InPlace};
+    case OpKind::Broadcast: return {Place::InPlace};  // ferry's broadcast has no output tensor
+    case OpKind::AllToAll:
+    case OpKind::Memcpy: return {Place::OutOfPlace};
+  }
+  return {Place::OutOfPlace};
+}
+
+// ---- OpCase ----
+
+namespace {
+// Written into outputs by reset(): outside 1..101 and every sum of those, in every dtype
+// (uint8 included), so a result that was never written cannot pass.
+constexpr double kUnwritten = 0;
+// What --test-corrupt writes: 0 is never a right value either (every expected value is >= 1
+// before wrapping, and the ones that wrap are checked against their wrapped value).
+constexpr double kCorrupted = 0;
+}  // namespace
+
+OpCase::OpCase(OpKind op, int64_t count, DType dtype, const Group& group, Place place)
+    : op_(op), count_(count), dtype_(dtype), group_(group), place_(place),
+      block_(splits_in_blocks(op) ? count / group.size() : count) {
+  FERRY_CHECK(op != OpKind::Memcpy, InvalidArgument, "OpCase: memcpy is measured by MemcpyCase");
+  const std::vector<Place> forms = places_of(op);
+  FERRY_CHECK(std::find(forms.begin(), forms.end(), place) != forms.end(), InvalidArgument,
+              "OpCase: ", op_name(op), " has no ", place_name(place), "-of-place form");
+  const int me = group.rank();
+  const bool in = place == Place::InPlace;
+  switch (op) {
+    case OpKind::AllReduce:
+      input_ = empty({count}, dtype);
+      output_ = in ? input_ : empty({count}, dtype);
       break;
     case OpKind::AllGather:
-      input_ = full({block}, rank_value(me), dtype);
-      output_ = zeros({count}, dtype);
+      output_ = empty({count}, dtype);
+      input_ = in ? output_.narrow(0, me * block_, block_) : empty({block_}, dtype);
       break;
     case OpKind::ReduceScatter:
-      input_ = blocks_by_destination();
-      output_ = zeros({block}, dtype);
+      input_ = empty({count}, dtype);
+      output_ = in ? input_.narrow(0, me * block_, block_) : empty({block_}, dtype);
       break;
     case OpKind::AllToAll:
-      input_ = blocks_by_destination();
-      output_ = zeros({count}, dtype);
+      input_ = empty({count}, dtype);
+      output_ = empty({count}, dtype);
       break;
     case OpKind::Broadcast:
-      input_ = me == kRoot ? full({count}, kBroadcastValue, dtype) : zeros({count}, dtype);
+      input_ = empty({count}, dtype);
       output_ = input_;
       break;
     case OpKind::Reduce:
-      input_ = full({count}, rank_value(me), dtype);
+      input_ = empty({count}, dtype);
       // Non-roots pass no output (allowed by the contract), as a real caller would.
-      if (me == kRoot) output_ = zeros({count}, dtype);
+      if (me == kRoot) output_ = in ? input_ : empty({count}, dtype);
       break;
+    case OpKind::Memcpy: break;
+  }
+  reset();
+}
+
+void OpCase::fill_inputs() {
+  const int world = group_.size();
+  const int me = group_.rank();
+  switch (op_) {
+    case OpKind::AllReduce:
+    case OpKind::AllGather:
+    case OpKind::Reduce: input_.fill_(rank_value(me)); break;
+    case OpKind::ReduceScatter:
+    case OpKind::AllToAll:
+      for (int j = 0; j < world && block_ > 0; ++j)
+        input_.narrow(0, j * block_, block_).fill_(block_value(me, j, world));
+      break;
+    case OpKind::Broadcast: input_.fill_(me == kRoot ? kBroadcastValue : kUnwritten); break;
     case OpKind::Memcpy: break;
   }
 }
 
+void OpCase::reset() {
+  // Outputs first: in place they share storage with the inputs, which must win.
+  if (output_.defined()) output_.fill_(kUnwritten);
+  fill_inputs();
+}
+
 Work OpCase::launch() {
+  const bool in = place_ == Place::InPlace;
   switch (op_) {
-    case OpKind::AllReduce: return all_reduce(input_, output_, group_);
+    case OpKind::AllReduce: return in ? all_reduce(input_, group_) : all_reduce(input_, output_, group_);
     case OpKind::AllGather: return all_gather(input_, output_, group_);
     case OpKind::ReduceScatter: return reduce_scatter(input_, output_, group_);
     case OpKind::AllToAll: return all_to_all_single(input_, output_, group_);
@@ -176,6 +222,28 @@ Work OpCase::launch() {
   FERRY_THROW(InvalidArgument, "OpCase::launch: unexpected op ", op_name(op_));
 }
 
+double OpCase::expected_at(int64_t i) const {
+  if (block_ == 0) return 0;  // no element to check (a count rounded down to 0)
+  const int world = group_.size();
+  const int me = group_.rank();
+  int64_t rank_sum = 0;
+  for (int r = 0; r < world; ++r) rank_sum += static_cast<int64_t>(rank_value(r));
+  switch (op_) {
+    case OpKind::AllReduce:
+    case OpKind::Reduce: return as_stored(rank_sum, dtype_);
+    case OpKind::Broadcast: return kBroadcastValue;
+    case OpKind::ReduceScatter: {
+      int64_t sum = 0;
+      for (int r = 0; r < world; ++r) sum += static_cast<int64_t>(block_value(r, me, world));
+      return as_stored(sum, dtype_);
+    }
+    case OpKind::AllGather: return rank_value(static_cast<int>(i / block_));
+    case OpKind::AllToAll: return block_value(static_cast<int>(i / block_), me, world);
+    case OpKind::Memcpy: break;
+  }
+  return 0;
+}
+
 std::string OpCase::check_range(const Tensor& t, int64_t begin, int64_t end, double expected,
                                 const std::string& what) const {
   if (begin >= end) return "";
@@ -183,9 +251,9 @@ std::string OpCase::check_range(const Tensor& t, int64_t begin, int64_t end, dou
     const double got = t.get_flat(i);
     if (!(got == expected)) {
       std::ostringstream os;
-      os << op_name(op_) << " of " << count_ << " " << dtype_name(dtype_) << " on rank "
-         << group_.rank() << ": element " << i << what << " is " << got << ", expected "
-         << expected;
+      os << op_name(op_) << " (" << place_name(place_) << " of place) of " << count_ << " "
+         << dtype_name(dtype_) << " on rank " << group_.rank() << ": element " << i << what
+         << " is " << got << ", expected " << expected;
       return os.str();
     }
   }
@@ -193,37 +261,39 @@ std::string OpCase::check_range(const Tensor& t, int64_t begin, int64_t end, dou
 }
 
 std::string OpCase::check() const {
-  const int world = group_.size();
-  const int me = group_.rank();
-  const int64_t block = splits_in_blocks(op_) ? count_ / world : count_;
-  int64_t rank_sum = 0;
-  for (int r = 0; r < world; ++r) rank_sum += static_cast<int64_t>(rank_value(r));
-  switch (op_) {
-    case OpKind::AllReduce:
-      return check_range(output_, 0, count_, as_stored(rank_sum, dtype_), "");
-    case OpKind::Reduce:
-      if (me != kRoot) return "";
-      return check_range(output_, 0, count_, as_stored(rank_sum, dtype_), "");
-    case OpKind::Broadcast:
-      return check_range(output_, 0, count_, kBroadcastValue, "");
-    case OpKind::ReduceScatter: {
-      int64_t sum = 0;
-      for (int r = 0; r < world; ++r) sum += static_cast<int64_t>(block_value(r, me, world));
-      return check_range(output_, 0, block, as_stored(sum, dtype_), "");
-    }
-    case OpKind::AllGather:
-    case OpKind::AllToAll:
-      for (int k = 0; k < world; ++k) {
-        const double expected =
-            op_ == OpKind::AllGather ? rank_value(k) : block_value(k, me, world);
-        std::string err = check_range(output_, k * block, (k + 1) * block, expected,
-                                      " (block from rank " + std::to_string(k) + ")");
-        if (!err.empty()) return err;
-      }
-      return "";
-    case OpKind::Memcpy: break;
+  if (!output_.defined()) return "";  // reduce on a non-root: nothing arrives here
+  const int64_t n = output_.numel();
+  const bool by_block = op_ == OpKind::AllGather || op_ == OpKind::AllToAll;
+  if (!by_block) return check_range(output_, 0, n, expected_at(0), "");
+  for (int k = 0; k < group_.size(); ++k) {
+    std::string err = check_range(output_, k * block_, (k + 1) * block_, expected_at(k * block_),
+                                  " (block from rank " + std::to_string(k) + ")");
+    if (!err.empty()) return err;
   }
   return "";
+}
+
+int64_t OpCase::count_wrong() const {
+  if (!output_.defined()) return 0;
+  const int64_t n = output_.numel();
+  int64_t wrong = 0;
+  // The expected value is constant within a block: look it up once per block.
+  const int64_t step = block_ > 0 ? block_ : n;
+  for (int64_t begin = 0; begin < n; begin += step) {
+    const int64_t end = std::min(n, begin + step);
+    const double expected = expected_at(begin);
+    for (int64_t i = begin; i < end; ++i)
+      if (!(output_.get_flat(i) == expected)) ++wrong;
+  }
+  return wrong;
+}
+
+void OpCase::corrupt_for_test(int64_t n) {
+  if (!output_.defined()) return;
+  const int64_t total = output_.numel();
+  n = std::min(n, total);
+  // Spread over the output, so blocks from several ranks are hit.
+  for (int64_t k = 0; k < n; ++k) output_.set_flat(k * total / n, kCorrupted);
 }
 
 // ---- MemcpyCase ----
@@ -250,6 +320,14 @@ double MemcpyCase::time_one_seconds() {
   for (int i = 0; i < reps_; ++i) g_copy(dst, src, bytes_);
   const auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double>(t1 - t0).count() / reps_;
+}
+
+int64_t MemcpyCase::count_wrong() {
+  auto* d = static_cast<unsigned char*>(dst_.raw_data());
+  if (bytes_ == 0) return 0;
+  std::memset(d, 0, bytes_);
+  g_copy(d, src_.raw_data(), bytes_);
+  return static_cast<int64_t>(std::count_if(d, d + bytes_, [](unsigned char c) { return c != 7; }));
 }
 
 std::string MemcpyCase::check() const {

@@ -30,6 +30,15 @@ int64_t element_count(OpKind op, size_t bytes, DType dtype, int world_size);
 // its slowest link, so busbw of a good implementation approaches the link bandwidth whatever W is.
 double bus_factor(OpKind op, int world_size);
 
+// Where an op writes its result. nccl-tests times both forms of the ops that have them; so does
+// ferry-bench. all_reduce: output is input; all_gather: input is this rank's block of output;
+// reduce_scatter: output is this rank's block of input; reduce: output is input on the root.
+// broadcast has only the in-place form, all_to_all only the out-of-place one.
+enum class Place { OutOfPlace, InPlace };
+const char* place_name(Place place);  // "out", "in"
+// The forms `op` has, out-of-place first.
+std::vector<Place> places_of(OpKind op);
+
 // The algorithm the runtime picks for `count` elements, as printed in the table. choose_algorithm
 // takes the bytes of one rank's input, which for all_gather is 1/W of the reported size.
 std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size);
@@ -39,20 +48,39 @@ std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size)
 // misplaced one.
 class OpCase {
  public:
-  // `op` must not be Memcpy. Allocates and touches every buffer, so no page fault lands in a
-  // timed iteration.
-  OpCase(OpKind op, int64_t count, DType dtype, const Group& group);
+  // `op` must not be Memcpy; `place` must be one of places_of(op). Allocates and touches every
+  // buffer, so no page fault lands in a timed iteration.
+  OpCase(OpKind op, int64_t count, DType dtype, const Group& group,
+         Place place = Place::OutOfPlace);
 
-  // Issues the op once. Repeating it is harmless: inputs are never written (broadcast rewrites
-  // the root's own values).
+  // Issues the op once. Out of place, repeating it is harmless: inputs are never written
+  // (broadcast rewrites the root's own values). In place, each run reduces the previous
+  // result again, as nccl-tests' in-place loop does; reset() starts over.
   Work launch();
+
+  // Writes the inputs again and a value no op produces into every output element, so that a
+  // run after it that moves nothing (or too little) is counted wrong rather than passing on
+  // the results of earlier runs.
+  void reset();
 
   // After one launch() has completed: empty when this rank's outputs are right, otherwise a
   // description of the first wrong element. Samples the first, middle and last element of each
   // block rather than every element: it runs once per size and must stay cheap at 64 MiB.
   std::string check() const;
 
+  // After one launch() that followed reset(): the number of this rank's output elements that
+  // differ from the expected result, every element compared (nccl-tests' #wrong).
+  int64_t count_wrong() const;
+
+  // Testing the column itself (ferry-bench --test-corrupt): overwrites `n` output elements
+  // (at most the output's size) with a wrong value, as a faulty op would have left them.
+  void corrupt_for_test(int64_t n);
+
  private:
+  // The value output element `i` must hold on this rank.
+  double expected_at(int64_t i) const;
+  void fill_inputs();
+
   std::string check_range(const Tensor& t, int64_t begin, int64_t end, double expected,
                           const std::string& what) const;
 
@@ -60,6 +88,8 @@ class OpCase {
   int64_t count_;
   DType dtype_;
   Group group_;
+  Place place_;
+  int64_t block_;  // elements per rank's block (count_ for ops that do not split)
   Tensor input_;
   Tensor output_;
 };
@@ -76,8 +106,22 @@ class MemcpyCase {
   double time_one_seconds();
   // Empty when the last copy delivered the source bytes.
   std::string check() const;
+  // Clears the destination, copies once and returns the bytes that differ from the source.
+  int64_t count_wrong();
+
+  // After one launch() that followed reset(): the number of this rank's output elements that
+  // differ from the expected result, every element compared (nccl-tests' #wrong).
+  int64_t count_wrong() const;
+
+  // Testing the column itself (ferry-bench --test-corrupt): overwrites `n` output elements
+  // (at most the output's size) with a wrong value, as a faulty op would have left them.
+  void corrupt_for_test(int64_t n);
 
  private:
+  // The value output element `i` must hold on this rank.
+  double expected_at(int64_t i) const;
+  void fill_inputs();
+
   size_t bytes_;
   int reps_;
   Tensor src_;

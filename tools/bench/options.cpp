@@ -226,8 +226,36 @@ cli::Parser make_parser(Options& o, bool& ops_given, std::string& codec_text) {
         if (v.empty()) throw UsageError("--csv needs a file name");
         o.csv_path = v;
       })
-      .epilog("Exit status: 0 on success, 1 when a result is wrong (\"check failed\") or the\n"
-              "runtime fails, 2 for a bad command line.");
+      .option("--json", "FILE",
+              "also write FILE as JSON: version, host, settings and every\n"
+              "row (tools/plot_bench.py draws it)",
+              [&](const std::string& v) {
+                if (v.empty()) throw UsageError("--json needs a file name");
+                o.json_path = v;
+              })
+      .option("--place", "out|in|both",
+              "which forms to time for the ops that have both: out of place,\n"
+              "in place (all_reduce: output is input; all_gather, reduce_scatter:\n"
+              "this rank's block; reduce: on the root) (default both, as\n"
+              "nccl-tests); broadcast is in place only, all_to_all out of place",
+              [&](const std::string& v) {
+                const std::string p = lower(v);
+                if (p != "out" && p != "in" && p != "both")
+                  throw UsageError("--place: expected out, in or both, given '" + v + "'");
+                o.out_of_place = p != "in";
+                o.in_place = p != "out";
+              })
+      .option("--test-corrupt", "N",
+              "(testing the #wrong column) overwrite N output elements on the\n"
+              "last rank after the timed iterations, before they are counted",
+              [&](const std::string& v) {
+                o.test_corrupt = cli::parse_int("--test-corrupt", v, 0, int64_t{1} << 40);
+              })
+      .epilog("#wrong: after the timed iterations the inputs are written again, the outputs\n"
+              "cleared, the op run once more and every output element compared with the\n"
+              "expected result, summed over ranks (nccl-tests' column).\n"
+              "Exit status: 0 on success, 1 when a result is wrong (\"check failed\" or\n"
+              "#wrong > 0) or the runtime fails, 2 for a bad command line.");
   return p;
 }
 
@@ -260,6 +288,9 @@ Options parse_options(int argc, char** argv) {
                        "--differentiable");
     if (o.codecs.empty()) o.codecs = codec_bench_names();
   }
+  if (!o.json_path.empty() && (o.codec || o.kjt || !o.torchrec_ops.empty()))
+    throw UsageError("--json writes the collectives' table; --op codec, kjt_all_to_all and the "
+                     "torchrec ops have tables of their own (use --csv there)");
   if (o.mpi_nonblocking && !o.vs_mpi) throw UsageError("--mpi-nonblocking needs --vs-mpi");
   if (o.vs_mpi && o.transport != "mpi" && o.transport != "ucx")
     throw UsageError("--vs-mpi compares with raw MPI calls and needs --transport mpi or ucx "

@@ -27,6 +27,14 @@ struct Options {
   int warmup = 3;
   std::string algo;      // --algo spec; empty: the runtime's automatic choice
   std::string csv_path;  // empty: no CSV
+  std::string json_path;  // --json: empty: no JSON file
+  // --place: the forms timed for the ops that have both (out-of-place, in-place); an op with
+  // one form runs it whatever this says.
+  bool out_of_place = true;
+  bool in_place = true;
+  // --test-corrupt N: after the timed iterations, N output elements on the last rank are
+  // overwritten before #wrong counts them (tests the column; the run then exits 1).
+  int64_t test_corrupt = 0;
   bool mpi_nonblocking = false;  // the --vs-mpi baseline is MPI_I<op> + MPI_Wait
   bool vs_mpi = false;   // time the raw MPI call of each op and size too (transport mpi)
   // Time forward + backward of the differentiable op against the raw forward + backward

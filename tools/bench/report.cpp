@@ -25,7 +25,7 @@ Report::Report(Setup setup, std::FILE* csv) : setup_(std::move(setup)), csv_(csv
   if (csv_) {
     std::fprintf(csv_,
                  "op,transport,world_size,dtype,bytes,count,algorithm,time_us_median,time_us_min,"
-                 "time_us_max,algbw_gbps,busbw_gbps,mpi_time_us_median,ratio\n");
+                 "time_us_max,algbw_gbps,busbw_gbps,mpi_time_us_median,ratio,place,wrong\n");
     std::fflush(csv_);
   }
 }
@@ -54,8 +54,9 @@ void Report::begin_op(OpKind op) {
   busbw_sum_ = 0;
   rows_ = 0;
   std::printf("#\n# %s (busbw = algbw * %.3f)\n", op_name(op), bus_factor(op, setup_.world_size));
-  std::printf("# %13s %12s %-12s %6s %11s %11s %11s %12s %12s", "size(B)", "count", "algorithm",
-              "iters", "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)");
+  std::printf("# %13s %12s %-12s %5s %6s %11s %11s %11s %12s %12s %7s", "size(B)", "count",
+              "algorithm", "place", "iters", "time(us)", "min(us)", "max(us)", "algbw(GB/s)",
+              "busbw(GB/s)", "#wrong");
   if (setup_.vs_mpi || setup_.differentiable)
     std::printf(" %11s %7s %10s", setup_.differentiable ? "raw(us)" : "mpi(us)", "ratio",
                 "added(us)");
@@ -64,13 +65,17 @@ void Report::begin_op(OpKind op) {
 }
 
 void Report::row(const Row& r) {
-  std::printf("  %13zu %12lld %-12s %6d %11.3f %11.3f %11.3f %12.3f %12.3f", r.bytes,
-              static_cast<long long>(r.count), r.algorithm.c_str(), r.iters, r.time.median * 1e6,
-              r.time.min * 1e6, r.time.max * 1e6, r.algbw_gbps, r.busbw_gbps);
+  const std::string wrong = r.wrong < 0 ? "-" : std::to_string(r.wrong);
+  std::printf("  %13zu %12lld %-12s %5s %6d %11.3f %11.3f %11.3f %12.3f %12.3f %7s", r.bytes,
+              static_cast<long long>(r.count), r.algorithm.c_str(), place_name(r.place), r.iters,
+              r.time.median * 1e6, r.time.min * 1e6, r.time.max * 1e6, r.algbw_gbps, r.busbw_gbps,
+              wrong.c_str());
   const double ratio = r.baseline && r.baseline->median > 0 ? r.time.median / r.baseline->median : 0;
   if (r.baseline)
     std::printf(" %11.3f %7.3f %10.3f", r.baseline->median * 1e6, ratio,
                 (r.time.median - r.baseline->median) * 1e6);
+  else if (setup_.vs_mpi)
+    std::printf(" %11s %7s %10s", "-", "-", "-");  // in place: MPI is timed out of place only
   std::printf("\n");
   std::fflush(stdout);
   if (csv_) {
@@ -79,17 +84,19 @@ void Report::row(const Row& r) {
                  static_cast<long long>(r.count), r.algorithm.c_str(), r.time.median * 1e6,
                  r.time.min * 1e6, r.time.max * 1e6, r.algbw_gbps, r.busbw_gbps);
     if (r.baseline)
-      std::fprintf(csv_, "%.3f,%.4f\n", r.baseline->median * 1e6, ratio);
+      std::fprintf(csv_, "%.3f,%.4f,", r.baseline->median * 1e6, ratio);
     else
-      std::fprintf(csv_, ",\n");
+      std::fprintf(csv_, ",,");
+    std::fprintf(csv_, "%s,%s\n", place_name(r.place), r.wrong < 0 ? "" : wrong.c_str());
     std::fflush(csv_);
   }
   busbw_sum_ += r.busbw_gbps;
   ++rows_;
+  all_rows_.push_back(r);
 }
 
 void Report::end_op() {
-  if (rows_ > 0) std::printf("# mean busbw: %.3f GB/s over %d sizes\n", busbw_sum_ / rows_, rows_);
+  if (rows_ > 0) std::printf("# mean busbw: %.3f GB/s over %d rows\n", busbw_sum_ / rows_, rows_);
   std::fflush(stdout);
 }
 

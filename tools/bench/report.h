@@ -30,6 +30,8 @@ struct Row {
   double algbw_gbps;
   double busbw_gbps;
   std::optional<Stats> baseline;  // --vs-mpi: the raw MPI call's times; --differentiable: raw pair
+  Place place = Place::OutOfPlace;
+  int64_t wrong = -1;  // #wrong summed over ranks; -1: not counted (--differentiable)
 };
 
 // Fills the bandwidth fields of `row` from its time (GB = 1e9 bytes, as nccl-tests).
@@ -54,11 +56,15 @@ class Report {
   // Ends an op's table with nccl-tests' summary line (mean busbw over its sizes).
   void end_op();
 
+  // Every row so far, in order (for --json).
+  const std::vector<Row>& rows() const { return all_rows_; }
+
  private:
   Setup setup_;
   std::FILE* csv_;
   double busbw_sum_ = 0;
   int rows_ = 0;
+  std::vector<Row> all_rows_;
 };
 
 }  // namespace ferry::bench
