@@ -38,7 +38,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_reduce(const void* in, v
                                                                size_t element_bytes,
                                                                MPI_Op op) {
   if (!enabled_) return nullptr;
-  auto x = std::make_shared<Exchange>("all_reduce", group_id_, comm_, tag_for_next_op(), rank_,
+  auto x = std::make_shared<MpiExchange>("all_reduce", group_id_, comm_, tag_for_next_op(), rank_,
                                       size_);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
@@ -85,7 +85,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter_v(
     const void* in, void* out, const std::vector<size_t>& counts, MPI_Datatype type,
     size_t element_bytes, MPI_Op op) {
   if (!enabled_) return nullptr;
-  auto r = std::make_shared<Exchange>("reduce_scatter", group_id_, comm_, tag_for_next_op(),
+  auto r = std::make_shared<MpiExchange>("reduce_scatter", group_id_, comm_, tag_for_next_op(),
                                       rank_, size_);
   const char* src = static_cast<const char*>(in);
   const size_t my_count = counts[static_cast<size_t>(rank_)];
@@ -122,7 +122,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter_v(
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t bytes, int root) {
   if (!enabled_ || size_ != 2) return nullptr;
-  auto r = std::make_shared<Exchange>("broadcast", group_id_, comm_, tag_for_next_op(), rank_,
+  auto r = std::make_shared<MpiExchange>("broadcast", group_id_, comm_, tag_for_next_op(), rank_,
                                       size_);
   if (rank_ == root)
     r->send(buf, bytes, MPI_BYTE, 1 - root);
@@ -134,8 +134,8 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t 
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather(const void* in, void* out,
                                                                size_t block) {
   if (!enabled_) return nullptr;
-  auto r = std::make_shared<Exchange>("all_gather", group_id_, comm_, tag_for_next_op(), rank_,
-                                      size_);
+  auto r = std::make_shared<MpiExchange>("all_gather", group_id_, comm_, tag_for_next_op(),
+                                         rank_, size_);
   char* dst = static_cast<char*>(out);
   for (int p = 0; p < size_; ++p)
     if (p != rank_) r->recv(dst + static_cast<size_t>(p) * block, block, MPI_BYTE, p);
@@ -149,7 +149,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather(const void* in, v
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all(const void* in, void* out,
                                                                size_t block) {
   if (!enabled_) return nullptr;
-  auto r = std::make_shared<Exchange>("all_to_all_single", group_id_, comm_, tag_for_next_op(),
+  auto r = std::make_shared<MpiExchange>("all_to_all_single", group_id_, comm_, tag_for_next_op(),
                                       rank_, size_);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
@@ -166,8 +166,8 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather_v(const void* in,
                                                                  const std::vector<size_t>& bytes,
                                                                  const std::vector<size_t>& offset) {
   if (!enabled_) return nullptr;
-  auto r = std::make_shared<Exchange>("all_gather", group_id_, comm_, tag_for_next_op(), rank_,
-                                      size_);
+  auto r = std::make_shared<MpiExchange>("all_gather", group_id_, comm_, tag_for_next_op(),
+                                         rank_, size_);
   char* dst = static_cast<char*>(out);
   const size_t me = static_cast<size_t>(rank_);
   for (int p = 0; p < size_; ++p) {
@@ -188,7 +188,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
   FERRY_CHECK(send_bytes[me] == recv_bytes[me], InvalidArgument, op, " on group ", group_id_,
               " rank ", rank_, ": the block this rank keeps must be the same size both ways, ",
               "given ", send_bytes[me], " bytes to send and ", recv_bytes[me], " to receive");
-  auto r = std::make_shared<Exchange>(op, group_id_, comm_, tag_for_next_op(), rank_, size_);
+  auto r = std::make_shared<MpiExchange>(op, group_id_, comm_, tag_for_next_op(), rank_, size_);
   for (int p = 0; p < size_; ++p) {
     const size_t k = static_cast<size_t>(p);
     if (p != rank_) r->recv(recv[k], recv_bytes[k], MPI_BYTE, p);

@@ -23,7 +23,7 @@ struct Abandoned {
 // that advances them when no ferry call does.
 class SecondRounds {
  public:
-  void add(std::shared_ptr<Exchange> x) {
+  void add(std::shared_ptr<MpiExchange> x) {
     std::lock_guard<std::mutex> lock(mu_);
     list_.push_back(std::move(x));
     count_.store(list_.size(), std::memory_order_relaxed);
@@ -42,7 +42,7 @@ class SecondRounds {
     count_.store(list_.size(), std::memory_order_relaxed);
   }
 
-  void remove(const Exchange* x) {
+  void remove(const MpiExchange* x) {
     std::lock_guard<std::mutex> lock(mu_);
     std::erase_if(list_, [x](const auto& y) { return y.get() == x; });
     count_.store(list_.size(), std::memory_order_relaxed);
@@ -88,7 +88,7 @@ class SecondRounds {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::shared_ptr<Exchange>> list_;
+  std::vector<std::shared_ptr<MpiExchange>> list_;
   std::atomic<size_t> count_{0};
   std::thread driver_;
   bool driver_asleep_ = false;
@@ -103,7 +103,7 @@ SecondRounds& second_rounds() {
 // The request the engine holds for one op of this path.
 class ExchangeRequest final : public NativeRequest {
  public:
-  explicit ExchangeRequest(std::shared_ptr<Exchange> x) : x_(std::move(x)) {}
+  explicit ExchangeRequest(std::shared_ptr<MpiExchange> x) : x_(std::move(x)) {}
   ~ExchangeRequest() override {
     // The engine drops a request once it finished, or hands it to keep_forever when its op
     // timed out (then give_up ran); one still posted here must not let MPI write into freed
@@ -123,12 +123,12 @@ class ExchangeRequest final : public NativeRequest {
   }
 
  private:
-  std::shared_ptr<Exchange> x_;
+  std::shared_ptr<MpiExchange> x_;
 };
 
 }  // namespace
 
-void Exchange::send(const void* buf, size_t count, MPI_Datatype type, int peer, int round) {
+void MpiExchange::send(const void* buf, size_t count, MPI_Datatype type, int peer, int round) {
   if (count == 0) return;
   requests_.push_back(MPI_REQUEST_NULL);
   messages_.push_back({peer, static_cast<int>(count), type, false});
@@ -137,7 +137,7 @@ void Exchange::send(const void* buf, size_t count, MPI_Datatype type, int peer, 
        "MPI_Isend");
 }
 
-void Exchange::recv(void* buf, size_t count, MPI_Datatype type, int peer, int round) {
+void MpiExchange::recv(void* buf, size_t count, MPI_Datatype type, int peer, int round) {
   if (count == 0) return;
   requests_.push_back(MPI_REQUEST_NULL);
   messages_.push_back({peer, static_cast<int>(count), type, true});
@@ -146,11 +146,11 @@ void Exchange::recv(void* buf, size_t count, MPI_Datatype type, int peer, int ro
        "MPI_Irecv");
 }
 
-std::string Exchange::describe() const { return str(op_, " on group ", group_id_); }
+std::string MpiExchange::describe() const { return str(op_, " on group ", group_id_); }
 
 // Tests the current round; runs what follows once it finished. True once the op is done.
 // Called with mu_ held.
-bool Exchange::step() {
+bool MpiExchange::step() {
   if (done_) return true;
   if (!mpi_usable()) {  // MPI_Test after MPI_Finalize is an error MPI cannot even report
     fail(std::make_exception_ptr(TransportError(
@@ -195,7 +195,7 @@ bool Exchange::step() {
   return true;
 }
 
-void Exchange::post_second_round() {
+void MpiExchange::post_second_round() {
   const size_t mine = block_offset(total_count_, ranks_, rank_) * fold_.element_bytes;
   const size_t my_count = block_count(total_count_, ranks_, rank_);
   for (int p = 0; p < ranks_; ++p) {
@@ -207,7 +207,7 @@ void Exchange::post_second_round() {
     if (p != rank_) send(out_ + mine, my_count, fold_.type, p, 1);
 }
 
-void Exchange::post(int code, const char* call) {
+void MpiExchange::post(int code, const char* call) {
   if (code == MPI_SUCCESS) return;
   requests_.pop_back();
   messages_.pop_back();
@@ -217,7 +217,7 @@ void Exchange::post(int code, const char* call) {
 
 // Gives up what is posted: receives are cancelled (when MPI is still usable), and the handles
 // and the scratch stay alive until the process ends, since MPI may still write into them.
-void Exchange::abandon() {
+void MpiExchange::abandon() {
   if (mpi_usable()) {
     for (size_t i = 0; i < requests_.size(); ++i)
       if (requests_[i] != MPI_REQUEST_NULL && messages_[i].is_recv) MPI_Cancel(&requests_[i]);
@@ -232,7 +232,7 @@ void Exchange::abandon() {
 
 // MPI accepts a shorter message into a larger receive; a peer that sent a different size
 // called with different sizes.
-void Exchange::check_received_sizes() const {
+void MpiExchange::check_received_sizes() const {
   for (size_t i = 0; i < messages_.size(); ++i) {
     const Message& m = messages_[i];
     if (!m.is_recv) continue;
@@ -245,7 +245,7 @@ void Exchange::check_received_sizes() const {
   }
 }
 
-void Exchange::run_fold() {
+void MpiExchange::run_fold() {
   for (const char* source : fold_.sources) {
     const int code = MPI_Reduce_local(source, fold_.acc, static_cast<int>(fold_.count),
                                       fold_.type, fold_.op);
@@ -255,7 +255,7 @@ void Exchange::run_fold() {
 
 // Request i finished with MPI error `code`: a receive that a longer message overflowed means
 // the ranks called with different sizes.
-void Exchange::fail_request(size_t i, int code) {
+void MpiExchange::fail_request(size_t i, int code) {
   int error_class = MPI_SUCCESS;
   MPI_Error_class(code, &error_class);
   const Message& m = messages_[i];
@@ -268,7 +268,7 @@ void Exchange::fail_request(size_t i, int code) {
         str("ferry: ", describe(), " failed in MPI: ", mpi_error_string(code)))));
 }
 
-void Exchange::fail(std::exception_ptr error) {
+void MpiExchange::fail(std::exception_ptr error) {
   if (!requests_.empty()) abandon();
   second_round_due_.store(false);
   error_ = std::move(error);
@@ -276,7 +276,7 @@ void Exchange::fail(std::exception_ptr error) {
 }
 
 
-bool Exchange::wait_until(Clock::time_point deadline) {
+bool MpiExchange::wait_until(Clock::time_point deadline) {
   return wait_polling_mpi(
       [this] {
         second_rounds().advance();
@@ -285,7 +285,7 @@ bool Exchange::wait_until(Clock::time_point deadline) {
       first_wait_, deadline);
 }
 
-std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<Exchange> op) {
+std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<MpiExchange> op) {
   if (op->second_round_due()) second_rounds().add(op);
   return std::make_unique<ExchangeRequest>(std::move(op));
 }

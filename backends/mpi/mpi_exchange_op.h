@@ -42,15 +42,18 @@ struct Fold {
 
 // One op: its posted messages, what follows when they finished (a fold; for an all_reduce, then
 // its second round), its outcome. Built by ExchangeCollectives, then handed to exchange_request.
-class Exchange {
+// Not named Exchange: collectives/algorithms/algorithms.h has a ferry::detail::Exchange too, and
+// two classes of one name break the one-definition rule (the linker kept one inline destructor
+// for both: ASan saw the MPI op's destructor free another class's members and crash).
+class MpiExchange {
  public:
-  Exchange(const char* op, uint32_t group_id, MPI_Comm comm, int tag, int rank, int ranks)
+  MpiExchange(const char* op, uint32_t group_id, MPI_Comm comm, int tag, int rank, int ranks)
       : op_(op), group_id_(group_id), comm_(comm), tag_(tag), rank_(rank), ranks_(ranks) {
     requests_.reserve(2 * static_cast<size_t>(ranks - 1));
     messages_.reserve(2 * static_cast<size_t>(ranks - 1));
   }
-  Exchange(const Exchange&) = delete;
-  Exchange& operator=(const Exchange&) = delete;
+  MpiExchange(const MpiExchange&) = delete;
+  MpiExchange& operator=(const MpiExchange&) = delete;
 
   // `bytes` of scratch (from the block cache, as tensors are) that live as long as the op, and
   // longer if it is abandoned; null for zero bytes.
@@ -143,6 +146,6 @@ class Exchange {
 
 // The request the engine holds for the op; an all_reduce whose second round is due is also
 // listed for advance_exchange_rounds and the driver thread.
-std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<Exchange> op);
+std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<MpiExchange> op);
 
 }  // namespace ferry::detail

@@ -1,6 +1,7 @@
 #include <ferry/backends/ucx/ucx_transport.h>
 
 #include <ferry/backends/ucx/ucx_comm.h>
+#include <ferry/backends/ucx/ucx_peer_blob.h>
 #include <ferry/backends/ucx/ucx_tag.h>
 #include <ferry/backends/ucx/ucx_worker.h>
 #include <ferry/runtime/error.h>
@@ -14,62 +15,11 @@ namespace ferry {
 namespace detail {
 namespace {
 
-// What each rank publishes: its host name (to count the ranks sharing a host, which decides
-// how long waiters poll), its process (watched by local peers, see peer_watch.h), where its CMA
-// token is (ucx_cma.h: local peers check it before reading this rank's memory) and its worker
-// address.
-constexpr size_t kMaxHostBytes = 255;
-constexpr size_t kMaxAddressBytes = 64 * 1024;
-
+// The host name goes into this rank's published blob (ucx_peer_blob.h).
 std::string host_name() {
-  char buf[kMaxHostBytes + 1] = {};
-  if (gethostname(buf, kMaxHostBytes) != 0) return "?";
-  return std::string(buf, strnlen(buf, kMaxHostBytes));
-}
-
-// Layout: host name length (1 byte), host name, pid (4 bytes), start time (8 bytes), the CMA
-// token's address (8 bytes) and value (kCmaTokenBytes), the worker address (the rest).
-constexpr size_t kFixedBytes = sizeof(uint32_t) + sizeof(uint64_t) + sizeof(uint64_t) +
-                               kCmaTokenBytes;
-
-std::string encode_blob(const std::string& host, const ProcessId& id, const CmaToken& token,
-                        const std::string& address) {
-  std::string out(1, static_cast<char>(host.size()));
-  out += host;
-  out.append(reinterpret_cast<const char*>(&id.pid), sizeof id.pid);
-  out.append(reinterpret_cast<const char*>(&id.start_time), sizeof id.start_time);
-  out.append(reinterpret_cast<const char*>(&token.address), sizeof token.address);
-  out.append(reinterpret_cast<const char*>(token.value), sizeof token.value);
-  out += address;
-  return out;
-}
-
-struct Peer {
-  std::string host;
-  ProcessId process;
-  CmaToken token;
-  std::string address;
-};
-
-Peer decode_blob(const std::string& blob, int rank, int from) {
-  const size_t host = blob.empty() ? 0 : static_cast<unsigned char>(blob[0]);
-  FERRY_CHECK(!blob.empty() && blob.size() > 1 + host + kFixedBytes &&
-                  blob.size() - 1 - host - kFixedBytes <= kMaxAddressBytes,
-              TransportError, "ucx transport on rank ", rank, ": the address of rank ", from,
-              " is malformed (", blob.size(), " bytes; expected a host name, a process id, a "
-              "CMA token and a UCX worker address of at most ", kMaxAddressBytes, " bytes)");
-  Peer p;
-  p.host = blob.substr(1, host);
-  const char* at = blob.data() + 1 + host;
-  std::memcpy(&p.process.pid, at, sizeof p.process.pid);
-  at += sizeof p.process.pid;
-  std::memcpy(&p.process.start_time, at, sizeof p.process.start_time);
-  at += sizeof p.process.start_time;
-  std::memcpy(&p.token.address, at, sizeof p.token.address);
-  at += sizeof p.token.address;
-  std::memcpy(p.token.value, at, sizeof p.token.value);
-  p.address = blob.substr(1 + host + kFixedBytes);
-  return p;
+  char buf[kMaxUcxHostBytes + 1] = {};
+  if (gethostname(buf, kMaxUcxHostBytes) != 0) return "?";
+  return std::string(buf, strnlen(buf, kMaxUcxHostBytes));
 }
 
 class UcxRequest final : public Request {
@@ -149,15 +99,15 @@ std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
   auto worker = std::make_unique<detail::UcxWorker>(size);
   const std::string host = detail::host_name();
   std::vector<std::string> blobs =
-      all_gather(detail::encode_blob(host, detail::self_process_id(), detail::cma_self_token(),
-                                     worker->address()));
+      all_gather(detail::encode_ucx_peer_blob(detail::UcxPeerBlob{
+          host, detail::self_process_id(), detail::cma_self_token(), worker->address()}));
   FERRY_CHECK(static_cast<int>(blobs.size()) == size, TransportError, "ucx transport on rank ",
               rank, ": the address exchange returned ", blobs.size(), " addresses for a world of ",
               size);
   std::vector<detail::UcxPeerInfo> peers;
   int local = 0;
   for (int r = 0; r < size; ++r) {
-    detail::Peer peer = detail::decode_blob(blobs[r], rank, r);
+    detail::UcxPeerBlob peer = detail::decode_ucx_peer_blob(blobs[r], rank, r);
     const bool same_host = peer.host == host;
     local += same_host ? 1 : 0;
     peers.push_back(

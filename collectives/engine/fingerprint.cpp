@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 namespace ferry::detail {
 
@@ -27,7 +28,17 @@ Fingerprint Fingerprint::of(const char* op, uint64_t seq, uint32_t group, const 
   return f;
 }
 
+bool Fingerprint::well_formed() const {
+  // Enough dims for any tensor ferry can make; the summary shows kDims of them.
+  constexpr int32_t kMaxDims = 64;
+  return magic == kMagic && strnlen(op, sizeof(op)) < sizeof(op) && ndim >= 0 &&
+         ndim <= kMaxDims && dtype < std::size(kAllDTypes) &&
+         reduce_op <= static_cast<uint8_t>(ReduceOp::Max);
+}
+
 std::string Fingerprint::describe() const {
+  if (!well_formed())
+    return str("a malformed collective fingerprint (another build of ferry?) (seq ", seq, ")");
   OpSummary s;
   s.has_tensor = has_tensor != 0;
   s.lists = lists != 0;
@@ -68,6 +79,7 @@ const char* difference(const Fingerprint& a, const Fingerprint& b);
 }  // namespace
 
 const char* fingerprint_difference(const Fingerprint& a, const Fingerprint& b) {
+  if (!a.well_formed() || !b.well_formed()) return "the fingerprint's form";
   return difference(canonical(a), canonical(b));
 }
 
@@ -157,6 +169,9 @@ void exchange_fingerprints(OpContext& ctx, const Fingerprint& mine) {
     FERRY_CHECK(f.magic == Fingerprint::kMagic, MismatchError, mine.op, " (seq ", mine.seq,
                 ") on rank ", me, ": rank ", k, " sent no collective fingerprint (FERRY_CHECK ",
                 "must be set alike on every rank)");
+    FERRY_CHECK(f.well_formed(), MismatchError, mine.op, " (seq ", mine.seq, ") on rank ", me,
+                ": rank ", k, " sent a malformed collective fingerprint (every rank must run ",
+                "the same build of ferry)");
     if (fingerprint_difference(mine, f) != nullptr) differ.emplace_back(k, f);
   }
   if (!differ.empty())

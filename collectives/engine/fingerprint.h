@@ -48,11 +48,17 @@ struct Fingerprint {
   uint8_t pad = 0;
 
   static Fingerprint of(const char* op, uint64_t seq, uint32_t group, const OpSummary& what);
-  // "all_reduce (sum, float32 [4]) (seq 5)"
+  // Whether bytes received from a peer form a fingerprint this build could have made: the
+  // magic, an op name that ends inside `op`, a dtype, reduce op and ndim in range. A peer's
+  // bytes are checked with it before anything else is read from them (a negative ndim once
+  // crashed describe(); found by tests/fuzz/fuzz_fingerprint.cpp).
+  bool well_formed() const;
+  // "all_reduce (sum, float32 [4]) (seq 5)"; for a malformed one, says so and shows the seq.
   std::string describe() const;
 };
 
-// Null when `a` and `b` are the same call; otherwise what differs ("the reduce op", ...).
+// Null when `a` and `b` are the same call; otherwise what differs ("the reduce op", ...). A
+// malformed fingerprint differs from every other one.
 const char* fingerprint_difference(const Fingerprint& a, const Fingerprint& b);
 
 // A 32-bit hash of what the ranks must agree on and a byte count cannot show (the op, the
