@@ -503,7 +503,7 @@ KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) 
   // stride) plus, for the checks, every other destination's counts and the fingerprints.
   const int64_t words = kHeader + kSlots * W;
   std::vector<int64_t> rec(static_cast<size_t>(words), 0);
-  Fnv keys_fp, splits_fp, limit_fp;
+  Fnv keys_fp, splits_fp;
   for (const std::string& k : input.keys()) keys_fp.str(k);
   keys_fp.i64(input.num_keys());
   for (int64_t s : splits_) splits_fp.i64(s);

@@ -141,8 +141,9 @@ PlanEstimate estimate_plan(const ShardingPlan& plan,
     FERRY_CHECK(m != modules.end(), InvalidArgument, "torchrec planner: the plan has module '",
                 path, "', which has no table descriptions");
     for (const auto& [name, sharding] : tables) {
+      // A named capture: clang 14 cannot capture a structured binding.
       auto t = std::find_if(m->second.begin(), m->second.end(),
-                            [&](const PlannerTable& x) { return x.name == name; });
+                            [&name = name](const PlannerTable& x) { return x.name == name; });
       FERRY_CHECK(t != m->second.end(), InvalidArgument, "torchrec planner: module '", path,
                   "': the plan has table '", name, "', which has no description");
       PlanEstimate::Entry entry{path, name, estimate_table_cost(sharding, *t, topology)};

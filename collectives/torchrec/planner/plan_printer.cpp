@@ -95,8 +95,10 @@ std::string format_plan(const ShardingPlan& plan,
   for (const auto& [path, tables] : plan.plan()) {
     for (const auto& [name, sharding] : tables) {
       const auto& entry = est.tables[e++];
-      const auto& desc = *std::find_if(modules.at(path).begin(), modules.at(path).end(),
-                                       [&](const PlannerTable& t) { return t.name == name; });
+      // A named capture: clang 14 cannot capture a structured binding.
+      const auto& desc =
+          *std::find_if(modules.at(path).begin(), modules.at(path).end(),
+                        [&name = name](const PlannerTable& t) { return t.name == name; });
       // The ranks holding a shard, in rank order.
       std::set<int> holders;
       for (int r = 0; r < W; ++r)
