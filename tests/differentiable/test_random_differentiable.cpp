@@ -158,6 +158,37 @@ void run_case(const Case& c, uint64_t case_seed, Group& g, const std::string& wh
   dgtest::expect(bwd.empty(), g, what + ": gradient: " + bwd);
 }
 
+// On the job's world under mpiexec / ferry-run (the differentiable-mpi-* and -ucx-* suites):
+// 17 seeded cases per op, 204 per run, so that every transport and launch mode runs at least
+// 200 random cases at a cost that fits CI (the world size is the job's).
+constexpr int kCasesPerOpOnJob = 17;
+
+[[maybe_unused]] const bool kRandomOnJobRegistered = dgtest::register_case(
+    "random: every differentiable collective against serial references, 17 seeded cases each "
+    "on the job's world",
+    "[random]",
+    [](Group& g) {
+      const uint64_t seed = seed_from_environment();
+      size_t ran = 0;
+      for (Kind kind : kKinds) {
+        const uint64_t batch_seed =
+            mix64(seed ^ mix64(static_cast<uint64_t>(kind) + 101) ^ mix64(g.size() + 1000));
+        std::mt19937_64 rng(batch_seed);
+        for (int k = 0; k < kCasesPerOpOnJob; ++k) {
+          const Case c = draw(rng, kind, g.size());
+          run_case(c, mix64(batch_seed + static_cast<uint64_t>(k) + 1), g,
+                   "FT_RANDOM_SEED=" + std::to_string(seed) + " on the job's world, case " +
+                       std::to_string(k));
+          ++ran;
+        }
+      }
+      const size_t expected = std::size(kKinds) * kCasesPerOpOnJob;
+      dgtest::expect(ran == expected, g,
+                     "ran " + std::to_string(ran) + " random cases, expected " +
+                         std::to_string(expected));
+    },
+    {1, 2, 3, 4, 5, 6, 7, 8});
+
 }  // namespace
 
 TEST_CASE("random: every differentiable collective, forward and adjoint against serial "
