@@ -139,3 +139,44 @@ DG_CASE("torchrec codecs: INT8 row-wise through alltoall_pooled is the per-row r
   expect_equal(coded, plain, g, "INT8 forward");
   dgtest::expect(!equal(round_trip, x), g, "INT8 changed nothing: the case cannot tell");
 }
+
+// A codec in one direction only. With the backward one, the forward moves through the op's
+// layouts (its blocks land in their columns) and the gradient through the packed wire buffer:
+// the two paths meet in one op. With the forward one, both directions take the packed path
+// (an op is placed only when its forward passes the values through).
+DG_CASE("torchrec codecs: a codec in one direction only, the other through the layouts",
+        "[torchrec][codecs]", 2, 3) {
+  const int w = g.size();
+  std::vector<int64_t> batch, dims;
+  for (int j = 0; j < w; ++j) {
+    batch.push_back(2 - j % 2);
+    dims.push_back(3 + j);
+  }
+  int64_t rows = 0, total_dims = 0;
+  for (int64_t b : batch) rows += b;
+  for (int64_t d : dims) total_dims += d;
+  const All2AllPooledInfo info(batch, dims);
+  const Tensor x = rank_values({rows, dims[g.rank()]}, g, 2);
+  const Tensor grad = rank_values({batch[g.rank()], total_dims}, g, 3);
+  const auto plain = forward_backward(
+      [&](const Variable& v) { return alltoall_pooled(v, info, g).wait(); }, x,
+      through(grad, DType::BFloat16));
+  QuantizedCommCodecs backward_only;
+  backward_only.backward = std::make_shared<FbgemmQuantizedCommCodec>(CommType::BF16);
+  const auto placed_forward = forward_backward(
+      [&](const Variable& v) { return alltoall_pooled(v, info, g, backward_only).wait(); }, x,
+      grad);
+  expect_equal(placed_forward.outputs[0], plain.outputs[0], g, "placed forward");
+  expect_equal(placed_forward.input_grads[0], plain.input_grads[0], g, "packed bf16 backward");
+
+  QuantizedCommCodecs forward_only;
+  forward_only.forward = std::make_shared<FbgemmQuantizedCommCodec>(CommType::FP16);
+  const auto reference = forward_backward(
+      [&](const Variable& v) { return alltoall_pooled(v, info, g).wait(); },
+      through(x, DType::Float16), grad);
+  const auto placed_backward = forward_backward(
+      [&](const Variable& v) { return alltoall_pooled(v, info, g, forward_only).wait(); }, x,
+      grad);
+  expect_equal(placed_backward.outputs[0], reference.outputs[0], g, "packed fp16 forward");
+  expect_equal(placed_backward.input_grads[0], reference.input_grads[0], g, "plain backward after a coded forward");
+}
