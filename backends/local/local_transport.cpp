@@ -36,11 +36,13 @@ struct LocalOp {
   std::exception_ptr error;          // written before state becomes Done
   std::shared_ptr<LocalOp> partner;  // a Matched receive's send, until the copy is done
 
-  ByteLayout placement() const {
+  // The op's layout, or its contiguous bytes described in `flat` (no copy of a layout).
+  const ByteLayout& placement(ByteLayout& flat) const {
     if (laid_out) return layout;
     char* at = is_send ? const_cast<char*>(static_cast<const char*>(send_data))
                        : static_cast<char*>(recv_data);
-    return ByteLayout{at, {ByteRun{0, 1, bytes, 0}}};
+    flat = ByteLayout{at, {ByteRun{0, 1, bytes, 0}}};
+    return flat;
   }
   int receiver() const { return is_send ? peer : owner; }
   int sender() const { return is_send ? owner : peer; }
@@ -257,7 +259,8 @@ class LocalWorld {
     }
     if (send->bytes > 0) {
       if (send->laid_out || recv->laid_out) {
-        copy_layout(send->placement(), recv->placement());
+        ByteLayout send_flat, recv_flat;
+        copy_layout(send->placement(send_flat), recv->placement(recv_flat));
       } else {
         std::memcpy(recv->recv_data, send->send_data, send->bytes);
       }

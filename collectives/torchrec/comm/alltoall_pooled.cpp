@@ -40,10 +40,7 @@ class AllToAllPooledOp final : public AllToAllCommOp {
     const int64_t b = info_.batch_size_per_rank[rank()];
     const int64_t total = sum_of(info_.dim_sum_per_rank);
     Placement p;
-    std::vector<int64_t> send;
-    for (size_t k = 0; k < info_.batch_size_per_rank.size(); ++k)
-      send.push_back(info_.batch_size_per_rank[k] * inputs[0].size(1));
-    p.send = contiguous(send);
+    p.send = contiguous(sends());  // X's rows, grouped by destination
     int64_t col = 0;
     for (int64_t d : info_.dim_sum_per_rank) {
       p.recv.push_back({StridedRun{col, b, d, total}});

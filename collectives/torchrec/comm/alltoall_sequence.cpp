@@ -72,7 +72,7 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
   }
   // With a permutation and no codec, the segments are sent from where they lie in the input,
   // in recat order, and backward writes their gradients back there: no permuted copy.
-  std::optional<Placement> placement(const std::vector<Tensor>& inputs) override {
+  std::optional<Placement> placement(const std::vector<Tensor>&) override {
     if (!permutation_ || dim_ == 0) return std::nullopt;
     const std::vector<int64_t>& rows = permutation_->segment_rows;
     std::vector<int64_t> start(rows.size() + 1, 0);
@@ -94,7 +94,6 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
     }
     p.recv = contiguous(receives());
     p.output_shape = {sum_of(receives()) / dim_, dim_};
-    (void)inputs;
     return p;
   }
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
