@@ -46,11 +46,7 @@ size_t ByteLayout::bytes() const {
   return n;
 }
 
-namespace {
-
-// The single contiguous span a layout's bytes occupy, or null if they are scattered. Empty runs
-// do not count.
-char* as_span(const ByteLayout& l) {
+char* contiguous_span(const ByteLayout& l) {
   const ByteRun* only = nullptr;
   for (const ByteRun& r : l.runs) {
     if (r.count == 0 || r.block == 0) continue;
@@ -60,6 +56,8 @@ char* as_span(const ByteLayout& l) {
   if (!only) return l.base;
   return only->count == 1 || only->stride == only->block ? l.base + only->offset : nullptr;
 }
+
+namespace {
 
 // Copies between a layout and one contiguous span, a run at a time. The common shapes (a column
 // block of a row-major matrix, a list of segments) have one side contiguous; this loop keeps a
@@ -89,8 +87,8 @@ void copy_span(const ByteLayout& l, char* span) {
 }  // namespace
 
 void copy_layout(const ByteLayout& from, const ByteLayout& to) {
-  if (char* span = as_span(from)) return copy_span<true>(to, span);
-  if (char* span = as_span(to)) return copy_span<false>(from, span);
+  if (char* span = contiguous_span(from)) return copy_span<true>(to, span);
+  if (char* span = contiguous_span(to)) return copy_span<false>(from, span);
   Cursor s(from), d(to);
   while (!s.done() && !d.done()) {
     const size_t n = std::min(s.left_in_block(), d.left_in_block());

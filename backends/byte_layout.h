@@ -25,6 +25,10 @@ struct ByteLayout {
   size_t bytes() const;  // the message's size: sum of count * block
 };
 
+// Where the layout's bytes start when they are one contiguous span (empty runs aside; an empty
+// layout gives its base), else null: a transport sends or receives such a layout as plain bytes.
+char* contiguous_span(const ByteLayout& l);
+
 // Copies the bytes of one layout into another, in order. The two hold the same number of bytes
 // (the transports check that before copying). pack / unpack: the other side is contiguous.
 void copy_layout(const ByteLayout& from, const ByteLayout& to);

@@ -7,8 +7,8 @@
 namespace ferry {
 namespace {
 
-// isend_layout / irecv_layout of a transport without layouts of its own: a contiguous
-// staging buffer, packed before the send is posted, unpacked once the receive succeeded.
+// isend_layout / irecv_layout of a transport without layouts of its own: a layout that is one
+// contiguous span goes as plain bytes; any other through a contiguous staging buffer, packed before the send is posted, unpacked once the receive succeeded.
 class StagedRequest final : public Request {
  public:
   StagedRequest(int peer, bool is_send, ByteLayout layout)
@@ -50,12 +50,14 @@ class StagedRequest final : public Request {
 }  // namespace
 
 std::unique_ptr<Request> Transport::isend_layout(int dst, const Tag& tag, ByteLayout layout) {
+  if (const char* span = contiguous_span(layout)) return isend(dst, tag, span, layout.bytes());
   auto request = std::make_unique<StagedRequest>(dst, true, std::move(layout));
   request->start(isend(dst, tag, request->staging(), request->bytes()));
   return request;
 }
 
 std::unique_ptr<Request> Transport::irecv_layout(int src, const Tag& tag, ByteLayout layout) {
+  if (char* span = contiguous_span(layout)) return irecv(src, tag, span, layout.bytes());
   auto request = std::make_unique<StagedRequest>(src, false, std::move(layout));
   request->start(irecv(src, tag, request->staging(), request->bytes()));
   return request;

@@ -72,26 +72,38 @@ Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send
                         [input, output, send = std::move(send),
                          recv = std::move(recv)](OpContext& ctx) mutable {
     if (NativeCollectives* native = ctx.native()) {
-      // A native all-to-all takes contiguous blocks: pack, exchange, unpack.
+      // A native all-to-all takes blocks at offsets from one pointer: a side whose every block
+      // is one contiguous span of its tensor goes as it is; the other side is packed into (or
+      // unpacked out of) a staging buffer.
+      auto as_blocks = [](const std::vector<ByteLayout>& layouts, std::vector<size_t>& bytes,
+                          std::vector<size_t>& offset) {
+        bool spans = true;
+        size_t total = 0;
+        for (const ByteLayout& l : layouts) {
+          bytes.push_back(l.bytes());
+          offset.push_back(total);
+          total += bytes.back();
+          spans = spans && contiguous_span(l) != nullptr;
+        }
+        if (spans)
+          for (size_t k = 0; k < layouts.size(); ++k)
+            offset[k] = static_cast<size_t>(contiguous_span(layouts[k]) - layouts[k].base);
+        return spans ? Tensor() : empty({static_cast<int64_t>(total)}, DType::UInt8);
+      };
       std::vector<size_t> send_bytes, send_offset, recv_bytes, recv_offset;
-      size_t sent = 0, received = 0;
-      for (size_t k = 0; k < send.size(); ++k) {
-        send_offset.push_back(sent);
-        send_bytes.push_back(send[k].bytes());
-        sent += send_bytes.back();
-        recv_offset.push_back(received);
-        recv_bytes.push_back(recv[k].bytes());
-        received += recv_bytes.back();
-      }
-      Tensor packed = empty({static_cast<int64_t>(sent)}, DType::UInt8);
-      Tensor landed = empty({static_cast<int64_t>(received)}, DType::UInt8);
-      char* p = static_cast<char*>(packed.raw_data());
-      for (size_t k = 0; k < send.size(); ++k) pack_layout(send[k], p + send_offset[k]);
-      ctx.wait_native(native->all_to_all_single(p, send_bytes, send_offset, landed.raw_data(),
-                                                recv_bytes, recv_offset),
+      Tensor packed = as_blocks(send, send_bytes, send_offset);
+      Tensor landed = as_blocks(recv, recv_bytes, recv_offset);
+      char* p = packed.defined() ? static_cast<char*>(packed.raw_data())
+                                 : static_cast<char*>(const_cast<void*>(input.raw_data()));
+      char* l = landed.defined() ? static_cast<char*>(landed.raw_data())
+                                 : static_cast<char*>(output.raw_data());
+      if (packed.defined())
+        for (size_t k = 0; k < send.size(); ++k) pack_layout(send[k], p + send_offset[k]);
+      ctx.wait_native(native->all_to_all_single(p, send_bytes, send_offset, l, recv_bytes,
+                                                recv_offset),
                       {input, output, packed, landed});
-      const char* l = static_cast<const char*>(landed.raw_data());
-      for (size_t k = 0; k < recv.size(); ++k) unpack_layout(l + recv_offset[k], recv[k]);
+      if (landed.defined())
+        for (size_t k = 0; k < recv.size(); ++k) unpack_layout(l + recv_offset[k], recv[k]);
     } else {
       detail::Exchange x;
       x.send_layout = std::move(send);
