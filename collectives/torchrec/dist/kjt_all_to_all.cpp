@@ -28,6 +28,10 @@ enum Word : int64_t { kMagicWord, kStatus, kKeysFp, kSplitsFp, kFlags, kStride, 
 enum Slot : int64_t { kLengths, kValues, kStrides, kWeights, kSlots };
 constexpr const char* kSlotLabel[kSlots] = {"lengths", "values", "strides", "weights"};
 
+// After the label slots: the values this rank holds for every key (its length_per_key, sum(splits)
+// words), from which every receiver knows where each (source, key) segment lands before phase 2.
+int64_t record_words(int W, int64_t num_keys) { return kHeader + kSlots * W + num_keys; }
+
 enum Status : int64_t { kOk = 0, kKeySplits = 1, kBadInput = 2 };
 
 const char* status_text(int64_t s) {
@@ -93,10 +97,15 @@ struct KjtA2aState {
   std::optional<std::vector<int64_t>> recat;
 
   // phase 2
-  std::vector<Tensor> recv;
   std::vector<Work> phase2;
   std::optional<KeyedJaggedTensor> result;
   std::exception_ptr phase2_error;
+
+  int64_t keys_total() const {
+    int64_t n = 0;
+    for (int64_t k : splits) n += k;
+    return n;
+  }
 
   int64_t flags() const {
     int64_t f = 0;
@@ -185,6 +194,23 @@ struct KjtA2aState {
                     "; every rank fails this call and no data moved");
       }
     }
+    // Per-key value counts: non-negative, and summing to the values each destination gets (the
+    // receivers place the values by them).
+    for (int s = 0; s < W; ++s) {
+      const int64_t* per_key = rec[s] + kHeader + kSlots * W;
+      int64_t k = 0;
+      for (int j = 0; j < W; ++j) {
+        int64_t sum = 0;
+        for (int64_t e = k + splits[j]; k < e; ++k) {
+          FERRY_CHECK(per_key[k] >= 0 && !__builtin_add_overflow(sum, per_key[k], &sum),
+                      InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+                      " sent a bad value count ", per_key[k], " for key ", k);
+        }
+        FERRY_CHECK(sum == rec[s][kHeader + kValues * W + j], MismatchError, kWhere, " on rank ", me,
+                    ": rank ", s, "'s per-key value counts for rank ", j, " sum to ", sum,
+                    ", not the ", rec[s][kHeader + kValues * W + j], " values it sends there");
+      }
+    }
   }
 
   void settle(const std::vector<const int64_t*>& rec) {
@@ -196,147 +222,89 @@ struct KjtA2aState {
     if (!input.variable_stride_per_key())
       for (int s = 0; s < W; ++s) stride_per_rank.push_back(rec[s][kStride]);
     recat = get_recat(splits[me], W, stagger);
+    int64_t k0 = 0;
+    for (int j = 0; j < me; ++j) k0 += splits[j];
+    for (int s = 0; s < W; ++s)
+      for (int64_t t = 0; t < splits[me]; ++t)
+        seg_values.push_back(rec[s][kHeader + kSlots * W + k0 + t]);
   }
 
-  // Phase 2's layout. Uniform stride per key (the common case) takes the direct path: the part
-  // this rank sends itself never goes through the transport (finish() copies it from the send
-  // buffers straight into its recat position), and when the recat is the identity (one local
-  // key, or one source) the peers' parts are received straight into the result's buffers. Only
-  // otherwise do the peers' parts land in a staging buffer first, from which finish() places
-  // every (source, key) segment with one copy. With a variable stride per key every part goes
-  // through the transport and kjt_dist_init, as before.
-  bool direct = false;      // uniform stride: self part bypasses the transport
-  bool identity = false;    // ... and the recat is the identity: receive into the result
-  std::vector<std::vector<int64_t>> recv_splits, send_splits;  // [label][rank] as issued
-  std::vector<int64_t> self_offset;  // [label]: where my part for myself starts in send[label]
+  // Phase 2. With a uniform stride per key (the common case) every (source s, local key t)
+  // segment's place in the result is known once phase 1 is settled: its lengths are source s's
+  // stride, its values seg_values[s K + t], and the segments follow in recat order. So each label
+  // moves with one all_to_all_single whose receive layouts put every segment at its recat
+  // position in the result: nothing is staged and nothing is reassembled (the local transport
+  // copies each byte once; MPI and UCX unpack their receive once). With a variable stride per
+  // key the received buffers go through kjt_dist_init.
+  std::vector<int64_t> seg_values;  // [s K + t]: values rank s sends me for my t-th key
+  std::vector<int64_t> seg_lpos;    // [s K + t]: where that segment's lengths start in the result
+  std::vector<Tensor> out;          // per label: the result's (uniform stride) or the staging
 
   void issue_phase2() {
-    direct = !input.variable_stride_per_key();
-    identity = direct;
-    if (recat)
-      for (size_t q = 0; q < recat->size(); ++q) identity = identity && (*recat)[q] == static_cast<int64_t>(q);
-    recv_splits = output_splits;
-    send_splits = input_splits;
+    const bool uniform = !input.variable_stride_per_key();
+    const int64_t K = splits[me];
+    std::vector<int64_t> seg_vpos(static_cast<size_t>(W * K));
+    seg_lpos.assign(static_cast<size_t>(W * K), 0);
+    int64_t lp = 0, vp = 0;
+    if (uniform && recat)
+      for (int64_t seg : *recat) {
+        seg_lpos[seg] = lp;
+        seg_vpos[seg] = vp;
+        lp += stride_per_rank[seg / K];
+        vp += seg_values[seg];
+      }
     for (size_t l = 0; l < labels.size(); ++l) {
-      int64_t off = 0;
-      for (int j = 0; j < me; ++j) off += input_splits[l][j];
-      self_offset.push_back(off);
-      if (direct && !identity) recv_splits[l][me] = send_splits[l][me] = 0;
       int64_t n = 0;
-      for (int64_t c : recv_splits[l]) n += c;
-      recv.push_back(empty({n}, send[l].dtype()));
-      if (direct && !identity) {
-        // The list form, so that my part for myself can be left out in the middle.
-        std::vector<Tensor> ins, outs;
-        int64_t in_off = 0, out_off = 0;
-        for (int j = 0; j < W; ++j) {
-          ins.push_back(send[l].narrow(0, in_off, send_splits[l][j]));
-          outs.push_back(recv.back().narrow(0, out_off, recv_splits[l][j]));
-          in_off += input_splits[l][j];
-          out_off += recv_splits[l][j];
-        }
-        phase2.push_back(all_to_all(ins, outs, group));
+      for (int64_t c : output_splits[l]) n += c;
+      out.push_back(empty({n}, send[l].dtype()));
+      if (!uniform) {
+        phase2.push_back(all_to_all_single(send[l], out.back(), output_splits[l],
+                                           input_splits[l], group));
       } else {
-        phase2.push_back(
-            all_to_all_single(send[l], recv.back(), recv_splits[l], send_splits[l], group));
+        std::vector<BlockLayout> to(W), from(W);
+        int64_t off = 0;
+        for (int j = 0; j < W; ++j) {
+          from[j].push_back(StridedRun{off, 1, input_splits[l][j], 0});
+          off += input_splits[l][j];
+        }
+        for (int s = 0; s < W; ++s)
+          for (int64_t t = 0; t < K; ++t) {
+            const size_t seg = static_cast<size_t>(s * K + t);
+            to[s].push_back(l == 0 ? StridedRun{seg_lpos[seg], 1, stride_per_rank[s], 0}
+                                   : StridedRun{seg_vpos[seg], 1, seg_values[seg], 0});
+          }
+        phase2.push_back(all_to_all_single(send[l], from, out.back(), to, group));
       }
       if (options.progress_in_background) phase2.back().progress_in_background();
     }
   }
 
-  // The direct path's assembly: every (source s, local key t) segment copied once from where it
-  // is (my send buffers for s = me, the staging buffer for a peer) to its recat position. The
-  // lengths are waited for first: they give every segment's place, so my own part is copied
-  // while the values (the bulk) are still moving.
-  KeyedJaggedTensor assemble() {
+  // The uniform-stride result: every segment's lengths must sum to the values placed for it (a
+  // sender whose lengths disagreed with its per-key counts would otherwise shift ids silently).
+  KeyedJaggedTensor placed_result() {
     const int64_t K = splits[me];
     int64_t stride = 0;
     for (int64_t b : stride_per_rank) stride += b;
-    if (identity) {
-      for (Work& w : phase2) w.wait();
-      KjtInit init{.keys = keys_out, .values = recv[1], .lengths = recv[0], .stride = stride};
-      if (labels.size() > 2) init.weights = recv[2];
-      return KeyedJaggedTensor::from_init(std::move(init), kWhere);
-    }
-    phase2[0].wait();
-    const Tensor& len_send = send[0];
-    const size_t el = len_send.element_size();
-    const size_t nlab = labels.size();  // lengths, values, [weights]
-    // Per label and source: the first byte of that source's part.
-    std::vector<std::vector<const unsigned char*>> base(nlab, std::vector<const unsigned char*>(W));
-    for (size_t l = 0; l < nlab; ++l) {
-      const size_t es = send[l].element_size();
-      int64_t off = 0;
-      for (int s = 0; s < W; ++s) {
-        if (s == me)
-          base[l][s] = static_cast<const unsigned char*>(send[l].raw_data()) + self_offset[l] * es;
-        else
-          base[l][s] = static_cast<const unsigned char*>(recv[l].raw_data()) + off * es;
-        off += recv_splits[l][s];
-      }
-    }
-    // Values of every source-major segment (s, t): [vstart, vend) inside source s's part.
-    const bool len32 = len_send.dtype() == DType::Int32;
-    std::vector<int64_t> vstart(static_cast<size_t>(W * K)), vend(static_cast<size_t>(W * K));
-    int64_t total_values = 0;
-    for (int s = 0; s < W; ++s) {
-      const int64_t b = stride_per_rank[s];
-      int64_t v = 0;
+    const bool len32 = out[0].dtype() == DType::Int32;
+    const void* lengths = out[0].raw_data();
+    for (int s = 0; s < W; ++s)
       for (int64_t t = 0; t < K; ++t) {
-        vstart[s * K + t] = v;
-        for (int64_t i = t * b; i < (t + 1) * b; ++i) {
-          const int64_t n = len32 ? reinterpret_cast<const int32_t*>(base[0][s])[i]
-                                  : reinterpret_cast<const int64_t*>(base[0][s])[i];
-          FERRY_CHECK(n >= 0, InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
-                      " sent a negative length ", n);
-          v += n;
+        const size_t seg = static_cast<size_t>(s * K + t);
+        int64_t sum = 0;
+        bool negative = false;
+        for (int64_t i = seg_lpos[seg], e = i + stride_per_rank[s]; i < e; ++i) {
+          const int64_t n = len32 ? static_cast<const int32_t*>(lengths)[i]
+                                  : static_cast<const int64_t*>(lengths)[i];
+          negative |= n < 0;
+          sum += n;
         }
-        vend[s * K + t] = v;
+        FERRY_CHECK(!negative && sum == seg_values[seg], InvalidArgument, kWhere, " on rank ", me,
+                    ": rank ", s, "'s lengths for key ", keys_out[t], " sum to ", sum,
+                    negative ? " with a negative length" : "", ", but its per-key count was ",
+                    seg_values[seg]);
       }
-      FERRY_CHECK(v == output_splits[1][s], InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
-                  "'s lengths sum to ", v, " but it sent ", output_splits[1][s], " values");
-      total_values += v;
-    }
-    std::vector<Tensor> out(nlab);
-    out[0] = empty({stride * K}, len_send.dtype());
-    for (size_t l = 1; l < nlab; ++l) out[l] = empty({total_values}, send[l].dtype());
-    // Where each output segment goes: lengths at lpos, values / weights at vpos (elements).
-    std::vector<int64_t> lpos(recat->size()), vpos(recat->size());
-    {
-      int64_t lp = 0, vp = 0;
-      for (size_t q = 0; q < recat->size(); ++q) {
-        const int64_t seg = (*recat)[q];
-        lpos[q] = lp;
-        vpos[q] = vp;
-        lp += stride_per_rank[seg / K];
-        vp += vend[seg] - vstart[seg];
-      }
-    }
-    auto place = [&](size_t l, size_t q) {
-      const int64_t seg = (*recat)[q];
-      const int s = static_cast<int>(seg / K);
-      auto* dst = static_cast<unsigned char*>(out[l].raw_data());
-      if (l == 0) {
-        const int64_t b = stride_per_rank[s];
-        std::memcpy(dst + lpos[q] * el, base[0][s] + (seg % K) * b * el, b * el);
-      } else {
-        const size_t es = out[l].element_size();
-        const size_t n = static_cast<size_t>(vend[seg] - vstart[seg]) * es;
-        if (n) std::memcpy(dst + vpos[q] * es, base[l][s] + vstart[seg] * es, n);
-      }
-    };
-    for (size_t q = 0; q < recat->size(); ++q) {
-      place(0, q);
-      if ((*recat)[q] / K == me)
-        for (size_t l = 1; l < nlab; ++l) place(l, q);
-    }
-    for (size_t l = 1; l < nlab; ++l) {
-      phase2[l].wait();
-      for (size_t q = 0; q < recat->size(); ++q)
-        if ((*recat)[q] / K != me) place(l, q);
-    }
     KjtInit init{.keys = keys_out, .values = out[1], .lengths = out[0], .stride = stride};
-    if (nlab > 2) init.weights = out[2];
+    if (labels.size() > 2) init.weights = out[2];
     return KeyedJaggedTensor::from_init(std::move(init), kWhere);
   }
 
@@ -347,13 +315,10 @@ struct KjtA2aState {
       if (W == 1) {
         result = input;
       } else {
-        if (direct && splits[me] > 0) {
-          result = assemble();  // waits for phase 2 itself
-        } else {
-          for (Work& w : phase2) w.wait();
-          result = kjt_dist_init(keys_out, recv, input.variable_stride_per_key(), W, recat,
-                                 stride_per_rank);
-        }
+        for (Work& w : phase2) w.wait();
+        result = input.variable_stride_per_key()
+                     ? kjt_dist_init(keys_out, out, true, W, recat, stride_per_rank)
+                     : placed_result();
       }
     } catch (...) {
       phase2_error = std::current_exception();
@@ -361,7 +326,7 @@ struct KjtA2aState {
     }
     // The buffers belong to the result now; the sent tensors are no longer needed.
     send.clear();
-    recv.clear();
+    out.clear();
     return *result;
   }
 };
@@ -419,7 +384,7 @@ void phase1_wait(const std::shared_ptr<detail::KjtA2aState>& st) {
       if (!st->input.variable_stride_per_key()) st->stride_per_rank = {st->input.stride()};
     } else {
       st->phase1.wait();
-      const int64_t words = kHeader + kSlots * st->W;
+      const int64_t words = record_words(st->W, st->keys_total());
       const int64_t* all = st->record_out.data<int64_t>();
       std::vector<const int64_t*> rec;
       for (int s = 0; s < st->W; ++s) rec.push_back(all + s * words);
@@ -501,7 +466,7 @@ KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) 
 
   // The phase-1 record: what an all_to_all would carry to each destination (its counts and my
   // stride) plus, for the checks, every other destination's counts and the fingerprints.
-  const int64_t words = kHeader + kSlots * W;
+  const int64_t words = record_words(W, st->keys_total());
   std::vector<int64_t> rec(static_cast<size_t>(words), 0);
   Fnv keys_fp, splits_fp;
   for (const std::string& k : input.keys()) keys_fp.str(k);
@@ -519,6 +484,10 @@ KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) 
   for (size_t l = 0; l < st->labels.size(); ++l) {
     const int64_t slot = slot_of(st->labels[l]);
     for (int j = 0; j < W; ++j) rec[kHeader + slot * W + j] = st->input_splits[l][j];
+  }
+  if (status == kOk) {
+    const std::vector<int64_t> per_key = input.length_per_key();
+    std::copy(per_key.begin(), per_key.end(), rec.begin() + kHeader + kSlots * W);
   }
   st->record_out = empty({W * words}, DType::Int64);
   st->phase1 = all_gather(from_vector(rec), st->record_out, group_);
