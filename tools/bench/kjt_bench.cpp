@@ -102,7 +102,9 @@ bool run_kjt_bench(const Options& o, Group& world, RankSync& sync, bool print) {
   int64_t ns = 0, nr = 0;
   for (int j = 0; j < W; ++j) ns += send_bytes[j], nr += recv_bytes[j];
   Tensor raw_in = zeros({ns}, DType::UInt8), raw_out = empty({nr}, DType::UInt8);
-  Tensor small_in = zeros({7 + 4 * W}, DType::Int64), small_out = empty({W * (7 + 4 * W)}, DType::Int64);
+  // The phase-1 record: 7 + 4 W words and one per key (kjt_all_to_all.cpp).
+  const int64_t record = 7 + 4 * W + o.kjt_features;
+  Tensor small_in = zeros({record}, DType::Int64), small_out = empty({W * record}, DType::Int64);
 
   const int iters = o.iters > 0 ? o.iters : 50;
   std::vector<double> t1, t2, tt, traw, tsmall;

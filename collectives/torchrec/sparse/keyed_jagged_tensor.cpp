@@ -147,23 +147,32 @@ std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where) {
 
   // contents
   if (in.lengths.defined()) {
-    const std::vector<int64_t> l = detail::index_vector(in.lengths);
-    int64_t sum = 0;
-    for (size_t i = 0; i < l.size(); ++i) {
-      if (l[i] < 0) {
-        // name the key and sample of the bad entry
-        const auto k = std::upper_bound(s->lengths_offset_per_key.begin(),
-                                        s->lengths_offset_per_key.end(), static_cast<int64_t>(i)) -
-                       s->lengths_offset_per_key.begin() - 1;
-        FERRY_THROW(InvalidArgument, where, ": lengths[", i, "] = ", l[i], " is negative (key \"",
-                    s->keys[k], "\", sample ", static_cast<int64_t>(i) - s->lengths_offset_per_key[k],
-                    ")");
+    // One pass over the lengths as stored: every KJT an exchange builds pays for this check, so it
+    // reads them in place (the int64 copy is made only for an error's message or the offsets).
+    int64_t sum = 0, negative_at = -1;
+    auto scan = [&](const auto* l) {
+      for (int64_t i = 0; i < num_lengths; ++i) {
+        if (l[i] < 0 && negative_at < 0) negative_at = i;
+        sum += l[i];
       }
-      sum += l[i];
+    };
+    if (in.lengths.dtype() == DType::Int32) scan(in.lengths.data<int32_t>());
+    else scan(in.lengths.data<int64_t>());
+    if (negative_at >= 0) {
+      // name the key and sample of the bad entry
+      const int64_t i = negative_at;
+      const auto k = std::upper_bound(s->lengths_offset_per_key.begin(),
+                                      s->lengths_offset_per_key.end(), i) -
+                     s->lengths_offset_per_key.begin() - 1;
+      FERRY_THROW(InvalidArgument, where, ": lengths[", i, "] = ",
+                  detail::index_vector(in.lengths)[i], " is negative (key \"", s->keys[k],
+                  "\", sample ", i - s->lengths_offset_per_key[k], ")");
     }
-    FERRY_CHECK(sum == n, InvalidArgument, where, ": lengths ", list_str(l), " sum to ", sum,
-                " but values has ", n, " elements");
+    FERRY_CHECK(sum == n, InvalidArgument, where, ": lengths ",
+                list_str(detail::index_vector(in.lengths)), " sum to ", sum, " but values has ", n,
+                " elements");
     if (in.offsets.defined()) {
+      const std::vector<int64_t> l = detail::index_vector(in.lengths);
       const std::vector<int64_t> o = detail::index_vector(in.offsets);
       validate_offsets(o, n, where);
       for (size_t i = 0; i < l.size(); ++i)
