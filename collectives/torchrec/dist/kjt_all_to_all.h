@@ -16,22 +16,27 @@
 // too and the result has stride_per_key_per_rank. W = 1 returns the input unchanged.
 //
 // Phase 1 (issued by operator() / forward): ONE all_gather of a fixed-size int64 record per rank
-// (7 + 4W words): the counts this rank sends to every destination for every label (lengths,
-// values, strides, weights: kjt_dist_splits), its stride, a status word (0, or why its own input
-// was rejected) and fingerprints of its keys, splits, stagger, dtypes and limit. torchrec sends
-// each destination only its own row (an all_to_all); here every rank sees the whole count
-// matrix, so every check below gives the same answer on every rank and a bad call fails on all
-// of them in the same wait, before any payload moves, and the group stays usable. The record
-// grows with W (W x (7 + 4W) words received per rank: 130 KiB at W = 64).
+// (7 + 4W + sum(splits) words): the counts this rank sends to every destination for every label
+// (lengths, values, strides, weights: kjt_dist_splits), its stride, a status word (0, or why its
+// own input was rejected), fingerprints of its keys, splits, stagger, dtypes and limit, and its
+// values per key (length_per_key). torchrec sends each destination only its own row (an
+// all_to_all); here every rank sees the whole count matrix, so every check below gives the same
+// answer on every rank and a bad call fails on all of them in the same wait, before any payload
+// moves, and the group stays usable. The record grows with W and the keys (W x (7 + 4W + K)
+// words received per rank: 130 KiB at W = 64, plus 512 B per key at W = 64). Ranks whose splits
+// sum to different key counts send records of different sizes: the local and UCX transports fail
+// that all_gather with MismatchError at once; MPI's native all_gather cannot tell (run with
+// FERRY_CHECK=1 to catch it there, as for any collective whose sizes disagree).
 //
-// Phase 2 (issued by KJTAllToAllSplitsAwaitable::wait, after the checks): one all-to-all per
-// label, input splits = the counts I send, output splits = the counts I receive. Its wait()
-// builds the KJT in recat order (get_recat(splits[me], W, stagger)). With a uniform stride per
-// key the part a rank sends itself skips the transport: wait() copies it from the send buffers
-// straight to its place (after the lengths arrived, while the values still move), and copies
-// each peer's (source, key) segments from the receive buffer once; when the recat is the
-// identity (one local key, or W = 1) everything is received straight into the result. With a
-// variable stride per key the received buffers go through kjt_dist_init.
+// Phase 2 (issued by KJTAllToAllSplitsAwaitable::wait, after the checks): one all_to_all_single
+// per label, input splits = the counts I send, output splits = the counts I receive. With a
+// uniform stride per key phase 1 has told every rank where each (source, key) segment belongs in
+// the result (its lengths are the source's stride, its values that source's count for the key,
+// in recat order: get_recat(splits[me], W, stagger)), so each label is received through layouts
+// straight into the result's buffers: no staging buffer and no reassembly (the local transport
+// copies each byte once; MPI and UCX unpack a received block once). wait() then checks every
+// segment's lengths against the count it was placed by. With a variable stride per key the
+// received buffers go through kjt_dist_init.
 //
 // Errors, all raised by KJTAllToAllSplitsAwaitable::wait() on EVERY rank (none by operator()):
 //  - a rank's input rejected (splits that do not sum to its number of keys): InvalidArgument;
