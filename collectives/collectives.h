@@ -97,6 +97,19 @@ using BlockLayout = std::vector<StridedRun>;
 Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send_layouts,
                        Tensor output, const std::vector<BlockLayout>& recv_layouts,
                        const Group& group);
+// Several laid-out all-to-alls, of any dtypes, as ONE collective (one sequence number, one
+// Work, one wait; NCCL would group them): part p moves parts[p].input through its send layouts
+// into parts[p].output through its receive layouts, each part checked as the single form checks
+// it. Every rank gives the same number of parts; part p of rank j's send_layouts[k] and of rank
+// k's recv_layouts[j] hold the same number of bytes. A KJT's lengths, values and weights move
+// this way.
+struct LayoutAllToAllPart {
+  Tensor input;
+  std::vector<BlockLayout> send_layouts;
+  Tensor output;
+  std::vector<BlockLayout> recv_layouts;
+};
+Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group& group);
 // Lists of W tensors: inputs[j] goes to rank j, outputs[k] comes from rank k. Every tensor of
 // both lists has one dtype; shapes may differ but bytes must match pairwise across ranks.
 Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,

@@ -85,9 +85,9 @@ struct Exchange {
   std::vector<size_t> send_bytes;
   std::vector<char*> recv;
   std::vector<size_t> recv_bytes;
-  // When not empty, one per rank: the blocks are read (written) through these layouts instead
-  // of the contiguous places above.
-  std::vector<ByteLayout> send_layout, recv_layout;
+  // When not empty, [part][rank]: the blocks are read (written) through these layouts instead
+  // of the contiguous places above, one message per part and peer (part p is step p).
+  std::vector<std::vector<ByteLayout>> send_layout, recv_layout;
 };
 void pairwise_all_to_all(OpContext& ctx, const Exchange& x);
 

@@ -13,8 +13,10 @@ void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   for (int s = 1; s < n; ++s) {
     const int to = (r + s) % n, from = (r - s + n) % n;
     if (laid_out) {
-      ctx.recv(from, 0, x.recv_layout[from]);
-      ctx.send(to, 0, x.send_layout[to]);
+      for (size_t p = 0; p < x.send_layout.size(); ++p) {
+        ctx.recv(from, static_cast<uint32_t>(p), x.recv_layout[p][from]);
+        ctx.send(to, static_cast<uint32_t>(p), x.send_layout[p][to]);
+      }
     } else {
       ctx.recv(from, 0, x.recv[from], x.recv_bytes[from]);
       ctx.send(to, 0, x.send[to], x.send_bytes[to]);
@@ -22,7 +24,7 @@ void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   }
   // Our own block moves while the peers' are under way (no other block overlaps it).
   if (laid_out) {
-    copy_layout(x.send_layout[r], x.recv_layout[r]);
+    for (size_t p = 0; p < x.send_layout.size(); ++p) copy_layout(x.send_layout[p][r], x.recv_layout[p][r]);
   } else if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r]) {
     std::memcpy(x.recv[r], x.send[r], x.recv_bytes[r]);
   }

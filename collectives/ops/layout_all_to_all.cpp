@@ -47,70 +47,121 @@ std::vector<ByteLayout> byte_layouts(const detail::Validator& v, const Tensor& t
   return out;
 }
 
+// A native all-to-all takes, per peer, one block at an offset from one pointer. One part whose
+// blocks on a side are all contiguous spans of its tensor goes as it is on that side; otherwise
+// that side's blocks (every part's block for a peer, in part order) are packed into a staging
+// buffer, or unpacked out of one.
+void native_layout_all_to_all(OpContext& ctx, NativeCollectives& native,
+                              const std::vector<std::vector<ByteLayout>>& send,
+                              const std::vector<std::vector<ByteLayout>>& recv,
+                              std::vector<Tensor> keep) {
+  const size_t world = send[0].size();
+  struct Side {
+    std::vector<size_t> bytes, offset;
+    Tensor staging;
+    char* base = nullptr;
+  };
+  auto plan = [&](const std::vector<std::vector<ByteLayout>>& layouts) {
+    Side side;
+    bool spans = layouts.size() == 1;
+    size_t total = 0;
+    for (size_t k = 0; k < world; ++k) {
+      side.offset.push_back(total);
+      size_t n = 0;
+      for (const auto& part : layouts) {
+        n += part[k].bytes();
+        spans = spans && contiguous_span(part[k]) != nullptr;
+      }
+      side.bytes.push_back(n);
+      total += n;
+    }
+    if (spans) {
+      side.base = layouts[0][0].base;
+      for (size_t k = 0; k < world; ++k)
+        side.offset[k] = static_cast<size_t>(contiguous_span(layouts[0][k]) - side.base);
+    } else {
+      side.staging = empty({static_cast<int64_t>(total)}, DType::UInt8);
+      side.base = static_cast<char*>(side.staging.raw_data());
+    }
+    return side;
+  };
+  Side out = plan(send), in = plan(recv);
+  if (out.staging.defined())
+    for (size_t k = 0; k < world; ++k) {
+      char* at = out.base + out.offset[k];
+      for (const auto& part : send) {
+        pack_layout(part[k], at);
+        at += part[k].bytes();
+      }
+    }
+  keep.push_back(out.staging);
+  keep.push_back(in.staging);
+  ctx.wait_native(native.all_to_all_single(out.base, out.bytes, out.offset, in.base, in.bytes,
+                                           in.offset),
+                  std::move(keep));
+  if (in.staging.defined())
+    for (size_t k = 0; k < world; ++k) {
+      const char* at = in.base + in.offset[k];
+      for (const auto& part : recv) {
+        unpack_layout(at, part[k]);
+        at += part[k].bytes();
+      }
+    }
+}
+
 }  // namespace
 
 Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send_layouts,
                        Tensor output, const std::vector<BlockLayout>& recv_layouts,
                        const Group& group) {
+  return all_to_all_single({LayoutAllToAllPart{input, send_layouts, output, recv_layouts}}, group);
+}
+
+Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group& group) {
   detail::Validator v("all_to_all_single", group);
-  v.defined(input, "input");
-  v.defined(output, "output");
-  v.same_dtype(output, "output", input.dtype(), "input");
-  v.no_overlap(input, "input", output, "output");
-  std::vector<ByteLayout> send = byte_layouts(v, input, send_layouts, "send_layouts");
-  std::vector<ByteLayout> recv = byte_layouts(v, output, recv_layouts, "recv_layouts");
+  if (parts.empty()) v.fail("needs at least one part");
   const int me = group.rank();
-  if (send[me].bytes() != recv[me].bytes())
-    v.fail(detail::str("send_layouts[", me, "] and recv_layouts[", me, "] (the block a rank ",
-                       "keeps) must hold as many elements, given ",
-                       send[me].bytes() / input.element_size(), " and ",
-                       recv[me].bytes() / input.element_size()));
+  std::vector<std::vector<ByteLayout>> send, recv;  // [part][rank]
+  std::vector<Tensor> keep;                         // every part's tensors, alive until done
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const LayoutAllToAllPart& part = parts[p];
+    const std::string in = parts.size() == 1 ? "input" : detail::str("parts[", p, "].input");
+    const std::string out = parts.size() == 1 ? "output" : detail::str("parts[", p, "].output");
+    v.defined(part.input, in.c_str());
+    v.defined(part.output, out.c_str());
+    v.same_dtype(part.output, out.c_str(), part.input.dtype(), in.c_str());
+    v.no_overlap(part.input, in.c_str(), part.output, out.c_str());
+    // Outputs are written: none may overlap another part's tensors (inputs may share memory).
+    for (size_t q = 0; q < p; ++q) {
+      v.no_overlap(parts[q].output, "an earlier part's output", part.output, out.c_str());
+      v.no_overlap(parts[q].input, "an earlier part's input", part.output, out.c_str());
+      v.no_overlap(part.input, in.c_str(), parts[q].output, "an earlier part's output");
+    }
+    send.push_back(byte_layouts(v, part.input, part.send_layouts, "send_layouts"));
+    recv.push_back(byte_layouts(v, part.output, part.recv_layouts, "recv_layouts"));
+    if (send[p][me].bytes() != recv[p][me].bytes())
+      v.fail(detail::str("send_layouts[", me, "] and recv_layouts[", me, "]",
+                         parts.size() == 1 ? "" : detail::str(" of part ", p).c_str(),
+                         " (the block a rank keeps) must hold as many elements, given ",
+                         send[p][me].bytes() / part.input.element_size(), " and ",
+                         recv[p][me].bytes() / part.input.element_size()));
+    keep.push_back(part.input);
+    keep.push_back(part.output);
+  }
   // Per-peer sizes differ freely; each message's byte count is checked by the transports.
-  detail::OpSummary summary = detail::OpSummary::of(input).sizes_may_differ();
-  summary.with_note(" with layouts");
+  detail::OpSummary summary = detail::OpSummary::of(parts[0].input).sizes_may_differ();
+  summary.with_note(parts.size() == 1 ? " with layouts" : " with layouts, several parts");
   return detail::submit(group, "all_to_all_single", summary,
-                        [input, output, send = std::move(send),
-                         recv = std::move(recv)](OpContext& ctx) mutable {
+                        [keep, send = std::move(send), recv = std::move(recv)](OpContext& ctx) mutable {
     if (NativeCollectives* native = ctx.native()) {
-      // A native all-to-all takes blocks at offsets from one pointer: a side whose every block
-      // is one contiguous span of its tensor goes as it is; the other side is packed into (or
-      // unpacked out of) a staging buffer.
-      auto as_blocks = [](const std::vector<ByteLayout>& layouts, std::vector<size_t>& bytes,
-                          std::vector<size_t>& offset) {
-        bool spans = true;
-        size_t total = 0;
-        for (const ByteLayout& l : layouts) {
-          bytes.push_back(l.bytes());
-          offset.push_back(total);
-          total += bytes.back();
-          spans = spans && contiguous_span(l) != nullptr;
-        }
-        if (spans)
-          for (size_t k = 0; k < layouts.size(); ++k)
-            offset[k] = static_cast<size_t>(contiguous_span(layouts[k]) - layouts[k].base);
-        return spans ? Tensor() : empty({static_cast<int64_t>(total)}, DType::UInt8);
-      };
-      std::vector<size_t> send_bytes, send_offset, recv_bytes, recv_offset;
-      Tensor packed = as_blocks(send, send_bytes, send_offset);
-      Tensor landed = as_blocks(recv, recv_bytes, recv_offset);
-      char* p = packed.defined() ? static_cast<char*>(packed.raw_data())
-                                 : static_cast<char*>(const_cast<void*>(input.raw_data()));
-      char* l = landed.defined() ? static_cast<char*>(landed.raw_data())
-                                 : static_cast<char*>(output.raw_data());
-      if (packed.defined())
-        for (size_t k = 0; k < send.size(); ++k) pack_layout(send[k], p + send_offset[k]);
-      ctx.wait_native(native->all_to_all_single(p, send_bytes, send_offset, l, recv_bytes,
-                                                recv_offset),
-                      {input, output, packed, landed});
-      if (landed.defined())
-        for (size_t k = 0; k < recv.size(); ++k) unpack_layout(l + recv_offset[k], recv[k]);
+      native_layout_all_to_all(ctx, *native, send, recv, keep);
     } else {
       detail::Exchange x;
       x.send_layout = std::move(send);
       x.recv_layout = std::move(recv);
       detail::pairwise_all_to_all(ctx, x);
     }
-    output.bump_version();
+    for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
     return std::vector<Tensor>{};
   });
 }

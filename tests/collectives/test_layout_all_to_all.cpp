@@ -119,3 +119,55 @@ FT_SPMD_CASE("all_to_all_single (layouts): bad layouts refused before anything m
   ferry::all_to_all_single(input, ok, output, ok, g).wait();
   FT_CHECK(ctx, !g.poisoned(), where(g, "a good exchange after the refusals"));
 }
+
+// Several parts in one collective: an int32 part scattered element by element (reversed on
+// receipt), a float64 part of column blocks, and an empty int64 part; one sequence number for
+// all of them, each part's data where its own layouts say.
+FT_SPMD_CASE("all_to_all_single (layout parts): three dtypes in one collective", "[movement][layout]", 1, 2, 3, 4) {
+  const int W = g.size(), me = g.rank();
+  auto n = [](int from, int to) { return static_cast<int64_t>(1 + (from + 2 * to) % 3); };
+  int64_t n_in = 0, n_out = 0;
+  for (int k = 0; k < W; ++k) n_in += n(me, k), n_out += n(k, me);
+  ferry::LayoutAllToAllPart ints{ferry::empty({n_in}, DType::Int32), std::vector<BlockLayout>(W),
+                                 ferry::full({n_out}, -1, DType::Int32), std::vector<BlockLayout>(W)};
+  std::vector<double> want_ints(n_out);
+  for (int k = 0, a = 0, c = 0; k < W; ++k) {
+    for (int64_t j = 0; j < n(me, k); ++j, ++a) {
+      ints.input.data<int32_t>()[a] = static_cast<int32_t>(1000 * me + 10 * k + j);
+      ints.send_layouts[k].push_back(StridedRun{a, 1, 1, 0});
+    }
+    for (int64_t j = 0; j < n(k, me); ++j, ++c) {
+      const int64_t at = n_out - 1 - c;  // reversed
+      want_ints[at] = 1000 * k + 10 * me + j;
+      ints.recv_layouts[k].push_back(StridedRun{at, 1, 1, 0});
+    }
+  }
+  // Two doubles to every rank; each rank stands the pairs it receives as the columns of [2, W].
+  ferry::LayoutAllToAllPart cols{ferry::empty({2 * W}, DType::Float64), std::vector<BlockLayout>(W),
+                                 ferry::full({2, W}, -1.0, DType::Float64), std::vector<BlockLayout>(W)};
+  std::vector<double> want_cols(2 * W);
+  for (int k = 0; k < W; ++k) {
+    cols.input.data<double>()[2 * k] = 100.0 * me + k;
+    cols.input.data<double>()[2 * k + 1] = -100.0 * me - k;
+    cols.send_layouts[k] = {StridedRun{2 * k, 1, 2, 0}};
+    cols.recv_layouts[k] = {StridedRun{k, 2, 1, W}};  // column k of [2, W]
+    want_cols[k] = 100.0 * k + me;
+    want_cols[W + k] = -100.0 * k - me;
+  }
+  ferry::LayoutAllToAllPart none{ferry::empty({0}, DType::Int64), std::vector<BlockLayout>(W),
+                                 ferry::empty({0}, DType::Int64), std::vector<BlockLayout>(W)};
+  const uint64_t seq = g.sequence_number();
+  ferry::all_to_all_single({ints, cols, none}, g).wait();
+  FT_CHECK(ctx, g.sequence_number() == seq + 1, where(g, "one sequence number for three parts"));
+  ctx.expect_tensor(where(g, "int32 part"), ints.output, DType::Int32, {n_out}, want_ints);
+  ctx.expect_tensor(where(g, "float64 part"), cols.output, DType::Float64, {2, W}, want_cols);
+
+  // Refusals before anything moves: an output overlapping another part's, no parts at all.
+  ferry::LayoutAllToAllPart clash = cols;
+  clash.input = ferry::empty({2 * W}, DType::Float64);
+  expect_invalid(ctx, where(g, "overlapping outputs"),
+                 [&] { return ferry::all_to_all_single({cols, clash}, g); });
+  expect_invalid(ctx, where(g, "no parts"), [&] { return ferry::all_to_all_single({}, g); });
+  FT_CHECK(ctx, g.sequence_number() == seq + 1 && !g.poisoned(),
+           where(g, "the refusals took no sequence number"));
+}

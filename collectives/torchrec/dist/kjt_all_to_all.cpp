@@ -231,9 +231,9 @@ struct KjtA2aState {
 
   // Phase 2. With a uniform stride per key (the common case) every (source s, local key t)
   // segment's place in the result is known once phase 1 is settled: its lengths are source s's
-  // stride, its values seg_values[s K + t], and the segments follow in recat order. So each label
-  // moves with one all_to_all_single whose receive layouts put every segment at its recat
-  // position in the result: nothing is staged and nothing is reassembled (the local transport
+  // stride, its values seg_values[s K + t], and the segments follow in recat order. So the labels
+  // move in ONE all_to_all_single (a part per label) whose receive layouts put every segment at
+  // its recat position in the result: nothing is staged and nothing is reassembled (the local transport
   // copies each byte once; MPI and UCX unpack their receive once). With a variable stride per
   // key the received buffers go through kjt_dist_init.
   std::vector<int64_t> seg_values;  // [s K + t]: values rank s sends me for my t-th key
@@ -253,6 +253,7 @@ struct KjtA2aState {
         lp += stride_per_rank[seg / K];
         vp += seg_values[seg];
       }
+    std::vector<LayoutAllToAllPart> parts;  // uniform stride: every label in one collective
     for (size_t l = 0; l < labels.size(); ++l) {
       int64_t n = 0;
       for (int64_t c : output_splits[l]) n += c;
@@ -260,21 +261,26 @@ struct KjtA2aState {
       if (!uniform) {
         phase2.push_back(all_to_all_single(send[l], out.back(), output_splits[l],
                                            input_splits[l], group));
-      } else {
-        std::vector<BlockLayout> to(W), from(W);
-        int64_t off = 0;
-        for (int j = 0; j < W; ++j) {
-          from[j].push_back(StridedRun{off, 1, input_splits[l][j], 0});
-          off += input_splits[l][j];
-        }
-        for (int s = 0; s < W; ++s)
-          for (int64_t t = 0; t < K; ++t) {
-            const size_t seg = static_cast<size_t>(s * K + t);
-            to[s].push_back(l == 0 ? StridedRun{seg_lpos[seg], 1, stride_per_rank[s], 0}
-                                   : StridedRun{seg_vpos[seg], 1, seg_values[seg], 0});
-          }
-        phase2.push_back(all_to_all_single(send[l], from, out.back(), to, group));
+        if (options.progress_in_background) phase2.back().progress_in_background();
+        continue;
       }
+      LayoutAllToAllPart part{send[l], std::vector<BlockLayout>(W), out.back(),
+                              std::vector<BlockLayout>(W)};
+      int64_t off = 0;
+      for (int j = 0; j < W; ++j) {
+        part.send_layouts[j].push_back(StridedRun{off, 1, input_splits[l][j], 0});
+        off += input_splits[l][j];
+      }
+      for (int s = 0; s < W; ++s)
+        for (int64_t t = 0; t < K; ++t) {
+          const size_t seg = static_cast<size_t>(s * K + t);
+          part.recv_layouts[s].push_back(l == 0 ? StridedRun{seg_lpos[seg], 1, stride_per_rank[s], 0}
+                                                : StridedRun{seg_vpos[seg], 1, seg_values[seg], 0});
+        }
+      parts.push_back(std::move(part));
+    }
+    if (uniform) {
+      phase2.push_back(all_to_all_single(parts, group));
       if (options.progress_in_background) phase2.back().progress_in_background();
     }
   }

@@ -28,15 +28,16 @@
 // that all_gather with MismatchError at once; MPI's native all_gather cannot tell (run with
 // FERRY_CHECK=1 to catch it there, as for any collective whose sizes disagree).
 //
-// Phase 2 (issued by KJTAllToAllSplitsAwaitable::wait, after the checks): one all_to_all_single
-// per label, input splits = the counts I send, output splits = the counts I receive. With a
-// uniform stride per key phase 1 has told every rank where each (source, key) segment belongs in
-// the result (its lengths are the source's stride, its values that source's count for the key,
-// in recat order: get_recat(splits[me], W, stagger)), so each label is received through layouts
-// straight into the result's buffers: no staging buffer and no reassembly (the local transport
-// copies each byte once; MPI and UCX unpack a received block once). wait() then checks every
-// segment's lengths against the count it was placed by. With a variable stride per key the
-// received buffers go through kjt_dist_init.
+// Phase 2 (issued by KJTAllToAllSplitsAwaitable::wait, after the checks): every label moves with
+// input splits = the counts I send, output splits = the counts I receive. With a uniform stride
+// per key phase 1 has told every rank where each (source, key) segment belongs in the result (its
+// lengths are the source's stride, its values that source's count for the key, in recat order:
+// get_recat(splits[me], W, stagger)), so the labels move as the parts of ONE laid-out
+// all_to_all_single and are received straight into the result's buffers: no staging buffer and
+// no reassembly (the local transport copies each byte once; MPI and UCX unpack a received block
+// once). wait() then checks every
+// segment's lengths against the count it was placed by. With a variable stride per key each
+// label has an all_to_all_single of its own and the received buffers go through kjt_dist_init.
 //
 // Errors, all raised by KJTAllToAllSplitsAwaitable::wait() on EVERY rank (none by operator()):
 //  - a rank's input rejected (splits that do not sum to its number of keys): InvalidArgument;
