@@ -71,9 +71,15 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
                             permutation_->segment_rows);
   }
   // With a permutation and no codec, the segments are sent from where they lie in the input,
-  // in recat order, and backward writes their gradients back there: no permuted copy.
+  // in recat order, and backward writes their gradients back there: no permuted copy. Without
+  // one the blocks are plain runs, but still a Placement: whether a rank has a permutation
+  // depends on its own features, and every rank of an exchange must use the same form (MPI
+  // runs the laid-out one as a different collective).
   std::optional<Placement> placement(const std::vector<Tensor>&) override {
-    if (!permutation_ || dim_ == 0) return std::nullopt;
+    if (dim_ == 0) return std::nullopt;  // the same on every rank: the embedding dim
+    if (!permutation_)
+      return Placement{contiguous(sends()), contiguous(receives()),
+                       {sum_of(receives()) / dim_, dim_}};
     const std::vector<int64_t>& rows = permutation_->segment_rows;
     std::vector<int64_t> start(rows.size() + 1, 0);
     for (size_t s = 0; s < rows.size(); ++s) start[s + 1] = start[s] + rows[s] * dim_;
