@@ -291,23 +291,15 @@ struct KjtA2aState {
     const int64_t K = splits[me];
     int64_t stride = 0;
     for (int64_t b : stride_per_rank) stride += b;
-    const bool len32 = out[0].dtype() == DType::Int32;
-    const void* lengths = out[0].raw_data();
     for (int s = 0; s < W; ++s)
       for (int64_t t = 0; t < K; ++t) {
         const size_t seg = static_cast<size_t>(s * K + t);
-        int64_t sum = 0;
-        bool negative = false;
-        for (int64_t i = seg_lpos[seg], e = i + stride_per_rank[s]; i < e; ++i) {
-          const int64_t n = len32 ? static_cast<const int32_t*>(lengths)[i]
-                                  : static_cast<const int64_t*>(lengths)[i];
-          negative |= n < 0;
-          sum += n;
-        }
-        FERRY_CHECK(!negative && sum == seg_values[seg], InvalidArgument, kWhere, " on rank ", me,
-                    ": rank ", s, "'s lengths for key ", keys_out[t], " sum to ", sum,
-                    negative ? " with a negative length" : "", ", but its per-key count was ",
-                    seg_values[seg]);
+        const detail::LengthsSum got =
+            detail::sum_lengths(out[0], seg_lpos[seg], seg_lpos[seg] + stride_per_rank[s]);
+        FERRY_CHECK(!got.negative && got.sum == seg_values[seg], InvalidArgument, kWhere,
+                    " on rank ", me, ": rank ", s, "'s lengths for key ", keys_out[t], " sum to ",
+                    got.sum, got.negative ? " with a negative length" : "",
+                    ", but its per-key count was ", seg_values[seg]);
       }
     KjtInit init{.keys = keys_out, .values = out[1], .lengths = out[0], .stride = stride};
     if (labels.size() > 2) init.weights = out[2];

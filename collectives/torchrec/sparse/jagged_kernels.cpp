@@ -45,6 +45,26 @@ std::vector<int64_t> index_vector(const Tensor& t) {
   return out;
 }
 
+namespace {
+// A min and a sum, no branch: the compiler vectorises it (the index of a negative entry is
+// looked up only for an error message).
+template <typename T>
+LengthsSum sum_range(const T* p, int64_t n) {
+  int64_t sum = 0;
+  T low = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    sum += p[i];
+    low = p[i] < low ? p[i] : low;
+  }
+  return {sum, low < 0};
+}
+}  // namespace
+
+LengthsSum sum_lengths(const Tensor& lengths, int64_t begin, int64_t end) {
+  if (lengths.dtype() == DType::Int32) return sum_range(lengths.data<int32_t>() + begin, end - begin);
+  return sum_range(lengths.data<int64_t>() + begin, end - begin);
+}
+
 Tensor index_tensor(const std::vector<int64_t>& v, DType dtype, const char* where) {
   Tensor t = empty({static_cast<int64_t>(v.size())}, dtype);
   if (dtype == DType::Int64) {

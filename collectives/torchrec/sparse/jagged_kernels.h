@@ -25,6 +25,14 @@ std::vector<int64_t> index_vector(const Tensor& t);
 // when a value does not fit int32.
 Tensor index_tensor(const std::vector<int64_t>& v, DType dtype, const char* where);
 
+// Sum of lengths[begin, end) of a 1-D int32 / int64 tensor, and whether any is negative: one
+// vectorised pass (every KJT built, and every segment a KJT all-to-all places, is checked so).
+struct LengthsSum {
+  int64_t sum = 0;
+  bool negative = false;
+};
+LengthsSum sum_lengths(const Tensor& lengths, int64_t begin, int64_t end);
+
 // [0, l0, l0+l1, ...] (n+1 entries) of the same dtype as `lengths`; throws when int32 overflows.
 Tensor offsets_from_lengths(const Tensor& lengths, const char* where);
 // offsets[i+1] - offsets[i] (n entries) of the same dtype as `offsets` (which has n+1 >= 1).

@@ -149,15 +149,13 @@ std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where) {
   if (in.lengths.defined()) {
     // One pass over the lengths as stored: every KJT an exchange builds pays for this check, so it
     // reads them in place (the int64 copy is made only for an error's message or the offsets).
-    int64_t sum = 0, negative_at = -1;
-    auto scan = [&](const auto* l) {
-      for (int64_t i = 0; i < num_lengths; ++i) {
-        if (l[i] < 0 && negative_at < 0) negative_at = i;
-        sum += l[i];
-      }
-    };
-    if (in.lengths.dtype() == DType::Int32) scan(in.lengths.data<int32_t>());
-    else scan(in.lengths.data<int64_t>());
+    const detail::LengthsSum total = detail::sum_lengths(in.lengths, 0, num_lengths);
+    const int64_t sum = total.sum;
+    int64_t negative_at = -1;
+    if (total.negative) {
+      const std::vector<int64_t> l = detail::index_vector(in.lengths);
+      negative_at = std::find_if(l.begin(), l.end(), [](int64_t x) { return x < 0; }) - l.begin();
+    }
     if (negative_at >= 0) {
       // name the key and sample of the bad entry
       const int64_t i = negative_at;
