@@ -8,6 +8,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -229,16 +234,26 @@ TEST_CASE("store: rank 0's store ends at once; a client waiting then fails, not 
 }
 
 TEST_CASE("store: a client connects while rank 0 is not listening yet", "[store]") {
-  // Take a free port, release it, and start rank 0 on it only after the client has called.
-  int port = 0;
-  {
-    detail::Socket probe = detail::listen_on("127.0.0.1", 0);
-    port = detail::bound_port(probe);
-  }
+  // The port is held, bound but not listening (connections to it are refused, and no other
+  // process can take it), until rank 0's store binds it too (both with SO_REUSEADDR, which Linux
+  // allows while neither listens) after the client has started calling.
+  const int held = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(held >= 0);
+  const int one = 1;
+  REQUIRE(::setsockopt(held, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int port = ntohs(addr.sin_port);
   Store client(options(1, port, 10s));
   auto early = std::async(std::launch::async, [&] { return client.get("hello", 10s); });
   std::this_thread::sleep_for(200ms);
+  CHECK(early.wait_for(0ms) == std::future_status::timeout);  // still retrying
   Store server(options(0, port));
+  ::close(held);
   server.set("hello", "world");
   CHECK(early.get() == "world");
 }
