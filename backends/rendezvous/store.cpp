@@ -130,14 +130,17 @@ struct Store::Impl {
       }
     }
     StoreResponse r;
-    bool gone = false;
+    bool gone = false;  // connecting again to a store that served this rank before, and failing
     try {
       if (!s.valid()) {
+        bool before = false;
         {
           std::lock_guard<std::mutex> lock(mu);
-          gone = served;
+          before = served;
         }
-        s = connect(op, gone ? std::min(io_deadline, start + kGoneGrace) : io_deadline);
+        gone = before;
+        s = connect(op, before ? std::min(io_deadline, start + kGoneGrace) : io_deadline);
+        gone = false;
         std::lock_guard<std::mutex> lock(mu);
         served = true;
       }
@@ -160,7 +163,6 @@ struct Store::Impl {
     FERRY_CHECK(r.status != StoreStatus::Error, InvalidArgument, who(op), ": ", r.payload);
     return r;
   }
-
 };
 
 Store::Store(const StoreOptions& o) : impl_(std::make_unique<Impl>()) {
