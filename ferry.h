@@ -21,6 +21,7 @@
 
 #include <ferry/backends/transport.h>
 #include <ferry/backends/local/local_transport.h>
+#include <ferry/backends/rendezvous/store.h>
 
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/collectives.h>

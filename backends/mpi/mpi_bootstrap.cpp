@@ -45,7 +45,7 @@ std::shared_ptr<Transport> mpi_world_transport() {
       // MPICH reports some errors of requests on ferry's own communicators (a receive that a
       // longer message truncated) through MPI_COMM_WORLD's handler: returned, ferry turns them
       // into a MismatchError; with MPI's default handler they abort the job. A user who
-      // initializes MPI keeps the handler they chose (README: MPI).
+      // initializes MPI keeps the handler they chose (docs/transports.md: the MPI transport).
       check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
                 "MPI_Comm_set_errhandler", "ferry::init");
     } else {

@@ -1,8 +1,8 @@
 // Rank 0's side of the TCP rendezvous: taking every rank's Hello without letting anyone who can
 // reach the port stall the job (internal).
 //
-// Why: the port is open to whoever can connect (see "Who may connect" in the README). Serving
-// connections one at a time, each allowed a few seconds to speak, let a dozen silent
+// Why: the port is open to whoever can connect (see "Who may connect" in docs/transports.md).
+// Serving connections one at a time, each allowed a few seconds to speak, let a dozen silent
 // connections use up a 30 s deadline before the real ranks were even read. Here every pending
 // connection is read as its bytes arrive, all of them in one poll() loop, so the real ranks'
 // Hellos (sent the moment they connect) are taken however many others sit there:

@@ -23,7 +23,7 @@
 //     (its size, withdrawn, the read failed), so the sender fails too instead of waiting.
 // Both sides use one wire format on one host: native byte order, fixed sizes.
 //
-// Limits (also in the README):
+// Limits (also in docs/transports.md):
 //  - A send withdrawn by cancel() (its deadline expired; the group is poisoned then) has sent
 //    its descriptor already: a receiver that posts the matching receive late may still read the
 //    buffer, as with UCX's own rendezvous protocol. Only the Fallback path knows better (the

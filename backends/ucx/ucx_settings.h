@@ -1,8 +1,8 @@
 // The UCX settings ferry chooses for its own context (internal).
 //
 // Each applies only when the user did not set the matching UCX_* variable, so UCX_TLS=tcp,self
-// and any other UCX variable keep their usual meaning. See the README's UCX section for the
-// measurements behind them.
+// and any other UCX variable keep their usual meaning. See docs/transports.md (the UCX
+// transport) for the measurements behind them.
 #pragma once
 
 #include <ucp/api/ucp.h>

@@ -6,7 +6,7 @@
 //  - default mode: the rows whose byte counts agree are caught through the tag (different calls'
 //    messages never match) and diagnosed at the deadline as MismatchError on every rank that is
 //    stuck; the rows whose byte counts differ fail at once as before. Not on MPI, whose native
-//    collectives carry no tag (the README says so).
+//    collectives carry no tag (docs/lifecycle.md says so).
 #include "spmd_case.h"
 #include "test_helpers.h"
 

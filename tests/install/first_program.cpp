@@ -1,4 +1,4 @@
-// The README's first program ("Using an installed ferry"): tests/install/check.sh compiles it
+// The README's first program ("First program"): tests/install/check.sh compiles it
 // against an installed ferry with pkg-config and runs it.
 #include <ferry/ferry.h>
 
