@@ -14,7 +14,6 @@
 // tested by a thread waiting on it while another thread starts the next op.
 #pragma once
 
-#include <ferry/backends/byte_layout.h>
 #include <ferry/backends/transport.h>
 #include <ferry/runtime/dtype.h>
 #include <ferry/runtime/reduce_op.h>
@@ -69,12 +68,6 @@ class NativeCollectives {
       const void* in, const std::vector<size_t>& send_bytes,
       const std::vector<size_t>& send_offset, void* out, const std::vector<size_t>& recv_bytes,
       const std::vector<size_t>& recv_offset) = 0;
-  // Laid-out blocks, [part][rank]: what goes to rank j is every part's send[p][j] in part
-  // order, read where the layouts say; what comes from rank k is written through every part's
-  // recv[p][k] (MPI: derived datatypes, so nothing is packed or unpacked by ferry).
-  virtual std::unique_ptr<NativeRequest> all_to_all_layouts(
-      const std::vector<std::vector<ByteLayout>>& send,
-      const std::vector<std::vector<ByteLayout>>& recv) = 0;
   // Lists: send[j] goes to rank j, recv[k] comes from rank k; no buffer overlaps another.
   virtual std::unique_ptr<NativeRequest> all_to_all(const std::vector<const void*>& send,
                                                     const std::vector<size_t>& send_bytes,

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdint>
 
 namespace ferry::detail {
 namespace {
@@ -37,50 +36,6 @@ MPI_Datatype absolute_bytes(const void* p, size_t bytes, const std::string& wher
             "MPI_Type_create_hindexed", where);
   check_mpi(MPI_Type_commit(&type), "MPI_Type_commit", where);
   return type;
-}
-
-// One rank's laid-out blocks (every part's layout for it, in part order) as one datatype of
-// absolute addresses: an hvector of MPI_BYTE per run, joined by a struct. MPI then reads and
-// writes the runs where they are (MPI_Ialltoallw from MPI_BOTTOM) instead of ferry packing them.
-MPI_Datatype absolute_layouts(const std::vector<std::vector<ByteLayout>>& parts, size_t rank,
-                              const std::string& where) {
-  std::vector<MPI_Datatype> runs;
-  std::vector<MPI_Aint> at;
-  auto free_runs = [&] {
-    for (MPI_Datatype& t : runs) MPI_Type_free(&t);
-  };
-  try {
-    for (const auto& part : parts) {
-      const ByteLayout& l = part[rank];
-      for (const ByteRun& r : l.runs) {
-        if (r.count == 0 || r.block == 0) continue;
-        FERRY_CHECK(r.count <= INT32_MAX && r.block <= INT32_MAX && r.stride <= PTRDIFF_MAX,
-                    TransportError, where, ": a layout run of ", r.count, " x ", r.block,
-                    " bytes does not fit MPI's int counts");
-        MPI_Aint address = 0;
-        check_mpi(MPI_Get_address(l.base + r.offset, &address), "MPI_Get_address", where);
-        MPI_Datatype t = MPI_DATATYPE_NULL;
-        check_mpi(MPI_Type_create_hvector(static_cast<int>(r.count), static_cast<int>(r.block),
-                                          static_cast<MPI_Aint>(r.stride), MPI_BYTE, &t),
-                  "MPI_Type_create_hvector", where);
-        runs.push_back(t);
-        at.push_back(address);
-      }
-    }
-    FERRY_CHECK(runs.size() <= INT32_MAX, TransportError, where, ": too many layout runs");
-    std::vector<int> ones(runs.size(), 1);
-    MPI_Datatype type = MPI_DATATYPE_NULL;
-    check_mpi(MPI_Type_create_struct(static_cast<int>(runs.size()), ones.data(), at.data(),
-                                     runs.data(), &type),
-              "MPI_Type_create_struct", where);
-    free_runs();  // the struct keeps what it needs of them
-    runs.clear();
-    check_mpi(MPI_Type_commit(&type), "MPI_Type_commit", where);
-    return type;
-  } catch (...) {
-    free_runs();
-    throw;
-  }
 }
 
 class MpiCollectives final : public NativeCollectives {
@@ -227,32 +182,6 @@ class MpiCollectives final : public NativeCollectives {
       return x;
     auto r = start("all_to_all");
     lists_by_address(*r, send, send_bytes, recv, recv_bytes, "all_to_all");
-    return r;
-  }
-
-  std::unique_ptr<NativeRequest> all_to_all_layouts(
-      const std::vector<std::vector<ByteLayout>>& send,
-      const std::vector<std::vector<ByteLayout>>& recv) override {
-    auto r = start("all_to_all_single");
-    const size_t n = static_cast<size_t>(size_);
-    std::vector<int>& sc = r->pending().ints(n);
-    std::vector<int>& rc = r->pending().ints(n);
-    std::vector<int>& zeros = r->pending().ints(n);
-    // Freed with the request, which keeps them until MPI is done with them.
-    std::vector<MPI_Datatype>& st = r->pending().datatypes(n, MPI_BYTE);
-    std::vector<MPI_Datatype>& rt = r->pending().datatypes(n, MPI_BYTE);
-    const std::string where = r->pending().describe();
-    for (size_t k = 0; k < n; ++k) {
-      size_t out = 0, in = 0;
-      for (const auto& part : send) out += part[k].bytes();
-      for (const auto& part : recv) in += part[k].bytes();
-      if (out > 0) st[k] = absolute_layouts(send, k, where), sc[k] = 1;
-      if (in > 0) rt[k] = absolute_layouts(recv, k, where), rc[k] = 1;
-    }
-    check_started(*r, MPI_Ialltoallw(MPI_BOTTOM, sc.data(), zeros.data(), st.data(), MPI_BOTTOM,
-                                     rc.data(), zeros.data(), rt.data(), comms_->coll,
-                                     r->pending().handle()),
-                  "MPI_Ialltoallw");
     return r;
   }
 

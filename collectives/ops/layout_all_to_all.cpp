@@ -47,6 +47,54 @@ std::vector<ByteLayout> byte_layouts(const detail::Validator& v, const Tensor& t
   return out;
 }
 
+// A native all-to-all takes, per peer, one block at an offset from one pointer: one native call
+// per part, in turn (one at a time, so that a failed wait leaves no other native call in flight).
+// A side whose blocks are all contiguous spans of its tensor goes as it is (a KJT's send side);
+// the other side's blocks are packed into a staging buffer, or unpacked out of one.
+void native_layout_all_to_all(OpContext& ctx, NativeCollectives& native,
+                              const std::vector<std::vector<ByteLayout>>& send,
+                              const std::vector<std::vector<ByteLayout>>& recv,
+                              const std::vector<Tensor>& keep) {
+  struct Side {
+    std::vector<size_t> bytes, offset;
+    Tensor staging;
+    char* base = nullptr;
+  };
+  auto plan = [](const std::vector<ByteLayout>& layouts) {
+    Side side;
+    bool spans = true;
+    size_t total = 0;
+    for (const ByteLayout& l : layouts) {
+      side.offset.push_back(total);
+      side.bytes.push_back(l.bytes());
+      total += side.bytes.back();
+      spans = spans && contiguous_span(l) != nullptr;
+    }
+    if (spans) {
+      side.base = layouts[0].base;
+      for (size_t k = 0; k < layouts.size(); ++k)
+        side.offset[k] = static_cast<size_t>(contiguous_span(layouts[k]) - side.base);
+    } else {
+      side.staging = empty({static_cast<int64_t>(total)}, DType::UInt8);
+      side.base = static_cast<char*>(side.staging.raw_data());
+    }
+    return side;
+  };
+  for (size_t p = 0; p < send.size(); ++p) {
+    Side out = plan(send[p]), in = plan(recv[p]);
+    if (out.staging.defined())
+      for (size_t k = 0; k < send[p].size(); ++k) pack_layout(send[p][k], out.base + out.offset[k]);
+    std::vector<Tensor> alive = keep;
+    alive.push_back(out.staging);
+    alive.push_back(in.staging);
+    ctx.wait_native(native.all_to_all_single(out.base, out.bytes, out.offset, in.base, in.bytes,
+                                             in.offset),
+                    std::move(alive));
+    if (in.staging.defined())
+      for (size_t k = 0; k < recv[p].size(); ++k) unpack_layout(in.base + in.offset[k], recv[p][k]);
+  }
+}
+
 }  // namespace
 
 Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send_layouts,
@@ -92,8 +140,7 @@ Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group
   return detail::submit(group, "all_to_all_single", summary,
                         [keep, send = std::move(send), recv = std::move(recv)](OpContext& ctx) mutable {
     if (NativeCollectives* native = ctx.native()) {
-      // MPI reads and writes the layouts itself (derived datatypes): nothing staged.
-      ctx.wait_native(native->all_to_all_layouts(send, recv), keep);
+      native_layout_all_to_all(ctx, *native, send, recv, keep);
     } else {
       detail::Exchange x;
       x.send_layout = std::move(send);
