@@ -93,7 +93,8 @@ using BlockLayout = std::vector<StridedRun>;
 // recv_layouts[j] hold the same number of elements (MismatchError otherwise). Received blocks
 // must not overlap each other (not checked). Every rank of the call uses this form. The local
 // transport copies straight between the layouts, so the bytes move once, as in the contiguous
-// forms; MPI and UCX pack into a staging buffer and unpack out of it.
+// forms; MPI and UCX send a block that is one contiguous span as it is and pack the others into
+// a staging buffer (and unpack them out of one).
 Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send_layouts,
                        Tensor output, const std::vector<BlockLayout>& recv_layouts,
                        const Group& group);
