@@ -58,7 +58,7 @@
 //                            state (sharded_tables.h).
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
-// same; the README's torchrec section lists the mapping and the deliberate differences.
+// same; docs/torchrec.md lists the mapping and the deliberate differences.
 #pragma once
 
 #include <ferry/collectives/torchrec/comm/codec_telemetry.h>
