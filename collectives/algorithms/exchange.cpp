@@ -24,7 +24,8 @@ void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   }
   // Our own block moves while the peers' are under way (no other block overlaps it).
   if (laid_out) {
-    for (size_t p = 0; p < x.send_layout.size(); ++p) copy_layout(x.send_layout[p][r], x.recv_layout[p][r]);
+    for (size_t p = 0; p < x.send_layout.size(); ++p)
+      copy_layout(x.send_layout[p][r], x.recv_layout[p][r]);
   } else if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r]) {
     std::memcpy(x.recv[r], x.send[r], x.recv_bytes[r]);
   }

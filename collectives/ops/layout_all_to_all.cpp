@@ -138,7 +138,8 @@ Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group
   detail::OpSummary summary = detail::OpSummary::of(parts[0].input).sizes_may_differ();
   summary.with_note(parts.size() == 1 ? " with layouts" : " with layouts, several parts");
   return detail::submit(group, "all_to_all_single", summary,
-                        [keep, send = std::move(send), recv = std::move(recv)](OpContext& ctx) mutable {
+                        [keep, send = std::move(send),
+                         recv = std::move(recv)](OpContext& ctx) mutable {
     if (NativeCollectives* native = ctx.native()) {
       native_layout_all_to_all(ctx, *native, send, recv, keep);
     } else {

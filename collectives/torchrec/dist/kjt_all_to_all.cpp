@@ -233,9 +233,9 @@ struct KjtA2aState {
   // segment's place in the result is known once phase 1 is settled: its lengths are source s's
   // stride, its values seg_values[s K + t], and the segments follow in recat order. So the labels
   // move in ONE all_to_all_single (a part per label) whose receive layouts put every segment at
-  // its recat position in the result: nothing is staged and nothing is reassembled (the local transport
-  // copies each byte once; MPI and UCX unpack their receive once). With a variable stride per
-  // key the received buffers go through kjt_dist_init.
+  // its recat position in the result: nothing is staged and nothing is reassembled (the local
+  // transport copies each byte once; MPI and UCX unpack their receive once). With a variable
+  // stride per key the received buffers go through kjt_dist_init.
   std::vector<int64_t> seg_values;  // [s K + t]: values rank s sends me for my t-th key
   std::vector<int64_t> seg_lpos;    // [s K + t]: where that segment's lengths start in the result
   std::vector<Tensor> out;          // per label: the result's (uniform stride) or the staging
@@ -274,8 +274,9 @@ struct KjtA2aState {
       for (int s = 0; s < W; ++s)
         for (int64_t t = 0; t < K; ++t) {
           const size_t seg = static_cast<size_t>(s * K + t);
-          part.recv_layouts[s].push_back(l == 0 ? StridedRun{seg_lpos[seg], 1, stride_per_rank[s], 0}
-                                                : StridedRun{seg_vpos[seg], 1, seg_values[seg], 0});
+          part.recv_layouts[s].push_back(
+              l == 0 ? StridedRun{seg_lpos[seg], 1, stride_per_rank[s], 0}
+                     : StridedRun{seg_vpos[seg], 1, seg_values[seg], 0});
         }
       parts.push_back(std::move(part));
     }
