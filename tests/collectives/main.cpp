@@ -1,6 +1,7 @@
-// The Catch2 main of the collectives suite.
-#define CATCH_CONFIG_MAIN
+// The Catch2 main of the collectives suite: a listener that sets the suite's default deadline.
+#define CATCH_CONFIG_EXTERNAL_INTERFACES  // the listener base class
 #include <catch2/catch.hpp>
+#include "tests/catch/run_catch.h"
 
 #include <ferry/runtime/config.h>
 
@@ -24,3 +25,5 @@ class DefaultTimeoutListener : public Catch::TestEventListenerBase {
 }  // namespace
 
 CATCH_REGISTER_LISTENER(DefaultTimeoutListener)
+
+int main(int argc, char** argv) { return ferry_test::run_catch(argc, argv); }

@@ -5,7 +5,6 @@
 //
 // The late rank in the stall tests does not sleep for a guessed time: it waits until the
 // warning naming it has been logged, so the test does not depend on how fast the machine is.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <ferry/backends/rendezvous/launch_env.h>

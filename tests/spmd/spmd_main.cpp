@@ -3,11 +3,8 @@
 // process, on ferry::init()'s world (see tests/spmd/spmd.h): MPI under mpiexec, UCX with
 // FERRY_BACKEND=ucx under mpiexec or ferry-run. For example
 //   mpiexec -n 3 build/tests/mpi/test_collectives_mpi [name or tag substrings...]
-// The Catch2 test cases linked in with the bodies are not run here; this only provides
-// Catch2's implementation for them to link against.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
+// The Catch2 test cases linked in with the bodies are not run here (Catch2's implementation,
+// which they link against, comes from catch2_dep).
 #include "tests/spmd/spmd.h"
 
 int main(int argc, char** argv) { return spmd::main_under_mpi(argc, argv); }

@@ -1,6 +1,5 @@
 // ferry::Store (backends/rendezvous/store.h): several ranks as threads of this process, each with
 // its own Store over TCP on loopback, as the rendezvous tests run their ranks.
-#define CATCH_CONFIG_MAIN
 #include <ferry/backends/rendezvous/store.h>
 #include <ferry/backends/rendezvous/socket_io.h>
 #include <ferry/backends/rendezvous/store_protocol.h>

@@ -290,3 +290,25 @@ TEST_CASE("KJT: empty", "[kjt]") {
   CHECK(KeyedJaggedTensor().num_keys() == 0);
   CHECK(e.to_dict().empty());
 }
+
+TEST_CASE("KJT: built from lengths its caller checked", "[kjt]") {
+  // kLengths per key: f0 3 values, f1 5.
+  const KeyedJaggedTensor kjt = torchrec::detail::kjt_with_checked_lengths(
+      {.keys = {"f0", "f1"}, .values = i64(kValues), .lengths = i64(kLengths)}, {3, 5}, "test");
+  CHECK(kjt.length_per_key() == V{3, 5});
+  CHECK(iv(kjt.offsets()) == kOffsets);
+  check_same(kjt, example());
+  // The counts must still fit the keys and the values; the rest is validated as usual.
+  CHECK_THROWS_WITH(torchrec::detail::kjt_with_checked_lengths(
+                        {.keys = {"f0", "f1"}, .values = i64(kValues), .lengths = i64(kLengths)},
+                        {3, 4}, "test"),
+                    Contains("test") && Contains("sum 7") && Contains("8 values"));
+  CHECK_THROWS_WITH(torchrec::detail::kjt_with_checked_lengths(
+                        {.keys = {"f0", "f1"}, .values = i64(kValues), .lengths = i64(kLengths)},
+                        {8}, "test"),
+                    Contains("2 keys"));
+  CHECK_THROWS_AS(torchrec::detail::kjt_with_checked_lengths(
+                      {.keys = {"f0", "f0"}, .values = i64(kValues), .lengths = i64(kLengths)},
+                      {3, 5}, "test"),
+                  InvalidArgument);
+}

@@ -335,6 +335,9 @@ KJT_CASE("KJTAllToAll: random KJTs: per-key order, ids preserved, the reverse ex
       }
       need_eq(key_lengths(out, key), want_l, g, at + key + " lengths");
       need_eq(key_values(out, key), want_v, g, at + key + " values");
+      // (the exchange hands the result its per-key counts; they must be the values received)
+      need(out.length_per_key()[t] == static_cast<int64_t>(want_v.size()), g,
+           at + key + " length_per_key");
       if (c.weighted) {
         const std::vector<double> w = dv(out[key].weights());
         for (size_t i = 0; i < want_v.size(); ++i)

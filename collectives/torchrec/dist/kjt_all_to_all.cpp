@@ -288,10 +288,13 @@ struct KjtA2aState {
 
   // The uniform-stride result: every segment's lengths must sum to the values placed for it (a
   // sender whose lengths disagreed with its per-key counts would otherwise shift ids silently).
+  // That check covers the constructor's, so the KJT is built without another pass over the
+  // lengths, its length_per_key known from the segments.
   KeyedJaggedTensor placed_result() {
     const int64_t K = splits[me];
     int64_t stride = 0;
     for (int64_t b : stride_per_rank) stride += b;
+    std::vector<int64_t> length_per_key(static_cast<size_t>(K), 0);
     for (int s = 0; s < W; ++s)
       for (int64_t t = 0; t < K; ++t) {
         const size_t seg = static_cast<size_t>(s * K + t);
@@ -301,10 +304,11 @@ struct KjtA2aState {
                     " on rank ", me, ": rank ", s, "'s lengths for key ", keys_out[t], " sum to ",
                     got.sum, got.negative ? " with a negative length" : "",
                     ", but its per-key count was ", seg_values[seg]);
+        length_per_key[static_cast<size_t>(t)] += seg_values[seg];
       }
     KjtInit init{.keys = keys_out, .values = out[1], .lengths = out[0], .stride = stride};
     if (labels.size() > 2) init.weights = out[2];
-    return KeyedJaggedTensor::from_init(std::move(init), kWhere);
+    return detail::kjt_with_checked_lengths(std::move(init), std::move(length_per_key), kWhere);
   }
 
   KeyedJaggedTensor finish() {

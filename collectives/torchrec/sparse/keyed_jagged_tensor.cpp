@@ -49,7 +49,10 @@ void validate_offsets(const std::vector<int64_t>& o, int64_t num_values, const c
               " but values has ", num_values, " elements");
 }
 
-std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where) {
+// `checked_length_per_key`: the caller's per-key value counts, which it has checked against the
+// lengths itself (detail::kjt_with_checked_lengths); the pass over the lengths is then skipped.
+std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where,
+                                        std::vector<int64_t>* checked_length_per_key = nullptr) {
   auto s = std::make_shared<detail::KjtState>();
   const int64_t K = static_cast<int64_t>(in.keys.size());
 
@@ -146,7 +149,16 @@ std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where) {
               " need ", expected);
 
   // contents
-  if (in.lengths.defined()) {
+  if (checked_length_per_key != nullptr) {
+    std::vector<int64_t>& lpk = *checked_length_per_key;
+    int64_t sum = 0;
+    for (int64_t c : lpk) sum += c;
+    FERRY_CHECK(in.lengths.defined() && !in.offsets.defined() &&
+                    static_cast<int64_t>(lpk.size()) == K && sum == n,
+                InvalidArgument, where, ": checked per-key counts ", list_str(lpk), " (sum ", sum,
+                ") do not fit ", K, " keys, lengths without offsets and ", n, " values");
+    s->length_per_key = std::move(lpk);
+  } else if (in.lengths.defined()) {
     // One pass over the lengths as stored: every KJT an exchange builds pays for this check, so it
     // reads them in place (the int64 copy is made only for an error's message or the offsets).
     const detail::LengthsSum total = detail::sum_lengths(in.lengths, 0, num_lengths);
@@ -205,6 +217,12 @@ KeyedJaggedTensor::KeyedJaggedTensor(KjtInit init) : s_(build(std::move(init), k
 
 KeyedJaggedTensor KeyedJaggedTensor::from_init(KjtInit init, const char* where) {
   return KeyedJaggedTensor(build(std::move(init), where));
+}
+
+KeyedJaggedTensor detail::kjt_with_checked_lengths(KjtInit init,
+                                                   std::vector<int64_t> length_per_key,
+                                                   const char* where) {
+  return KeyedJaggedTensor(build(std::move(init), where, &length_per_key));
 }
 
 KeyedJaggedTensor KeyedJaggedTensor::from_lengths_sync(

@@ -51,9 +51,18 @@
 
 namespace ferry::torchrec {
 
+class KeyedJaggedTensor;
+struct KjtInit;
+
 namespace detail {
 struct KjtState;
-}
+// For code that has already checked the lengths key by key (none negative, key k's summing to
+// length_per_key[k], as the KJT all-to-all does per received segment): the KJT without the
+// constructor's second pass over them, its length_per_key already known. Everything else is
+// validated as by the constructor, and the counts must add up to the values.
+KeyedJaggedTensor kjt_with_checked_lengths(KjtInit init, std::vector<int64_t> length_per_key,
+                                           const char* where);
+}  // namespace detail
 
 // VBE's inverse indices: `indices` [keys.size(), B] int32/int64, row k for keys[k].
 struct InverseIndices {
@@ -143,6 +152,8 @@ class KeyedJaggedTensor {
   KeyedJaggedTensor permute(const std::vector<int64_t>& indices) const;
 
  private:
+  friend KeyedJaggedTensor detail::kjt_with_checked_lengths(KjtInit, std::vector<int64_t>,
+                                                            const char*);
   explicit KeyedJaggedTensor(std::shared_ptr<const detail::KjtState> s) : s_(std::move(s)) {}
 
   std::shared_ptr<const detail::KjtState> s_;
