@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <thread>
+
 using namespace ferry;
 
 TEST_CASE("a large block freed by one tensor is reused by the next of the same size",
@@ -37,5 +39,24 @@ TEST_CASE("the cache stays within its limit by dropping the oldest blocks", "[bl
   // 300 MiB released into a 256 MiB cache: a was evicted, b and c are held.
   CHECK(cached_block_bytes() == size_t(2 * hundred_mib + 3));
   release_cached_blocks();
+  CHECK(cached_block_bytes() == 0);
+}
+
+TEST_CASE("a thread gets back the block it released itself before another thread's",
+          "[block_cache]") {
+  release_cached_blocks();
+  Tensor a = empty({1 << 18}, DType::Float32);  // 1 MiB each
+  Tensor b = empty({1 << 18}, DType::Float32);
+  const void* mine = a.raw_data();
+  const void* theirs = b.raw_data();
+  a = Tensor();  // released by this thread first
+  std::thread([t = std::move(b)]() mutable { t = Tensor(); }).join();  // then by another
+  REQUIRE(mine != theirs);
+  REQUIRE(cached_block_bytes() == size_t{2} << 20);
+  Tensor again = empty({1 << 18}, DType::Float32);
+  CHECK(again.raw_data() == mine);
+  // With none of its own left, a thread takes the newest block there is.
+  Tensor next = empty({1 << 18}, DType::Float32);
+  CHECK(next.raw_data() == theirs);
   CHECK(cached_block_bytes() == 0);
 }

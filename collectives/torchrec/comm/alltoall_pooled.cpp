@@ -92,7 +92,7 @@ class AllToAllPooledOp final : public AllToAllCommOp {
     const int64_t total = sum_of(info_.dim_sum_per_rank);
     const T* src = static_cast<const T*>(from.raw_data());
     T* dst = static_cast<T*>(to.raw_data());
-    const T by = static_cast<T>(divisor);
+    const detail::GroupSizeDivider<T> by_group_size(divisor);
     int64_t block = 0, col = 0;
     for (int64_t d : info_.dim_sum_per_rank) {
       for (int64_t r = 0; r < b; ++r) {
@@ -102,7 +102,7 @@ class AllToAllPooledOp final : public AllToAllCommOp {
         if (divisor == 1) {
           std::copy_n(s, d, t);
         } else {
-          for (int64_t j = 0; j < d; ++j) t[j] = s[j] / by;
+          by_group_size.apply(s, t, d);
         }
       }
       block += b * d;

@@ -43,9 +43,9 @@ void TorchrecCommOp::divide_if_enabled(Tensor& grad) const {
 
 void TorchrecCommOp::divide(Tensor& grad) const {
   if (grad.dtype() == DType::Float64) {
-    grad.vec<double>() /= static_cast<double>(world());
+    GroupSizeDivider<double>(world()).apply(grad.data<double>(), grad.data<double>(), grad.numel());
   } else {
-    grad.vec<float>() /= static_cast<float>(world());
+    GroupSizeDivider<float>(world()).apply(grad.data<float>(), grad.data<float>(), grad.numel());
   }
   grad.bump_version();
 }
