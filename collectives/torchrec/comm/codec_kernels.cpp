@@ -1,4 +1,5 @@
 #include <ferry/collectives/torchrec/comm/codec_kernels.h>
+#include <ferry/collectives/torchrec/comm/isa_clones.h>
 
 #include <algorithm>
 #include <bit>
@@ -13,16 +14,10 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-// One clone per ISA level, picked by the loader (ifunc) from the CPU's features.
-#define FERRY_CODEC_KERNEL \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FERRY_CODEC_KERNEL
-#endif
-
-// The helpers are inlined into every clone, so that each compiles them for its own ISA.
-#define FERRY_CODEC_INLINE __attribute__((always_inline)) inline
+// One clone per ISA level (isa_clones.h); the helpers are inlined into every clone, so that each
+// compiles them for its own ISA.
+#define FERRY_CODEC_KERNEL FERRY_ISA_CLONES
+#define FERRY_CODEC_INLINE FERRY_ISA_INLINE
 
 namespace ferry::torchrec::detail {
 namespace {
