@@ -70,6 +70,16 @@ int64_t slot_of(const std::string& label) {
 namespace detail {
 
 struct KjtA2aState {
+  KjtA2aState(Group g, std::vector<int64_t> key_splits, int64_t key_stagger, KJTAllToAllOptions o,
+              KeyedJaggedTensor kjt)
+      : group(std::move(g)),
+        splits(std::move(key_splits)),
+        stagger(key_stagger),
+        options(o),
+        input(std::move(kjt)),
+        W(group.size()),
+        me(group.rank()) {}
+
   Group group;
   std::vector<int64_t> splits;
   int64_t stagger = 1;
@@ -437,14 +447,7 @@ KJTAllToAll::KJTAllToAll(Group group, std::vector<int64_t> splits, int64_t stagg
 
 KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) const {
   using namespace detail;
-  auto st = std::make_shared<KjtA2aState>();
-  st->group = group_;
-  st->splits = splits_;
-  st->stagger = stagger_;
-  st->options = options_;
-  st->input = input;
-  st->W = group_.size();
-  st->me = group_.rank();
+  auto st = std::make_shared<KjtA2aState>(group_, splits_, stagger_, options_, input);
   const int W = st->W;
 
   st->labels = kjt_dist_labels(input);

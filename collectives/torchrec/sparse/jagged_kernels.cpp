@@ -60,9 +60,7 @@ FERRY_ISA_INLINE LengthsSum sum_range(const T* p, int64_t n) {
   }
   return {sum, bits < 0};
 }
-}  // namespace
 
-namespace {
 // One clone per ISA level (isa_clones.h): the KJT all-to-all checks every length it receives, and
 // baseline SSE2 adds two int64 at a time (a tenth of its phase 2 at 16K lengths).
 FERRY_ISA_CLONES LengthsSum sum_int32_lengths(const int32_t* p, int64_t n) {
