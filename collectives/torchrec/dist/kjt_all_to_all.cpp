@@ -264,6 +264,7 @@ struct KjtA2aState {
         vp += seg_values[seg];
       }
     std::vector<LayoutAllToAllPart> parts;  // uniform stride: every label in one collective
+    parts.reserve(labels.size());
     for (size_t l = 0; l < labels.size(); ++l) {
       int64_t n = 0;
       for (int64_t c : output_splits[l]) n += c;
@@ -281,13 +282,15 @@ struct KjtA2aState {
         part.send_layouts[j].push_back(StridedRun{off, 1, input_splits[l][j], 0});
         off += input_splits[l][j];
       }
-      for (int s = 0; s < W; ++s)
+      for (int s = 0; s < W; ++s) {
+        part.recv_layouts[s].reserve(static_cast<size_t>(K));
         for (int64_t t = 0; t < K; ++t) {
           const size_t seg = static_cast<size_t>(s * K + t);
           part.recv_layouts[s].push_back(
               l == 0 ? StridedRun{seg_lpos[seg], 1, stride_per_rank[s], 0}
                      : StridedRun{seg_vpos[seg], 1, seg_values[seg], 0});
         }
+      }
       parts.push_back(std::move(part));
     }
     if (uniform) {
