@@ -224,16 +224,17 @@ struct KjtA2aState {
   }
 
   void settle(const std::vector<const int64_t*>& rec) {
-    output_splits.assign(labels.size(), {});
+    output_splits.assign(labels.size(), std::vector<int64_t>(static_cast<size_t>(W)));
     for (size_t l = 0; l < labels.size(); ++l) {
       const int64_t slot = slot_of(labels[l]);
-      for (int s = 0; s < W; ++s) output_splits[l].push_back(rec[s][kHeader + slot * W + me]);
+      for (int s = 0; s < W; ++s) output_splits[l][s] = rec[s][kHeader + slot * W + me];
     }
     if (!input.variable_stride_per_key())
       for (int s = 0; s < W; ++s) stride_per_rank.push_back(rec[s][kStride]);
     recat = get_recat(splits[me], W, stagger);
     int64_t k0 = 0;
     for (int j = 0; j < me; ++j) k0 += splits[j];
+    seg_values.reserve(static_cast<size_t>(W * splits[me]));
     for (int s = 0; s < W; ++s)
       for (int64_t t = 0; t < splits[me]; ++t)
         seg_values.push_back(rec[s][kHeader + kSlots * W + k0 + t]);

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <mutex>
 #include <ostream>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 
 namespace ferry::torchrec {
 
@@ -16,13 +18,12 @@ namespace detail {
 // set under `mu` (so references handed out stay valid).
 struct KjtState {
   std::vector<std::string> keys;
-  std::unordered_map<std::string, int64_t> index;  // key -> first position
-  int64_t first_duplicate = -1;                    // position of a repeated key, -1 if none
+  int64_t first_duplicate = -1;  // position of a repeated key, -1 if none
   bool allow_duplicate_keys = false;
   Tensor values, weights;
   int64_t stride = 0;
   bool variable = false;
-  std::vector<std::vector<int64_t>> stride_per_key_per_rank;
+  std::vector<std::vector<int64_t>> stride_per_key_per_rank;  // given (variable stride per key)
   std::vector<int64_t> stride_per_key;
   std::vector<int64_t> lengths_offset_per_key;
   std::optional<InverseIndices> inverse_indices;
@@ -30,6 +31,9 @@ struct KjtState {
   mutable std::mutex mu;
   mutable Tensor lengths, offsets;  // at least one set at construction
   mutable std::optional<std::vector<int64_t>> length_per_key, offset_per_key;
+  // Derived on first use: every exchange builds a KJT, and these cost an allocation per key.
+  mutable std::optional<std::unordered_map<std::string, int64_t>> index;  // key -> first position
+  mutable std::optional<std::vector<std::vector<int64_t>>> uniform_stride_per_key_per_rank;
 };
 
 }  // namespace detail
@@ -49,6 +53,34 @@ void validate_offsets(const std::vector<int64_t>& o, int64_t num_values, const c
               " but values has ", num_values, " elements");
 }
 
+// The first key equal to an earlier one: {the earlier position, its position}, or {-1, -1}. A
+// quadratic scan for the usual handful of keys (no allocation), a hash map beyond that.
+std::pair<int64_t, int64_t> first_repeated_key(const std::vector<std::string>& keys) {
+  const int64_t K = static_cast<int64_t>(keys.size());
+  if (K <= 32) {
+    for (int64_t k = 1; k < K; ++k)
+      for (int64_t i = 0; i < k; ++i)
+        if (keys[i] == keys[k]) return {i, k};
+    return {-1, -1};
+  }
+  std::unordered_map<std::string_view, int64_t> seen;
+  for (int64_t k = 0; k < K; ++k) {
+    auto [it, fresh] = seen.emplace(keys[k], k);
+    if (!fresh) return {it->second, k};
+  }
+  return {-1, -1};
+}
+
+// key -> first position, built on first use.
+const std::unordered_map<std::string, int64_t>& index_of(const detail::KjtState& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.index) {
+    s.index.emplace();
+    for (size_t k = 0; k < s.keys.size(); ++k) s.index->emplace(s.keys[k], static_cast<int64_t>(k));
+  }
+  return *s.index;
+}
+
 // `checked_length_per_key`: the caller's per-key value counts, which it has checked against the
 // lengths itself (detail::kjt_with_checked_lengths); the pass over the lengths is then skipped.
 std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where,
@@ -58,11 +90,11 @@ std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where,
 
   // keys
   s->allow_duplicate_keys = in.allow_duplicate_keys;
-  for (int64_t k = 0; k < K; ++k) {
-    auto [it, fresh] = s->index.emplace(in.keys[k], k);
-    if (!fresh && s->first_duplicate < 0) s->first_duplicate = k;
-    FERRY_CHECK(fresh || in.allow_duplicate_keys, InvalidArgument, where, ": key \"", in.keys[k],
-                "\" appears twice (positions ", it->second, " and ", k, ") in keys ",
+  const auto [first, repeat] = first_repeated_key(in.keys);
+  if (repeat >= 0) {
+    s->first_duplicate = repeat;
+    FERRY_CHECK(in.allow_duplicate_keys, InvalidArgument, where, ": key \"", in.keys[repeat],
+                "\" appears twice (positions ", first, " and ", repeat, ") in keys ",
                 detail::keys_str(in.keys), "; keys must be unique");
   }
   s->keys = std::move(in.keys);
@@ -136,7 +168,6 @@ std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where,
     }
     FERRY_CHECK(s->stride >= 0, InvalidArgument, where, ": stride ", s->stride, " is negative");
     s->stride_per_key.assign(static_cast<size_t>(K), s->stride);
-    s->stride_per_key_per_rank.assign(static_cast<size_t>(K), std::vector<int64_t>{s->stride});
   }
   s->lengths_offset_per_key.assign(static_cast<size_t>(K) + 1, 0);
   for (int64_t k = 0; k < K; ++k)
@@ -278,7 +309,11 @@ bool KeyedJaggedTensor::allows_duplicate_keys() const { return s_->allow_duplica
 int64_t KeyedJaggedTensor::stride() const { return s_->stride; }
 const std::vector<int64_t>& KeyedJaggedTensor::stride_per_key() const { return s_->stride_per_key; }
 const std::vector<std::vector<int64_t>>& KeyedJaggedTensor::stride_per_key_per_rank() const {
-  return s_->stride_per_key_per_rank;
+  if (s_->variable) return s_->stride_per_key_per_rank;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (!s_->uniform_stride_per_key_per_rank)
+    s_->uniform_stride_per_key_per_rank.emplace(s_->keys.size(), std::vector<int64_t>{s_->stride});
+  return *s_->uniform_stride_per_key_per_rank;
 }
 bool KeyedJaggedTensor::variable_stride_per_key() const { return s_->variable; }
 const std::optional<InverseIndices>& KeyedJaggedTensor::inverse_indices() const {
@@ -323,10 +358,9 @@ std::vector<int64_t> KeyedJaggedTensor::length_per_key() const {
       const Tensor& o = s_->offsets;
       for (size_t k = 0; k < lpk.size(); ++k)
         lpk[k] = static_cast<int64_t>(o.get_flat(lo[k + 1])) - static_cast<int64_t>(o.get_flat(lo[k]));
-    } else {
-      const std::vector<int64_t> l = detail::index_vector(s_->lengths);
+    } else {  // in place, at the vector width (the lengths were checked at construction)
       for (size_t k = 0; k < lpk.size(); ++k)
-        for (int64_t i = lo[k]; i < lo[k + 1]; ++i) lpk[k] += l[static_cast<size_t>(i)];
+        lpk[k] = detail::sum_lengths(s_->lengths, lo[k], lo[k + 1]).sum;
     }
     s_->length_per_key = std::move(lpk);
   }
@@ -337,14 +371,17 @@ std::map<std::string, int64_t> KeyedJaggedTensor::index_per_key() const {
   FERRY_CHECK(s_->first_duplicate < 0, InvalidArgument,
               "KeyedJaggedTensor::index_per_key: key \"", s_->keys[s_->first_duplicate],
               "\" repeats in ", detail::keys_str(s_->keys), "; access by key is ambiguous");
-  return {s_->index.begin(), s_->index.end()};
+  const auto& index = index_of(*s_);
+  return {index.begin(), index.end()};
 }
 
 int64_t KeyedJaggedTensor::key_index(const std::string& key) const {
-  auto it = s_->index.find(key);
-  FERRY_CHECK(it != s_->index.end(), InvalidArgument, "KeyedJaggedTensor: no key \"", key,
+  const auto& index = index_of(*s_);
+  auto it = index.find(key);
+  FERRY_CHECK(it != index.end(), InvalidArgument, "KeyedJaggedTensor: no key \"", key,
               "\" in keys ", detail::keys_str(s_->keys));
-  FERRY_CHECK(std::count(s_->keys.begin(), s_->keys.end(), key) == 1, InvalidArgument,
+  FERRY_CHECK(s_->first_duplicate < 0 || std::count(s_->keys.begin(), s_->keys.end(), key) == 1,
+              InvalidArgument,
               "KeyedJaggedTensor: key \"", key, "\" repeats in ", detail::keys_str(s_->keys),
               "; access by key is ambiguous");
   return it->second;

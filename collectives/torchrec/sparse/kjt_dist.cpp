@@ -28,7 +28,12 @@ std::vector<std::vector<int64_t>> kjt_dist_splits(const KeyedJaggedTensor& kjt,
               " keys ", detail::keys_str(kjt.keys()));
   const std::vector<int64_t> lpk = kjt.length_per_key();
   const std::vector<int64_t>& spk = kjt.stride_per_key();
-  std::vector<int64_t> lengths, values;
+  std::vector<std::vector<int64_t>> out(2);
+  out.reserve(4);
+  std::vector<int64_t>& lengths = out[0];
+  std::vector<int64_t>& values = out[1];
+  lengths.reserve(key_splits.size());
+  values.reserve(key_splits.size());
   int64_t k = 0;
   for (int64_t s : key_splits) {
     int64_t nl = 0, nv = 0;
@@ -39,9 +44,8 @@ std::vector<std::vector<int64_t>> kjt_dist_splits(const KeyedJaggedTensor& kjt,
     lengths.push_back(nl);
     values.push_back(nv);
   }
-  std::vector<std::vector<int64_t>> out{lengths, values};
   if (kjt.variable_stride_per_key()) out.push_back(key_splits);
-  if (kjt.has_weights()) out.push_back(values);
+  if (kjt.has_weights()) out.push_back(out[1]);
   return out;
 }
 
@@ -62,12 +66,11 @@ std::optional<std::vector<int64_t>> get_recat(int64_t local_split, int64_t num_s
               stagger, " must be >= 1 and divide num_splits ", num_splits);
   if (local_split == 0) return std::nullopt;
   const int64_t per = num_splits / stagger;
-  std::vector<int64_t> order;
-  for (int64_t x = 0; x < per; ++x)
-    for (int64_t y = 0; y < stagger; ++y) order.push_back(x + per * y);
   std::vector<int64_t> recat;
+  recat.reserve(static_cast<size_t>(local_split * num_splits));
   for (int64_t t = 0; t < local_split; ++t)
-    for (int64_t j : order) recat.push_back(t + j * local_split);
+    for (int64_t x = 0; x < per; ++x)
+      for (int64_t y = 0; y < stagger; ++y) recat.push_back(t + (x + per * y) * local_split);
   return recat;
 }
 
