@@ -1,9 +1,8 @@
 #include <ferry/backends/transport.h>
 
-#include <ferry/runtime/block_cache.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/tensor.h>
 
-#include <algorithm>
 #include <vector>
 
 namespace ferry {
@@ -11,27 +10,19 @@ namespace {
 
 // isend_layout / irecv_layout of a transport without layouts of its own: a layout that is one
 // contiguous span goes as plain bytes; any other through a contiguous staging buffer, packed
-// before the send is posted, unpacked once the receive succeeded. The staging comes from the
-// tensor block cache: a fresh zero-filled buffer per message (a std::vector<char>) cost a
-// zero fill, and above 128 KiB an mmap and its page faults, on every call.
+// before the send is posted, unpacked once the receive succeeded. The staging is a tensor, as in
+// the native path, so it comes from the block cache: a fresh zero-filled std::vector<char> per
+// message cost a zero fill, and above 128 KiB an mmap and its page faults, on every call.
 class StagedRequest final : public Request {
  public:
   StagedRequest(int peer, bool is_send, ByteLayout layout)
       : Request(peer, is_send),
         layout_(std::move(layout)),
-        bytes_(layout_.bytes()),
-        staging_(static_cast<char*>(detail::acquire_block(std::max<size_t>(bytes_, 1)))) {
-    if (is_send_) pack_layout(layout_, staging_);
+        staging_(empty({static_cast<int64_t>(layout_.bytes())}, DType::UInt8)) {
+    if (is_send_) pack_layout(layout_, staging());
   }
-  ~StagedRequest() override {
-    // The inner request goes first: it may still refer to the staging (a cancelled receive).
-    inner_.reset();
-    detail::release_block(staging_, std::max<size_t>(bytes_, 1));
-  }
-  StagedRequest(const StagedRequest&) = delete;
-  StagedRequest& operator=(const StagedRequest&) = delete;
-  char* staging() { return staging_; }
-  size_t bytes() const { return bytes_; }
+  char* staging() { return static_cast<char*>(staging_.raw_data()); }
+  size_t bytes() const { return staging_.nbytes(); }
   void start(std::unique_ptr<Request> inner) { inner_ = std::move(inner); }
 
   bool test() override { return unpack_if(inner_->test()); }
@@ -51,15 +42,14 @@ class StagedRequest final : public Request {
       } catch (...) {
         return true;
       }
-      unpack_layout(staging_, layout_);
+      unpack_layout(staging(), layout_);
     }
     return finished;
   }
 
   ByteLayout layout_;
-  size_t bytes_;
-  char* staging_;
-  std::unique_ptr<Request> inner_;
+  Tensor staging_;
+  std::unique_ptr<Request> inner_;  // declared last, so destroyed before the staging it uses
   bool unpacked_ = false;
 };
 

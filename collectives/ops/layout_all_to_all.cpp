@@ -62,18 +62,19 @@ void native_layout_all_to_all(OpContext& ctx, NativeCollectives& native,
   };
   auto plan = [](const std::vector<ByteLayout>& layouts) {
     Side side;
-    bool spans = true;
+    std::vector<char*> spans;  // each block's contiguous span, while every block has one
     size_t total = 0;
     for (const ByteLayout& l : layouts) {
       side.offset.push_back(total);
       side.bytes.push_back(l.bytes());
       total += side.bytes.back();
-      spans = spans && contiguous_span(l) != nullptr;
+      if (char* span = contiguous_span(l); span && spans.size() == side.offset.size() - 1)
+        spans.push_back(span);
     }
-    if (spans) {
+    if (spans.size() == layouts.size()) {
       side.base = layouts[0].base;
       for (size_t k = 0; k < layouts.size(); ++k)
-        side.offset[k] = static_cast<size_t>(contiguous_span(layouts[k]) - side.base);
+        side.offset[k] = static_cast<size_t>(spans[k] - side.base);
     } else {
       side.staging = empty({static_cast<int64_t>(total)}, DType::UInt8);
       side.base = static_cast<char*>(side.staging.raw_data());
