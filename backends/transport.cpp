@@ -23,6 +23,7 @@ class StagedRequest final : public Request {
   }
   char* staging() { return static_cast<char*>(staging_.raw_data()); }
   size_t bytes() const { return staging_.nbytes(); }
+  const ByteLayout& layout() const { return layout_; }
   void start(std::unique_ptr<Request> inner) { inner_ = std::move(inner); }
 
   bool test() override { return unpack_if(inner_->test()); }
@@ -42,7 +43,7 @@ class StagedRequest final : public Request {
       } catch (...) {
         return true;
       }
-      unpack_layout(staging(), layout_);
+      if (!inner_->filled_layout()) unpack_layout(staging(), layout_);
     }
     return finished;
   }
@@ -65,7 +66,7 @@ std::unique_ptr<Request> Transport::isend_layout(int dst, const Tag& tag, ByteLa
 std::unique_ptr<Request> Transport::irecv_layout(int src, const Tag& tag, ByteLayout layout) {
   if (char* span = contiguous_span(layout)) return irecv(src, tag, span, layout.bytes());
   auto request = std::make_unique<StagedRequest>(src, false, std::move(layout));
-  request->start(irecv(src, tag, request->staging(), request->bytes()));
+  request->start(irecv_staged(src, tag, request->staging(), request->bytes(), request->layout()));
   return request;
 }
 

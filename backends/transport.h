@@ -58,6 +58,9 @@ class Request {
   virtual void cancel() = 0;
   // After the request finished: throws its error (MismatchError, PeerFailure, TransportError).
   virtual void rethrow_if_failed() = 0;
+  // A receive posted by Transport::irecv_staged that wrote its bytes straight into the layout
+  // (its staging buffer holds nothing to unpack). Asked once the request finished successfully.
+  virtual bool filled_layout() const { return false; }
 
   int peer() const { return peer_; }
   bool is_send() const { return is_send_; }
@@ -107,6 +110,16 @@ class Transport {
   // largest proposal, so ids stay unique within each process (see Group::split).
   uint32_t propose_group_id() const { return next_group_id_.load(); }
   void adopt_group_id(uint32_t id);
+
+ protected:
+  // The receive behind irecv_layout's staging: `bytes` into `staging`, for `layout`. A transport
+  // that can at times write straight into the layout (UCX's CMA reads, which scatter) overrides
+  // it; its request then says so through Request::filled_layout, and the unpack is skipped.
+  virtual std::unique_ptr<Request> irecv_staged(int src, const Tag& tag, void* staging,
+                                                size_t bytes, const ByteLayout& layout) {
+    (void)layout;
+    return irecv(src, tag, staging, bytes);
+  }
 
  private:
   std::atomic<uint32_t> next_group_id_{1};  // 0 is the world group

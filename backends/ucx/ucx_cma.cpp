@@ -3,6 +3,7 @@
 #include <ferry/backends/ucx/ucx_tag.h>
 #include <ferry/runtime/error.h>
 
+#include <limits.h>
 #include <sys/random.h>
 #include <sys/uio.h>
 
@@ -37,6 +38,14 @@ struct AckWire {
   uint64_t value;
 };
 static_assert(sizeof(AckWire) == kCmaAckBytes);
+
+// What a failed process_vm_readv means (a read that moved nothing counts as EFAULT).
+CmaReadResult read_failure(ssize_t n) {
+  const int e = n == 0 ? EFAULT : errno;
+  if (e == EPERM || e == EACCES || e == ENOSYS) return {CmaReadOutcome::Refused, e};
+  if (e == ESRCH) return {CmaReadOutcome::Gone, e};
+  return {CmaReadOutcome::Failed, e};
+}
 
 bool cookie_valid(uint64_t cookie) { return cookie >= 1 && cookie <= kUcxMaxCmaCookie; }
 
@@ -115,13 +124,46 @@ CmaReadResult cma_read(uint32_t pid, uint64_t remote, void* local, size_t bytes)
       done += static_cast<size_t>(n);
       continue;
     }
-    const int e = n == 0 ? EFAULT : errno;
-    if (e == EINTR) continue;
-    if (e == EPERM || e == EACCES || e == ENOSYS) return {CmaReadOutcome::Refused, e};
-    if (e == ESRCH) return {CmaReadOutcome::Gone, e};
-    return {CmaReadOutcome::Failed, e};
+    if (n < 0 && errno == EINTR) continue;
+    return read_failure(n);
   }
   return {CmaReadOutcome::Done, 0};
+}
+
+CmaReadResult cma_read_scattered(uint32_t pid, uint64_t remote, const ByteLayout& to) {
+  // The pieces in order, as iovecs, at most IOV_MAX per call; the remote side is the one
+  // contiguous range they fill. A partial read resumes at the piece and offset where it stopped.
+  std::vector<iovec> pieces;
+  for (const ByteRun& r : to.runs)
+    for (size_t j = 0; r.block > 0 && j < r.count; ++j)
+      pieces.push_back(iovec{to.base + r.offset + j * r.stride, r.block});
+  size_t next = 0, done = 0;
+  while (next < pieces.size()) {
+    const size_t n = std::min<size_t>(pieces.size() - next, IOV_MAX);
+    size_t want = 0;
+    for (size_t j = next; j < next + n; ++j) want += pieces[j].iov_len;
+    iovec from{reinterpret_cast<void*>(remote + done), want};
+    const ssize_t got = process_vm_readv(static_cast<pid_t>(pid), &pieces[next], n, &from, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return read_failure(got);
+    done += static_cast<size_t>(got);
+    for (size_t left = static_cast<size_t>(got); left > 0;) {
+      iovec& p = pieces[next];
+      const size_t step = std::min(left, p.iov_len);
+      p.iov_base = static_cast<char*>(p.iov_base) + step;
+      p.iov_len -= step;
+      left -= step;
+      if (p.iov_len == 0) ++next;
+    }
+  }
+  return {CmaReadOutcome::Done, 0};
+}
+
+bool cma_worth_scattering(const ByteLayout& l) {
+  size_t pieces = 0;
+  for (const ByteRun& r : l.runs)
+    if (r.block > 0) pieces += r.count;
+  return pieces > 0 && l.bytes() / pieces >= kCmaScatterMinPiece;
 }
 
 const CmaToken& cma_self_token() {

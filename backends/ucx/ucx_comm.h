@@ -76,6 +76,11 @@ struct UcxOp {
   bool is_send = false;
   size_t bytes = 0;
   void* data = nullptr;  // the caller's buffer
+  // A laid-out receive staged in `data` (Transport::irecv_staged) whose pieces are large enough
+  // (cma_worth_scattering): a CMA read writes them straight into this layout instead, and sets
+  // `scattered` before `done`; data that comes through UCX still lands in `data`.
+  ByteLayout scatter;
+  bool scattered = false;
   UcxLeg legs[2];
   CmaState cma;
   std::exception_ptr forced;      // the error to report whatever UCX says (peer failed, ...)

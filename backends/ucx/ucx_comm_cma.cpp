@@ -73,7 +73,10 @@ void UcxComm::read_from_peer(const std::shared_ptr<UcxOp>& op) {
     }
   }
   // watch_ answers without the lock; cma_from_ was true, so the peer is watched.
-  CmaReadResult read = cma_read(watch_.pid(op->peer), op->cma.desc.address, op->data, op->bytes);
+  const bool scatter = !op->scatter.runs.empty();
+  CmaReadResult read =
+      scatter ? cma_read_scattered(watch_.pid(op->peer), op->cma.desc.address, op->scatter)
+              : cma_read(watch_.pid(op->peer), op->cma.desc.address, op->data, op->bytes);
   // The pid names the peer for as long as the peer lives: alive after the read, it was the
   // peer's memory that was read throughout.
   if (read.outcome != CmaReadOutcome::Refused && watch_.ended(op->peer))
@@ -84,6 +87,8 @@ void UcxComm::read_from_peer(const std::shared_ptr<UcxOp>& op) {
     case CmaReadOutcome::Done:
       cma_counters().reads.fetch_add(1, std::memory_order_relaxed);
       cma_counters().bytes_read.fetch_add(op->bytes, std::memory_order_relaxed);
+      if (scatter) cma_counters().scattered_reads.fetch_add(1, std::memory_order_relaxed);
+      op->scattered = scatter;
       send_ack(op, CmaAckStatus::Done, 0);
       settle(*op, nullptr);
       break;

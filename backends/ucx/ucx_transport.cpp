@@ -45,6 +45,7 @@ class UcxRequest final : public Request {
   void rethrow_if_failed() override {
     if (done() && op_->error) std::rethrow_exception(op_->error);
   }
+  bool filled_layout() const override { return done() && op_->scattered; }
 
  private:
   bool done() const { return op_->done.load(std::memory_order_acquire); }
@@ -67,21 +68,35 @@ class UcxTransport final : public Transport {
   std::unique_ptr<Request> irecv(int src, const Tag& tag, void* data, size_t bytes) override {
     return post(src, tag, false, data, bytes);
   }
+  // A CMA read scatters into the layout itself when its pieces are large enough; data that
+  // comes through UCX lands in the staging buffer and is unpacked from there.
+  std::unique_ptr<Request> irecv_staged(int src, const Tag& tag, void* staging, size_t bytes,
+                                        const ByteLayout& layout) override {
+    auto op = make_op(src, tag, false, bytes);
+    if (cma_worth_scattering(layout)) op->scatter = layout;
+    return start(std::move(op), staging);
+  }
   void abandon_group(uint32_t group, const std::string& why) override {
     comm_->abandon_group(group, why);
   }
   void peers_closing() override { comm_->begin_closing(); }
 
  private:
-  std::unique_ptr<Request> post(int peer, const Tag& tag, bool is_send, void* data,
-                                size_t bytes) {
+  static std::shared_ptr<UcxOp> make_op(int peer, const Tag& tag, bool is_send, size_t bytes) {
     auto op = std::make_shared<UcxOp>();
     op->peer = peer;
     op->tag = tag;
     op->is_send = is_send;
     op->bytes = bytes;
+    return op;
+  }
+  std::unique_ptr<Request> start(std::shared_ptr<UcxOp> op, void* data) {
     comm_->post(op, data);
     return std::make_unique<UcxRequest>(comm_, std::move(op));
+  }
+  std::unique_ptr<Request> post(int peer, const Tag& tag, bool is_send, void* data,
+                                size_t bytes) {
+    return start(make_op(peer, tag, is_send, bytes), data);
   }
 
   std::shared_ptr<UcxComm> comm_;

@@ -51,6 +51,38 @@ FT_SPMD_CASE("all_to_all_single (layouts): column blocks side by side", "[moveme
                     expected);
 }
 
+// The same with wide pieces, 4-6 KiB a row and 64 KiB or more a message: large enough that
+// UCX's CMA reads scatter them straight into the columns (cma_worth_scattering) instead of
+// staging the message, in every UCX suite; the CMA-from-1-KiB suite checks that they did.
+FT_SPMD_CASE("all_to_all_single (layouts): wide column blocks", "[movement][layout]", 1, 2, 3, 4) {
+  const int W = g.size(), me = g.rank();
+  auto wide = [](int from) -> int64_t { return 512 + 128 * from; };
+  auto rows = [](int receiver) -> int64_t { return 16 + 5 * receiver; };
+  auto value = [&](int from, int to, int64_t row, int64_t col) {
+    return static_cast<double>(((from * W + to) * 1000 + row) * 1000 + col);
+  };
+  int64_t total_cols = 0, sent_rows = 0;
+  for (int k = 0; k < W; ++k) total_cols += wide(k), sent_rows += rows(k);
+  Tensor input = ferry::empty({sent_rows, wide(me)}, DType::Float64);
+  std::vector<BlockLayout> send(W), recv(W);
+  for (int k = 0, row = 0; k < W; ++k) {
+    send[k] = {StridedRun{row * wide(me), 1, rows(k) * wide(me), 0}};
+    for (int64_t i = 0; i < rows(k); ++i, ++row)
+      for (int64_t c = 0; c < wide(me); ++c)
+        input.data<double>()[row * wide(me) + c] = value(me, k, i, c);
+  }
+  Tensor output = ferry::full({rows(me), total_cols}, -1.0, DType::Float64);
+  for (int k = 0, col = 0; k < W; col += wide(k), ++k)
+    recv[k] = {StridedRun{col, rows(me), wide(k), total_cols}};
+  ferry::all_to_all_single(input, send, output, recv, g).wait();
+  std::vector<double> expected;
+  for (int64_t i = 0; i < rows(me); ++i)
+    for (int k = 0; k < W; ++k)
+      for (int64_t c = 0; c < wide(k); ++c) expected.push_back(value(k, me, i, c));
+  ctx.expect_tensor(where(g, "wide columns"), output, DType::Float64, {rows(me), total_cols},
+                    expected);
+}
+
 // Every element goes through its own run, in a random order on both sides, with block sizes
 // 0..5 per pair: whatever the layouts, element j of the block from rank i lands where this
 // rank's layout for i says its j-th element goes.
