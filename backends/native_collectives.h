@@ -36,6 +36,15 @@ class NativeRequest {
   virtual bool wait_until(Clock::time_point deadline) = 0;
   // After it finished: throws its error (TransportError).
   virtual void rethrow_if_failed() = 0;
+  // Its op timed out and the request is kept forever: stop what it still posts or steps on its
+  // own (NativeCollectives::abandon_stuck_request calls it). A wrapper forwards it.
+  virtual void give_up() {}
+};
+
+// `bytes` bytes at `data`: one contiguous piece of a message (written only on a receive).
+struct ByteSpan {
+  char* data = nullptr;
+  size_t bytes = 0;
 };
 
 // Ranks are group ranks. Buffers are the caller's and must stay valid until the request
@@ -73,6 +82,13 @@ class NativeCollectives {
                                                     const std::vector<size_t>& send_bytes,
                                                     const std::vector<void*>& recv,
                                                     const std::vector<size_t>& recv_bytes) = 0;
+  // Several contiguous spans per peer in one collective (the parts of a layout all-to-all):
+  // send[j] lists the spans that go to rank j, in order; recv[k] the spans that come from rank
+  // k, one for each of the sender's spans to this rank and of the same size (a size that
+  // differs fails as a mismatch). This rank's own spans are copied, span i to span i.
+  virtual std::unique_ptr<NativeRequest> all_to_all_spans(
+      const std::vector<std::vector<ByteSpan>>& send,
+      const std::vector<std::vector<ByteSpan>>& recv) = 0;
   // On root, recv[k] receives rank k's `in` (recv[root] may be `in`); elsewhere recv is empty.
   virtual std::unique_ptr<NativeRequest> gather(const void* in, size_t bytes,
                                                 const std::vector<void*>& recv,

@@ -122,7 +122,7 @@ void Work::progress_in_background(std::function<void()> on_completed) const {
     if (on_completed) on_completed();
     return;
   }
-  if (state_->completes_by_itself()) {
+  if (state_->completes_by_itself() || state_->hand_off_progress(state_)) {
     state_->on_completion(std::move(on_completed));
     return;
   }

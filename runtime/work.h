@@ -43,6 +43,14 @@ class WorkState {
   // queued on its group's worker). Work::progress_in_background then needs no thread to move
   // it, only a completion hook.
   virtual bool completes_by_itself() const { return false; }
+  // Work::progress_in_background's other way out: hands the op to whoever can move it to the
+  // end without a thread of its own (a native collective started at issue: its group's worker,
+  // which waits it out). True when it did: the op then completes by itself. `self` is this
+  // state's own handle, for the task that drives it.
+  virtual bool hand_off_progress(const std::shared_ptr<WorkState>& self) {
+    (void)self;
+    return false;
+  }
   // Calls `fn` once the op completed or failed: from complete() / fail(), on the thread that
   // completes it, or at once on the calling thread when it already has.
   void on_completion(std::function<void()> fn);

@@ -38,6 +38,26 @@ MPI_Datatype absolute_bytes(const void* p, size_t bytes, const std::string& wher
   return type;
 }
 
+// The same over several spans, in order (MPI_DATATYPE_NULL when they hold no bytes).
+MPI_Datatype absolute_spans(const std::vector<ByteSpan>& spans, const std::string& where) {
+  std::vector<int> lengths;
+  std::vector<MPI_Aint> addresses;
+  for (const ByteSpan& span : spans) {
+    if (span.bytes == 0) continue;
+    MPI_Aint address = 0;
+    check_mpi(MPI_Get_address(span.data, &address), "MPI_Get_address", where);
+    lengths.push_back(static_cast<int>(span.bytes));
+    addresses.push_back(address);
+  }
+  if (lengths.empty()) return MPI_DATATYPE_NULL;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  check_mpi(MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(),
+                                     addresses.data(), MPI_BYTE, &type),
+            "MPI_Type_create_hindexed", where);
+  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit", where);
+  return type;
+}
+
 class MpiCollectives final : public NativeCollectives {
  public:
   MpiCollectives(std::shared_ptr<MpiWorld> world, uint32_t id,
@@ -182,6 +202,40 @@ class MpiCollectives final : public NativeCollectives {
       return x;
     auto r = start("all_to_all");
     lists_by_address(*r, send, send_bytes, recv, recv_bytes, "all_to_all");
+    return r;
+  }
+
+  std::unique_ptr<NativeRequest> all_to_all_spans(
+      const std::vector<std::vector<ByteSpan>>& send,
+      const std::vector<std::vector<ByteSpan>>& recv) override {
+    for (const auto* lists : {&send, &recv})
+      for (const std::vector<ByteSpan>& list : *lists)
+        for (const ByteSpan& span : list) fit(span.bytes, "all_to_all_single", "bytes");
+    if (auto x = exchange_->all_to_all_spans(send, recv)) return x;
+    // MPI_Ialltoallw over MPI_BOTTOM, one datatype per peer covering its spans. MPI then
+    // compares only a peer's total, not each span's size (the exchange path compares each).
+    auto r = start("all_to_all_single");
+    const size_t n = static_cast<size_t>(size_);
+    std::vector<int>& sc = r->pending().ints(n);
+    std::vector<int>& rc = r->pending().ints(n);
+    std::vector<int>& zeros = r->pending().ints(n);
+    std::vector<MPI_Datatype>& st = r->pending().datatypes(n, MPI_BYTE);
+    std::vector<MPI_Datatype>& rt = r->pending().datatypes(n, MPI_BYTE);
+    const std::string where = r->pending().describe();
+    for (size_t k = 0; k < n; ++k) {
+      if (MPI_Datatype t = absolute_spans(send[k], where); t != MPI_DATATYPE_NULL) {
+        st[k] = t;
+        sc[k] = 1;
+      }
+      if (MPI_Datatype t = absolute_spans(recv[k], where); t != MPI_DATATYPE_NULL) {
+        rt[k] = t;
+        rc[k] = 1;
+      }
+    }
+    check_started(*r, MPI_Ialltoallw(MPI_BOTTOM, sc.data(), zeros.data(), st.data(), MPI_BOTTOM,
+                                     rc.data(), zeros.data(), rt.data(), comms_->coll,
+                                     r->pending().handle()),
+                  "MPI_Ialltoallw");
     return r;
   }
 

@@ -201,4 +201,32 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
   return exchange_request(std::move(r));
 }
 
+std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_spans(
+    const std::vector<std::vector<ByteSpan>>& send,
+    const std::vector<std::vector<ByteSpan>>& recv) {
+  if (!enabled_) return nullptr;
+  const size_t me = static_cast<size_t>(rank_);
+  auto own_sizes_differ = [&] {
+    if (send[me].size() != recv[me].size()) return true;
+    for (size_t i = 0; i < send[me].size(); ++i)
+      if (send[me][i].bytes != recv[me][i].bytes) return true;
+    return false;
+  };
+  FERRY_CHECK(!own_sizes_differ(), InvalidArgument, "all_to_all_single on group ", group_id_,
+              " rank ", rank_, ": the spans this rank keeps must be the same sizes both ways");
+  auto r = std::make_shared<MpiExchange>("all_to_all_single", group_id_, comm_,
+                                         tag_for_next_op(), rank_, size_);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_)
+      for (const ByteSpan& s : recv[static_cast<size_t>(p)])
+        r->recv(s.data, s.bytes, MPI_BYTE, p, 0, /*post_empty=*/true);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_)
+      for (const ByteSpan& s : send[static_cast<size_t>(p)])
+        r->send(s.data, s.bytes, MPI_BYTE, p, 0, /*post_empty=*/true);
+  for (size_t i = 0; i < send[me].size(); ++i)
+    if (send[me][i].bytes > 0) std::memcpy(recv[me][i].data, send[me][i].data, send[me][i].bytes);
+  return exchange_request(std::move(r));
+}
+
 }  // namespace ferry::detail

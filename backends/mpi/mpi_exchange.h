@@ -74,7 +74,8 @@ namespace ferry::detail {
 // Steps every all_reduce whose second round is due (see "Progress"); cheap (one atomic load)
 // when there is none. Called by every ferry test of an MPI request.
 void advance_exchange_rounds();
-// For a request of this path that timed out (abandoned by the engine): stops stepping it.
+// For a request that timed out (abandoned by the engine): NativeRequest::give_up, which stops
+// stepping one of this path (directly or through a wrapper).
 void give_up_exchange(NativeRequest& request);
 // Stops the driver thread; called before MPI_Finalize.
 void stop_exchange_driver();
@@ -121,6 +122,10 @@ class ExchangeCollectives {
                                               const std::vector<size_t>& send_bytes,
                                               const std::vector<void*>& recv,
                                               const std::vector<size_t>& recv_bytes);
+  // Several spans per peer (NativeCollectives::all_to_all_spans): one message per span, which
+  // match in order on the op's tag; this rank's own spans are copied.
+  std::unique_ptr<NativeRequest> all_to_all_spans(const std::vector<std::vector<ByteSpan>>& send,
+                                                  const std::vector<std::vector<ByteSpan>>& recv);
 
  private:
   int tag_for_next_op();

@@ -117,7 +117,7 @@ class ExchangeRequest final : public NativeRequest {
   }
   bool wait_until(Clock::time_point deadline) override { return x_->wait_until(deadline); }
   void rethrow_if_failed() override { x_->rethrow_if_failed(); }
-  void give_up() {
+  void give_up() override {
     x_->give_up();
     second_rounds().remove(x_.get());
   }
@@ -128,8 +128,9 @@ class ExchangeRequest final : public NativeRequest {
 
 }  // namespace
 
-void MpiExchange::send(const void* buf, size_t count, MPI_Datatype type, int peer, int round) {
-  if (count == 0) return;
+void MpiExchange::send(const void* buf, size_t count, MPI_Datatype type, int peer, int round,
+                       bool post_empty) {
+  if (count == 0 && !post_empty) return;
   requests_.push_back(MPI_REQUEST_NULL);
   messages_.push_back({peer, static_cast<int>(count), type, false});
   post(MPI_Isend(buf, static_cast<int>(count), type, peer, tag_ + round, comm_,
@@ -137,8 +138,9 @@ void MpiExchange::send(const void* buf, size_t count, MPI_Datatype type, int pee
        "MPI_Isend");
 }
 
-void MpiExchange::recv(void* buf, size_t count, MPI_Datatype type, int peer, int round) {
-  if (count == 0) return;
+void MpiExchange::recv(void* buf, size_t count, MPI_Datatype type, int peer, int round,
+                       bool post_empty) {
+  if (count == 0 && !post_empty) return;
   requests_.push_back(MPI_REQUEST_NULL);
   messages_.push_back({peer, static_cast<int>(count), type, true});
   post(MPI_Irecv(buf, static_cast<int>(count), type, peer, tag_ + round, comm_,
@@ -292,9 +294,7 @@ std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<MpiExchange> op)
 
 void advance_exchange_rounds() { second_rounds().advance(); }
 
-void give_up_exchange(NativeRequest& request) {
-  if (auto* x = dynamic_cast<ExchangeRequest*>(&request)) x->give_up();
-}
+void give_up_exchange(NativeRequest& request) { request.give_up(); }
 
 void stop_exchange_driver() { second_rounds().stop(); }
 

@@ -64,9 +64,13 @@ class MpiExchange {
   }
 
   // Posts one message of the first round (0) or of all_reduce's second (1); zero elements post
-  // nothing (the peer posts nothing either).
-  void send(const void* buf, size_t count, MPI_Datatype type, int peer, int round = 0);
-  void recv(void* buf, size_t count, MPI_Datatype type, int peer, int round = 0);
+  // nothing (the peer posts nothing either), unless `post_empty`: where several messages
+  // between two ranks share a round, each is matched to its counterpart by order, so an empty
+  // one must be posted too (and a size that differs is then caught as a mismatch).
+  void send(const void* buf, size_t count, MPI_Datatype type, int peer, int round = 0,
+            bool post_empty = false);
+  void recv(void* buf, size_t count, MPI_Datatype type, int peer, int round = 0,
+            bool post_empty = false);
 
   void then_fold(Fold fold) { fold_ = std::move(fold); }
   // all_reduce: after the fold, the second round sends this rank's reduced block of `out` (the

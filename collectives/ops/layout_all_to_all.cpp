@@ -47,54 +47,90 @@ std::vector<ByteLayout> byte_layouts(const detail::Validator& v, const Tensor& t
   return out;
 }
 
-// A native all-to-all takes, per peer, one block at an offset from one pointer: one native call
-// per part, in turn (one at a time, so that a failed wait leaves no other native call in flight).
-// A side whose blocks are all contiguous spans of its tensor goes as it is (a KJT's send side);
-// the other side's blocks are packed into a staging buffer, or unpacked out of one.
-void native_layout_all_to_all(OpContext& ctx, NativeCollectives& native,
-                              const std::vector<std::vector<ByteLayout>>& send,
-                              const std::vector<std::vector<ByteLayout>>& recv,
-                              const std::vector<Tensor>& keep) {
-  struct Side {
-    std::vector<size_t> bytes, offset;
-    Tensor staging;
-    char* base = nullptr;
-  };
-  auto plan = [](const std::vector<ByteLayout>& layouts) {
-    Side side;
-    std::vector<char*> spans;  // each block's contiguous span, while every block has one
-    size_t total = 0;
-    for (const ByteLayout& l : layouts) {
-      side.offset.push_back(total);
-      side.bytes.push_back(l.bytes());
-      total += side.bytes.back();
-      if (char* span = contiguous_span(l); span && spans.size() == side.offset.size() - 1)
-        spans.push_back(span);
+// On a transport with its own collectives (MPI), all parts move in one native call: per peer,
+// one span per part. A side whose blocks are contiguous spans of its tensor goes as it is (a
+// KJT's send side); the other side's blocks are packed into a staging buffer per part before
+// the call, or unpacked out of one once it succeeded. One call instead of one per part in turn:
+// the KJT all-to-all's two or three labels used to pay a round trip each.
+class NativeLayoutExchange final : public NativeRequest {
+ public:
+  // `send` and `recv` are [part][rank]; the request keeps the receive layouts it unpacks into.
+  NativeLayoutExchange(NativeCollectives& native, const std::vector<std::vector<ByteLayout>>& send,
+                       std::vector<std::vector<ByteLayout>> recv, std::vector<Tensor> keep)
+      : keep_(std::move(keep)), recv_(std::move(recv)) {
+    const size_t parts = send.size(), world = send.empty() ? 0 : send[0].size();
+    std::vector<std::vector<ByteSpan>> out(world), in(world);
+    for (size_t k = 0; k < world; ++k) {
+      out[k].reserve(parts);
+      in[k].reserve(parts);
     }
-    if (spans.size() == layouts.size()) {
-      side.base = layouts[0].base;
-      for (size_t k = 0; k < layouts.size(); ++k)
-        side.offset[k] = static_cast<size_t>(spans[k] - side.base);
-    } else {
-      side.staging = empty({static_cast<int64_t>(total)}, DType::UInt8);
-      side.base = static_cast<char*>(side.staging.raw_data());
+    for (size_t p = 0; p < parts; ++p) {
+      if (Tensor staging = spans_of(send[p], out); staging.defined()) {
+        for (size_t k = 0; k < world; ++k) pack_layout(send[p][k], out[k].back().data);
+        keep_.push_back(std::move(staging));
+      }
+      if (Tensor staging = spans_of(recv_[p], in); staging.defined()) {
+        for (size_t k = 0; k < world; ++k) unpack_.push_back({in[k].back().data, p, k});
+        keep_.push_back(std::move(staging));
+      }
     }
-    return side;
-  };
-  for (size_t p = 0; p < send.size(); ++p) {
-    Side out = plan(send[p]), in = plan(recv[p]);
-    if (out.staging.defined())
-      for (size_t k = 0; k < send[p].size(); ++k) pack_layout(send[p][k], out.base + out.offset[k]);
-    std::vector<Tensor> alive = keep;
-    alive.push_back(out.staging);
-    alive.push_back(in.staging);
-    ctx.wait_native(native.all_to_all_single(out.base, out.bytes, out.offset, in.base, in.bytes,
-                                             in.offset),
-                    std::move(alive));
-    if (in.staging.defined())
-      for (size_t k = 0; k < recv[p].size(); ++k) unpack_layout(in.base + in.offset[k], recv[p][k]);
+    inner_ = native.all_to_all_spans(out, in);
   }
-}
+
+  bool test() override { return unpack_if(inner_->test()); }
+  bool wait_until(Clock::time_point deadline) override {
+    return unpack_if(inner_->wait_until(deadline));
+  }
+  void rethrow_if_failed() override { inner_->rethrow_if_failed(); }
+  void give_up() override { inner_->give_up(); }
+
+ private:
+  // Appends each block's span to spans[k]: where it lies when every block is one contiguous
+  // span, else in a staging buffer (returned) that holds the blocks one after another.
+  static Tensor spans_of(const std::vector<ByteLayout>& layouts,
+                         std::vector<std::vector<ByteSpan>>& spans) {
+    bool contiguous = true;
+    size_t total = 0;
+    for (size_t k = 0; k < layouts.size(); ++k) {
+      char* at = contiguous_span(layouts[k]);
+      contiguous = contiguous && at != nullptr;
+      spans[k].push_back(ByteSpan{at, layouts[k].bytes()});
+      total += spans[k].back().bytes;
+    }
+    if (contiguous) return Tensor();
+    Tensor staging = empty({static_cast<int64_t>(total)}, DType::UInt8);
+    char* at = static_cast<char*>(staging.raw_data());
+    for (size_t k = 0; k < layouts.size(); ++k) {
+      spans[k].back().data = at;
+      at += spans[k].back().bytes;
+    }
+    return staging;
+  }
+
+  // Once, and only after success: a failed exchange leaves the outputs alone.
+  bool unpack_if(bool finished) {
+    if (finished && !unpacked_) {
+      unpacked_ = true;
+      try {
+        inner_->rethrow_if_failed();
+      } catch (...) {
+        return true;
+      }
+      for (const Unpack& u : unpack_) unpack_layout(u.from, recv_[u.part][u.rank]);
+    }
+    return finished;
+  }
+
+  struct Unpack {
+    const char* from;  // in a staging buffer
+    size_t part, rank;
+  };
+  std::vector<Tensor> keep_;  // the parts' tensors and the staging, alive until done
+  std::vector<std::vector<ByteLayout>> recv_;
+  std::vector<Unpack> unpack_;
+  std::unique_ptr<NativeRequest> inner_;
+  bool unpacked_ = false;
+};
 
 // "input", or "parts[p].input" when there are several parts.
 std::string part_name(size_t num_parts, size_t p, const char* tensor) {
@@ -153,7 +189,8 @@ Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group
                         [keep, send = std::move(send),
                          recv = std::move(recv)](OpContext& ctx) mutable {
     if (NativeCollectives* native = ctx.native()) {
-      native_layout_all_to_all(ctx, *native, send, recv, keep);
+      ctx.wait_native(std::make_unique<NativeLayoutExchange>(*native, send, std::move(recv), keep),
+                      {});
     } else {
       detail::Exchange x;
       x.send_layout = std::move(send);
