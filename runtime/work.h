@@ -118,11 +118,12 @@ class Work {
   Tensor output(size_t i = 0);
   std::string describe() const;
 
-  // Keeps the op moving while nobody waits for it: one process-wide thread tests it until it
-  // completed (runtime/progress.h), then calls `on_completed` (may be null) on that thread,
-  // whether the op succeeded or failed. An op that its group's worker runs anyway needs no
-  // testing: `on_completed` is then called by whoever completes it, and no thread is woken. For an op launched now and waited for much later. An
-  // empty Work is complete: `on_completed` runs at once on the calling thread.
+  // For an op launched now and waited for much later: keeps it moving while nobody waits for
+  // it, and calls `on_completed` (may be null) once it succeeded or failed. An op that its
+  // group's worker runs anyway, or that can be handed to it (an MPI collective started at
+  // issue), needs no other thread: `on_completed` runs on whoever completes it. Any other op is
+  // tested by one process-wide thread until it completed (runtime/progress.h), which then calls
+  // `on_completed`. An empty Work is complete: `on_completed` runs at once on the calling thread.
   void progress_in_background(std::function<void()> on_completed = nullptr) const;
 
   // Completion callback (a future's then): `callback(work)` runs once the op succeeded or
