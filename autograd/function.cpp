@@ -19,12 +19,16 @@ void Context::save_for_backward(const std::vector<Tensor>& tensors) {
 std::vector<Tensor> Context::saved() const {
   std::vector<Tensor> tensors;
   tensors.reserve(saved_.size());
-  for (const auto& s : saved_) tensors.push_back(s.get(op_));
+  if (saved_.empty()) return tensors;
+  const std::string op_name = op();
+  for (const auto& s : saved_) tensors.push_back(s.get(op_name));
   return tensors;
 }
 
+std::string Context::op() const { return fn_ ? fn_->name() : "autograd function"; }
+
 bool Context::needs_input_grad(size_t i) const {
-  FERRY_CHECK(i < needs_input_grad_.size(), InvalidArgument, op_, ": needs_input_grad(", i,
+  FERRY_CHECK(i < needs_input_grad_.size(), InvalidArgument, op(), ": needs_input_grad(", i,
               ") but the function has ", needs_input_grad_.size(), " inputs");
   return needs_input_grad_[i];
 }
@@ -93,7 +97,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   const bool recording = detail::should_record(input_ptrs);
 
   auto ctx = std::make_unique<Context>();
-  ctx->op_ = fn->name();
+  ctx->fn_ = fn.get();
   ctx->needs_input_grad_.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     ctx->needs_input_grad_[i] = recording && inputs[i].defined() && inputs[i].requires_grad();
@@ -111,16 +115,18 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
     return plain;
   }
 
-  for (const Tensor& t : ctx->to_save_) {
-    ctx->saved_.emplace_back(t, detail::owner_of(t, inputs, outputs, ctx->op_));
+  if (!ctx->to_save_.empty()) {
+    const std::string op = ctx->op();
+    for (const Tensor& t : ctx->to_save_)
+      ctx->saved_.emplace_back(t, detail::owner_of(t, inputs, outputs, op));
+    ctx->to_save_.clear();
   }
-  ctx->to_save_.clear();
-  std::vector<bool> non_differentiable = ctx->non_differentiable_;
-  non_differentiable.resize(outputs.size());
+  const std::vector<bool> non_differentiable = std::move(ctx->non_differentiable_);
   auto node = std::make_shared<detail::FunctionNode>(fn, std::move(ctx), outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
     // Integer outputs (sizes, indices) cannot carry a gradient.
-    if (non_differentiable[k] || (outputs[k].defined() && !is_floating(outputs[k].dtype()))) {
+    const bool marked = k < non_differentiable.size() && non_differentiable[k];
+    if (marked || (outputs[k].defined() && !is_floating(outputs[k].dtype()))) {
       node->outputs()[k].differentiable = false;
     }
   }

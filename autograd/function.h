@@ -71,7 +71,10 @@ class Context {
  private:
   friend class detail::FunctionNode;
   friend std::vector<Variable> apply(std::shared_ptr<Function>, const std::vector<Variable>&);
-  std::string op_;
+  // The op's name, for error messages: asked of the function only when one is written (a
+  // name longer than 15 characters costs an allocation, and most calls need none).
+  std::string op() const;
+  const Function* fn_ = nullptr;  // owned by the node (or apply()) that owns this context
   std::vector<bool> needs_input_grad_;
   std::vector<bool> non_differentiable_;
   bool materialize_grads_ = true;
@@ -102,11 +105,11 @@ template <class T>
 const T& Context::get(const std::string& key) const {
   auto it = attributes_.find(key);
   if (it == attributes_.end()) {
-    throw InvalidArgument(op_ + ": no context attribute named '" + key + "'");
+    throw InvalidArgument(op() + ": no context attribute named '" + key + "'");
   }
   const T* value = std::any_cast<T>(&it->second);
   if (value == nullptr) {
-    throw InvalidArgument(op_ + ": context attribute '" + key + "' has another type");
+    throw InvalidArgument(op() + ": context attribute '" + key + "' has another type");
   }
   return *value;
 }

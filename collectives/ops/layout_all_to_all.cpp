@@ -142,25 +142,29 @@ std::string part_name(size_t num_parts, size_t p, const char* tensor) {
   return name;
 }
 
-}  // namespace
+// One part's tensors and layouts, by reference: the single-part call passes its arguments
+// through without copying its layout lists (W + 1 allocations per side and copy).
+struct PartRef {
+  const Tensor& input;
+  const std::vector<BlockLayout>& send_layouts;
+  const Tensor& output;
+  const std::vector<BlockLayout>& recv_layouts;
+};
 
-Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send_layouts,
-                       Tensor output, const std::vector<BlockLayout>& recv_layouts,
-                       const Group& group) {
-  return all_to_all_single({LayoutAllToAllPart{input, send_layouts, output, recv_layouts}}, group);
-}
-
-Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group& group) {
+Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& group) {
   detail::Validator v("all_to_all_single", group);
-  if (parts.empty()) v.fail("needs at least one part");
+  if (num_parts == 0) v.fail("needs at least one part");
   const int me = group.rank();
   std::vector<std::vector<ByteLayout>> send, recv;  // [part][rank]
   std::vector<Tensor> keep;                         // every part's tensors, alive until done
-  for (size_t p = 0; p < parts.size(); ++p) {
-    const LayoutAllToAllPart& part = parts[p];
+  send.reserve(num_parts);
+  recv.reserve(num_parts);
+  keep.reserve(2 * num_parts);
+  for (size_t p = 0; p < num_parts; ++p) {
+    const PartRef& part = parts[p];
     // (Names for the error messages; not detail::str, whose stream cost a microsecond a call.)
-    const std::string in = part_name(parts.size(), p, "input");
-    const std::string out = part_name(parts.size(), p, "output");
+    const std::string in = part_name(num_parts, p, "input");
+    const std::string out = part_name(num_parts, p, "output");
     v.defined(part.input, in.c_str());
     v.defined(part.output, out.c_str());
     v.same_dtype(part.output, out.c_str(), part.input.dtype(), in.c_str());
@@ -175,7 +179,7 @@ Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group
     recv.push_back(byte_layouts(v, part.output, part.recv_layouts, "recv_layouts"));
     if (send[p][me].bytes() != recv[p][me].bytes())
       v.fail(detail::str("send_layouts[", me, "] and recv_layouts[", me, "]",
-                         parts.size() == 1 ? "" : detail::str(" of part ", p).c_str(),
+                         num_parts == 1 ? "" : detail::str(" of part ", p).c_str(),
                          " (the block a rank keeps) must hold as many elements, given ",
                          send[p][me].bytes() / part.input.element_size(), " and ",
                          recv[p][me].bytes() / part.input.element_size()));
@@ -184,7 +188,7 @@ Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group
   }
   // Per-peer sizes differ freely; each message's byte count is checked by the transports.
   detail::OpSummary summary = detail::OpSummary::of(parts[0].input).sizes_may_differ();
-  summary.with_note(parts.size() == 1 ? " with layouts" : " with layouts, several parts");
+  summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
   return detail::submit(group, "all_to_all_single", summary,
                         [keep, send = std::move(send),
                          recv = std::move(recv)](OpContext& ctx) mutable {
@@ -200,6 +204,23 @@ Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group
     for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
     return std::vector<Tensor>{};
   });
+}
+
+}  // namespace
+
+Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send_layouts,
+                       Tensor output, const std::vector<BlockLayout>& recv_layouts,
+                       const Group& group) {
+  const PartRef part{input, send_layouts, output, recv_layouts};
+  return layout_all_to_all(&part, 1, group);
+}
+
+Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group& group) {
+  std::vector<PartRef> refs;
+  refs.reserve(parts.size());
+  for (const LayoutAllToAllPart& p : parts)
+    refs.push_back(PartRef{p.input, p.send_layouts, p.output, p.recv_layouts});
+  return layout_all_to_all(refs.data(), refs.size(), group);
 }
 
 }  // namespace ferry

@@ -41,6 +41,7 @@ class AllToAllPooledOp final : public AllToAllCommOp {
     const int64_t total = sum_of(info_.dim_sum_per_rank);
     Placement p;
     p.send = contiguous(sends());  // X's rows, grouped by destination
+    p.recv.reserve(info_.dim_sum_per_rank.size());
     int64_t col = 0;
     for (int64_t d : info_.dim_sum_per_rank) {
       p.recv.push_back({StridedRun{col, b, d, total}});
@@ -157,6 +158,8 @@ Awaitable<Variable> alltoall_pooled(const Variable& x, const All2AllPooledInfo& 
               " (dim_sum_per_rank ", list_str(dims), ")");
   if (group.size() == 1) return NoWait<Variable>(x);
   std::vector<int64_t> send, recv;
+  send.reserve(batch.size());
+  recv.reserve(batch.size());
   for (int k = 0; k < group.size(); ++k) {
     send.push_back(batch[k] * dims[me]);
     recv.push_back(batch[me] * dims[k]);

@@ -97,7 +97,7 @@ void check_input(const Variable& x, const Group& group, const char* op) {
   ferry::detail::check_differentiable_input(x, group, op);
 }
 
-void check_non_negative(const std::vector<int64_t>& values, const std::string& name,
+void check_non_negative(const std::vector<int64_t>& values, std::string_view name,
                         const Group& group, const char* op) {
   for (size_t k = 0; k < values.size(); ++k) {
     FERRY_CHECK(values[k] >= 0, InvalidArgument, where(op, group), ": ", name, "[", k,

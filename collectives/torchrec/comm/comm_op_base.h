@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ferry::torchrec::detail {
@@ -110,7 +111,7 @@ void check_input(const Variable& x, const Group& group, const char* op);
 void check_per_rank(const std::vector<int64_t>& values, const char* name, const Group& group,
                     const char* op);
 // Every entry of `values` is >= 0.
-void check_non_negative(const std::vector<int64_t>& values, const std::string& name,
+void check_non_negative(const std::vector<int64_t>& values, std::string_view name,
                         const Group& group, const char* op);
 // The codec of a collective that sums can sum its wire dtype (codec_pass.h).
 void check_reducible_codec(const std::optional<QuantizedCommCodecs>& codecs, bool forward,
