@@ -11,6 +11,25 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
+
+// Under AddressSanitizer a kept small block is poisoned until it is handed out again, so that
+// a tensor's use after its storage died is still reported.
+#if defined(__SANITIZE_ADDRESS__)
+#define FERRY_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FERRY_ASAN 1
+#endif
+#endif
+#ifdef FERRY_ASAN
+#include <sanitizer/asan_interface.h>
+#define FERRY_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define FERRY_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define FERRY_POISON(p, n) ((void)(p), (void)(n))
+#define FERRY_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 namespace ferry {
 namespace {
@@ -113,22 +132,125 @@ BlockCache& cache() {
   return *c;
 }
 
+// Small blocks (up to kSmallMaxBytes): each thread keeps a few of each size, in classes of 64
+// bytes, for its next requests. A small tensor is made and dropped on every collective call
+// (the placeholder linking a request's tape nodes, a 512-byte output), and aligned operator
+// new goes through glibc's memalign, which splits a larger chunk every time: 9% of the
+// caller's time in a 512-byte torchrec all-to-all. A block released by another thread than the
+// one that took it joins the releasing thread's lists. Each thread holds at most
+// kSmallPerClass blocks per class and kSmallMaxHeld bytes, and frees them when it ends.
+constexpr size_t kSmallMaxBytes = 4096;
+constexpr size_t kSmallClassBytes = 64;
+constexpr size_t kSmallClasses = kSmallMaxBytes / kSmallClassBytes;
+constexpr size_t kSmallPerClass = 8;
+constexpr size_t kSmallMaxHeld = size_t{256} << 10;
+
+class SmallBlocks {
+ public:
+  enum class State { kNotYet, kAlive, kGone };
+  SmallBlocks() { state() = State::kAlive; }
+  ~SmallBlocks() {
+    state() = State::kGone;
+    clear();
+  }
+  // This thread's lists: made on first use, gone once the thread's statics are destroyed.
+  static State& state() {
+    static thread_local State s = State::kNotYet;
+    return s;
+  }
+  static size_t class_of(size_t nbytes) {
+    return (nbytes + kSmallClassBytes - 1) / kSmallClassBytes;
+  }
+
+  // A block for `nbytes` (of its class's size; under ASan only the first nbytes addressable).
+  void* take(size_t nbytes) {
+    const size_t cls = class_of(nbytes), bytes = cls * kSmallClassBytes;
+    std::vector<void*>& list = free_[cls - 1];
+    void* block;
+    if (list.empty()) {
+      block = ::operator new(bytes, kAlign);
+      FERRY_POISON(static_cast<char*>(block) + nbytes, bytes - nbytes);
+    } else {
+      block = list.back();
+      list.pop_back();
+      held_ -= bytes;
+      FERRY_UNPOISON(block, nbytes);
+    }
+    return block;
+  }
+  void give(void* block, size_t nbytes) {
+    const size_t cls = class_of(nbytes), bytes = cls * kSmallClassBytes;
+    std::vector<void*>& list = free_[cls - 1];
+    if (list.size() >= kSmallPerClass || held_ + bytes > kSmallMaxHeld) {
+      FERRY_UNPOISON(block, bytes);
+      ::operator delete(block, kAlign);
+      return;
+    }
+    if (list.capacity() == 0) list.reserve(kSmallPerClass);
+    FERRY_POISON(block, bytes);
+    list.push_back(block);
+    held_ += bytes;
+  }
+  size_t held() const { return held_; }
+  void clear() {
+    for (size_t c = 0; c < kSmallClasses; ++c) {
+      for (void* block : free_[c]) {
+        FERRY_UNPOISON(block, (c + 1) * kSmallClassBytes);
+        ::operator delete(block, kAlign);
+      }
+      free_[c].clear();
+    }
+    held_ = 0;
+  }
+
+ private:
+  std::vector<void*> free_[kSmallClasses];
+  size_t held_ = 0;
+};
+
+SmallBlocks& small_blocks() {
+  static thread_local SmallBlocks blocks;
+  return blocks;
+}
+
+// FERRY_HOST_CACHE_MB=0 turns the small lists off too (under sanitizers, say).
+bool small_cache_on() {
+  static const bool on = limit_from_environment() > 0;
+  return on;
+}
+
 }  // namespace
 
-void release_cached_blocks() { cache().clear(); }
+void release_cached_blocks() {
+  cache().clear();
+  if (SmallBlocks::state() == SmallBlocks::State::kAlive) small_blocks().clear();
+}
 
 size_t cached_block_bytes() { return cache().held(); }
 
 namespace detail {
 
 void* acquire_block(size_t nbytes) {
+  if (nbytes <= kSmallMaxBytes && nbytes > 0 && small_cache_on())
+    return small_blocks().take(nbytes);
   if (nbytes < kMinCachedBytes) return ::operator new(nbytes, kAlign);
   return cache().acquire(nbytes);
 }
 
 void release_block(void* block, size_t nbytes) {
+  if (nbytes <= kSmallMaxBytes && nbytes > 0 && small_cache_on()) {
+    // A thread whose lists are gone (it is ending) frees the block instead.
+    if (SmallBlocks::state() != SmallBlocks::State::kGone)
+      return small_blocks().give(block, nbytes);
+    FERRY_UNPOISON(block, SmallBlocks::class_of(nbytes) * kSmallClassBytes);
+    return ::operator delete(block, kAlign);
+  }
   if (nbytes < kMinCachedBytes) return ::operator delete(block, kAlign);
   cache().release(block, nbytes);
+}
+
+size_t small_block_bytes_kept() {
+  return SmallBlocks::state() == SmallBlocks::State::kAlive ? small_blocks().held() : 0;
 }
 
 }  // namespace detail

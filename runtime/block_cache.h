@@ -10,9 +10,11 @@
 // write a coherence miss per line); the least recently released go first when the cache is over
 // its limit.
 // The threshold is glibc's own for handing blocks to mmap (128 KiB): smaller ones stay in
-// malloc's heap and are reused without faults anyway.
+// malloc's heap and are reused without faults anyway. Blocks of up to 4 KiB are kept apart, a
+// few of each size per thread (block_cache.cpp), because aligned allocation in glibc is slow.
 //
-//   FERRY_HOST_CACHE_MB  the most the cache holds, in MiB (default 256; 0 turns it off)
+//   FERRY_HOST_CACHE_MB  the most the cache holds, in MiB (default 256; 0 turns it off, and
+//                        the small blocks' lists too)
 #pragma once
 
 #include <cstddef>
@@ -20,8 +22,9 @@
 namespace ferry {
 
 // Frees every cached block (torch.cuda.empty_cache's counterpart); tensors alive keep theirs.
+// Of the small blocks, those the calling thread keeps (other threads free theirs as they end).
 void release_cached_blocks();
-// Bytes held by the cache now, not counting blocks in use.
+// Bytes held by the cache now, not counting blocks in use or the threads' small blocks.
 size_t cached_block_bytes();
 
 namespace detail {
@@ -32,6 +35,8 @@ inline constexpr size_t kBlockAlignment = 64;  // every block, cached or not
 // Blocks under kMinCachedBytes bypass the cache. release_block takes the size acquired.
 void* acquire_block(size_t nbytes);
 void release_block(void* block, size_t nbytes);
+// Bytes of small blocks the calling thread keeps for reuse (tests, FERRY_DEBUG).
+size_t small_block_bytes_kept();
 
 }  // namespace detail
 }  // namespace ferry

@@ -129,13 +129,13 @@ class Work {
   // Completion callback (a future's then): `callback(work)` runs once the op succeeded or
   // failed, with a handle to this op; its work.wait() returns at once, or rethrows the op's
   // error. Runs on the thread that completes the op: the group's worker thread for the
-  // collectives, ferry's process-wide progress thread for ops that must be tested to move
-  // (send, recv, MPI's own collectives), or the calling thread, before then() returns, when the
-  // op is complete already. So it must be short and must not wait for another op of the same
-  // group (the worker that would run it is the one running the callback). A wait() on the op
-  // may return before its callbacks ran. An exception it
-  // throws is caught and logged (WARN), not propagated. Several callbacks may be added; each
-  // runs once. Returns *this, for chaining.
+  // collectives (MPI's own collectives started at issue included: they are handed to it),
+  // ferry's process-wide progress thread for ops that must be tested to move (send, recv), or
+  // the calling thread, before then() returns, when the op is complete already. So it must be
+  // short and must not wait for another op of the same group (the worker that would run it is
+  // the one running the callback). A wait() on the op may return before its callbacks ran. An
+  // exception it throws is caught and logged (WARN), not propagated. Several callbacks may be
+  // added; each runs once. Returns *this, for chaining.
   Work then(std::function<void(Work)> callback) const;
 
  private:

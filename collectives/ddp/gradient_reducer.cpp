@@ -73,7 +73,7 @@ struct GradientReducer::State {
     }
     Work work = all_reduce(buffer, group, options.reduce_op);
     // An op started at issue (MPI) moves only while someone tests it; nobody waits before
-    // finish(), so the progress thread does.
+    // finish(), so its group's worker drives it meanwhile (Work::progress_in_background).
     work.progress_in_background();
     works.push_back(std::move(work));
     ++launched;

@@ -1,11 +1,13 @@
-// The large-block cache under tensor storage (runtime/block_cache.h), at its default limit
+// The block caches under tensor storage (runtime/block_cache.h), at their default limit
 // (256 MiB; the suite does not set FERRY_HOST_CACHE_MB).
 #include <ferry/runtime/block_cache.h>
 #include <ferry/runtime/tensor.h>
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <thread>
+#include <vector>
 
 using namespace ferry;
 
@@ -59,4 +61,38 @@ TEST_CASE("a thread gets back the block it released itself before another thread
   Tensor next = empty({1 << 18}, DType::Float32);
   CHECK(next.raw_data() == theirs);
   CHECK(cached_block_bytes() == 0);
+}
+
+TEST_CASE("small blocks: a thread keeps at most 8 of a size class, 64-aligned, until released",
+          "[block_cache]") {
+  release_cached_blocks();
+  REQUIRE(detail::small_block_bytes_kept() == 0);
+  {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 12; ++i) {
+      many.push_back(empty({16}, DType::Float32));  // 64 bytes: the first class
+      CHECK(reinterpret_cast<uintptr_t>(many.back().raw_data()) % detail::kBlockAlignment == 0);
+    }
+  }
+  CHECK(detail::small_block_bytes_kept() == 8 * 64);  // 8 kept, 4 freed
+  // A request of the class takes one back; 400 and 440 bytes share the 448-byte class.
+  { Tensor t = empty({16}, DType::Float32); CHECK(detail::small_block_bytes_kept() == 7 * 64); }
+  const void* first = empty({100}, DType::Float32).raw_data();
+  CHECK(detail::small_block_bytes_kept() == 8 * 64 + 448);
+  Tensor same_class = empty({110}, DType::Float32);
+  CHECK(same_class.raw_data() == first);
+  // Another thread keeps its own; this thread's stay here.
+  size_t other = 1;
+  std::thread([&] {
+    { Tensor t = empty({16}, DType::Float32); }
+    other = detail::small_block_bytes_kept();
+  }).join();
+  CHECK(other == 64);
+  CHECK(detail::small_block_bytes_kept() == 8 * 64);
+  // Larger than 4 KiB: not kept here; and never counted as the shared cache's bytes.
+  { Tensor t = empty({1025}, DType::Float32); }
+  CHECK(detail::small_block_bytes_kept() == 8 * 64);
+  CHECK(cached_block_bytes() == 0);
+  release_cached_blocks();
+  CHECK(detail::small_block_bytes_kept() == 0);
 }

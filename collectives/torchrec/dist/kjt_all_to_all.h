@@ -78,10 +78,10 @@ struct KJTAllToAllOptions {
   // Largest number of elements a rank may receive for one label (lengths, values, strides,
   // weights); checked on every rank after phase 1. The default only guards int64 byte counts.
   int64_t max_recv_elements = std::numeric_limits<int64_t>::max() / 16;
-  // Hands each phase's collectives to the process's progress thread (Work::
-  // progress_in_background) so they advance while the caller computes between launch and wait
-  // (a train pipeline's next-batch input dist). Off: they advance only inside the waits (and on
-  // the group's worker, where the transport has one).
+  // Hands each phase's collectives to background progress (Work::progress_in_background: the
+  // group's worker, which also drives an MPI collective started at issue) so they advance while
+  // the caller computes between launch and wait (a train pipeline's next-batch input dist). Off:
+  // an MPI collective started at issue advances only inside the waits.
   bool progress_in_background = true;
 };
 
