@@ -160,9 +160,13 @@ Case make_case(const std::string& op, int64_t n, const Group& g,
   // reduce_scatter_base_pooled ([W M, D]).
   c.input = normal({W * M, D}, 0, 1, 17 + g.rank());
   if (op == "reduce_scatter_pooled") {
+    // Each block is a leaf of its own, as a trainer's W embedding outputs are: a narrow() of
+    // one Variable would add narrow's backward (a zero-padded copy of x per block, then their
+    // sum) to what is measured.
     c.op = [W, M, g, codecs](const Variable& x) {
       std::vector<Variable> parts;
-      for (int j = 0; j < W; ++j) parts.push_back(narrow(x, 0, j * M, M));
+      for (int j = 0; j < W; ++j)
+        parts.push_back(Variable(x.value().narrow(0, j * M, M), x.requires_grad()));
       return tr::reduce_scatter_pooled(parts, g, codecs).wait();
     };
   } else {
