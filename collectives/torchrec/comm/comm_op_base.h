@@ -59,6 +59,8 @@ class TorchrecCommOp : public ReqWaitOp {
                  Division division);
 
   std::string name() const override { return name_; }
+  // The same without building a string (for messages that may never be written).
+  const char* op_name() const { return name_; }
   std::string describe() const override;
 
   // The sync path: the backward divides when `on` (the switch as the forward saw it), whatever
