@@ -185,12 +185,10 @@ Awaitable<Variable> variable_batch_alltoall_pooled(const Variable& x,
               "per rank (", world, "), given ", emb_dims.size());
   size_t features = 0;
   for (int i = 0; i < world; ++i) {
-    detail::check_non_negative(emb_dims[i],
-                               ferry::detail::str("emb_dim_per_rank_per_feature[", i, "]"),
-                               group, kVariableBatch);
-    detail::check_non_negative(batches[i],
-                               ferry::detail::str("batch_size_per_rank_per_feature[", i, "]"),
-                               group, kVariableBatch);
+    detail::check_non_negative(emb_dims[i], "emb_dim_per_rank_per_feature", i, group,
+                               kVariableBatch);
+    detail::check_non_negative(batches[i], "batch_size_per_rank_per_feature", i, group,
+                               kVariableBatch);
     FERRY_CHECK(batches[i].size() == emb_dims[me].size(), InvalidArgument,
                 where(kVariableBatch, group), ": batch_size_per_rank_per_feature[", i, "] = ",
                 list_str(batches[i]), " must have one entry per local feature (",

@@ -105,6 +105,12 @@ void check_non_negative(const std::vector<int64_t>& values, std::string_view nam
   }
 }
 
+void check_non_negative(const std::vector<int64_t>& values, const char* name, size_t index,
+                        const Group& group, const char* op) {
+  for (int64_t v : values)
+    if (v < 0) check_non_negative(values, ferry::detail::str(name, "[", index, "]"), group, op);
+}
+
 void check_per_rank(const std::vector<int64_t>& values, const char* name, const Group& group,
                     const char* op) {
   FERRY_CHECK(values.size() == static_cast<size_t>(group.size()), InvalidArgument,

@@ -115,6 +115,9 @@ void check_per_rank(const std::vector<int64_t>& values, const char* name, const 
 // Every entry of `values` is >= 0.
 void check_non_negative(const std::vector<int64_t>& values, std::string_view name,
                         const Group& group, const char* op);
+// The same for list `index` of a list of lists, named "name[index]" (formatted only if it fails).
+void check_non_negative(const std::vector<int64_t>& values, const char* name, size_t index,
+                        const Group& group, const char* op);
 // The codec of a collective that sums can sum its wire dtype (codec_pass.h).
 void check_reducible_codec(const std::optional<QuantizedCommCodecs>& codecs, bool forward,
                            DType dtype, const Group& group, const char* op);

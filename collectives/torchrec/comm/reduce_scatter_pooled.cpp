@@ -174,9 +174,8 @@ Awaitable<Variable> reduce_scatter_v_per_feature_pooled(
                 where(kPerFeature, group), ": batch_size_per_rank_per_feature[", r, "] = ",
                 list_str(batches[r]), " must have one entry per feature of embedding_dims ",
                 list_str(embedding_dims));
-    detail::check_non_negative(batches[r],
-                               ferry::detail::str("batch_size_per_rank_per_feature[", r, "]"),
-                               group, kPerFeature);
+    detail::check_non_negative(batches[r], "batch_size_per_rank_per_feature", r, group,
+                               kPerFeature);
     int64_t s = 0;
     for (size_t f = 0; f < embedding_dims.size(); ++f) s += batches[r][f] * embedding_dims[f];
     splits.push_back(s);
