@@ -96,16 +96,20 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   }
   const bool recording = detail::should_record(input_ptrs);
 
-  auto ctx = std::make_unique<Context>();
-  ctx->fn_ = fn.get();
-  ctx->needs_input_grad_.resize(inputs.size());
+  // A call that records nothing (no input requires grad, or grad mode is off) runs forward on
+  // a context of its own stack: it dies with the call anyway.
+  std::unique_ptr<Context> ctx = recording ? std::make_unique<Context>() : nullptr;
+  Context unrecorded;
+  Context& c = ctx ? *ctx : unrecorded;
+  c.fn_ = fn.get();
+  c.needs_input_grad_.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    ctx->needs_input_grad_[i] = recording && inputs[i].defined() && inputs[i].requires_grad();
+    c.needs_input_grad_[i] = recording && inputs[i].defined() && inputs[i].requires_grad();
   }
   std::vector<Tensor> outputs;
   {
     NoGradGuard no_grad;  // spec §0.1: what forward calls is not differentiated
-    outputs = fn->forward(*ctx, input_values);
+    outputs = fn->forward(c, input_values);
   }
 
   if (!recording) {
