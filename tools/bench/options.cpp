@@ -167,6 +167,12 @@ cli::Parser make_parser(Options& o, bool& ops_given, std::string& codec_text) {
               [&](const std::string& v) { o.kjt_pooling = parse_int("--pooling", v, 1, 1 << 16); })
       .flag("--weighted", "--op kjt_all_to_all: with per-id weights",
             [&] { o.kjt_weighted = true; })
+      .flag("--grouped",
+            "torchrec ops: time each step (op, raw, op fwd+bwd, raw fwd+bwd,\n"
+            "memcpy) in a block of its own instead of alternating them in\n"
+            "every iteration: no step evicts another's buffers from the\n"
+            "cache, but host drift no longer affects all steps alike",
+            [&] { o.torchrec_grouped = true; })
       .option("--transport", "NAME",
               "local (threads in this process), mpi or ucx (one rank per\n"
               "process: mpiexec -n N ferry-bench --transport ucx; rank 0\n"

@@ -55,6 +55,8 @@ struct Options {
   // forward + backward against the raw collectives; --codec one of none, fp16, bf16, fp8, int8.
   std::vector<std::string> torchrec_ops;
   std::string torchrec_codec = "none";
+  // --grouped: each step's iterations run together instead of alternating within an iteration.
+  bool torchrec_grouped = false;
 };
 
 // Adaptive iteration count: enough for about this long per size, within [kMinIters, kMaxIters].

@@ -264,10 +264,23 @@ Timings time_case(const Options& o, const Case& c, Group& g, RankSync& sync) {
                                         double{kMinIters}, 200.0));
   }
   std::vector<std::vector<double>> samples(steps.size());
-  for (int i = 0; i < iters; ++i) {
-    one(seconds);
-    const std::vector<double> slowest = sync.max_over_ranks(seconds);
-    for (size_t s = 0; s < steps.size(); ++s) samples[s].push_back(slowest[s]);
+  if (o.torchrec_grouped) {
+    // Each step's iterations together, after warm-up runs of that step.
+    for (size_t s = 0; s < steps.size(); ++s) {
+      for (int i = 0; i < std::max(o.warmup, 1); ++i) steps[s]();
+      for (int i = 0; i < iters; ++i) {
+        barrier(g).wait();
+        const auto t0 = Clock::now();
+        steps[s]();
+        samples[s].push_back(sync.max_over_ranks({elapsed(t0)})[0]);
+      }
+    }
+  } else {
+    for (int i = 0; i < iters; ++i) {
+      one(seconds);
+      const std::vector<double> slowest = sync.max_over_ranks(seconds);
+      for (size_t s = 0; s < steps.size(); ++s) samples[s].push_back(slowest[s]);
+    }
   }
   return {median(samples[0]), median(samples[1]), median(samples[2]), median(samples[3]),
           median(samples[4]), iters};
