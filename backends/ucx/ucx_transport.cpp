@@ -68,6 +68,12 @@ class UcxTransport final : public Transport {
   std::unique_ptr<Request> irecv(int src, const Tag& tag, void* data, size_t bytes) override {
     return post(src, tag, false, data, bytes);
   }
+  void abandon_group(uint32_t group, const std::string& why) override {
+    comm_->abandon_group(group, why);
+  }
+  void peers_closing() override { comm_->begin_closing(); }
+
+ protected:
   // A CMA read scatters into the layout itself when its pieces are large enough; data that
   // comes through UCX lands in the staging buffer and is unpacked from there.
   std::unique_ptr<Request> irecv_staged(int src, const Tag& tag, void* staging, size_t bytes,
@@ -76,10 +82,6 @@ class UcxTransport final : public Transport {
     if (cma_worth_scattering(layout)) op->scatter = layout;
     return start(std::move(op), staging);
   }
-  void abandon_group(uint32_t group, const std::string& why) override {
-    comm_->abandon_group(group, why);
-  }
-  void peers_closing() override { comm_->begin_closing(); }
 
  private:
   static std::shared_ptr<UcxOp> make_op(int peer, const Tag& tag, bool is_send, size_t bytes) {

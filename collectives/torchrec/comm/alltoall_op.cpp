@@ -8,12 +8,6 @@
 namespace ferry::torchrec::detail {
 namespace {
 
-// The wire sizes of `pass`: `encoded` with a codec, the value sizes without one.
-const std::vector<int64_t>& wire(const CodecPass& pass, const std::vector<int64_t>& encoded,
-                                 const std::vector<int64_t>& values) {
-  return pass.passthrough() ? values : encoded;
-}
-
 DType value_dtype_of(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors)
     if (t.defined()) return t.dtype();
@@ -53,7 +47,7 @@ Work AllToAllCommOp::launch(const std::vector<Tensor>& inputs) {
   forward_pass_.emplace(forward_pass(dtype));
   backward_pass_.emplace(backward_pass(dtype));
   // Every size either codec will see, before anything is encoded or sent. Without a codec the
-  // wire sizes are the value sizes, used as they are (wire()): no lists to build per call.
+  // wire sizes are the value sizes, used as they are (wire_or_values): no lists per call.
   if (!forward_pass_->passthrough()) {
     forward_send_wire_ = forward_pass_->wire_sizes(send_);
     forward_recv_wire_ = forward_pass_->wire_sizes(recv_);
@@ -70,8 +64,8 @@ Work AllToAllCommOp::launch(const std::vector<Tensor>& inputs) {
                                     group());
   }
   return exchange(*forward_pass_, forward_send(inputs), send_,
-                  wire(*forward_pass_, forward_send_wire_, send_),
-                  wire(*forward_pass_, forward_recv_wire_, recv_), received_);
+                  forward_pass_->wire_or_values(forward_send_wire_, send_),
+                  forward_pass_->wire_or_values(forward_recv_wire_, recv_), received_);
 }
 
 std::vector<Tensor> AllToAllCommOp::finish() {
@@ -93,8 +87,8 @@ Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
   divided_before_send_ =
       divides_in_gradient_send() && backward_pass_->passthrough() && gradient_divides();
   return exchange(*backward_pass_, gradient_send(grad_outputs, divided_before_send_), recv_,
-                  wire(*backward_pass_, gradient_send_wire_, recv_),
-                  wire(*backward_pass_, gradient_recv_wire_, send_), received_);
+                  backward_pass_->wire_or_values(gradient_send_wire_, recv_),
+                  backward_pass_->wire_or_values(gradient_recv_wire_, send_), received_);
 }
 
 std::vector<Tensor> AllToAllCommOp::finish_gradient() {

@@ -38,6 +38,12 @@ class CodecPass {
   // `who`, when the codec cannot encode that many (row-wise codecs: not a multiple of row_dim).
   int64_t wire_size(int64_t values) const;
   std::vector<int64_t> wire_sizes(const std::vector<int64_t>& values) const;
+  // The sizes to send with: `encoded` (wire_sizes of `values`) with a codec, `values` without
+  // one (then the two are equal, and `encoded` need not be built).
+  const std::vector<int64_t>& wire_or_values(const std::vector<int64_t>& encoded,
+                                             const std::vector<int64_t>& values) const {
+    return passthrough() ? values : encoded;
+  }
 
   // A flat (1-D) wire tensor of wire_size(values.numel()) elements; `values` is any shape.
   Tensor encode(const Tensor& values);

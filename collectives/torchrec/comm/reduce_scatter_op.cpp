@@ -19,11 +19,6 @@ Tensor flat_concat(const std::vector<Tensor>& tensors) {
 
 }  // namespace
 
-const std::vector<int64_t>& ReduceScatterGatherOp::wire(const CodecPass& pass,
-                                                       const std::vector<int64_t>& encoded) const {
-  return pass.passthrough() ? sizes_ : encoded;
-}
-
 ReduceScatterGatherOp::ReduceScatterGatherOp(const char* name, Group group,
                                              const std::optional<QuantizedCommCodecs>& codecs,
                                              ForwardCollective forward, std::vector<int64_t> sizes,
@@ -59,14 +54,16 @@ Work ReduceScatterGatherOp::launch(const std::vector<Tensor>& inputs) {
   forward_pass_.emplace(forward_pass(dtype));
   backward_pass_.emplace(backward_pass(dtype));
   // Both directions' sizes (and whether their codecs can sum) before anything moves; without a
-  // codec the wire sizes are the value sizes (wire()).
+  // codec the wire sizes are the value sizes (wire_or_values).
   if (!forward_pass_->passthrough()) forward_wire_ = forward_pass_->wire_sizes(sizes_);
   if (!backward_pass_->passthrough()) backward_wire_ = backward_pass_->wire_sizes(sizes_);
   if (forward_ == ForwardCollective::kReduceScatter) {
-    return reduce_scatter(*forward_pass_, flat_concat(inputs), wire(*forward_pass_, forward_wire_));
+    return reduce_scatter(*forward_pass_, flat_concat(inputs),
+                          forward_pass_->wire_or_values(forward_wire_, sizes_));
   }
   backward_pass_->check_reducible(op_name());
-  return all_gather(*forward_pass_, flat_concat(inputs), wire(*forward_pass_, forward_wire_));
+  return all_gather(*forward_pass_, flat_concat(inputs),
+                    forward_pass_->wire_or_values(forward_wire_, sizes_));
 }
 
 std::vector<Tensor> ReduceScatterGatherOp::finish() {
@@ -86,12 +83,13 @@ Work ReduceScatterGatherOp::launch_gradient(const std::vector<Tensor>& grad_outp
       Tensor divided = g.clone();
       divide(divided);
       divided_before_send_ = true;
-      return all_gather(*backward_pass_, divided, wire(*backward_pass_, backward_wire_));
+      return all_gather(*backward_pass_, divided,
+                        backward_pass_->wire_or_values(backward_wire_, sizes_));
     }
-    return all_gather(*backward_pass_, g, wire(*backward_pass_, backward_wire_));
+    return all_gather(*backward_pass_, g, backward_pass_->wire_or_values(backward_wire_, sizes_));
   }
   // A reduce-scatter sums first: its division must follow the sum.
-  return reduce_scatter(*backward_pass_, g, wire(*backward_pass_, backward_wire_));
+  return reduce_scatter(*backward_pass_, g, backward_pass_->wire_or_values(backward_wire_, sizes_));
 }
 
 std::vector<Tensor> ReduceScatterGatherOp::finish_gradient() {

@@ -36,9 +36,6 @@ class ReduceScatterGatherOp final : public TorchrecCommOp {
   // encoded by `pass`, into received_.
   Work reduce_scatter(CodecPass& pass, const Tensor& values, const std::vector<int64_t>& wire);
   Work all_gather(CodecPass& pass, const Tensor& values, const std::vector<int64_t>& wire);
-  // The wire sizes of `pass`: `encoded` with a codec, the value sizes without one.
-  const std::vector<int64_t>& wire(const CodecPass& pass,
-                                   const std::vector<int64_t>& encoded) const;
 
   ForwardCollective forward_;
   std::vector<int64_t> sizes_;
