@@ -137,9 +137,10 @@ std::vector<int64_t> permutation_of(const Tensor& recat, const char* name, int64
   return p;
 }
 
-SegmentPermutation segment_permutation(const All2AllSequenceInfo& info, int64_t rows,
+// `len`: lengths_after_sparse_data_all2all's values (read once by the caller).
+SegmentPermutation segment_permutation(const All2AllSequenceInfo& info,
+                                       const std::vector<int64_t>& len, int64_t rows,
                                        const Group& group) {
-  const Tensor& lengths = info.lengths_after_sparse_data_all2all;
   const int64_t n = info.forward_recat_tensor.numel();
   SegmentPermutation p;
   p.forward_recat = permutation_of(info.forward_recat_tensor, "forward_recat_tensor", n, group);
@@ -152,7 +153,6 @@ SegmentPermutation segment_permutation(const All2AllSequenceInfo& info, int64_t 
                 " is not the inverse of forward_recat_tensor ", list_str(p.forward_recat),
                 " (the backward would not be the forward's transpose)");
   }
-  const std::vector<int64_t> len = integers_of(lengths);
   if (info.variable_batch_size) {
     FERRY_CHECK(static_cast<int64_t>(len.size()) == n, InvalidArgument, where(kSequence, group),
                 ": with variable_batch_size every length is a segment, so the recat needs ",
@@ -170,6 +170,7 @@ SegmentPermutation segment_permutation(const All2AllSequenceInfo& info, int64_t 
   FERRY_CHECK(sum_of(p.segment_rows) == rows, InvalidArgument, where(kSequence, group),
               ": lengths_after_sparse_data_all2all adds up to ", sum_of(p.segment_rows),
               " ids but the input has ", rows, " rows");
+  p.permuted_segment_rows.reserve(static_cast<size_t>(n));
   for (int64_t q = 0; q < n; ++q)
     p.permuted_segment_rows.push_back(p.segment_rows[p.forward_recat[q]]);
   return p;
@@ -189,21 +190,24 @@ Awaitable<Variable> alltoall_sequence(const Variable& x, const All2AllSequenceIn
               ": output_splits ", list_str(info.output_splits), " add up to ",
               sum_of(info.output_splits), " ids but the input has ", x.size(0), " rows");
   const Tensor& lengths = info.lengths_after_sparse_data_all2all;
+  std::vector<int64_t> len;
   if (lengths.defined()) {
     FERRY_CHECK(is_integer(lengths), InvalidArgument, where(kSequence, group),
                 ": lengths_after_sparse_data_all2all must be int32 or int64, given ",
                 dtype_name(lengths.dtype()));
-    detail::check_non_negative(integers_of(lengths), "lengths_after_sparse_data_all2all", group,
-                               kSequence);
+    len = integers_of(lengths);
+    detail::check_non_negative(len, "lengths_after_sparse_data_all2all", group, kSequence);
   }
   std::optional<SegmentPermutation> permutation;
   if (info.forward_recat_tensor.defined() && info.forward_recat_tensor.numel() > 0) {
     FERRY_CHECK(lengths.defined(), InvalidArgument, where(kSequence, group),
                 ": forward_recat_tensor needs lengths_after_sparse_data_all2all");
-    permutation = segment_permutation(info, x.size(0), group);
+    permutation = segment_permutation(info, len, x.size(0), group);
   }
   if (group.size() == 1) return NoWait<Variable>(x);
   std::vector<int64_t> send, recv;
+  send.reserve(info.output_splits.size());
+  recv.reserve(info.input_splits.size());
   for (int i = 0; i < group.size(); ++i) {
     send.push_back(info.output_splits[i] * d);
     recv.push_back(info.input_splits[i] * d);

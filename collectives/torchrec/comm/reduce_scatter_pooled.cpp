@@ -47,15 +47,31 @@ Awaitable<Variable> run(const char* op, const Group& group, const Codecs& codecs
       inputs);
 }
 
-// reduce_scatter_v_pooled and its per-feature form, once the info is known to fit the input.
-Awaitable<Variable> reduce_scatter_v(const char* op, const Variable& x,
-                                     const ReduceScatterVInfo& info, const Group& group,
-                                     const Codecs& codecs) {
-  const std::vector<int64_t>& splits = info.input_splits;
+// input_splits: one row count per rank, adding up to x's rows.
+void check_splits(const char* op, const Variable& x, const std::vector<int64_t>& splits,
+                  const Group& group) {
   detail::check_per_rank(splits, "input_splits", group, op);
   FERRY_CHECK(x.dim() >= 1 && x.size(0) == sum_of(splits), InvalidArgument, where(op, group),
               ": input_splits ", list_str(splits), " add up to ", sum_of(splits),
               " rows, the input is ", shape_str(x.shape()));
+}
+
+// reduce_scatter_v_pooled once its splits are known to fit the input.
+Awaitable<Variable> reduce_scatter_v(const char* op, const Variable& x,
+                                     const std::vector<int64_t>& splits, const Group& group,
+                                     const Codecs& codecs) {
+  if (group.size() == 1) return NoWait<Variable>(x);
+  std::vector<int64_t> sizes;
+  sizes.reserve(splits.size());
+  for (int64_t s : splits) sizes.push_back(s * row_elements(x.shape()));
+  return run(op, group, codecs, ForwardCollective::kReduceScatter, std::move(sizes),
+             with_rows(x.shape(), splits[group.rank()]), {x});
+}
+
+// The info's other fields must describe the same split of the input.
+void check_v_info(const char* op, const Variable& x, const ReduceScatterVInfo& info,
+                  const Group& group) {
+  const std::vector<int64_t>& splits = info.input_splits;
   check_shape(x, info.total_input_size, "total_input_size", op, group);
   FERRY_CHECK(info.input_sizes.size() == splits.size(), InvalidArgument, where(op, group),
               ": input_sizes must have one shape per rank (", splits.size(), "), given ",
@@ -70,45 +86,33 @@ Awaitable<Variable> reduce_scatter_v(const char* op, const Variable& x,
   FERRY_CHECK(info.equal_splits == equal, InvalidArgument, where(op, group), ": equal_splits is ",
               info.equal_splits ? "true" : "false", " but input_splits ", list_str(splits),
               equal ? " are all equal" : " differ");
-  const int me = group.rank();
-  if (group.size() == 1) return NoWait<Variable>(x);
-  std::vector<int64_t> sizes;
-  for (int64_t s : splits) sizes.push_back(s * row_elements(x.shape()));
-  return run(op, group, codecs, ForwardCollective::kReduceScatter, std::move(sizes),
-             with_rows(x.shape(), splits[me]), {x});
-}
-
-ReduceScatterVInfo v_info(const Shape& shape, const std::vector<int64_t>& splits) {
-  ReduceScatterVInfo info;
-  info.input_splits = splits;
-  if (shape.empty()) return info;  // 0-d: the checks reject it
-  for (int64_t s : splits) info.input_sizes.push_back(with_rows(shape, s));
-  info.equal_splits = std::adjacent_find(splits.begin(), splits.end(), std::not_equal_to<>()) ==
-                      splits.end();
-  info.total_input_size = shape;
-  return info;
 }
 
 }  // namespace
 
-Awaitable<Variable> reduce_scatter_pooled(const std::vector<Variable>& inputs,
-                                          const ReduceScatterInfo& info, const Group& group,
-                                          const Codecs& codecs) {
+namespace {
+
+// reduce_scatter_pooled with its info (`info`), or without one (null): the info the short form
+// stands for holds the inputs' own shapes, so only a given one is checked against them.
+Awaitable<Variable> reduce_scatter_list(const std::vector<Variable>& inputs,
+                                        const ReduceScatterInfo* info, const Group& group,
+                                        const Codecs& codecs) {
   FERRY_CHECK(group.valid(), InvalidArgument, kList,
               ": the group is null (this rank is not a member of it)");
   FERRY_CHECK(inputs.size() == static_cast<size_t>(group.size()), InvalidArgument,
               where(kList, group), ": needs one input per rank (", group.size(), "), given ",
               inputs.size());
-  FERRY_CHECK(info.input_sizes.size() == inputs.size(), InvalidArgument, where(kList, group),
-              ": input_sizes must have one shape per input (", inputs.size(), "), given ",
-              info.input_sizes.size());
+  FERRY_CHECK(!info || info->input_sizes.size() == inputs.size(), InvalidArgument,
+              where(kList, group), ": input_sizes must have one shape per input (",
+              inputs.size(), "), given ", info->input_sizes.size());
   std::vector<int64_t> sizes;
+  sizes.reserve(inputs.size());
   for (size_t j = 0; j < inputs.size(); ++j) {
     detail::check_input(inputs[j], group, kList);
     FERRY_CHECK(inputs[j].dtype() == inputs[0].dtype(), InvalidArgument, where(kList, group),
                 ": inputs[", j, "] is ", dtype_name(inputs[j].dtype()), ", inputs[0] ",
                 dtype_name(inputs[0].dtype()));
-    check_shape(inputs[j], info.input_sizes[j], "input_sizes[j]", kList, group);
+    if (info) check_shape(inputs[j], info->input_sizes[j], "input_sizes[j]", kList, group);
     sizes.push_back(inputs[j].numel());
   }
   const int me = group.rank();
@@ -117,11 +121,17 @@ Awaitable<Variable> reduce_scatter_pooled(const std::vector<Variable>& inputs,
              inputs[me].shape(), inputs);
 }
 
+}  // namespace
+
+Awaitable<Variable> reduce_scatter_pooled(const std::vector<Variable>& inputs,
+                                          const ReduceScatterInfo& info, const Group& group,
+                                          const Codecs& codecs) {
+  return reduce_scatter_list(inputs, &info, group, codecs);
+}
+
 Awaitable<Variable> reduce_scatter_pooled(const std::vector<Variable>& inputs,
                                           const Group& group, const Codecs& codecs) {
-  ReduceScatterInfo info;
-  for (const Variable& v : inputs) info.input_sizes.push_back(v.defined() ? v.shape() : Shape{});
-  return reduce_scatter_pooled(inputs, info, group, codecs);
+  return reduce_scatter_list(inputs, nullptr, group, codecs);
 }
 
 Awaitable<Variable> reduce_scatter_base_pooled(const Variable& x,
@@ -149,14 +159,19 @@ Awaitable<Variable> reduce_scatter_base_pooled(const Variable& x, const Group& g
 Awaitable<Variable> reduce_scatter_v_pooled(const Variable& x, const ReduceScatterVInfo& info,
                                             const Group& group, const Codecs& codecs) {
   detail::check_input(x, group, kV);
-  return reduce_scatter_v(kV, x, info, group, codecs);
+  check_splits(kV, x, info.input_splits, group);
+  check_v_info(kV, x, info, group);
+  return reduce_scatter_v(kV, x, info.input_splits, group, codecs);
 }
 
+// The info this form stands for (the input cut into input_splits) describes the input by
+// construction: only its splits need checking.
 Awaitable<Variable> reduce_scatter_v_pooled(const Variable& x,
                                             const std::vector<int64_t>& input_splits,
                                             const Group& group, const Codecs& codecs) {
   detail::check_input(x, group, kV);
-  return reduce_scatter_v(kV, x, v_info(x.shape(), input_splits), group, codecs);
+  check_splits(kV, x, input_splits, group);
+  return reduce_scatter_v(kV, x, input_splits, group, codecs);
 }
 
 Awaitable<Variable> reduce_scatter_v_per_feature_pooled(
