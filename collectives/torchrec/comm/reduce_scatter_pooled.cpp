@@ -88,10 +88,6 @@ void check_v_info(const char* op, const Variable& x, const ReduceScatterVInfo& i
               equal ? " are all equal" : " differ");
 }
 
-}  // namespace
-
-namespace {
-
 // reduce_scatter_pooled with its info (`info`), or without one (null): the info the short form
 // stands for holds the inputs' own shapes, so only a given one is checked against them.
 Awaitable<Variable> reduce_scatter_list(const std::vector<Variable>& inputs,
