@@ -213,10 +213,11 @@ SmallBlocks& small_blocks() {
   return blocks;
 }
 
-// FERRY_HOST_CACHE_MB=0 turns the small lists off too (under sanitizers, say).
-bool small_cache_on() {
+// Whether a block of `nbytes` goes through the small lists. FERRY_HOST_CACHE_MB=0 turns them
+// off too (to compare with plain allocation, say).
+bool kept_small(size_t nbytes) {
   static const bool on = limit_from_environment() > 0;
-  return on;
+  return nbytes > 0 && nbytes <= kSmallMaxBytes && on;
 }
 
 }  // namespace
@@ -231,14 +232,13 @@ size_t cached_block_bytes() { return cache().held(); }
 namespace detail {
 
 void* acquire_block(size_t nbytes) {
-  if (nbytes <= kSmallMaxBytes && nbytes > 0 && small_cache_on())
-    return small_blocks().take(nbytes);
+  if (kept_small(nbytes)) return small_blocks().take(nbytes);
   if (nbytes < kMinCachedBytes) return ::operator new(nbytes, kAlign);
   return cache().acquire(nbytes);
 }
 
 void release_block(void* block, size_t nbytes) {
-  if (nbytes <= kSmallMaxBytes && nbytes > 0 && small_cache_on()) {
+  if (kept_small(nbytes)) {
     // A thread whose lists are gone (it is ending) frees the block instead.
     if (SmallBlocks::state() != SmallBlocks::State::kGone)
       return small_blocks().give(block, nbytes);
