@@ -49,6 +49,11 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group,
 // output may be exactly rank r's block of input (a view); any other overlap is rejected.
 Work reduce_scatter(const Tensor& input, Tensor output, const Group& group,
                     ReduceOp op = ReduceOp::Sum);
+// torch.distributed's list form: inputs[k] (rows of one shape) is this rank's contribution to
+// rank k; output is shaped like inputs[rank]. The ring reads the inputs where they lie (no
+// copy into one buffer, except under MPI, whose call takes one).
+Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Group& group,
+                    ReduceOp op = ReduceOp::Sum);
 // input: [sum(sizes), ...]; output: [sizes[rank], ...]. sizes: one row count per rank, the same
 // on every rank.
 Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,

@@ -39,6 +39,10 @@ struct ReduceSpec {
 // be overwritten (may be `in` itself); then the result is written into work's block `rank` too.
 void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
                          const Blocks& blocks, const ReduceSpec& spec);
+// The same with block k of the input read at in_block[k] (the blocks need not be one buffer:
+// reduce_scatter's list form); `work`, if given, is still one buffer laid out by `blocks`.
+void ring_reduce_scatter(OpContext& ctx, const char* const* in_block, char* work, char* out,
+                         const Blocks& blocks, const ReduceSpec& spec);
 // Afterwards every block of `buf` is in place. Block `rank` must be in place already, unless
 // `own` (optional) says where this rank's block comes from when it is not yet in place in `buf`:
 // it is sent from there and copied into place while the first exchange is under way, so the

@@ -3,6 +3,7 @@
 #include <ferry/collectives/engine/reduce_kernels.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace ferry::detail {
@@ -20,19 +21,19 @@ size_t segment_count(size_t bytes, size_t segment) {
 
 }  // namespace
 
-// Step s (0..W-2): send block r-s-1 (taken from `in` at step 0, else the carry reduced at the
+// Step s (0..W-2): send block r-s-1 (the input's at step 0, else the carry reduced at the
 // previous step), receive block r-s-2 from the left neighbour and reduce it with our own copy
 // of that block. The block received at the last step is block r: it goes to `out`.
 //
 // Blocks move in segments of at most kSegmentBytes, each reduced right after it arrived, while
 // it is still in cache: reducing a 32 MiB block after copying all of it reads it back from
 // memory.
-void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
+void ring_reduce_scatter(OpContext& ctx, const char* const* in_block, char* work, char* out,
                          const Blocks& blocks, const ReduceSpec& spec) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t eb = spec.elem_bytes();
   if (n == 1) {
-    if (out != in) std::memcpy(out, in, blocks.bytes[0]);
+    if (out != in_block[0] && blocks.bytes[0] > 0) std::memcpy(out, in_block[0], blocks.bytes[0]);
     return;
   }
   const int right = mod(r + 1, n), left = mod(r - 1, n);
@@ -41,7 +42,7 @@ void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
   // Without a work buffer, partial reductions live in a scratch carry. One suffices: each
   // segment waits for its send to finish before the carry is overwritten.
   char* carry = work == nullptr ? ctx.scratch(1, blocks.max_bytes()) : nullptr;
-  const char* sending = in + blocks.offset[mod(r - 1, n)];
+  const char* sending = in_block[mod(r - 1, n)];
   for (int s = 0; s < n - 1; ++s) {
     const int sb = mod(r - s - 1, n), rb = mod(r - s - 2, n);
     char* dst;
@@ -64,12 +65,23 @@ void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
       const size_t len = k < recvs ? std::min(segment, recv_bytes - at) : 0;
       if (k < recvs) ctx.recv(left, s, tmp, len);
       ctx.wait_all();
-      if (len > 0) combine(dst + at, in + blocks.offset[rb] + at, tmp, len / eb, spec.dtype, spec.op);
+      if (len > 0) combine(dst + at, in_block[rb] + at, tmp, len / eb, spec.dtype, spec.op);
     }
     if (s == n - 2 && work != nullptr && work + blocks.offset[rb] != out)
       std::memcpy(work + blocks.offset[rb], out, recv_bytes);
     sending = dst;
   }
+}
+
+void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
+                         const Blocks& blocks, const ReduceSpec& spec) {
+  // On the stack for the usual group sizes: this runs for every small reduce-scatter.
+  std::array<const char*, 64> few;
+  std::vector<const char*> many;
+  const size_t n = blocks.offset.size();
+  const char** in_block = n <= few.size() ? few.data() : (many.resize(n), many.data());
+  for (size_t k = 0; k < n; ++k) in_block[k] = in + blocks.offset[k];
+  ring_reduce_scatter(ctx, in_block, work, out, blocks, spec);
 }
 
 // Step s: send block r-s (which we hold complete) right, receive block r-s-1 from the left.

@@ -237,4 +237,51 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
                           group, op);
 }
 
+Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Group& group,
+                    ReduceOp op) {
+  detail::Validator v("reduce_scatter", group);
+  v.defined(output, "output");
+  v.tensor_list(inputs, "inputs", output.dtype());
+  v.reduce_op(op, output.dtype());
+  // Every input is rows of the same shape as inputs[0]'s; output is shaped like ours.
+  const Tensor& first = inputs[0];
+  std::vector<int64_t> sizes;
+  sizes.reserve(inputs.size());
+  int64_t total = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& t = inputs[k];
+    bool rows_alike = t.dim() >= 1 && t.dim() == first.dim();
+    for (int64_t d = 1; rows_alike && d < t.dim(); ++d) rows_alike = t.size(d) == first.size(d);
+    if (!rows_alike)
+      v.fail(detail::str("every input must be at least 1-D, with the row shape of inputs[0] ",
+                         shape_str(first.shape()), ", given inputs[", k, "] ",
+                         shape_str(t.shape())));
+    if (t.overlaps(output)) v.fail(detail::str("output must not overlap inputs[", k, "]"));
+    sizes.push_back(t.size(0));
+    total += t.size(0);
+  }
+  v.shape_is(output, "output", inputs[static_cast<size_t>(group.rank())].shape());
+  // Described and fingerprinted as the equivalent call on the inputs put end to end.
+  detail::OpSummary summary = detail::OpSummary::of(first, op).with_splits(sizes);
+  summary.dims[0] = total;
+  summary.agreed = first.size(0) == 0 ? 0 : first.numel() / first.size(0) * total;
+  // The ring reads each input where it lies. A native transport's call takes one buffer, and
+  // widened or averaged sums run through reduce_scatter_v's buffers: both get the inputs
+  // copied end to end first, as torch.distributed's list form does.
+  if (group.impl().native() != nullptr || !natively_reducible(output.dtype(), op))
+    return reduce_scatter_v(cat(inputs, 0), output, sizes, group, op);
+  return detail::submit(group, "reduce_scatter", summary,
+                        [inputs, output, op, sizes](OpContext& ctx) mutable {
+    std::vector<const char*> in_block;
+    in_block.reserve(inputs.size());
+    for (const Tensor& t : inputs) in_block.push_back(static_cast<const char*>(t.raw_data()));
+    detail::ring_reduce_scatter(ctx, in_block.data(), nullptr,
+                                static_cast<char*>(output.raw_data()),
+                                detail::contiguous_blocks(sizes, row_bytes(inputs[0])),
+                                ReduceSpec{output.dtype(), op});
+    output.bump_version();
+    return std::vector<Tensor>{};
+  });
+}
+
 }  // namespace ferry

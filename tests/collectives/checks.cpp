@@ -166,8 +166,21 @@ Pending start_reduce_scatter_v(Ctx& ctx, const Group& g, const OpCase& c) {
   Tensor in = make_tensor(gen, in_shape, c.dtype);
   Tensor out = make_sentinel(c, me, out_shape);
   const Tensor in0 = snapshot(in);
-  Pending p{where(g, c.describe("reduce_scatter_v")), {}, {}};
-  p.works.push_back(ferry::reduce_scatter_v(in, out, sizes, g, c.op));
+  Pending p{where(g, c.describe(c.variant == 1 ? "reduce_scatter (list)" : "reduce_scatter_v")),
+            {}, {}};
+  if (c.variant == 1) {
+    // The list form, each block a tensor of its own (not views of one buffer), so nothing
+    // may assume they lie end to end.
+    std::vector<Tensor> blocks;
+    int64_t row = 0;
+    for (int64_t rows : sizes) {
+      blocks.push_back(in.narrow(0, row, rows).clone());
+      row += rows;
+    }
+    p.works.push_back(ferry::reduce_scatter(blocks, out, g, c.op));
+  } else {
+    p.works.push_back(ferry::reduce_scatter_v(in, out, sizes, g, c.op));
+  }
   p.verify = [&ctx, c, W, me, ie, sizes, total_rows, out_shape, in, in0, out, w = p.where] {
     const int64_t total = total_rows * ie;
     const auto& ref = ctx.shared(key("reduce_scatter_v", c, W, total), [&] {

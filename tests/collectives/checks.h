@@ -46,7 +46,8 @@ Pending start_all_reduce(Ctx&, const Group&, const OpCase&);
 Pending start_reduce(Ctx&, const Group&, const OpCase&);
 // rows: rows per rank's output block. variant 1: output is the caller's block of input.
 Pending start_reduce_scatter(Ctx&, const Group&, const OpCase&);
-// rows: scale of uneven_sizes(W, rows, salt) (zeros included).
+// rows: scale of uneven_sizes(W, rows, salt) (zeros included). variant 1: reduce_scatter's
+// list form, each block cloned into a tensor of its own.
 Pending start_reduce_scatter_v(Ctx&, const Group&, const OpCase&);
 Pending start_broadcast(Ctx&, const Group&, const OpCase&);
 // rows: rows per rank. variant 1: input is the caller's block of output.

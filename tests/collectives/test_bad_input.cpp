@@ -95,6 +95,36 @@ std::vector<BadCase> bad_cases() {
       {"reduce_scatter: avg on int64", 1, kAny, [](G g) {
          return ferry::reduce_scatter(zeros({2 * g.size()}, DType::Int64), zeros({2}, DType::Int64), g, ReduceOp::Avg);
        }},
+      // ---- reduce_scatter, list form ----
+      {"reduce_scatter (list): one input too few", 1, kAny, [](G g) {
+         return ferry::reduce_scatter(tensors(g.size() - 1, 2), zeros({2}), g);
+       }},
+      {"reduce_scatter (list): an input of another dtype", 2, kAny, [](G g) {
+         std::vector<Tensor> in = tensors(g.size(), 2);
+         in[1] = zeros({2}, DType::Float64);
+         return ferry::reduce_scatter(in, zeros({2}), g);
+       }},
+      {"reduce_scatter (list): an input with other rows", 2, kAny, [](G g) {
+         std::vector<Tensor> in(static_cast<size_t>(g.size()), zeros({2, 3}));
+         in[1] = zeros({2, 4});
+         return ferry::reduce_scatter(in, zeros({2, 3}), g);
+       }},
+      {"reduce_scatter (list): output not shaped like this rank's input", 1, kAny, [](G g) {
+         return ferry::reduce_scatter(tensors(g.size(), 2), zeros({3}), g);
+       }},
+      {"reduce_scatter (list): output overlaps an input", 1, kAny, [](G g) {
+         std::vector<Tensor> in = tensors(g.size(), 2);
+         return ferry::reduce_scatter(in, in[0], g);
+       }},
+      {"reduce_scatter (list): avg on int32", 1, kAny, [](G g) {
+         return ferry::reduce_scatter(tensors(g.size(), 2, DType::Int32), zeros({2}, DType::Int32), g,
+                                      ReduceOp::Avg);
+       }},
+      {"reduce_scatter (list): undefined input", 1, kAny, [](G g) {
+         std::vector<Tensor> in = tensors(g.size(), 2);
+         in.back() = Tensor();
+         return ferry::reduce_scatter(in, zeros({2}), g);
+       }},
       // ---- reduce_scatter_v ----
       {"reduce_scatter_v: sizes do not add up", 1, kAny, [](G g) {
          return ferry::reduce_scatter_v(zeros({2 * g.size() + 1}), zeros({2}), sizes_of(g.size(), 2), g);

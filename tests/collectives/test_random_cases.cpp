@@ -29,7 +29,7 @@ const RandomOp kOps[] = {
     {"all_reduce", start_all_reduce, true, false, 3},
     {"reduce", start_reduce, true, true, 2},
     {"reduce_scatter", start_reduce_scatter, true, false, 2},
-    {"reduce_scatter_v", start_reduce_scatter_v, true, false, 1},
+    {"reduce_scatter_v", start_reduce_scatter_v, true, false, 2},
     {"broadcast", start_broadcast, false, true, 1},
     {"all_gather", start_all_gather, false, false, 2},
     {"all_gather_v", start_all_gather_v, false, false, 1},

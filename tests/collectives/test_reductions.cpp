@@ -132,7 +132,9 @@ FT_SPMD_CASE("reduce_scatter_v: uneven and zero sizes", "[reductions][reduce_sca
     for (ReduceOp op : ops_for(dt))
       for (const SmallShape& s : kSmallShapes)
         for (uint64_t salt : {0u, 1u, 2u})  // moves the zero-size ranks around
-          run_case(ctx, g, start_reduce_scatter_v, make_case(dt, s.rows, s.inner, op, 0, 0, salt));
+          for (int variant : {0, 1})        // 1: reduce_scatter's list form, blocks apart
+            run_case(ctx, g, start_reduce_scatter_v,
+                     make_case(dt, s.rows, s.inner, op, variant, 0, salt));
 }
 
 TEST_CASE("reduce_scatter_v: sizes check", "[reductions][reduce_scatter_v]") {
@@ -150,5 +152,6 @@ FT_SPMD_CASE("reduce_scatter_v: about 1.3M-element input", "[reductions][reduce_
       run_case(ctx, g, start_reduce_scatter_v, make_case(dt, rows, 0, ReduceOp::Sum, 0, 0, 0));
       run_case(ctx, g, start_reduce_scatter_v,
                make_case(dt, rows, 0, floating(dt) ? ReduceOp::Avg : ReduceOp::Min, 0, 0, 2));
+      run_case(ctx, g, start_reduce_scatter_v, make_case(dt, rows, 0, ReduceOp::Sum, 1, 0, 1));
   }
 }

@@ -58,6 +58,15 @@ Work ReduceScatterGatherOp::launch(const std::vector<Tensor>& inputs) {
   if (!forward_pass_->passthrough()) forward_wire_ = forward_pass_->wire_sizes(sizes_);
   if (!backward_pass_->passthrough()) backward_wire_ = backward_pass_->wire_sizes(sizes_);
   if (forward_ == ForwardCollective::kReduceScatter) {
+    if (inputs.size() > 1 && forward_pass_->passthrough()) {
+      // reduce_scatter_pooled without a codec: the list form reads each input where it lies
+      // instead of a copy of all W put end to end (the ring's transports; MPI still copies).
+      std::vector<Tensor> flats;
+      flats.reserve(inputs.size());
+      for (const Tensor& t : inputs) flats.push_back(t.flatten());
+      received_ = empty({sizes_[rank()]}, dtype);
+      return ferry::reduce_scatter(flats, received_, group());
+    }
     return reduce_scatter(*forward_pass_, flat_concat(inputs),
                           forward_pass_->wire_or_values(forward_wire_, sizes_));
   }
