@@ -117,8 +117,8 @@ std::vector<BadCase> bad_cases() {
          return ferry::reduce_scatter(in, in[0], g);
        }},
       {"reduce_scatter (list): avg on int32", 1, kAny, [](G g) {
-         return ferry::reduce_scatter(tensors(g.size(), 2, DType::Int32), zeros({2}, DType::Int32), g,
-                                      ReduceOp::Avg);
+         return ferry::reduce_scatter(tensors(g.size(), 2, DType::Int32),
+                                      zeros({2}, DType::Int32), g, ReduceOp::Avg);
        }},
       {"reduce_scatter (list): undefined input", 1, kAny, [](G g) {
          std::vector<Tensor> in = tensors(g.size(), 2);
