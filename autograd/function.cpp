@@ -28,9 +28,9 @@ std::vector<Tensor> Context::saved() const {
 std::string Context::op() const { return fn_ ? fn_->name() : "autograd function"; }
 
 bool Context::needs_input_grad(size_t i) const {
-  FERRY_CHECK(i < needs_input_grad_.size(), InvalidArgument, op(), ": needs_input_grad(", i,
-              ") but the function has ", needs_input_grad_.size(), " inputs");
-  return needs_input_grad_[i];
+  FERRY_CHECK(i < num_inputs_, InvalidArgument, op(), ": needs_input_grad(", i,
+              ") but the function has ", num_inputs_, " inputs");
+  return i < needs_input_grad_.size() && needs_input_grad_[i];
 }
 
 void Context::mark_non_differentiable(size_t output_index) {
@@ -86,25 +86,27 @@ std::string owner_of(const Tensor& t, const std::vector<Variable>& inputs,
 
 std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Variable>& inputs) {
   FERRY_CHECK(fn != nullptr, InvalidArgument, "apply: the function is null");
-  std::vector<const Variable*> input_ptrs;
+  std::vector<const Variable*> input_ptrs;  // filled only when recording: connect() needs it
   std::vector<Tensor> input_values;
-  input_ptrs.reserve(inputs.size());
   input_values.reserve(inputs.size());
-  for (const Variable& v : inputs) {
-    input_ptrs.push_back(&v);
-    input_values.push_back(v.defined() ? v.value() : Tensor());
-  }
-  const bool recording = detail::should_record(input_ptrs);
+  for (const Variable& v : inputs) input_values.push_back(v.defined() ? v.value() : Tensor());
+  const bool recording = detail::should_record(inputs);
 
   // A call that records nothing (no input requires grad, or grad mode is off) runs forward on
-  // a context of its own stack: it dies with the call anyway.
+  // a context of its own stack: it dies with the call anyway, and its needs_input_grad() is
+  // false throughout without a list to say so.
   std::unique_ptr<Context> ctx = recording ? std::make_unique<Context>() : nullptr;
   Context unrecorded;
   Context& c = ctx ? *ctx : unrecorded;
   c.fn_ = fn.get();
-  c.needs_input_grad_.resize(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    c.needs_input_grad_[i] = recording && inputs[i].defined() && inputs[i].requires_grad();
+  c.num_inputs_ = inputs.size();
+  if (recording) {
+    input_ptrs.reserve(inputs.size());
+    c.needs_input_grad_.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      input_ptrs.push_back(&inputs[i]);
+      c.needs_input_grad_[i] = inputs[i].defined() && inputs[i].requires_grad();
+    }
   }
   std::vector<Tensor> outputs;
   {

@@ -52,7 +52,7 @@ class Context {
 
   // Whether input i requires a gradient (false for inputs that are undefined or do not).
   bool needs_input_grad(size_t i) const;
-  size_t num_inputs() const { return needs_input_grad_.size(); }
+  size_t num_inputs() const { return num_inputs_; }
 
   // The output does not require grad and backward always receives an undefined or zero
   // gradient for it (integer outputs, sizes, masks).
@@ -75,7 +75,8 @@ class Context {
   // name longer than 15 characters costs an allocation, and most calls need none).
   std::string op() const;
   const Function* fn_ = nullptr;  // owned by the node (or apply()) that owns this context
-  std::vector<bool> needs_input_grad_;
+  size_t num_inputs_ = 0;
+  std::vector<bool> needs_input_grad_;  // empty when nothing is recorded: every entry false
   std::vector<bool> non_differentiable_;
   bool materialize_grads_ = true;
   // save_for_backward collects tensors here during forward; apply() turns them into saved_

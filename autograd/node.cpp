@@ -79,6 +79,14 @@ bool should_record(VariablePtrs inputs) {
   return false;
 }
 
+bool should_record(const std::vector<Variable>& inputs) {
+  if (!grad_enabled()) return false;
+  for (const Variable& v : inputs) {
+    if (v.defined() && v.requires_grad()) return true;
+  }
+  return false;
+}
+
 namespace {
 
 void wire_edges(Node& node, VariablePtrs inputs) {

@@ -137,5 +137,7 @@ bool should_record(VariablePtrs inputs);
 inline bool should_record(std::initializer_list<const Variable*> inputs) {
   return should_record(VariablePtrs(inputs.begin(), inputs.size()));
 }
+// The same over variables held by value (apply()'s inputs).
+bool should_record(const std::vector<Variable>& inputs);
 
 }  // namespace ferry::detail

@@ -6,6 +6,7 @@
 #include <ferry/runtime/error.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 
 namespace ferry {
@@ -144,10 +145,14 @@ using detail::ReqWaitCore;
 // node (a rank whose loss ignores the outputs still runs it).
 class RequestNode : public Function {
  public:
-  // The name is built once: the tape asks for it several times per node.
   RequestNode(std::shared_ptr<ReqWaitCore> core, DType dtype, const char* suffix)
-      : core_(std::move(core)), dtype_(dtype), name_(core_->op().name() + suffix) {}
-  std::string name() const override { return name_; }
+      : core_(std::move(core)), dtype_(dtype), suffix_(suffix) {}
+  // Built on first use, then kept: the tape asks for it several times per recorded node, and
+  // a call that records nothing never asks (two allocations per node saved on that path).
+  std::string name() const override {
+    std::call_once(named_, [this] { name_ = core_->op().name() + suffix_; });
+    return name_;
+  }
   bool is_collective() const override { return true; }
 
  protected:
@@ -159,7 +164,9 @@ class RequestNode : public Function {
 
  private:
   DType dtype_;
-  std::string name_;
+  const char* suffix_;
+  mutable std::once_flag named_;
+  mutable std::string name_;
 };
 
 class ReqFunction final : public RequestNode {
@@ -167,9 +174,13 @@ class ReqFunction final : public RequestNode {
   ReqFunction(std::shared_ptr<ReqWaitCore> core, DType dtype)
       : RequestNode(std::move(core), dtype, "_req") {}
 
-  std::vector<Tensor> forward(Context&, const std::vector<Tensor>& inputs) override {
+  std::vector<Tensor> forward(Context& ctx, const std::vector<Tensor>& inputs) override {
     core_->launch(inputs);
-    return {placeholder()};
+    // The placeholder links this node to the Wait node on the tape; a call that records
+    // nothing has no tape to link, so it goes without (a tensor's allocations per call).
+    bool recorded = false;
+    for (size_t i = 0; i < ctx.num_inputs() && !recorded; ++i) recorded = ctx.needs_input_grad(i);
+    return {recorded ? placeholder() : Tensor()};
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>&) override {
     return core_->wait_gradient();
@@ -230,7 +241,10 @@ class RequestHandle {
   ~RequestHandle() {
     // Unwaited and recorded: the peers will run this request's gradient collective, so this
     // rank must too. Not when its Req node already ran a backward (it launched one itself).
-    if (waited_ || !placeholder_.requires_grad() || core_->gradient_started_or_done()) return;
+    // (An unrecorded request has an undefined placeholder.)
+    if (waited_ || !placeholder_.defined() || !placeholder_.requires_grad() ||
+        core_->gradient_started_or_done())
+      return;
     try {
       EnableGradGuard recording;  // the drop may happen inside a NoGradGuard
       Variable dropped =

@@ -160,6 +160,38 @@ TEST_CASE("a custom function: gradients, needs_input_grad, accumulation") {
   CHECK(equal(a.grad(), vec3(2, 4, 6)));
 }
 
+TEST_CASE("needs_input_grad on a call that records nothing: false, and still range-checked") {
+  // Such a call keeps no list of flags; the context answers from its input count alone.
+  class Probe : public Function {
+   public:
+    std::string name() const override { return "probe"; }
+    std::vector<Tensor> forward(Context& ctx, const std::vector<Tensor>& in) override {
+      num_inputs = ctx.num_inputs();
+      for (size_t i = 0; i < ctx.num_inputs(); ++i) needs.push_back(ctx.needs_input_grad(i));
+      CHECK_THROWS_AS(ctx.needs_input_grad(ctx.num_inputs()), InvalidArgument);
+      return {in[0].clone()};
+    }
+    std::vector<Tensor> backward(Context&, const std::vector<Tensor>& g) override {
+      return {g[0], Tensor()};
+    }
+    size_t num_inputs = 0;
+    std::vector<bool> needs;
+  };
+  Variable a(vec3(1, 2, 3), true, "a");
+  Variable b(vec3(4, 5, 6), false, "b");
+  auto unrecorded = std::make_shared<Probe>();
+  {
+    NoGradGuard no_grad;
+    Variable y = apply(unrecorded, {a, b})[0];
+    CHECK_FALSE(y.requires_grad());
+  }
+  CHECK(unrecorded->num_inputs == 2);
+  CHECK(unrecorded->needs == std::vector<bool>{false, false});
+  auto recorded = std::make_shared<Probe>();
+  CHECK(apply(recorded, {a, b})[0].requires_grad());
+  CHECK(recorded->needs == std::vector<bool>{true, false});
+}
+
 TEST_CASE("accumulating into a gradient never writes through an aliased tensor") {
   // Identity-like backwards hand the same tensor to two leaves; the second accumulation must
   // not change the other leaf's gradient.

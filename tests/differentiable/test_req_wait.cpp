@@ -4,6 +4,7 @@
 // whose loss ignores the output. SPMD cases: local worlds here, mpiexec / UCX in tests/mpi and
 // tests/ucx.
 #include <ferry/autograd/function.h>
+#include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/differentiable.h>
@@ -231,6 +232,28 @@ DG_CASE("all_to_all_single_async: a request dropped before its wait still takes 
     expect(equal(x.grad().narrow(0, j * m, m), full({m, 2}, want, DType::Float64)), g,
            "block " + std::to_string(j) + " of dx is " + x.grad().to_string());
   }
+}
+
+DG_CASE("all_to_all_single_async: a request that records nothing moves the data, and may be "
+        "dropped unwaited", "[req_wait][all_to_all][unrecorded]", 1, 2, 3) {
+  // Under NoGradGuard nothing is recorded, so the request has no tape to link and carries no
+  // placeholder. Waiting still gives the exchanged rows; dropping one unwaited (after a
+  // waited one, so that every rank's collectives pair up) leaves nothing to run in backward.
+  const int me = g.rank();
+  const int64_t m = 2;
+  Variable x(rank_input({m * g.size(), 2}, me), true, "x");
+  NoGradGuard no_grad;
+  AsyncRequest<Variable> req = all_to_all_single_async(x, g);
+  const Variable y = req.wait();
+  expect(!y.requires_grad(), g, "an unrecorded request's output requires grad");
+  for (int k = 0; k < g.size(); ++k) {
+    const Tensor sent = rank_input({m * g.size(), 2}, k).narrow(0, me * m, m);
+    expect(equal(y.value().narrow(0, k * m, m), sent), g, "wrong rows from rank " + std::to_string(k));
+  }
+  {
+    AsyncRequest<Variable> dropped = all_to_all_single_async(x, g);
+  }
+  barrier(g).wait();  // the dropped request's forward completed on every rank, unwaited
 }
 
 DG_CASE("all_to_all_single_async: a rank whose loss ignores the output still runs both "
