@@ -6,8 +6,8 @@
 #include <ferry/runtime/error.h>
 
 #include <atomic>
-#include <mutex>
 #include <cstdint>
+#include <mutex>
 
 namespace ferry {
 namespace detail {

@@ -248,7 +248,8 @@ DG_CASE("all_to_all_single_async: a request that records nothing moves the data,
   expect(!y.requires_grad(), g, "an unrecorded request's output requires grad");
   for (int k = 0; k < g.size(); ++k) {
     const Tensor sent = rank_input({m * g.size(), 2}, k).narrow(0, me * m, m);
-    expect(equal(y.value().narrow(0, k * m, m), sent), g, "wrong rows from rank " + std::to_string(k));
+    expect(equal(y.value().narrow(0, k * m, m), sent), g,
+           "wrong rows from rank " + std::to_string(k));
   }
   {
     AsyncRequest<Variable> dropped = all_to_all_single_async(x, g);
