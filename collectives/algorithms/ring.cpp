@@ -76,10 +76,10 @@ void ring_reduce_scatter(OpContext& ctx, const char* const* in_block, char* work
 void ring_reduce_scatter(OpContext& ctx, const char* in, char* work, char* out,
                          const Blocks& blocks, const ReduceSpec& spec) {
   // On the stack for the usual group sizes: this runs for every small reduce-scatter.
-  std::array<const char*, 64> few;
-  std::vector<const char*> many;
   const size_t n = blocks.offset.size();
-  const char** in_block = n <= few.size() ? few.data() : (many.resize(n), many.data());
+  std::array<const char*, 64> few;
+  std::vector<const char*> many(n > few.size() ? n : 0);
+  const char** in_block = many.empty() ? few.data() : many.data();
   for (size_t k = 0; k < n; ++k) in_block[k] = in + blocks.offset[k];
   ring_reduce_scatter(ctx, in_block, work, out, blocks, spec);
 }

@@ -264,7 +264,7 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   // Described and fingerprinted as the equivalent call on the inputs put end to end.
   detail::OpSummary summary = detail::OpSummary::of(first, op).with_splits(sizes);
   summary.dims[0] = total;
-  summary.agreed = first.size(0) == 0 ? 0 : first.numel() / first.size(0) * total;
+  summary.agreed = static_cast<int64_t>(row_bytes(first) / first.element_size()) * total;
   // The ring reads each input where it lies. A native transport's call takes one buffer, and
   // widened or averaged sums run through reduce_scatter_v's buffers: both get the inputs
   // copied end to end first, as torch.distributed's list form does.
