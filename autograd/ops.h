@@ -59,6 +59,11 @@ Variable operator-(const Variable& a);
 
 // ---- linear algebra ----
 Variable matmul(const Variable& a, const Variable& b);  // [N, K] x [K, M] -> [N, M]
+// torch.nn.functional.linear, optionally followed by a ReLU, as ONE node: act(x weight^T + bias)
+// for x [N, K], weight [out, in] = [M, K], bias [M] or an undefined Variable (no bias). Neither
+// the weight nor its gradient is transposed into a copy; the ReLU's gradient is 0 at 0, as torch.
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
+                Activation activation = Activation::None);
 Variable transpose(const Variable& a);                  // [N, M] -> [M, N] (a copy)
 Variable bmm(const Variable& a, const Variable& b);      // [B, N, K] x [B, K, M] -> [B, N, M]
 // Dims dim0 and dim1 exchanged (negative counts from the back), any rank (a copy).

@@ -21,6 +21,36 @@ Variable matmul(const Variable& a, const Variable& b) {
       });
 }
 
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
+                Activation activation) {
+  const Tensor& xv = detail::value_of("linear", x, "input");
+  const Tensor& wv = detail::value_of("linear", weight, "weight");
+  const bool has_bias = bias.defined();
+  Tensor y = kernels::linear(xv, wv, has_bias ? detail::value_of("linear", bias, "bias") : Tensor(),
+                             activation);
+  const bool recording = has_bias ? detail::should_record({&x, &weight, &bias})
+                                  : detail::should_record({&x, &weight});
+  if (!recording) return Variable(std::move(y));
+  // dx = g' w needs w; dw = g'^T x needs x; the ReLU mask needs y.
+  detail::SavedTensor saved_x = detail::save_if(weight.requires_grad(), x);
+  detail::SavedTensor saved_w = detail::save_if(x.requires_grad(), weight);
+  detail::SavedTensor saved_y;
+  if (activation == Activation::Relu) saved_y = detail::save_output("linear", y);
+  auto backward = [saved_x, saved_w, saved_y, activation](const std::vector<Tensor>& g,
+                                                          const std::vector<bool>& needs) {
+    kernels::LinearGrads d = kernels::linear_backward(
+        g[0], needs[1] ? saved_x.get("linear") : Tensor(),
+        needs[0] ? saved_w.get("linear") : Tensor(),
+        activation == Activation::Relu ? saved_y.get("linear") : Tensor(), activation, needs[0],
+        needs[1], needs.size() > 2 && needs[2]);
+    std::vector<Tensor> out{std::move(d.x), std::move(d.w)};
+    if (needs.size() > 2) out.push_back(std::move(d.b));
+    return out;
+  };
+  if (has_bias) return detail::record("linear", {&x, &weight, &bias}, std::move(y), backward);
+  return detail::record("linear", {&x, &weight}, std::move(y), backward);
+}
+
 Variable transpose(const Variable& a) {
   Tensor y = kernels::transpose(detail::value_of("transpose", a, "a"));
   if (!detail::should_record({&a})) return Variable(std::move(y));

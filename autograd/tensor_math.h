@@ -17,6 +17,8 @@ namespace ferry {
 enum class Reduction { None, Mean, Sum };
 // How embedding_bag pools the rows of one bag (torch's `mode=`).
 enum class EmbeddingBagMode { Sum, Mean };
+// What a fused linear layer applies to its output (kernels::linear, ferry::linear).
+enum class Activation { None, Relu };
 
 const char* reduction_name(Reduction r);        // "none", "mean", "sum"
 const char* embedding_bag_mode_name(EmbeddingBagMode m);  // "sum", "mean"
@@ -59,6 +61,21 @@ Tensor transpose(const Tensor& a);                // [N, M] -> [M, N], a copy
 Tensor bmm(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 // Dims dim0 and dim1 (negative counts from the back) exchanged, any rank, a copy.
 Tensor transpose(const Tensor& a, int64_t dim0, int64_t dim1);
+
+// ---- fully connected layer ----
+// torch.nn.functional.linear with an optional ReLU: act(x w^T + b) for x [N, K], w [M, K] (the
+// [out, in] layout, read transposed by the GEMM without a copy) and b [M] (undefined: no bias).
+// The bias and the activation are applied in one pass over the GEMM's output.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act);
+// Its backward from g = dL/dy and the forward's output y (read only for Relu, whose mask is
+// y > 0, the same as the pre-activation's > 0 with torch's gradient 0 at 0). Each gradient is
+// computed only when asked for (else undefined): dx = g' w, dw = g'^T x, db = sum of g' over
+// rows, with g' = g masked by the activation.
+struct LinearGrads {
+  Tensor x, w, b;
+};
+LinearGrads linear_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& y,
+                            Activation act, bool need_x, bool need_w, bool need_b);
 
 // ---- reductions ----
 Tensor sum(const Tensor& a);   // 0-d; 0 for an empty tensor

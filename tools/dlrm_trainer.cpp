@@ -22,7 +22,9 @@
 #include <ferry/ferry.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "tools/cli/args.h"
+#include "tools/dlrm/bench.h"
 #include "tools/dlrm/checkpoint.h"
+#include "tools/dlrm/model.h"
 #include "tools/dlrm/run_picture.h"
 
 #include <unistd.h>
@@ -45,183 +47,7 @@ namespace {
 
 using namespace ferry;
 using namespace ferry::torchrec;
-using namespace ferry::dlrm_tool;  // the checkpoint and the picture (tools/dlrm/)
-
-struct Options {
-  int world_size = 4;
-  int epochs = 3;
-  int64_t batch = 128;  // per rank
-  int tables = 26;
-  int64_t max_rows = 10000;
-  int64_t dim = 16;
-  int64_t train_samples = 65536;
-  int64_t test_samples = 8192;
-  std::string sharding = "planner";
-  std::string codec = "fp32";
-  bool pipeline = true;
-  std::string metrics;
-  std::string svg;
-  std::string checkpoint;  // written after every epoch
-  std::string resume;      // read before training
-  uint64_t seed = 0;
-  double dense_lr = 0.05;
-  double momentum = 0.9;
-  double sparse_lr = 30.0;
-  int check_steps = 3;
-  int64_t check_batch = 32;
-  double min_auc = -1;  // < 0: from the generator
-};
-
-std::vector<int64_t> cardinalities(const Options& o) {
-  std::vector<int64_t> c = default_cardinalities(o.tables);
-  for (int64_t& v : c) v = std::min(v, o.max_rows);
-  return c;
-}
-
-SyntheticCriteo make_data(const Options& o) {
-  SyntheticCriteoConfig cfg;
-  cfg.num_sparse = o.tables;
-  cfg.cardinalities = cardinalities(o);
-  cfg.num_train = o.train_samples;
-  cfg.num_test = o.test_samples;
-  cfg.seed = o.seed;
-  return SyntheticCriteo(cfg);
-}
-
-std::vector<EmbeddingBagConfig> table_configs(const Options& o) {
-  std::vector<EmbeddingBagConfig> configs;
-  const std::vector<int64_t> rows = cardinalities(o);
-  for (int t = 0; t < o.tables; ++t) {
-    EmbeddingBagConfig c;
-    c.name = "t_" + std::to_string(t);
-    c.num_embeddings = rows[static_cast<size_t>(t)];
-    c.embedding_dim = o.dim;
-    c.feature_names = {"cat_" + std::to_string(t)};
-    c.pooling = PoolingType::Mean;
-    configs.push_back(c);
-  }
-  return configs;
-}
-
-std::vector<PlannerTable> planner_tables(const Options& o) {
-  std::vector<PlannerTable> out;
-  for (const EmbeddingBagConfig& c : table_configs(o)) {
-    PlannerTable t;
-    t.name = c.name;
-    t.rows = c.num_embeddings;
-    t.dim = c.embedding_dim;
-    t.pooling_factor = 3.0;
-    out.push_back(t);
-  }
-  return out;
-}
-
-Topology topology(const Options& o, int world_size) {
-  Topology topo;
-  topo.world_size = world_size;
-  topo.local_world_size = world_size;
-  topo.batch_size = o.batch;
-  topo.memory_budget = int64_t{1} << 30;
-  return topo;
-}
-
-// The plan: the planner's, or every table (or a cycle over the tables) of one type.
-ShardingPlan make_plan(const Options& o, int world_size) {
-  if (o.sharding == "planner") {
-    return EmbeddingShardingPlanner(topology(o, world_size)).plan(planner_tables(o), "sparse.ebc");
-  }
-  std::vector<TableShape> shapes;
-  for (const PlannerTable& t : planner_tables(o)) shapes.push_back(t.shape());
-  std::vector<int> all;
-  for (int r = 0; r < world_size; ++r) all.push_back(r);
-  const std::vector<std::string> cycle = {"dp", "tw", "cw", "twcw", "rw", "twrw"};
-  std::map<std::string, ParameterShardingGenerator> gens;
-  for (size_t t = 0; t < shapes.size(); ++t) {
-    std::string type = o.sharding == "mixed" ? cycle[t % cycle.size()] : o.sharding;
-    ParameterShardingGenerator g;
-    if (type == "dp") g = data_parallel();
-    else if (type == "tw") g = table_wise(static_cast<int>(t % static_cast<size_t>(world_size)));
-    else if (type == "cw") g = column_wise(all);
-    else if (type == "twcw") g = table_column_wise(0);
-    else if (type == "rw") g = row_wise();
-    else if (type == "twrw") g = table_row_wise(0);
-    else throw InvalidArgument("ferry-dlrm: unknown --sharding " + o.sharding);
-    gens[shapes[t].name] = g;
-  }
-  ShardingPlan plan;
-  plan.set_plan_for_module("sparse.ebc", construct_module_sharding_plan(shapes, gens, world_size,
-                                                                        world_size, "sparse.ebc"));
-  return plan;
-}
-
-DlrmConfig dlrm_config(const Options& o) {
-  DlrmConfig c;
-  c.dense_in_features = 13;
-  c.dense_arch_layer_sizes = {64, o.dim};
-  c.over_arch_layer_sizes = {64, 1};
-  c.seed = o.seed + 1;
-  return c;
-}
-
-FusedOptimizerConfig fused_config(const Options& o) {
-  FusedOptimizerConfig f;
-  f.optimizer = EmbOptimType::Sgd;
-  f.learning_rate = o.sparse_lr;
-  return f;
-}
-
-std::vector<std::string> feature_keys(const Options& o) { return criteo_sparse_keys(o.tables); }
-
-// One rank's sharded model and its pipeline.
-struct ShardedDlrm {
-  std::shared_ptr<ShardedEmbeddingBagCollection> sebc;
-  std::unique_ptr<SparseArch> sparse;
-  std::unique_ptr<DLRM> dlrm;
-  std::unique_ptr<DistributedModelParallel> dmp;
-  std::unique_ptr<TrainPipeline> pipeline;
-
-  Variable logits(const Batch& b, const PooledEmbeddings& pooled) const {
-    return dlrm->forward_with_embeddings(
-        Variable(b.dense), SparseArchOutput{pooled.keys, pooled.length_per_key, pooled.values});
-  }
-};
-
-std::unique_ptr<ShardedDlrm> build(const Options& o, const ModuleShardingPlan& plan, Group& world) {
-  auto m = std::make_unique<ShardedDlrm>();
-  ShardedEmbeddingOptions so;
-  so.local_size = world.size();
-  if (o.codec != "fp32") {
-    const size_t comma = o.codec.find(',');
-    const CommType fwd = comm_type_from_name(o.codec.substr(0, comma));
-    const CommType bwd =
-        comma == std::string::npos ? fwd : comm_type_from_name(o.codec.substr(comma + 1));
-    so.qcomms_config = QCommsConfig(fwd, bwd);
-  }
-  m->sebc = std::make_shared<ShardedEmbeddingBagCollection>(table_configs(o), false, plan, world,
-                                                            so, fused_config(o), o.seed);
-  ShardedEmbeddingBagCollection* sebc = m->sebc.get();
-  m->sparse = std::make_unique<SparseArch>(
-      feature_keys(o), o.dim, [sebc](const KeyedJaggedTensor& kjt) { return sebc->forward(kjt); });
-  m->dlrm = std::make_unique<DLRM>(*m->sparse, dlrm_config(o));
-  const double lr = o.dense_lr, momentum = o.momentum;
-  m->dmp = std::make_unique<DistributedModelParallel>(
-      m->dlrm->dense_parameters(),
-      std::vector<std::shared_ptr<ShardedModule>>{std::make_shared<ShardedEbcModule>(m->sebc)},
-      world, [lr, momentum](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
-        return std::make_unique<MomentumSgd>(std::move(p), lr, momentum);
-      });
-  PipelineModel pm;
-  pm.sparse = m->sebc;
-  pm.dmp = m->dmp.get();
-  ShardedDlrm* self = m.get();
-  pm.dense_step = [self](const Batch& b, const PooledEmbeddings& pooled) {
-    Variable logits = self->logits(b, pooled);
-    return DenseStepResult{logits, bce_with_logits(logits, b.labels)};
-  };
-  if (o.pipeline) m->pipeline = std::make_unique<TrainPipelineSparseDist>(pm);
-  else m->pipeline = std::make_unique<TrainPipelineBase>(pm);
-  return m;
-}
+using namespace ferry::dlrm_tool;  // the model, the checkpoint and the picture (tools/dlrm/)
 
 double sum_over_ranks(double mine, const Group& world) {
   Tensor t = full({1}, mine, DType::Float64);
@@ -254,10 +80,10 @@ CheckResult equivalence_check(const Options& o, const SyntheticCriteo& data,
   so.batch_size = b;
   so.rank = world.rank();
   so.world_size = W;
-  SyntheticCriteoSource source(data, Split::Train, so);
+  std::unique_ptr<BatchSource> source = make_source(o, data, Split::Train, so);
   std::vector<Tensor> gathered;
   for (int k = 0; k < o.check_steps; ++k) {
-    std::optional<TrainStepOutput> out = m->pipeline->progress(source);
+    std::optional<TrainStepOutput> out = m->pipeline->progress(*source);
     if (!out) throw InvalidArgument("ferry-dlrm: too few samples for the equivalence check");
     gathered.push_back(gather_scores(out->logits, out->labels, world).scores);
   }
@@ -270,8 +96,15 @@ CheckResult equivalence_check(const Options& o, const SyntheticCriteo& data,
     SparseArch sa(feature_keys(o), o.dim, [&ebc](const KeyedJaggedTensor& k) { return ebc.forward(k); });
     DLRM ref(sa, dlrm_config(o));
     MomentumSgd sgd(ref.dense_parameters(), o.dense_lr, o.momentum);
+    // Global step k is the k-th batch of W * b samples of one reader: every rank's k-th batch,
+    // in rank order.
+    ShardOptions global;
+    global.batch_size = W * b;
+    std::unique_ptr<BatchSource> all = make_source(o, data, Split::Train, global);
     for (int k = 0; k < o.check_steps; ++k) {
-      Batch g = data.batch(Split::Train, k * W * b, W * b);
+      std::optional<Batch> next = all->next_batch();
+      if (!next) throw InvalidArgument("ferry-dlrm: too few samples for the equivalence check");
+      const Batch& g = *next;
       Variable logits = ref.forward(Variable(g.dense), g.sparse);
       errs[0] = std::max(errs[0], max_rel_diff(gathered[static_cast<size_t>(k)], logits.value()));
       bce_with_logits(logits, g.labels).backward();
@@ -303,9 +136,9 @@ BinaryMetrics evaluate(const ShardedDlrm& m, const SyntheticCriteo& data, const 
   so.batch_size = o.batch;
   so.rank = world.rank();
   so.world_size = world.size();
-  SyntheticCriteoSource test(data, Split::Test, so);
+  std::unique_ptr<BatchSource> test = make_source(o, data, Split::Test, so);
   std::vector<float> probs, labels;
-  while (std::optional<Batch> b = test.next_batch()) {
+  while (std::optional<Batch> b = test->next_batch()) {
     Tensor logits = m.logits(*b, m.sebc->forward(b->sparse)).value();
     for (int64_t i = 0; i < logits.numel(); ++i) {
       probs.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-logits.get_flat(i)))));
@@ -336,11 +169,17 @@ Outcome run(const Options& o, Group& world) {
   const ModuleShardingPlan module_plan = *plan.get_plan_for_module("sparse.ebc");
   Outcome outcome;
   if (printer) {
-    const double bayes = data.bayes_auc(8192), dense_only = data.dense_only_auc(8192);
-    outcome.threshold = o.min_auc >= 0 ? o.min_auc : dense_only + 0.25 * (bayes - dense_only);
     std::printf("%s\n", format_plan(plan, {{"sparse.ebc", planner_tables(o)}}, topology(o, W)).c_str());
-    std::printf("generator: Bayes AUC %.4f, dense-only AUC %.4f -> learning threshold %.4f\n",
-                bayes, dense_only, outcome.threshold);
+    if (o.data.empty()) {
+      const double bayes = data.bayes_auc(8192), dense_only = data.dense_only_auc(8192);
+      outcome.threshold = o.min_auc >= 0 ? o.min_auc : dense_only + 0.25 * (bayes - dense_only);
+      std::printf("generator: Bayes AUC %.4f, dense-only AUC %.4f -> learning threshold %.4f\n",
+                  bayes, dense_only, outcome.threshold);
+    } else {
+      // Real data has no known best AUC: better than chance unless --min-auc says otherwise.
+      outcome.threshold = o.min_auc >= 0 ? o.min_auc : 0.5;
+      std::printf("data: %s -> learning threshold %.4f\n", o.data.c_str(), outcome.threshold);
+    }
     std::fflush(stdout);
   }
   outcome.threshold = sum_over_ranks(outcome.threshold, world);
@@ -361,7 +200,8 @@ Outcome run(const Options& o, Group& world) {
   so.batch_size = o.batch;
   so.rank = world.rank();
   so.world_size = W;
-  SyntheticCriteoSource train(data, Split::Train, so);
+  std::unique_ptr<BatchSource> train_source = make_source(o, data, Split::Train, so);
+  BatchSource& train = *train_source;
   const int64_t steps_per_epoch = train.num_batches();
   std::FILE* csv = nullptr;
   if (printer && !o.metrics.empty()) {
@@ -373,6 +213,8 @@ Outcome run(const Options& o, Group& world) {
   }
   std::vector<StepTimes> last_epoch;
   std::vector<EpochRecord> records;
+  std::vector<double> step_losses;       // this rank's loss of every step, for the picture
+  std::vector<int64_t> epoch_end_steps;  // steps done when each epoch ended
   auto& dense_opt = dynamic_cast<MomentumSgd&>(m->dmp->dense_optimizer());
   const std::vector<Variable> dense = m->dlrm->dense_parameters();
   int first_epoch = 1;
@@ -407,6 +249,7 @@ Outcome run(const Options& o, Group& world) {
     const auto start = std::chrono::steady_clock::now();
     while (std::optional<TrainStepOutput> out = m->pipeline->progress(train)) {
       loss_sum += out->loss;
+      step_losses.push_back(out->loss);
       ++steps;
       last_epoch.push_back(out->times);
       if (csv != nullptr) {
@@ -438,6 +281,7 @@ Outcome run(const Options& o, Group& world) {
     const BinaryMetrics test = evaluate(*m, data, o, world);
     outcome.auc = test.auc;
     records.push_back(EpochRecord{train_loss, test.log_loss, test.auc});
+    epoch_end_steps.push_back(static_cast<int64_t>(step_losses.size()));
     if (!o.checkpoint.empty()) {
       Checkpoint c;
       c.epochs_done = epoch;
@@ -462,6 +306,11 @@ Outcome run(const Options& o, Group& world) {
     }
   }
   if (csv != nullptr) std::fclose(csv);
+  // The step beside its compute limit on this machine, measured here by every rank together
+  // (about 0.3 s); the ids per step are the data's mean bag length times the features.
+  const double bag = o.data.empty() ? data.config().mean_pooling_factor : 1.0;
+  const double limit_ms =
+      step_compute_limit(o, *m, bag * static_cast<double>(o.batch * o.tables), world).total_ms();
   if (printer && !last_epoch.empty()) {
     // Medians over the last epoch's steps (rank 0), skipping the first (pipeline fill).
     auto med = [&](double StepTimes::*field) {
@@ -483,20 +332,31 @@ Outcome run(const Options& o, Group& world) {
                 med(&StepTimes::optimizer), med(&StepTimes::sparse_optimizer),
                 med(&StepTimes::comm_wait),
                 total > 0 ? 100.0 * med(&StepTimes::comm_wait) / total : 0.0);
+    std::printf("compute limit of the step on this machine: %.2f ms (its GEMMs, interaction and "
+                "embedding rows at the speed measured for them): the step is %.1fx the limit; "
+                "ferry-dlrm --bench times the step alone\n",
+                limit_ms, limit_ms > 0 ? total / limit_ms : 0.0);
     if (!o.svg.empty()) {
-      write_svg(o.svg, records,
-                {{"data", med(&StepTimes::data)},
-                 {"agreement", med(&StepTimes::agreement)},
-                 {"input dist", med(&StepTimes::input_dist)},
-                 {"lookup + output dist", med(&StepTimes::lookup_output_dist)},
-                 {"dense forward", med(&StepTimes::dense_forward)},
-                 {"backward", med(&StepTimes::backward)},
-                 {"grad all_reduce", med(&StepTimes::grad_all_reduce)},
-                 {"dense optimizer", med(&StepTimes::optimizer)},
-                 {"data_parallel tables", med(&StepTimes::sparse_optimizer)}},
-                outcome.threshold,
-                "ferry-dlrm: " + std::to_string(W) + " ranks, " + m->pipeline->name() +
-                    " pipeline, sharding " + o.sharding);
+      RunPicture picture;
+      picture.title = "ferry-dlrm: " + std::to_string(W) + " ranks, " + m->pipeline->name() +
+                      " pipeline, sharding " + o.sharding + ", batch " +
+                      std::to_string(o.batch) + " per rank";
+      picture.step_loss = step_losses;
+      picture.epoch_end_steps = epoch_end_steps;
+      picture.epochs = records;
+      picture.auc_threshold = outcome.threshold;
+      picture.stages = {{"data", med(&StepTimes::data)},
+                        {"agreement", med(&StepTimes::agreement)},
+                        {"input dist", med(&StepTimes::input_dist)},
+                        {"lookup + output dist", med(&StepTimes::lookup_output_dist)},
+                        {"dense forward", med(&StepTimes::dense_forward)},
+                        {"backward", med(&StepTimes::backward)},
+                        {"grad all_reduce", med(&StepTimes::grad_all_reduce)},
+                        {"dense optimizer", med(&StepTimes::optimizer)},
+                        {"data_parallel tables", med(&StepTimes::sparse_optimizer)}};
+      picture.step_ms = total;
+      picture.compute_limit_ms = limit_ms;
+      write_svg(o.svg, picture);
       std::printf("wrote %s\n", o.svg.c_str());
     }
   }
@@ -546,7 +406,23 @@ Options parse(int argc, char** argv) {
       .int_option("--check-batch", "batch of the equivalence check (default 32)", &o.check_batch,
                   1, 1 << 20)
       .double_option("--min-auc", "learning threshold (default: from the generator)", &o.min_auc,
-                     0, 1);
+                     0, 1)
+      .flag("--bench", "time the training step instead of training: warm-up, then timed steps on "
+            "batches prepared beforehand; prints the step's median, stages, allocations and "
+            "its multiple of this machine's compute limit (a human line and a JSON line)",
+            [&] { o.bench = true; })
+      .int_option("--bench-steps", "timed steps of --bench (default 50)", &o.bench_steps, 1,
+                  100000)
+      .int_option("--warmup", "untimed steps before them (default 10)", &o.warmup_steps, 0,
+                  100000)
+      .string_option("--data", "train on this Criteo TSV file (label, 13 integer and 26 hex "
+                     "columns) instead of the embedded synthetic data", &o.data, "PATH")
+      .string_option("--test-data", "evaluate on this Criteo TSV file (default: --data)",
+                     &o.test_data, "PATH")
+      .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: none)",
+                  &o.prefetch, 0, 64)
+      .string_option("--bench-json", "also append --bench's JSON line to this file",
+                     &o.bench_json, "PATH");
   p.parse(argc, argv);
   o.pipeline = pipeline == "on";
   return o;
@@ -571,6 +447,15 @@ int run_main(int argc, char** argv) {
                 o.pipeline ? "sparse-dist" : "base", o.codec.c_str(), o.epochs,
                 static_cast<long long>(o.train_samples));
     std::fflush(stdout);
+  }
+  if (o.bench) {
+    if (one_process_per_rank) {
+      run_bench(o, launched);
+    } else {
+      run_ranks(world_size, [&](Group& world) { run_bench(o, world); });
+    }
+    finalize();
+    return 0;
   }
   Outcome result;
   if (one_process_per_rank) {

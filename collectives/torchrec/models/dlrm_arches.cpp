@@ -1,5 +1,7 @@
 #include <ferry/collectives/torchrec/models/dlrm_arches.h>
 
+#include <ferry/collectives/torchrec/models/dot_interaction.h>
+
 #include <ferry/autograd/ops.h>
 #include <ferry/runtime/error.h>
 
@@ -34,14 +36,7 @@ Variable InteractionArch::forward(const Variable& dense_out, const Variable& spa
   FERRY_CHECK(fits, InvalidArgument, "InteractionArch: expected dense_out [B, ", d_,
               "] and sparse [B, ", f_ * d_, "] (", f_, " features of dim ", d_, ") but got ",
               shape_str(dense_out.shape()), " and ", shape_str(sparse.shape()));
-  const int64_t batch = dense_out.size(0);
-  const int64_t n = f_ + 1;
-  // Row 0 of each sample's X is the dense output, rows 1..F the embeddings (contiguous per
-  // sample after the cat, so the reshape is a view).
-  Variable x = reshape(cat({dense_out, sparse}, 1), {batch, n, d_});
-  Variable z = bmm(x, transpose(x, 1, 2));  // [B, n, n]
-  Variable upper = index_select(reshape(z, {batch, n * n}), 1, pairs_);
-  return cat({dense_out, upper}, 1);
+  return dot_interaction(dense_out, sparse, f_);
 }
 
 OverArch::OverArch(int64_t in_features, std::vector<int64_t> layer_sizes, uint64_t seed,

@@ -8,9 +8,10 @@
 //                    output cat(dense_out, those) [B, D + F(F+1)/2].
 //   OverArch         MLP -> one logit per sample, ReLU between layers, none after the last.
 //
-// All are built from differentiable ops (matmul, bmm, transpose, reshape, cat, index_select,
-// relu), so the whole dense path is on the tape: gradients reach the dense features, the pooled
-// embeddings (and through them the sparse arch) and every Linear.
+// The MLPs are fused linear layers (ferry::linear: GEMM, bias and ReLU in one node each), the
+// interaction one dot_interaction node (dot_interaction.h), so the whole dense path is on the
+// tape in a handful of nodes: gradients reach the dense features, the pooled embeddings (and
+// through them the sparse arch) and every Linear.
 #pragma once
 
 #include <ferry/autograd/variable.h>

@@ -24,11 +24,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, uint64_t seed, DType d
                    name + ".bias");
 }
 
-Variable Linear::forward(const Variable& x) const {
+Variable Linear::forward(const Variable& x, Activation activation) const {
   FERRY_CHECK(x.defined() && x.dim() == 2 && x.shape()[1] == in_, InvalidArgument,
               "Linear '", name_, "': expected input [B, ", in_, "] but got ",
               x.defined() ? shape_str(x.shape()) : std::string("an undefined Variable"));
-  return matmul(x, transpose(weight_)) + bias_;
+  return linear(x, weight_, bias_, activation);
 }
 
 Mlp::Mlp(int64_t in_features, std::vector<int64_t> layer_sizes, uint64_t seed,
@@ -47,9 +47,9 @@ Mlp::Mlp(int64_t in_features, std::vector<int64_t> layer_sizes, uint64_t seed,
 Variable Mlp::forward(const Variable& x) const {
   Variable h = x;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    h = layers_[l].forward(h);
     const bool last = l + 1 == layers_.size();
-    if (activation_ == Activation::ReluAll || !last) h = relu(h);
+    const bool relu = activation_ == Activation::ReluAll || !last;
+    h = layers_[l].forward(h, relu ? ferry::Activation::Relu : ferry::Activation::None);
   }
   return h;
 }

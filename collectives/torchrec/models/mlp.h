@@ -15,6 +15,7 @@
 // l is seeded with seed * 1000 + l.
 #pragma once
 
+#include <ferry/autograd/tensor_math.h>
 #include <ferry/autograd/variable.h>
 #include <ferry/runtime/dtype.h>
 
@@ -29,8 +30,9 @@ class Linear {
   Linear(int64_t in_features, int64_t out_features, uint64_t seed, DType dtype = DType::Float32,
          const std::string& name = "linear");
 
-  // x [B, in] -> [B, out]. InvalidArgument unless x is 2-D with `in` columns.
-  Variable forward(const Variable& x) const;
+  // act(x weight^T + bias) as one node (ferry::linear): x [B, in] -> [B, out].
+  // InvalidArgument unless x is 2-D with `in` columns.
+  Variable forward(const Variable& x, Activation activation = Activation::None) const;
 
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <numeric>
+#include <span>
 
 namespace ferry::torchrec {
 
@@ -185,27 +188,84 @@ const T* bag_gradient(const Plan& p, const Plan::Item& it, int64_t b, const T* g
   return buf.data();
 }
 
-// The sparse gradient of table `slot` from the items looking it up. `contribution(it, b, i, r,
-// acc_row)` adds occurrence i's contribution into acc_row.
-template <class T, class Visit>
-SparseRowGradient table_gradient(const Plan& p, size_t slot, Visit&& visit) {
-  const EmbeddingTable& t = *p.tables[slot];
-  const int64_t C = t.shard().num_cols;
-  std::vector<int64_t> rows;
-  for (const Plan::Item& it : p.items) {
-    if (it.table != slot) continue;
-    for (int64_t r : it.rows)
-      if (r >= 0) rows.push_back(r);
+// One table's gradient, accumulated by local row. Each distinct row gets a slot in order of
+// first occurrence, found through a row -> slot array as long as the table (kept per thread
+// across steps; the entries a step touched are reset when it ends) instead of sorting the
+// occurrences; each occurrence adds into its row's slot in occurrence order, so the sums are
+// those of a plain loop `dense[r] += contribution`, bit for bit.
+template <class T>
+class RowAccumulator {
+ public:
+  // Starts a table of `rows` x `cols`; the returned guard ends it (also on an exception).
+  auto begin(int64_t rows, int64_t cols) {
+    if (static_cast<int64_t>(slot_of_.size()) < rows) slot_of_.resize(static_cast<size_t>(rows), -1);
+    cols_ = cols;
+    rows_.clear();
+    values_.clear();
+    auto end = [](RowAccumulator* a) {
+      for (int64_t r : a->rows_) a->slot_of_[static_cast<size_t>(r)] = -1;
+    };
+    return std::unique_ptr<RowAccumulator, decltype(end)>(this, end);
   }
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-  Tensor values = zeros({static_cast<int64_t>(rows.size()), C}, t.dtype());
-  T* v = values.data<T>();
-  auto index_of = [&](int64_t r) {
-    return std::lower_bound(rows.begin(), rows.end(), r) - rows.begin();
-  };
-  visit(slot, [&](int64_t r) { return v + index_of(r) * C; });
-  return SparseRowGradient(from_vector(rows), values);
+  // Row r's accumulator (cols values), zero on its first use in this table.
+  T* row(int64_t r) {
+    int32_t& slot = slot_of_[static_cast<size_t>(r)];
+    if (slot < 0) {
+      slot = static_cast<int32_t>(rows_.size());
+      rows_.push_back(r);
+      values_.resize(values_.size() + static_cast<size_t>(cols_), T(0));
+    }
+    return values_.data() + static_cast<int64_t>(slot) * cols_;
+  }
+  std::span<const int64_t> rows() const { return rows_; }
+  std::span<const T> values() const { return values_; }
+  // The non-fused path's SparseRowGradient: the rows sorted, as its contract wants.
+  SparseRowGradient sorted(DType dtype) const {
+    std::vector<int64_t> order(rows_.size());
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::sort(order.begin(), order.end(),
+              [&](int64_t a, int64_t b) { return rows_[static_cast<size_t>(a)] < rows_[static_cast<size_t>(b)]; });
+    Tensor rows = empty({static_cast<int64_t>(order.size())}, DType::Int64);
+    Tensor values = empty({static_cast<int64_t>(order.size()), cols_}, dtype);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const auto from = static_cast<size_t>(order[k]);
+      rows.data<int64_t>()[k] = rows_[from];
+      std::copy(values_.begin() + static_cast<std::ptrdiff_t>(from) * cols_,
+                values_.begin() + static_cast<std::ptrdiff_t>(from + 1) * cols_,
+                values.data<T>() + static_cast<int64_t>(k) * cols_);
+    }
+    return SparseRowGradient(rows, values);
+  }
+
+ private:
+  std::vector<int32_t> slot_of_;  // -1: not touched in this table
+  std::vector<int64_t> rows_;     // by slot
+  std::vector<T> values_;         // by slot, cols_ each
+  int64_t cols_ = 0;
+};
+
+template <class T>
+RowAccumulator<T>& row_accumulator() {
+  thread_local RowAccumulator<T> accumulator;
+  return accumulator;
+}
+
+// Table `slot`'s gradient from the items looking it up, delivered: a fused table steps its
+// optimizer on the accumulated rows at once (as fbgemm's fused backward does: no gradient
+// tensor is built), a non-fused one receives a SparseRowGradient. `visit(slot, row_of)` adds
+// every occurrence's contribution into row_of(local row).
+template <class T, class Visit>
+void deliver_table_gradient(const Plan& p, size_t slot, Visit&& visit) {
+  EmbeddingTable& t = *p.tables[slot];
+  RowAccumulator<T>& acc = row_accumulator<T>();
+  const auto scope = acc.begin(t.shard().num_rows, t.shard().num_cols);
+  visit(slot, [&](int64_t r) { return acc.row(r); });
+  if (t.is_fused()) {
+    Tensor weight = t.weight().value();
+    t.fused_optimizer()->step(weight, acc.rows(), acc.values());
+  } else {
+    t.receive_gradient(acc.sorted(t.dtype()));
+  }
 }
 
 // Calls f(i, r, gbar) for every occurrence i of `it` whose id is in the table's block (local
@@ -241,7 +301,7 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
   // All per-sample-weight gradients are computed: now the tables may change (fused steps).
   for (size_t slot = 0; slot < p.tables.size(); ++slot) {
     if (!table_needs[slot]) continue;
-    SparseRowGradient grad = table_gradient<T>(p, slot, [&](size_t s, auto&& row_of) {
+    deliver_table_gradient<T>(p, slot, [&](size_t s, auto&& row_of) {
       for (const Plan::Item& it : p.items) {
         if (it.table != s) continue;
         const int64_t C = p.tables[s]->shard().num_cols;
@@ -256,7 +316,6 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
         });
       }
     });
-    p.tables[slot]->receive_gradient(grad);
   }
 }
 
@@ -345,7 +404,7 @@ void sequence_backward(const Plan& p, const std::vector<Tensor>& grads,
                        const std::vector<bool>& table_needs) {
   for (size_t slot = 0; slot < p.tables.size(); ++slot) {
     if (!table_needs[slot]) continue;
-    SparseRowGradient grad = table_gradient<T>(p, slot, [&](size_t s, auto&& row_of) {
+    deliver_table_gradient<T>(p, slot, [&](size_t s, auto&& row_of) {
       for (size_t k = 0; k < p.items.size(); ++k) {
         const Plan::Item& it = p.items[k];
         if (it.table != s) continue;
@@ -358,7 +417,6 @@ void sequence_backward(const Plan& p, const std::vector<Tensor>& grads,
         }
       }
     });
-    p.tables[slot]->receive_gradient(grad);
   }
 }
 

@@ -83,14 +83,12 @@ namespace {
 
 template <class T>
 void update(const FusedOptimizerConfig& c, int64_t t, Tensor& weight, Tensor& m1, Tensor& m2,
-            const SparseRowGradient& g) {
+            const int64_t* rows, int64_t n, const T* grad) {
   const int64_t D = weight.size(1);
-  const int64_t* rows = g.rows().data<int64_t>();
-  const T* grad = g.values().data<T>();
   T* w = weight.data<T>();
   const T lr = static_cast<T>(c.learning_rate);
   const T eps = static_cast<T>(c.eps);
-  for (int64_t k = 0; k < g.num_rows(); ++k) {
+  for (int64_t k = 0; k < n; ++k) {
     T* wr = w + rows[k] * D;
     const T* gr = grad + k * D;
     switch (c.optimizer) {
@@ -145,12 +143,24 @@ void update(const FusedOptimizerConfig& c, int64_t t, Tensor& weight, Tensor& m1
 
 }  // namespace
 
-void SparseOptimizer::step(Tensor& weight, const SparseRowGradient& g) {
+void SparseOptimizer::check_weight(const Tensor& weight) const {
   FERRY_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == rows_ &&
                   weight.size(1) == cols_ && weight.dtype() == dtype_,
               InvalidArgument, "SparseOptimizer::step: the weight must be [", rows_, ", ", cols_,
               "] ", dtype_name(dtype_), ", got ",
               weight.defined() ? shape_str(weight.shape()) : "undefined");
+}
+
+template <class T>
+void SparseOptimizer::step_rows(Tensor& weight, const int64_t* rows, int64_t n, const T* values) {
+  update<T>(config_, step_, weight, momentum1_, momentum2_, rows, n, values);
+  weight.bump_version();
+  if (momentum1_.defined()) momentum1_.bump_version();
+  if (momentum2_.defined()) momentum2_.bump_version();
+}
+
+void SparseOptimizer::step(Tensor& weight, const SparseRowGradient& g) {
+  check_weight(weight);
   ++step_;
   if (g.empty()) return;
   FERRY_CHECK(g.cols() == cols_ && g.dtype() == dtype_, InvalidArgument,
@@ -160,13 +170,43 @@ void SparseOptimizer::step(Tensor& weight, const SparseRowGradient& g) {
   FERRY_CHECK(last < rows_, InvalidArgument, "SparseOptimizer::step: gradient row ", last,
               " of a table of ", rows_, " rows");
   if (dtype_ == DType::Float32) {
-    update<float>(config_, step_, weight, momentum1_, momentum2_, g);
+    step_rows(weight, g.rows().data<int64_t>(), g.num_rows(), g.values().data<float>());
   } else {
-    update<double>(config_, step_, weight, momentum1_, momentum2_, g);
+    step_rows(weight, g.rows().data<int64_t>(), g.num_rows(), g.values().data<double>());
   }
-  weight.bump_version();
-  if (momentum1_.defined()) momentum1_.bump_version();
-  if (momentum2_.defined()) momentum2_.bump_version();
+}
+
+namespace {
+
+template <class T>
+void check_rows(const char* type, DType dtype, int64_t rows, int64_t cols,
+                std::span<const int64_t> r, std::span<const T> values) {
+  FERRY_CHECK(dtype == (sizeof(T) == 4 ? DType::Float32 : DType::Float64) &&
+                  values.size() == r.size() * static_cast<size_t>(cols),
+              InvalidArgument, "SparseOptimizer::step: ", r.size(), " rows with ", values.size(),
+              " ", type, " values for a table of [", rows, ", ", cols, "] ", dtype_name(dtype));
+  for (int64_t row : r) {
+    FERRY_CHECK(row >= 0 && row < rows, InvalidArgument, "SparseOptimizer::step: gradient row ",
+                row, " of a table of ", rows, " rows");
+  }
+}
+
+}  // namespace
+
+void SparseOptimizer::step(Tensor& weight, std::span<const int64_t> rows,
+                           std::span<const float> values) {
+  check_weight(weight);
+  check_rows("float32", dtype_, rows_, cols_, rows, values);
+  ++step_;
+  if (!rows.empty()) step_rows(weight, rows.data(), static_cast<int64_t>(rows.size()), values.data());
+}
+
+void SparseOptimizer::step(Tensor& weight, std::span<const int64_t> rows,
+                           std::span<const double> values) {
+  check_weight(weight);
+  check_rows("float64", dtype_, rows_, cols_, rows, values);
+  ++step_;
+  if (!rows.empty()) step_rows(weight, rows.data(), static_cast<int64_t>(rows.size()), values.data());
 }
 
 }  // namespace ferry::torchrec

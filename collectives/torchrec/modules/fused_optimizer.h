@@ -33,6 +33,7 @@
 #include <ferry/runtime/tensor.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace ferry::torchrec {
@@ -70,6 +71,13 @@ class SparseOptimizer {
   // (local row ids) and bumps weight's version. Increments step_count() first (also when g has
   // no rows).
   void step(Tensor& weight, const SparseRowGradient& g);
+  // The fused backward's form: `rows` DISTINCT local rows in any order, row k's accumulated
+  // gradient at values[k * cols, (k + 1) * cols), in buffers the caller reuses across steps
+  // (no SparseRowGradient is built). Each row's update depends only on that row, so the order
+  // of the rows does not change the result. The values' type must be the dtype given at
+  // construction. Same step count and checks as above.
+  void step(Tensor& weight, std::span<const int64_t> rows, std::span<const float> values);
+  void step(Tensor& weight, std::span<const int64_t> rows, std::span<const double> values);
 
   const FusedOptimizerConfig& config() const { return config_; }
   void set_learning_rate(double lr) { config_.learning_rate = lr; }
@@ -85,6 +93,10 @@ class SparseOptimizer {
                   const std::string& what);
 
  private:
+  void check_weight(const Tensor& weight) const;
+  template <class T>
+  void step_rows(Tensor& weight, const int64_t* rows, int64_t n, const T* values);
+
   FusedOptimizerConfig config_;
   int64_t rows_, cols_;
   DType dtype_;

@@ -1,0 +1,171 @@
+#include "tools/dlrm/model.h"
+
+#include "tools/dlrm/checkpoint.h"  // MomentumSgd
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+namespace ferry::dlrm_tool {
+
+using namespace ferry::torchrec;
+
+std::vector<int64_t> cardinalities(const Options& o) {
+  std::vector<int64_t> c = default_cardinalities(o.tables);
+  for (int64_t& v : c) v = std::min(v, o.max_rows);
+  return c;
+}
+
+SyntheticCriteo make_data(const Options& o) {
+  SyntheticCriteoConfig cfg;
+  cfg.num_sparse = o.tables;
+  cfg.cardinalities = cardinalities(o);
+  cfg.num_train = o.train_samples;
+  cfg.num_test = o.test_samples;
+  cfg.seed = o.seed;
+  return SyntheticCriteo(cfg);
+}
+
+std::vector<EmbeddingBagConfig> table_configs(const Options& o) {
+  std::vector<EmbeddingBagConfig> configs;
+  const std::vector<int64_t> rows = cardinalities(o);
+  for (int t = 0; t < o.tables; ++t) {
+    EmbeddingBagConfig c;
+    c.name = "t_" + std::to_string(t);
+    c.num_embeddings = rows[static_cast<size_t>(t)];
+    c.embedding_dim = o.dim;
+    c.feature_names = {"cat_" + std::to_string(t)};
+    c.pooling = PoolingType::Mean;
+    configs.push_back(c);
+  }
+  return configs;
+}
+
+std::vector<PlannerTable> planner_tables(const Options& o) {
+  std::vector<PlannerTable> out;
+  for (const EmbeddingBagConfig& c : table_configs(o)) {
+    PlannerTable t;
+    t.name = c.name;
+    t.rows = c.num_embeddings;
+    t.dim = c.embedding_dim;
+    t.pooling_factor = 3.0;
+    out.push_back(t);
+  }
+  return out;
+}
+
+Topology topology(const Options& o, int world_size) {
+  Topology topo;
+  topo.world_size = world_size;
+  topo.local_world_size = world_size;
+  topo.batch_size = o.batch;
+  topo.memory_budget = int64_t{1} << 30;
+  return topo;
+}
+
+ShardingPlan make_plan(const Options& o, int world_size) {
+  if (o.sharding == "planner") {
+    return EmbeddingShardingPlanner(topology(o, world_size)).plan(planner_tables(o), "sparse.ebc");
+  }
+  std::vector<TableShape> shapes;
+  for (const PlannerTable& t : planner_tables(o)) shapes.push_back(t.shape());
+  std::vector<int> all;
+  for (int r = 0; r < world_size; ++r) all.push_back(r);
+  const std::vector<std::string> cycle = {"dp", "tw", "cw", "twcw", "rw", "twrw"};
+  std::map<std::string, ParameterShardingGenerator> gens;
+  for (size_t t = 0; t < shapes.size(); ++t) {
+    std::string type = o.sharding == "mixed" ? cycle[t % cycle.size()] : o.sharding;
+    ParameterShardingGenerator g;
+    if (type == "dp") g = data_parallel();
+    else if (type == "tw") g = table_wise(static_cast<int>(t % static_cast<size_t>(world_size)));
+    else if (type == "cw") g = column_wise(all);
+    else if (type == "twcw") g = table_column_wise(0);
+    else if (type == "rw") g = row_wise();
+    else if (type == "twrw") g = table_row_wise(0);
+    else throw InvalidArgument("ferry-dlrm: unknown --sharding " + o.sharding);
+    gens[shapes[t].name] = g;
+  }
+  ShardingPlan plan;
+  plan.set_plan_for_module("sparse.ebc", construct_module_sharding_plan(shapes, gens, world_size,
+                                                                        world_size, "sparse.ebc"));
+  return plan;
+}
+
+DlrmConfig dlrm_config(const Options& o) {
+  DlrmConfig c;
+  c.dense_in_features = 13;
+  c.dense_arch_layer_sizes = {64, o.dim};
+  c.over_arch_layer_sizes = {64, 1};
+  c.seed = o.seed + 1;
+  return c;
+}
+
+FusedOptimizerConfig fused_config(const Options& o) {
+  FusedOptimizerConfig f;
+  f.optimizer = EmbOptimType::Sgd;
+  f.learning_rate = o.sparse_lr;
+  return f;
+}
+
+std::vector<std::string> feature_keys(const Options& o) { return criteo_sparse_keys(o.tables); }
+
+std::unique_ptr<BatchSource> make_source(const Options& o, const SyntheticCriteo& data,
+                                         Split split, const ShardOptions& shard) {
+  std::unique_ptr<BatchSource> source;
+  if (o.data.empty()) {
+    source = std::make_unique<SyntheticCriteoSource>(data, split, shard);
+  } else {
+    CriteoTsvConfig c;
+    c.path = split == Split::Test && !o.test_data.empty() ? o.test_data : o.data;
+    c.num_sparse = o.tables;
+    c.cardinalities = cardinalities(o);
+    source = std::make_unique<CriteoTsvSource>(c, shard);
+  }
+  if (o.prefetch <= 0) return source;
+  return std::make_unique<PrefetchingSource>(std::move(source), o.prefetch);
+}
+
+Variable ShardedDlrm::logits(const Batch& b, const PooledEmbeddings& pooled) const {
+  return dlrm->forward_with_embeddings(
+      Variable(b.dense), SparseArchOutput{pooled.keys, pooled.length_per_key, pooled.values});
+}
+
+
+std::unique_ptr<ShardedDlrm> build(const Options& o, const ModuleShardingPlan& plan, Group& world) {
+  auto m = std::make_unique<ShardedDlrm>();
+  ShardedEmbeddingOptions so;
+  so.local_size = world.size();
+  if (o.codec != "fp32") {
+    const size_t comma = o.codec.find(',');
+    const CommType fwd = comm_type_from_name(o.codec.substr(0, comma));
+    const CommType bwd =
+        comma == std::string::npos ? fwd : comm_type_from_name(o.codec.substr(comma + 1));
+    so.qcomms_config = QCommsConfig(fwd, bwd);
+  }
+  m->sebc = std::make_shared<ShardedEmbeddingBagCollection>(table_configs(o), false, plan, world,
+                                                            so, fused_config(o), o.seed);
+  ShardedEmbeddingBagCollection* sebc = m->sebc.get();
+  m->sparse = std::make_unique<SparseArch>(
+      feature_keys(o), o.dim, [sebc](const KeyedJaggedTensor& kjt) { return sebc->forward(kjt); });
+  m->dlrm = std::make_unique<DLRM>(*m->sparse, dlrm_config(o));
+  const double lr = o.dense_lr, momentum = o.momentum;
+  m->dmp = std::make_unique<DistributedModelParallel>(
+      m->dlrm->dense_parameters(),
+      std::vector<std::shared_ptr<ShardedModule>>{std::make_shared<ShardedEbcModule>(m->sebc)},
+      world, [lr, momentum](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
+        return std::make_unique<MomentumSgd>(std::move(p), lr, momentum);
+      });
+  PipelineModel pm;
+  pm.sparse = m->sebc;
+  pm.dmp = m->dmp.get();
+  ShardedDlrm* self = m.get();
+  pm.dense_step = [self](const Batch& b, const PooledEmbeddings& pooled) {
+    Variable logits = self->logits(b, pooled);
+    return DenseStepResult{logits, bce_with_logits(logits, b.labels)};
+  };
+  if (o.pipeline) m->pipeline = std::make_unique<TrainPipelineSparseDist>(pm);
+  else m->pipeline = std::make_unique<TrainPipelineBase>(pm);
+  return m;
+}
+
+}  // namespace ferry::dlrm_tool

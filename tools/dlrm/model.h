@@ -1,0 +1,82 @@
+// ferry-dlrm's model: the command line's options and what they build on each rank (the data,
+// the sharding plan, the sharded DLRM with its pipeline). Shared by the training run
+// (tools/dlrm_trainer.cpp) and the benchmark (tools/dlrm/bench.cpp).
+#pragma once
+
+#include <ferry/ferry.h>
+#include <ferry/collectives/torchrec/torchrec.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::dlrm_tool {
+
+struct Options {
+  int world_size = 4;
+  int epochs = 3;
+  int64_t batch = 128;  // per rank
+  int tables = 26;
+  int64_t max_rows = 10000;
+  int64_t dim = 16;
+  int64_t train_samples = 65536;
+  int64_t test_samples = 8192;
+  std::string sharding = "planner";
+  std::string codec = "fp32";
+  bool pipeline = true;
+  std::string metrics;
+  std::string svg;
+  std::string checkpoint;  // written after every epoch
+  std::string resume;      // read before training
+  std::string data;        // Criteo TSV file to train on; empty: the embedded synthetic data
+  std::string test_data;   // Criteo TSV file to evaluate on; empty: `data`
+  int prefetch = 2;        // batches the loader thread prepares ahead (0: no loader thread)
+  uint64_t seed = 0;
+  double dense_lr = 0.05;
+  double momentum = 0.9;
+  double sparse_lr = 30.0;
+  int check_steps = 3;
+  int64_t check_batch = 32;
+  double min_auc = -1;  // < 0: from the generator
+  // --bench: timed steps on batches prepared before the timed loop instead of training.
+  bool bench = false;
+  int bench_steps = 50;
+  int warmup_steps = 10;
+  std::string bench_json;  // also append the JSON line to this file
+};
+
+std::vector<int64_t> cardinalities(const Options& o);
+torchrec::SyntheticCriteo make_data(const Options& o);
+std::vector<torchrec::EmbeddingBagConfig> table_configs(const Options& o);
+std::vector<torchrec::PlannerTable> planner_tables(const Options& o);
+torchrec::Topology topology(const Options& o, int world_size);
+// The plan: the planner's, or every table (or a cycle over the tables) of one type.
+torchrec::ShardingPlan make_plan(const Options& o, int world_size);
+torchrec::DlrmConfig dlrm_config(const Options& o);
+torchrec::FusedOptimizerConfig fused_config(const Options& o);
+std::vector<std::string> feature_keys(const Options& o);
+
+// A rank's batches of one split: the synthetic data's, or with --data the Criteo TSV files'
+// (--data for training, --test-data, else --data, for evaluation), read ahead by a loader thread
+// (PrefetchingSource) when o.prefetch > 0, so that a step finds its batch ready.
+std::unique_ptr<torchrec::BatchSource> make_source(const Options& o,
+                                                   const torchrec::SyntheticCriteo& data,
+                                                   torchrec::Split split,
+                                                   const torchrec::ShardOptions& shard);
+
+// One rank's sharded model and its pipeline.
+struct ShardedDlrm {
+  std::shared_ptr<torchrec::ShardedEmbeddingBagCollection> sebc;
+  std::unique_ptr<torchrec::SparseArch> sparse;
+  std::unique_ptr<torchrec::DLRM> dlrm;
+  std::unique_ptr<torchrec::DistributedModelParallel> dmp;
+  std::unique_ptr<torchrec::TrainPipeline> pipeline;
+
+  Variable logits(const torchrec::Batch& b, const torchrec::PooledEmbeddings& pooled) const;
+};
+
+std::unique_ptr<ShardedDlrm> build(const Options& o, const torchrec::ModuleShardingPlan& plan,
+                                   Group& world);
+
+}  // namespace ferry::dlrm_tool
