@@ -2,6 +2,8 @@
 
 #include <ferry/runtime/error.h>
 
+#include <Eigen/Core>
+
 #include <cmath>
 
 namespace ferry::torchrec {
@@ -89,11 +91,19 @@ void update(const FusedOptimizerConfig& c, int64_t t, Tensor& weight, Tensor& m1
   const T lr = static_cast<T>(c.learning_rate);
   const T eps = static_cast<T>(c.eps);
   for (int64_t k = 0; k < n; ++k) {
+    // The rows are scattered over the table: ask for a later one's lines while this one runs.
+    if (k + 8 < n) {
+      const char* ahead = reinterpret_cast<const char*>(w + rows[k + 8] * D);
+      for (size_t line = 0; line < static_cast<size_t>(D) * sizeof(T); line += 64)
+        __builtin_prefetch(ahead + line, 1);
+    }
     T* wr = w + rows[k] * D;
     const T* gr = grad + k * D;
     switch (c.optimizer) {
       case EmbOptimType::Sgd:
-        for (int64_t d = 0; d < D; ++d) wr[d] -= lr * gr[d];
+        // Eigen: whole SIMD registers, each element as the plain loop computes it.
+        Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(wr, D) -=
+            lr * Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(gr, D);
         break;
       case EmbOptimType::ExactAdagrad: {
         T* mr = m1.data<T>() + rows[k] * D;

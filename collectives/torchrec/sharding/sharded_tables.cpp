@@ -132,16 +132,18 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, con
     }
     const int64_t rows = tables_[static_cast<size_t>(feature_table_[f])].config.num_embeddings;
     const JaggedTensor jt = kjt[features_[f]];
-    const std::vector<int64_t> ids = jt.values().to_vector<int64_t>();
-    const Tensor lengths = jt.lengths();
-    int64_t b = 0, end = lengths.numel() > 0 ? static_cast<int64_t>(lengths.get_flat(0)) : 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      while (static_cast<int64_t>(i) >= end && b + 1 < lengths.numel())
+    const Tensor& values = jt.values();
+    const int64_t* ids = values.data<int64_t>();
+    const int64_t n = values.numel();
+    // One pass over the ids; the sample of a bad one is looked up only when there is one.
+    int64_t bad = 0;
+    while (bad < n && ids[bad] >= 0 && ids[bad] < rows) ++bad;
+    if (bad < n) {
+      const Tensor lengths = jt.lengths();
+      int64_t b = 0, end = lengths.numel() > 0 ? static_cast<int64_t>(lengths.get_flat(0)) : 0;
+      while (bad >= end && b + 1 < lengths.numel())
         end += static_cast<int64_t>(lengths.get_flat(++b));
-      if (ids[i] < 0 || ids[i] >= rows) {
-        status = {2, static_cast<int64_t>(f), b, ids[i], grad_flag};
-        break;
-      }
+      status = {2, static_cast<int64_t>(f), b, ids[bad], grad_flag};
     }
   }
   const int W = world_.size();
