@@ -422,7 +422,10 @@ Options parse(int argc, char** argv) {
       .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: none)",
                   &o.prefetch, 0, 64)
       .string_option("--bench-json", "also append --bench's JSON line to this file",
-                     &o.bench_json, "PATH");
+                     &o.bench_json, "PATH")
+      .double_option("--max-allocs-per-step", "--bench exits 1 when a step makes more heap "
+                     "allocations per rank (the allocation test's bound)",
+                     &o.max_allocs_per_step, 0, 1e9);
   p.parse(argc, argv);
   o.pipeline = pipeline == "on";
   return o;
@@ -449,13 +452,19 @@ int run_main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (o.bench) {
+    int status = 0;
     if (one_process_per_rank) {
-      run_bench(o, launched);
+      status = run_bench(o, launched);
     } else {
-      run_ranks(world_size, [&](Group& world) { run_bench(o, world); });
+      std::mutex mutex;
+      run_ranks(world_size, [&](Group& world) {
+        const int mine = run_bench(o, world);
+        std::lock_guard lock(mutex);
+        status = std::max(status, mine);
+      });
     }
     finalize();
-    return 0;
+    return status;
   }
   Outcome result;
   if (one_process_per_rank) {

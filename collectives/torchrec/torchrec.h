@@ -70,6 +70,7 @@
 #include <ferry/collectives/torchrec/comm/qcomm_codec.h>
 #include <ferry/collectives/torchrec/comm/topology.h>
 #include <ferry/collectives/torchrec/datasets/criteo_tsv.h>
+#include <ferry/collectives/torchrec/datasets/prefetching_source.h>
 #include <ferry/collectives/torchrec/datasets/synthetic_criteo.h>
 #include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
 #include <ferry/collectives/torchrec/dist/inference_dists.h>
@@ -82,6 +83,7 @@
 #include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
 #include <ferry/collectives/torchrec/model_parallel/sharded_collection_module.h>
 #include <ferry/collectives/torchrec/models/dlrm.h>
+#include <ferry/collectives/torchrec/models/dot_interaction.h>
 #include <ferry/collectives/torchrec/modules/embedding_bag_collection.h>
 #include <ferry/collectives/torchrec/modules/embedding_collection.h>
 #include <ferry/collectives/torchrec/modules/embedding_config.h>

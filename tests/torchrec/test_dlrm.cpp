@@ -145,6 +145,42 @@ TEST_CASE("InteractionArch: pairs in row-major order, hand-computed values", "[d
                     Contains("InteractionArch") && Contains("[2, 6]") && Contains("[B, 4]"));
 }
 
+TEST_CASE("dot_interaction: equals X X^T's upper triangle by bmm; more than one register of "
+          "pairs and of dims", "[dlrm]") {
+  // The kernels work in chunks of 16 pairs and 16 dims: F = 20 (21 rows) and D = 18 spill into a
+  // second chunk of each; F = 26, D = 16 is the DLRM's shape.
+  for (auto [f, d, b] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {20, 18, 3}, {26, 16, 5}, {1, 1, 2}}) {
+    CAPTURE(f, d, b);
+    const Tensor dense = normal({b, d}, 0, 1, 7, DType::Float64);
+    const Tensor sparse = normal({b, f * d}, 0, 1, 8, DType::Float64);
+    // The unfused formulation: stack, batched product, pick the pairs.
+    const InteractionArch arch(f, d);
+    const Variable x = reshape(cat({Variable(dense), Variable(sparse)}, 1), {b, f + 1, d});
+    const Variable z = bmm(x, transpose(x, 1, 2));
+    const Variable upper = index_select(reshape(z, {b, (f + 1) * (f + 1)}), 1,
+                                        arch.pair_indices());
+    const Tensor expected = cat({Variable(dense), upper}, 1).value();
+    CHECK(allclose(dot_interaction(Variable(dense), Variable(sparse), f).value(), expected,
+                   1e-12, 1e-12));
+    const GradcheckResult r = gradcheck(
+        [&](const std::vector<Variable>& in) {
+          return std::vector<Variable>{dot_interaction(in[0], in[1], f)};
+        },
+        {dense, sparse});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+  // float32 runs the same kernels.
+  const Tensor d32 = normal({4, 16}, 0, 1, 9), s32 = normal({4, 26 * 16}, 0, 1, 10);
+  const Tensor y64 = dot_interaction(Variable(d32.to(DType::Float64)),
+                                     Variable(s32.to(DType::Float64)), 26).value();
+  CHECK(allclose(dot_interaction(Variable(d32), Variable(s32), 26).value().to(DType::Float64),
+                 y64, 1e-5, 1e-5));
+  CHECK_THROWS_WITH(dot_interaction(Variable(d32), Variable(s32), 25),
+                    Contains("dot_interaction") && Contains("[4, 416]"));
+}
+
 TEST_CASE("DLRM: forward equals a naive reference; gradcheck of the whole dense path",
           "[dlrm]") {
   const int64_t features = 2, dim = 2, rows = 5;

@@ -9,6 +9,20 @@
 #include <cerrno>
 #include <cstddef>
 
+// Under a sanitizer its runtime owns malloc: nothing is interposed and nothing is counted.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define FERRY_COUNT_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define FERRY_COUNT_ALLOCATIONS 0
+#endif
+#endif
+#ifndef FERRY_COUNT_ALLOCATIONS
+#define FERRY_COUNT_ALLOCATIONS 1
+#endif
+
+#if FERRY_COUNT_ALLOCATIONS
 extern "C" {
 void* __libc_malloc(size_t size);
 void* __libc_calloc(size_t count, size_t size);
@@ -16,15 +30,18 @@ void* __libc_realloc(void* ptr, size_t size);
 void* __libc_memalign(size_t alignment, size_t size);
 }
 
+#endif
+
 namespace {
 std::atomic<uint64_t> allocations{0};
-void count() { allocations.fetch_add(1, std::memory_order_relaxed); }
+[[maybe_unused]] void count() { allocations.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace
 
 namespace ferry::dlrm_tool {
 uint64_t heap_allocations() { return allocations.load(std::memory_order_relaxed); }
 }  // namespace ferry::dlrm_tool
 
+#if FERRY_COUNT_ALLOCATIONS
 extern "C" {
 
 void* malloc(size_t size) noexcept {
@@ -63,3 +80,4 @@ int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
 }
 
 }  // extern "C"
+#endif  // FERRY_COUNT_ALLOCATIONS

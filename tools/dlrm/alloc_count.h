@@ -8,7 +8,8 @@
 
 namespace ferry::dlrm_tool {
 
-// Allocations so far (a relaxed atomic counter: read it around the code to measure).
+// Allocations so far (a relaxed atomic counter: read it around the code to measure); always 0
+// in a sanitizer build, whose runtime owns malloc.
 uint64_t heap_allocations();
 
 }  // namespace ferry::dlrm_tool

@@ -198,6 +198,13 @@ int run_bench(const Options& o, Group& world) {
     }
     std::fflush(stdout);
   }
+  if (o.max_allocs_per_step >= 0 && allocs_per_rank > o.max_allocs_per_step) {
+    if (printer)
+      std::fprintf(stderr, "ferry-dlrm --bench: %.1f heap allocations per step and rank, more "
+                   "than the %.0f allowed (--max-allocs-per-step)\n",
+                   allocs_per_rank, o.max_allocs_per_step);
+    return 1;
+  }
   return 0;
 }
 

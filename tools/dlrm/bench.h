@@ -17,7 +17,8 @@ namespace ferry::dlrm_tool {
 ComputeLimit step_compute_limit(const Options& o, const ShardedDlrm& m, double ids_per_rank,
                                 Group& world);
 
-// Collective over `world`. Returns the process exit status (0).
+// Collective over `world`. Returns the process exit status: 1 when the heap allocations per
+// step and rank exceed o.max_allocs_per_step (if set), else 0.
 int run_bench(const Options& o, Group& world);
 
 }  // namespace ferry::dlrm_tool

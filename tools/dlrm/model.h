@@ -44,6 +44,7 @@ struct Options {
   int bench_steps = 50;
   int warmup_steps = 10;
   std::string bench_json;  // also append the JSON line to this file
+  double max_allocs_per_step = -1;  // --bench fails (exit 1) above this many; < 0: no bound
 };
 
 std::vector<int64_t> cardinalities(const Options& o);
