@@ -1,29 +1,56 @@
 #include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
 
+#include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 #include <ferry/runtime/error.h>
 
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace ferry::torchrec {
 
 using detail::list_str;
 
+namespace {
+
+// The column-block permutation as one node: one gathering copy forward, the inverse permutation
+// of the gradient backward (fbgemm's permute_pooled_embs_auto_grad). A split along dim 1 and a
+// cat would copy every block twice each way and make a tensor per block.
+class PermutePooledEmbs final : public Function {
+ public:
+  explicit PermutePooledEmbs(PermutePooledEmbeddingsSplit p) : p_(std::move(p)) {}
+  std::string name() const override { return "permute_pooled_embs"; }
+  std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
+    return {p_(in[0])};
+  }
+  std::vector<Tensor> backward(Context&, const std::vector<Tensor>& grads) override {
+    return {p_.inverse(grads[0])};
+  }
+  const PermutePooledEmbeddingsSplit& permutation() const { return p_; }
+
+ private:
+  PermutePooledEmbeddingsSplit p_;
+};
+
+}  // namespace
+
 EmbeddingsCallback permute_pooled_embs_callback(PermutePooledEmbeddingsSplit permute) {
-  return [p = std::move(permute)](Variable y) {
-    const std::vector<int64_t>& dims = p.dims();
+  bool identity = true;
+  for (size_t i = 0; i < permute.permute().size(); ++i)
+    identity = identity && permute.permute()[i] == static_cast<int64_t>(i);
+  auto fn = std::make_shared<PermutePooledEmbs>(std::move(permute));
+  return [fn, identity](Variable y) {
+    const std::vector<int64_t>& dims = fn->permutation().dims();
     int64_t total = 0;
     for (int64_t d : dims) total += d;
     FERRY_CHECK(y.value().dim() == 2 && y.value().size(1) == total, InvalidArgument,
                 "permute_pooled_embs_callback: the embeddings have shape ",
                 list_str(y.value().shape()), ", not [B, ", total, "] (dims ", list_str(dims), ")");
-    std::vector<Variable> blocks = split(y, dims, 1);
-    std::vector<Variable> out;
-    out.reserve(blocks.size());
-    for (int64_t i : p.permute()) out.push_back(blocks[static_cast<size_t>(i)]);
-    if (out.empty()) return y;
-    return cat(out, 1);
+    if (identity) return y;  // blocks already in order: nothing to copy
+    return apply(fn, {y})[0];
   };
 }
 

@@ -105,6 +105,23 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
   return LazyAwaitable<PooledEmbeddings>(std::function<PooledEmbeddings()>(
       [outs, shardings, keys, dims]() mutable {
         std::vector<std::pair<OutputBlock, Variable>> pieces;
+        if (outs.size() == 1) {
+          // One sharding group whose blocks already come in (feature, column) order (table-wise
+          // after its permute, for one): its output is the result, no split and cat to copy.
+          const auto& blocks = shardings[0]->output_blocks();
+          const bool in_order = std::is_sorted(
+              blocks.begin(), blocks.end(), [](const OutputBlock& a, const OutputBlock& b) {
+                return a.feature != b.feature ? a.feature < b.feature
+                                              : a.col_offset < b.col_offset;
+              });
+          if (in_order) {
+            PooledEmbeddings out;
+            out.keys = keys;
+            out.length_per_key = dims;
+            out.values = outs[0].wait();
+            return out;
+          }
+        }
         for (size_t i = 0; i < outs.size(); ++i) {
           const Variable y = outs[i].wait();
           const auto& blocks = shardings[i]->output_blocks();
