@@ -16,8 +16,8 @@ namespace {
 
 using namespace ferry::torchrec;
 
-// The prepared batches, served round-robin for `total` steps: the steps read memory that is
-// already there, as a loader that keeps up would give it to them.
+// The prepared batches, served in turn for `total` steps: the steps read memory that is already
+// there, as a loader that keeps up would give it to them.
 class PreparedBatches : public BatchSource {
  public:
   PreparedBatches(std::vector<Batch> batches, int64_t total)
@@ -78,7 +78,8 @@ ComputeLimit step_compute_limit(const Options& o, const ShardedDlrm& m, double i
                                 Group& world) {
   double table_bytes = 0;
   for (const auto& [name, shards] : m.sebc->local_state_dict())
-    for (const LocalShard& shard : shards) table_bytes += static_cast<double>(shard.tensor.nbytes());
+    for (const LocalShard& shard : shards)
+      table_bytes += static_cast<double>(shard.tensor.nbytes());
   StepShape shape;
   shape.batch = o.batch;
   const DlrmConfig dc = dlrm_config(o);
@@ -100,22 +101,27 @@ int run_bench(const Options& o, Group& world) {
   const ShardingPlan plan = make_plan(o, W);
   std::unique_ptr<ShardedDlrm> m = build(o, *plan.get_plan_for_module("sparse.ebc"), world);
 
-  // Up to 16 distinct batches of this rank, generated before anything is timed.
+  // A batch of its own for every step (up to 256, then they repeat), generated before anything
+  // is timed: repeating a few batches would keep their table rows in cache, which training on
+  // new data does not.
   ShardOptions so;
   so.batch_size = o.batch;
   so.rank = world.rank();
   so.world_size = W;
-  std::unique_ptr<BatchSource> source = make_source(o, data, Split::Train, so);
+  Options direct = o;
+  direct.prefetch = 0;  // no loader thread left running (and allocating) beside the timed steps
+  std::unique_ptr<BatchSource> source = make_source(direct, data, Split::Train, so);
   std::vector<Batch> batches;
   double ids = 0;
-  while (batches.size() < 16) {
+  const auto wanted = static_cast<size_t>(std::min(o.warmup_steps + o.bench_steps, 256));
+  while (batches.size() < wanted) {
     std::optional<Batch> b = source->next_batch();
     if (!b) break;
     ids += static_cast<double>(b->sparse.values().numel());
     batches.push_back(std::move(*b));
   }
   if (batches.empty()) throw InvalidArgument("ferry-dlrm --bench: no full batch in the data");
-  // The ids every rank's lookups see per step, spread over the ranks that own the tables.
+  // The ids looked up per step and rank: every rank's ids, spread evenly over the ranks.
   const double ids_per_rank = sum_over_ranks(ids / static_cast<double>(batches.size()), world) /
                               static_cast<double>(W);
   const ComputeLimit limit = step_compute_limit(o, *m, ids_per_rank, world);
@@ -142,7 +148,8 @@ int run_bench(const Options& o, Group& world) {
       sum_over_ranks(allocs, world) / static_cast<double>(W) /
       (backend_name() == "local" ? static_cast<double>(W) : 1.0);
   const std::vector<double> slowest = slowest_rank(totals, world);
-  const double med = percentile(slowest, 0.5), lo = percentile(slowest, 0), p90 = percentile(slowest, 0.9);
+  const double med = percentile(slowest, 0.5), lo = percentile(slowest, 0);
+  const double p90 = percentile(slowest, 0.9);
   const double samples_per_s = med > 0 ? 1e3 * static_cast<double>(W * o.batch) / med : 0;
   const double limit_ms = limit.total_ms();
   if (printer) {

@@ -86,8 +86,9 @@ Variable bce_with_logits(const Variable& logits, const Tensor& labels) {
               logits.defined() ? shape_str(logits.shape()) : std::string("undefined"),
               " and labels ", labels.defined() ? shape_str(labels.shape()) : std::string("undefined"),
               " must have equal shapes");
-  return binary_cross_entropy_with_logits(logits, Variable(labels.to(logits.dtype())),
-                                          Reduction::Mean);
+  // to() always copies: the labels are used as they are when their dtype already fits.
+  const Tensor target = labels.dtype() == logits.dtype() ? labels : labels.to(logits.dtype());
+  return binary_cross_entropy_with_logits(logits, Variable(target), Reduction::Mean);
 }
 
 }  // namespace ferry::torchrec

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
-#include <memory>
+#include <cstdint>
 #include <numeric>
 #include <span>
 
@@ -219,33 +219,38 @@ const T* bag_gradient(const Plan& p, const Plan::Item& it, int64_t b, const T* g
 }
 
 // One table's gradient, accumulated by local row. Each distinct row gets a slot in order of
-// first occurrence, found through a row -> slot array as long as the table (kept per thread
-// across steps; the entries a step touched are reset when it ends) instead of sorting the
-// occurrences; each occurrence adds into its row's slot in occurrence order, so the sums are
-// those of a plain loop `dense[r] += contribution`, bit for bit.
+// first occurrence, found through an open-addressing hash table sized by the batch's ids (not by
+// the table, which may have 10^8 rows) instead of sorting the occurrences; each occurrence adds
+// into its row's slot in occurrence order, so the sums are those of a plain loop
+// `dense[r] += contribution`, bit for bit. The buffers are kept per thread across steps.
 template <class T>
 class RowAccumulator {
  public:
-  // Starts a table of `rows` x `cols`; the returned guard ends it (also on an exception).
-  auto begin(int64_t rows, int64_t cols) {
-    if (static_cast<int64_t>(slot_of_.size()) < rows) slot_of_.resize(static_cast<size_t>(rows), -1);
+  // Starts a table of `cols` columns that at most `ids` occurrences will touch.
+  void begin(int64_t ids, int64_t cols) {
+    size_t capacity = 16;
+    while (capacity < 2 * static_cast<size_t>(ids)) capacity *= 2;
+    keys_.assign(capacity, -1);
+    slots_.resize(capacity);
+    mask_ = capacity - 1;
     cols_ = cols;
     rows_.clear();
     values_.clear();
-    auto end = [](RowAccumulator* a) {
-      for (int64_t r : a->rows_) a->slot_of_[static_cast<size_t>(r)] = -1;
-    };
-    return std::unique_ptr<RowAccumulator, decltype(end)>(this, end);
   }
   // Row r's accumulator (cols values), zero on its first use in this table.
   T* row(int64_t r) {
-    int32_t& slot = slot_of_[static_cast<size_t>(r)];
-    if (slot < 0) {
-      slot = static_cast<int32_t>(rows_.size());
+    // Fibonacci hashing spreads consecutive rows; linear probing finds r or an empty entry
+    // (the table is at most half full).
+    const uint64_t mixed = static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ULL;
+    size_t h = static_cast<size_t>(mixed >> 32) & mask_;
+    while (keys_[h] != r && keys_[h] != -1) h = (h + 1) & mask_;
+    if (keys_[h] == -1) {
+      keys_[h] = r;
+      slots_[h] = static_cast<int64_t>(rows_.size());
       rows_.push_back(r);
       values_.resize(values_.size() + static_cast<size_t>(cols_), T(0));
     }
-    return values_.data() + static_cast<int64_t>(slot) * cols_;
+    return values_.data() + slots_[h] * cols_;
   }
   std::span<const int64_t> rows() const { return rows_; }
   std::span<const T> values() const { return values_; }
@@ -253,8 +258,9 @@ class RowAccumulator {
   SparseRowGradient sorted(DType dtype) const {
     std::vector<int64_t> order(rows_.size());
     std::iota(order.begin(), order.end(), int64_t{0});
-    std::sort(order.begin(), order.end(),
-              [&](int64_t a, int64_t b) { return rows_[static_cast<size_t>(a)] < rows_[static_cast<size_t>(b)]; });
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return rows_[static_cast<size_t>(a)] < rows_[static_cast<size_t>(b)];
+    });
     Tensor rows = empty({static_cast<int64_t>(order.size())}, DType::Int64);
     Tensor values = empty({static_cast<int64_t>(order.size()), cols_}, dtype);
     for (size_t k = 0; k < order.size(); ++k) {
@@ -268,9 +274,11 @@ class RowAccumulator {
   }
 
  private:
-  std::vector<int32_t> slot_of_;  // -1: not touched in this table
-  std::vector<int64_t> rows_;     // by slot
-  std::vector<T> values_;         // by slot, cols_ each
+  std::vector<int64_t> keys_;   // hash table: the row, or -1 for an empty entry
+  std::vector<int64_t> slots_;  // hash table: the row's slot
+  size_t mask_ = 0;
+  std::vector<int64_t> rows_;   // by slot
+  std::vector<T> values_;       // by slot, cols_ each
   int64_t cols_ = 0;
 };
 
@@ -287,8 +295,11 @@ RowAccumulator<T>& row_accumulator() {
 template <class T, class Visit>
 void deliver_table_gradient(const Plan& p, size_t slot, Visit&& visit) {
   EmbeddingTable& t = *p.tables[slot];
+  int64_t ids = 0;
+  for (const Plan::Item& it : p.items)
+    if (it.table == slot) ids += static_cast<int64_t>(it.rows.size());
   RowAccumulator<T>& acc = row_accumulator<T>();
-  const auto scope = acc.begin(t.shard().num_rows, t.shard().num_cols);
+  acc.begin(ids, t.shard().num_cols);
   visit(slot, [&](int64_t r) { return acc.row(r); });
   if (t.is_fused()) {
     Tensor weight = t.weight().value();

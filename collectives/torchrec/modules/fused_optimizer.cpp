@@ -208,7 +208,8 @@ void SparseOptimizer::step(Tensor& weight, std::span<const int64_t> rows,
   check_weight(weight);
   check_rows("float32", dtype_, rows_, cols_, rows, values);
   ++step_;
-  if (!rows.empty()) step_rows(weight, rows.data(), static_cast<int64_t>(rows.size()), values.data());
+  if (!rows.empty())
+    step_rows(weight, rows.data(), static_cast<int64_t>(rows.size()), values.data());
 }
 
 void SparseOptimizer::step(Tensor& weight, std::span<const int64_t> rows,
@@ -216,7 +217,8 @@ void SparseOptimizer::step(Tensor& weight, std::span<const int64_t> rows,
   check_weight(weight);
   check_rows("float64", dtype_, rows_, cols_, rows, values);
   ++step_;
-  if (!rows.empty()) step_rows(weight, rows.data(), static_cast<int64_t>(rows.size()), values.data());
+  if (!rows.empty())
+    step_rows(weight, rows.data(), static_cast<int64_t>(rows.size()), values.data());
 }
 
 }  // namespace ferry::torchrec
