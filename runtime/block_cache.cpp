@@ -220,6 +220,17 @@ bool kept_small(size_t nbytes) {
   return nbytes > 0 && nbytes <= kSmallMaxBytes && on;
 }
 
+// Large blocks come in size classes, eight per power of two (a block is at most 12.5% larger
+// than asked): tensors whose size changes from step to step (a batch's ids, the buffers of an
+// all-to-all of them) then find a block released by the step before, where exact sizes would
+// miss every time and glibc would map, fault in and zero fresh pages for each of them.
+size_t large_class_bytes(size_t nbytes) {
+  size_t power = 1;
+  while (power * 2 <= nbytes) power *= 2;
+  const size_t step = power / 8;
+  return (nbytes + step - 1) / step * step;
+}
+
 }  // namespace
 
 void release_cached_blocks() {
@@ -234,7 +245,10 @@ namespace detail {
 void* acquire_block(size_t nbytes) {
   if (kept_small(nbytes)) return small_blocks().take(nbytes);
   if (nbytes < kMinCachedBytes) return ::operator new(nbytes, kAlign);
-  return cache().acquire(nbytes);
+  const size_t bytes = large_class_bytes(nbytes);
+  void* block = cache().acquire(bytes);
+  FERRY_POISON(static_cast<char*>(block) + nbytes, bytes - nbytes);  // the class's slack
+  return block;
 }
 
 void release_block(void* block, size_t nbytes) {
@@ -246,7 +260,9 @@ void release_block(void* block, size_t nbytes) {
     return ::operator delete(block, kAlign);
   }
   if (nbytes < kMinCachedBytes) return ::operator delete(block, kAlign);
-  cache().release(block, nbytes);
+  const size_t bytes = large_class_bytes(nbytes);
+  FERRY_UNPOISON(block, bytes);
+  cache().release(block, bytes);
 }
 
 size_t small_block_bytes_kept() {

@@ -5,10 +5,11 @@
 // are freed, so each step page-faults and zero-fills them again: at 16 MiB that cost 5-10% of a
 // two-rank all_reduce (measured with ferry-bench --differentiable). Blocks of at least
 // kMinCachedBytes are kept here after their tensor dies and reused for the next request of
-// exactly the same size, preferring a block the requesting thread released itself (ranks run as
-// threads of one process share the cache, and a block another core wrote last costs the next
-// write a coherence miss per line); the least recently released go first when the cache is over
-// its limit.
+// the same size class (eight per power of two: a block is at most 12.5% larger than asked, so
+// tensors whose size changes a little from step to step still find one), preferring a block
+// the requesting thread released itself (ranks run as threads of one process share the cache,
+// and a block another core wrote last costs the next write a coherence miss per line); the
+// least recently released go first when the cache is over its limit.
 // The threshold is glibc's own for handing blocks to mmap (128 KiB): smaller ones stay in
 // malloc's heap and are reused without faults anyway. Blocks of up to 4 KiB are kept apart, a
 // few of each size per thread (block_cache.cpp), because aligned allocation in glibc is slow.

@@ -28,6 +28,25 @@ TEST_CASE("a large block freed by one tensor is reused by the next of the same s
   CHECK(cached_block_bytes() == 0);
 }
 
+TEST_CASE("a block serves every size of its class: eight classes per power of two",
+          "[block_cache]") {
+  release_cached_blocks();
+  const void* first = nullptr;
+  {
+    Tensor t = empty({300000}, DType::UInt8);
+    first = t.raw_data();
+  }
+  // 256 KiB <= n < 512 KiB: classes step by 32 KiB, so 300000 and 320000 bytes share one.
+  CHECK(cached_block_bytes() == size_t{10} * (32 << 10));
+  Tensor same_class = empty({320000}, DType::UInt8);
+  CHECK(same_class.raw_data() == first);
+  CHECK(cached_block_bytes() == 0);
+  same_class = Tensor();
+  Tensor next_class = empty({330000}, DType::UInt8);  // 327680 < 330000: the next class
+  CHECK(next_class.raw_data() != first);
+  release_cached_blocks();
+}
+
 TEST_CASE("the cache stays within its limit by dropping the oldest blocks", "[block_cache]") {
   release_cached_blocks();
   const int64_t hundred_mib = int64_t{100} << 20;
@@ -38,8 +57,9 @@ TEST_CASE("the cache stays within its limit by dropping the oldest blocks", "[bl
     a = Tensor();  // released first: the one to go when c arrives
     b = Tensor();
   }
-  // 300 MiB released into a 256 MiB cache: a was evicted, b and c are held.
-  CHECK(cached_block_bytes() == size_t(2 * hundred_mib + 3));
+  // Three blocks of the 104 MiB class (100 MiB rounded up to a multiple of 64 MiB / 8) released
+  // into a 256 MiB cache: a was evicted, b and c are held.
+  CHECK(cached_block_bytes() == size_t{2 * 104} << 20);
   release_cached_blocks();
   CHECK(cached_block_bytes() == 0);
 }
