@@ -1,7 +1,7 @@
 // Datasets: the sharded batch schedule (drop_last, even_batches, uneven ranks), the synthetic
 // generator (determinism, shapes, ranges, power-law ids, bag lengths, shards covering the split
-// once, labels following the hidden model, its Bayes AUC) and the Criteo TSV reader on a tiny
-// file written here.
+// once, labels following the hidden model, its Bayes AUC, the tabulated draws against the
+// closed-form model) and the Criteo TSV reader on a tiny file written here.
 #include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <numbers>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,34 @@ std::vector<int64_t> firsts(int64_t n, ShardOptions o) {
   std::vector<int64_t> out;
   for (int64_t i = 0; i < s.num_batches(); ++i) out.push_back(s.first_sample(i));
   return out;
+}
+
+uint64_t mix64(uint64_t x) {  // splitmix64's finaliser, as the generator's hash
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// e_t(id) recomputed from its definition: a Box-Muller normal from the counter-seeded stream of
+// the hash of (seed, t, id).
+double reference_effect(uint64_t seed, int64_t table, int64_t id) {
+  uint64_t state = mix64(mix64(seed ^ 0xeffec7) ^ mix64(static_cast<uint64_t>(table) << 40) ^
+                         static_cast<uint64_t>(id));
+  const uint64_t a = mix64(state += 0x9e3779b97f4a7c15ULL);
+  const uint64_t b = mix64(state += 0x9e3779b97f4a7c15ULL);
+  const double u1 = (static_cast<double>(a >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+// The power law's mass of rank k: [k + 1, k + 2) under density ∝ x^-s on [1, n + 1).
+double reference_mass(int64_t n, double s, int64_t k) {
+  const auto f = [&](double x) {
+    return s == 1.0 ? std::log(x) / std::log(n + 1.0)
+                    : (std::pow(x, 1 - s) - 1) / (std::pow(n + 1.0, 1 - s) - 1);
+  };
+  return f(static_cast<double>(k) + 2) - f(static_cast<double>(k) + 1);
 }
 
 }  // namespace
@@ -221,10 +250,11 @@ TEST_CASE("CriteoTsvSource: parses Criteo's TSV and shards it", "[datasets]") {
   auto first = rank0.next_batch();
   REQUIRE(first.has_value());
   CHECK(first->labels.to_vector<float>() == std::vector<float>{0, 1});
-  CHECK(first->dense.get_flat(13) == Approx(std::log1p(1.0)));  // line 1, column 0
+  // torchrec's log(v + 3); -3 is read as -2 (log 1 = 0); empty as 0 (log 3).
+  CHECK(first->dense.get_flat(13) == Approx(std::log(4.0)));  // line 1, column 0
   CHECK(first->dense.get_flat(1) == 0);
-  CHECK(first->dense.get_flat(2) == 0);
-  CHECK(first->dense.get_flat(3) == Approx(std::log1p(3.0)));
+  CHECK(first->dense.get_flat(2) == Approx(std::log(3.0)));
+  CHECK(first->dense.get_flat(3) == Approx(std::log(6.0)));
   CHECK(first->sparse["cat_0"].values().to_vector<int64_t>() == std::vector<int64_t>{1, 1});
   CHECK(first->sparse["cat_2"].values().to_vector<int64_t>() ==
         std::vector<int64_t>{615, 615});  // 2^64 - 1 mod 1000
@@ -233,7 +263,7 @@ TEST_CASE("CriteoTsvSource: parses Criteo's TSV and shards it", "[datasets]") {
   auto second = rank0.next_batch();
   REQUIRE(second.has_value());
   CHECK(second->size() == 1);
-  CHECK(second->dense.get_flat(0) == Approx(std::log1p(4.0)));
+  CHECK(second->dense.get_flat(0) == Approx(std::log(7.0)));
   CHECK_FALSE(rank0.next_batch().has_value());
 
   CriteoTsvSource rank1({.path = path, .cardinalities = cards},
@@ -241,8 +271,11 @@ TEST_CASE("CriteoTsvSource: parses Criteo's TSV and shards it", "[datasets]") {
                          .even_batches = false});
   auto b = rank1.next_batch();
   REQUIRE(b.has_value());
-  CHECK(b->dense.get_flat(0) == Approx(std::log1p(2.0)));  // line 2
-  CHECK(b->sparse["cat_1"].lengths().to_vector<int64_t>() == std::vector<int64_t>{0, 1});
+  CHECK(b->dense.get_flat(0) == Approx(std::log(5.0)));  // line 2
+  // An empty categorical is id 0, as torchrec's "0" fill: every bag holds one id.
+  CHECK(b->sparse["cat_1"].lengths().to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  CHECK(b->sparse["cat_1"].values().to_vector<int64_t>() ==
+        std::vector<int64_t>{0, (3 * 100 + 1) % 10});
   CHECK_FALSE(rank1.next_batch().has_value());
 
   {
@@ -253,4 +286,100 @@ TEST_CASE("CriteoTsvSource: parses Criteo's TSV and shards it", "[datasets]") {
   CHECK_THROWS_WITH(broken.next_batch(), Contains("line 6") && Contains("3 columns"));
   std::remove(path.c_str());
   CHECK_THROWS_WITH(CriteoTsvSource({.path = path}, {}), Contains("cannot open"));
+}
+
+TEST_CASE("SyntheticCriteo: the tabulated rank draw against the closed-form power law",
+          "[datasets]") {
+  struct Case {
+    int64_t n;
+    double s;
+    int64_t tabulated;
+  };
+  const Case c = GENERATE(Case{1, 1.05, 16}, Case{100, 1.05, 1 << 16}, Case{10000, 1.05, 1 << 16},
+                          Case{1000000, 1.05, 1 << 16}, Case{1000, 1.0, 1 << 16},
+                          Case{1000, 2.5, 100}, Case{5000, 0.5, 0}, Case{300, 1.05, 299});
+  CAPTURE(c.n, c.s, c.tabulated);
+  const torchrec::detail::PowerLawRanks ranks(c.n, c.s, c.tabulated);
+  CHECK(ranks.tabulated() == std::min(c.n, c.tabulated));
+  // The analytical masses.
+  double total = 0;
+  for (int64_t k = 0; k < std::min<int64_t>(c.n, 1000); ++k) {
+    if (k + 1 < c.n) CHECK(ranks.probability(k) == Approx(reference_mass(c.n, c.s, k)));
+    total += ranks.probability(k);
+  }
+  if (c.n <= 1000) CHECK(total == Approx(1.0));
+  // The same rank as the closed-form inverse CDF for every uniform drawn, and head frequencies
+  // at the analytical masses (within 5 standard deviations).
+  const int64_t draws = 200000;
+  uint64_t state = 12345;
+  int64_t mismatches = 0;
+  std::vector<int64_t> head(4, 0);
+  for (int64_t i = 0; i < draws; ++i) {
+    const double u = static_cast<double>(mix64(state += 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
+    const int64_t k = ranks.rank(u);
+    mismatches += k != ranks.inverse_cdf_rank(u) ? 1 : 0;
+    REQUIRE(k >= 0);
+    REQUIRE(k < c.n);
+    if (k < 4) ++head[static_cast<size_t>(k)];
+  }
+  CHECK(mismatches == 0);
+  for (int64_t k = 0; k < std::min<int64_t>(c.n, 4); ++k) {
+    const double p = ranks.probability(k);
+    const double sigma = std::sqrt(p * (1 - p) / static_cast<double>(draws));
+    CHECK(static_cast<double>(head[static_cast<size_t>(k)]) / static_cast<double>(draws) ==
+          Approx(p).margin(5 * sigma + 1e-12));
+  }
+  // The edges of the uniform's range.
+  CHECK(ranks.rank(0.0) == 0);
+  CHECK(ranks.rank(0.0) == ranks.inverse_cdf_rank(0.0));
+  CHECK(ranks.rank(1.0 - 0x1.0p-53) == ranks.inverse_cdf_rank(1.0 - 0x1.0p-53));
+  CHECK_THROWS_WITH(torchrec::detail::PowerLawRanks(0, 1.0, 4), Contains("1 <= n"));
+}
+
+TEST_CASE("SyntheticCriteo: tabulated samples equal the closed-form model's", "[datasets]") {
+  // Default cardinalities (10^2..10^6): with 2^16 tabulated ranks the large tables' tails take
+  // the closed form; 50 tabulated ranks cross the head/tail boundary all the time; 0 evaluates
+  // every draw and e_t in closed form (the generator before tabulation).
+  const SyntheticCriteoConfig base{.num_train = 3000, .num_test = 10, .seed = 4};
+  SyntheticCriteoConfig few = base, none = base;
+  few.max_tabulated_rows = 50;
+  none.max_tabulated_rows = 0;
+  const SyntheticCriteo fast(base), partial(few), reference(none);
+  CHECK(fast.ranks(0).tabulated() == 100);
+  CHECK(fast.ranks(25).tabulated() == 1 << 16);
+  CHECK(reference.ranks(25).tabulated() == 0);
+  int64_t differing = 0;
+  for (int64_t n = 0; n < 3000; ++n) {
+    const auto a = fast.sample(Split::Train, n);
+    const auto b = partial.sample(Split::Train, n);
+    const auto r = reference.sample(Split::Train, n);
+    const bool same = a.dense == r.dense && a.bags == r.bags && a.label == r.label &&
+                      a.probability == r.probability && b.bags == r.bags &&
+                      b.probability == r.probability && b.label == r.label;
+    differing += same ? 0 : 1;
+  }
+  CHECK(differing == 0);
+  // The probability is the documented hidden model, with e_t recomputed from its definition.
+  const SyntheticCriteoConfig& cfg = fast.config();
+  for (int64_t n = 0; n < 200; ++n) {
+    const auto smp = fast.sample(Split::Train, n);
+    double logit = cfg.bias;
+    for (int64_t i = 0; i < cfg.num_dense; ++i) {
+      logit += fast.dense_weights()[static_cast<size_t>(i)] *
+               static_cast<double>(smp.dense[static_cast<size_t>(i)]);
+    }
+    double sparse = 0;
+    for (int64_t t = 0; t < cfg.num_sparse; ++t) {
+      double sum = 0;
+      for (int64_t id : smp.bags[static_cast<size_t>(t)]) {
+        const double e = reference_effect(cfg.seed, t, id);
+        REQUIRE(fast.table_effect(t, id) == e);
+        sum += e;
+      }
+      sparse += sum / static_cast<double>(smp.bags[static_cast<size_t>(t)].size());
+    }
+    logit += cfg.sparse_scale / std::sqrt(static_cast<double>(cfg.num_sparse)) * sparse;
+    CHECK(smp.probability == Approx(1 / (1 + std::exp(-logit))).epsilon(1e-12));
+  }
+  CHECK_THROWS_WITH(SyntheticCriteo({.max_tabulated_rows = -1}), Contains("max_tabulated_rows"));
 }

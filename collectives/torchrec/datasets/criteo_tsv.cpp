@@ -4,23 +4,24 @@
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
-#include <limits>
+#include <string_view>
+#include <system_error>
 #include <utility>
 
 namespace ferry::torchrec {
 
 namespace {
 
-std::vector<std::string> split_tabs(const std::string& line) {
-  std::vector<std::string> out;
+// Views of the line's tab-separated fields (into `out`, reused from line to line).
+void split_tabs(std::string_view line, std::vector<std::string_view>& out) {
+  out.clear();
   size_t start = 0;
   for (;;) {
     const size_t tab = line.find('\t', start);
-    out.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-    if (tab == std::string::npos) return out;
+    out.push_back(line.substr(start, tab == std::string_view::npos ? tab : tab - start));
+    if (tab == std::string_view::npos) return;
     start = tab + 1;
   }
 }
@@ -68,6 +69,7 @@ std::optional<Batch> CriteoTsvSource::next_batch() {
   const auto columns = static_cast<size_t>(1 + config_.num_dense + config_.num_sparse);
   std::vector<float> dense(static_cast<size_t>(config_.num_dense));
   std::vector<std::vector<int64_t>> bags(static_cast<size_t>(config_.num_sparse));
+  std::vector<std::string_view> fields;
   while (line_ < first + count) {
     do {
       FERRY_CHECK(static_cast<bool>(std::getline(in_, line)), InvalidArgument,
@@ -76,37 +78,34 @@ std::optional<Batch> CriteoTsvSource::next_batch() {
     const int64_t index = line_++;
     if (index < first) continue;  // another rank's sample
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::vector<std::string> fields = split_tabs(line);
+    split_tabs(line, fields);
     FERRY_CHECK(fields.size() == columns, InvalidArgument, "CriteoTsvSource: '", config_.path,
                 "' line ", index + 1, " has ", fields.size(), " columns, expected ", columns);
-    auto parse_int = [&](const std::string& text, int base, const char* what) {
-      errno = 0;
-      char* end = nullptr;
-      const long long v = base == 16 ? static_cast<long long>(std::strtoull(text.c_str(), &end, 16))
-                                     : std::strtoll(text.c_str(), &end, 10);
-      FERRY_CHECK(errno == 0 && end != text.c_str() && *end == '\0', InvalidArgument,
-                  "CriteoTsvSource: '", config_.path, "' line ", index + 1, ": bad ", what,
-                  " '", text, "'");
-      return v;
+    auto parse = [&](std::string_view text, auto value, int base, const char* what) {
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+      FERRY_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
+                  InvalidArgument, "CriteoTsvSource: '", config_.path, "' line ", index + 1,
+                  ": bad ", what, " '", text, "'");
+      return value;
     };
-    const long long label = parse_int(fields[0], 10, "label");
+    const int64_t label = parse(fields[0], int64_t{0}, 10, "label");
     FERRY_CHECK(label == 0 || label == 1, InvalidArgument, "CriteoTsvSource: '", config_.path,
                 "' line ", index + 1, ": label must be 0 or 1, got ", label);
     for (int64_t i = 0; i < config_.num_dense; ++i) {
-      const std::string& f = fields[static_cast<size_t>(1 + i)];
-      const double v = f.empty() ? 0.0 : static_cast<double>(parse_int(f, 10, "integer"));
-      dense[static_cast<size_t>(i)] = static_cast<float>(std::log1p(std::max(v, 0.0)));
+      const std::string_view f = fields[static_cast<size_t>(1 + i)];
+      const int64_t v = f.empty() ? 0 : parse(f, int64_t{0}, 10, "integer");
+      // torchrec's log(v + 3), kept finite below v = -2 (see the header).
+      dense[static_cast<size_t>(i)] =
+          static_cast<float>(std::log(static_cast<double>(std::max<int64_t>(v, -2)) + 3.0));
     }
     for (int64_t t = 0; t < config_.num_sparse; ++t) {
-      const std::string& f = fields[static_cast<size_t>(1 + config_.num_dense + t)];
-      std::vector<int64_t>& bag = bags[static_cast<size_t>(t)];
-      bag.clear();
-      if (f.empty()) continue;
+      const std::string_view f = fields[static_cast<size_t>(1 + config_.num_dense + t)];
       FERRY_CHECK(f.size() <= 16, InvalidArgument, "CriteoTsvSource: '", config_.path,
                   "' line ", index + 1, ": categorical '", f, "' is longer than 16 hex digits");
-      const auto v = static_cast<unsigned long long>(parse_int(f, 16, "categorical"));
-      bag.push_back(static_cast<int64_t>(
-          v % static_cast<unsigned long long>(config_.cardinalities[static_cast<size_t>(t)])));
+      const uint64_t v = f.empty() ? 0 : parse(f, uint64_t{0}, 16, "categorical");
+      bags[static_cast<size_t>(t)].assign(
+          1, static_cast<int64_t>(v % static_cast<uint64_t>(
+                                          config_.cardinalities[static_cast<size_t>(t)])));
     }
     builder.add(dense, bags, static_cast<float>(label));
   }

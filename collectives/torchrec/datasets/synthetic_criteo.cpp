@@ -31,9 +31,8 @@ class Rng {
     const double r = std::sqrt(-2.0 * std::log(open_uniform()));
     return r * std::cos(2.0 * std::numbers::pi * uniform());
   }
-  int64_t poisson(double mean) {  // Knuth's product method (small means)
-    if (mean <= 0) return 0;
-    const double limit = std::exp(-mean);
+  // Knuth's product method (small means), given limit = exp(-mean) (mean > 0).
+  int64_t poisson(double limit) {
     int64_t k = 0;
     for (double p = uniform(); p > limit; p *= uniform()) ++k;
     return k;
@@ -84,6 +83,19 @@ SyntheticCriteo::SyntheticCriteo(SyntheticCriteoConfig config) : config_(std::mo
     multiplier_.push_back(card > 1 ? a % card : 0);
     offset_.push_back(static_cast<int64_t>(rng.next() % static_cast<uint64_t>(card)));
   }
+  FERRY_CHECK(c.max_tabulated_rows >= 0, InvalidArgument,
+              "SyntheticCriteo: max_tabulated_rows must be >= 0, got ", c.max_tabulated_rows);
+  extra_ids_limit_ = std::exp(-(c.mean_pooling_factor - 1));
+  for (int64_t t = 0; t < c.num_sparse; ++t) {
+    ranks_.emplace_back(c.cardinalities[static_cast<size_t>(t)], c.zipf_exponent,
+                        c.max_tabulated_rows);
+    std::vector<RankRow>& rows = rows_.emplace_back();
+    rows.reserve(static_cast<size_t>(ranks_.back().tabulated()));
+    for (int64_t k = 0; k < ranks_.back().tabulated(); ++k) {
+      const int64_t id = id_of_rank(t, k);
+      rows.push_back({id, table_effect(t, id)});
+    }
+  }
 }
 
 int64_t SyntheticCriteo::num_samples(Split split) const {
@@ -96,6 +108,12 @@ double SyntheticCriteo::table_effect(int64_t table, int64_t id) const {
   return rng.normal();
 }
 
+const detail::PowerLawRanks& SyntheticCriteo::ranks(int64_t table) const {
+  FERRY_CHECK(table >= 0 && table < config_.num_sparse, InvalidArgument,
+              "SyntheticCriteo: table ", table, " is not in [0, ", config_.num_sparse, ")");
+  return ranks_[static_cast<size_t>(table)];
+}
+
 int64_t SyntheticCriteo::id_of_rank(int64_t table, int64_t rank) const {
   const auto t = static_cast<size_t>(table);
   // Cardinalities are below 2^31 (checked), so the product fits in 62 bits.
@@ -103,12 +121,17 @@ int64_t SyntheticCriteo::id_of_rank(int64_t table, int64_t rank) const {
 }
 
 SyntheticCriteo::Sample SyntheticCriteo::sample(Split split, int64_t n) const {
+  Sample s;
+  draw(split, n, s);
+  return s;
+}
+
+void SyntheticCriteo::draw(Split split, int64_t n, Sample& s) const {
   FERRY_CHECK(n >= 0 && n < num_samples(split), InvalidArgument, "SyntheticCriteo: sample ", n,
               " out of range (the split has ", num_samples(split), ")");
   const SyntheticCriteoConfig& c = config_;
   Rng rng(mix(mix(c.seed) ^ mix(static_cast<uint64_t>(split) + 17) ^
               mix(static_cast<uint64_t>(n) * 0x2545f4914f6cdd1dULL)));
-  Sample s;
   s.dense.resize(static_cast<size_t>(c.num_dense));
   double dense_logit = 0;
   for (int64_t i = 0; i < c.num_dense; ++i) {
@@ -116,26 +139,28 @@ SyntheticCriteo::Sample SyntheticCriteo::sample(Split split, int64_t n) const {
     s.dense[static_cast<size_t>(i)] = static_cast<float>(x);
     dense_logit += w_[static_cast<size_t>(i)] * static_cast<double>(static_cast<float>(x));
   }
-  const double s_exp = c.zipf_exponent;
+  const bool extra_ids = c.mean_pooling_factor > 1;
   double sparse_logit = 0;
   s.bags.resize(static_cast<size_t>(c.num_sparse));
   for (int64_t t = 0; t < c.num_sparse; ++t) {
-    const auto card = static_cast<double>(c.cardinalities[static_cast<size_t>(t)]);
-    const int64_t length =
-        std::min<int64_t>(1 + rng.poisson(c.mean_pooling_factor - 1), c.max_pooling_factor);
+    const detail::PowerLawRanks& ranks = ranks_[static_cast<size_t>(t)];
+    const std::vector<RankRow>& rows = rows_[static_cast<size_t>(t)];
+    const int64_t length = std::min<int64_t>(
+        1 + (extra_ids ? rng.poisson(extra_ids_limit_) : 0), c.max_pooling_factor);
     std::vector<int64_t>& bag = s.bags[static_cast<size_t>(t)];
+    bag.resize(static_cast<size_t>(length));
     double effect = 0;
     for (int64_t k = 0; k < length; ++k) {
-      // Inverse CDF of density ∝ x^-s on [1, card + 1), then popularity rank floor(x) - 1.
-      const double u = rng.uniform();
-      const double x = std::abs(s_exp - 1) < 1e-12
-                           ? std::pow(card + 1, u)
-                           : std::pow(1 + u * (std::pow(card + 1, 1 - s_exp) - 1), 1 / (1 - s_exp));
-      const auto rank = std::clamp<int64_t>(static_cast<int64_t>(x) - 1, 0,
-                                            c.cardinalities[static_cast<size_t>(t)] - 1);
-      const int64_t id = id_of_rank(t, rank);
-      bag.push_back(id);
-      effect += table_effect(t, id);
+      const int64_t rank = ranks.rank(rng.uniform());
+      if (rank < static_cast<int64_t>(rows.size())) {
+        const RankRow& row = rows[static_cast<size_t>(rank)];
+        bag[static_cast<size_t>(k)] = row.id;
+        effect += row.effect;
+      } else {  // the untabulated tail of a large table
+        const int64_t id = id_of_rank(t, rank);
+        bag[static_cast<size_t>(k)] = id;
+        effect += table_effect(t, id);
+      }
     }
     sparse_logit += effect / static_cast<double>(length);
   }
@@ -143,13 +168,13 @@ SyntheticCriteo::Sample SyntheticCriteo::sample(Split split, int64_t n) const {
   s.dense_logit = dense_logit;
   s.probability = sigmoid(c.bias + dense_logit + sparse_logit);
   s.label = rng.uniform() < s.probability ? 1.0F : 0.0F;
-  return s;
 }
 
 Batch SyntheticCriteo::batch(Split split, int64_t first, int64_t count) const {
   detail::BatchBuilder builder(config_.num_dense, criteo_sparse_keys(config_.num_sparse), count);
+  Sample s;  // its buffers are reused from sample to sample
   for (int64_t n = first; n < first + count; ++n) {
-    const Sample s = sample(split, n);
+    draw(split, n, s);
     builder.add(s.dense, s.bags, s.label);
   }
   return builder.finish();
