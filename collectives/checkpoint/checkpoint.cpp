@@ -518,6 +518,14 @@ Reader Reader::open(const std::string& path, const Expectation& expect, const Gr
       state->paths.push_back(p);
     }
     // The running program's expectations.
+    // The model first: another model's checkpoint is named as such, not by its first tensor.
+    for (const auto& [k, v] : expect.config) {
+      auto it = m.config.find(k);
+      if (it == m.config.end()) fail(meta_path + " has no config " + k + " (expected " + v + ")");
+      if (it->second != v)
+        fail("config " + k + " in " + meta_path + " is '" + it->second + "', this program has '" +
+             v + "'");
+    }
     std::set<std::string> listed;
     for (const TensorSpec& s : expect.tensors) {
       listed.insert(s.name);
@@ -535,20 +543,16 @@ Reader Reader::open(const std::string& path, const Expectation& expect, const Gr
     }
     if (!expect.allow_extra_tensors)
       for (const auto& [n, t] : m.tensors)
-        if (!listed.count(n)) fail(meta_path + " holds tensor " + n + ", which this program does not have");
+        if (!listed.count(n) &&
+            std::none_of(expect.unchecked_prefixes.begin(), expect.unchecked_prefixes.end(),
+                         [&n](const std::string& p) { return n.rfind(p, 0) == 0; }))
+          fail(meta_path + " holds tensor " + n + ", which this program does not have");
     for (const CounterSpec& c : expect.counters) {
       auto it = m.counters.find(c.name);
       if (it == m.counters.end()) fail(meta_path + " has no counter " + c.name);
       if (it->second < c.lo || it->second > c.hi)
         fail("counter " + c.name + " in " + meta_path + " is " + std::to_string(it->second) +
              ", expected within [" + std::to_string(c.lo) + ", " + std::to_string(c.hi) + "]");
-    }
-    for (const auto& [k, v] : expect.config) {
-      auto it = m.config.find(k);
-      if (it == m.config.end()) fail(meta_path + " has no config " + k + " (expected " + v + ")");
-      if (it->second != v)
-        fail("config " + k + " in " + meta_path + " is '" + it->second + "', this program has '" +
-             v + "'");
     }
     // Every block's checksum, the ranks taking turns.
     std::vector<std::unique_ptr<FileReader>> files(m.files.size());
@@ -579,6 +583,12 @@ int64_t Reader::counter(const std::string& name) const {
 }
 
 bool Reader::has(const std::string& name) const { return s_->meta.tensors.count(name) != 0; }
+
+std::vector<std::string> Reader::names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : s_->meta.tensors) out.push_back(n);
+  return out;
+}
 
 void Reader::read_into(const std::string& name, const std::vector<int64_t>& offsets,
                        Tensor dst) const {

@@ -87,6 +87,9 @@ struct Expectation {
   std::vector<CounterSpec> counters;
   std::map<std::string, std::string> config;  // each key present with this value
   bool allow_extra_tensors = false;           // false: a tensor not listed is an error
+  // Tensors whose names start with one of these may be present or not, with any shape and dtype:
+  // the caller checks what it reads (state whose layout depends on the plan that wrote it).
+  std::vector<std::string> unchecked_prefixes;
 };
 
 class Reader {
@@ -100,6 +103,7 @@ class Reader {
   int64_t step() const;
   int64_t counter(const std::string& name) const;  // one of the expected counters
   bool has(const std::string& name) const;         // the checkpoint holds this tensor
+  std::vector<std::string> names() const;          // every tensor it holds, sorted
 
   // Local: fills `dst` (contiguous, the tensor's dtype) with the part of tensor `name` that starts
   // at `offsets` (empty: zeros) and has dst's shape, from whichever blocks hold it. Each block

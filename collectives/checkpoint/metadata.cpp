@@ -4,6 +4,7 @@
 
 #include <ferry/runtime/error.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <limits>
@@ -38,8 +39,8 @@ bool valid_value(std::string_view s) {
 
 std::string shape_text(const std::vector<int64_t>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
+  for (size_t i = 0; i < v.size(); ++i) s.append(i ? ", " : "").append(std::to_string(v[i]));
+  return s.append("]");
 }
 
 namespace {
@@ -47,7 +48,7 @@ namespace {
 std::string list_text(const std::vector<int64_t>& v) {
   if (v.empty()) return "-";
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) s.append(i ? "," : "").append(std::to_string(v[i]));
   return s;
 }
 
@@ -68,7 +69,7 @@ class LineParser {
 
   // A decimal integer in [lo, hi]: digits only (no sign, no spaces, no hex).
   int64_t integer(std::string_view t, int64_t lo, int64_t hi, const char* what) const {
-    if (t.empty() || t.size() > 19) fail(std::string(what) + " is not a number: '" + clip(t) + "'");
+    if (t.empty()) fail(std::string(what) + " is empty");
     for (char c : t)
       if (c < '0' || c > '9') fail(std::string(what) + " is not a number: '" + clip(t) + "'");
     int64_t v = 0;
@@ -169,14 +170,27 @@ Metadata parse_metadata(std::string_view text, const std::string& where, bool pa
   if (text.size() > kMaxMetadataBytes)
     fail("metadata of " + std::to_string(text.size()) + " bytes, more than the " +
          std::to_string(kMaxMetadataBytes) + " a checkpoint may have");
-  if (text.empty() || text.back() != '\n')
-    fail("metadata is truncated (it does not end with a line break)");
+  // In this order: a foreign file is named as such, then a short one, then a damaged one (its
+  // checksum), before any line is read for what it says.
+  if (text.substr(0, 19) != "ferry-checkpoint 1\n")
+    fail("not a ferry checkpoint (the metadata does not start with \"ferry-checkpoint 1\")");
+  if (text.back() != '\n') fail("metadata is truncated (it does not end with a line break)");
   // The last line is "end <crc of everything before it>".
   const size_t last_start = text.rfind('\n', text.size() - 2) == std::string_view::npos
                                 ? 0
                                 : text.rfind('\n', text.size() - 2) + 1;
   const std::string_view last = text.substr(last_start, text.size() - 1 - last_start);
   if (last.substr(0, 4) != "end ") fail("metadata is truncated (no \"end\" line)");
+  {
+    LineParser p(where, static_cast<size_t>(std::count(text.begin(), text.end(), '\n')));
+    const std::vector<std::string_view> t = tokens(last);
+    if (t.size() != 2) p.fail("\"end\" takes 1 field");
+    const uint32_t stored = p.crc(t[1]);
+    const uint32_t computed = crc32c(0, text.data(), last_start);
+    if (stored != computed)
+      fail("metadata checksum mismatch (stored " + hex32(stored) + ", computed " +
+           hex32(computed) + "): the file was changed or damaged");
+  }
   Metadata m;
   bool have_step = false, have_world = false;
   std::set<std::string, std::less<>> file_names;
@@ -190,18 +204,14 @@ Metadata parse_metadata(std::string_view text, const std::string& where, bool pa
     if (line.size() > kMaxLineBytes)
       p.fail("longer than " + std::to_string(kMaxLineBytes) + " bytes");
     const std::vector<std::string_view> t = tokens(line);
-    if (line_no == 1) {
-      if (line != "ferry-checkpoint 1")
-        fail("not a ferry checkpoint (the metadata does not start with \"ferry-checkpoint 1\")");
-      continue;
-    }
+    if (line_no == 1) continue;  // the header, checked above
     for (std::string_view tok : t)
       if (tok.empty()) p.fail("empty field (two spaces, or a space at the end)");
     const std::string_view kind = t[0];
     auto want = [&](size_t n) {
       if (t.size() != n)
-        p.fail("\"" + std::string(kind) + "\" takes " + std::to_string(n - 1) + " fields, not " +
-               std::to_string(t.size() - 1));
+        p.fail(std::string("\"").append(kind).append("\" takes ") + std::to_string(n - 1) +
+               " fields, not " + std::to_string(t.size() - 1));
     };
     auto name_of = [&](std::string_view s, const char* what) {
       if (!valid_name(s)) p.fail(std::string(what) + " '" + LineParser::clip(s) + "' is not a valid name");
@@ -288,17 +298,6 @@ Metadata parse_metadata(std::string_view text, const std::string& where, bool pa
     } else {
       p.fail("unknown line kind '" + LineParser::clip(kind) + "'");
     }
-  }
-  if (line_no == 0) fail("metadata has no header");
-  {
-    LineParser p(where, line_no + 1);
-    const std::vector<std::string_view> t = tokens(last);
-    if (t.size() != 2) p.fail("\"end\" takes 1 field");
-    const uint32_t stored = p.crc(t[1]);
-    const uint32_t computed = crc32c(0, text.data(), last_start);
-    if (stored != computed)
-      fail("metadata checksum mismatch (stored " + hex32(stored) + ", computed " +
-           hex32(computed) + "): the file was changed or damaged");
   }
   if (!have_step || !have_world) fail("metadata has no \"step\" or no \"world_size\" line");
   // Blocks against their files, and the exact cover of each tensor.

@@ -271,6 +271,8 @@ std::string error_line(const std::string& program, const std::string& what) {
       message.erase(0, static_cast<size_t>(ptr + 2 - message.c_str()));
     }
   }
+  // "ferry: " says nothing after "TOOL: rank R: ".
+  if (message.rfind("ferry: ", 0) == 0) message.erase(0, 7);
   if (rank < 0) rank = launcher_rank();
   if (rank < 0) rank = 0;
   std::string line = join({program, ": rank ", std::to_string(rank), ": "});
