@@ -55,7 +55,7 @@ class FileWriter {
   void write(const void* data, size_t n) {
     const auto* p = static_cast<const char*>(data);
     while (n > 0) {
-      size_t chunk = std::min<size_t>(n, size_t{1} << 30);
+      size_t chunk = std::min<size_t>(n, size_t{8} << 20);
       // The injected fault: take what is left of the budget (ranks may be threads that share it).
       int64_t budget = g_write_fault.load();
       while (budget >= 0) {
@@ -400,8 +400,15 @@ std::string save(const std::string& root, int64_t step, const std::vector<Block>
       e.sizes = b.data.shape();
       e.byte_offset = f.written();
       e.nbytes = static_cast<int64_t>(b.data.nbytes());
-      e.crc = crc32c(0, b.data.raw_data(), b.data.nbytes());
-      f.write(b.data.raw_data(), b.data.nbytes());
+      // Checksum and write 8 MiB at a time: the write reads what the checksum just brought
+      // into cache.
+      const auto* bytes = static_cast<const char*>(b.data.raw_data());
+      constexpr size_t kChunk = size_t{8} << 20;
+      for (size_t at = 0; at < b.data.nbytes(); at += kChunk) {
+        const size_t n = std::min(kChunk, b.data.nbytes() - at);
+        e.crc = crc32c(e.crc, bytes + at, n);
+        f.write(bytes + at, n);
+      }
       mine.tensors[b.name].blocks.push_back(std::move(e));
     }
     mine.files.push_back({file_name, f.written()});
@@ -626,22 +633,43 @@ void Reader::read_into(const std::string& name, const std::vector<int64_t>& offs
       if (overlap.lo[d] >= overlap.hi[d]) empty_overlap = true;
     }
     if (empty_overlap) continue;
+    // The block streamed in groups of whole rows along dim 0 (each a contiguous byte range and a
+    // box of its own): the checksum and the copy read each group while it is in cache, and the
+    // buffer stays bounded whatever the block's size. When the block is exactly the part asked
+    // for, its bytes go straight into dst.
     const FileReader f(s_->paths[b.file]);
-    char* target = nullptr;
     const bool exact = have.lo == want.lo && have.hi == want.hi;
-    if (exact) {
-      target = static_cast<char*>(dst.raw_data());
-    } else {
-      buffer.resize(static_cast<size_t>(b.nbytes));  // b.nbytes <= the file's length: checked
-      target = buffer.data();
+    const int64_t rows = t.shape.empty() ? 1 : b.sizes[0];
+    const int64_t row_bytes = rows == 0 ? 0 : b.nbytes / rows;
+    const int64_t group = std::max<int64_t>(1, (int64_t{8} << 20) / std::max<int64_t>(1, row_bytes));
+    uint32_t crc = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += group) {
+      const int64_t n = std::min(group, rows - r0);
+      const auto len = static_cast<size_t>(n * row_bytes);
+      char* target = nullptr;
+      if (exact) {
+        target = static_cast<char*>(dst.raw_data()) + r0 * row_bytes;
+      } else {
+        buffer.resize(std::max(buffer.size(), len));
+        target = buffer.data();
+      }
+      f.read_at(target, len, b.byte_offset + r0 * row_bytes);
+      crc = crc32c(crc, target, len);
+      if (exact) continue;
+      Box part = have, overlap_part = overlap;
+      if (!t.shape.empty()) {
+        part.lo[0] = have.lo[0] + r0;
+        part.hi[0] = part.lo[0] + n;
+        overlap_part.lo[0] = std::max(overlap.lo[0], part.lo[0]);
+        overlap_part.hi[0] = std::min(overlap.hi[0], part.hi[0]);
+        if (overlap_part.lo[0] >= overlap_part.hi[0]) continue;
+      }
+      copy_box(target, part, static_cast<char*>(dst.raw_data()), want, overlap_part, elem);
     }
-    f.read_at(target, static_cast<size_t>(b.nbytes), b.byte_offset);
-    const uint32_t crc = crc32c(0, target, static_cast<size_t>(b.nbytes));
     if (crc != b.crc)
       fail("tensor " + name + ", block at " + shape_text(b.offsets) + " in " + s_->paths[b.file] +
            ": checksum mismatch (stored " + hex32(b.crc) + ", computed " + hex32(crc) +
            "): the file changed after it was checked");
-    if (!exact) copy_box(buffer.data(), have, static_cast<char*>(dst.raw_data()), want, overlap, elem);
   }
   dst.bump_version();
 }

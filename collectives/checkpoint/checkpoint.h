@@ -107,7 +107,8 @@ class Reader {
 
   // Local: fills `dst` (contiguous, the tensor's dtype) with the part of tensor `name` that starts
   // at `offsets` (empty: zeros) and has dst's shape, from whichever blocks hold it. Each block
-  // read is verified against its checksum again. Throws InvalidArgument for a part outside the
+  // read is verified against its checksum again (while it streams through a bounded buffer; on
+  // a mismatch dst may hold part of the block). Throws InvalidArgument for a part outside the
   // tensor, a dtype mismatch or a read or checksum failure.
   void read_into(const std::string& name, const std::vector<int64_t>& offsets, Tensor dst) const;
   // Local: the whole tensor.

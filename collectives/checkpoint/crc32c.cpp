@@ -44,7 +44,12 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const unsi
   return ~c32;
 }
 
-const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+// __builtin_cpu_init first: this runs among the static initializers, possibly before the one
+// that fills in the CPU model __builtin_cpu_supports reads.
+const bool kHaveSse42 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sse4.2") != 0;
+}();
 #endif
 
 }  // namespace

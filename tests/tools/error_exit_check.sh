@@ -3,9 +3,13 @@
 # std::terminate, no abort, no core dump. Runs the tools into ferry errors: a bad FERRY_BACKEND,
 # --resume of a file that is not a checkpoint, and (with ferry-run and UCX) a peer killed
 # mid-training, whose survivor must report the PeerFailure, not abort.
-# Usage: error_exit_check.sh FERRY_DLRM FERRY_TRAIN FERRY_BENCH FERRY_RUN [ucx]
+# Usage: error_exit_check.sh FERRY_DLRM FERRY_TRAIN FERRY_BENCH FERRY_RUN [ucx] [mpi]
 set -uo pipefail
-dlrm="$1" train="$2" bench="$3" run="$4" ucx="${5:-}"
+dlrm="$1" train="$2" bench="$3" run="$4"
+ucx="" mpi=""
+for a in "${@:5}"; do
+  case "$a" in ucx) ucx=ucx ;; mpi) mpi=mpi ;; esac
+done
 fail=0
 expect() {  # expect STATUS PATTERN command...
   local want="$1" pattern="$2"
@@ -24,8 +28,8 @@ expect() {  # expect STATUS PATTERN command...
 }
 expect 1 "^ferry-dlrm: rank 0: .*FERRY_BACKEND" env FERRY_BACKEND=nosuch "$dlrm" --epochs 1
 expect 1 "^ferry-train: rank 0: .*FERRY_BACKEND" env FERRY_BACKEND=nosuch "$train" --epochs 1
-expect 1 "^ferry-bench: rank 0: .*FERRY_BACKEND\|^ferry-bench: .*FERRY_BACKEND" \
-  env FERRY_BACKEND=nosuch "$bench" --iters 1
+# ferry-bench reads the environment as part of its command line: status 2.
+expect 2 "^ferry-bench: environment: .*FERRY_BACKEND" env FERRY_BACKEND=nosuch "$bench" --iters 1
 expect 1 "^ferry-dlrm: rank [01]: checkpoint load /dev/null: rank 0: /dev/null is not a checkpoint directory" \
   "$dlrm" --world-size 2 --epochs 1 --resume /dev/null
 # Every rank of a local world refuses it alike, naming the rank that found the fault.
@@ -47,7 +51,7 @@ if [ "$ucx" = ucx ]; then
   done
   # A peer killed mid-training: the survivor reports the PeerFailure in one line, exit 1.
   log="$(mktemp)"
-  FERRY_BACKEND=ucx FERRY_TIMEOUT=30 "$run" -n 2 --timeout 90 "$train" --epochs 100000 \
+  FERRY_BACKEND=ucx FERRY_TIMEOUT=30 "$run" -n 2 --timeout 90 "$train" --epochs 10000 \
     > "$log" 2>&1 &
   runner=$!
   victim=""
@@ -77,5 +81,18 @@ if [ "$ucx" = ucx ]; then
     fail=1
   fi
   rm -f "$log"
+fi
+if [ "$mpi" = mpi ]; then
+  out="$(mpiexec -n 2 "$dlrm" --epochs 1 --resume /dev/null 2>&1)"
+  status=$?
+  if [ "$status" -eq 1 ] &&
+     [ "$(grep -c "^ferry-dlrm: rank [01]: checkpoint load /dev/null: rank 0: /dev/null is not a checkpoint directory" <<<"$out")" -eq 2 ] &&
+     ! grep -q -E "Aborted|core dumped|terminate called|signal" <<<"$out"; then
+    echo "ok: mpiexec -n 2 ferry-dlrm --resume /dev/null: one line per rank, status 1"
+  else
+    echo "FAIL: mpiexec -n 2 ferry-dlrm --resume /dev/null -> $status:"
+    tail -6 <<<"$out"
+    fail=1
+  fi
 fi
 exit $fail
