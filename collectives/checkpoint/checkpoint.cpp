@@ -464,16 +464,26 @@ std::string save(const std::string& root, int64_t step, const std::vector<Block>
     }
     rename_or_fail(staging + "/metadata.tmp", staging + "/metadata");
     fsync_dir(staging);
-    // The commit: the directory appears under its name in one rename.
-    const std::string old = root + "/." + name + ".old";
+    // The commit: the directory appears under its name in one rename. A step saved before is
+    // swapped with the new one in one step too (RENAME_EXCHANGE), so that no instant shows
+    // neither; where the file system cannot swap, it moves aside first.
     std::error_code ec;
     if (std::filesystem::exists(dir, ec)) {
-      remove_tree(old);
-      rename_or_fail(dir, old);
+      if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+        fsync_dir(root);
+        remove_tree(staging);  // now the old one
+      } else {
+        const std::string old = root + "/." + name + ".old";
+        remove_tree(old);
+        rename_or_fail(dir, old);
+        rename_or_fail(staging, dir);
+        fsync_dir(root);
+        remove_tree(old);
+      }
+    } else {
+      rename_or_fail(staging, dir);
+      fsync_dir(root);
     }
-    rename_or_fail(staging, dir);
-    fsync_dir(root);
-    remove_tree(old);
     // Keep the newest `keep`; stale temporaries of dead saves go too.
     const auto all_committed = committed(root);
     for (size_t i = 0; i + static_cast<size_t>(options.keep) < all_committed.size(); ++i)

@@ -376,6 +376,14 @@ TEST_CASE("checkpoint: damaged and foreign files are refused by every rank alike
     e = expectation();
     e.tensors.pop_back();
     expect_same_error(load_errors(W, t.path, e), {"holds tensor d, which this program does not have"});
+    e.unchecked_prefixes = {"x", "d"};  // "d" present, any shape: the caller's to check
+    CHECK(load_errors(W, t.path, e) == std::vector<std::string>(2));
+    run_ranks(1, [&](Group& g) {
+      const ck::Reader r = ck::Reader::open(t.path, e, g);
+      CHECK(r.names() == std::vector<std::string>{"b", "d", "w"});
+      CHECK(r.has("d"));
+      CHECK_FALSE(r.has("x"));
+    });
   }
   SECTION("overlapping or missing blocks") {
     forge_metadata(dir, [](std::string s) {
