@@ -559,11 +559,13 @@ Reader Reader::open(const std::string& path, const Expectation& expect, const Gr
              ", the checkpoint has " + shape_text(it->second.shape));
     }
     if (!expect.allow_extra_tensors)
-      for (const auto& [n, t] : m.tensors)
+      for (const auto& entry : m.tensors) {
+        const std::string& n = entry.first;  // not a structured binding: clang 14 cannot capture one
         if (!listed.count(n) &&
             std::none_of(expect.unchecked_prefixes.begin(), expect.unchecked_prefixes.end(),
                          [&n](const std::string& p) { return n.rfind(p, 0) == 0; }))
           fail(meta_path + " holds tensor " + n + ", which this program does not have");
+      }
     for (const CounterSpec& c : expect.counters) {
       auto it = m.counters.find(c.name);
       if (it == m.counters.end()) fail(meta_path + " has no counter " + c.name);
