@@ -24,6 +24,7 @@
 #include <ferry/backends/rendezvous/store.h>
 
 #include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/checkpoint/checkpoint.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/ddp/gradient_reducer.h>
 #include <ferry/collectives/differentiable/all_to_all_async.h>

@@ -219,26 +219,16 @@ Outcome run(const Options& o, Group& world) {
   const std::vector<Variable> dense = m->dlrm->dense_parameters();
   int first_epoch = 1;
   if (!o.resume.empty()) {
-    const Checkpoint c = load_checkpoint(o.resume);
-    std::map<std::string, Tensor> tables;
-    for (const auto& [name, t] : c.tensors)
-      if (name.rfind("embedding_bags.", 0) == 0) tables[name] = t;
-    m->sebc->load_state_dict(tables);
-    m->sebc->load_optimizer_state_dict(tables);  // the fused optimizers' step counts (SGD)
-    for (size_t i = 0; i < dense.size(); ++i) {
-      auto it = c.tensors.find("dense." + std::to_string(i));
-      if (it == c.tensors.end()) throw InvalidArgument("ferry-dlrm: " + o.resume + " has no dense." + std::to_string(i));
-      Tensor v = dense[i].value();
-      v.copy_(it->second.reshape(v.shape()));
-      auto b = c.tensors.find("momentum." + std::to_string(i));
-      if (b != c.tensors.end()) dense_opt.buffers[i] = b->second.reshape(v.shape()).clone();
-    }
-    first_epoch = static_cast<int>(c.epochs_done) + 1;
+    // Collective: every rank loads its own shards, or every rank raises the same error.
+    const Resumed r = load_dlrm_checkpoint(o.resume, o.epochs, *m->sebc, dense, dense_opt, world);
+    first_epoch = static_cast<int>(r.epochs_done) + 1;
     if (printer) {
-      std::printf("resumed from %s after epoch %lld\n", o.resume.c_str(),
-                  static_cast<long long>(c.epochs_done));
+      std::printf("resumed from %s after epoch %lld\n", r.directory.c_str(),
+                  static_cast<long long>(r.epochs_done));
       std::fflush(stdout);
     }
+    // Nothing left to train: the verdict is the loaded model's.
+    if (r.epochs_done == o.epochs) outcome.auc = evaluate(*m, data, o, world).auc;
   }
   for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
     train.reset();
@@ -283,17 +273,8 @@ Outcome run(const Options& o, Group& world) {
     records.push_back(EpochRecord{train_loss, test.log_loss, test.auc});
     epoch_end_steps.push_back(static_cast<int64_t>(step_losses.size()));
     if (!o.checkpoint.empty()) {
-      Checkpoint c;
-      c.epochs_done = epoch;
-      c.tensors = m->sebc->state_dict();  // collective: every rank
-      for (auto& [key, t] : m->sebc->optimizer_state_dict()) c.tensors[key] = t;  // collective
-      for (size_t i = 0; i < dense.size(); ++i) {
-        c.tensors["dense." + std::to_string(i)] = dense[i].value();
-        if (dense_opt.buffers[i].defined())
-          c.tensors["momentum." + std::to_string(i)] = dense_opt.buffers[i];
-      }
-      if (printer) save_checkpoint(o.checkpoint, c);
-      barrier(world).wait();  // the file is complete before any rank goes on
+      // Collective: each rank writes its shards; visible once every rank's part is on disk.
+      save_dlrm_checkpoint(o.checkpoint, epoch, *m->sebc, dense, dense_opt, world);
     }
     if (printer) {
       if (tty) std::printf("\r%*s\r", 100, "");

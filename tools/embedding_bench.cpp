@@ -63,7 +63,9 @@ double eigen_loop(const Tensor& weight, const std::vector<int64_t>& ids,
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--sharded") == 0)
-      return ferry::embedding_bench::run_sharded_step_bench(argc, argv);
+      return cli::guarded_main("ferry-embedding-bench", [&] {
+        return ferry::embedding_bench::run_sharded_step_bench(argc, argv);
+      });
   int64_t rows = 100000, dim = 64, batch = 512, pooling = 20, features = 4;
   int iters = 20;
   std::string dtype = "float32";

@@ -264,7 +264,7 @@ int run_codecs(const Options& opts) {
     status = run_codec_bench(opts, sweep_sizes(opts), csv);
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "ferry-bench: error: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", cli::error_line("ferry-bench", e.what()).c_str());
   }
   if (csv && std::fclose(csv) != 0) {
     std::fprintf(stderr, "ferry-bench: error writing '%s': %s\n", opts.csv_path.c_str(),
@@ -376,7 +376,7 @@ int run(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "ferry-bench: error: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", cli::error_line("ferry-bench", e.what()).c_str());
     status = 1;
   }
   if (!opts.json_path.empty() && launcher->reports()) {
@@ -399,4 +399,8 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace ferry::bench
 
-int main(int argc, char** argv) { return ferry::bench::run(argc, argv); }
+// Anything that escapes run() (a failed allocation, an error outside its sweeps) is one line
+// and status 1 too, never std::terminate.
+int main(int argc, char** argv) {
+  return ferry::cli::guarded_main("ferry-bench", [&] { return ferry::bench::run(argc, argv); });
+}

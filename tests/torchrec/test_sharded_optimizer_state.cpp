@@ -160,6 +160,16 @@ DG_CASE("sharded EBC optimizer state: saved whole, resumed on the same plan bit 
     expect_states(two.state_dict(), want, 1e-12, g, what + ", W = 2");
     expect_states(two.optimizer_state_dict(), want_opt, 1e-12, g, what + ", W = 2, state");
 
+    // A table of the right size, transposed: refused, naming the shape wanted and the one given.
+    auto transposed = tables;
+    Tensor& t1 = transposed.at("embedding_bags.t1.weight");
+    const Shape s1 = t1.shape();
+    t1 = t1.reshape({s1[1], s1[0]});
+    trtest::expect_invalid([&] { two.load_state_dict(transposed); },
+                           {"\"embedding_bags.t1.weight\" must be " + shape_str(s1) + ", given " +
+                            shape_str({s1[1], s1[0]})},
+                           sub, what + ": a transposed table");
+
     if (type == EmbOptimType::ExactRowwiseAdagrad) {
       ShardedEmbeddingBagCollection merged(configs(), false, plan2(true), sub, {.local_size = 2},
                                            config_of(type), 5);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -238,13 +239,64 @@ std::string Parser::help() const {
   return os.str();
 }
 
+namespace {
+
+// The launcher's rank of this process, or -1.
+int launcher_rank() {
+  for (const char* name : {"FERRY_RANK", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "RANK",
+                           "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    int r = 0;
+    const char* end = v + std::strlen(v);
+    const auto [ptr, ec] = std::from_chars(v, end, r);
+    if (ec == std::errc() && ptr == end && r >= 0) return r;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string error_line(const std::string& program, const std::string& what) {
+  std::string message = what;
+  int rank = -1;
+  // "rank 3: ..." (run_ranks' prefix): that rank, and the prefix is not repeated.
+  if (message.rfind("rank ", 0) == 0) {
+    const char* begin = message.c_str() + 5;
+    const char* end = message.c_str() + message.size();
+    int r = 0;
+    const auto [ptr, ec] = std::from_chars(begin, end, r);
+    if (ec == std::errc() && ptr + 1 < end && ptr[0] == ':' && ptr[1] == ' ' && r >= 0) {
+      rank = r;
+      message.erase(0, static_cast<size_t>(ptr + 2 - message.c_str()));
+    }
+  }
+  // "ferry: " says nothing after "TOOL: rank R: ".
+  if (message.rfind("ferry: ", 0) == 0) message.erase(0, 7);
+  if (rank < 0) rank = launcher_rank();
+  if (rank < 0) rank = 0;
+  std::string line = join({program, ": rank ", std::to_string(rank), ": "});
+  for (char c : message) {
+    if (c == '\n') line.append("; ");
+    else if (c != '\r') line.push_back(c);
+  }
+  while (line.size() > 2 && line.compare(line.size() - 2, 2, "; ") == 0) line.resize(line.size() - 2);
+  return line;
+}
+
 int guarded_main(const std::string& program, const std::function<int()>& body) {
   try {
     return body();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s (see %s --help)\n", program.c_str(), e.what(), program.c_str());
     return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", error_line(program, e.what()).c_str());
+  } catch (...) {
+    std::fprintf(stderr, "%s\n", error_line(program, "unknown exception").c_str());
   }
+  std::fflush(stderr);
+  return 1;
 }
 
 }  // namespace ferry::cli

@@ -85,8 +85,17 @@ class Parser {
   std::vector<Spec> specs_;
 };
 
-// Runs `body` and turns a UsageError into "PROGRAM: message (see PROGRAM --help)" on stderr and
-// exit status 2. Other exceptions pass: each tool has its own way to report a failed run.
+// Runs `body` and turns what it throws into one line on stderr and an exit status, so that no
+// tool ends in std::terminate (an abort and a core dump per rank):
+//   UsageError                          "PROGRAM: message (see PROGRAM --help)", status 2;
+//   any other exception (ferry::Error,  "PROGRAM: rank R: message", status 1.
+//   std::bad_alloc, ...)
+// R is the rank the message names first ("rank 3: ..." from run_ranks, whose ranks are threads
+// of this process), else this process's rank from its launcher (FERRY_RANK, PMI_RANK, PMIX_RANK,
+// OMPI_COMM_WORLD_RANK, RANK, SLURM_PROCID), else 0. Line breaks in the message become "; ".
 int guarded_main(const std::string& program, const std::function<int()>& body);
+
+// The line guarded_main prints for an exception with message `what` (without the newline).
+std::string error_line(const std::string& program, const std::string& what);
 
 }  // namespace ferry::cli

@@ -255,7 +255,8 @@ void ShardedTables::load_state_dict(const std::map<std::string, Tensor>& state) 
     FERRY_CHECK(full.defined() && full.dim() == 2 && full.size(0) == t.config.num_embeddings &&
                     full.size(1) == t.config.embedding_dim,
                 InvalidArgument, w, ": \"", key, "\" must be [", t.config.num_embeddings, ", ",
-                t.config.embedding_dim, "]");
+                t.config.embedding_dim, "], given ",
+                full.defined() ? shape_str(full.shape()) : std::string("an undefined tensor"));
     for (size_t s = 0; s < t.shards.size(); ++s) {
       Tensor dst = t.tables[s]->weight().value();
       if (dst.numel() == 0) continue;
