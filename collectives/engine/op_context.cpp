@@ -81,6 +81,11 @@ void OpContext::wait_all() {
       warn_if_stalled(/*native_call=*/false);
       if (group_.poisoned()) abort_poisoned();
       rethrow_first_failure();
+      if (const std::string gone = departed_peer(); !gone.empty()) {
+        for (auto& other : pending_) other->cancel();
+        pending_.clear();
+        FERRY_THROW(PeerFailure, op_, " (seq ", seq_, ") on ", group_.describe(), ": ", gone);
+      }
     }
   }
   rethrow_first_failure();
@@ -102,6 +107,13 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
   // In slices, as wait_all: a poisoned group stops the wait before the deadline.
   while (!request->wait_until(std::min(give_up_, Clock::now() + kCheckEvery))) {
     const bool expired = Clock::now() >= give_up_;
+    const std::string gone = expired ? std::string() : departed_peer();
+    if (!gone.empty()) {
+      abandon_native(std::move(request), std::move(keep));
+      FERRY_THROW(PeerFailure, op_, " (seq ", seq_, ") on ", group_.describe(), ": ", gone,
+                  "; ", native()->name(), " cannot cancel a collective, so the group's ",
+                  native()->name(), " communicator can never be used again");
+    }
     if (!expired && !group_.poisoned()) {
       warn_if_stalled(/*native_call=*/true);
       continue;
@@ -141,6 +153,18 @@ void OpContext::abandon_native(std::unique_ptr<NativeRequest> request, std::vect
   }
   if (leak_scratch_on_abandon_) group_.scratch().leak();
   native()->abandon_stuck_request(std::move(request));
+}
+
+std::string OpContext::departed_peer() const {
+  const std::shared_ptr<CloseWatch> watch = close_watch();
+  if (!watch) return "";
+  const std::vector<int>& members = group_.members();
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (static_cast<int>(i) == rank()) continue;
+    std::string why = watch->departed_before(group_.id(), members[i], seq_);
+    if (!why.empty()) return why;
+  }
+  return "";
 }
 
 void OpContext::rethrow_first_failure() {

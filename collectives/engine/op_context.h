@@ -99,6 +99,9 @@ class OpContext {
   [[noreturn]] void abort_poisoned();
   // Throws the error of the first finished request that failed, after cancelling the rest.
   void rethrow_first_failure();
+  // A member of the group that entered finalize without issuing this op (it never will): why,
+  // for a PeerFailure; "" otherwise. Asked between the slices of a wait.
+  std::string departed_peer() const;
   static constexpr auto kCheckEvery = std::chrono::milliseconds(50);
   bool leak_scratch_on_abandon_ = true;
   // After a timeout: what the peers answered about the op they are in (diagnose()).

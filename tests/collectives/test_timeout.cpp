@@ -273,3 +273,36 @@ TEST_CASE("peer failure: run_ranks rethrows the first failure; peers fail fast",
   }
   CHECK(peer_failures == world - 1);
 }
+
+TEST_CASE("early return: a rank whose function returns makes the peers waiting for it fail at once, naming it",
+          "[timeout][peer_failure]") {
+  // The deadline is far: a peer that waited for it would show up as a slow TimeoutError.
+  ScopedDefaultTimeout timeout(std::chrono::seconds(30));
+  const std::string op = GENERATE(std::string("all_reduce"), std::string("barrier"));
+  constexpr int kWorld = 3;
+  std::array<std::string, kWorld> kinds, messages;
+  std::array<double, kWorld> seconds{};
+  ferry::run_ranks(kWorld, [&](Group& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    if (g.rank() == 1) return;  // right after init, as a main() that returns early
+    Tensor t = ferry::ones({100});
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::exception_ptr e = capture([&] { issue(op, t, g).wait(); });
+    seconds[r] = seconds_since(t0);
+    kinds[r] = error_kind(e);
+    messages[r] = what_of(e);
+    // The group is poisoned: the next call fails at once too.
+    const std::exception_ptr again = capture([&] { issue(op, t, g).wait(); });
+    CHECK(again != nullptr);
+  });
+  for (int r : {0, 2}) {
+    INFO(op << ": rank " << r << " got " << kinds[r] << " after " << seconds[r]
+            << " s: " << messages[r]);
+    CHECK(kinds[r] == "PeerFailure");
+    CHECK(seconds[r] < 5.0);  // not the 30 s deadline
+    // Every survivor names rank 1: directly, or through the peer that gave up because of it.
+    CHECK(messages[r].find("rank 1 ") != std::string::npos);
+    CHECK(messages[r].find(op) != std::string::npos);
+  }
+  CHECK(messages[0].find("ended (its function returned)") != std::string::npos);
+}
