@@ -12,6 +12,16 @@
 
 namespace ferry::detail {
 
+std::exception_ptr public_error(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const OwnDeadlineExpired& e) {
+    return std::make_exception_ptr(TimeoutError(e.what()));
+  } catch (...) {
+    return error;
+  }
+}
+
 OpContext::OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time_point deadline)
     : group_(group), op_(std::move(op)), seq_(seq), start_(Clock::now()), deadline_(deadline),
       fingerprint_(Fingerprint::of(op_.c_str(), seq, group.id(), OpSummary{})) {
@@ -118,8 +128,6 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
       warn_if_stalled(/*native_call=*/true);
       continue;
     }
-    const auto waited =
-        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
     const std::string transport = native()->name();
     abandon_native(std::move(request), std::move(keep));
     const std::string never = str(" ", transport, " cannot cancel a collective, so the group's ",
@@ -132,7 +140,7 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
                                  " (every rank must issue the same collectives in the same order)");
     const std::string found = explain(diagnose(), tail);
     FERRY_THROW(OwnDeadlineExpired, op_, " (seq ", seq_, ") on ", group_.describe(),
-                " timed out after ", waited.count(), " ms;", found, tail);
+                " timed out after ", deadline_text(), ";", found, tail);
   }
   try {
     request->rethrow_if_failed();
@@ -153,6 +161,13 @@ void OpContext::abandon_native(std::unique_ptr<NativeRequest> request, std::vect
   }
   if (leak_scratch_on_abandon_) group_.scratch().leak();
   native()->abandon_stuck_request(std::move(request));
+}
+
+std::string OpContext::deadline_text() const {
+  // The whole deadline, which is when the error comes: the last part of it (up to 2 s) went to
+  // asking the peers what they are in, so the time spent waiting for data alone is shorter.
+  const auto limit = std::chrono::round<std::chrono::milliseconds>(deadline_ - start_);
+  return str("its ", limit.count(), " ms deadline");
 }
 
 std::string OpContext::departed_peer() const {
@@ -317,7 +332,6 @@ void OpContext::fail_timeout() {
   const std::vector<int>& not_taking = w.not_taking;
   for (auto& r : pending_) r->cancel();
   pending_.clear();
-  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
   auto ranks = [](const std::vector<int>& v) {
     std::string s = v.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -326,7 +340,7 @@ void OpContext::fail_timeout() {
   const std::string tail =
       " the group is poisoned (every rank must issue the same collectives in the same order)";
   std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
-                        waited.count(), " ms;");
+                        deadline_text(), ";");
   msg += explain(diagnose(), tail);
   if (!silent.empty()) msg += str(" waiting for data from ", ranks(silent), ";");
   if (!not_taking.empty()) msg += str(" waiting for ", ranks(not_taking), " to take our data;");

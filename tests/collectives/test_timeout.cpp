@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <typeinfo>
 #include <latch>
 #include <thread>
 #include <cctype>
@@ -305,4 +306,32 @@ TEST_CASE("early return: a rank whose function returns makes the peers waiting f
     CHECK(messages[r].find(op) != std::string::npos);
   }
   CHECK(messages[0].find("ended (its function returned)") != std::string::npos);
+}
+
+TEST_CASE("timeout: the error is a plain ferry::TimeoutError whose text states the deadline",
+          "[timeout]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(600));
+  std::string message;
+  bool plain_type = false;
+  std::latch waiter_done(1);
+  ferry::run_ranks(2, [&](Group& g) {
+    if (g.rank() == 1) {  // late, not dead: it skips the collective and stays alive
+      waiter_done.wait();
+      return;
+    }
+    Tensor t = ferry::ones({4});
+    const std::exception_ptr e = capture([&] { ferry::all_reduce(t, g).wait(); });
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const ferry::TimeoutError& err) {
+      // Not an internal subclass: an uncaught one is named by its type.
+      plain_type = typeid(err) == typeid(ferry::TimeoutError);
+      message = err.what();
+    } catch (...) {
+    }
+    waiter_done.count_down();
+  });
+  INFO(message);
+  CHECK(plain_type);
+  CHECK(message.find("timed out after its 600 ms deadline") != std::string::npos);
 }
