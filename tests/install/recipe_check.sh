@@ -69,7 +69,11 @@ if tests:
     sys.exit("FAIL: the install builds test suites: " + ", ".join(tests))
 print("default targets:", " ".join(built))
 '
-echo "build steps: $(ninja -C "$build" -n | tail -1 | cut -d' ' -f1 | tr -d '[]' | cut -d/ -f2)"
+left="$(ninja -C "$build" -n | tail -1)"
+case "$left" in
+  *"no work to do"*) echo "build steps: none left (the recipe built them)" ;;
+  *) echo "build steps: $(cut -d' ' -f1 <<<"$left" | tr -d '[]' | cut -d/ -f2)" ;;
+esac
 
 if [ $full = 1 ]; then
   libdir="$(dirname "$(find "$prefix" -name 'libferry.so' | head -1)")"
