@@ -2,6 +2,8 @@
 
 #include <ferry/runtime/error.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +54,166 @@ void world_handshake(Transport& transport, Handshake which, Clock::time_point de
   // everyone may end at once, and its end may fail a send that it already took).
   for (int p = 0; p < n; ++p)
     if (p != me) (void)sends[p]->wait_until(deadline);
+}
+
+}  // namespace ferry::detail
+
+namespace ferry::detail {
+
+// What a finalizing rank sends: fixed size (a receive is posted for exactly it), the first
+// kMaxGroups groups of the rank; `complete` says whether that is all of them.
+struct CloseWatch::Payload {
+  static constexpr uint32_t kMagic = 0x66436c73;  // "fCls"
+  static constexpr size_t kMaxGroups = 63;
+  uint32_t magic = kMagic;
+  uint32_t count = 0;
+  uint32_t complete = 0;
+  uint32_t reserved = 0;
+  struct Entry {
+    uint32_t group = 0;
+    uint32_t reserved = 0;
+    uint64_t issued = 0;
+  } entries[kMaxGroups];
+};
+
+
+namespace {
+
+Tag close_tag() { return Tag{0, static_cast<uint32_t>(Handshake::Close), kLifecycleSeq, 0}; }
+
+std::mutex g_watch_mu;
+std::shared_ptr<CloseWatch> g_watch;
+
+}  // namespace
+
+CloseWatch::CloseWatch(std::shared_ptr<Transport> transport)
+    : transport_(std::move(transport)) {
+  static_assert(sizeof(Payload) == 1024);
+  const int n = transport_->size(), me = transport_->rank();
+  recvs_.resize(static_cast<size_t>(n));
+  sends_.resize(static_cast<size_t>(n));
+  got_.assign(static_cast<size_t>(n), std::vector<char>(sizeof(Payload)));
+  state_.assign(static_cast<size_t>(n), 0);
+  for (int p = 0; p < n; ++p)
+    if (p != me) recvs_[p] = transport_->irecv(p, close_tag(), got_[p].data(), sizeof(Payload));
+}
+
+CloseWatch::~CloseWatch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& r : recvs_)
+    if (r) r->cancel();
+  for (auto& s : sends_)
+    if (s) s->cancel();
+}
+
+void CloseWatch::poll_locked(int peer) {
+  if (state_[peer] != 0 || !recvs_[peer]->test()) return;
+  try {
+    recvs_[peer]->rethrow_if_failed();
+    Payload p;
+    std::memcpy(&p, got_[peer].data(), sizeof(Payload));
+    state_[peer] = p.magic == Payload::kMagic && p.count <= Payload::kMaxGroups ? 1 : 2;
+  } catch (...) {
+    state_[peer] = 2;  // the peer died or gave up: the transport's own errors report that
+  }
+}
+
+std::string CloseWatch::departed_before(uint32_t group, int peer, uint64_t seq) {
+  // Never waits: finalize's handshake holds the lock while it waits, and a wait that asks here
+  // (another thread's op, the progress thread) tries again in its next slice.
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return "";
+  if (peer < 0 || peer >= static_cast<int>(recvs_.size()) || !recvs_[peer]) return "";
+  poll_locked(peer);
+  if (state_[peer] != 1) return "";
+  Payload p;
+  std::memcpy(&p, got_[peer].data(), sizeof(Payload));
+  const std::string why = str("rank ", peer, " entered ferry::finalize() (called, or at exit ",
+                              "after its main returned) ");
+  for (uint32_t i = 0; i < p.count; ++i) {
+    if (p.entries[i].group != group) continue;
+    if (seq < p.entries[i].issued) return "";
+    return str(why, "having issued ", p.entries[i].issued, " collective",
+               p.entries[i].issued == 1 ? "" : "s", " on this group: it never takes part in seq ",
+               seq);
+  }
+  if (p.complete == 0) return "";
+  return str(why, "no longer holding this group: it never takes part in seq ", seq);
+}
+
+void CloseWatch::send_all(const std::vector<GroupProgress>& mine) {
+  Payload p;
+  p.count = static_cast<uint32_t>(std::min(mine.size(), Payload::kMaxGroups));
+  p.complete = mine.size() <= Payload::kMaxGroups ? 1 : 0;
+  for (uint32_t i = 0; i < p.count; ++i) p.entries[i] = {mine[i].group, 0, mine[i].issued};
+  sent_.resize(sizeof(Payload));
+  std::memcpy(sent_.data(), &p, sizeof(Payload));
+  const int n = transport_->size(), me = transport_->rank();
+  for (int q = 0; q < n; ++q) {
+    if (q != me && !sends_[q])
+      sends_[q] = transport_->isend(q, close_tag(), sent_.data(), sent_.size());
+  }
+}
+
+void CloseWatch::close(const std::vector<GroupProgress>& mine, Clock::time_point deadline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int me = transport_->rank(), n = transport_->size();
+  const char* call = "ferry::finalize";
+  send_all(mine);
+  std::vector<int> absent;
+  std::exception_ptr failed;
+  int failed_rank = -1;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    if (!recvs_[p]->wait_until(deadline)) {
+      absent.push_back(p);
+      continue;
+    }
+    try {
+      recvs_[p]->rethrow_if_failed();
+    } catch (...) {
+      if (!failed) {
+        failed = std::current_exception();
+        failed_rank = p;
+      }
+    }
+  }
+  if (failed) {
+    rethrow_with_prefix(failed, str(call, " on rank ", me, " of ", n, ": rank ", failed_rank,
+                                    " ended before it reached ", call, ": "));
+  }
+  if (!absent.empty()) {
+    std::string ranks;
+    for (int p : absent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(p);
+    FERRY_THROW(TimeoutError, call, " on rank ", me, " of ", n, ": rank",
+                absent.size() > 1 ? "s " : " ", ranks, " did not reach ", call,
+                " before the deadline (FERRY_TIMEOUT); every rank must call it (a rank that "
+                "returns from main calls finalize at exit)");
+  }
+  // As world_handshake: every peer was heard from, our messages only need to have left.
+  for (int p = 0; p < n; ++p)
+    if (p != me) (void)sends_[p]->wait_until(deadline);
+}
+
+void CloseWatch::notify(const std::vector<GroupProgress>& mine, Clock::time_point deadline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    send_all(mine);
+  } catch (...) {
+    return;  // best effort
+  }
+  for (auto& s : sends_)
+    if (s) (void)s->wait_until(deadline);
+}
+
+void set_close_watch(std::shared_ptr<CloseWatch> watch) {
+  std::lock_guard<std::mutex> lock(g_watch_mu);
+  g_watch = std::move(watch);
+}
+
+std::shared_ptr<CloseWatch> close_watch() {
+  std::lock_guard<std::mutex> lock(g_watch_mu);
+  return g_watch;
 }
 
 }  // namespace ferry::detail

@@ -11,6 +11,11 @@
 
 #include <ferry/backends/transport.h>
 
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
 namespace ferry::detail {
 
 enum class Handshake : uint32_t { Open = 0, Close = 1 };
@@ -19,5 +24,63 @@ enum class Handshake : uint32_t { Open = 0, Close = 1 };
 // peer ended (or gave up) before it took part. A send whose peer was heard from may fail (that
 // peer may end as soon as it heard from everyone); it is not an error.
 void world_handshake(Transport& transport, Handshake which, Clock::time_point deadline);
+
+}  // namespace ferry::detail
+
+namespace ferry::detail {
+
+// How far a rank got in one group when it entered finalize: it issued `issued` collectives
+// (sequence numbers 0 .. issued - 1) on group `group`.
+struct GroupProgress {
+  uint32_t group = 0;
+  uint64_t issued = 0;
+};
+
+// Finalize's handshake, watched for from the end of init() on: a rank that enters finalize
+// (called, or at exit after main returned) sends every peer the progress of each of its groups;
+// each rank has a receive for it posted from init on, so that a peer still waiting in a
+// collective that the finalizing rank never issued learns at once that it never will, instead of
+// waiting for its deadline (OpContext asks departed_before between the slices of its waits).
+// Exact, whatever the timing: a collective the finalizing rank did issue finished there before
+// finalize began, and its messages arrive as usual.
+class CloseWatch {
+ public:
+  // Posts the receives. After the Open handshake, on a world of more than one rank.
+  explicit CloseWatch(std::shared_ptr<Transport> transport);
+  ~CloseWatch();  // withdraws the receives that never finished
+  CloseWatch(const CloseWatch&) = delete;
+  CloseWatch& operator=(const CloseWatch&) = delete;
+
+  // When world rank `peer` entered finalize without issuing collective `seq` of group `group`:
+  // why, for a PeerFailure; otherwise (it did issue it, or has not finalized, or cannot tell) "".
+  // Tests the peer's receive (non-blocking); safe from any thread.
+  std::string departed_before(uint32_t group, int peer, uint64_t seq);
+
+  // The Close handshake: sends `mine` to every peer and waits for every peer's until `deadline`;
+  // throws as world_handshake does (TimeoutError naming the ranks not heard from, PeerFailure).
+  void close(const std::vector<GroupProgress>& mine, Clock::time_point deadline);
+  // A rank whose world is poisoned ends without the handshake but still tells every peer that
+  // it finalized (so that a peer in the handshake, or waiting for it, does not wait for its
+  // deadline); waits for its sends at most until `deadline`, failures ignored.
+  void notify(const std::vector<GroupProgress>& mine, Clock::time_point deadline);
+
+ private:
+  struct Payload;
+  void send_all(const std::vector<GroupProgress>& mine);
+  void poll_locked(int peer);
+
+  std::shared_ptr<Transport> transport_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Request>> recvs_;  // by world rank; null for this rank
+  std::vector<std::unique_ptr<Request>> sends_;
+  std::vector<std::vector<char>> got_;           // the peers' payloads
+  std::vector<char> sent_;
+  std::vector<int> state_;                       // 0 pending, 1 arrived, 2 failed
+};
+
+// The process's watch while a world of more than one rank is up (set by init, cleared by
+// finalize); null otherwise.
+void set_close_watch(std::shared_ptr<CloseWatch> watch);
+std::shared_ptr<CloseWatch> close_watch();
 
 }  // namespace ferry::detail

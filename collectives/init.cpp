@@ -31,6 +31,9 @@ InitState& state() {
   return *s;
 }
 
+// How long a rank whose world failed waits for its finalize notices to leave.
+constexpr auto kNotifyWait = std::chrono::seconds(1);
+
 // The launcher that started this process, if it is an MPI one ("" otherwise).
 std::string mpi_launcher_hint() {
   for (const char* name : {"PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE"}) {
@@ -125,11 +128,14 @@ Group init(const InitOptions& options) {
   if (transport->size() > 1) detail::set_process_log_rank(transport->rank());
   FERRY_LOG(Info, "init", "backend ", backend, " (", why, "): rank ", transport->rank(), " of ",
             transport->size());
-  Group world = Group::world(std::move(transport));
+  Group world = Group::world(transport);
   // init is a barrier on a wired-up world: once it returns, a peer's end is a clean finalize
   // or an ordinary peer failure, never a connection that fails while being set up.
   detail::world_handshake(world.transport(), detail::Handshake::Open,
                           Clock::now() + default_timeout());
+  // From here on, a peer that enters finalize is known at once to every rank still waiting in
+  // a collective it never issued (world_handshake.h).
+  if (world.size() > 1) detail::set_close_watch(std::make_shared<detail::CloseWatch>(transport));
   s.world = std::move(world);
   s.backend = backend;
   return s.world;
@@ -153,16 +159,25 @@ void finalize() {
       // Nothing may be left in flight for the transport's end: every group's started and
       // queued ops finish first (dropped Works too), each under its own deadline.
       detail::finish_every_group();
-      if (!s.world.poisoned()) {
-        detail::world_handshake(s.world.transport(), detail::Handshake::Close,
-                                Clock::now() + default_timeout());
-        s.world.transport().peers_closing();
-        closed = true;
+      const std::vector<detail::GroupProgress> progress =
+          detail::group_progress(s.world.transport());
+      if (auto watch = detail::close_watch()) {
+        if (!s.world.poisoned()) {
+          watch->close(progress, Clock::now() + default_timeout());
+          s.world.transport().peers_closing();
+          closed = true;
+        } else {
+          // No handshake with a failed world, but the peers still learn that this rank ended
+          // (one waiting in finalize's handshake, or in a collective, for it ends at once).
+          watch->notify(progress, Clock::now() + kNotifyWait);
+        }
       }
     } catch (...) {
       error = std::current_exception();
     }
   }
+  // Its receives are withdrawn while the transport still works.
+  detail::set_close_watch(nullptr);
   // The world group's worker and communicators go next, while MPI still works.
   s.world = Group();
   if (s.mpi_started) detail::mpi_finalize(/*peers_closed=*/closed);

@@ -10,7 +10,9 @@
 #include <ferry/runtime/version.h>
 #include "tools/cli/args.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -52,24 +54,59 @@ int run_main(int argc, char** argv) {
   std::printf("\nsettings in effect:\n");
   try {
     const ferry::Config& c = ferry::config();
-    std::printf("  FERRY_TIMEOUT          %.3f s\n", static_cast<double>(c.timeout.count()) / 1e3);
-    std::printf("  FERRY_BACKEND          %s\n", c.backend.empty()
-                                                    ? "(automatic: mpi under mpiexec, else local)"
-                                                    : c.backend.c_str());
-    std::printf("  FERRY_ALGO             %s\n", c.algo.empty() ? "(automatic)" : c.algo.c_str());
-    std::printf("  FERRY_DEBUG            %s\n", c.debug.c_str());
-    std::printf("  FERRY_DEBUG_SUBSYS     %s\n",
-                c.debug_subsys.empty() ? "(all)" : c.debug_subsys.c_str());
-    std::printf("  FERRY_PROGRESS_THREAD  %d\n", c.progress_thread ? 1 : 0);
+    // Every documented setting, one unit style: seconds as "%g s", sizes with their unit.
+    auto seconds = [](std::chrono::milliseconds ms) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(ms.count()) / 1e3);
+      return std::string(buf);
+    };
+    auto flag = [](bool b) { return std::string(b ? "1" : "0"); };
+    auto or_else = [](const std::string& v, const char* unset) {
+      return v.empty() ? std::string(unset) : v;
+    };
     const auto stall = ferry::stall_warning_after(ferry::default_timeout());
-    std::printf("  FERRY_STALL_WARN_S     %s\n",
-                stall.count() == 0 ? "0 (off)"
-                                   : (std::to_string(static_cast<double>(stall.count()) / 1e3) +
-                                      " s" + (c.stall_warn.count() < 0 ? " (automatic)" : ""))
-                                         .c_str());
-    std::printf("  FERRY_TIMELINE         %s\n", c.timeline.empty() ? "(off)" : c.timeline.c_str());
+    const std::vector<std::pair<std::string, std::string>> effective = {
+        {"FERRY_TIMEOUT", seconds(c.timeout)},
+        {"FERRY_CHECK", flag(c.check)},
+        {"FERRY_ALGO", or_else(c.algo, "(automatic)")},
+        {"FERRY_DEBUG", c.debug},
+        {"FERRY_DEBUG_FILE", or_else(c.debug_file, "(stderr)")},
+        {"FERRY_STALL_WARN_S", stall.count() == 0 ? std::string("0 (off)")
+                                                  : seconds(stall) + (c.stall_warn.count() < 0
+                                                                          ? " (automatic)"
+                                                                          : "")},
+        {"FERRY_TIMELINE", or_else(c.timeline, "(off)")},
+        {"FERRY_DEBUG_SUBSYS", or_else(c.debug_subsys, "(all)")},
+        {"FERRY_HOST_CACHE_MB", std::to_string(c.host_cache_mb) + " MiB"},
+        {"FERRY_BACKEND", or_else(c.backend, "(automatic: mpi under mpiexec, else local)")},
+        {"FERRY_MPI_PERSISTENT", flag(c.mpi_persistent)},
+        {"FERRY_MPI_EXCHANGE", flag(c.mpi_exchange)},
+        {"FERRY_PROGRESS_THREAD", flag(c.progress_thread)},
+        {"FERRY_UCX_CMA", flag(c.ucx_cma)},
+        {"FERRY_UCX_CMA_MIN_BYTES", c.ucx_cma_min_bytes == 0
+                                        ? std::string("(the transport's: 65536 B)")
+                                        : std::to_string(c.ucx_cma_min_bytes) + " B"},
+        {"FERRY_UCX_ERROR_HANDLING", c.ucx_peer_errors ? "peer" : "none"},
+        {"FERRY_RENDEZVOUS", or_else(c.rendezvous, "(unset)")},
+        {"FERRY_RANK", or_else(c.rank, "(unset)")},
+        {"FERRY_WORLD_SIZE", or_else(c.world_size, "(unset)")},
+        {"FERRY_SECRET", c.secret.empty() ? "(unset)" : "(set)"},
+        {"FERRY_RENDEZVOUS_BIND", or_else(c.rendezvous_bind, "(default: 127.0.0.1)")},
+    };
+    for (const auto& [name, value] : effective)
+      std::printf("  %-25s %s\n", name.c_str(), value.c_str());
+    // A setting added to the library but not above still shows, as given or by its default.
+    for (const ferry::SettingInfo& s : ferry::known_settings()) {
+      if (!s.documented) continue;
+      bool shown = false;
+      for (const auto& e : effective) shown = shown || e.first == s.name;
+      if (shown) continue;
+      const char* v = std::getenv(s.name);
+      std::printf("  %-25s %s\n", s.name,
+                  v != nullptr ? v : (std::string("(default: ") + s.fallback + ")").c_str());
+    }
     const ferry::LaunchEnvironment launch = ferry::launch_environment();
-    std::printf("  launcher               %s\n", launch.describe().c_str());
+    std::printf("  %-25s %s\n", "launcher", launch.describe().c_str());
   } catch (const ferry::Error& e) {
     std::fprintf(stderr, "ferry-info: %s\n", e.what());
     return 1;

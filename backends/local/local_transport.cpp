@@ -171,6 +171,7 @@ class LocalWorld {
     }, [&] { return abandoned_failure(group, rank, why); });
   }
 
+  // `why` completes "rank R of the local world ...": "failed: <error>" or "ended ...".
   void declare_dead(int rank, const std::string& why) {
     {
       std::lock_guard<std::mutex> lock(dead_mu_);
@@ -288,7 +289,7 @@ class LocalWorld {
 
   std::exception_ptr peer_failure_locked(int rank) {
     return std::make_exception_ptr(
-        PeerFailure(str("ferry: rank ", rank, " of the local world failed: ", dead_why_[rank])));
+        PeerFailure(str("ferry: rank ", rank, " of the local world ", dead_why_[rank])));
   }
 
   static std::exception_ptr abandoned_failure(uint32_t group, int rank, const std::string& why) {
@@ -421,7 +422,18 @@ void fail_local_rank(Transport& any_rank_of_world, int rank, const std::string& 
               any_rank_of_world.name());
   FERRY_CHECK(rank >= 0 && rank < local->size(), InvalidArgument,
               "fail_local_rank: rank must be in [0, ", local->size(), "), given ", rank);
-  local->world().declare_dead(rank, why);
+  local->world().declare_dead(rank, "failed: " + why);
+}
+
+void end_local_rank(Transport& any_rank_of_world, int rank, const std::string& how) {
+  auto* local = dynamic_cast<detail::LocalTransport*>(&any_rank_of_world);
+  FERRY_CHECK(local != nullptr, InvalidArgument,
+              "end_local_rank: expected a local transport, given ", any_rank_of_world.name());
+  FERRY_CHECK(rank >= 0 && rank < local->size(), InvalidArgument,
+              "end_local_rank: rank must be in [0, ", local->size(), "), given ", rank);
+  local->world().declare_dead(
+      rank, detail::str("ended (", how, ") before it took part: it sends and receives nothing "
+                        "more"));
 }
 
 }  // namespace ferry

@@ -25,4 +25,10 @@ std::vector<std::shared_ptr<Transport>> make_local_world(int n);
 // request that involves it fails with PeerFailure carrying `why`.
 void fail_local_rank(Transport& any_rank_of_world, int rank, const std::string& why);
 
+// Declares that `rank` of a local world has ended normally (its thread returned, having finished
+// its own ops): it sends and receives nothing more, so every pending and later request that
+// involves it fails at once with PeerFailure saying so, instead of waiting for a deadline. A
+// peer's op that still needs it is one it never took part in. `how` says how it ended.
+void end_local_rank(Transport& any_rank_of_world, int rank, const std::string& how);
+
 }  // namespace ferry

@@ -2,15 +2,72 @@
 
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_types.h>
 #include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace ferry::detail {
+namespace {
+
+enum Kind { kAllReduce, kReduceScatter, kBroadcast, kAllGather, kAllToAll, kBarrier };
+
+// A key as integers every rank reads alike (MPI's handles need not be): kind, count, datatype,
+// reduction, root.
+constexpr int kKeyInts = 5;
+constexpr int32_t kBytes = 100;  // MPI_BYTE, the data-movement ops' type
+constexpr int32_t kNone = -1;
+
+int32_t type_code(MPI_Datatype type) {
+  if (type == MPI_BYTE) return kBytes;
+  for (DType d : {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::UInt8})
+    if (mpi_datatype(d) == type) return static_cast<int32_t>(d);
+  return kNone;
+}
+
+int32_t op_code(MPI_Op op) {
+  for (ReduceOp r : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max})
+    if (op != MPI_OP_NULL && mpi_op(r) == op) return static_cast<int32_t>(r);
+  return kNone;
+}
+
+const char* kind_name(int32_t kind) {
+  switch (kind) {
+    case kAllReduce: return "all_reduce";
+    case kReduceScatter: return "reduce_scatter";
+    case kBroadcast: return "broadcast";
+    case kAllGather: return "all_gather";
+    case kAllToAll: return "all_to_all";
+    case kBarrier: return "barrier";
+    default: return "an unknown collective";
+  }
+}
+
+// "all_reduce of 100 float32 (sum)", "broadcast of 64 bytes from root 1".
+std::string describe_key(const int32_t* k) {
+  std::string s = kind_name(k[0]);
+  if (k[0] == kBarrier) return s;
+  s += str(" of ", k[1]);
+  if (k[2] == kBytes) {
+    s += " bytes";
+  } else if (k[2] >= 0 && k[2] <= static_cast<int32_t>(DType::UInt8)) {
+    s += str(" ", dtype_name(static_cast<DType>(k[2])));
+  }
+  if (k[3] != kNone) s += str(" (", reduce_op_name(static_cast<ReduceOp>(k[3])), ")");
+  if (k[0] == kBroadcast) s += str(" from root ", k[4]);
+  return s;
+}
+
+}  // namespace
 
 // One persistent request, its staging buffers and the op it currently carries. Ops on a slot
 // are numbered 1, 2, ... (tickets); at most the newest one is in flight.
@@ -26,10 +83,43 @@ struct PersistentCollectives::Slot {
   void* destination = nullptr;  // where the newest op's result goes (null: nowhere)
   uint64_t failed_ticket = 0;   // the op that failed, if any (the group is poisoned then)
   std::exception_ptr error;
+  // The key check (see the header): every rank's key, gathered when the slot was created. Until
+  // it finished and agreed, the request is not started; a slot whose keys differed never is.
+  MPI_Request check = MPI_REQUEST_NULL;
+  int32_t key[kKeyInts] = {};
+  std::vector<int32_t> keys;  // kKeyInts per rank
+  bool checked = false;
+  std::string describe;       // "... on group G rank R of W", for the check's messages
+  std::exception_ptr mismatch;  // the check found different keys
 
   ~Slot() {
     // A slot still in flight belongs to a request that was given up (kept forever).
     if (request != MPI_REQUEST_NULL && !in_flight && mpi_usable()) MPI_Request_free(&request);
+  }
+
+  // True once the key check finished (then `checked`, or `mismatch` set). Called with `mu`.
+  bool poll_check() {
+    if (checked || mismatch) return true;
+    int flag = 0;
+    const int code = MPI_Test(&check, &flag, MPI_STATUS_IGNORE);
+    if (code != MPI_SUCCESS) {
+      mismatch = std::make_exception_ptr(TransportError(
+          str("ferry: the key check of ", describe, " failed in MPI: ", mpi_error_string(code))));
+      return true;
+    }
+    if (!flag) return false;
+    const int ranks = static_cast<int>(keys.size()) / kKeyInts;
+    for (int r = 0; r < ranks; ++r) {
+      const int32_t* theirs = keys.data() + static_cast<size_t>(r) * kKeyInts;
+      if (std::equal(key, key + kKeyInts, theirs)) continue;
+      mismatch = std::make_exception_ptr(MismatchError(str(
+          "ferry: ", describe, ": the ranks called different collectives at this point: this "
+          "rank ", describe_key(key), ", rank ", r, " ", describe_key(theirs),
+          " (the sizes, dtypes, reductions and roots must agree on every rank)")));
+      return true;
+    }
+    checked = true;
+    return true;
   }
 
   // True once op `ticket` finished; the result is then at its destination. Called with `mu`.
@@ -37,11 +127,21 @@ struct PersistentCollectives::Slot {
     if (ticket != newest || !in_flight) return true;  // older ops finished before newer began
     if (!mpi_usable()) return finish_with(TransportError(
         "ferry: a persistent MPI collective was still pending when MPI was finalized"));
+    if (!checked) {
+      // The first op of the slot starts once every rank's key is known to agree.
+      if (!poll_check()) return false;
+      if (mismatch) return finish_with(mismatch);
+      const int code = MPI_Start(&request);
+      if (code != MPI_SUCCESS)
+        return finish_with(std::make_exception_ptr(TransportError(
+            str("ferry: MPI_Start of ", describe, " failed: ", mpi_error_string(code)))));
+    }
     int flag = 0;
     const int code = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
     if (code != MPI_SUCCESS)
       return finish_with(TransportError(
           str("ferry: a persistent MPI collective failed in MPI: ", mpi_error_string(code))));
+
     if (!flag) return false;
     if (destination != nullptr && result_bytes > 0)
       std::memcpy(destination, result, result_bytes);
@@ -51,9 +151,10 @@ struct PersistentCollectives::Slot {
   }
 
  private:
-  bool finish_with(const TransportError& e) {
+  bool finish_with(const TransportError& e) { return finish_with(std::make_exception_ptr(e)); }
+  bool finish_with(std::exception_ptr e) {
     failed_ticket = newest;
-    error = std::make_exception_ptr(e);
+    error = std::move(e);
     destination = nullptr;
     in_flight = false;
     return true;
@@ -94,7 +195,7 @@ class PersistentRequest final : public NativeRequest {
   Clock::time_point first_wait_{};
 };
 
-enum Kind { kAllReduce, kReduceScatter, kBroadcast, kAllGather, kAllToAll, kBarrier };
+
 
 bool enabled_by_environment() { return config().mpi_persistent; }
 
@@ -115,6 +216,7 @@ std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::slot_for(
     if (k == key) return slot;
   if (slots_.size() >= kMaxKeys) return nullptr;
   auto slot = std::make_shared<Slot>();
+  post_key_check(key, *slot);
   slot->send.resize(send_bytes);
   slot->recv.resize(recv_bytes);
   slot->result = slot->recv.data();
@@ -126,6 +228,17 @@ std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::slot_for(
   }
   slots_.emplace_back(key, slot);
   return slot;
+}
+
+void PersistentCollectives::post_key_check(const Key& key, Slot& slot) const {
+  const int32_t mine[kKeyInts] = {key.kind, key.count, type_code(key.type), op_code(key.op),
+                                  key.root};
+  std::copy(mine, mine + kKeyInts, slot.key);
+  slot.keys.assign(static_cast<size_t>(kKeyInts) * static_cast<size_t>(size_), 0);
+  slot.describe = str(describe_key(mine), " on group ", group_id_, " rank ", rank_, " of ", size_);
+  check_mpi(MPI_Iallgather(slot.key, kKeyInts, MPI_INT32_T, slot.keys.data(), kKeyInts,
+                           MPI_INT32_T, comm_, &slot.check),
+            "MPI_Iallgather", str("the key check of ", slot.describe));
 }
 
 std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
@@ -157,8 +270,10 @@ std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
     for (int c = 0; c < copies; ++c)
       std::memcpy(slot->send.data() + static_cast<size_t>(c) * block, in, block);
   }
+  if (slot->mismatch) std::rethrow_exception(slot->mismatch);  // never started: still unusable
   const uint64_t ticket = ++slot->newest;
-  const int code = MPI_Start(&slot->request);
+  // An unchecked slot starts in poll(), once the check agreed.
+  const int code = slot->checked ? MPI_Start(&slot->request) : MPI_SUCCESS;
   if (code != MPI_SUCCESS) {
     slot->failed_ticket = ticket;
     check_mpi(code, "MPI_Start", str(what, " on group ", group_id_));

@@ -15,6 +15,16 @@
 //    sees the same keys in the same order and creates the same requests at the same point: the
 //    choice depends on nothing local to a rank (MPI matches persistent collectives only with
 //    persistent ones, so ranks must never disagree).
+//  - When a key's request is created, the ranks also compare their keys (one small
+//    MPI_Iallgather posted beside the init, once per key and group, nothing per op), and the
+//    request is first started only once the comparison agreed: MPI binds persistent
+//    collectives to one another by the order of their init calls, so ranks that create
+//    requests of different counts, datatypes, reductions or roots at the same point would be
+//    bound together, and MPI would hand back wrong data without an error. A difference fails
+//    the op with MismatchError on every rank, naming both calls, before any data moves. Ranks
+//    that later start different existing keys are not bound together (MPICH 4.0.2: each
+//    request waits for its own peers), and the op ends at its deadline with the engine's
+//    diagnosis.
 //  - A key's request carries one op at a time: an op whose key is still in flight first waits
 //    for that earlier op, which every rank started before this one, so it can finish.
 //
@@ -83,6 +93,10 @@ class PersistentCollectives {
   template <class Init>
   std::shared_ptr<Slot> slot_for(const Key& key, size_t send_bytes, size_t recv_bytes,
                                  Init&& init);
+  // Posts the comparison of every rank's key for a new slot (see the file comment); the slot's
+  // first op starts its request once the comparison agreed (Slot::poll), and fails with
+  // MismatchError on every rank when it did not.
+  void post_key_check(const Key& key, Slot& slot) const;
   // Starts the slot's request for one op: waits for the slot's previous op, copies
   // `copies` copies of `in` (send_bytes / copies bytes each) into the send staging, and
   // names `out` as where the result goes (null: nowhere).

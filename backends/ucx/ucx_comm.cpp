@@ -145,6 +145,7 @@ UcxComm::~UcxComm() {
     auto lock = worker_->lock();
     worker_->set_sleep_hook(nullptr);
     close_endpoints();
+    discard_unexpected_locked();
   }
   // The worker goes while pending_ still holds what its callbacks may touch; worker_ is null
   // meanwhile, so finish() called from those callbacks does not touch it.
@@ -383,6 +384,26 @@ void UcxComm::drain_locked() {
   // ucp_worker_progress returns 0 once it found nothing more to do; the bound only keeps a
   // peer that is still streaming (over TCP, say) from holding us here.
   for (int i = 0; i < 100000 && ucp_worker_progress(worker_->worker()) != 0; ++i) {
+  }
+}
+
+void UcxComm::discard_unexpected_locked() {
+  std::vector<char> sink;
+  const auto until = Clock::now() + kCloseWait;  // for all of them together
+  for (int i = 0; i < 4096; ++i) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg =
+        ucp_tag_probe_nb(worker_->worker(), 0, 0, /*remove=*/1, &info);  // mask 0: any tag
+    if (msg == nullptr) return;
+    sink.resize(std::max<size_t>(info.length, 1));
+    ucp_request_param_t param{};
+    void* r = ucp_tag_msg_recv_nbx(worker_->worker(), sink.data(), info.length, msg, &param);
+    if (!UCS_PTR_IS_PTR(r)) continue;  // taken at once (eager), or failed: either way gone
+    // A rendezvous message needs its sender, which may be gone: a bounded wait, then cancel.
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until)
+      ucp_worker_progress(worker_->worker());
+    if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_->worker(), r);
+    ucp_request_free(r);
   }
 }
 

@@ -171,6 +171,9 @@ class UcxComm final : public UcxSleepHook {
   // in this rank's shared memory, unread.
   void peer_failed(int rank, const std::string& why);
   void drain_locked();
+  // Takes and drops the messages that arrived for receives never posted (a peer's data for a
+  // collective this rank gave up on), so that UCX does not warn of them when the worker ends.
+  void discard_unexpected_locked();
   // Whether a message from `peer` that a receive with `tag` would take has arrived already (it
   // may outlive its sender: a receive posted after the sender ended still gets it).
   bool delivered(uint64_t tag) const;

@@ -74,6 +74,17 @@ void finish_every_group() {
   for (const auto& g : groups) g->finish_outstanding();
 }
 
+std::vector<GroupProgress> group_progress(const Transport& world) {
+  std::vector<GroupProgress> progress;
+  LiveGroups& live = live_groups();
+  std::lock_guard<std::mutex> lock(live.mu);
+  for (const auto& weak : live.groups) {
+    auto g = weak.lock();
+    if (g && &g->transport() == &world) progress.push_back({g->id(), g->sequence_number()});
+  }
+  return progress;
+}
+
 void GroupImpl::track_in_flight(std::weak_ptr<InFlightNative> op) {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   if (in_flight_.size() >= 64) {  // forget finished ones now and then

@@ -3,6 +3,7 @@
 
 #include <ferry/backends/native_collectives.h>
 #include <ferry/backends/transport.h>
+#include <ferry/backends/world_handshake.h>
 #include <ferry/collectives/engine/executor.h>
 #include <ferry/collectives/engine/scratch_arena.h>
 
@@ -91,5 +92,8 @@ std::shared_ptr<GroupImpl> make_group_impl(std::shared_ptr<Transport> transport,
                                            std::shared_ptr<NativeCollectives> native);
 // finish_outstanding() on every live group of this process, in creation order.
 void finish_every_group();
+// How many collectives each live group over `world` (a transport) has issued, for finalize's
+// handshake (world_handshake.h's CloseWatch).
+std::vector<GroupProgress> group_progress(const Transport& world);
 
 }  // namespace ferry::detail

@@ -135,7 +135,7 @@ class NativeWork final : public WorkState, public InFlightNative {
       // peers arrive, so its buffers live as long as the process (which must end anyway); one
       // that failed outright would not need that, but telling the two apart is not worth it.
       keep_for_life(std::move(keep_));
-      const std::exception_ptr error = std::current_exception();
+      const std::exception_ptr error = public_error(std::current_exception());
       group.poison(error, error_message(error));
       fail(error);
     }

@@ -12,6 +12,16 @@
 
 namespace ferry::detail {
 
+std::exception_ptr public_error(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const OwnDeadlineExpired& e) {
+    return std::make_exception_ptr(TimeoutError(e.what()));
+  } catch (...) {
+    return error;
+  }
+}
+
 OpContext::OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time_point deadline)
     : group_(group), op_(std::move(op)), seq_(seq), start_(Clock::now()), deadline_(deadline),
       fingerprint_(Fingerprint::of(op_.c_str(), seq, group.id(), OpSummary{})) {
@@ -81,6 +91,11 @@ void OpContext::wait_all() {
       warn_if_stalled(/*native_call=*/false);
       if (group_.poisoned()) abort_poisoned();
       rethrow_first_failure();
+      if (const std::string gone = departed_peer(); !gone.empty()) {
+        for (auto& other : pending_) other->cancel();
+        pending_.clear();
+        FERRY_THROW(PeerFailure, op_, " (seq ", seq_, ") on ", group_.describe(), ": ", gone);
+      }
     }
   }
   rethrow_first_failure();
@@ -102,12 +117,17 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
   // In slices, as wait_all: a poisoned group stops the wait before the deadline.
   while (!request->wait_until(std::min(give_up_, Clock::now() + kCheckEvery))) {
     const bool expired = Clock::now() >= give_up_;
+    const std::string gone = expired ? std::string() : departed_peer();
+    if (!gone.empty()) {
+      abandon_native(std::move(request), std::move(keep));
+      FERRY_THROW(PeerFailure, op_, " (seq ", seq_, ") on ", group_.describe(), ": ", gone,
+                  "; ", native()->name(), " cannot cancel a collective, so the group's ",
+                  native()->name(), " communicator can never be used again");
+    }
     if (!expired && !group_.poisoned()) {
       warn_if_stalled(/*native_call=*/true);
       continue;
     }
-    const auto waited =
-        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
     const std::string transport = native()->name();
     abandon_native(std::move(request), std::move(keep));
     const std::string never = str(" ", transport, " cannot cancel a collective, so the group's ",
@@ -120,7 +140,7 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
                                  " (every rank must issue the same collectives in the same order)");
     const std::string found = explain(diagnose(), tail);
     FERRY_THROW(OwnDeadlineExpired, op_, " (seq ", seq_, ") on ", group_.describe(),
-                " timed out after ", waited.count(), " ms;", found, tail);
+                " timed out after ", deadline_text(), ";", found, tail);
   }
   try {
     request->rethrow_if_failed();
@@ -141,6 +161,25 @@ void OpContext::abandon_native(std::unique_ptr<NativeRequest> request, std::vect
   }
   if (leak_scratch_on_abandon_) group_.scratch().leak();
   native()->abandon_stuck_request(std::move(request));
+}
+
+std::string OpContext::deadline_text() const {
+  // The whole deadline, which is when the error comes: the last part of it (up to 2 s) went to
+  // asking the peers what they are in, so the time spent waiting for data alone is shorter.
+  const auto limit = std::chrono::round<std::chrono::milliseconds>(deadline_ - start_);
+  return str("its ", limit.count(), " ms deadline");
+}
+
+std::string OpContext::departed_peer() const {
+  const std::shared_ptr<CloseWatch> watch = close_watch();
+  if (!watch) return "";
+  const std::vector<int>& members = group_.members();
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (static_cast<int>(i) == rank()) continue;
+    std::string why = watch->departed_before(group_.id(), members[i], seq_);
+    if (!why.empty()) return why;
+  }
+  return "";
 }
 
 void OpContext::rethrow_first_failure() {
@@ -293,7 +332,6 @@ void OpContext::fail_timeout() {
   const std::vector<int>& not_taking = w.not_taking;
   for (auto& r : pending_) r->cancel();
   pending_.clear();
-  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_);
   auto ranks = [](const std::vector<int>& v) {
     std::string s = v.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -302,7 +340,7 @@ void OpContext::fail_timeout() {
   const std::string tail =
       " the group is poisoned (every rank must issue the same collectives in the same order)";
   std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
-                        waited.count(), " ms;");
+                        deadline_text(), ";");
   msg += explain(diagnose(), tail);
   if (!silent.empty()) msg += str(" waiting for data from ", ranks(silent), ";");
   if (!not_taking.empty()) msg += str(" waiting for ", ranks(not_taking), " to take our data;");

@@ -25,6 +25,10 @@ class OwnDeadlineExpired final : public TimeoutError {
   using TimeoutError::TimeoutError;
 };
 
+// `error` as the caller may see it: an OwnDeadlineExpired becomes a plain TimeoutError with the
+// same message (an uncaught one is named by its type), anything else is returned as it is.
+std::exception_ptr public_error(std::exception_ptr error);
+
 class OpContext {
  public:
   OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time_point deadline);
@@ -99,6 +103,11 @@ class OpContext {
   [[noreturn]] void abort_poisoned();
   // Throws the error of the first finished request that failed, after cancelling the rest.
   void rethrow_first_failure();
+  // A member of the group that entered finalize without issuing this op (it never will): why,
+  // for a PeerFailure; "" otherwise. Asked between the slices of a wait.
+  std::string departed_peer() const;
+  // "its 10000 ms deadline", for a timeout's message.
+  std::string deadline_text() const;
   static constexpr auto kCheckEvery = std::chrono::milliseconds(50);
   bool leak_scratch_on_abandon_ = true;
   // After a timeout: what the peers answered about the op they are in (diagnose()).

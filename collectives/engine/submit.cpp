@@ -48,8 +48,9 @@ Work submit(const Group& group, const char* op, OpSummary what, OpBody body) {
       return;
     } catch (const OwnDeadlineExpired&) {
       // Every rank stuck in this op times out by itself and names the absent ones: telling the
-      // others now would race their own diagnosis.
-      error = std::current_exception();
+      // others now would race their own diagnosis. The caller sees the public type (an uncaught
+      // one is named by std::terminate).
+      error = public_error(std::current_exception());
       tell_peers = false;
     } catch (...) {
       // Anything else (a dead or mismatched peer, a poisoned group, a user who gave up): the

@@ -118,6 +118,14 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   v.defined(output, "output");
   v.same_dtype(output, "output", input.dtype(), "input");
   const int world = group.size();
+  // torch.distributed's all_gather_into_tensor takes (output, input): a call ported in that
+  // order compiles, and would otherwise be reported only as a wrong shape.
+  if (world > 1 && input.dim() >= 1 && output.dim() == input.dim() && output.size(0) > 0 &&
+      input.size(0) == output.size(0) * world)
+    v.fail(detail::str("input ", shape_str(input.shape()), " and output ",
+                       shape_str(output.shape()), " look swapped: ferry's all_gather takes "
+                       "(input, output, group) with W blocks in the output; torch.distributed's "
+                       "all_gather_into_tensor takes (output, input)"));
   // A 0-d input gathers into a vector of W elements, like torch.
   const int64_t rows = input.dim() == 0 ? 1 : input.size(0);
   v.shape_with_rows_is(output, "output", input.shape(), rows * world);

@@ -132,6 +132,7 @@ class DirectAllReduceWork final : public WorkState, public InFlightNative {
       std::rethrow_exception(error);
     } catch (const OwnDeadlineExpired&) {
       tell_peers = false;
+      error = public_error(error);  // the public type for the caller
     } catch (...) {
     }
     if (auto group = op_.group.lock()) {

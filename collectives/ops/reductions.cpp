@@ -211,6 +211,14 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
   v.defined(input, "input");
   v.at_least_1d(input, "input");
   const int world = group.size();
+  // torch.distributed's reduce_scatter_tensor takes (output, input): a call ported in that order
+  // compiles, and would otherwise be reported only as a wrong shape.
+  if (world > 1 && output.defined() && output.dim() == input.dim() && input.size(0) > 0 &&
+      output.size(0) == input.size(0) * world)
+    v.fail(detail::str("input ", shape_str(input.shape()), " and output ",
+                       shape_str(output.shape()), " look swapped: ferry's reduce_scatter takes "
+                       "(input, output, group) with W blocks in the input; torch.distributed's "
+                       "reduce_scatter_tensor takes (output, input)"));
   if (input.size(0) % world != 0)
     v.fail(detail::str("input.size(0) must be a multiple of the group size ", world, ", given ",
                        input.size(0), " (use reduce_scatter_v for uneven blocks)"));

@@ -78,6 +78,9 @@ std::vector<BadCase> bad_cases() {
       {"reduce_scatter: output rows != input rows / W", 1, kAny, [](G g) {
          return ferry::reduce_scatter(zeros({2 * g.size()}), zeros({3}), g);
        }},
+      {"reduce_scatter: torch.distributed's order (output, input)", 2, kAny, [](G g) {
+         return ferry::reduce_scatter(zeros({2}), zeros({2 * g.size()}), g);
+       }},
       {"reduce_scatter: output dtype differs", 1, kAny, [](G g) {
          return ferry::reduce_scatter(zeros({2 * g.size()}), zeros({2}, DType::Float16), g);
        }},
@@ -154,6 +157,9 @@ std::vector<BadCase> bad_cases() {
       // ---- all_gather / all_gather_v ----
       {"all_gather: output rows != W * input rows", 1, kAny, [](G g) {
          return ferry::all_gather(zeros({3}), zeros({3 * g.size() + 1}), g);
+       }},
+      {"all_gather: torch.distributed's order (output, input)", 2, kAny, [](G g) {
+         return ferry::all_gather(zeros({3 * g.size()}), zeros({3}), g);
        }},
       {"all_gather: output dtype differs", 1, kAny, [](G g) {
          return ferry::all_gather(zeros({3}), zeros({3 * g.size()}, DType::BFloat16), g);
@@ -314,6 +320,23 @@ FT_SPMD_CASE("bad input: InvalidArgument messages say what was given", "[bad_inp
     FT_CHECK(ctx, msg.find("all_reduce") != std::string::npos, where(g, "message names the op: " + msg));
     FT_CHECK(ctx, msg.find("[9]") != std::string::npos && msg.find("[8]") != std::string::npos,
              where(g, "message shows both shapes (shape_str form): " + msg));
+  }
+}
+
+FT_SPMD_CASE("bad input: a call ported in torch.distributed's order is named as swapped", "[bad_input]", 2) {
+  const int W = g.size();
+  for (int which = 0; which < 2; ++which) {
+    const char* op = which == 0 ? "all_gather" : "reduce_scatter";
+    try {
+      // torch: all_gather_into_tensor(output, input), reduce_scatter_tensor(output, input).
+      (void)(which == 0 ? ferry::all_gather(zeros({3 * W}), zeros({3}), g)
+                        : ferry::reduce_scatter(zeros({3}), zeros({3 * W}), g));
+      ctx.fail(where(g, std::string(op) + ": swapped arguments accepted"));
+    } catch (const ferry::InvalidArgument& e) {
+      const std::string msg = e.what();
+      FT_CHECK(ctx, msg.find(op) != std::string::npos && msg.find("look swapped") != std::string::npos,
+               where(g, std::string(op) + ": the message says the arguments look swapped: " + msg));
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <typeinfo>
 #include <latch>
 #include <thread>
 #include <cctype>
@@ -272,4 +273,65 @@ TEST_CASE("peer failure: run_ranks rethrows the first failure; peers fail fast",
     }
   }
   CHECK(peer_failures == world - 1);
+}
+
+TEST_CASE("early return: a rank whose function returns makes the peers waiting for it fail at once, naming it",
+          "[timeout][peer_failure]") {
+  // The deadline is far: a peer that waited for it would show up as a slow TimeoutError.
+  ScopedDefaultTimeout timeout(std::chrono::seconds(30));
+  const std::string op = GENERATE(std::string("all_reduce"), std::string("barrier"));
+  constexpr int kWorld = 3;
+  std::array<std::string, kWorld> kinds, messages;
+  std::array<double, kWorld> seconds{};
+  ferry::run_ranks(kWorld, [&](Group& g) {
+    const size_t r = static_cast<size_t>(g.rank());
+    if (g.rank() == 1) return;  // right after init, as a main() that returns early
+    Tensor t = ferry::ones({100});
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::exception_ptr e = capture([&] { issue(op, t, g).wait(); });
+    seconds[r] = seconds_since(t0);
+    kinds[r] = error_kind(e);
+    messages[r] = what_of(e);
+    // The group is poisoned: the next call fails at once too.
+    const std::exception_ptr again = capture([&] { issue(op, t, g).wait(); });
+    CHECK(again != nullptr);
+  });
+  for (int r : {0, 2}) {
+    INFO(op << ": rank " << r << " got " << kinds[r] << " after " << seconds[r]
+            << " s: " << messages[r]);
+    CHECK(kinds[r] == "PeerFailure");
+    CHECK(seconds[r] < 5.0);  // not the 30 s deadline
+    // Every survivor names rank 1: directly, or through the peer that gave up because of it.
+    CHECK(messages[r].find("rank 1 ") != std::string::npos);
+    CHECK(messages[r].find(op) != std::string::npos);
+  }
+  CHECK(messages[0].find("ended (its function returned)") != std::string::npos);
+}
+
+TEST_CASE("timeout: the error is a plain ferry::TimeoutError whose text states the deadline",
+          "[timeout]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(600));
+  std::string message;
+  bool plain_type = false;
+  std::latch waiter_done(1);
+  ferry::run_ranks(2, [&](Group& g) {
+    if (g.rank() == 1) {  // late, not dead: it skips the collective and stays alive
+      waiter_done.wait();
+      return;
+    }
+    Tensor t = ferry::ones({4});
+    const std::exception_ptr e = capture([&] { ferry::all_reduce(t, g).wait(); });
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const ferry::TimeoutError& err) {
+      // Not an internal subclass: an uncaught one is named by its type.
+      plain_type = typeid(err) == typeid(ferry::TimeoutError);
+      message = err.what();
+    } catch (...) {
+    }
+    waiter_done.count_down();
+  });
+  INFO(message);
+  CHECK(plain_type);
+  CHECK(message.find("timed out after its 600 ms deadline") != std::string::npos);
 }

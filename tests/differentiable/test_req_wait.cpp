@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <latch>
 #include <numeric>
 #include <thread>
 
@@ -321,8 +322,14 @@ TEST_CASE("all_to_all_single_async: a peer that never launches fails the wait at
           "[req_wait][all_to_all]") {
   ftest::ScopedDefaultTimeout shorter(std::chrono::milliseconds(300));
   std::atomic<int> timed_out{0};
+  std::latch waiter_done(1);
   run_ranks(2, [&](Group& g) {
-    if (g.rank() == 1) return;  // never launches
+    if (g.rank() == 1) {
+      // Never launches, but stays alive: a rank that returned would be reported at once as a
+      // PeerFailure (its end is known), not at the deadline.
+      waiter_done.wait();
+      return;
+    }
     Variable x(ones({2, 2}, DType::Float64), true, "x");
     AsyncRequest<Variable> req = all_to_all_single_async(x, g);
     try {
@@ -330,6 +337,7 @@ TEST_CASE("all_to_all_single_async: a peer that never launches fails the wait at
     } catch (const TimeoutError& e) {
       if (std::string(e.what()).find("all_to_all_single") != std::string::npos) ++timed_out;
     }
+    waiter_done.count_down();
   });
   CHECK(timed_out.load() == 1);
 }

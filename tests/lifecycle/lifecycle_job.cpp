@@ -9,6 +9,14 @@
 //   lifecycle_job drop-work       issues collectives, drops their Works without waiting, then
 //                                 finalizes: finalize completes them (a clean end, exit 0)
 //   lifecycle_job exit-after-init init() and return from main at once (finalize runs at exit)
+//   lifecycle_job early-return    rank 1 returns from main right after init() (finalize runs at
+//                                 exit) while the others all_reduce: they fail with PeerFailure
+//                                 naming rank 1 within seconds, not at FERRY_TIMEOUT, and every
+//                                 rank ends
+//   lifecycle_job mismatch-native (MPI's default mode) the ranks call a small collective with
+//                                 different counts, dtypes, reductions or roots, each on a
+//                                 sub-group of its own: every rank gets MismatchError naming
+//                                 both calls, none a wrong result
 //   lifecycle_job mismatch        ranks pass different all_gather sizes on a sub-group: every
 //                                 rank gets a ferry error (MismatchError or PeerFailure) instead
 //                                 of an abort, and the job still ends cleanly
@@ -17,9 +25,11 @@
 // or with ferry-run (UCX through the TCP rendezvous).
 #include <ferry/ferry.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,6 +90,95 @@ int exit_after_init() {
   return 0;  // finalize() runs at exit
 }
 
+int early_return() {
+  Group world = init();
+  if (world.rank() == 1) return 0;  // finalize() runs at exit
+  Checks c{world.rank()};
+  Tensor x = full({100}, 1.0, DType::Float32);
+  std::string kind = "none", what;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    all_reduce(x, world).wait();
+  } catch (const PeerFailure& e) {
+    kind = "PeerFailure";
+    what = e.what();
+  } catch (const std::exception& e) {
+    kind = "other";
+    what = e.what();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "[lifecycle rank %d] %s after %.3f s: %s\n", world.rank(), kind.c_str(),
+               seconds, what.c_str());
+  c.expect(kind == "PeerFailure", "an all_reduce without rank 1 fails with PeerFailure, got '" +
+                                      kind + "': " + what);
+  c.expect(what.find("rank 1 ") != std::string::npos, "the error names rank 1: " + what);
+  c.expect(seconds < 10.0, "the error comes within 10 s (FERRY_TIMEOUT is 30 s), not after " +
+                               std::to_string(seconds) + " s");
+  return c.failed == 0 ? 0 : 1;  // finalize() runs at exit, the world group failed
+}
+
+int mismatch_native() {
+  Group world = init();
+  Checks c{world.rank()};
+  const bool odd = world.rank() % 2 == 1;
+  struct Case {
+    const char* what;
+    std::function<void(Group&)> call;
+    std::vector<std::string> named;  // what the message must say
+  };
+  const std::vector<Case> cases = {
+      {"all_reduce of 100 vs 101 float32",
+       [&](Group& g) {
+         Tensor x = full({odd ? 101 : 100}, 1.0, DType::Float32);
+         all_reduce(x, g).wait();
+       },
+       {"100 float32", "101 float32"}},
+      {"all_reduce of float32 vs int32",
+       [&](Group& g) {
+         Tensor x = full({16}, 1.0, odd ? DType::Int32 : DType::Float32);
+         all_reduce(x, g).wait();
+       },
+       {"16 float32", "16 int32"}},
+      {"all_reduce sum vs max",
+       [&](Group& g) {
+         Tensor x = full({16}, 1.0, DType::Float32);
+         all_reduce(x, g, odd ? ReduceOp::Max : ReduceOp::Sum).wait();
+       },
+       {"(sum)", "(max)"}},
+      {"broadcast from root 0 vs 1",
+       [&](Group& g) {
+         Tensor x = full({16}, 1.0, DType::Float32);
+         broadcast(x, odd ? 1 : 0, g).wait();
+       },
+       {"root 0", "root 1"}},
+  };
+  for (const Case& k : cases) {
+    Group sub = world.split(0, world.rank());  // a failed op poisons its group: one each
+    std::string kind = "none", what;
+    try {
+      k.call(sub);
+    } catch (const MismatchError& e) {
+      kind = "MismatchError";
+      what = e.what();
+    } catch (const std::exception& e) {
+      kind = "other";
+      what = e.what();
+    }
+    c.expect(kind == "MismatchError", std::string(k.what) + ": MismatchError expected, got '" +
+                                          kind + "': " + what);
+    for (const std::string& n : k.named)
+      c.expect(what.find(n) != std::string::npos,
+               std::string(k.what) + ": the message names '" + n + "': " + what);
+  }
+  // The world group is untouched: a collective on it still works, and finalize is clean.
+  Tensor flag = full({1}, c.failed == 0 ? 0.0 : 1.0, DType::Int32);
+  all_reduce(flag, world, ReduceOp::Max).wait();
+  c.expect(flag.get_flat(0) == 0, "every rank passed");
+  finalize();
+  return c.failed == 0 ? 0 : 1;
+}
+
 int mismatch() {
   Group world = init();
   Checks c{world.rank()};
@@ -123,10 +222,12 @@ int main(int argc, char** argv) {
     if (scenario == "drop-work") return drop_work();
     if (scenario == "exit-after-init") return exit_after_init();
     if (scenario == "mismatch") return mismatch();
+    if (scenario == "early-return") return early_return();
+    if (scenario == "mismatch-native") return mismatch_native();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[lifecycle] scenario '%s' failed: %s\n", scenario.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: lifecycle_job short|drop-work|exit-after-init|mismatch\n");
+  std::fprintf(stderr, "usage: lifecycle_job short|drop-work|exit-after-init|mismatch|mismatch-native|early-return\n");
   return 2;
 }

@@ -32,6 +32,21 @@ for tool in "$@"; do
     ferry-run) expect 2 "'3x'" "$tool" -n 3x true ;;
     ferry-autograd-bench) expect 2 "'3x'" "$tool" --reps 3x ;;
     ferry-embedding-bench) expect 2 "'3x'" "$tool" --iters 3x ;;
+    ferry-info)
+      # Every setting the library knows is shown, in one unit style (no "60.000000 s").
+      out="$("$tool" --no-algorithms 2>&1)"
+      for v in FERRY_TIMEOUT FERRY_CHECK FERRY_ALGO FERRY_DEBUG FERRY_DEBUG_FILE FERRY_STALL_WARN_S \
+               FERRY_TIMELINE FERRY_DEBUG_SUBSYS FERRY_HOST_CACHE_MB FERRY_BACKEND \
+               FERRY_MPI_PERSISTENT FERRY_MPI_EXCHANGE FERRY_PROGRESS_THREAD FERRY_UCX_CMA \
+               FERRY_UCX_CMA_MIN_BYTES FERRY_UCX_ERROR_HANDLING FERRY_RENDEZVOUS FERRY_RANK \
+               FERRY_WORLD_SIZE FERRY_SECRET FERRY_RENDEZVOUS_BIND; do
+        grep -q "^  $v " <<<"$out" || { echo "FAIL: ferry-info does not show $v"; fail=1; }
+      done
+      if grep -q "[0-9]\.[0-9]*0000 s" <<<"$out"; then
+        echo "FAIL: ferry-info prints seconds with trailing zeros"; fail=1
+      fi
+      expect 0 "FERRY_TIMEOUT  *2.5 s" env FERRY_TIMEOUT=2.5 "$tool" --no-algorithms
+      expect 0 "FERRY_SECRET  *(set)" env FERRY_SECRET=abc "$tool" --no-algorithms ;;
   esac
 done
 exit $fail

@@ -358,3 +358,22 @@ TEST_CASE("torchrec planner: the printed plan", "[torchrec][planner]") {
   CHECK_THROWS_WITH(format_plan(EmbeddingShardingPlanner(t4).plan(two), {{"", {two[0]}}}, t4),
                     Contains("table 'tiny', which has no description"));
 }
+
+TEST_CASE("torchrec planner: the printed plan lists tables in natural order and says what its estimate covers",
+          "[torchrec][planner]") {
+  const Topology t = topo(2, 2, 1, 1 << 20);
+  std::vector<PlannerTable> tables;
+  for (const char* name : {"t_10", "t_2", "t_1", "t_11", "t_0"})
+    tables.push_back(table(name, 10, 4, 0.0, {ShardingType::TABLE_WISE}));
+  const std::string text = format_plan(EmbeddingShardingPlanner(t).plan(tables), {{"", tables}}, t);
+  INFO(text);
+  std::vector<size_t> at;
+  for (const char* name : {"t_0", "t_1", "t_2", "t_10", "t_11"}) {
+    at.push_back(text.find(std::string("| ") + name + " "));
+    REQUIRE(at.back() != std::string::npos);
+  }
+  CHECK(std::is_sorted(at.begin(), at.end()));
+  // The estimate is the cost model's figure for the embedding tables, not a step time.
+  CHECK_THAT(text, Contains("a cost model of the embedding tables' communication and lookups"));
+  CHECK_THAT(text, Contains("not a step-time prediction"));
+}

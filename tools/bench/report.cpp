@@ -54,7 +54,8 @@ void Report::begin_op(OpKind op) {
   busbw_sum_ = 0;
   rows_ = 0;
   std::printf("#\n# %s (busbw = algbw * %.3f)\n", op_name(op), bus_factor(op, setup_.world_size));
-  std::printf("# %13s %12s %-12s %5s %6s %11s %11s %11s %12s %12s %7s", "size(B)", "count",
+  // The algorithm column fits the longest name, recursive_doubling.
+  std::printf("# %13s %12s %-18s %5s %6s %11s %11s %11s %12s %12s %7s", "size(B)", "count",
               "algorithm", "place", "iters", "time(us)", "min(us)", "max(us)", "algbw(GB/s)",
               "busbw(GB/s)", "#wrong");
   if (setup_.vs_mpi || setup_.differentiable)
@@ -66,7 +67,7 @@ void Report::begin_op(OpKind op) {
 
 void Report::row(const Row& r) {
   const std::string wrong = r.wrong < 0 ? "-" : std::to_string(r.wrong);
-  std::printf("  %13zu %12lld %-12s %5s %6d %11.3f %11.3f %11.3f %12.3f %12.3f %7s", r.bytes,
+  std::printf("  %13zu %12lld %-18s %5s %6d %11.3f %11.3f %11.3f %12.3f %12.3f %7s", r.bytes,
               static_cast<long long>(r.count), r.algorithm.c_str(), place_name(r.place), r.iters,
               r.time.median * 1e6, r.time.min * 1e6, r.time.max * 1e6, r.algbw_gbps, r.busbw_gbps,
               wrong.c_str());

@@ -33,6 +33,34 @@ std::string compact(const std::vector<std::string>& values) {
   return s;
 }
 
+// "t_2" before "t_10": digit runs compare as numbers, the rest as text.
+bool natural_less(const std::string& a, const std::string& b) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t i_end = i, j_end = j;
+      while (i_end < a.size() && digit(a[i_end])) ++i_end;
+      while (j_end < b.size() && digit(b[j_end])) ++j_end;
+      // Leading zeros aside, the longer run is the larger number.
+      size_t i_nz = i, j_nz = j;
+      while (i_nz + 1 < i_end && a[i_nz] == '0') ++i_nz;
+      while (j_nz + 1 < j_end && b[j_nz] == '0') ++j_nz;
+      if (i_end - i_nz != j_end - j_nz) return i_end - i_nz < j_end - j_nz;
+      const int c = a.compare(i_nz, i_end - i_nz, b, j_nz, j_end - j_nz);
+      if (c != 0) return c < 0;
+      if (i_end - i != j_end - j) return i_end - i < j_end - j;  // "t_01" after "t_1"
+      i = i_end;
+      j = j_end;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
 // Rows of cells as an aligned text table with a rule under the header row.
 std::string render(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
@@ -122,6 +150,12 @@ std::string format_plan(const ShardingPlan& plan,
                       compact(memory), compact(cost)});
     }
   }
+  // Tables in their natural order (t_1, t_2, ..., t_10), not the plan's text order.
+  std::stable_sort(rows.begin() + 1, rows.end(),
+                   [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+                     if (a[0] != b[0]) return natural_less(a[0], b[0]);
+                     return natural_less(a[1], b[1]);
+                   });
   out += render(rows) + "\n";
 
   std::vector<std::vector<std::string>> summary = {{"rank", "memory used", "budget", "used",
@@ -143,6 +177,10 @@ std::string format_plan(const ShardingPlan& plan,
   out += "estimated cost per step: max " + number(est.max_seconds() * 1e3) + " ms (rank " +
          std::to_string(max_rank) + "), mean " + number(mean * 1e3) + " ms, max/mean " +
          (mean > 0 ? number(est.max_seconds() / mean) : std::string("-")) + "\n";
+  // The figures above are the cost model's, not a forecast of the step a trainer measures.
+  // (cost_model.h: bytes at assumed bandwidths plus lookups; no dense part, no waiting.)
+  out += "(a cost model of the embedding tables' communication and lookups, for ranking "
+         "placements: not a step-time prediction)\n";
   return out;
 }
 

@@ -2,7 +2,8 @@
 // (module, table, sharding type, compute kernel, ranks, rows x dim, memory on each rank holding a
 // shard, estimated cost on those ranks), then one row per rank (memory used against the budget,
 // estimated cost per step, bytes communicated, values looked up, shards held) and the balance
-// (max and mean estimated cost). Costs come from estimate_plan (cost_model.h), so a hand-written
+// (max and mean estimated cost), with a line saying what the estimate covers. Tables are listed
+// in natural order (t_2 before t_10). Costs come from estimate_plan (cost_model.h), so a hand-written
 // plan prints the same way as a generated one. The planner logs this table under
 // FERRY_DEBUG=info (subsystem "torchrec"); the string is the caller's to print.
 //
@@ -19,6 +20,7 @@
 //   0    | 186 MiB     | 191 MiB | 97.6% | 1.31      | 9.35       | 1.32              | 5
 //   ...
 //   estimated cost per step: max 1.31 ms (rank 0), mean 1.31 ms, max/mean 1
+//   (a cost model of the embedding tables' communication and lookups, for ranking placements: not a step-time prediction)
 #pragma once
 
 #include <ferry/collectives/torchrec/planner/cost_model.h>
