@@ -409,6 +409,22 @@ Options parse(int argc, char** argv) {
                      &o.max_allocs_per_step, 0, 1e9);
   p.parse(argc, argv);
   o.pipeline = pipeline == "on";
+  // Refused here, before anything is built or printed, like every other bad command line.
+  const std::vector<std::string> shardings = {"planner", "tw", "rw", "cw", "dp",
+                                              "twcw", "twrw", "mixed"};
+  if (std::find(shardings.begin(), shardings.end(), o.sharding) == shardings.end())
+    throw cli::UsageError("--sharding " + o.sharding +
+                          ": expected planner, tw, rw, cw, dp, twcw, twrw or mixed");
+  if (o.codec != "fp32") {
+    try {
+      const size_t comma = o.codec.find(',');
+      (void)comm_type_from_name(o.codec.substr(0, comma));
+      if (comma != std::string::npos) (void)comm_type_from_name(o.codec.substr(comma + 1));
+    } catch (const std::exception&) {
+      throw cli::UsageError("--codec " + o.codec + ": expected fp32, fp16, bf16, fp8 or int8, "
+                            "optionally FWD,BWD");
+    }
+  }
   return o;
 }
 

@@ -24,8 +24,13 @@ for tool in "$@"; do
   expect 0 "usage: $name" "$tool" --help
   expect 2 "unknown option '--no-such-flag'" "$tool" --no-such-flag
   case "$name" in
-    ferry-train|ferry-dlrm) expect 2 "'3x'" "$tool" --epochs 3x
-                            expect 2 "'3x'" "$tool" --epochs=3x ;;
+    ferry-train) expect 2 "'3x'" "$tool" --epochs 3x
+                 expect 2 "'3x'" "$tool" --epochs=3x ;;
+    ferry-dlrm) expect 2 "'3x'" "$tool" --epochs 3x
+                expect 2 "'3x'" "$tool" --epochs=3x
+                # Choices are usage errors too, raised before the run starts.
+                expect 2 "--sharding foo: expected planner" "$tool" --sharding foo
+                expect 2 "--codec fp7: expected fp32" "$tool" --codec fp7 ;;
     ferry-bench) expect 2 "'3x'" "$tool" --iters 3x
                  expect 2 "--transport mpi" env PMI_SIZE=2 PMI_RANK=0 "$tool" --iters 1
                  expect 2 "ferry-run" env FERRY_WORLD_SIZE=2 FERRY_RANK=0 "$tool" --iters 1 ;;

@@ -27,7 +27,7 @@ write(sys.argv[1] + "/test.tsv", 2048, 2)
 PY
 "$dlrm" --data "$dir/train.tsv" --test-data "$dir/test.tsv" --world-size 2 --batch 64 \
   --epochs 3 --max-rows 7 --sparse-lr 1 --min-auc 0.6 | tail -3
-# A broken line: an error naming the file and the line, exit status 1 (not a crash).
+# A broken line: one error line naming the file and the line, exit status 1 (not a crash).
 { head -n 40 "$dir/train.tsv"; printf '1\t2\tnot-a-number\n'; head -n 100 "$dir/test.tsv"; } \
   > "$dir/bad.tsv"
 set +e
@@ -36,7 +36,7 @@ out=$("$dlrm" --data "$dir/bad.tsv" --world-size 1 --batch 8 --epochs 1 --check-
 status=$?
 set -e
 echo "$out" | tail -2
-if [ "$status" -eq 0 ] || ! echo "$out" | grep -q "bad.tsv" || ! echo "$out" | grep -q "41"; then
+if [ "$status" -ne 1 ] || ! echo "$out" | grep -q "bad.tsv" || ! echo "$out" | grep -q "41"; then
   echo "dlrm_tsv_check: expected an error naming bad.tsv line 41 (status $status)" >&2
   exit 1
 fi

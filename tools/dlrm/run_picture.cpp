@@ -472,7 +472,7 @@ void write_svg(const std::string& path, const RunPicture& picture) {
     const double r = step_ms / picture.compute_limit_ms;
     caption = "step " + ms(step_ms) + " ms = " + fixed(r, r >= 10 ? 0 : 1) +
               "\u00d7 the compute limit (" + ms(picture.compute_limit_ms) +
-              " ms: the step's GEMM FLOPs at the measured GEMM rate)";
+              " ms: its GEMMs, interaction and embedding rows at this machine's rates)";
   } else if (limit_known) {
     caption = "step time unknown; compute limit " + ms(picture.compute_limit_ms) + " ms";
   } else {

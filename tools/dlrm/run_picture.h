@@ -26,7 +26,7 @@ struct RunPicture {
   // step_ms.
   std::vector<std::pair<std::string, double>> stages;
   double step_ms = 0;           // median step time
-  double compute_limit_ms = 0;  // the step's GEMM FLOPs at the measured GEMM rate; <= 0: unknown
+  double compute_limit_ms = 0;  // compute_limit.h's sum; <= 0: unknown
 };
 
 // Writes the picture (an SVG about 1100 px wide, no scripts, no external fonts). Throws

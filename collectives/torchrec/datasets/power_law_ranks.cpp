@@ -41,6 +41,23 @@ PowerLawRanks::PowerLawRanks(int64_t n, double s, int64_t tabulated)
   }
 }
 
+int64_t PowerLawRanks::rank(double u) const {
+  auto cell = static_cast<size_t>(u * static_cast<double>(guide_.size()));
+  if (cell >= guide_.size()) cell = guide_.size() - 1;  // u * cells may round up to cells
+  // The rank lies between this cell's left end's rank and the next cell's: in the head a rank
+  // spans many cells, in the tail one cell may span many ranks, so the edges between the two
+  // are bisected rather than walked.
+  const auto lo = static_cast<size_t>(guide_[cell]);
+  const size_t hi = cell + 1 < guide_.size()
+                        ? std::min(static_cast<size_t>(guide_[cell + 1]) + 1, edges_.size())
+                        : edges_.size();
+  const auto first = edges_.begin() + static_cast<std::ptrdiff_t>(std::min(lo, hi));
+  const auto k = static_cast<size_t>(
+      std::upper_bound(first, edges_.begin() + static_cast<std::ptrdiff_t>(hi), u) -
+      edges_.begin());
+  return k < edges_.size() ? static_cast<int64_t>(k) : tail_rank(u);
+}
+
 int64_t PowerLawRanks::inverse_cdf_rank(double u) const {
   const double x = log_form_ ? std::pow(static_cast<double>(n_) + 1, u)
                              : std::pow(1 + u * span_, 1 / (1 - s_));

@@ -22,7 +22,6 @@
 // costs one pow per tabulated rank.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -34,22 +33,9 @@ class PowerLawRanks {
   // n >= 1 ranks, exponent s > 0, at most `tabulated` >= 0 ranks tabulated.
   PowerLawRanks(int64_t n, double s, int64_t tabulated);
 
-  int64_t rank(double u) const {  // u in [0, 1)
-    auto cell = static_cast<size_t>(u * static_cast<double>(guide_.size()));
-    if (cell >= guide_.size()) cell = guide_.size() - 1;  // u * cells may round up to cells
-    // The rank lies between this cell's left end's rank and the next cell's: in the head a rank
-    // spans many cells, in the tail one cell may span many ranks, so the edges between the two
-    // are bisected rather than walked.
-    const auto lo = static_cast<size_t>(guide_[cell]);
-    const size_t hi = cell + 1 < guide_.size()
-                          ? std::min(static_cast<size_t>(guide_[cell + 1]) + 1, edges_.size())
-                          : edges_.size();
-    const auto first = edges_.begin() + static_cast<std::ptrdiff_t>(std::min(lo, hi));
-    const auto k = static_cast<size_t>(
-        std::upper_bound(first, edges_.begin() + static_cast<std::ptrdiff_t>(hi), u) -
-        edges_.begin());
-    return k < edges_.size() ? static_cast<int64_t>(k) : tail_rank(u);
-  }
+  // u in [0, 1). Out of line: the class is internal (not exported from libferry.so), and an
+  // installed header's inline code may only call exported functions.
+  int64_t rank(double u) const;
   int64_t inverse_cdf_rank(double u) const;  // the closed form, for every rank
 
   int64_t size() const { return n_; }
