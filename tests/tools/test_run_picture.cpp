@@ -240,18 +240,6 @@ TEST_CASE("run picture: edge cases write a clean file") {
   }
 }
 
-TEST_CASE("run picture: the former signature still writes a picture") {
-  const std::vector<EpochRecord> epochs = {{0.6, 0.55, 0.70}, {0.5, 0.48, 0.74}};
-  const std::string path = (out_dir() / "legacy.svg").string();
-  write_svg(path, epochs, {{"data", 1.0}, {"backward", 2.0}}, 0.712, "legacy");
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  check_clean(ss.str());
-  CHECK(has(ss.str(), "threshold 0.712"));
-  if (std::getenv("FERRY_KEEP_SVG") == nullptr) std::filesystem::remove(path);
-}
-
 TEST_CASE("run picture: an unwritable path is an InvalidArgument naming it") {
   const std::string path = "/nonexistent-ferry-dir/run.svg";
   try {

@@ -499,20 +499,4 @@ void write_svg(const std::string& path, const RunPicture& picture) {
   write_file(path, doc);
 }
 
-void write_svg(const std::string& path, const std::vector<EpochRecord>& epochs,
-               const std::vector<std::pair<std::string, double>>& stages, double threshold,
-               const std::string& title) {
-  RunPicture p;
-  p.title = title;
-  p.epochs = epochs;
-  for (size_t k = 0; k < epochs.size(); ++k) {
-    p.step_loss.push_back(epochs[k].train_loss);
-    p.epoch_end_steps.push_back(static_cast<int64_t>(k + 1));
-  }
-  p.auc_threshold = threshold;
-  p.stages = stages;
-  for (const auto& s : stages) p.step_ms += std::max(0.0, s.second);
-  write_svg(path, p);
-}
-
 }  // namespace ferry::dlrm_tool

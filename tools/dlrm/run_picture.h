@@ -33,10 +33,4 @@ struct RunPicture {
 // InvalidArgument naming the path if the file cannot be written.
 void write_svg(const std::string& path, const RunPicture& picture);
 
-// The former signature, kept until its caller moves to RunPicture: no per-step losses (each
-// epoch's mean training loss stands for one step), no step total and no compute limit.
-void write_svg(const std::string& path, const std::vector<EpochRecord>& epochs,
-               const std::vector<std::pair<std::string, double>>& stages, double threshold,
-               const std::string& title);
-
 }  // namespace ferry::dlrm_tool
