@@ -203,22 +203,24 @@ void check_rows(const char* type, DType dtype, int64_t rows, int64_t cols,
 
 }  // namespace
 
-void SparseOptimizer::step(Tensor& weight, std::span<const int64_t> rows,
-                           std::span<const float> values) {
+template <class T>
+void SparseOptimizer::step_span(Tensor& weight, std::span<const int64_t> rows,
+                                std::span<const T> values) {
   check_weight(weight);
-  check_rows("float32", dtype_, rows_, cols_, rows, values);
+  check_rows(sizeof(T) == 4 ? "float32" : "float64", dtype_, rows_, cols_, rows, values);
   ++step_;
   if (!rows.empty())
     step_rows(weight, rows.data(), static_cast<int64_t>(rows.size()), values.data());
 }
 
 void SparseOptimizer::step(Tensor& weight, std::span<const int64_t> rows,
+                           std::span<const float> values) {
+  step_span(weight, rows, values);
+}
+
+void SparseOptimizer::step(Tensor& weight, std::span<const int64_t> rows,
                            std::span<const double> values) {
-  check_weight(weight);
-  check_rows("float64", dtype_, rows_, cols_, rows, values);
-  ++step_;
-  if (!rows.empty())
-    step_rows(weight, rows.data(), static_cast<int64_t>(rows.size()), values.data());
+  step_span(weight, rows, values);
 }
 
 }  // namespace ferry::torchrec

@@ -96,6 +96,8 @@ class SparseOptimizer {
   void check_weight(const Tensor& weight) const;
   template <class T>
   void step_rows(Tensor& weight, const int64_t* rows, int64_t n, const T* values);
+  template <class T>  // the two span forms of step()
+  void step_span(Tensor& weight, std::span<const int64_t> rows, std::span<const T> values);
 
   FusedOptimizerConfig config_;
   int64_t rows_, cols_;
