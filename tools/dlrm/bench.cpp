@@ -66,6 +66,14 @@ std::vector<double> slowest_rank(const std::vector<double>& mine, Group& world) 
   return t.to_vector<double>();
 }
 
+// Every rank's value, in rank order (each rank fills its slot of a sum).
+std::vector<double> per_rank(double v, Group& world) {
+  Tensor t = zeros({world.size()}, DType::Float64);
+  t.data<double>()[world.rank()] = v;
+  all_reduce(t, world).wait();
+  return t.to_vector<double>();
+}
+
 double sum_over_ranks(double v, Group& world) {
   Tensor t = full({1}, v, DType::Float64);
   all_reduce(t, world).wait();
@@ -148,6 +156,15 @@ int run_bench(const Options& o, Group& world) {
       sum_over_ranks(allocs, world) / static_cast<double>(W) /
       (backend_name() == "local" ? static_cast<double>(W) : 1.0);
   const std::vector<double> slowest = slowest_rank(totals, world);
+  // Where the ranks wait on each other: each rank's median time blocked in waits on
+  // communication, and its median time at work (the step minus that).
+  std::vector<double> my_wait, my_busy;
+  for (const StepTimes& t : times) {
+    my_wait.push_back(1e3 * t.comm_wait);
+    my_busy.push_back(1e3 * (t.total - t.comm_wait));
+  }
+  const std::vector<double> waits = per_rank(percentile(my_wait, 0.5), world);
+  const std::vector<double> busy = per_rank(percentile(my_busy, 0.5), world);
   const double med = percentile(slowest, 0.5), lo = percentile(slowest, 0);
   const double p90 = percentile(slowest, 0.9);
   const double samples_per_s = med > 0 ? 1e3 * static_cast<double>(W * o.batch) / med : 0;
@@ -172,6 +189,13 @@ int run_bench(const Options& o, Group& world) {
     std::printf("bench stages (rank 0 medians, ms):");
     for (const auto& [name, v] : stages) std::printf(" %s %.3f", name, v);
     std::printf("\n");
+    if (W > 1) {
+      std::printf("bench ranks (medians, ms): at work");
+      for (int r = 0; r < W; ++r) std::printf(" %.3f", busy[static_cast<size_t>(r)]);
+      std::printf("; waiting on communication");
+      for (int r = 0; r < W; ++r) std::printf(" %.3f", waits[static_cast<size_t>(r)]);
+      std::printf("\n");
+    }
     std::string json = "{\"bench\":\"ferry-dlrm\",\"ranks\":" + std::to_string(W) +
                        ",\"transport\":\"" + backend_name() + "\",\"batch\":" +
                        std::to_string(o.batch) + ",\"sharding\":\"" + o.sharding +
@@ -196,7 +220,17 @@ int run_bench(const Options& o, Group& world) {
                     stages[i].second);
       json += buf;
     }
-    json += "}}";
+    json += "},\"rank_busy_ms\":[";
+    for (int r = 0; r < W; ++r) {
+      std::snprintf(buf, sizeof buf, "%s%.4f", r ? "," : "", busy[static_cast<size_t>(r)]);
+      json += buf;
+    }
+    json += "],\"rank_comm_wait_ms\":[";
+    for (int r = 0; r < W; ++r) {
+      std::snprintf(buf, sizeof buf, "%s%.4f", r ? "," : "", waits[static_cast<size_t>(r)]);
+      json += buf;
+    }
+    json += "]}";
     std::printf("%s\n", json.c_str());
     if (!o.bench_json.empty()) {
       std::FILE* f = std::fopen(o.bench_json.c_str(), "a");
