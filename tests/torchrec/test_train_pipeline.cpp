@@ -166,6 +166,34 @@ class Limited : public BatchSource {
   int64_t given_ = 0;
 };
 
+// A source that puts id `rows` (one past the end of table t_2) into feature cat_2 of its
+// `bad`-th batch (0-based).
+class OutOfRange : public BatchSource {
+ public:
+  OutOfRange(BatchSource& inner, int64_t bad, int64_t rows)
+      : inner_(&inner), bad_(bad), rows_(rows) {}
+  std::optional<Batch> next_batch() override {
+    std::optional<Batch> b = inner_->next_batch();
+    if (b && given_++ == bad_) {
+      const std::vector<int64_t> offsets = b->sparse.offset_per_key();
+      const int64_t first = offsets[2] + (offsets[3] - offsets[2]) / 2;  // a cat_2 id
+      Tensor values = b->sparse.values();  // shares the batch's storage
+      values.data<int64_t>()[first] = rows_;
+    }
+    return b;
+  }
+  int64_t num_batches() const override { return inner_->num_batches(); }
+  void reset() override {
+    given_ = 0;
+    inner_->reset();
+  }
+
+ private:
+  BatchSource* inner_;
+  int64_t bad_, rows_;
+  int64_t given_ = 0;
+};
+
 }  // namespace
 
 TEST_CASE("train pipeline: sparse-dist is bit-identical to base", "[train_pipeline]") {
@@ -270,6 +298,59 @@ TEST_CASE("train pipeline: uneven data ends on every rank after the same step", 
         CHECK(steps_short[static_cast<size_t>(r)] == 3);
         CHECK(last_size[static_cast<size_t>(r)] == (r == W - 1 ? 7 : 16));
       }
+    }
+  }
+}
+
+TEST_CASE("train pipeline: a bad batch on one rank raises the same error on every rank at the "
+          "same step, and the ranks stay in step", "[train_pipeline]") {
+  // The check of each batch rides on the agreement the pipelines exchange before its input
+  // dist: rank 1's third batch has an id out of range; every rank must raise the check's
+  // InvalidArgument naming rank 1, the table, the feature and the id, after training the same
+  // two steps, and an all_reduce afterwards must still pair up (no rank left a collective
+  // behind).
+  constexpr int W = 3;
+  for (int pipelined = 0; pipelined < 2; ++pipelined) {
+    INFO((pipelined ? "sparse-dist" : "base"));
+    const SyntheticCriteo d = data(16 * W * 6);
+    std::mutex mu;
+    std::vector<std::string> errors(W);
+    std::vector<int64_t> steps(W, -1);
+    std::vector<double> after(W, -1);
+    run_ranks(W, [&](Group& world) {
+      const ModuleShardingPlan plan = plan_for("even", W);
+      std::unique_ptr<Model> m = build(plan, world, pipelined == 1);
+      ShardOptions so;
+      so.batch_size = 16;
+      so.rank = world.rank();
+      so.world_size = W;
+      SyntheticCriteoSource source(d, Split::Train, so);
+      OutOfRange bad(source, world.rank() == 1 ? 2 : 1000, configs()[2].num_embeddings);
+      int64_t trained = 0;
+      std::string error;
+      try {
+        while (m->pipeline->progress(bad)) ++trained;
+      } catch (const InvalidArgument& e) {
+        error = e.what();
+      }
+      Tensor one = full({1}, 1.0, DType::Float64);
+      all_reduce(one, world).wait();
+      std::lock_guard lock(mu);
+      errors[static_cast<size_t>(world.rank())] = error;
+      steps[static_cast<size_t>(world.rank())] = trained;
+      after[static_cast<size_t>(world.rank())] = one.item();
+    });
+    for (int r = 0; r < W; ++r) {
+      INFO("rank " << r << ": " << errors[static_cast<size_t>(r)]);
+      CHECK(errors[static_cast<size_t>(r)].find("rank 1's input") != std::string::npos);
+      CHECK(errors[static_cast<size_t>(r)].find("t_2") != std::string::npos);
+      CHECK(errors[static_cast<size_t>(r)].find("cat_2") != std::string::npos);
+      CHECK(errors[static_cast<size_t>(r)].find("id 300 is out of range [0, 300)") !=
+            std::string::npos);
+      // The base pipeline checks batch 2 before its step; the sparse-dist one one step earlier,
+      // when batch 2's input dist would start beside batch 1's step.
+      CHECK(steps[static_cast<size_t>(r)] == (pipelined ? 1 : 2));
+      CHECK(after[static_cast<size_t>(r)] == W);
     }
   }
 }

@@ -36,11 +36,40 @@ ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
   }
 }
 
+namespace {
+constexpr const char* kInputDist = "ShardedEmbeddingBagCollection::input_dist";
+}  // namespace
+
 ShardedInputDistAwaitable ShardedEmbeddingBagCollection::input_dist(
     ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features,
     const Variable& per_sample_weights) const {
-  const char* where = "ShardedEmbeddingBagCollection::input_dist";
-  tables_.check_input(features, is_weighted_, where, per_sample_weights, /*allow_vbe=*/true);
+  tables_.check_input(features, is_weighted_, kInputDist, per_sample_weights,
+                      /*allow_vbe=*/true);
+  return start_input_dist(ctx, features, per_sample_weights);
+}
+
+detail::InputCheckStatus ShardedEmbeddingBagCollection::input_check_status(
+    const KeyedJaggedTensor& features) const {
+  if (!tables_.options().check_inputs)
+    return {std::vector<int64_t>(detail::InputCheckStatus::kWords, 0), ""};
+  return tables_.input_status(features, is_weighted_, Variable(), /*allow_vbe=*/true,
+                              kInputDist);
+}
+
+void ShardedEmbeddingBagCollection::raise_input_check(
+    const std::vector<int64_t>& all_words, const detail::InputCheckStatus& mine) const {
+  tables_.raise_input_status(all_words, mine, kInputDist, /*allow_vbe=*/true);
+}
+
+ShardedInputDistAwaitable ShardedEmbeddingBagCollection::input_dist_checked(
+    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
+  return start_input_dist(ctx, features, Variable());
+}
+
+ShardedInputDistAwaitable ShardedEmbeddingBagCollection::start_input_dist(
+    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features,
+    const Variable& per_sample_weights) const {
+  const char* where = kInputDist;
   ctx.batch_size = features.stride();
   ctx.shardings.clear();
   const bool vbe = features.variable_stride_per_key();

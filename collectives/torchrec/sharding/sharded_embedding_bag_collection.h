@@ -25,7 +25,9 @@
 // The collectives of all these calls run on `world`, in the same order on every rank; the
 // sharding groups (data_parallel, table/column-wise, row_wise, table_row_wise) always come in
 // that order. input_dist first runs the collective input check (ShardedEmbeddingOptions::
-// check_inputs): one blocking all_gather.
+// check_inputs): one blocking all_gather. A caller that already exchanges something with every
+// rank before each batch (the train pipelines' agreement on the next batch) can carry the
+// check's words on it instead: input_check_status, raise_input_check, input_dist_checked.
 //
 // Errors (InvalidArgument unless said): the plan is validated against the tables at
 // construction (a missing or extra table, a rank outside the world, bad shards), and must be the
@@ -99,6 +101,16 @@ class ShardedEmbeddingBagCollection {
   ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
                                        const KeyedJaggedTensor& features,
                                        const Variable& per_sample_weights = Variable()) const;
+  // The collective input check with its exchange left to the caller: this rank's status words
+  // (detail::InputCheckStatus::kWords of them; zeros when options.check_inputs is off), then the
+  // verdict over every rank's words in rank order, which throws the same InvalidArgument on
+  // every rank when any rank's batch is bad; then input_dist_checked, which is input_dist
+  // without its own check (and without per-sample weights).
+  detail::InputCheckStatus input_check_status(const KeyedJaggedTensor& features) const;
+  void raise_input_check(const std::vector<int64_t>& all_words,
+                         const detail::InputCheckStatus& mine) const;
+  ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
+                                               const KeyedJaggedTensor& features) const;
   LazyAwaitable<PooledEmbeddings> compute_and_output_dist(
       ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
   // input_dist, both waits, compute_and_output_dist, wait.
@@ -138,6 +150,10 @@ class ShardedEmbeddingBagCollection {
   std::vector<EmbeddingBagConfig> configs_;
   bool is_weighted_;
   ModuleShardingPlan plan_;
+  ShardedInputDistAwaitable start_input_dist(ShardedEmbeddingContext& ctx,
+                                             const KeyedJaggedTensor& features,
+                                             const Variable& per_sample_weights) const;
+
   detail::ShardedTables tables_;
   std::vector<std::shared_ptr<PooledEmbeddingSharding>> shardings_;
 };

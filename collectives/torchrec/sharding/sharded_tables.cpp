@@ -76,20 +76,27 @@ ShardedTables::ShardedTables(std::vector<EmbeddingBagConfig> configs,
   }
 }
 
+namespace {
+
+// What is wrong with the caller's per-sample weights Variable: 0 nothing, 5 given to an
+// unweighted collection, 6 not one per value of the KJT's weights' dtype.
+int64_t weights_problem(const KeyedJaggedTensor& kjt, bool weighted, const Variable& weights) {
+  if (!weights.defined()) return 0;
+  if (!weighted) return 5;
+  if (kjt.has_weights() && (weights.value().numel() != kjt.values().numel() ||
+                            weights.value().dtype() != kjt.weights().dtype()))
+    return 6;
+  return 0;
+}
+
+}  // namespace
+
 void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where,
                                 const Variable& weights, bool allow_vbe) const {
-  // The caller's weights Variable: local facts, raised here only when the collective check is
-  // off (otherwise every rank raises them below).
-  int64_t weights_status = 0;  // 0 ok, 5 unweighted collection, 6 count / dtype mismatch
-  if (weights.defined()) {
-    if (!weighted)
-      weights_status = 5;
-    else if (kjt.has_weights() && (weights.value().numel() != kjt.values().numel() ||
-                                   weights.value().dtype() != kjt.weights().dtype()))
-      weights_status = 6;
-  }
-  const int64_t grad_flag = weights.defined() && weights.requires_grad() ? 1 : 0;
   if (!options_.check_inputs) {
+    // The caller's weights Variable: local facts, raised on this rank alone when the collective
+    // check is off (the verdict raises them on every rank otherwise).
+    const int64_t weights_status = weights_problem(kjt, weighted, weights);
     FERRY_CHECK(weights_status == 0, InvalidArgument, where, " on rank ", world_.rank(),
                 weights_status == 5
                     ? ": per_sample_weights given to an unweighted collection"
@@ -99,10 +106,25 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, con
                           std::to_string(weights.value().numel()));
     return;
   }
-  // status: {code, feature, sample, id, weights require grad}; code 0 ok, 1 missing feature,
+  const InputCheckStatus mine = input_status(kjt, weighted, weights, allow_vbe, where);
+  std::vector<int64_t> all = mine.words;
+  if (world_.size() > 1) {
+    Tensor out = zeros({static_cast<int64_t>(world_.size()) * InputCheckStatus::kWords},
+                       DType::Int64);
+    all_gather(from_vector(mine.words), out, world_).wait();
+    all = out.to_vector<int64_t>();
+  }
+  raise_input_status(all, mine, where, allow_vbe);
+}
+
+InputCheckStatus ShardedTables::input_status(const KeyedJaggedTensor& kjt, bool weighted,
+                                             const Variable& weights, bool allow_vbe,
+                                             const char* where) const {
+  const int64_t weights_status = weights_problem(kjt, weighted, weights);
+  const int64_t grad_flag = weights.defined() && weights.requires_grad() ? 1 : 0;
+  // {code, feature, sample, id, weights require grad}; code 0 ok, 1 missing feature,
   // 2 id out of range, 3 weights missing, 4 variable stride per key (not supported), 5/6 as
   // weights_status.
-  constexpr int kWords = 5;
   std::vector<int64_t> status{0, 0, 0, 0, grad_flag};
   const auto index = kjt.index_per_key();
   bool has_twrw = false;
@@ -146,13 +168,16 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, con
       status = {2, static_cast<int64_t>(f), b, ids[bad], grad_flag};
     }
   }
-  const int W = world_.size();
-  std::vector<int64_t> all = status;
-  if (W > 1) {
-    Tensor out = zeros({static_cast<int64_t>(W) * kWords}, DType::Int64);
-    all_gather(from_vector(status), out, world_).wait();
-    all = out.to_vector<int64_t>();
-  }
+  return {status, vbe_error};
+}
+
+void ShardedTables::raise_input_status(const std::vector<int64_t>& all,
+                                       const InputCheckStatus& mine, const char* where,
+                                       bool allow_vbe) const {
+  constexpr int kWords = InputCheckStatus::kWords;
+  FERRY_CHECK(all.size() % kWords == 0, InvalidArgument, where, ": the input check's words "
+              "must be ", kWords, " per rank, got ", all.size());
+  const std::string& vbe_error = mine.vbe_error;
   for (int r = 0; r < static_cast<int>(all.size() / kWords); ++r) {
     const int64_t* s = &all[static_cast<size_t>(r) * kWords];
     if (s[0] == 0) continue;

@@ -41,9 +41,10 @@ struct ShardedEmbeddingOptions {
   // divide the world size. Used for plan validation and the intra/cross-node groups.
   int local_size = 0;
   // Before any payload moves, every rank checks its own KJT (configured features present, ids in
-  // [0, num_embeddings), weights present when weighted) and the ranks exchange the outcome (one
-  // all_gather of 4 int64 per rank), so a bad batch raises the same InvalidArgument, naming the
-  // rank, table, feature, sample and id, on EVERY rank and the group stays usable. Off: the
+  // [0, num_embeddings), weights present when weighted) and the ranks exchange the outcome (5
+  // int64 per rank: input_dist's own all_gather, or, in the train pipelines, the agreement on
+  // the next batch that they issue anyway), so a bad batch raises the same InvalidArgument,
+  // naming the rank, table, feature, sample and id, on EVERY rank and the group stays usable. Off: the
   // owning rank's lookup raises (BoundsCheckMode::Fatal) and its peers see the failure as a
   // peer failure / timeout.
   bool check_inputs = true;
@@ -69,6 +70,15 @@ struct ShardedTable {
   // This rank's shards (data_parallel: one shard, the whole table), sharding_spec order.
   std::vector<ShardMetadata> shards;
   std::vector<std::shared_ptr<EmbeddingTable>> tables;
+};
+
+// One rank's half of the collective input check: the words every rank's verdict needs
+// (InputCheckStatus::kWords of them: {code, feature, sample, id, weights require grad}) and the
+// text of an error only this rank can describe in full.
+struct InputCheckStatus {
+  static constexpr int kWords = 5;
+  std::vector<int64_t> words;
+  std::string vbe_error;
 };
 
 class ShardedTables {
@@ -98,6 +108,14 @@ class ShardedTables {
   // table_row_wise; it then needs valid inverse_indices. Otherwise VBE is refused.
   void check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where,
                    const Variable& weights = Variable(), bool allow_vbe = false) const;
+  // The check's two halves, for a caller that carries the words on a collective it issues
+  // anyway (the train pipelines' agreement on the next batch): this rank's status, then the
+  // verdict over every rank's words in rank order (the same InvalidArgument on every rank).
+  InputCheckStatus input_status(const KeyedJaggedTensor& kjt, bool weighted,
+                                const Variable& weights, bool allow_vbe,
+                                const char* where) const;
+  void raise_input_status(const std::vector<int64_t>& all, const InputCheckStatus& mine,
+                          const char* where, bool allow_vbe) const;
 
   // Full tables "<prefix>.<table>.weight", gathered (collective: every rank calls it).
   std::map<std::string, Tensor> state_dict() const;

@@ -43,8 +43,17 @@ TrainPipeline::Proposal TrainPipeline::propose_next(BatchSource& source, StepTim
   p.batch = source.next_batch();
   times.data += seconds_since(t0);
   t0 = Clock::now();
-  p.flag = full({1}, p.batch.has_value() ? 1.0 : 0.0, DType::Float64);
-  p.agreement = all_reduce(p.flag, model_.sparse->world(), ReduceOp::Min);
+  constexpr int64_t kWords = 1 + detail::InputCheckStatus::kWords;
+  if (p.batch) {
+    p.check = model_.sparse->input_check_status(p.batch->sparse);
+  } else {
+    p.check.words.assign(detail::InputCheckStatus::kWords, 0);
+  }
+  std::vector<int64_t> mine{p.batch.has_value() ? 1 : 0};
+  mine.insert(mine.end(), p.check.words.begin(), p.check.words.end());
+  const Group& world = model_.sparse->world();
+  p.all = empty({world.size() * kWords}, DType::Int64);
+  p.agreement = all_gather(from_vector(mine), p.all, world);
   times.agreement += seconds_since(t0);
   return p;
 }
@@ -55,7 +64,15 @@ std::optional<Batch> TrainPipeline::agreed(Proposal& p, StepTimes& times) {
   const double t = seconds_since(t0);
   times.agreement += t;
   times.comm_wait += t;
-  if (p.flag.item() < 0.5) return std::nullopt;  // some rank has no batch: nobody starts one
+  constexpr size_t kWords = 1 + detail::InputCheckStatus::kWords;
+  const std::vector<int64_t> all = p.all.to_vector<int64_t>();
+  std::vector<int64_t> checks;
+  for (size_t r = 0; r < all.size() / kWords; ++r) {
+    if (all[r * kWords] == 0) return std::nullopt;  // some rank has no batch: nobody starts one
+    checks.insert(checks.end(), all.begin() + static_cast<std::ptrdiff_t>(r * kWords + 1),
+                  all.begin() + static_cast<std::ptrdiff_t>((r + 1) * kWords));
+  }
+  model_.sparse->raise_input_check(checks, p.check);
   return std::move(p.batch);
 }
 
@@ -123,7 +140,7 @@ std::optional<TrainStepOutput> TrainPipelineBase::progress(BatchSource& source) 
   }
   auto t0 = Clock::now();
   ShardedEmbeddingContext ctx;
-  ShardedInputDistAwaitable phase1 = model_.sparse->input_dist(ctx, batch->sparse);
+  ShardedInputDistAwaitable phase1 = model_.sparse->input_dist_checked(ctx, batch->sparse);
   std::vector<KeyedJaggedTensor> dist_input = phase1.wait().wait();
   const double dist = seconds_since(t0);
   times.input_dist += dist;
@@ -139,7 +156,7 @@ std::unique_ptr<TrainPipelineSparseDist::InFlight> TrainPipelineSparseDist::star
   const auto t0 = Clock::now();
   auto f = std::make_unique<InFlight>();
   f->batch = std::move(batch);
-  f->phase1 = model_.sparse->input_dist(f->ctx, f->batch.sparse);
+  f->phase1 = model_.sparse->input_dist_checked(f->ctx, f->batch.sparse);
   f->stage = 1;
   times.input_dist += seconds_since(t0);
   return f;

@@ -24,8 +24,11 @@
 //
 // Exhaustion agreement (unlike torchrec, where a rank whose data ended leaves its peers blocked
 // in the next input dist until the collective timeout): before a batch's input dist is started,
-// every rank contributes "I have a batch" to a one-element all_reduce (min) over the world. If
-// any rank has none, no rank starts that input dist: the batches already in flight are drained
+// every rank contributes "I have a batch" to an all_gather over the world, together with its
+// half of the collection's collective input check on that batch (so a bad batch raises the same
+// InvalidArgument on every rank, before any of its payload moves, without an exchange of its
+// own: see ShardedEmbeddingBagCollection::input_check_status). If any rank has no batch, no
+// rank starts that input dist: the batches already in flight are drained
 // (their steps run on every rank) and then progress() returns std::nullopt on every rank, after
 // the same step. A rank with more batches than its peers leaves its extra batches untrained
 // (like the samplers' even_batches). So ranks with uneven data end together, cleanly, with
@@ -74,7 +77,7 @@ struct PipelineModel {
 // upper bound too) and the exhaustion agreement (which also absorbs the skew between ranks).
 struct StepTimes {
   double data = 0;                // fetching / generating this rank's batch
-  double agreement = 0;           // the "have a batch" all_reduce(s)
+  double agreement = 0;           // the "have a batch" agreement(s), with the input check
   double input_dist = 0;          // starting + waiting the input dist (both phases)
   double lookup_output_dist = 0;  // compute_and_output_dist + its wait
   double dense_forward = 0;       // dense forward and loss
@@ -116,16 +119,19 @@ class TrainPipeline {
   virtual std::string name() const = 0;
 
  protected:
-  // This rank's next batch and the exhaustion agreement on it, in flight.
+  // This rank's next batch and the agreement on it, in flight.
   struct Proposal {
     std::optional<Batch> batch;
-    Tensor flag;  // 1 when this rank has a batch; min over the world once `agreement` is done
+    detail::InputCheckStatus check;  // this rank's half of the input check on `batch`
+    Tensor all;  // every rank's {has a batch, check words...}, once `agreement` is done
     Work agreement;
   };
-  // Fetches the next batch of `source` and launches its agreement (the all_reduce) without
-  // waiting for it.
+  // Fetches the next batch of `source`, checks it, and launches the agreement (the all_gather)
+  // without waiting for it.
   Proposal propose_next(BatchSource& source, StepTimes& times);
-  // Waits for the agreement: the batch if every rank has one. Adds the wait to `times`.
+  // Waits for the agreement: the batch if every rank has one (InvalidArgument on every rank
+  // when any rank's batch fails the input check; it then needs no input check of its own).
+  // Adds the wait to `times`.
   std::optional<Batch> agreed(Proposal& proposal, StepTimes& times);
   // Both at once.
   std::optional<Batch> agree_next(BatchSource& source, StepTimes& times);
