@@ -1,4 +1,4 @@
-// Train pipelines (spec torchrec-modules.md §6): TrainPipelineSparseDist gives a model
+// Train pipelines: TrainPipelineSparseDist gives a model
 // bit-identical to TrainPipelineBase (W = 1..4, every sharding type, and the planner's plan);
 // both drain and end together, on every rank after the same step, when the data length is not a
 // multiple of anything and when ranks have different numbers of batches (no hang); reset()

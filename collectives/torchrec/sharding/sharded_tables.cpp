@@ -126,7 +126,6 @@ InputCheckStatus ShardedTables::input_status(const KeyedJaggedTensor& kjt, bool 
   // 2 id out of range, 3 weights missing, 4 variable stride per key (not supported), 5/6 as
   // weights_status.
   std::vector<int64_t> status{0, 0, 0, 0, grad_flag};
-  const auto index = kjt.index_per_key();
   bool has_twrw = false;
   for (const auto& t : tables_)
     has_twrw = has_twrw || t.sharding.sharding_type == ShardingType::TABLE_ROW_WISE;
@@ -146,22 +145,34 @@ InputCheckStatus ShardedTables::input_status(const KeyedJaggedTensor& kjt, bool 
   if (status[0] == 0 && weighted && !kjt.has_weights()) status = {3, 0, 0, 0, grad_flag};
   if (status[0] == 0 && weights_status != 0)
     status = {weights_status, 0, weights.value().numel(), kjt.values().numel(), grad_flag};
+  // Each feature's ids straight from the KJT's values (no per-feature views: this runs on every
+  // batch). The keys are usually the features in order; otherwise they are looked up by name.
+  const std::vector<std::string>& keys = kjt.keys();
+  const bool same_order = keys.size() >= features_.size() &&
+                          std::equal(features_.begin(), features_.end(), keys.begin());
+  std::map<std::string, int64_t> index;
+  if (!same_order) index = kjt.index_per_key();
+  const std::vector<int64_t> key_offsets = kjt.offset_per_key();
+  const int64_t* all_ids = kjt.values().data<int64_t>();
   for (size_t f = 0; f < features_.size() && status[0] == 0; ++f) {
-    auto it = index.find(features_[f]);
-    if (it == index.end()) {
-      status = {1, static_cast<int64_t>(f), 0, 0, grad_flag};
-      break;
+    int64_t key = static_cast<int64_t>(f);
+    if (!same_order) {
+      auto it = index.find(features_[f]);
+      if (it == index.end()) {
+        status = {1, static_cast<int64_t>(f), 0, 0, grad_flag};
+        break;
+      }
+      key = it->second;
     }
     const int64_t rows = tables_[static_cast<size_t>(feature_table_[f])].config.num_embeddings;
-    const JaggedTensor jt = kjt[features_[f]];
-    const Tensor& values = jt.values();
-    const int64_t* ids = values.data<int64_t>();
-    const int64_t n = values.numel();
+    const auto k = static_cast<size_t>(key);
+    const int64_t* ids = all_ids + key_offsets[k];
+    const int64_t n = key_offsets[k + 1] - key_offsets[k];
     // One pass over the ids; the sample of a bad one is looked up only when there is one.
     int64_t bad = 0;
     while (bad < n && ids[bad] >= 0 && ids[bad] < rows) ++bad;
     if (bad < n) {
-      const Tensor lengths = jt.lengths();
+      const Tensor lengths = kjt[features_[f]].lengths();
       int64_t b = 0, end = lengths.numel() > 0 ? static_cast<int64_t>(lengths.get_flat(0)) : 0;
       while (bad >= end && b + 1 < lengths.numel())
         end += static_cast<int64_t>(lengths.get_flat(++b));
