@@ -168,38 +168,52 @@ void prefetch_row(const T* W, const std::vector<int64_t>& rows, int64_t j, int64
     __builtin_prefetch(row + line);
 }
 
+// One item's bags into out (row b at out + b * stride): each bag's sum starts at zero and adds
+// its rows (times their weights, if any) in id order, then MEAN divides it by its divisor.
+// kCols > 0 fixes the row length at compile time, so a bag's sum stays in registers and each id
+// costs its row's loads and adds only; 0 takes the length from the table.
+template <class T, int kCols>
+void pool_item(const Plan& p, const Plan::Item& it, const T* W, int64_t C, const T* w, T* out,
+               int64_t stride) {
+  using Row = Eigen::Array<T, kCols == 0 ? Eigen::Dynamic : kCols, 1>;
+  const int64_t* offsets = p.offsets.data() + it.first_bag;
+  const int64_t base = offsets[0];
+  for (int64_t j = 0; j < kPrefetchAhead; ++j) prefetch_row(W, it.rows, j, C);
+  Row acc(C);
+  for (int64_t b = 0; b < p.B; ++b) {
+    acc.setZero();
+    const int64_t lo = offsets[b], hi = offsets[b + 1];
+    for (int64_t i = lo; i < hi; ++i) {
+      prefetch_row(W, it.rows, i - base + kPrefetchAhead, C);
+      const int64_t r = it.rows[static_cast<size_t>(i - base)];
+      if (r < 0) continue;
+      const Eigen::Map<const Row> row(W + r * C, C);
+      if (w != nullptr) {
+        acc += w[i] * row;
+      } else {
+        acc += row;
+      }
+    }
+    if (it.pooling == PoolingType::Mean) {
+      const int64_t n = p.divisor(it, b);
+      if (n > 0) acc /= static_cast<T>(n);
+    }
+    Eigen::Map<Row>(out + b * stride + it.col_start, C) = acc;
+  }
+}
+
 template <class T>
 void pooled_forward(const Plan& p, const T* w, T* out) {
-  const int64_t stride = p.total_cols;
   for (const Plan::Item& it : p.items) {
     const EmbeddingTable& t = *p.tables[it.table];
     const T* W = t.weight().value().template data<T>();
     const int64_t C = t.shard().num_cols;
-    const int64_t base = p.offsets[it.first_bag];
-    for (int64_t j = 0; j < kPrefetchAhead; ++j) prefetch_row(W, it.rows, j, C);
-    for (int64_t b = 0; b < p.B; ++b) {
-      T* acc = out + b * stride + it.col_start;
-      std::fill(acc, acc + C, T(0));
-      const int64_t lo = p.bag_begin(it, b), hi = p.bag_end(it, b);
-      for (int64_t i = lo; i < hi; ++i) {
-        prefetch_row(W, it.rows, i - base + kPrefetchAhead, C);
-        const int64_t r = it.rows[static_cast<size_t>(i - base)];
-        if (r < 0) continue;
-        const T* row = W + r * C;
-        if (w != nullptr) {
-          const T wi = w[i];
-          vec(acc, C) += wi * cvec(row, C);
-        } else {
-          vec(acc, C) += cvec(row, C);
-        }
-      }
-      if (it.pooling == PoolingType::Mean) {
-        const int64_t n = p.divisor(it, b);
-        if (n > 0) {
-          const T tn = static_cast<T>(n);
-          vec(acc, C) /= tn;
-        }
-      }
+    switch (C) {
+      case 16: pool_item<T, 16>(p, it, W, C, w, out, p.total_cols); break;
+      case 32: pool_item<T, 32>(p, it, W, C, w, out, p.total_cols); break;
+      case 64: pool_item<T, 64>(p, it, W, C, w, out, p.total_cols); break;
+      case 128: pool_item<T, 128>(p, it, W, C, w, out, p.total_cols); break;
+      default: pool_item<T, 0>(p, it, W, C, w, out, p.total_cols); break;
     }
   }
 }
