@@ -1,5 +1,7 @@
 #include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 
+#include <ferry/collectives/torchrec/modules/row_kernels.h>
+
 #include <ferry/autograd/function.h>
 #include <ferry/runtime/error.h>
 
@@ -413,10 +415,9 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
         for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
           T* acc = row_of(r);
           if (w != nullptr) {
-            const T wi = w[i];
-            vec(acc, C) += wi * cvec(gb, C);
+            detail::add_scaled_row(acc, w[i], gb, C);
           } else {
-            vec(acc, C) += cvec(gb, C);
+            detail::add_row(acc, gb, C);
           }
         });
       }

@@ -1,5 +1,7 @@
 #include <ferry/collectives/torchrec/modules/fused_optimizer.h>
 
+#include <ferry/collectives/torchrec/modules/row_kernels.h>
+
 #include <ferry/runtime/error.h>
 
 #include <Eigen/Core>
@@ -101,9 +103,7 @@ void update(const FusedOptimizerConfig& c, int64_t t, Tensor& weight, Tensor& m1
     const T* gr = grad + k * D;
     switch (c.optimizer) {
       case EmbOptimType::Sgd:
-        // Eigen: whole SIMD registers, each element as the plain loop computes it.
-        Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(wr, D) -=
-            lr * Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(gr, D);
+        detail::add_scaled_row(wr, -lr, gr, D);  // w - lr * g, as w + (-lr) * g is, exactly
         break;
       case EmbOptimType::ExactAdagrad: {
         T* mr = m1.data<T>() + rows[k] * D;
