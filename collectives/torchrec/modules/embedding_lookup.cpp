@@ -172,12 +172,12 @@ void prefetch_row(const T* W, const std::vector<int64_t>& rows, int64_t j, int64
 
 // One item's bags into out (row b at out + b * stride): each bag's sum starts at zero and adds
 // its rows (times their weights, if any) in id order, then MEAN divides it by its divisor.
-// kCols > 0 fixes the row length at compile time, so a bag's sum stays in registers and each id
-// costs its row's loads and adds only; 0 takes the length from the table.
+// kCols > 0 fixes the row length at compile time (row_kernels.h), so a bag's sum stays in
+// registers and each id costs its row's loads and adds only; 0 takes the length from the table.
 template <class T, int kCols>
 void pool_item(const Plan& p, const Plan::Item& it, const T* W, int64_t C, const T* w, T* out,
                int64_t stride) {
-  using Row = Eigen::Array<T, kCols == 0 ? Eigen::Dynamic : kCols, 1>;
+  using Row = detail::RowArray<T, kCols>;
   const int64_t* offsets = p.offsets.data() + it.first_bag;
   const int64_t base = offsets[0];
   for (int64_t j = 0; j < kPrefetchAhead; ++j) prefetch_row(W, it.rows, j, C);
@@ -210,13 +210,8 @@ void pooled_forward(const Plan& p, const T* w, T* out) {
     const EmbeddingTable& t = *p.tables[it.table];
     const T* W = t.weight().value().template data<T>();
     const int64_t C = t.shard().num_cols;
-    switch (C) {
-      case 16: pool_item<T, 16>(p, it, W, C, w, out, p.total_cols); break;
-      case 32: pool_item<T, 32>(p, it, W, C, w, out, p.total_cols); break;
-      case 64: pool_item<T, 64>(p, it, W, C, w, out, p.total_cols); break;
-      case 128: pool_item<T, 128>(p, it, W, C, w, out, p.total_cols); break;
-      default: pool_item<T, 0>(p, it, W, C, w, out, p.total_cols); break;
-    }
+    detail::with_row_length(
+        C, [&]<int kCols>() { pool_item<T, kCols>(p, it, W, C, w, out, p.total_cols); });
   }
 }
 
