@@ -407,13 +407,15 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
       for (const Plan::Item& it : p.items) {
         if (it.table != s) continue;
         const int64_t C = p.tables[s]->shard().num_cols;
-        for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
-          T* acc = row_of(r);
-          if (w != nullptr) {
-            detail::add_scaled_row(acc, w[i], gb, C);
-          } else {
-            detail::add_row(acc, gb, C);
-          }
+        detail::with_row_length(C, [&]<int kCols>() {
+          for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
+            auto acc = detail::row<T, kCols>(row_of(r), C);
+            if (w != nullptr) {
+              acc += w[i] * detail::row<T, kCols>(gb, C);
+            } else {
+              acc += detail::row<T, kCols>(gb, C);
+            }
+          });
         });
       }
     });

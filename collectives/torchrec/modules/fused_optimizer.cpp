@@ -85,6 +85,15 @@ void SparseOptimizer::load_state(int64_t step, const Tensor& momentum1, const Te
 
 namespace {
 
+// The rows are scattered over the table: the update asks for a later row's lines while it works
+// on the current one.
+template <class T>
+void prefetch_row_for_write(const T* row, int64_t D) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (size_t line = 0; line < static_cast<size_t>(D) * sizeof(T); line += 64)
+    __builtin_prefetch(p + line, 1);
+}
+
 template <class T>
 void update(const FusedOptimizerConfig& c, int64_t t, Tensor& weight, Tensor& m1, Tensor& m2,
             const int64_t* rows, int64_t n, const T* grad) {
@@ -92,18 +101,22 @@ void update(const FusedOptimizerConfig& c, int64_t t, Tensor& weight, Tensor& m1
   T* w = weight.data<T>();
   const T lr = static_cast<T>(c.learning_rate);
   const T eps = static_cast<T>(c.eps);
+  if (c.optimizer == EmbOptimType::Sgd) {
+    detail::with_row_length(D, [&]<int kCols>() {
+      for (int64_t k = 0; k < n; ++k) {
+        if (k + 8 < n) prefetch_row_for_write(w + rows[k + 8] * D, D);
+        detail::row<T, kCols>(w + rows[k] * D, D) -= lr * detail::row<T, kCols>(grad + k * D, D);
+      }
+    });
+    return;
+  }
   for (int64_t k = 0; k < n; ++k) {
     // The rows are scattered over the table: ask for a later one's lines while this one runs.
-    if (k + 8 < n) {
-      const char* ahead = reinterpret_cast<const char*>(w + rows[k + 8] * D);
-      for (size_t line = 0; line < static_cast<size_t>(D) * sizeof(T); line += 64)
-        __builtin_prefetch(ahead + line, 1);
-    }
+    if (k + 8 < n) prefetch_row_for_write(w + rows[k + 8] * D, D);
     T* wr = w + rows[k] * D;
     const T* gr = grad + k * D;
     switch (c.optimizer) {
-      case EmbOptimType::Sgd:
-        detail::add_scaled_row(wr, -lr, gr, D);  // w - lr * g, as w + (-lr) * g is, exactly
+      case EmbOptimType::Sgd:  // stepped above, the row length dispatched once per table
         break;
       case EmbOptimType::ExactAdagrad: {
         T* mr = m1.data<T>() + rows[k] * D;

@@ -1,9 +1,9 @@
-// Element-wise operations on one embedding row (internal to the lookups and the fused
-// optimizers). The usual row lengths (16, 32, 64, 128 values) are dispatched to kernels whose
-// length is fixed at compile time: Eigen then runs whole SIMD registers with no prologue or
-// tail, which for a 16-float row is most of the work of a runtime-length loop. Each element is
-// computed as the plain loop `dst[d] op= ...` computes it, so results do not depend on the
-// dispatch.
+// Embedding rows as Eigen arrays of a length fixed at compile time (internal to the lookups and
+// the fused optimizers). A loop over a table's rows dispatches the row length once
+// (with_row_length): for the usual lengths (16, 32, 64, 128 values) Eigen then runs whole SIMD
+// registers with no prologue or tail, which for a 16-float row is most of the work of a
+// runtime-length loop. Each element is computed as the plain loop computes it, so results do not
+// depend on the dispatch.
 #pragma once
 
 #include <Eigen/Core>
@@ -34,18 +34,6 @@ Eigen::Map<RowArray<T, kCols>> row(T* p, int64_t C) {
 template <class T, int kCols>
 Eigen::Map<const RowArray<T, kCols>> row(const T* p, int64_t C) {
   return {p, C};
-}
-
-// dst += src.
-template <class T>
-void add_row(T* dst, const T* src, int64_t C) {
-  with_row_length(C, [&]<int kCols>() { row<T, kCols>(dst, C) += row<T, kCols>(src, C); });
-}
-
-// dst += s * src.
-template <class T>
-void add_scaled_row(T* dst, T s, const T* src, int64_t C) {
-  with_row_length(C, [&]<int kCols>() { row<T, kCols>(dst, C) += s * row<T, kCols>(src, C); });
 }
 
 }  // namespace ferry::torchrec::detail
