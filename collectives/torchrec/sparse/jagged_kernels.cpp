@@ -181,7 +181,19 @@ void copy_slab(const Tensor& src, int64_t dim, int64_t start, int64_t length, Te
   if (n == 0) return;
   const auto* s = static_cast<const unsigned char*>(src.raw_data()) + static_cast<size_t>(start * inner) * es;
   auto* d = static_cast<unsigned char*>(dst.raw_data()) + static_cast<size_t>(dst_start * inner) * es;
-  for (int64_t o = 0; o < outer; ++o) std::memcpy(d + o * dst_row, s + o * src_row, n);
+  // Pooled embeddings' blocks are often one short row (16 floats): a copy of a length known at
+  // compile time is a few register moves where a call to memcpy per row costs more than the copy.
+  auto rows = [&]<size_t kBytes>() {
+    for (int64_t o = 0; o < outer; ++o) std::memcpy(d + o * dst_row, s + o * src_row, kBytes);
+  };
+  switch (n) {
+    case 32: rows.template operator()<32>(); return;
+    case 64: rows.template operator()<64>(); return;
+    case 128: rows.template operator()<128>(); return;
+    case 256: rows.template operator()<256>(); return;
+    default:
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(d + o * dst_row, s + o * src_row, n);
+  }
 }
 
 }  // namespace ferry::torchrec::detail
