@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <iostream>
-#include <map>
 #include <cstdint>
 #include <numeric>
 #include <span>
@@ -68,7 +67,7 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
   p.offsets = to_i64(kjt.offsets());
   const auto& first_bag = kjt.lengths_offset_per_key();
   const int64_t* ids = kjt.values().data<int64_t>();
-  std::map<const EmbeddingTable*, size_t> slot;
+  p.items.reserve(lookups.size());
   for (const FeatureLookup& l : lookups) {
     FERRY_CHECK(l.table != nullptr, InvalidArgument, op, ": feature \"", l.feature,
                 "\" has no table");
@@ -77,12 +76,14 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
     FERRY_CHECK(it.key < kjt.num_keys(), InvalidArgument, op, ": key index ", it.key,
                 " but the KJT has ", kjt.num_keys(), " keys");
     it.feature = l.feature.empty() ? kjt.keys()[static_cast<size_t>(it.key)] : l.feature;
-    auto [pos, inserted] = slot.emplace(l.table.get(), p.tables.size());
-    if (inserted) {
+    // The tables' slots, by first use: a linear search (a collection has tens of tables, and a
+    // map would allocate a node per table on every call).
+    it.table = static_cast<size_t>(
+        std::find(p.tables.begin(), p.tables.end(), l.table) - p.tables.begin());
+    if (it.table == p.tables.size()) {
       p.tables.push_back(l.table);
       p.table_versions.push_back(l.table->weight().value().version());
     }
-    it.table = pos->second;
     if (p.tables.size() == 1) p.dtype = l.table->dtype();
     FERRY_CHECK(l.table->dtype() == p.dtype, InvalidArgument, op, ": table \"",
                 l.table->name(), "\" is ", dtype_name(l.table->dtype()), " but table \"",

@@ -43,10 +43,16 @@ void route_weights(const KeyedJaggedTensor& kjt,
 KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
                                   const std::vector<std::string>& features,
                                   const std::vector<std::string>& names) {
+  // Usually the KJT holds exactly these features in this order (one sharding group, keys in
+  // config order): no key index to build and no permuted copy. (With a repeated key, key_index
+  // raises its ambiguity error as before.)
+  const bool as_is = kjt.keys_unique() && kjt.keys() == features;
   std::vector<int64_t> idx;
-  idx.reserve(features.size());
-  for (const auto& f : features) idx.push_back(kjt.key_index(f));
-  const KeyedJaggedTensor p = kjt.permute(idx);
+  if (!as_is) {
+    idx.reserve(features.size());
+    for (const auto& f : features) idx.push_back(kjt.key_index(f));
+  }
+  const KeyedJaggedTensor p = as_is ? kjt : kjt.permute(idx);
   if (names.empty()) return p;
   if (p.variable_stride_per_key())  // VBE: every key keeps its own batch
     return KeyedJaggedTensor::from_lengths_sync(names, p.values(), p.lengths(),

@@ -375,6 +375,8 @@ std::map<std::string, int64_t> KeyedJaggedTensor::index_per_key() const {
   return {index.begin(), index.end()};
 }
 
+bool KeyedJaggedTensor::keys_unique() const { return s_->first_duplicate < 0; }
+
 int64_t KeyedJaggedTensor::key_index(const std::string& key) const {
   const auto& index = index_of(*s_);
   auto it = index.find(key);

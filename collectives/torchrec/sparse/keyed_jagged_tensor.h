@@ -115,6 +115,7 @@ class KeyedJaggedTensor {
 
   const std::vector<std::string>& keys() const;
   int64_t num_keys() const;
+  bool keys_unique() const;  // no key repeats (access by key is then never ambiguous)
   const Tensor& values() const;
   bool has_weights() const;
   const Tensor& weights() const;          // throws InvalidArgument when unweighted
