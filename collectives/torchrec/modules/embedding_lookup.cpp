@@ -289,12 +289,12 @@ class RowAccumulator {
   // Between the passes: every slot's accumulator set to zero.
   void zero_values() { values_.assign(count_ * static_cast<size_t>(cols_), T(0)); }
   // Second pass: row r's accumulator (cols values); r was given to add_row.
-  T* row(int64_t r) const {
-    if (direct_) return values_ptr_() + slot_of_row_[static_cast<size_t>(r)] * cols_;
+  T* row(int64_t r) {
+    if (direct_) return values_.data() + slot_of_row_[static_cast<size_t>(r)] * cols_;
     const uint64_t mixed = static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ULL;
     size_t h = static_cast<size_t>(mixed >> 32) & mask_;
     while (keys_[h] != r) h = (h + 1) & mask_;
-    return values_ptr_() + slots_[h] * cols_;
+    return values_.data() + slots_[h] * cols_;
   }
   std::span<const int64_t> rows() const { return {rows_.data(), count_}; }
   std::span<const T> values() const { return values_; }
@@ -318,8 +318,6 @@ class RowAccumulator {
   }
 
  private:
-  T* values_ptr_() const { return const_cast<T*>(values_.data()); }
-
   bool direct_ = false;
   std::vector<int32_t> slot_of_row_;  // by local row: its slot, or -1 (direct form)
   std::vector<int64_t> keys_;   // hash table: the row, or -1 for an empty entry
@@ -375,13 +373,14 @@ void for_each_gradient_row(const Plan& p, const Plan::Item& it, const T* g, std:
   const int64_t C = p.tables[it.table]->shard().num_cols;
   buf.resize(static_cast<size_t>(C));
   const int64_t* offsets = p.offsets.data() + it.first_bag;
-  const int64_t* rows = it.rows.data() - offsets[0];  // rows[i] for the key's id i
+  const int64_t base = offsets[0];  // it.rows[i - base] is the local row of the key's id i
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t lo = offsets[b], hi = offsets[b + 1];
     if (lo == hi) continue;
     const T* gb = bag_gradient(p, it, b, g, buf.data(), C);
     for (int64_t i = lo; i < hi; ++i) {
-      if (rows[i] >= 0) f(i, rows[i], gb);
+      const int64_t r = it.rows[static_cast<size_t>(i - base)];
+      if (r >= 0) f(i, r, gb);
     }
   }
 }
