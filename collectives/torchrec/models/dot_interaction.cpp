@@ -54,7 +54,7 @@ const T* feature_row(const T* dense, const T* sparse, int64_t b, int64_t k, int6
 // are independent, so the adds of kRows rows overlap instead of each waiting for the one before
 // it (one row alone is a chain of D dependent adds), and every chunk of xt or X loaded from
 // memory serves kRows rows. 4 rows x 16 floats fill 8 of AVX2's 16 registers.
-constexpr int64_t kRows = 4;
+constexpr int64_t kRows = 4;  // the kernels below name its four accumulators a0-a3
 
 // Where row i's pairs (i, i+1), ..., (i, n-1) start in a sample's pair columns.
 int64_t first_pair(int64_t i, int64_t n) { return i * (n - 1) - i * (i - 1) / 2; }
