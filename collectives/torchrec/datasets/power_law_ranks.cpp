@@ -29,33 +29,36 @@ PowerLawRanks::PowerLawRanks(int64_t n, double s, int64_t tabulated)
     if (k > 0) edge = std::max(edge, edges_[static_cast<size_t>(k - 1)]);
     edges_[static_cast<size_t>(k)] = edge;
   }
-  // One cell per tabulated rank keeps the expected search to about one step: a cell holds on
-  // average one edge, and the heavy head ranks span many cells each.
-  const size_t cells = std::max<size_t>(1, edges_.size());
-  guide_.resize(cells);
+  // Up to kCellsPerRank cells per tabulated rank (while the guide stays within kMaxCells, at
+  // least one per rank): most cells then hold no edge, and a uniform falling in such a cell has
+  // its rank from the guide alone (one load, no search). A cell holding edges is bisected.
+  const size_t t_size = std::max<size_t>(1, edges_.size());
+  const size_t cells = std::max(t_size, std::min(kCellsPerRank * t_size, kMaxCells));
+  guide_.resize(cells + 1);
   size_t k = 0;
-  for (size_t j = 0; j < cells; ++j) {
+  for (size_t j = 0; j <= cells; ++j) {
     const double left = static_cast<double>(j) / static_cast<double>(cells);
     while (k < edges_.size() && left >= edges_[k]) ++k;
     guide_[j] = static_cast<int32_t>(k);
   }
+  cells_ = static_cast<double>(cells);
 }
 
 int64_t PowerLawRanks::rank(double u) const {
-  auto cell = static_cast<size_t>(u * static_cast<double>(guide_.size()));
-  if (cell >= guide_.size()) cell = guide_.size() - 1;  // u * cells may round up to cells
-  // The rank lies between this cell's left end's rank and the next cell's: in the head a rank
-  // spans many cells, in the tail one cell may span many ranks, so the edges between the two
-  // are bisected rather than walked.
+  auto cell = static_cast<size_t>(u * cells_);
+  if (cell + 1 >= guide_.size()) cell = guide_.size() - 2;  // u * cells may round up to cells
+  // guide_[cell] is the rank of the cell's left end and guide_[cell + 1] that of the next
+  // cell's: equal, no edge lies inside the cell. Otherwise the rank lies between the two (in
+  // the tail one cell may span many ranks), and the edges between them are bisected.
   const auto lo = static_cast<size_t>(guide_[cell]);
-  const size_t hi = cell + 1 < guide_.size()
-                        ? std::min(static_cast<size_t>(guide_[cell + 1]) + 1, edges_.size())
-                        : edges_.size();
+  const auto next = static_cast<size_t>(guide_[cell + 1]);
+  if (lo == next && lo < edges_.size()) return static_cast<int64_t>(lo);
+  const size_t hi = std::min(next + 1, edges_.size());
   const auto first = edges_.begin() + static_cast<std::ptrdiff_t>(std::min(lo, hi));
-  const auto k = static_cast<size_t>(
+  const auto r = static_cast<size_t>(
       std::upper_bound(first, edges_.begin() + static_cast<std::ptrdiff_t>(hi), u) -
       edges_.begin());
-  return k < edges_.size() ? static_cast<int64_t>(k) : tail_rank(u);
+  return r < edges_.size() ? static_cast<int64_t>(r) : tail_rank(u);
 }
 
 int64_t PowerLawRanks::inverse_cdf_rank(double u) const {

@@ -11,14 +11,16 @@
 // n <= tabulated) keep their upper edge, the uniform at which the next rank begins
 // (((k + 2)^(1-s) - 1) / ((n + 1)^(1-s) - 1) for rank k), and a guide table of as many equal
 // cells over [0, 1) holds the rank of each cell's left end, so a draw is one cell look-up and a
-// bisection over the edges inside the cell. A uniform past the last tabulated edge (the tail of a table
-// larger than `tabulated`) takes the closed form, clamped to the tail.
+// bisection over the edges inside the cell. With up to 4 cells per rank (guide of at most 2^15
+// cells, at least one per rank) most cells hold no edge: a draw that falls in one is decided by
+// the guide alone. A uniform past the last tabulated edge (the tail of a table larger than
+// `tabulated`) takes the closed form, clamped to the tail.
 //
 // rank(u) == inverse_cdf_rank(u) except when u lies within rounding error of an edge (the edge
 // and the closed form round differently): u has 53 random bits, so that takes about
 // n * 1e-16 of the draws, a rank one off at the boundary between two ranks.
 //
-// Memory: 12 bytes per tabulated rank (the edge as double, the guide cell as int32); building
+// Memory: 8 bytes per tabulated rank (the edge as double) and 4 per guide cell; building
 // costs one pow per tabulated rank.
 #pragma once
 
@@ -50,8 +52,12 @@ class PowerLawRanks {
   double s_;
   bool log_form_;       // s == 1 (to 1e-12): the closed form's s == 1 branch
   double span_;         // (n + 1)^(1-s) - 1, or log(n + 1) when log_form_
+  static constexpr size_t kCellsPerRank = 4;
+  static constexpr size_t kMaxCells = size_t{1} << 15;
   std::vector<double> edges_;   // edges_[k]: the smallest u whose rank exceeds k
-  std::vector<int32_t> guide_;  // guide_[j]: rank(j / cells), or tabulated() for the tail
+  std::vector<int32_t> guide_;  // guide_[j]: rank(j / cells), or tabulated() for the tail;
+                                // cells + 1 entries (the last one for u = 1)
+  double cells_ = 1;
 };
 
 }  // namespace ferry::torchrec::detail

@@ -27,15 +27,28 @@ class Rng {
   uint64_t next() { return mix(state_ += 0x9e3779b97f4a7c15ULL); }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double open_uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
-  double normal() {  // Box-Muller, one of the pair
+  // Box-Muller, one of the pair: the hidden model's weights and table effects (its definition,
+  // which the tests recompute).
+  double normal() {
     const double r = std::sqrt(-2.0 * std::log(open_uniform()));
     return r * std::cos(2.0 * std::numbers::pi * uniform());
   }
-  // Knuth's product method (small means), given limit = exp(-mean) (mean > 0).
-  int64_t poisson(double limit) {
-    int64_t k = 0;
-    for (double p = uniform(); p > limit; p *= uniform()) ++k;
-    return k;
+  // Marsaglia's polar method: two independent N(0, 1) from one log and one sqrt, no cos (the
+  // per-sample dense features). A point is drawn in the square until it falls in the unit disc
+  // (probability pi / 4); each coordinate takes 32 bits of one random word.
+  void normal_pair(double& a, double& b) {
+    for (;;) {
+      const uint64_t w = next();
+      const double x = (static_cast<double>(static_cast<uint32_t>(w)) + 0.5) * 0x1.0p-31 - 1;
+      const double y = (static_cast<double>(w >> 32) + 0.5) * 0x1.0p-31 - 1;
+      const double r2 = x * x + y * y;
+      if (r2 < 1) {
+        const double f = std::sqrt(-2.0 * std::log(r2) / r2);
+        a = x * f;
+        b = y * f;
+        return;
+      }
+    }
   }
 
  private:
@@ -85,7 +98,19 @@ SyntheticCriteo::SyntheticCriteo(SyntheticCriteoConfig config) : config_(std::mo
   }
   FERRY_CHECK(c.max_tabulated_rows >= 0, InvalidArgument,
               "SyntheticCriteo: max_tabulated_rows must be >= 0, got ", c.max_tabulated_rows);
-  extra_ids_limit_ = std::exp(-(c.mean_pooling_factor - 1));
+  // The CDF of the Poisson(mean_pooling_factor - 1) count of extra ids, for k = 0 ..
+  // max_pooling_factor - 2; a uniform past its last entry gives the longest bag.
+  {
+    const double mean = c.mean_pooling_factor - 1;
+    double p = std::exp(-mean), cdf = 0;
+    for (int64_t k = 0; k + 1 < c.max_pooling_factor; ++k) {
+      cdf += p;
+      extra_cdf_.push_back(cdf);
+      p *= mean / static_cast<double>(k + 1);
+    }
+  }
+  sparse_factor_ = c.sparse_scale / std::sqrt(static_cast<double>(c.num_sparse));
+  keys_ = criteo_sparse_keys(c.num_sparse);
   for (int64_t t = 0; t < c.num_sparse; ++t) {
     ranks_.emplace_back(c.cardinalities[static_cast<size_t>(t)], c.zipf_exponent,
                         c.max_tabulated_rows);
@@ -121,63 +146,119 @@ int64_t SyntheticCriteo::id_of_rank(int64_t table, int64_t rank) const {
 }
 
 SyntheticCriteo::Sample SyntheticCriteo::sample(Split split, int64_t n) const {
+  const SyntheticCriteoConfig& c = config_;
   Sample s;
-  draw(split, n, s);
+  s.dense.resize(static_cast<size_t>(c.num_dense));
+  s.bags.resize(static_cast<size_t>(c.num_sparse));
+  std::vector<int64_t> lengths(static_cast<size_t>(c.num_sparse));
+  const Drawn d = draw(split, n, s.dense.data(), s.bags.data(), lengths.data(), 1);
+  s.label = d.label;
+  s.probability = d.probability;
+  s.dense_logit = d.dense_logit;
   return s;
 }
 
-void SyntheticCriteo::draw(Split split, int64_t n, Sample& s) const {
+SyntheticCriteo::Drawn SyntheticCriteo::draw(Split split, int64_t n, float* dense,
+                                             std::vector<int64_t>* ids, int64_t* lengths,
+                                             int64_t stride) const {
   FERRY_CHECK(n >= 0 && n < num_samples(split), InvalidArgument, "SyntheticCriteo: sample ", n,
               " out of range (the split has ", num_samples(split), ")");
   const SyntheticCriteoConfig& c = config_;
   Rng rng(mix(mix(c.seed) ^ mix(static_cast<uint64_t>(split) + 17) ^
               mix(static_cast<uint64_t>(n) * 0x2545f4914f6cdd1dULL)));
-  s.dense.resize(static_cast<size_t>(c.num_dense));
   double dense_logit = 0;
-  for (int64_t i = 0; i < c.num_dense; ++i) {
-    const double x = rng.normal();
-    s.dense[static_cast<size_t>(i)] = static_cast<float>(x);
-    dense_logit += w_[static_cast<size_t>(i)] * static_cast<double>(static_cast<float>(x));
+  for (int64_t i = 0; i < c.num_dense; i += 2) {
+    double x[2];
+    rng.normal_pair(x[0], x[1]);
+    for (int64_t j = i; j < std::min(i + 2, c.num_dense); ++j) {
+      const auto v = static_cast<float>(x[j - i]);
+      dense[j] = v;
+      dense_logit += w_[static_cast<size_t>(j)] * static_cast<double>(v);
+    }
   }
   const bool extra_ids = c.mean_pooling_factor > 1;
+  const auto num_cdf = extra_cdf_.size();
   double sparse_logit = 0;
-  s.bags.resize(static_cast<size_t>(c.num_sparse));
   for (int64_t t = 0; t < c.num_sparse; ++t) {
     const detail::PowerLawRanks& ranks = ranks_[static_cast<size_t>(t)];
     const std::vector<RankRow>& rows = rows_[static_cast<size_t>(t)];
-    const int64_t length = std::min<int64_t>(
-        1 + (extra_ids ? rng.poisson(extra_ids_limit_) : 0), c.max_pooling_factor);
-    std::vector<int64_t>& bag = s.bags[static_cast<size_t>(t)];
-    bag.resize(static_cast<size_t>(length));
+    // The Poisson count of extra ids by inversion of its tabulated CDF (cut where the bag
+    // length reaches max_pooling_factor): one uniform, a few comparisons.
+    size_t extra = 0;
+    if (extra_ids) {
+      const double u = rng.uniform();
+      while (extra < num_cdf && u >= extra_cdf_[extra]) ++extra;
+    }
+    const auto length = static_cast<int64_t>(extra) + 1;
+    lengths[t * stride] = length;
+    std::vector<int64_t>& bag = ids[t];
+    const size_t at = bag.size();
+    bag.resize(at + static_cast<size_t>(length));
+    int64_t* out = bag.data() + at;
     double effect = 0;
     for (int64_t k = 0; k < length; ++k) {
       const int64_t rank = ranks.rank(rng.uniform());
       if (rank < static_cast<int64_t>(rows.size())) {
         const RankRow& row = rows[static_cast<size_t>(rank)];
-        bag[static_cast<size_t>(k)] = row.id;
+        out[k] = row.id;
         effect += row.effect;
       } else {  // the untabulated tail of a large table
         const int64_t id = id_of_rank(t, rank);
-        bag[static_cast<size_t>(k)] = id;
+        out[k] = id;
         effect += table_effect(t, id);
       }
     }
     sparse_logit += effect / static_cast<double>(length);
   }
-  sparse_logit *= c.sparse_scale / std::sqrt(static_cast<double>(c.num_sparse));
-  s.dense_logit = dense_logit;
-  s.probability = sigmoid(c.bias + dense_logit + sparse_logit);
-  s.label = rng.uniform() < s.probability ? 1.0F : 0.0F;
+  sparse_logit *= sparse_factor_;
+  Drawn d;
+  d.dense_logit = dense_logit;
+  d.probability = sigmoid(c.bias + dense_logit + sparse_logit);
+  d.label = rng.uniform() < d.probability ? 1.0F : 0.0F;
+  return d;
 }
 
+namespace {
+// A loader thread's buffers for the ids of a batch, per table, kept from batch to batch so that
+// building a batch touches no fresh memory but its output tensors.
+thread_local std::vector<std::vector<int64_t>> batch_ids;
+}  // namespace
+
 Batch SyntheticCriteo::batch(Split split, int64_t first, int64_t count) const {
-  detail::BatchBuilder builder(config_.num_dense, criteo_sparse_keys(config_.num_sparse), count);
-  Sample s;  // its buffers are reused from sample to sample
-  for (int64_t n = first; n < first + count; ++n) {
-    draw(split, n, s);
-    builder.add(s.dense, s.bags, s.label);
+  const SyntheticCriteoConfig& c = config_;
+  FERRY_CHECK(count >= 0 && first >= 0 && first + count <= num_samples(split), InvalidArgument,
+              "SyntheticCriteo: samples [", first, ", ", first + count,
+              ") out of range (the split has ", num_samples(split), ")");
+  // The dense values, labels and lengths are written straight into the batch's tensors; the ids
+  // go to per-table buffers first (a bag's length is known only once drawn) and are copied once
+  // into the values tensor.
+  Batch b;
+  b.dense = empty({count, c.num_dense}, DType::Float32);
+  b.labels = empty({count}, DType::Float32);
+  Tensor lengths = empty({c.num_sparse * count}, DType::Int64);
+  float* dense = b.dense.data<float>();
+  float* labels = b.labels.data<float>();
+  int64_t* length = lengths.data<int64_t>();
+  std::vector<std::vector<int64_t>>& ids = batch_ids;
+  ids.resize(static_cast<size_t>(c.num_sparse));
+  for (auto& v : ids) v.clear();
+  for (int64_t i = 0; i < count; ++i) {
+    labels[i] = draw(split, first + i, dense + i * c.num_dense, ids.data(), length + i, count)
+                    .label;
   }
-  return builder.finish();
+  std::vector<int64_t> length_per_key(static_cast<size_t>(c.num_sparse));
+  int64_t total = 0;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    length_per_key[t] = static_cast<int64_t>(ids[t].size());
+    total += length_per_key[t];
+  }
+  Tensor values = empty({total}, DType::Int64);
+  int64_t* out = values.data<int64_t>();
+  for (const auto& v : ids) out = std::copy(v.begin(), v.end(), out);
+  b.sparse = detail::kjt_with_checked_lengths(
+      {.keys = keys_, .values = std::move(values), .lengths = std::move(lengths), .stride = count},
+      std::move(length_per_key), "SyntheticCriteo::batch");
+  return b;
 }
 
 double SyntheticCriteo::bayes_auc(int64_t samples) const {

@@ -47,6 +47,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ferry::torchrec {
@@ -111,8 +112,15 @@ class SyntheticCriteo {
     int64_t id;
     double effect;
   };
-  // Fills `s` (reusing its buffers) with sample n of the split.
-  void draw(Split split, int64_t n, Sample& s) const;
+  struct Drawn {
+    float label = 0;
+    double probability = 0;
+    double dense_logit = 0;
+  };
+  // Draws sample n of the split: its dense values into dense[0, num_dense), table t's ids
+  // appended to ids[t], its bag length into lengths[t * stride].
+  Drawn draw(Split split, int64_t n, float* dense, std::vector<int64_t>* ids, int64_t* lengths,
+             int64_t stride) const;
 
   SyntheticCriteoConfig config_;
   std::vector<double> w_;
@@ -120,7 +128,9 @@ class SyntheticCriteo {
   std::vector<int64_t> offset_;      // b_t
   std::vector<detail::PowerLawRanks> ranks_;  // per table
   std::vector<std::vector<RankRow>> rows_;    // per table, its tabulated ranks
-  double extra_ids_limit_ = 0;               // exp(-(mean_pooling_factor - 1))
+  std::vector<double> extra_cdf_;            // the CDF of the extra ids' Poisson count
+  double sparse_factor_ = 0;                 // sparse_scale / sqrt(num_sparse)
+  std::vector<std::string> keys_;            // cat_0 ..
 };
 
 // A rank's stream over one split (`data` is referenced: it must outlive the source). The
