@@ -40,6 +40,12 @@ class PowerLawRanks {
   int64_t rank(double u) const;
   int64_t inverse_cdf_rank(double u) const;  // the closed form, for every rank
 
+  // The guide, for a caller that decides the draws falling in edge-free cells itself (inline,
+  // without a call): guide()[j] is the rank of the uniform j / cells(); when guide()[j] ==
+  // guide()[j + 1] < tabulated(), every u in cell j has that rank.
+  const std::vector<int32_t>& guide() const { return guide_; }
+  double cells() const { return cells_; }
+
   int64_t size() const { return n_; }
   int64_t tabulated() const { return static_cast<int64_t>(edges_.size()); }
   // The probability of rank k under the continuous law: the mass of [k + 1, k + 2).

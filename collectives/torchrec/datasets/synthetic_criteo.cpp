@@ -33,23 +33,6 @@ class Rng {
     const double r = std::sqrt(-2.0 * std::log(open_uniform()));
     return r * std::cos(2.0 * std::numbers::pi * uniform());
   }
-  // Marsaglia's polar method: two independent N(0, 1) from one log and one sqrt, no cos (the
-  // per-sample dense features). A point is drawn in the square until it falls in the unit disc
-  // (probability pi / 4); each coordinate takes 32 bits of one random word.
-  void normal_pair(double& a, double& b) {
-    for (;;) {
-      const uint64_t w = next();
-      const double x = (static_cast<double>(static_cast<uint32_t>(w)) + 0.5) * 0x1.0p-31 - 1;
-      const double y = (static_cast<double>(w >> 32) + 0.5) * 0x1.0p-31 - 1;
-      const double r2 = x * x + y * y;
-      if (r2 < 1) {
-        const double f = std::sqrt(-2.0 * std::log(r2) / r2);
-        a = x * f;
-        b = y * f;
-        return;
-      }
-    }
-  }
 
  private:
   uint64_t state_;
@@ -151,84 +134,120 @@ SyntheticCriteo::Sample SyntheticCriteo::sample(Split split, int64_t n) const {
   s.dense.resize(static_cast<size_t>(c.num_dense));
   s.bags.resize(static_cast<size_t>(c.num_sparse));
   std::vector<int64_t> lengths(static_cast<size_t>(c.num_sparse));
-  const Drawn d = draw(split, n, s.dense.data(), s.bags.data(), lengths.data(), 1);
-  s.label = d.label;
-  s.probability = d.probability;
-  s.dense_logit = d.dense_logit;
+  generate(split, n, 1, s.dense.data(), &s.label, lengths.data(), s.bags.data(), &s.probability,
+           &s.dense_logit);
   return s;
 }
 
-SyntheticCriteo::Drawn SyntheticCriteo::draw(Split split, int64_t n, float* dense,
-                                             std::vector<int64_t>* ids, int64_t* lengths,
-                                             int64_t stride) const {
-  FERRY_CHECK(n >= 0 && n < num_samples(split), InvalidArgument, "SyntheticCriteo: sample ", n,
-              " out of range (the split has ", num_samples(split), ")");
+namespace {
+
+constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+
+// Word j of a sample's stream, whose state starts at `base`: what the j + 1-th next() of
+// Rng(base) returns, reached without the j before it.
+uint64_t word(uint64_t base, uint64_t j) { return mix(base + (j + 1) * kGamma); }
+double uniform(uint64_t w) { return static_cast<double>(w >> 11) * 0x1.0p-53; }  // [0, 1)
+
+// A loader thread's buffers, kept from batch to batch so that building a batch touches no fresh
+// memory but its output tensors.
+thread_local std::vector<std::vector<int64_t>> batch_ids;  // per table
+
+}  // namespace
+
+void SyntheticCriteo::generate(Split split, int64_t first, int64_t count, float* dense,
+                               float* labels, int64_t* lengths, std::vector<int64_t>* ids,
+                               double* probability, double* dense_logit) const {
+  FERRY_CHECK(count >= 0 && first >= 0 && first + count <= num_samples(split), InvalidArgument,
+              "SyntheticCriteo: sample ", first + count - 1, " out of range (the split has ",
+              num_samples(split), ")");
   const SyntheticCriteoConfig& c = config_;
-  Rng rng(mix(mix(c.seed) ^ mix(static_cast<uint64_t>(split) + 17) ^
-              mix(static_cast<uint64_t>(n) * 0x2545f4914f6cdd1dULL)));
-  double dense_logit = 0;
-  for (int64_t i = 0; i < c.num_dense; i += 2) {
-    double x[2];
-    rng.normal_pair(x[0], x[1]);
-    for (int64_t j = i; j < std::min(i + 2, c.num_dense); ++j) {
-      const auto v = static_cast<float>(x[j - i]);
-      dense[j] = v;
-      dense_logit += w_[static_cast<size_t>(j)] * static_cast<double>(v);
-    }
-  }
+  const auto num_tables = static_cast<size_t>(c.num_sparse);
+  const auto num_dense = static_cast<size_t>(c.num_dense);
+  const auto max_length = static_cast<uint64_t>(c.max_pooling_factor);
+  const auto pairs = static_cast<uint64_t>((c.num_dense + 1) / 2);
+  // Where each draw sits in a sample's stream (fixed positions: no draw's value depends on how
+  // many words another one took): word 0 the label, 1 + t table t's bag length,
+  // 1 + T + t * max_pooling_factor + k its k-th id, then the dense pairs (attempt a of pair p at
+  // a * pairs + p past the ids: the polar method's rejections draw on upward).
+  const uint64_t ids_at = 1 + num_tables;
+  const uint64_t dense_at = ids_at + num_tables * max_length;
   const bool extra_ids = c.mean_pooling_factor > 1;
-  const auto num_cdf = extra_cdf_.size();
-  double sparse_logit = 0;
-  for (int64_t t = 0; t < c.num_sparse; ++t) {
-    const detail::PowerLawRanks& ranks = ranks_[static_cast<size_t>(t)];
-    const std::vector<RankRow>& rows = rows_[static_cast<size_t>(t)];
-    // The Poisson count of extra ids by inversion of its tabulated CDF (cut where the bag
-    // length reaches max_pooling_factor): one uniform, a few comparisons.
-    size_t extra = 0;
-    if (extra_ids) {
-      const double u = rng.uniform();
-      while (extra < num_cdf && u >= extra_cdf_[extra]) ++extra;
-    }
-    const auto length = static_cast<int64_t>(extra) + 1;
-    lengths[t * stride] = length;
-    std::vector<int64_t>& bag = ids[t];
-    const size_t at = bag.size();
-    bag.resize(at + static_cast<size_t>(length));
-    int64_t* out = bag.data() + at;
-    double effect = 0;
-    for (int64_t k = 0; k < length; ++k) {
-      const int64_t rank = ranks.rank(rng.uniform());
-      if (rank < static_cast<int64_t>(rows.size())) {
-        const RankRow& row = rows[static_cast<size_t>(rank)];
-        out[k] = row.id;
-        effect += row.effect;
-      } else {  // the untabulated tail of a large table
-        const int64_t id = id_of_rank(t, rank);
-        out[k] = id;
-        effect += table_effect(t, id);
+  const size_t num_cdf = extra_cdf_.size();
+  const uint64_t split_seed = mix(c.seed) ^ mix(static_cast<uint64_t>(split) + 17);
+  for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
+    const uint64_t base =
+        mix(split_seed ^ mix((static_cast<uint64_t>(first) + i) * 0x2545f4914f6cdd1dULL));
+    // Dense: Marsaglia's polar method, a point drawn in the square until it falls inside the
+    // unit disc (probability pi / 4) gives two independent N(0, 1) for one log and one sqrt; one
+    // word per point, 32 bits per coordinate.
+    float* dense_out = dense + i * num_dense;
+    double logit = 0;
+    for (uint64_t p = 0; p < pairs; ++p) {
+      double x = 0, y = 0, r2 = 1;
+      for (uint64_t a = 0; r2 >= 1 || r2 == 0; ++a) {
+        const uint64_t v = word(base, dense_at + a * pairs + p);
+        x = (static_cast<double>(static_cast<uint32_t>(v)) + 0.5) * 0x1.0p-31 - 1;
+        y = (static_cast<double>(v >> 32) + 0.5) * 0x1.0p-31 - 1;
+        r2 = x * x + y * y;
+      }
+      const double f = std::sqrt(-2.0 * std::log(r2) / r2);
+      const double xy[2] = {x * f, y * f};
+      for (uint64_t j = 2 * p; j < std::min<uint64_t>(2 * p + 2, num_dense); ++j) {
+        const auto v = static_cast<float>(xy[j - 2 * p]);
+        dense_out[j] = v;
+        logit += w_[j] * static_cast<double>(v);
       }
     }
-    sparse_logit += effect / static_cast<double>(length);
+    double sparse_logit = 0;
+    for (size_t t = 0; t < num_tables; ++t) {
+      const detail::PowerLawRanks& ranks = ranks_[t];
+      const std::vector<RankRow>& rows = rows_[t];
+      // The Poisson count of extra ids by inversion of its tabulated CDF (cut where the bag
+      // reaches max_pooling_factor): one uniform, a few comparisons.
+      size_t extra = 0;
+      if (extra_ids) {
+        const double u = uniform(word(base, 1 + t));
+        while (extra < num_cdf && u >= extra_cdf_[extra]) ++extra;
+      }
+      const size_t length = extra + 1;
+      lengths[t * static_cast<size_t>(count) + i] = static_cast<int64_t>(length);
+      std::vector<int64_t>& bag = ids[t];
+      const size_t at = bag.size();
+      bag.resize(at + length);
+      int64_t* out = bag.data() + at;
+      const int32_t* guide = ranks.guide().data();
+      const size_t last_cell = ranks.guide().size() - 2;
+      const auto tabulated = static_cast<int32_t>(rows.size());
+      const uint64_t id_word = ids_at + t * max_length;
+      double effect = 0;
+      for (size_t k = 0; k < length; ++k) {
+        // Most draws fall in a cell of the rank guide that holds no edge: decided here without
+        // a call, the rest searched by rank().
+        const double u = uniform(word(base, id_word + k));
+        const size_t cell = std::min(static_cast<size_t>(u * ranks.cells()), last_cell);
+        int64_t rank = guide[cell];
+        if (rank != guide[cell + 1] || rank >= tabulated) rank = ranks.rank(u);
+        if (rank < tabulated) {
+          const RankRow& row = rows[static_cast<size_t>(rank)];
+          out[k] = row.id;
+          effect += row.effect;
+        } else {  // the untabulated tail of a large table
+          const int64_t id = id_of_rank(static_cast<int64_t>(t), rank);
+          out[k] = id;
+          effect += table_effect(static_cast<int64_t>(t), id);
+        }
+      }
+      sparse_logit += effect / static_cast<double>(length);
+    }
+    const double p = sigmoid(c.bias + logit + sparse_logit * sparse_factor_);
+    labels[i] = uniform(word(base, 0)) < p ? 1.0F : 0.0F;
+    if (probability != nullptr) probability[i] = p;
+    if (dense_logit != nullptr) dense_logit[i] = logit;
   }
-  sparse_logit *= sparse_factor_;
-  Drawn d;
-  d.dense_logit = dense_logit;
-  d.probability = sigmoid(c.bias + dense_logit + sparse_logit);
-  d.label = rng.uniform() < d.probability ? 1.0F : 0.0F;
-  return d;
 }
-
-namespace {
-// A loader thread's buffers for the ids of a batch, per table, kept from batch to batch so that
-// building a batch touches no fresh memory but its output tensors.
-thread_local std::vector<std::vector<int64_t>> batch_ids;
-}  // namespace
 
 Batch SyntheticCriteo::batch(Split split, int64_t first, int64_t count) const {
   const SyntheticCriteoConfig& c = config_;
-  FERRY_CHECK(count >= 0 && first >= 0 && first + count <= num_samples(split), InvalidArgument,
-              "SyntheticCriteo: samples [", first, ", ", first + count,
-              ") out of range (the split has ", num_samples(split), ")");
   // The dense values, labels and lengths are written straight into the batch's tensors; the ids
   // go to per-table buffers first (a bag's length is known only once drawn) and are copied once
   // into the values tensor.
@@ -236,16 +255,11 @@ Batch SyntheticCriteo::batch(Split split, int64_t first, int64_t count) const {
   b.dense = empty({count, c.num_dense}, DType::Float32);
   b.labels = empty({count}, DType::Float32);
   Tensor lengths = empty({c.num_sparse * count}, DType::Int64);
-  float* dense = b.dense.data<float>();
-  float* labels = b.labels.data<float>();
-  int64_t* length = lengths.data<int64_t>();
   std::vector<std::vector<int64_t>>& ids = batch_ids;
   ids.resize(static_cast<size_t>(c.num_sparse));
   for (auto& v : ids) v.clear();
-  for (int64_t i = 0; i < count; ++i) {
-    labels[i] = draw(split, first + i, dense + i * c.num_dense, ids.data(), length + i, count)
-                    .label;
-  }
+  generate(split, first, count, b.dense.data<float>(), b.labels.data<float>(),
+           lengths.data<int64_t>(), ids.data(), nullptr, nullptr);
   std::vector<int64_t> length_per_key(static_cast<size_t>(c.num_sparse));
   int64_t total = 0;
   for (size_t t = 0; t < ids.size(); ++t) {

@@ -112,15 +112,12 @@ class SyntheticCriteo {
     int64_t id;
     double effect;
   };
-  struct Drawn {
-    float label = 0;
-    double probability = 0;
-    double dense_logit = 0;
-  };
-  // Draws sample n of the split: its dense values into dense[0, num_dense), table t's ids
-  // appended to ids[t], its bag length into lengths[t * stride].
-  Drawn draw(Split split, int64_t n, float* dense, std::vector<int64_t>* ids, int64_t* lengths,
-             int64_t stride) const;
+  // Samples [first, first + count) of the split: dense [count, num_dense] row-major, labels
+  // [count], lengths [num_sparse, count] (table-major, as a KJT's), table t's ids appended to
+  // ids[t]; probability and dense_logit [count] when not null.
+  void generate(Split split, int64_t first, int64_t count, float* dense, float* labels,
+                int64_t* lengths, std::vector<int64_t>* ids, double* probability,
+                double* dense_logit) const;
 
   SyntheticCriteoConfig config_;
   std::vector<double> w_;
