@@ -142,6 +142,7 @@ SyntheticCriteo::Sample SyntheticCriteo::sample(Split split, int64_t n) const {
 namespace {
 
 constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+constexpr size_t kPoissonHead = 8;  // CDF entries compared without a branch
 
 // Word j of a sample's stream, whose state starts at `base`: what the j + 1-th next() of
 // Rng(base) returns, reached without the j before it.
@@ -207,7 +208,13 @@ void SyntheticCriteo::generate(Split split, int64_t first, int64_t count, float*
       size_t extra = 0;
       if (extra_ids) {
         const double u = uniform(word(base, 1 + t));
-        while (extra < num_cdf && u >= extra_cdf_[extra]) ++extra;
+        // The first entries counted without a branch (a loop's exit would be mispredicted at
+        // every draw), the rare long bags by the loop.
+        const size_t head = std::min(num_cdf, kPoissonHead);
+        for (size_t k = 0; k < head; ++k) extra += u >= extra_cdf_[k] ? 1 : 0;
+        if (extra == kPoissonHead) {
+          while (extra < num_cdf && u >= extra_cdf_[extra]) ++extra;
+        }
       }
       const size_t length = extra + 1;
       lengths[t * static_cast<size_t>(count) + i] = static_cast<int64_t>(length);
