@@ -1,9 +1,11 @@
 // Precompiled header of the library and of the larger tools and test targets (their meson.build
 // names it as cpp_pch; Meson passes it to every source of the target with -include). Only
-// third-party headers: parsing the standard library and Eigen/Core is most of the compile time
-// of an ordinary ferry source (about 2 of its 3 s of CPU on GCC 12 at -O3), and these headers
-// never change with ferry's code, so the PCH is rebuilt only when the flags change. ferry's own
-// headers stay out: a change to one of them rebuilds only the sources that include it.
+// third-party headers: parsing the standard library and Eigen/Core is about half the compile
+// time of an ordinary ferry source on GCC 12 at -O3 (collectives/group.cpp: 3.6 s of CPU
+// without, 1.9 s with the PCH; 2026-11-29, 2-core VM), and these headers do not change with
+// ferry's code. ferry's own headers stay out: a change to one of them rebuilds only the sources
+// that include it. Building the PCH costs about 8 s of CPU per target, so only targets with many
+// sources use one.
 // `-Db_pch=false` builds without it (e.g. to check that a source includes what it uses).
 #include <algorithm>
 #include <atomic>
