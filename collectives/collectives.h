@@ -30,6 +30,7 @@
 #include <ferry/runtime/work.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace ferry {
@@ -54,6 +55,12 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group,
 // copy into one buffer, except under MPI, whose call takes one).
 Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Group& group,
                     ReduceOp op = ReduceOp::Sum);
+// torch.distributed's name and argument order (output first) for code ported from torch: the
+// same op as reduce_scatter(input, output, group, op).
+inline Work reduce_scatter_tensor(Tensor output, const Tensor& input, const Group& group,
+                                  ReduceOp op = ReduceOp::Sum) {
+  return reduce_scatter(input, std::move(output), group, op);
+}
 // input: [sum(sizes), ...]; output: [sizes[rank], ...]. sizes: one row count per rank, the same
 // on every rank.
 Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
@@ -65,6 +72,11 @@ Work broadcast(Tensor tensor, int root, const Group& group);
 // input: [m, ...] on every rank (same m); output: [W*m, ...], rank k's input in block k.
 // input may be exactly the caller's block of output; any other overlap is rejected.
 Work all_gather(const Tensor& input, Tensor output, const Group& group);
+// torch.distributed's name and argument order (output first) for code ported from torch: the
+// same op as all_gather(input, output, group).
+inline Work all_gather_into_tensor(Tensor output, const Tensor& input, const Group& group) {
+  return all_gather(input, std::move(output), group);
+}
 // Uneven: rank k contributes sizes[k] rows; output: [sum(sizes), ...] in rank order.
 Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
                   const Group& group);

@@ -1,10 +1,13 @@
 // The ferry::Error hierarchy and the checks that raise it.
 //
 // Every error that reaches a user is one of these types. Messages say which op, which rank,
-// what was expected and what was given; FERRY_CHECK / FERRY_THROW append file:line.
+// what was expected and what was given. FERRY_CHECK / FERRY_THROW record the source line that
+// raised the error: what() leaves it out (a user reads the message alone) unless FERRY_DEBUG is
+// set to warn, info or trace; where() and what_with_location() give it at any time.
 #pragma once
 
 #include <exception>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -14,6 +17,17 @@ namespace ferry {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  Error(const std::string& message, const std::string& where);
+
+  // "runtime/config_parse.cpp:117": the line of ferry's source that raised the error; empty for an
+  // error not raised by FERRY_CHECK / FERRY_THROW.
+  const std::string& where() const noexcept;
+  // what() followed by " [where()]" (what() alone when there is no location or it already ends so).
+  std::string what_with_location() const;
+
+ private:
+  // Shared so that copying the exception cannot throw.
+  std::shared_ptr<const std::string> where_;
 };
 
 // The caller passed something the op cannot accept. Raised on the calling rank before any data
@@ -56,9 +70,15 @@ std::string str(const Args&... args) {
   return os.str();
 }
 
+// "runtime/error.cpp:12" from __FILE__ and __LINE__, the build folder's "../" removed.
+std::string source_location(const char* file, int line);
+// "ferry: " + message, with " [location]" appended when FERRY_DEBUG is warn, info or trace.
+std::string error_text(const std::string& message, const std::string& location);
+
 template <class E>
 [[noreturn]] void raise(const char* file, int line, const std::string& message) {
-  throw E(str("ferry: ", message, " [", file, ":", line, "]"));
+  const std::string location = source_location(file, line);
+  throw E(error_text(message, location), location);
 }
 
 }  // namespace detail

@@ -16,7 +16,7 @@ std::exception_ptr public_error(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const OwnDeadlineExpired& e) {
-    return std::make_exception_ptr(TimeoutError(e.what()));
+    return std::make_exception_ptr(TimeoutError(e.what(), e.where()));
   } catch (...) {
     return error;
   }

@@ -340,6 +340,28 @@ FT_SPMD_CASE("bad input: a call ported in torch.distributed's order is named as 
   }
 }
 
+FT_SPMD_CASE("torch-named entry points take torch.distributed's (output, input) order", "[bad_input]", 3) {
+  const int W = g.size(), r = g.rank();
+  Tensor gathered = zeros({2 * W});
+  ferry::all_gather_into_tensor(gathered, ferry::full({2}, r + 1.0), g).wait();
+  for (int i = 0; i < 2 * W; ++i)
+    FT_CHECK(ctx, gathered.data<float>()[i] == i / 2 + 1.0f,
+             where(g, "all_gather_into_tensor: element " + std::to_string(i)));
+  Tensor mine = zeros({2});
+  ferry::reduce_scatter_tensor(mine, ferry::arange(2 * W), g).wait();
+  for (int i = 0; i < 2; ++i)
+    FT_CHECK(ctx, mine.data<float>()[i] == float(W * (2 * r + i)),
+             where(g, "reduce_scatter_tensor: element " + std::to_string(i)));
+  // ferry's own order given to a torch name is reported as swapped, as the reverse is.
+  try {
+    (void)ferry::all_gather_into_tensor(zeros({3}), zeros({3 * W}), g);
+    ctx.fail(where(g, "all_gather_into_tensor in ferry's order accepted"));
+  } catch (const ferry::InvalidArgument& e) {
+    FT_CHECK(ctx, std::string(e.what()).find("look swapped") != std::string::npos,
+             where(g, std::string("all_gather_into_tensor: ") + e.what()));
+  }
+}
+
 TEST_CASE("bad input on rank 0 only: rank 0 fails at once; the others time out", "[bad_input][timeout]") {
   ScopedDefaultTimeout timeout(std::chrono::milliseconds(500));
   const int world = GENERATE(2, 3);

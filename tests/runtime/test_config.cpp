@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -125,5 +126,65 @@ TEST_CASE("config: the README's table lists exactly the known variables", "[conf
   for (const std::string& name : listed) {
     INFO(name << " is in the README's table but not a setting (runtime/config_parse.cpp)");
     CHECK(known.count(name) == 1);
+  }
+}
+
+namespace {
+
+// Sets FERRY_DEBUG for one scope and puts back what was there.
+struct DebugSetting {
+  explicit DebugSetting(const char* value) {
+    if (const char* old = std::getenv("FERRY_DEBUG")) old_ = old, had_ = true;
+    if (value) ::setenv("FERRY_DEBUG", value, 1);
+    else ::unsetenv("FERRY_DEBUG");
+  }
+  ~DebugSetting() {
+    if (had_) ::setenv("FERRY_DEBUG", old_.c_str(), 1);
+    else ::unsetenv("FERRY_DEBUG");
+  }
+  std::string old_;
+  bool had_ = false;
+};
+
+ferry::InvalidArgument raised() {
+  try {
+    FERRY_THROW(ferry::InvalidArgument, "all_reduce: count ", 3, " expected, ", 4, " given");
+  } catch (const ferry::InvalidArgument& e) {
+    return e;
+  }
+  throw std::logic_error("FERRY_THROW did not throw");
+}
+
+}  // namespace
+
+TEST_CASE("errors: the message reads clean; the source line only under FERRY_DEBUG or on request",
+          "[errors]") {
+  for (const char* quiet : {static_cast<const char*>(nullptr), "off", "OFF"}) {
+    DebugSetting d(quiet);
+    const ferry::InvalidArgument e = raised();
+    CHECK(std::string(e.what()) == "ferry: all_reduce: count 3 expected, 4 given");
+    CHECK(e.where().rfind("tests/runtime/test_config.cpp:", 0) == 0);
+    CHECK(e.what_with_location() == std::string(e.what()) + " [" + e.where() + "]");
+  }
+  for (const char* loud : {"warn", "info", "TRACE"}) {
+    DebugSetting d(loud);
+    const ferry::InvalidArgument e = raised();
+    CHECK(std::string(e.what()) == "ferry: all_reduce: count 3 expected, 4 given [" + e.where() + "]");
+    CHECK(e.what_with_location() == e.what());  // not appended twice
+  }
+  SECTION("a prefix added on the way keeps the type and the location") {
+    DebugSetting d(nullptr);
+    const ferry::InvalidArgument first = raised();
+    try {
+      ferry::rethrow_with_prefix(std::make_exception_ptr(first), "rank 1: ");
+    } catch (const ferry::InvalidArgument& e) {
+      CHECK(std::string(e.what()) == "rank 1: ferry: all_reduce: count 3 expected, 4 given");
+      CHECK(e.where() == first.where());
+    }
+  }
+  SECTION("an error built by hand has no location") {
+    const ferry::Error e("plain");
+    CHECK(e.where().empty());
+    CHECK(e.what_with_location() == "plain");
   }
 }
