@@ -22,10 +22,12 @@ SPECIAL_PREFIXES = (
     "TLS init function for ", "TLS wrapper function for ", "transaction clone for ",
 )
 # ferry::detail entities that code in the public headers reaches, so a program compiled against
-# them links to these: AsyncRequest<T>::stage() (a template, req_wait.h) calls stage_of, and
-# WorkState's inline constructor (work.h) needs its vtable. tests/install/check.sh links every
+# them links to these: AsyncRequest<T>::stage() (a template, req_wait.h) calls stage_of,
+# WorkState's inline constructor (work.h) needs its vtable, and FERRY_CHECK's raise<E> (a
+# template, error.h) calls source_location and error_text. tests/install/check.sh links every
 # inline function of the installed headers against the library to find new ones.
-KEEP_DETAIL = {"ferry::detail::stage_of", "ferry::detail::WorkState"}
+KEEP_DETAIL = {"ferry::detail::stage_of", "ferry::detail::WorkState",
+               "ferry::detail::source_location", "ferry::detail::error_text"}
 QUALIFIERS = {"const", "volatile", "&", "&&", "noexcept"}
 # Operator names whose characters would confuse the bracket stripping below.
 OPERATORS = ["<<=", ">>=", "<=>", "<<", ">>", "<=", ">=", "->*", "->", "()", "[]", "<", ">"]
