@@ -56,6 +56,14 @@ const T* feature_row(const T* dense, const T* sparse, int64_t b, int64_t k, int6
 // memory serves kRows rows. 4 rows x 16 floats fill 8 of AVX2's 16 registers.
 constexpr int64_t kRows = 4;  // the kernels below name its four accumulators a0-a3
 
+// The four accumulators of a pass into four rows of `out` (row r at out + r * stride).
+template <class T>
+void store_rows(T* out, int64_t stride, const Lanes<T>& a0, const Lanes<T>& a1,
+                const Lanes<T>& a2, const Lanes<T>& a3) {
+  const Lanes<T>* acc[kRows] = {&a0, &a1, &a2, &a3};
+  for (int64_t r = 0; r < kRows; ++r) Eigen::Map<Lanes<T>>{out + r * stride} = *acc[r];
+}
+
 // Where row i's pairs (i, i+1), ..., (i, n-1) start in a sample's pair columns.
 int64_t first_pair(int64_t i, int64_t n) { return i * (n - 1) - i * (i - 1) / 2; }
 
@@ -152,10 +160,7 @@ void forward_kernel(const T* dense, const T* sparse, T* out, int64_t B, int64_t 
           a2 += x[2][d] * col;
           a3 += x[3][d] * col;
         }
-        Eigen::Map<Lanes<T>>(gram + 0 * np + c) = a0;
-        Eigen::Map<Lanes<T>>(gram + 1 * np + c) = a1;
-        Eigen::Map<Lanes<T>>(gram + 2 * np + c) = a2;
-        Eigen::Map<Lanes<T>>(gram + 3 * np + c) = a3;
+        store_rows(gram + c, np, a0, a1, a2, a3);
       }
       for (int64_t i = i0; i < std::min(i0 + kRows, n - 1); ++i) {
         const T* g = gram + (i - i0) * np;
@@ -229,10 +234,7 @@ void backward_kernel(const T* dense, const T* sparse, const T* grad, T* d_dense,
           a2 += upper[2][j] * xj;
           a3 += upper[3][j] * xj;
         }
-        Eigen::Map<Lanes<T>>(rows_out + 0 * dp + c) = a0;
-        Eigen::Map<Lanes<T>>(rows_out + 1 * dp + c) = a1;
-        Eigen::Map<Lanes<T>>(rows_out + 2 * dp + c) = a2;
-        Eigen::Map<Lanes<T>>(rows_out + 3 * dp + c) = a3;
+        store_rows(rows_out + c, dp, a0, a1, a2, a3);
       }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
