@@ -102,6 +102,11 @@ class Transport {
   // peer that ends from now on has finished, not failed.
   virtual void peers_closing() {}
 
+  // How many ranks of this job run on this rank's host (0: the transport does not know). The
+  // engine compares it with the host's cores to decide whether a background thread of this
+  // rank has a core of its own or takes one from a rank.
+  virtual int ranks_on_host() const { return 0; }
+
   // The transport's own collectives for the world group (null: the engine's algorithms over
   // isend/irecv carry them). Called once per world Group; see native_collectives.h.
   virtual std::shared_ptr<NativeCollectives> native_world() { return nullptr; }

@@ -64,6 +64,7 @@ class MpiTransport final : public Transport {
   std::string name() const override { return "mpi"; }
   int rank() const override { return world_->rank(); }
   int size() const override { return world_->size(); }
+  int ranks_on_host() const override { return world_->ranks_on_host(); }
 
   std::unique_ptr<Request> isend(int dst, const Tag& tag, const void* data,
                                  size_t bytes) override {

@@ -1,9 +1,11 @@
 #include <ferry/backends/mpi/mpi_world.h>
 
 #include <ferry/backends/mpi/mpi_error.h>
+#include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/error.h>
 
 #include <numeric>
+#include <thread>
 
 namespace ferry::detail {
 
@@ -37,6 +39,14 @@ MpiWorld::MpiWorld(MPI_Comm base) : base_(base) {
   check_mpi(MPI_Comm_get_attr(base_, MPI_TAG_UB, &value, &found), "MPI_Comm_get_attr(MPI_TAG_UB)",
             "the mpi transport's communicator");
   if (found) tag_ub_ = *static_cast<int*>(value);
+  // Collective over `base`, like the rest of the transport's construction.
+  MPI_Comm host = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(base_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host),
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", "the mpi transport's communicator");
+  check_mpi(MPI_Comm_size(host, &ranks_on_host_), "MPI_Comm_size",
+            "the mpi transport's host communicator");
+  MPI_Comm_free(&host);
+  set_mpi_waits_yield(ranks_on_host_ > static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 MpiWorld::~MpiWorld() {

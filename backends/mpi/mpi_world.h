@@ -52,6 +52,8 @@ class MpiWorld {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int tag_ub() const { return tag_ub_; }
+  // Ranks of `base` that share this rank's host (MPI_COMM_TYPE_SHARED), counted at start.
+  int ranks_on_host() const { return ranks_on_host_; }
 
   // World ranks of the members of `comm`, in its rank order.
   std::vector<int> world_ranks_of(MPI_Comm comm) const;
@@ -67,6 +69,7 @@ class MpiWorld {
   int rank_ = 0;
   int size_ = 0;
   int tag_ub_ = 32767;
+  int ranks_on_host_ = 0;
   mutable std::mutex mu_;
   std::map<uint32_t, std::shared_ptr<MpiGroupComms>> groups_;
 };

@@ -65,6 +65,9 @@ class GroupImpl {
   Executor& executor() { return executor_; }
 
  private:
+  // How long a queued native op waits for a caller to run it before the worker does.
+  static std::chrono::microseconds caller_first_grace(const Transport& transport);
+
   std::shared_ptr<Transport> transport_;
   std::shared_ptr<NativeCollectives> native_;
   std::vector<int> members_;
