@@ -2,6 +2,7 @@
 
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/idle_work.h>
 #include <ferry/runtime/log.h>
 #include <ferry/runtime/progress.h>
 #include <ferry/runtime/wait_policy.h>
@@ -62,6 +63,10 @@ bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline, bool 
   }
   // Most waits end within microseconds of being called: spin a little before sleeping.
   if (spin_then_yield([&] { return is_completed(); })) return true;
+  // A thread with work of its own does it before sleeping (idle_work.h).
+  while (run_idle_work()) {
+    if (is_completed()) return true;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_until(lock, deadline, [&] { return done_; });
 }

@@ -400,8 +400,12 @@ Options parse(int argc, char** argv) {
                      "columns) instead of the embedded synthetic data", &o.data, "PATH")
       .string_option("--test-data", "evaluate on this Criteo TSV file (default: --data)",
                      &o.test_data, "PATH")
-      .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: none)",
-                  &o.prefetch, 0, 64)
+      .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: no "
+                  "loader: each batch is made when the step asks for it)", &o.prefetch, 0, 64)
+      .choice_option("--loader", "where the synthetic batches are made: a loader thread, or "
+                     "the rank's own waits for collectives (no thread to take a core from the "
+                     "ranks); auto: waits when this host's ranks fill its cores (default auto)",
+                     &o.loader, {"auto", "thread", "waits"})
       .string_option("--bench-json", "also append --bench's JSON line to this file",
                      &o.bench_json, "PATH")
       .double_option("--max-allocs-per-step", "--bench exits 1 when a step makes more heap "
@@ -430,22 +434,32 @@ Options parse(int argc, char** argv) {
 
 }  // namespace
 
+const char* where_batches_are_made(const Options& o) {
+  if (o.bench) return "batches made before the timed steps";
+  if (loader_in_waits(o)) return "batches made in the ranks' waits";
+  return o.prefetch > 0 ? "batches made by a loader thread" : "batches made when the step asks";
+}
+
 int run_main(int argc, char** argv) {
   Options o = parse(argc, argv);
   Group launched = init();
   const bool one_process_per_rank = launched.size() > 1;
   const int world_size = one_process_per_rank ? launched.size() : o.world_size;
   o.world_size = world_size;
+  // The local transport's ranks are this process's threads; processes learn theirs from the
+  // launcher (get_local_size: one host when it does not say).
+  o.ranks_on_host = one_process_per_rank ? get_local_size(world_size) : world_size;
   if (o.test_samples < o.batch * world_size || o.train_samples < o.batch * world_size)
     throw cli::UsageError("--train-samples and --test-samples must hold at least one global batch");
   if (!one_process_per_rank || launched.rank() == 0) {
     std::printf("ferry-dlrm: DLRM on %d ranks (%s), %d tables (<= %lld rows, dim %lld) sharded "
-                "by %s, batch %lld per rank, %s pipeline, codec %s, %d epochs of %lld samples\n",
+                "by %s, batch %lld per rank, %s pipeline, codec %s, %d epochs of %lld samples, "
+                "%s\n",
                 world_size, one_process_per_rank ? backend_name().c_str() : "local transport",
                 o.tables, static_cast<long long>(o.max_rows), static_cast<long long>(o.dim),
                 o.sharding.c_str(), static_cast<long long>(o.batch),
                 o.pipeline ? "sparse-dist" : "base", o.codec.c_str(), o.epochs,
-                static_cast<long long>(o.train_samples));
+                static_cast<long long>(o.train_samples), where_batches_are_made(o));
     std::fflush(stdout);
   }
   if (o.bench) {

@@ -1,7 +1,8 @@
 #include <ferry/backends/local/local_transport.h>
 
-#include <ferry/runtime/wait_policy.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/idle_work.h>
+#include <ferry/runtime/wait_policy.h>
 
 #include <condition_variable>
 #include <algorithm>
@@ -154,6 +155,7 @@ class LocalWorld {
     for (;;) {
       if (test(op)) return true;
       if (spin_then_yield(ready)) continue;
+      if (run_idle_work()) continue;  // this thread's own work, before sleeping (idle_work.h)
       Waker& w = wakers_[op->owner];
       std::unique_lock<std::mutex> lock(w.mu);
       if (!w.cv.wait_until(lock, deadline, ready)) return false;

@@ -4,7 +4,8 @@
 // instead: back to back for 20 us (a small collective between two ranks finishes in about one),
 // then for up to 20 ms either on (each rank has a core of its own) or with a sched_yield between
 // tests (the host's ranks outnumber its cores: the core goes to the ranks waited for, 3 ranks
-// on 2 cores in the tests), then sleeping with a growing pause (up to 1 ms), so a rank that
+// on 2 cores in the tests), in both cases running the thread's idle work (idle_work.h) between
+// tests where it has some, then sleeping with a growing pause (up to 1 ms), so a rank that
 // waits long for an absent peer stops using the core.
 //
 // Why not always yield: on Linux's EEVDF scheduler a sched_yield moves the caller's deadline one
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <ferry/backends/transport.h>
+#include <ferry/runtime/idle_work.h>
 #include <ferry/runtime/wait_policy.h>  // FERRY_CPU_RELAX
 
 #include <algorithm>
@@ -51,7 +53,9 @@ bool wait_polling_mpi(Test&& test, Clock::time_point& first_wait, Clock::time_po
   const bool yield = mpi_waits_yield.load(std::memory_order_relaxed);
   for (auto now = Clock::now(); now - start < kSpinFor + kYieldFor; now = Clock::now()) {
     if (now >= deadline) return test();
-    if (yield) {
+    if (run_idle_work()) {
+      // The thread's registered work ran one piece instead of this look (idle_work.h).
+    } else if (yield) {
       std::this_thread::yield();
     } else {
       FERRY_CPU_RELAX();

@@ -2,6 +2,7 @@
 
 #include <ferry/backends/ucx/ucx_settings.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/idle_work.h>
 #include <ferry/runtime/log.h>
 #include <ferry/runtime/wait_policy.h>
 
@@ -122,13 +123,16 @@ bool UcxWorker::wait_until(const std::function<bool()>& done, Clock::time_point 
     do {
       try_progress();
       if (done()) return true;
-      if (oversubscribed) {
+      if (run_idle_work()) {
+        // this thread's own work ran one piece instead of spinning (idle_work.h)
+      } else if (oversubscribed) {
         std::this_thread::yield();  // let the peer we wait for have the core
       } else {
         for (int i = 0; i < 32; ++i) FERRY_CPU_RELAX();
       }
     } while (Clock::now() < spin_until);
     if (Clock::now() >= deadline) return false;
+    if (run_idle_work()) continue;  // work of its own before sleeping
     // Then block. sleepers_ goes up before the last check, under the lock, so a thread that
     // completes our request after the check sees a sleeper and signals.
     ucs_status_t armed;

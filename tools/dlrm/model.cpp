@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 #include <utility>
 
 namespace ferry::dlrm_tool {
@@ -109,10 +110,20 @@ FusedOptimizerConfig fused_config(const Options& o) {
 
 std::vector<std::string> feature_keys(const Options& o) { return criteo_sparse_keys(o.tables); }
 
+bool loader_in_waits(const Options& o) {
+  if (!o.data.empty() || o.prefetch <= 0) return false;  // files: read by a thread
+  if (o.loader == "waits") return true;
+  if (o.loader == "thread") return false;
+  return o.ranks_on_host >= static_cast<int>(std::thread::hardware_concurrency());
+}
+
 std::unique_ptr<BatchSource> make_source(const Options& o, const SyntheticCriteo& data,
                                          Split split, const ShardOptions& shard) {
   std::unique_ptr<BatchSource> source;
   if (o.data.empty()) {
+    if (loader_in_waits(o)) {
+      return std::make_unique<SyntheticCriteoSource>(data, split, shard, /*fill_waits=*/true);
+    }
     source = std::make_unique<SyntheticCriteoSource>(data, split, shard);
   } else {
     CriteoTsvConfig c;

@@ -32,6 +32,11 @@ struct Options {
   std::string data;        // Criteo TSV file to train on; empty: the embedded synthetic data
   std::string test_data;   // Criteo TSV file to evaluate on; empty: `data`
   int prefetch = 2;        // batches the loader thread prepares ahead (0: no loader thread)
+  // Where the synthetic batches are drawn: "thread" (a loader thread, `prefetch` ahead),
+  // "waits" (in the rank's own waits for collectives), or "auto": "waits" when this host's
+  // ranks fill its cores (a loader thread would take a core from a rank), else "thread".
+  std::string loader = "auto";
+  int ranks_on_host = 1;  // set at start: the ranks of this job on this rank's host
   uint64_t seed = 0;
   double dense_lr = 0.05;
   double momentum = 0.9;
@@ -60,7 +65,9 @@ std::vector<std::string> feature_keys(const Options& o);
 
 // A rank's batches of one split: the synthetic data's, or with --data the Criteo TSV files'
 // (--data for training, --test-data, else --data, for evaluation), read ahead by a loader thread
-// (PrefetchingSource) when o.prefetch > 0, so that a step finds its batch ready.
+// (PrefetchingSource) when o.prefetch > 0, so that a step finds its batch ready; or, for the
+// synthetic data when loader_in_waits(o), drawn in the rank's waits for collectives.
+bool loader_in_waits(const Options& o);
 std::unique_ptr<torchrec::BatchSource> make_source(const Options& o,
                                                    const torchrec::SyntheticCriteo& data,
                                                    torchrec::Split split,

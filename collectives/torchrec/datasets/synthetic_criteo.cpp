@@ -134,7 +134,7 @@ SyntheticCriteo::Sample SyntheticCriteo::sample(Split split, int64_t n) const {
   s.dense.resize(static_cast<size_t>(c.num_dense));
   s.bags.resize(static_cast<size_t>(c.num_sparse));
   std::vector<int64_t> lengths(static_cast<size_t>(c.num_sparse));
-  generate(split, n, 1, s.dense.data(), &s.label, lengths.data(), s.bags.data(), &s.probability,
+  generate(split, n, 1, s.dense.data(), &s.label, lengths.data(), 1, s.bags.data(), &s.probability,
            &s.dense_logit);
   return s;
 }
@@ -156,8 +156,9 @@ thread_local std::vector<std::vector<int64_t>> batch_ids;  // per table
 }  // namespace
 
 void SyntheticCriteo::generate(Split split, int64_t first, int64_t count, float* dense,
-                               float* labels, int64_t* lengths, std::vector<int64_t>* ids,
-                               double* probability, double* dense_logit) const {
+                               float* labels, int64_t* lengths, int64_t lengths_stride,
+                               std::vector<int64_t>* ids, double* probability,
+                               double* dense_logit) const {
   FERRY_CHECK(count >= 0 && first >= 0 && first + count <= num_samples(split), InvalidArgument,
               "SyntheticCriteo: sample ", first + count - 1, " out of range (the split has ",
               num_samples(split), ")");
@@ -217,7 +218,7 @@ void SyntheticCriteo::generate(Split split, int64_t first, int64_t count, float*
         }
       }
       const size_t length = extra + 1;
-      lengths[t * static_cast<size_t>(count) + i] = static_cast<int64_t>(length);
+      lengths[t * static_cast<size_t>(lengths_stride) + i] = static_cast<int64_t>(length);
       std::vector<int64_t>& bag = ids[t];
       const size_t at = bag.size();
       bag.resize(at + length);
@@ -254,20 +255,25 @@ void SyntheticCriteo::generate(Split split, int64_t first, int64_t count, float*
 }
 
 Batch SyntheticCriteo::batch(Split split, int64_t first, int64_t count) const {
-  const SyntheticCriteoConfig& c = config_;
   // The dense values, labels and lengths are written straight into the batch's tensors; the ids
   // go to per-table buffers first (a bag's length is known only once drawn) and are copied once
   // into the values tensor.
-  Batch b;
-  b.dense = empty({count, c.num_dense}, DType::Float32);
-  b.labels = empty({count}, DType::Float32);
+  const SyntheticCriteoConfig& c = config_;
+  Tensor dense = empty({count, c.num_dense}, DType::Float32);
+  Tensor labels = empty({count}, DType::Float32);
   Tensor lengths = empty({c.num_sparse * count}, DType::Int64);
   std::vector<std::vector<int64_t>>& ids = batch_ids;
   ids.resize(static_cast<size_t>(c.num_sparse));
   for (auto& v : ids) v.clear();
-  generate(split, first, count, b.dense.data<float>(), b.labels.data<float>(),
-           lengths.data<int64_t>(), ids.data(), nullptr, nullptr);
-  std::vector<int64_t> length_per_key(static_cast<size_t>(c.num_sparse));
+  generate(split, first, count, dense.data<float>(), labels.data<float>(), lengths.data<int64_t>(),
+           count, ids.data(), nullptr, nullptr);
+  return assemble(std::move(dense), std::move(labels), std::move(lengths), ids, count);
+}
+
+Batch SyntheticCriteo::assemble(Tensor dense, Tensor labels, Tensor lengths,
+                                const std::vector<std::vector<int64_t>>& ids,
+                                int64_t count) const {
+  std::vector<int64_t> length_per_key(ids.size());
   int64_t total = 0;
   for (size_t t = 0; t < ids.size(); ++t) {
     length_per_key[t] = static_cast<int64_t>(ids[t].size());
@@ -276,10 +282,48 @@ Batch SyntheticCriteo::batch(Split split, int64_t first, int64_t count) const {
   Tensor values = empty({total}, DType::Int64);
   int64_t* out = values.data<int64_t>();
   for (const auto& v : ids) out = std::copy(v.begin(), v.end(), out);
+  Batch b;
+  b.dense = std::move(dense);
+  b.labels = std::move(labels);
   b.sparse = detail::kjt_with_checked_lengths(
       {.keys = keys_, .values = std::move(values), .lengths = std::move(lengths), .stride = count},
       std::move(length_per_key), "SyntheticCriteo::batch");
   return b;
+}
+
+void SyntheticCriteo::BatchInProgress::start(Split split, int64_t first, int64_t count) {
+  const SyntheticCriteoConfig& c = data_->config_;
+  FERRY_CHECK(count >= 0 && first >= 0 && first + count <= data_->num_samples(split),
+              InvalidArgument, "SyntheticCriteo::BatchInProgress: samples [", first, ", ",
+              first + count, ") are not in the split's [0, ", data_->num_samples(split), ")");
+  split_ = split;
+  first_ = first;
+  count_ = count;
+  built_ = 0;
+  dense_ = empty({count, c.num_dense}, DType::Float32);
+  labels_ = empty({count}, DType::Float32);
+  lengths_ = empty({c.num_sparse * count}, DType::Int64);
+  ids_.resize(static_cast<size_t>(c.num_sparse));
+  for (auto& v : ids_) v.clear();
+  started_ = true;
+}
+
+int64_t SyntheticCriteo::BatchInProgress::advance(int64_t samples) {
+  FERRY_CHECK(started_, InvalidArgument, "SyntheticCriteo::BatchInProgress: advance() before start()");
+  const int64_t n = std::min(samples, count_ - built_);
+  if (n <= 0) return 0;
+  const int64_t num_dense = data_->config_.num_dense;
+  data_->generate(split_, first_ + built_, n, dense_.data<float>() + built_ * num_dense,
+                  labels_.data<float>() + built_, lengths_.data<int64_t>() + built_, count_,
+                  ids_.data(), nullptr, nullptr);
+  built_ += n;
+  return n;
+}
+
+Batch SyntheticCriteo::BatchInProgress::finish() {
+  advance(count_ - built_);
+  started_ = false;
+  return data_->assemble(std::move(dense_), std::move(labels_), std::move(lengths_), ids_, count_);
 }
 
 double SyntheticCriteo::bayes_auc(int64_t samples) const {
@@ -298,16 +342,6 @@ double SyntheticCriteo::dense_only_auc(int64_t samples) const {
     p[static_cast<size_t>(i)] = s.probability;
   }
   return auc_expected(score, p);
-}
-
-SyntheticCriteoSource::SyntheticCriteoSource(const SyntheticCriteo& data, Split split,
-                                             const ShardOptions& options)
-    : data_(&data), split_(split), schedule_(data.num_samples(split), options) {}
-
-std::optional<Batch> SyntheticCriteoSource::next_batch() {
-  if (next_ >= schedule_.num_batches()) return std::nullopt;
-  const int64_t i = next_++;
-  return data_->batch(split_, schedule_.first_sample(i), schedule_.batch_size(i));
 }
 
 }  // namespace ferry::torchrec

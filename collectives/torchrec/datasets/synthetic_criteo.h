@@ -54,6 +54,7 @@
 #include <ferry/collectives/torchrec/datasets/power_law_ranks.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -105,6 +106,34 @@ class SyntheticCriteo {
   // Samples [first, first + count) of a split as one Batch.
   Batch batch(Split split, int64_t first, int64_t count) const;
 
+  // The same batch built a few samples at a time, for a source that draws it in pieces (see
+  // SyntheticCriteoSource's fill_waits): finish() returns what batch() returns for the range.
+  // Its buffers are kept from one batch to the next.
+  class BatchInProgress {
+   public:
+    explicit BatchInProgress(const SyntheticCriteo& data) : data_(&data) {}
+    // Starts samples [first, first + count) of `split` (allocates the batch's tensors).
+    void start(Split split, int64_t first, int64_t count);
+    bool started() const { return started_; }
+    bool done() const { return started_ && built_ == count_; }
+    // Draws the next min(samples, left) samples; returns how many.
+    int64_t advance(int64_t samples);
+    // Draws what is left and returns the batch; the next one needs start() again.
+    Batch finish();
+
+   private:
+    const SyntheticCriteo* data_;
+    bool started_ = false;
+    Split split_ = Split::Train;
+    int64_t first_ = 0;
+    int64_t count_ = 0;
+    int64_t built_ = 0;
+    Tensor dense_;
+    Tensor labels_;
+    Tensor lengths_;
+    std::vector<std::vector<int64_t>> ids_;  // per table
+  };
+
   double bayes_auc(int64_t samples = 1 << 15) const;
   double dense_only_auc(int64_t samples = 1 << 15) const;
 
@@ -121,11 +150,15 @@ class SyntheticCriteo {
     double effect;
   };
   // Samples [first, first + count) of the split: dense [count, num_dense] row-major, labels
-  // [count], lengths [num_sparse, count] (table-major, as a KJT's), table t's ids appended to
-  // ids[t]; probability and dense_logit [count] when not null.
+  // [count], table t's length of sample i at lengths[t * lengths_stride + i] (a KJT's
+  // table-major lengths when the stride is the batch size), table t's ids appended to ids[t];
+  // probability and dense_logit [count] when not null.
   void generate(Split split, int64_t first, int64_t count, float* dense, float* labels,
-                int64_t* lengths, std::vector<int64_t>* ids, double* probability,
-                double* dense_logit) const;
+                int64_t* lengths, int64_t lengths_stride, std::vector<int64_t>* ids,
+                double* probability, double* dense_logit) const;
+  // The batch of dense, labels, lengths [num_sparse * count] and every table's ids.
+  Batch assemble(Tensor dense, Tensor labels, Tensor lengths,
+                 const std::vector<std::vector<int64_t>>& ids, int64_t count) const;
 
   SyntheticCriteoConfig config_;
   std::vector<double> w_;
@@ -141,18 +174,38 @@ class SyntheticCriteo {
 // A rank's stream over one split (`data` is referenced: it must outlive the source). The
 // concatenation, in rank order, of every rank's s-th batch is data.batch(split, s * W * B, W * B)
 // (full batches): what an unsharded single-process reference trains on at step s.
+//
+// fill_waits: the next batch is drawn a few samples at a time while the thread that calls
+// next_batch() waits for a collective (ferry's waits run such work in place of polling), and
+// next_batch() draws only what is left. This is for ranks with no spare core: a loader thread
+// (PrefetchingSource) would take the core from its rank at moments the scheduler picks, while
+// this uses the time the rank would have idled. The batches are the same either way. Such a
+// source is used by one thread at a time; the waits of the thread that last called
+// next_batch() fill it.
 class SyntheticCriteoSource : public BatchSource {
  public:
-  SyntheticCriteoSource(const SyntheticCriteo& data, Split split, const ShardOptions& options);
+  SyntheticCriteoSource(const SyntheticCriteo& data, Split split, const ShardOptions& options,
+                        bool fill_waits = false);
+  ~SyntheticCriteoSource() override;
+  SyntheticCriteoSource(const SyntheticCriteoSource&) = delete;
+  SyntheticCriteoSource& operator=(const SyntheticCriteoSource&) = delete;
+
   std::optional<Batch> next_batch() override;
   int64_t num_batches() const override { return schedule_.num_batches(); }
-  void reset() override { next_ = 0; }
+  void reset() override;
+
+  // Samples drawn in waits so far (what next_batch() did not have to draw itself); may be read
+  // from any thread.
+  int64_t samples_drawn_in_waits() const;
 
  private:
+  struct WaitFill;  // the batch in progress, shared with the thread's wait hook
+
   const SyntheticCriteo* data_;
   Split split_;
   ShardSchedule schedule_;
   int64_t next_ = 0;
+  std::shared_ptr<WaitFill> fill_;  // null without fill_waits
 };
 
 }  // namespace ferry::torchrec

@@ -1,0 +1,40 @@
+// A thread's idle work (idle_work.h): runs only on the thread that registered it, one piece per
+// call, never inside itself; an empty function removes it; a piece that throws removes it.
+#include <ferry/runtime/idle_work.h>
+
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <thread>
+
+using ferry::detail::run_idle_work;
+using ferry::detail::set_idle_work;
+
+TEST_CASE("idle work: per thread, one piece per call, not reentrant, removable", "[idle_work]") {
+  CHECK_FALSE(run_idle_work());  // none registered
+  int pieces = 0;
+  bool nested = true;
+  set_idle_work([&] {
+    ++pieces;
+    nested = run_idle_work();  // a piece never runs inside another
+    return pieces < 3;
+  });
+  CHECK(run_idle_work());
+  CHECK_FALSE(nested);
+  CHECK(run_idle_work());
+  CHECK_FALSE(run_idle_work());  // the third piece says nothing is left
+  CHECK(pieces == 3);
+  bool other_thread_ran = true;
+  std::thread([&] { other_thread_ran = run_idle_work(); }).join();
+  CHECK_FALSE(other_thread_ran);
+  CHECK(pieces == 3);
+  set_idle_work({});
+  CHECK_FALSE(run_idle_work());
+  CHECK(pieces == 3);
+}
+
+TEST_CASE("idle work: a piece that throws passes the exception on and is removed", "[idle_work]") {
+  set_idle_work([]() -> bool { throw std::runtime_error("piece failed"); });
+  CHECK_THROWS_WITH(run_idle_work(), "piece failed");
+  CHECK_FALSE(run_idle_work());
+}
