@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
+#include <span>
 
 namespace ferry::torchrec {
 
@@ -30,8 +31,15 @@ std::vector<int64_t> to_i64(const Tensor& t) {
   return out;
 }
 
-// What one lookup call resolved at forward and its backward needs again.
+// What one lookup call resolved at forward and its backward needs again. Moved, never copied:
+// the items' rows point into the plan's own row_storage.
 struct Plan {
+  Plan() = default;
+  Plan(Plan&&) = default;
+  Plan& operator=(Plan&&) = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
   const char* op = "";
   int64_t B = 0;
   std::vector<int64_t> offsets;  // the KJT's offsets (lengths.numel() + 1)
@@ -44,9 +52,10 @@ struct Plan {
     int64_t col_start = 0;   // pooled: output column of the block
     PoolingType pooling = PoolingType::Sum;
     std::string feature;
-    std::vector<int64_t> rows;  // per id of the key: local row, or -1 when outside the block
+    std::span<const int64_t> rows;  // per id of the key: local row, or -1 outside the block
   };
   std::vector<Item> items;
+  std::vector<int64_t> row_storage;  // every item's rows, one after another (one allocation)
   int64_t total_cols = 0;
   DType dtype = DType::Float32;
   std::vector<int64_t> divisors;  // MEAN divisors per bag (empty: bag lengths)
@@ -69,6 +78,11 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
   const auto& first_bag = kjt.lengths_offset_per_key();
   const int64_t* ids = kjt.values().data<int64_t>();
   p.items.reserve(lookups.size());
+  p.tables.reserve(lookups.size());
+  p.table_versions.reserve(lookups.size());
+  p.row_storage.reserve(static_cast<size_t>(kjt.values().numel()));  // enough unless keys repeat
+  std::vector<size_t> rows_at;  // each item's first row in row_storage
+  rows_at.reserve(lookups.size());
   for (const FeatureLookup& l : lookups) {
     FERRY_CHECK(l.table != nullptr, InvalidArgument, op, ": feature \"", l.feature,
                 "\" has no table");
@@ -99,7 +113,9 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
     const EmbeddingTable& t = *l.table;
     const int64_t lo = p.offsets[it.first_bag], hi = p.offsets[it.first_bag + p.B];
     const int64_t R = t.total_rows(), r0 = t.shard().row_offset, nr = t.shard().num_rows;
-    it.rows.resize(static_cast<size_t>(hi - lo));
+    rows_at.push_back(p.row_storage.size());
+    p.row_storage.resize(p.row_storage.size() + static_cast<size_t>(hi - lo));
+    int64_t* rows = p.row_storage.data() + rows_at.back();
     bool warned = false;
     for (int64_t i = lo; i < hi; ++i) {
       int64_t id = ids[i];
@@ -127,9 +143,15 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
         }
       }
       const int64_t local = id - r0;
-      it.rows[static_cast<size_t>(i - lo)] = local >= 0 && local < nr ? local : -1;
+      rows[i - lo] = local >= 0 && local < nr ? local : -1;
     }
+    it.rows = std::span<const int64_t>(rows, static_cast<size_t>(hi - lo));
     p.items.push_back(std::move(it));
+  }
+  // row_storage may have moved while it grew (a key looked up twice): point the rows again.
+  for (size_t k = 0; k < p.items.size(); ++k) {
+    Plan::Item& it = p.items[k];
+    it.rows = std::span<const int64_t>(p.row_storage.data() + rows_at[k], it.rows.size());
   }
   if (mean_divisors.defined()) {
     FERRY_CHECK(mean_divisors.dim() == 1 &&
@@ -165,7 +187,7 @@ constexpr int64_t kPrefetchAhead = 8;
 
 // Asks for the cache lines of the row of an item's id j, if it has one in this block.
 template <class T>
-void prefetch_row(const T* W, const std::vector<int64_t>& rows, int64_t j, int64_t C) {
+void prefetch_row(const T* W, std::span<const int64_t> rows, int64_t j, int64_t C) {
   if (j >= static_cast<int64_t>(rows.size()) || rows[static_cast<size_t>(j)] < 0) return;
   const char* row = reinterpret_cast<const char*>(W + rows[static_cast<size_t>(j)] * C);
   for (size_t line = 0; line < static_cast<size_t>(C) * sizeof(T); line += 64)
