@@ -18,8 +18,13 @@ namespace ferry::detail {
 // One bounded piece of work; returns false when there is nothing to do now.
 using IdleWork = std::function<bool()>;
 
-// Registers this thread's idle work (replacing any); an empty function removes it.
-void set_idle_work(IdleWork work);
+// Registers this thread's idle work for `owner` (replacing any); an empty function removes it.
+void set_idle_work(IdleWork work, const void* owner = nullptr);
+// Whether this thread's idle work is the one `owner` registered.
+bool idle_work_registered_by(const void* owner);
+// Removes this thread's idle work if `owner` registered it (an owner going away must not remove
+// the work another one registered since).
+void clear_idle_work(const void* owner);
 
 // Runs one piece of this thread's idle work; false when it has none, has nothing to do now, or
 // is already running one (a piece never runs inside another). An exception a piece throws

@@ -33,6 +33,20 @@ TEST_CASE("idle work: per thread, one piece per call, not reentrant, removable",
   CHECK(pieces == 3);
 }
 
+TEST_CASE("idle work: an owner removes only the work it registered", "[idle_work]") {
+  int a = 0, b = 0;
+  set_idle_work([&] { return ++a < 100; }, &a);
+  CHECK(ferry::detail::idle_work_registered_by(&a));
+  set_idle_work([&] { return ++b < 100; }, &b);
+  CHECK_FALSE(ferry::detail::idle_work_registered_by(&a));
+  ferry::detail::clear_idle_work(&a);  // not a's any more: stays
+  CHECK(run_idle_work());
+  CHECK(b == 1);
+  ferry::detail::clear_idle_work(&b);
+  CHECK_FALSE(run_idle_work());
+  CHECK(a == 0);
+}
+
 TEST_CASE("idle work: a piece that throws passes the exception on and is removed", "[idle_work]") {
   set_idle_work([]() -> bool { throw std::runtime_error("piece failed"); });
   CHECK_THROWS_WITH(run_idle_work(), "piece failed");

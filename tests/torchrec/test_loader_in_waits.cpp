@@ -99,6 +99,26 @@ TEST_CASE("SyntheticCriteoSource with fill_waits: a reset drops the batch in pro
   CHECK_FALSE(ferry::detail::run_idle_work());
 }
 
+TEST_CASE("SyntheticCriteoSource with fill_waits: a second source (an evaluation's) takes the "
+          "thread's waits only until the first one is called again", "[datasets][loader]") {
+  const SyntheticCriteo data = small_data();
+  SyntheticCriteoSource train(data, Split::Train, {.batch_size = 10, .rank = 0, .world_size = 1},
+                              true);
+  REQUIRE(train.next_batch().has_value());
+  {
+    SyntheticCriteoSource test(data, Split::Test, {.batch_size = 10, .rank = 0, .world_size = 1},
+                               true);
+    REQUIRE(test.next_batch().has_value());
+    CHECK(ferry::detail::run_idle_work());  // a piece of the test source's batch 1
+    CHECK(test.samples_drawn_in_waits() == 8);
+    CHECK(train.samples_drawn_in_waits() == 0);
+    REQUIRE(train.next_batch().has_value());  // takes the thread's waits back
+  }
+  // The test source went away without removing the training source's hook.
+  CHECK(ferry::detail::run_idle_work());
+  CHECK(train.samples_drawn_in_waits() == 8);
+}
+
 TEST_CASE("SyntheticCriteoSource with fill_waits: a collective's wait draws the next batch",
           "[datasets][loader]") {
   const SyntheticCriteo data = small_data();

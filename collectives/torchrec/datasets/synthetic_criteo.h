@@ -54,6 +54,7 @@
 #include <ferry/collectives/torchrec/datasets/power_law_ranks.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -200,6 +201,8 @@ class SyntheticCriteoSource : public BatchSource {
 
  private:
   struct WaitFill;  // the batch in progress, shared with the thread's wait hook
+  // The hook: one piece of the batch in progress (it holds the state weakly).
+  static std::function<bool()> draw_a_piece(const std::shared_ptr<WaitFill>& fill);
 
   const SyntheticCriteo* data_;
   Split split_;

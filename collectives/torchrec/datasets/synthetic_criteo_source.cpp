@@ -19,10 +19,30 @@ struct SyntheticCriteoSource::WaitFill {
   explicit WaitFill(const SyntheticCriteo& data) : pending(data) {}
   SyntheticCriteo::BatchInProgress pending;
   int64_t pending_index = -1;  // the batch `pending` holds
-  std::thread::id thread;      // whose waits draw it (the last caller of next_batch)
+  // Whose waits draw it (the last caller of next_batch): a hook left on another thread reads
+  // it, hence atomic.
+  std::atomic<std::thread::id> thread;
   std::atomic<int64_t> drawn_in_waits{0};  // read by other threads (tests, progress output)
   std::exception_ptr error;  // a piece's failure, raised by the next next_batch()
 };
+
+// A hook left on a thread after its source is gone (or moved to another thread) does nothing.
+std::function<bool()> SyntheticCriteoSource::draw_a_piece(
+    const std::shared_ptr<WaitFill>& fill) {
+  return [weak = std::weak_ptr<WaitFill>(fill)] {
+    const std::shared_ptr<WaitFill> f = weak.lock();
+    if (!f || f->thread != std::this_thread::get_id() || f->error || !f->pending.started() ||
+        f->pending.done()) {
+      return false;
+    }
+    try {
+      f->drawn_in_waits += f->pending.advance(kSamplesPerPiece);
+    } catch (...) {
+      f->error = std::current_exception();
+    }
+    return true;
+  };
+}
 
 SyntheticCriteoSource::SyntheticCriteoSource(const SyntheticCriteo& data, Split split,
                                              const ShardOptions& options, bool fill_waits)
@@ -32,7 +52,7 @@ SyntheticCriteoSource::SyntheticCriteoSource(const SyntheticCriteo& data, Split 
 
 SyntheticCriteoSource::~SyntheticCriteoSource() {
   // Another thread's hook only holds a weak reference: it finds the source gone and idles.
-  if (fill_ && fill_->thread == std::this_thread::get_id()) ferry::detail::set_idle_work({});
+  if (fill_) ferry::detail::clear_idle_work(fill_.get());
 }
 
 void SyntheticCriteoSource::reset() {
@@ -50,21 +70,11 @@ std::optional<Batch> SyntheticCriteoSource::next_batch() {
   if (!fill_) return data_->batch(split_, schedule_.first_sample(i), schedule_.batch_size(i));
 
   WaitFill& f = *fill_;
-  if (f.thread != std::this_thread::get_id()) {
-    f.thread = std::this_thread::get_id();
-    ferry::detail::set_idle_work([weak = std::weak_ptr<WaitFill>(fill_)] {
-      const std::shared_ptr<WaitFill> fill = weak.lock();
-      if (!fill || fill->thread != std::this_thread::get_id() || fill->error ||
-          !fill->pending.started() || fill->pending.done()) {
-        return false;
-      }
-      try {
-        fill->drawn_in_waits += fill->pending.advance(kSamplesPerPiece);
-      } catch (...) {
-        fill->error = std::current_exception();
-      }
-      return true;
-    });
+  // (Re)registered unless the hook is ours: another source (the evaluation's) may have taken
+  // the thread's hook since the last call.
+  f.thread = std::this_thread::get_id();
+  if (!ferry::detail::idle_work_registered_by(fill_.get())) {
+    ferry::detail::set_idle_work(draw_a_piece(fill_), fill_.get());
   }
   if (f.error) std::rethrow_exception(std::exchange(f.error, nullptr));
   if (f.pending_index != i || !f.pending.started()) {
