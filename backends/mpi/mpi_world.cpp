@@ -3,6 +3,7 @@
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <numeric>
 #include <thread>
@@ -46,7 +47,10 @@ MpiWorld::MpiWorld(MPI_Comm base) : base_(base) {
   check_mpi(MPI_Comm_size(host, &ranks_on_host_), "MPI_Comm_size",
             "the mpi transport's host communicator");
   MPI_Comm_free(&host);
-  set_mpi_waits_yield(ranks_on_host_ > static_cast<int>(std::thread::hardware_concurrency()));
+  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+  set_mpi_waits_yield(ranks_on_host_ > cores);
+  FERRY_LOG(Info, "transport", "mpi: ", ranks_on_host_, " rank(s) on this host, ", cores,
+            " core(s): waits ", ranks_on_host_ > cores ? "yield between tests" : "poll without yielding");
 }
 
 MpiWorld::~MpiWorld() {

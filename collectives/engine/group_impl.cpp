@@ -1,6 +1,7 @@
 #include <ferry/collectives/engine/group_impl.h>
 
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 #include <thread>
 
@@ -14,7 +15,14 @@ GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> memb
       members_(std::move(members)),
       rank_(rank),
       id_(id) {
-  if (native_) executor_.set_caller_first(caller_first_grace(*transport_));
+  if (native_) {
+    const std::chrono::microseconds grace = caller_first_grace(*transport_);
+    executor_.set_caller_first(grace);
+    if (id_ == 0) {
+      FERRY_LOG(Info, "coll", "a queued collective waits ", grace.count(),
+                " us for the caller who waits on it before the group's worker runs it");
+    }
+  }
 }
 
 std::chrono::microseconds GroupImpl::caller_first_grace(const Transport& transport) {
