@@ -35,6 +35,7 @@
 // non-blocking call where its peers start a persistent request would never match them).
 #pragma once
 
+#include <ferry/backends/mpi/mpi_call_key.h>
 #include <ferry/backends/native_collectives.h>
 
 #include <mpi.h>
@@ -77,7 +78,7 @@ class PersistentCollectives {
 
  private:
   struct Key {
-    int kind;
+    CallKind kind;
     int count;
     MPI_Datatype type;
     MPI_Op op;
@@ -87,7 +88,7 @@ class PersistentCollectives {
 
   // The slot of a persistent MPI_Alltoall of `block` bytes per rank (all_gather and
   // all_to_all_single share the call; `kind` keeps their keys apart).
-  std::shared_ptr<Slot> alltoall_slot(int kind, int block);
+  std::shared_ptr<Slot> alltoall_slot(CallKind kind, int block);
   // The slot of `key`, created with `init` (which makes the persistent request over the
   // slot's staging buffers) when the key is new; null when the path is not taken.
   template <class Init>
