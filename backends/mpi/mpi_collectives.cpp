@@ -151,7 +151,7 @@ class MpiCollectives final : public NativeCollectives {
     // Every rank has the same block list, so every rank makes the same call.
     if (equal_contiguous(bytes, offset)) return all_gather_equal(in, out, bytes[0]);
     for (size_t b : bytes) fit(b, "all_gather", "bytes");
-    if (!exchange_->enabled())  // MPI_Iallgatherv's displacements (refused before anything starts)
+    if (!exchange_->enabled())  // MPI_Iallgatherv's displacements: refused before anything starts
       for (size_t d : offset) fit(d, "all_gather", "bytes");
     const CallKey key = split_key(CallKind::AllGather, bytes, MPI_BYTE, MPI_OP_NULL);
     return checked("all_gather", key, [&]() -> std::unique_ptr<NativeRequest> {
@@ -308,7 +308,8 @@ class MpiCollectives final : public NativeCollectives {
       for (size_t k : recv_bytes) fit(k, "gather", "bytes");
     const CallKey key =
         rooted_key(CallKind::Gather, bytes, rank_ == root ? &recv_bytes : nullptr, root);
-    return checked("gather", key, [&] { return gather_unchecked(in, b, bytes, recv, recv_bytes, root); },
+    return checked("gather", key,
+                   [&] { return gather_unchecked(in, b, bytes, recv, recv_bytes, root); },
                    rank_ == root ? recv_bytes : std::vector<size_t>{});
   }
 
@@ -398,13 +399,14 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_gather_equal(const void* in, void* out,
                                                   size_t block_bytes) override {
     const int b = fit(block_bytes, "all_gather", "bytes");
-    // Point-to-point first at every size: for 8 B on two ranks it added 0.7-1.2 us to the
-    // blocking call where the persistent request added 1.1-2.5 us (same sittings).
-    const CallKey key = agreed_key(CallKind::AllGather, b, MPI_BYTE, MPI_OP_NULL, -1);
-    if (exchange_->enabled())
-      return checked("all_gather", key, [&] { return exchange_->all_gather(in, out, block_bytes); });
+    // The persistent request first: it compares its key once, where the point-to-point path
+    // needs the per-call key check. Unchecked, point to point was the cheaper (8 B on two ranks:
+    // 0.7-1.2 us added to the blocking call against 1.1-2.5 us); with the check beside it,
+    // it took 3.1-5.4 us against 1.3-1.5 us before the check (ferry-bench, alternated runs).
     if (auto p = persistent_->all_gather(in, out, b)) return p;
+    const CallKey key = agreed_key(CallKind::AllGather, b, MPI_BYTE, MPI_OP_NULL, -1);
     return checked("all_gather", key, [&]() -> std::unique_ptr<NativeRequest> {
+      if (auto x = exchange_->all_gather(in, out, block_bytes)) return x;
       auto r = start("all_gather");
       const void* send =
           in == static_cast<char*>(out) + block_bytes * static_cast<size_t>(rank_) ? MPI_IN_PLACE
@@ -449,14 +451,12 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_to_all_equal(const void* in, void* out,
                                                   size_t block_bytes) override {
     const int b = fit(block_bytes, "all_to_all_single", "bytes");
-    // Point-to-point first at every size, as for all_gather (8 B, two ranks: 0.6-1.2 us added
-    // against 0.9-1.9 us for the persistent request).
-    if (exchange_->enabled())
-      return checked("all_to_all_single", all_to_all_key(rank_, size_, block_bytes),
-                     [&] { return exchange_->all_to_all(in, out, block_bytes); });
+    // The persistent request first, as for all_gather (unchecked, point to point was the
+    // cheaper at 8 B on two ranks: 0.6-1.2 us added against 0.9-1.9 us).
     if (auto p = persistent_->all_to_all(in, out, b)) return p;
     return checked("all_to_all_single", all_to_all_key(rank_, size_, block_bytes),
                    [&]() -> std::unique_ptr<NativeRequest> {
+                     if (auto x = exchange_->all_to_all(in, out, block_bytes)) return x;
                      auto r = start("all_to_all_single");
                      check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE,
                                                      comms_->coll, r->pending().handle()),

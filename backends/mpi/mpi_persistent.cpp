@@ -174,7 +174,8 @@ void PersistentCollectives::post_key_check(const Key& key, Slot& slot) const {
   const CallKey mine = key.kind == CallKind::AllToAll
                            ? all_to_all_key(rank_, size_, static_cast<size_t>(key.count))
                            : agreed_key(key.kind, key.count, key.type, key.op, key.root);
-  slot.check = std::make_unique<KeyCheck>(comm_, rank_, size_, group_id_, "a persistent collective", mine);
+  slot.check = std::make_unique<KeyCheck>(comm_, rank_, size_, group_id_,
+                                          "a persistent collective", mine);
 }
 
 std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
