@@ -56,7 +56,8 @@ void run_case(Group& world, Checks& c, const Case& k) {
   c.expect(kind == "MismatchError",
            k.what + ": MismatchError expected, got '" + kind + "': " + what);
   for (const std::string& n : k.named)
-    c.expect(what.find(n) != std::string::npos, k.what + ": the message names '" + n + "': " + what);
+    c.expect(what.find(n) != std::string::npos,
+             k.what + ": the message names '" + n + "': " + what);
   c.expect(seconds < 10.0, k.what + ": the error comes within 10 s, not after " +
                                std::to_string(seconds) + " s");
   if (world.rank() == 0 && kind == "MismatchError")
