@@ -15,8 +15,8 @@
 //    sees the same keys in the same order and creates the same requests at the same point: the
 //    choice depends on nothing local to a rank (MPI matches persistent collectives only with
 //    persistent ones, so ranks must never disagree).
-//  - When a key's request is created, the ranks also compare their keys (one small
-//    MPI_Iallgather posted beside the init, once per key and group, nothing per op), and the
+//  - When a key's request is created, the ranks also compare their keys (mpi_call_key.h: one
+//    small MPI_Iallgather posted beside the init, once per key and group, nothing per op), and the
 //    request is first started only once the comparison agreed: MPI binds persistent
 //    collectives to one another by the order of their init calls, so ranks that create
 //    requests of different counts, datatypes, reductions or roots at the same point would be
