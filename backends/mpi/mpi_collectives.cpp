@@ -1,5 +1,6 @@
 #include <ferry/backends/mpi/mpi_collectives.h>
 
+#include <ferry/backends/mpi/mpi_call_key.h>
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_exchange.h>
 #include <ferry/backends/mpi/mpi_persistent.h>
@@ -25,39 +26,6 @@ class MpiCollectiveRequest final : public NativeRequest {
   MpiPending pending_;
 };
 
-// A datatype covering `bytes` bytes at the absolute address `p` (for MPI_BOTTOM): lets a call
-// take separately allocated tensors without copying them into one buffer.
-MPI_Datatype absolute_bytes(const void* p, size_t bytes, const std::string& where) {
-  MPI_Aint address = 0;
-  check_mpi(MPI_Get_address(p, &address), "MPI_Get_address", where);
-  const int length = static_cast<int>(bytes);
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  check_mpi(MPI_Type_create_hindexed(1, &length, &address, MPI_BYTE, &type),
-            "MPI_Type_create_hindexed", where);
-  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit", where);
-  return type;
-}
-
-// The same over several spans, in order (MPI_DATATYPE_NULL when they hold no bytes).
-MPI_Datatype absolute_spans(const std::vector<ByteSpan>& spans, const std::string& where) {
-  std::vector<int> lengths;
-  std::vector<MPI_Aint> addresses;
-  for (const ByteSpan& span : spans) {
-    if (span.bytes == 0) continue;
-    MPI_Aint address = 0;
-    check_mpi(MPI_Get_address(span.data, &address), "MPI_Get_address", where);
-    lengths.push_back(static_cast<int>(span.bytes));
-    addresses.push_back(address);
-  }
-  if (lengths.empty()) return MPI_DATATYPE_NULL;
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  check_mpi(MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(),
-                                     addresses.data(), MPI_BYTE, &type),
-            "MPI_Type_create_hindexed", where);
-  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit", where);
-  return type;
-}
-
 class MpiCollectives final : public NativeCollectives {
  public:
   MpiCollectives(std::shared_ptr<MpiWorld> world, uint32_t id,
@@ -80,26 +48,32 @@ class MpiCollectives final : public NativeCollectives {
     if (auto p = persistent_->all_reduce(in, out, n, mpi_datatype(dtype), dtype_size(dtype),
                                          mpi_op(op)))
       return p;
-    if (auto x = exchange_->all_reduce(in, out, count, mpi_datatype(dtype), dtype_size(dtype),
-                                       mpi_op(op)))
-      return x;
-    auto r = start("all_reduce");
-    const void* send = in == out ? MPI_IN_PLACE : in;
-    check_started(*r, MPI_Iallreduce(send, out, n, mpi_datatype(dtype), mpi_op(op), comms_->coll,
-                                     r->pending().handle()),
-                  "MPI_Iallreduce");
-    return r;
+    const CallKey key = agreed_key(CallKind::AllReduce, n, mpi_datatype(dtype), mpi_op(op), -1);
+    return checked("all_reduce", key, [&]() -> std::unique_ptr<NativeRequest> {
+      if (auto x = exchange_->all_reduce(in, out, count, mpi_datatype(dtype), dtype_size(dtype),
+                                         mpi_op(op)))
+        return x;
+      auto r = start("all_reduce");
+      const void* send = in == out ? MPI_IN_PLACE : in;
+      check_started(*r, MPI_Iallreduce(send, out, n, mpi_datatype(dtype), mpi_op(op),
+                                       comms_->coll, r->pending().handle()),
+                    "MPI_Iallreduce");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> reduce(const void* in, void* out, size_t count, DType dtype,
                                         ReduceOp op, int root) override {
-    auto r = start("reduce");
     const int n = fit(count, "reduce", "elements");
-    const void* send = (rank_ == root && in == out) ? MPI_IN_PLACE : in;
-    check_started(*r, MPI_Ireduce(send, rank_ == root ? out : nullptr, n, mpi_datatype(dtype),
-                                  mpi_op(op), root, comms_->coll, r->pending().handle()),
-                  "MPI_Ireduce");
-    return r;
+    const CallKey key = agreed_key(CallKind::Reduce, n, mpi_datatype(dtype), mpi_op(op), root);
+    return checked("reduce", key, [&]() -> std::unique_ptr<NativeRequest> {
+      auto r = start("reduce");
+      const void* send = (rank_ == root && in == out) ? MPI_IN_PLACE : in;
+      check_started(*r, MPI_Ireduce(send, rank_ == root ? out : nullptr, n, mpi_datatype(dtype),
+                                    mpi_op(op), root, comms_->coll, r->pending().handle()),
+                    "MPI_Ireduce");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> reduce_scatter(const void* in, void* out,
@@ -110,26 +84,32 @@ class MpiCollectives final : public NativeCollectives {
       return reduce_scatter_equal(in, out, counts[0], dtype, op);
     const MPI_Datatype type = mpi_datatype(dtype);
     for (size_t c : counts) fit(c, "reduce_scatter", "elements");
-    if (auto x = exchange_->reduce_scatter_v(in, out, counts, type, dtype_size(dtype), mpi_op(op)))
-      return x;
-    auto r = start("reduce_scatter");
-    std::vector<int>& c = r->pending().ints(counts.size());
-    for (size_t k = 0; k < counts.size(); ++k) c[k] = fit(counts[k], "reduce_scatter", "elements");
-    check_started(*r, MPI_Ireduce_scatter(in, out, c.data(), type, mpi_op(op), comms_->coll,
-                                          r->pending().handle()),
-                  "MPI_Ireduce_scatter");
-    return r;
+    const CallKey key = split_key(CallKind::ReduceScatter, counts, type, mpi_op(op));
+    return checked("reduce_scatter", key, [&]() -> std::unique_ptr<NativeRequest> {
+      if (auto x =
+              exchange_->reduce_scatter_v(in, out, counts, type, dtype_size(dtype), mpi_op(op)))
+        return x;
+      auto r = start("reduce_scatter");
+      std::vector<int>& c = r->pending().ints(counts.size());
+      for (size_t k = 0; k < counts.size(); ++k) c[k] = static_cast<int>(counts[k]);
+      check_started(*r, MPI_Ireduce_scatter(in, out, c.data(), type, mpi_op(op), comms_->coll,
+                                            r->pending().handle()),
+                    "MPI_Ireduce_scatter");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> broadcast(void* buf, size_t bytes, int root) override {
     const int b = fit(bytes, "broadcast", "bytes");
     if (auto p = persistent_->broadcast(buf, b, root)) return p;
-    if (auto x = exchange_->broadcast(buf, bytes, root)) return x;
-    auto r = start("broadcast");
-    check_started(*r, MPI_Ibcast(buf, b, MPI_BYTE, root,
-                                 comms_->coll, r->pending().handle()),
-                  "MPI_Ibcast");
-    return r;
+    const CallKey key = agreed_key(CallKind::Broadcast, b, MPI_BYTE, MPI_OP_NULL, root);
+    return checked("broadcast", key, [&]() -> std::unique_ptr<NativeRequest> {
+      if (auto x = exchange_->broadcast(buf, bytes, root)) return x;
+      auto r = start("broadcast");
+      check_started(*r, MPI_Ibcast(buf, b, MPI_BYTE, root, comms_->coll, r->pending().handle()),
+                    "MPI_Ibcast");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
@@ -138,18 +118,23 @@ class MpiCollectives final : public NativeCollectives {
     // Every rank has the same block list, so every rank makes the same call.
     if (equal_contiguous(bytes, offset)) return all_gather_equal(in, out, bytes[0]);
     for (size_t b : bytes) fit(b, "all_gather", "bytes");
-    if (auto x = exchange_->all_gather_v(in, out, bytes, offset)) return x;
-    char* base = static_cast<char*>(out);
-    const void* send = in == base + offset[rank_] ? MPI_IN_PLACE : in;
-    auto r = start("all_gather");
-    std::vector<int>& c = r->pending().ints(bytes.size());
-    std::vector<int>& d = r->pending().ints(bytes.size());
-    fill(c, bytes, "all_gather");
-    fill(d, offset, "all_gather");
-    check_started(*r, MPI_Iallgatherv(send, c[rank_], MPI_BYTE, out, c.data(), d.data(), MPI_BYTE,
-                                      comms_->coll, r->pending().handle()),
-                  "MPI_Iallgatherv");
-    return r;
+    if (!exchange_->enabled())  // MPI_Iallgatherv's displacements: refused before anything starts
+      for (size_t d : offset) fit(d, "all_gather", "bytes");
+    const CallKey key = split_key(CallKind::AllGather, bytes, MPI_BYTE, MPI_OP_NULL);
+    return checked("all_gather", key, [&]() -> std::unique_ptr<NativeRequest> {
+      if (auto x = exchange_->all_gather_v(in, out, bytes, offset)) return x;
+      char* base = static_cast<char*>(out);
+      const void* send = in == base + offset[rank_] ? MPI_IN_PLACE : in;
+      auto r = start("all_gather");
+      std::vector<int>& c = r->pending().ints(bytes.size());
+      std::vector<int>& d = r->pending().ints(bytes.size());
+      fill(c, bytes, "all_gather");
+      fill(d, offset, "all_gather");
+      check_started(*r, MPI_Iallgatherv(send, c[rank_], MPI_BYTE, out, c.data(), d.data(),
+                                        MPI_BYTE, comms_->coll, r->pending().handle()),
+                    "MPI_Iallgatherv");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> all_to_all_single(const void* in,
@@ -167,27 +152,38 @@ class MpiCollectives final : public NativeCollectives {
       fit(recv_bytes[k], "all_to_all_single", "bytes");
     }
     if (exchange_->enabled()) {
-      std::vector<const void*> send(n);
-      std::vector<void*> recv(n);
+      own_block_alike("all_to_all_single", send_bytes, recv_bytes);
+    } else {  // MPI_Ialltoallv's displacements (refused before anything starts)
       for (size_t k = 0; k < n; ++k) {
-        send[k] = static_cast<const char*>(in) + send_offset[k];
-        recv[k] = static_cast<char*>(out) + recv_offset[k];
+        fit(send_offset[k], "all_to_all_single", "bytes");
+        fit(recv_offset[k], "all_to_all_single", "bytes");
       }
-      return exchange_->all_to_all_v("all_to_all_single", send, send_bytes, recv, recv_bytes);
     }
-    auto r = start("all_to_all_single");
-    std::vector<int>& sc = r->pending().ints(n);
-    std::vector<int>& sd = r->pending().ints(n);
-    std::vector<int>& rc = r->pending().ints(n);
-    std::vector<int>& rd = r->pending().ints(n);
-    fill(sc, send_bytes, "all_to_all_single");
-    fill(sd, send_offset, "all_to_all_single");
-    fill(rc, recv_bytes, "all_to_all_single");
-    fill(rd, recv_offset, "all_to_all_single");
-    check_started(*r, MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(),
-                                     rd.data(), MPI_BYTE, comms_->coll, r->pending().handle()),
-                  "MPI_Ialltoallv");
-    return r;
+    const CallKey key = all_to_all_key(rank_, send_bytes, recv_bytes);
+    return checked("all_to_all_single", key, [&]() -> std::unique_ptr<NativeRequest> {
+      if (exchange_->enabled()) {
+        std::vector<const void*> send(n);
+        std::vector<void*> recv(n);
+        for (size_t k = 0; k < n; ++k) {
+          send[k] = static_cast<const char*>(in) + send_offset[k];
+          recv[k] = static_cast<char*>(out) + recv_offset[k];
+        }
+        return exchange_->all_to_all_v("all_to_all_single", send, send_bytes, recv, recv_bytes);
+      }
+      auto r = start("all_to_all_single");
+      std::vector<int>& sc = r->pending().ints(n);
+      std::vector<int>& sd = r->pending().ints(n);
+      std::vector<int>& rc = r->pending().ints(n);
+      std::vector<int>& rd = r->pending().ints(n);
+      fill(sc, send_bytes, "all_to_all_single");
+      fill(sd, send_offset, "all_to_all_single");
+      fill(rc, recv_bytes, "all_to_all_single");
+      fill(rd, recv_offset, "all_to_all_single");
+      check_started(*r, MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(),
+                                       rd.data(), MPI_BYTE, comms_->coll, r->pending().handle()),
+                    "MPI_Ialltoallv");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> all_to_all(const std::vector<const void*>& send,
@@ -198,11 +194,15 @@ class MpiCollectives final : public NativeCollectives {
       fit(send_bytes[k], "all_to_all", "bytes");
       fit(recv_bytes[k], "all_to_all", "bytes");
     }
-    if (auto x = exchange_->all_to_all_v("all_to_all", send, send_bytes, recv, recv_bytes))
-      return x;
-    auto r = start("all_to_all");
-    lists_by_address(*r, send, send_bytes, recv, recv_bytes, "all_to_all");
-    return r;
+    if (exchange_->enabled()) own_block_alike("all_to_all", send_bytes, recv_bytes);
+    const CallKey key = all_to_all_key(rank_, send_bytes, recv_bytes);
+    return checked("all_to_all", key, [&]() -> std::unique_ptr<NativeRequest> {
+      if (auto x = exchange_->all_to_all_v("all_to_all", send, send_bytes, recv, recv_bytes))
+        return x;
+      auto r = start("all_to_all");
+      lists_by_address(*r, send, send_bytes, recv, recv_bytes, "all_to_all");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> all_to_all_spans(
@@ -211,6 +211,33 @@ class MpiCollectives final : public NativeCollectives {
     for (const auto* lists : {&send, &recv})
       for (const std::vector<ByteSpan>& list : *lists)
         for (const ByteSpan& span : list) fit(span.bytes, "all_to_all_single", "bytes");
+    const size_t me = static_cast<size_t>(rank_);
+    auto own_sizes_differ = [&] {
+      if (send[me].size() != recv[me].size()) return true;
+      for (size_t i = 0; i < send[me].size(); ++i)
+        if (send[me][i].bytes != recv[me][i].bytes) return true;
+      return false;
+    };
+    // Refused before the key check is posted (as the point-to-point path would).
+    FERRY_CHECK(!exchange_->enabled() || !own_sizes_differ(), InvalidArgument,
+                "all_to_all_single on group ", id_, " rank ", rank_,
+                ": the spans this rank keeps must be the same sizes both ways");
+    // Compared by each peer's total: MPI_Ialltoallw's datatypes carry no more, and the
+    // point-to-point path checks each span's message.
+    std::vector<size_t> send_total(send.size()), recv_total(recv.size());
+    for (size_t k = 0; k < send.size(); ++k)
+      for (const ByteSpan& span : send[k]) send_total[k] += span.bytes;
+    for (size_t k = 0; k < recv.size(); ++k)
+      for (const ByteSpan& span : recv[k]) recv_total[k] += span.bytes;
+    return checked("all_to_all_single", all_to_all_key(rank_, send_total, recv_total),
+                   [&]() -> std::unique_ptr<NativeRequest> {
+                     return all_to_all_spans_unchecked(send, recv);
+                   });
+  }
+
+  std::unique_ptr<NativeRequest> all_to_all_spans_unchecked(
+      const std::vector<std::vector<ByteSpan>>& send,
+      const std::vector<std::vector<ByteSpan>>& recv) {
     if (auto x = exchange_->all_to_all_spans(send, recv)) return x;
     // MPI_Ialltoallw over MPI_BOTTOM, one datatype per peer covering its spans. MPI then
     // compares only a peer's total, not each span's size (the exchange path compares each).
@@ -243,8 +270,21 @@ class MpiCollectives final : public NativeCollectives {
                                         const std::vector<void*>& recv,
                                         const std::vector<size_t>& recv_bytes,
                                         int root) override {
-    auto r = start("gather");
     const int b = fit(bytes, "gather", "bytes");
+    if (rank_ == root)
+      for (size_t k : recv_bytes) fit(k, "gather", "bytes");
+    const CallKey key =
+        rooted_key(CallKind::Gather, bytes, rank_ == root ? &recv_bytes : nullptr, root);
+    return checked("gather", key,
+                   [&] { return gather_unchecked(in, b, bytes, recv, recv_bytes, root); },
+                   rank_ == root ? recv_bytes : std::vector<size_t>{});
+  }
+
+  std::unique_ptr<NativeRequest> gather_unchecked(const void* in, int b, size_t bytes,
+                                                  const std::vector<void*>& recv,
+                                                  const std::vector<size_t>& recv_bytes,
+                                                  int root) {
+    auto r = start("gather");
     if (rank_ != root) {
       check_started(*r, MPI_Igatherv(in, b, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root,
                                      comms_->coll, r->pending().handle()),
@@ -273,8 +313,20 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> scatter(const std::vector<const void*>& send,
                                          const std::vector<size_t>& send_bytes, void* out,
                                          size_t bytes, int root) override {
-    auto r = start("scatter");
     const int b = fit(bytes, "scatter", "bytes");
+    if (rank_ == root)
+      for (size_t k : send_bytes) fit(k, "scatter", "bytes");
+    const CallKey key =
+        rooted_key(CallKind::Scatter, bytes, rank_ == root ? &send_bytes : nullptr, root);
+    return checked("scatter", key,
+                   [&] { return scatter_unchecked(send, send_bytes, out, b, bytes, root); },
+                   rank_ == root ? send_bytes : std::vector<size_t>{});
+  }
+
+  std::unique_ptr<NativeRequest> scatter_unchecked(const std::vector<const void*>& send,
+                                                   const std::vector<size_t>& send_bytes,
+                                                   void* out, int b, size_t bytes, int root) {
+    auto r = start("scatter");
     if (rank_ != root) {
       check_started(*r, MPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, out, b, MPI_BYTE,
                                       root, comms_->coll, r->pending().handle()),
@@ -303,26 +355,34 @@ class MpiCollectives final : public NativeCollectives {
 
   std::unique_ptr<NativeRequest> barrier() override {
     if (auto p = persistent_->barrier()) return p;
-    auto r = start("barrier");
-    check_started(*r, MPI_Ibarrier(comms_->coll, r->pending().handle()), "MPI_Ibarrier");
-    return r;
+    const CallKey key = agreed_key(CallKind::Barrier, 0, MPI_BYTE, MPI_OP_NULL, -1);
+    return checked("barrier", key, [&]() -> std::unique_ptr<NativeRequest> {
+      auto r = start("barrier");
+      check_started(*r, MPI_Ibarrier(comms_->coll, r->pending().handle()), "MPI_Ibarrier");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> all_gather_equal(const void* in, void* out,
                                                   size_t block_bytes) override {
     const int b = fit(block_bytes, "all_gather", "bytes");
-    // Point-to-point first at every size: for 8 B on two ranks it added 0.7-1.2 us to the
-    // blocking call where the persistent request added 1.1-2.5 us (same sittings).
-    if (auto x = exchange_->all_gather(in, out, block_bytes)) return x;
+    // The persistent request first: it compares its key once, where the point-to-point path
+    // needs the per-call key check. Unchecked, point to point was the cheaper (8 B on two ranks:
+    // 0.7-1.2 us added to the blocking call against 1.1-2.5 us); with the check beside it,
+    // it took 3.1-5.4 us against 1.3-1.5 us before the check (ferry-bench, alternated runs).
     if (auto p = persistent_->all_gather(in, out, b)) return p;
-    auto r = start("all_gather");
-    const void* send = in == static_cast<char*>(out) + block_bytes * static_cast<size_t>(rank_)
-                           ? MPI_IN_PLACE
-                           : in;
-    check_started(*r, MPI_Iallgather(send, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
-                                     r->pending().handle()),
-                  "MPI_Iallgather");
-    return r;
+    const CallKey key = agreed_key(CallKind::AllGather, b, MPI_BYTE, MPI_OP_NULL, -1);
+    return checked("all_gather", key, [&]() -> std::unique_ptr<NativeRequest> {
+      if (auto x = exchange_->all_gather(in, out, block_bytes)) return x;
+      auto r = start("all_gather");
+      const void* send =
+          in == static_cast<char*>(out) + block_bytes * static_cast<size_t>(rank_) ? MPI_IN_PLACE
+                                                                                   : in;
+      check_started(*r, MPI_Iallgather(send, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
+                                       r->pending().handle()),
+                    "MPI_Iallgather");
+      return r;
+    });
   }
 
   std::unique_ptr<NativeRequest> reduce_scatter_equal(const void* in, void* out, size_t count,
@@ -331,15 +391,25 @@ class MpiCollectives final : public NativeCollectives {
     const MPI_Datatype type = mpi_datatype(dtype);
     if (auto p = persistent_->reduce_scatter(in, out, n, type, dtype_size(dtype), mpi_op(op)))
       return p;
-    if (auto x = exchange_->reduce_scatter(in, out, count, type, dtype_size(dtype), mpi_op(op)))
-      return x;
+    const CallKey key = agreed_key(CallKind::ReduceScatter, n, type, mpi_op(op), -1);
+    return checked("reduce_scatter", key, [&]() -> std::unique_ptr<NativeRequest> {
+      return reduce_scatter_equal_unchecked(in, out, count, n, type, dtype_size(dtype),
+                                            mpi_op(op));
+    });
+  }
+
+  std::unique_ptr<NativeRequest> reduce_scatter_equal_unchecked(const void* in, void* out,
+                                                                size_t count, int n,
+                                                                MPI_Datatype type,
+                                                                size_t element_bytes, MPI_Op op) {
+    if (auto x = exchange_->reduce_scatter(in, out, count, type, element_bytes, op)) return x;
     // MPI_Ireduce_scatter with equal counts rather than MPI_Ireduce_scatter_block: MPICH 4.0.2
     // picks a slow algorithm for the latter (2 ranks, 1 MiB: 920 us against 120 us for the
     // former and for the blocking call; the same at 64 KiB and 4 MiB).
     auto r = start("reduce_scatter");
     std::vector<int>& c = r->pending().ints(static_cast<size_t>(size_));
     std::fill(c.begin(), c.end(), n);
-    check_started(*r, MPI_Ireduce_scatter(in, out, c.data(), type, mpi_op(op), comms_->coll,
+    check_started(*r, MPI_Ireduce_scatter(in, out, c.data(), type, op, comms_->coll,
                                           r->pending().handle()),
                   "MPI_Ireduce_scatter");
     return r;
@@ -348,15 +418,18 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_to_all_equal(const void* in, void* out,
                                                   size_t block_bytes) override {
     const int b = fit(block_bytes, "all_to_all_single", "bytes");
-    // Point-to-point first at every size, as for all_gather (8 B, two ranks: 0.6-1.2 us added
-    // against 0.9-1.9 us for the persistent request).
-    if (auto x = exchange_->all_to_all(in, out, block_bytes)) return x;
+    // The persistent request first, as for all_gather (unchecked, point to point was the
+    // cheaper at 8 B on two ranks: 0.6-1.2 us added against 0.9-1.9 us).
     if (auto p = persistent_->all_to_all(in, out, b)) return p;
-    auto r = start("all_to_all_single");
-    check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE, comms_->coll,
-                                    r->pending().handle()),
-                  "MPI_Ialltoall");
-    return r;
+    return checked("all_to_all_single", all_to_all_key(rank_, size_, block_bytes),
+                   [&]() -> std::unique_ptr<NativeRequest> {
+                     if (auto x = exchange_->all_to_all(in, out, block_bytes)) return x;
+                     auto r = start("all_to_all_single");
+                     check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE,
+                                                     comms_->coll, r->pending().handle()),
+                                   "MPI_Ialltoall");
+                     return r;
+                   });
   }
 
   std::shared_ptr<NativeCollectives> split(int color, int key, uint32_t group_id) override {
@@ -386,6 +459,35 @@ class MpiCollectives final : public NativeCollectives {
   }
 
  private:
+  // The op that `start_op` starts, with its key compared across the ranks in flight beside it
+  // (mpi_call_key.h): for every path but a persistent request, which compares its key once.
+  // The comparison is posted first, so that ranks whose calls differ in the path they take
+  // still compare with each other. Anything that refuses the call outright (InvalidArgument)
+  // must have done so before: the comparison, once posted, is a collective call of the group.
+  template <class Start>
+  std::unique_ptr<NativeRequest> checked(const char* op, const CallKey& key, Start&& start_op,
+                                         std::vector<size_t> expected = {}) {
+    auto check = std::make_shared<KeyCheck>(comms_->coll, rank_, size_, id_, op, key,
+                                            std::move(expected));
+    std::unique_ptr<NativeRequest> request;
+    try {
+      request = start_op();
+    } catch (...) {
+      keep_forever(std::move(check));  // MPI owns its buffers until it finishes
+      throw;
+    }
+    return std::make_unique<CheckedRequest>(std::move(check), std::move(request), comms_);
+  }
+
+  // The point-to-point path copies this rank's own block: it must be the same size both ways.
+  void own_block_alike(const char* op, const std::vector<size_t>& send_bytes,
+                       const std::vector<size_t>& recv_bytes) const {
+    const size_t me = static_cast<size_t>(rank_);
+    FERRY_CHECK(send_bytes[me] == recv_bytes[me], InvalidArgument, op, " on group ", id_,
+                " rank ", rank_, ": the block this rank keeps must be the same size both ways, ",
+                "given ", send_bytes[me], " bytes to send and ", recv_bytes[me], " to receive");
+  }
+
   std::unique_ptr<MpiCollectiveRequest> start(const char* op) {
     return std::make_unique<MpiCollectiveRequest>(op, id_);
   }

@@ -28,11 +28,10 @@
 //  - broadcast: on two ranks only, one message (ferry-bench, five alternated runs against
 //    MPI_Bcast: 1.15-1.20x at 64 KiB, 1.03-1.10x from 1 MiB, where MPI_Ibcast was 1.28-1.33x
 //    and 1.01-1.08x, and four pieces 1.09-1.13x at 1 MiB); wider groups keep MPI_Ibcast's tree.
-// all_gather, all_to_all and the forms with block lists take this path at every size (for 8 B
-// it also beat the persistent request, see mpi_collectives.cpp); all_reduce, reduce_scatter
-// with equal blocks and broadcast only where the persistent request does not (above 8 KiB, or
-// past its 64 sizes): their 8 B persistent request was faster than a fold through
-// MPI_Reduce_local.
+// The forms with block lists take this path at every size; the rest only where the persistent
+// request does not (above 8 KiB, or past its 64 sizes): it compares its key once, where this
+// path compares it per call (mpi_call_key.h), and all_reduce's 8 B persistent request was also
+// faster than a fold through MPI_Reduce_local.
 //
 // Only groups of 2 to kMaxRanks ranks take this path: a round posts W - 1 messages each way at
 // once, which suits the ranks of one node, not a cluster. Whether an op takes it depends only

@@ -1,7 +1,10 @@
 #include <ferry/backends/mpi/mpi_persistent.h>
 
+#include <ferry/backends/mpi/mpi_call_key.h>
+
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_types.h>
 #include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/config.h>
@@ -17,57 +20,6 @@
 #include <vector>
 
 namespace ferry::detail {
-namespace {
-
-enum Kind { kAllReduce, kReduceScatter, kBroadcast, kAllGather, kAllToAll, kBarrier };
-
-// A key as integers every rank reads alike (MPI's handles need not be): kind, count, datatype,
-// reduction, root.
-constexpr int kKeyInts = 5;
-constexpr int32_t kBytes = 100;  // MPI_BYTE, the data-movement ops' type
-constexpr int32_t kNone = -1;
-
-int32_t type_code(MPI_Datatype type) {
-  if (type == MPI_BYTE) return kBytes;
-  for (DType d : {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::UInt8})
-    if (mpi_datatype(d) == type) return static_cast<int32_t>(d);
-  return kNone;
-}
-
-int32_t op_code(MPI_Op op) {
-  for (ReduceOp r : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max})
-    if (op != MPI_OP_NULL && mpi_op(r) == op) return static_cast<int32_t>(r);
-  return kNone;
-}
-
-const char* kind_name(int32_t kind) {
-  switch (kind) {
-    case kAllReduce: return "all_reduce";
-    case kReduceScatter: return "reduce_scatter";
-    case kBroadcast: return "broadcast";
-    case kAllGather: return "all_gather";
-    case kAllToAll: return "all_to_all";
-    case kBarrier: return "barrier";
-    default: return "an unknown collective";
-  }
-}
-
-// "all_reduce of 100 float32 (sum)", "broadcast of 64 bytes from root 1".
-std::string describe_key(const int32_t* k) {
-  std::string s = kind_name(k[0]);
-  if (k[0] == kBarrier) return s;
-  s += str(" of ", k[1]);
-  if (k[2] == kBytes) {
-    s += " bytes";
-  } else if (k[2] >= 0 && k[2] <= static_cast<int32_t>(DType::UInt8)) {
-    s += str(" ", dtype_name(static_cast<DType>(k[2])));
-  }
-  if (k[3] != kNone) s += str(" (", reduce_op_name(static_cast<ReduceOp>(k[3])), ")");
-  if (k[0] == kBroadcast) s += str(" from root ", k[4]);
-  return s;
-}
-
-}  // namespace
 
 // One persistent request, its staging buffers and the op it currently carries. Ops on a slot
 // are numbered 1, 2, ... (tickets); at most the newest one is in flight.
@@ -83,42 +35,26 @@ struct PersistentCollectives::Slot {
   void* destination = nullptr;  // where the newest op's result goes (null: nowhere)
   uint64_t failed_ticket = 0;   // the op that failed, if any (the group is poisoned then)
   std::exception_ptr error;
-  // The key check (see the header): every rank's key, gathered when the slot was created. Until
-  // it finished and agreed, the request is not started; a slot whose keys differed never is.
-  MPI_Request check = MPI_REQUEST_NULL;
-  int32_t key[kKeyInts] = {};
-  std::vector<int32_t> keys;  // kKeyInts per rank
+  // The key check (mpi_call_key.h): every rank's key, gathered when the slot was created.
+  // Until it finished and agreed, the request is not started; a slot whose keys differed never
+  // is. Released once agreed.
+  std::unique_ptr<KeyCheck> check;
   bool checked = false;
-  std::string describe;       // "... on group G rank R of W", for the check's messages
-  std::exception_ptr mismatch;  // the check found different keys
+  std::exception_ptr mismatch;  // the check found different keys, or failed
 
   ~Slot() {
     // A slot still in flight belongs to a request that was given up (kept forever).
     if (request != MPI_REQUEST_NULL && !in_flight && mpi_usable()) MPI_Request_free(&request);
+    // MPI still owns the buffers of a key check that never finished.
+    if (check && !check->finished()) keep_forever(std::shared_ptr<KeyCheck>(std::move(check)));
   }
 
   // True once the key check finished (then `checked`, or `mismatch` set). Called with `mu`.
   bool poll_check() {
     if (checked || mismatch) return true;
-    int flag = 0;
-    const int code = MPI_Test(&check, &flag, MPI_STATUS_IGNORE);
-    if (code != MPI_SUCCESS) {
-      mismatch = std::make_exception_ptr(TransportError(
-          str("ferry: the key check of ", describe, " failed in MPI: ", mpi_error_string(code))));
-      return true;
-    }
-    if (!flag) return false;
-    const int ranks = static_cast<int>(keys.size()) / kKeyInts;
-    for (int r = 0; r < ranks; ++r) {
-      const int32_t* theirs = keys.data() + static_cast<size_t>(r) * kKeyInts;
-      if (std::equal(key, key + kKeyInts, theirs)) continue;
-      mismatch = std::make_exception_ptr(MismatchError(str(
-          "ferry: ", describe, ": the ranks called different collectives at this point: this "
-          "rank ", describe_key(key), ", rank ", r, " ", describe_key(theirs),
-          " (the sizes, dtypes, reductions and roots must agree on every rank)")));
-      return true;
-    }
-    checked = true;
+    if (!check->test()) return false;
+    mismatch = check->outcome();
+    checked = !mismatch;
     return true;
   }
 
@@ -134,7 +70,9 @@ struct PersistentCollectives::Slot {
       const int code = MPI_Start(&request);
       if (code != MPI_SUCCESS)
         return finish_with(std::make_exception_ptr(TransportError(
-            str("ferry: MPI_Start of ", describe, " failed: ", mpi_error_string(code)))));
+            str("ferry: MPI_Start of ", check->describe(), " failed: ",
+                mpi_error_string(code)))));
+      check.reset();  // agreed: nothing of it is needed any more
     }
     int flag = 0;
     const int code = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
@@ -231,14 +169,13 @@ std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::slot_for(
 }
 
 void PersistentCollectives::post_key_check(const Key& key, Slot& slot) const {
-  const int32_t mine[kKeyInts] = {key.kind, key.count, type_code(key.type), op_code(key.op),
-                                  key.root};
-  std::copy(mine, mine + kKeyInts, slot.key);
-  slot.keys.assign(static_cast<size_t>(kKeyInts) * static_cast<size_t>(size_), 0);
-  slot.describe = str(describe_key(mine), " on group ", group_id_, " rank ", rank_, " of ", size_);
-  check_mpi(MPI_Iallgather(slot.key, kKeyInts, MPI_INT32_T, slot.keys.data(), kKeyInts,
-                           MPI_INT32_T, comm_, &slot.check),
-            "MPI_Iallgather", str("the key check of ", slot.describe));
+  // The key as every other path of the group states it (the same MPI_Iallgather, so ranks
+  // whose calls differ in which path they take still compare with each other).
+  const CallKey mine = key.kind == CallKind::AllToAll
+                           ? all_to_all_key(rank_, size_, static_cast<size_t>(key.count))
+                           : agreed_key(key.kind, key.count, key.type, key.op, key.root);
+  slot.check = std::make_unique<KeyCheck>(comm_, rank_, size_, group_id_,
+                                          "a persistent collective", mine);
 }
 
 std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
@@ -288,7 +225,7 @@ std::unique_ptr<NativeRequest> PersistentCollectives::all_reduce(const void* in,
                                                                  size_t element_bytes,
                                                                  MPI_Op op) {
   const size_t bytes = static_cast<size_t>(count) * element_bytes;
-  auto slot = slot_for(Key{kAllReduce, count, type, op, 0}, bytes, bytes, [&](Slot& s) {
+  auto slot = slot_for(Key{CallKind::AllReduce, count, type, op, -1}, bytes, bytes, [&](Slot& s) {
     return MPI_Allreduce_init(s.send.data(), s.recv.data(), count, type, op, comm_,
                               MPI_INFO_NULL, &s.request);
   });
@@ -301,7 +238,7 @@ std::unique_ptr<NativeRequest> PersistentCollectives::reduce_scatter(const void*
                                                                      size_t element_bytes,
                                                                      MPI_Op op) {
   const size_t block = static_cast<size_t>(count) * element_bytes;
-  auto slot = slot_for(Key{kReduceScatter, count, type, op, 0},
+  auto slot = slot_for(Key{CallKind::ReduceScatter, count, type, op, -1},
                        block * static_cast<size_t>(size_), block, [&](Slot& s) {
                          return MPI_Reduce_scatter_block_init(s.send.data(), s.recv.data(),
                                                               count, type, op, comm_,
@@ -311,7 +248,7 @@ std::unique_ptr<NativeRequest> PersistentCollectives::reduce_scatter(const void*
 }
 
 std::unique_ptr<NativeRequest> PersistentCollectives::broadcast(void* buf, int bytes, int root) {
-  auto slot = slot_for(Key{kBroadcast, bytes, MPI_BYTE, MPI_OP_NULL, root},
+  auto slot = slot_for(Key{CallKind::Broadcast, bytes, MPI_BYTE, MPI_OP_NULL, root},
                        static_cast<size_t>(bytes), 0, [&](Slot& s) {
                          s.result = s.send.data();
                          s.result_bytes = s.send.size();
@@ -324,10 +261,10 @@ std::unique_ptr<NativeRequest> PersistentCollectives::broadcast(void* buf, int b
                is_root ? nullptr : buf);
 }
 
-std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::alltoall_slot(int kind,
+std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::alltoall_slot(CallKind kind,
                                                                                    int block) {
   const size_t total = static_cast<size_t>(block) * static_cast<size_t>(size_);
-  return slot_for(Key{kind, block, MPI_BYTE, MPI_OP_NULL, 0}, total, total, [&](Slot& s) {
+  return slot_for(Key{kind, block, MPI_BYTE, MPI_OP_NULL, -1}, total, total, [&](Slot& s) {
     return MPI_Alltoall_init(s.send.data(), block, MPI_BYTE, s.recv.data(), block, MPI_BYTE,
                              comm_, MPI_INFO_NULL, &s.request);
   });
@@ -335,18 +272,18 @@ std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::alltoall_slo
 
 std::unique_ptr<NativeRequest> PersistentCollectives::all_gather(const void* in, void* out,
                                                                  int block) {
-  auto slot = alltoall_slot(kAllGather, block);  // W copies of `in` to every rank
+  auto slot = alltoall_slot(CallKind::AllGather, block);  // W copies of `in` to every rank
   return slot ? start("all_gather", std::move(slot), in, size_, out) : nullptr;
 }
 
 std::unique_ptr<NativeRequest> PersistentCollectives::all_to_all(const void* in, void* out,
                                                                  int block) {
-  auto slot = alltoall_slot(kAllToAll, block);
+  auto slot = alltoall_slot(CallKind::AllToAll, block);
   return slot ? start("all_to_all_single", std::move(slot), in, 1, out) : nullptr;
 }
 
 std::unique_ptr<NativeRequest> PersistentCollectives::barrier() {
-  auto slot = slot_for(Key{kBarrier, 0, MPI_BYTE, MPI_OP_NULL, 0}, 0, 0, [&](Slot& s) {
+  auto slot = slot_for(Key{CallKind::Barrier, 0, MPI_BYTE, MPI_OP_NULL, -1}, 0, 0, [&](Slot& s) {
     return MPI_Barrier_init(comm_, MPI_INFO_NULL, &s.request);
   });
   return slot ? start("barrier", std::move(slot), nullptr, 0, nullptr) : nullptr;

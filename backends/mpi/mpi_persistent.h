@@ -15,8 +15,8 @@
 //    sees the same keys in the same order and creates the same requests at the same point: the
 //    choice depends on nothing local to a rank (MPI matches persistent collectives only with
 //    persistent ones, so ranks must never disagree).
-//  - When a key's request is created, the ranks also compare their keys (one small
-//    MPI_Iallgather posted beside the init, once per key and group, nothing per op), and the
+//  - When a key's request is created, the ranks also compare their keys (mpi_call_key.h: one
+//    small MPI_Iallgather posted beside the init, once per key and group, nothing per op), and the
 //    request is first started only once the comparison agreed: MPI binds persistent
 //    collectives to one another by the order of their init calls, so ranks that create
 //    requests of different counts, datatypes, reductions or roots at the same point would be
@@ -35,6 +35,7 @@
 // non-blocking call where its peers start a persistent request would never match them).
 #pragma once
 
+#include <ferry/backends/mpi/mpi_call_key.h>
 #include <ferry/backends/native_collectives.h>
 
 #include <mpi.h>
@@ -77,7 +78,7 @@ class PersistentCollectives {
 
  private:
   struct Key {
-    int kind;
+    CallKind kind;
     int count;
     MPI_Datatype type;
     MPI_Op op;
@@ -87,7 +88,7 @@ class PersistentCollectives {
 
   // The slot of a persistent MPI_Alltoall of `block` bytes per rank (all_gather and
   // all_to_all_single share the call; `kind` keeps their keys apart).
-  std::shared_ptr<Slot> alltoall_slot(int kind, int block);
+  std::shared_ptr<Slot> alltoall_slot(CallKind kind, int block);
   // The slot of `key`, created with `init` (which makes the persistent request over the
   // slot's staging buffers) when the key is new; null when the path is not taken.
   template <class Init>

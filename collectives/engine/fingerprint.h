@@ -11,7 +11,8 @@
 //    calls post messages that never match; at the deadline the timeout diagnosis
 //    (OpContext::diagnose) exchanges whole fingerprints, and a peer stuck at the same
 //    sequence number with another call turns the timeout into a MismatchError naming both.
-//    Native (MPI) collectives carry no tag, so this mode cannot see their mismatches.
+//    Native (MPI) collectives carry no tag, so this mode cannot see their mismatches; the MPI
+//    transport compares each call's key across the ranks instead (mpi_call_key.h).
 //  - under FERRY_CHECK=1, exchanged with every peer before the op runs (exchange_fingerprints),
 //    whichever path carries it (native MPI collectives, persistent requests, the exchange
 //    rounds, the algorithms): a disagreement fails the op with MismatchError on every rank

@@ -151,6 +151,9 @@ class NativeWork final : public WorkState, public InFlightNative {
       keep_ = {};
       complete();
     } catch (...) {
+      // A transport may fail an op it had to abandon (MPI's key check found the ranks' calls
+      // differ while the op was in flight): MPI may still write into its buffers.
+      keep_for_life(std::move(keep_));
       const std::exception_ptr error = std::current_exception();
       if (auto group = op_.group.lock()) group->poison(error, error_message(error));
       fail(error);

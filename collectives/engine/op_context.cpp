@@ -145,20 +145,25 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
   try {
     request->rethrow_if_failed();
   } catch (...) {
+    // A transport may fail an op it had to abandon (MPI's key check found the ranks' calls
+    // differ while the op was in flight): MPI may still write into its buffers.
+    keep_for_life(std::move(keep));
     rethrow_with_prefix(std::current_exception(),
                         str(op_, " (seq ", seq_, ") on ", group_.describe(), ": "));
   }
 }
 
+void OpContext::keep_for_life(std::vector<Tensor> keep) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::vector<Tensor>>();  // never destroyed, on purpose
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(keep));
+}
+
 void OpContext::abandon_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep) {
   // The transport may still write into these buffers whenever the absent peers arrive: they
   // live as long as the process (which must end anyway).
-  static std::mutex mu;
-  static auto* kept = new std::vector<std::vector<Tensor>>();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    kept->push_back(std::move(keep));
-  }
+  keep_for_life(std::move(keep));
   if (leak_scratch_on_abandon_) group_.scratch().leak();
   native()->abandon_stuck_request(std::move(request));
 }

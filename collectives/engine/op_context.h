@@ -100,6 +100,8 @@ class OpContext {
   void warn_if_stalled(bool native_call);
   [[noreturn]] void fail_timeout();
   void abandon_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep);
+  // Keeps tensors a transport may still write into until the process ends.
+  static void keep_for_life(std::vector<Tensor> keep);
   [[noreturn]] void abort_poisoned();
   // Throws the error of the first finished request that failed, after cancelling the rest.
   void rethrow_first_failure();
