@@ -188,8 +188,12 @@ int main() {
   // collectives each rank issued on every group, and the skipping rank, told nothing so far,
   // gets MismatchError naming both counts. The others' finalize is clean: their group failed
   // (they raised there), and the earlier scenarios' groups failed on the ranks that issued more.
+  // A far deadline: the others must fail because the last rank entered finalize, at once, not
+  // at their deadline (which would be a TimeoutError, and no count check on the last rank).
+  set_default_timeout(std::chrono::seconds(30));
   Group skip_first_group = world.split(0, me);
   const uint64_t first_seq = skip_first_group.sequence_number();
+  const auto t0 = std::chrono::steady_clock::now();
   Tensor t = ones({4});
   if (me != W - 1) all_reduce(t, skip_first_group).wait();
   std::string waiting = "none";
@@ -197,6 +201,12 @@ int main() {
     all_reduce(t, skip_first_group).wait();
   } catch (...) {
     waiting = kind_of(std::current_exception());
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (waited > 10.0) {
+    std::fprintf(stderr, "rank %d: the skip scenario took %.1f s (expected well under the 30 s "
+                 "deadline)\n", me, waited);
+    ok = false;
   }
   if (me == W - 1 ? waiting != "none" : waiting != "PeerFailure") {
     std::fprintf(stderr, "rank %d: all_reduce after a skip: got %s\n", me, waiting.c_str());
