@@ -202,7 +202,8 @@ int main() {
   } catch (...) {
     waiting = kind_of(std::current_exception());
   }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (waited > 10.0) {
     std::fprintf(stderr, "rank %d: the skip scenario took %.1f s (expected well under the 30 s "
                  "deadline)\n", me, waited);
