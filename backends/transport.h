@@ -107,6 +107,14 @@ class Transport {
   // rank has a core of its own or takes one from a rank.
   virtual int ranks_on_host() const { return 0; }
 
+  // Whether world rank `peer` ended without failing (a local rank whose function returned), as
+  // opposed to one that failed or gave up on a group: a rank waiting for it then knows that it
+  // issued fewer collectives, which finalize and run_ranks report. False when unknown.
+  virtual bool peer_ended(int peer) const {
+    (void)peer;
+    return false;
+  }
+
   // The transport's own collectives for the world group (null: the engine's algorithms over
   // isend/irecv carry them). Called once per world Group; see native_collectives.h.
   virtual std::shared_ptr<NativeCollectives> native_world() { return nullptr; }

@@ -69,9 +69,11 @@ struct CloseWatch::Payload {
   uint32_t count = 0;
   uint32_t complete = 0;
   uint32_t reserved = 0;
+  // Entry::flags: bit 0 GroupProgress::failed, the bits above failed_waiting_for + 1.
+  static constexpr uint32_t kFailed = 1;
   struct Entry {
     uint32_t group = 0;
-    uint32_t reserved = 0;
+    uint32_t flags = 0;
     uint64_t issued = 0;
   } entries[kMaxGroups];
 };
@@ -145,7 +147,11 @@ void CloseWatch::send_all(const std::vector<GroupProgress>& mine) {
   Payload p;
   p.count = static_cast<uint32_t>(std::min(mine.size(), Payload::kMaxGroups));
   p.complete = mine.size() <= Payload::kMaxGroups ? 1 : 0;
-  for (uint32_t i = 0; i < p.count; ++i) p.entries[i] = {mine[i].group, 0, mine[i].issued};
+  for (uint32_t i = 0; i < p.count; ++i) {
+    const uint32_t flags = (mine[i].failed ? Payload::kFailed : 0) |
+                           (static_cast<uint32_t>(mine[i].failed_waiting_for + 1) << 1);
+    p.entries[i] = {mine[i].group, flags, mine[i].issued};
+  }
   sent_.resize(sizeof(Payload));
   std::memcpy(sent_.data(), &p, sizeof(Payload));
   const int n = transport_->size(), me = transport_->rank();
@@ -155,7 +161,7 @@ void CloseWatch::send_all(const std::vector<GroupProgress>& mine) {
   }
 }
 
-void CloseWatch::close(const std::vector<GroupProgress>& mine, Clock::time_point deadline) {
+std::string CloseWatch::close(const std::vector<GroupProgress>& mine, Clock::time_point deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   const int me = transport_->rank(), n = transport_->size();
   const char* call = "ferry::finalize";
@@ -193,6 +199,47 @@ void CloseWatch::close(const std::vector<GroupProgress>& mine, Clock::time_point
   // As world_handshake: every peer was heard from, our messages only need to have left.
   for (int p = 0; p < n; ++p)
     if (p != me) (void)sends_[p]->wait_until(deadline);
+  // Every rank issues the same collectives on a group, so every rank ends with the same count.
+  // A rank that skipped one had its next call combined with the others' skipped one, without
+  // any error when the two calls were alike; this is the last moment the ranks can compare.
+  return compare_progress_locked(mine);
+}
+
+std::string CloseWatch::compare_progress_locked(const std::vector<GroupProgress>& mine) const {
+  const int me = transport_->rank();
+  for (const GroupProgress& g : mine) {
+    for (int p : g.members) {
+      if (p == me || p < 0 || p >= static_cast<int>(state_.size()) || state_[p] == 2) continue;
+      Payload other;
+      std::memcpy(&other, got_[p].data(), sizeof(Payload));
+      if (other.magic != Payload::kMagic || other.count > Payload::kMaxGroups) continue;
+      for (uint32_t i = 0; i < other.count; ++i) {
+        const Payload::Entry& e = other.entries[i];
+        if (e.group != g.group) continue;
+        GroupProgress theirs;
+        theirs.group = e.group;
+        theirs.issued = e.issued;
+        theirs.failed = (e.flags & Payload::kFailed) != 0;
+        theirs.failed_waiting_for = static_cast<int>(e.flags >> 1) - 1;
+        std::string differs = progress_mismatch(me, g, p, theirs);
+        if (!differs.empty()) return differs;
+      }
+    }
+  }
+  return "";
+}
+
+std::string progress_mismatch(int a, const GroupProgress& ga, int b, const GroupProgress& gb) {
+  if (ga.failed || ga.issued == gb.issued) return "";
+  // Where `b` failed for another reason, or `a` issued more, `b` raised the error itself.
+  const bool waited_for_a = gb.failed_waiting_for == a && ga.issued > 0 && ga.issued < gb.issued;
+  if (gb.failed && !waited_for_a) return "";
+  return str("the ranks did not issue the same collectives on group ", ga.group, ": rank ", a,
+             " issued ", ga.issued, ", rank ", b, " issued ", gb.issued,
+             gb.failed ? str(" and failed waiting for rank ", a, "'s seq ", ga.issued) : "",
+             " (every rank must issue the same collectives in the same order; a rank that "
+             "skipped one had its later calls combined with the others' earlier ones, so its "
+             "results since the skipped call are not the collectives it asked for)");
 }
 
 void CloseWatch::notify(const std::vector<GroupProgress>& mine, Clock::time_point deadline) {

@@ -30,11 +30,27 @@ void world_handshake(Transport& transport, Handshake which, Clock::time_point de
 namespace ferry::detail {
 
 // How far a rank got in one group when it entered finalize: it issued `issued` collectives
-// (sequence numbers 0 .. issued - 1) on group `group`.
+// (sequence numbers 0 .. issued - 1) on group `group`, whose members are the world ranks
+// `members` (a split gives every color the same id, so the id alone does not say who shares it).
 struct GroupProgress {
   uint32_t group = 0;
   uint64_t issued = 0;
+  std::vector<int> members;
+  // An op of the group failed on this rank, which raised the error there already;
+  // `failed_waiting_for` is the world rank of the member that ended (or entered finalize)
+  // without issuing that op, when that is why it failed (-1 otherwise): the failure is then
+  // the other rank's doing, and that rank was told nothing.
+  bool failed = false;
+  int failed_waiting_for = -1;
 };
+
+// Where two ranks' progress on one group they share shows that they did not issue the same
+// collectives: "" when it does not, else what differs, naming both ranks and counts. Compared
+// only where no error was raised yet: both groups healthy, or `b`'s failed waiting for `a`,
+// which ended having issued fewer and is healthy (then `a` is the rank out of step and was told
+// nothing; `b`'s PeerFailure named it). A rank that issued nothing combined nothing: its peers'
+// PeerFailure says it all.
+std::string progress_mismatch(int a, const GroupProgress& ga, int b, const GroupProgress& gb);
 
 // Finalize's handshake, watched for from the end of init() on: a rank that enters finalize
 // (called, or at exit after main returned) sends every peer the progress of each of its groups;
@@ -58,7 +74,10 @@ class CloseWatch {
 
   // The Close handshake: sends `mine` to every peer and waits for every peer's until `deadline`;
   // throws as world_handshake does (TimeoutError naming the ranks not heard from, PeerFailure).
-  void close(const std::vector<GroupProgress>& mine, Clock::time_point deadline);
+  // Once every peer was heard from, returns "" or, when a peer's progress on a group both hold
+  // differs from this rank's (progress_mismatch), what differs: the handshake itself completed,
+  // so the caller closes the transport as usual and raises MismatchError afterwards.
+  std::string close(const std::vector<GroupProgress>& mine, Clock::time_point deadline);
   // A rank whose world is poisoned ends without the handshake but still tells every peer that
   // it finalized (so that a peer in the handshake, or waiting for it, does not wait for its
   // deadline); waits for its sends at most until `deadline`, failures ignored.
@@ -68,6 +87,8 @@ class CloseWatch {
   struct Payload;
   void send_all(const std::vector<GroupProgress>& mine);
   void poll_locked(int peer);
+  // progress_mismatch of `mine` against every heard-from peer's payload: "" or the first.
+  std::string compare_progress_locked(const std::vector<GroupProgress>& mine) const;
 
   std::shared_ptr<Transport> transport_;
   std::mutex mu_;

@@ -163,9 +163,15 @@ void finalize() {
           detail::group_progress(s.world.transport());
       if (auto watch = detail::close_watch()) {
         if (!s.world.poisoned()) {
-          watch->close(progress, Clock::now() + default_timeout());
+          const std::string out_of_step = watch->close(progress, Clock::now() + default_timeout());
           s.world.transport().peers_closing();
           closed = true;
+          // The handshake itself completed: the transport closes as usual, then this raises.
+          if (!out_of_step.empty()) {
+            error = std::make_exception_ptr(
+                MismatchError(detail::str("ferry::finalize on rank ", s.world.rank(), " of ",
+                                          s.world.size(), ": ", out_of_step)));
+          }
         } else {
           // No handshake with a failed world, but the peers still learn that this rank ended
           // (one waiting in finalize's handshake, or in a collective, for it ends at once).

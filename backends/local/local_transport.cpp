@@ -57,7 +57,7 @@ using OpPtr = std::shared_ptr<LocalOp>;
 // the same time instead of whichever arrives second copying both directions.
 class LocalWorld {
  public:
-  explicit LocalWorld(int n) : boxes_(n), wakers_(n), dead_(n), dead_why_(n) {}
+  explicit LocalWorld(int n) : boxes_(n), wakers_(n), dead_(n), dead_why_(n), ended_(n) {}
 
   int size() const { return static_cast<int>(boxes_.size()); }
 
@@ -173,12 +173,19 @@ class LocalWorld {
     }, [&] { return abandoned_failure(group, rank, why); });
   }
 
-  // `why` completes "rank R of the local world ...": "failed: <error>" or "ended ...".
-  void declare_dead(int rank, const std::string& why) {
+  bool ended(int rank) {
+    std::lock_guard<std::mutex> lock(dead_mu_);
+    return rank >= 0 && rank < static_cast<int>(ended_.size()) && ended_[rank];
+  }
+
+  // `why` completes "rank R of the local world ...": "failed: <error>" or "ended ..." (then
+  // `ended`: the rank returned rather than failed).
+  void declare_dead(int rank, const std::string& why, bool ended = false) {
     {
       std::lock_guard<std::mutex> lock(dead_mu_);
       if (dead_[rank]) return;
       dead_[rank] = true;
+      ended_[rank] = ended;
       dead_why_[rank] = why;
       any_dead_.store(true);
     }
@@ -322,6 +329,7 @@ class LocalWorld {
   std::mutex dead_mu_;
   std::vector<bool> dead_;
   std::vector<std::string> dead_why_;
+  std::vector<bool> ended_;  // dead because its function returned, not because it failed
   std::vector<std::tuple<uint32_t, int, std::string>> abandoned_;  // (group, world rank, why)
   std::atomic<bool> any_dead_{false};  // anything in dead_ or abandoned_: check before posting
 };
@@ -377,6 +385,8 @@ class LocalTransport final : public Transport {
   void abandon_group(uint32_t group, const std::string& why) override {
     world_->abandon_group(group, rank_, why);
   }
+
+  bool peer_ended(int peer) const override { return world_->ended(peer); }
 
   LocalWorld& world() { return *world_; }
 
@@ -435,7 +445,7 @@ void end_local_rank(Transport& any_rank_of_world, int rank, const std::string& h
               "end_local_rank: rank must be in [0, ", local->size(), "), given ", rank);
   local->world().declare_dead(
       rank, detail::str("ended (", how, ") before it took part: it sends and receives nothing "
-                        "more"));
+                        "more"), /*ended=*/true);
 }
 
 }  // namespace ferry

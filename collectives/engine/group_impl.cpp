@@ -104,7 +104,8 @@ std::vector<GroupProgress> group_progress(const Transport& world) {
   std::lock_guard<std::mutex> lock(live.mu);
   for (const auto& weak : live.groups) {
     auto g = weak.lock();
-    if (g && &g->transport() == &world) progress.push_back({g->id(), g->sequence_number()});
+    if (!g || &g->transport() != &world) continue;
+    progress.push_back(g->progress());
   }
   return progress;
 }

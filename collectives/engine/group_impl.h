@@ -53,6 +53,17 @@ class GroupImpl {
   // same type that quotes it.
   void poison(std::exception_ptr cause, const std::string& why);
   bool poisoned() const { return poisoned_.load(); }
+  // An op failed because the member of world rank `peer` ended (or entered finalize) without
+  // issuing it: that member issued fewer collectives. The first one is kept, for finalize's
+  // and run_ranks's progress check (GroupProgress::failed_waiting_for, world_handshake.h).
+  void note_member_ended(int peer) {
+    int none = -1;
+    ended_member_.compare_exchange_strong(none, peer);
+  }
+  int ended_member() const { return ended_member_.load(); }
+  GroupProgress progress() const {
+    return {id_, seq_.load(), members_, poisoned(), poisoned() ? ended_member() : -1};
+  }
   std::string poison_reason() const;
   void throw_if_poisoned(const std::string& op) const;
 
@@ -79,6 +90,7 @@ class GroupImpl {
   std::vector<std::weak_ptr<InFlightNative>> in_flight_;
 
   std::atomic<bool> poisoned_{false};
+  std::atomic<int> ended_member_{-1};
   mutable std::mutex poison_mu_;
   std::exception_ptr poison_cause_;
   std::string poison_why_;

@@ -182,7 +182,10 @@ std::string OpContext::departed_peer() const {
   for (size_t i = 0; i < members.size(); ++i) {
     if (static_cast<int>(i) == rank()) continue;
     std::string why = watch->departed_before(group_.id(), members[i], seq_);
-    if (!why.empty()) return why;
+    if (!why.empty()) {
+      group_.note_member_ended(members[i]);
+      return why;
+    }
   }
   return "";
 }
@@ -192,6 +195,14 @@ void OpContext::rethrow_first_failure() {
     if (!r->test()) continue;
     try {
       r->rethrow_if_failed();
+    } catch (const PeerFailure&) {
+      // A peer that ended without failing (a local rank whose function returned) issued fewer
+      // collectives than this op's seq: the group notes it for the progress check.
+      if (group_.transport().peer_ended(r->peer())) group_.note_member_ended(r->peer());
+      auto error = std::current_exception();
+      for (auto& other : pending_) other->cancel();
+      pending_.clear();
+      rethrow_with_prefix(error, str(op_, " (seq ", seq_, ") on ", group_.describe(), ": "));
     } catch (...) {
       auto error = std::current_exception();
       for (auto& other : pending_) other->cancel();

@@ -106,7 +106,8 @@ class OpContext {
   // Throws the error of the first finished request that failed, after cancelling the rest.
   void rethrow_first_failure();
   // A member of the group that entered finalize without issuing this op (it never will): why,
-  // for a PeerFailure; "" otherwise. Asked between the slices of a wait.
+  // for a PeerFailure, after noting that member on the group (GroupImpl::note_member_ended);
+  // "" otherwise. Asked between the slices of a wait.
   std::string departed_peer() const;
   // "its 10000 ms deadline", for a timeout's message.
   std::string deadline_text() const;

@@ -38,6 +38,8 @@ std::string kind_of(const std::exception_ptr& e) {
     return "InvalidArgument";
   } catch (const MismatchError&) {
     return "MismatchError";
+  } catch (const PeerFailure&) {
+    return "PeerFailure";
   } catch (const Error&) {
     return "another ferry::Error";
   } catch (...) {
@@ -178,7 +180,57 @@ int main() {
     c.expect(mismatch_group.poisoned() == (e != nullptr), w + "a failed op poisons the group");
   }
 
-  const bool ok = every_rank_passed(c, control, "timeout");
-  finalize();
+  bool ok = every_rank_passed(c, control, "timeout");
+
+  // The last rank skips the first of two identical all_reduces: its one call matches the
+  // others' first, so no op can tell. When it enters finalize the others, waiting in the
+  // second, fail at once with PeerFailure naming it; finalize's handshake then compares how many
+  // collectives each rank issued on every group, and the skipping rank, told nothing so far,
+  // gets MismatchError naming both counts. The others' finalize is clean: their group failed
+  // (they raised there), and the earlier scenarios' groups failed on the ranks that issued more.
+  // A far deadline: the others must fail because the last rank entered finalize, at once, not
+  // at their deadline (which would be a TimeoutError, and no count check on the last rank).
+  set_default_timeout(std::chrono::seconds(30));
+  Group skip_first_group = world.split(0, me);
+  const uint64_t first_seq = skip_first_group.sequence_number();
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor t = ones({4});
+  if (me != W - 1) all_reduce(t, skip_first_group).wait();
+  std::string waiting = "none";
+  try {
+    all_reduce(t, skip_first_group).wait();
+  } catch (...) {
+    waiting = kind_of(std::current_exception());
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (waited > 10.0) {
+    std::fprintf(stderr, "rank %d: the skip scenario took %.1f s (expected well under the 30 s "
+                 "deadline)\n", me, waited);
+    ok = false;
+  }
+  if (me == W - 1 ? waiting != "none" : waiting != "PeerFailure") {
+    std::fprintf(stderr, "rank %d: all_reduce after a skip: got %s\n", me, waiting.c_str());
+    ok = false;
+  }
+  std::string closing;
+  std::string kind = "none";
+  try {
+    finalize();
+  } catch (...) {
+    closing = error_message(std::current_exception());
+    kind = kind_of(std::current_exception());
+  }
+  const std::string counts = "rank " + std::to_string(W - 1) + " issued " +
+                             std::to_string(first_seq + 1) + ", rank ";
+  const bool named = contains(closing, "did not issue the same collectives") &&
+                     contains(closing, counts) &&
+                     contains(closing, "issued " + std::to_string(first_seq + 2));
+  if (me == W - 1 ? kind != "MismatchError" || !named : kind != "none") {
+    std::fprintf(stderr, "rank %d: finalize after a skipped all_reduce: expected %s, got %s: %s\n",
+                 me, me == W - 1 ? "MismatchError naming the counts" : "no error", kind.c_str(),
+                 closing.c_str());
+    ok = false;
+  }
   return ok ? 0 : 1;
 }
