@@ -1,8 +1,8 @@
-// fairchem's graph-parallel setup and model-parallel regions (spec §1, cases TC1-TC8): every
-// region op through the distributed gradcheck under the objective of its adjoint convention,
-// the spec's numeric cases, and the errors ferry raises where fairchem hangs or goes wrong.
-// SPMD cases: on local worlds here, under mpiexec in tests/mpi (where the world has 2 or 3
-// ranks whatever sizes a case lists, so every body adapts to g.size()).
+// fairchem's graph-parallel setup and model-parallel regions (cases TC1-TC8): every region op
+// through the distributed gradcheck under the objective of its adjoint convention, the spec's
+// numeric cases, and the errors ferry raises where fairchem hangs or goes wrong. SPMD cases: on
+// local worlds here, under mpiexec in tests/mpi (where the world has 2 or 3 ranks whatever sizes a
+// case lists, so every body adapts to g.size()).
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/differentiable/distributed_gradcheck.h>
 #include <ferry/collectives/fairchem/fairchem.h>

@@ -1,9 +1,9 @@
-// The embedding dists (dist_data.py's output dists, spec §4.4-4.9): forward on the spec's worked
-// cases (TC13, TC16, TC18, the §4.4 / §4.5 docs examples) and hand-computed ones, callbacks in
+// The embedding dists (dist_data.py's output dists): forward on worked cases (TC13, TC16, TC18,
+// torchrec's docstring examples of the two pooled all-to-alls) and hand-computed ones, callbacks in
 // order, every module's backward through the distributed gradcheck (float64, W = 1..4), the
-// input-dist -> lookup -> output-dist round trip of sequence sharding (table-wise, unequal
-// batches, row-wise with the unbucketize permutation) and bad input. SPMD cases: local worlds
-// in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-* suites.
+// input-dist -> lookup -> output-dist round trip of sequence sharding (table-wise, unequal batches,
+// row-wise with the unbucketize permutation) and bad input. SPMD cases: local worlds in
+// test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-* suites.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>

@@ -1,5 +1,5 @@
-// torchrec.distributed.comm_ops on ferry's tape (spec §4.4-4.8): the embedding comm ops, their
-// info structs, and their forward, backward and gradient division.
+// torchrec.distributed.comm_ops on ferry's tape: the embedding comm ops, their info structs, and
+// their forward, backward and gradient division.
 //
 // Every op is differentiable and runs on torchrec's Req/Wait split
 // (collectives/differentiable/req_wait.h): the call launches the collective and returns an
@@ -19,7 +19,7 @@
 //  - Backward is the exact transpose of the forward (an all-to-all with the sizes swapped,
 //    reduce-scatter <-> all-gather), then divided by W = group.size() when gradient division
 //    is on (comm_switches.h), read when the backward runs: the adjoint of the mean objective
-//    (1/W) sum_r L_r (exact-P/W, spec §4.14); exact-P with division off. Exception: alltoallv.
+//    (1/W) sum_r L_r (exact-P/W); exact-P with division off. Exception: alltoallv.
 //  - Group size 1: a NoWait of the input itself, no node, no codec (a plain identity; the
 //    list ops: inputs[rank]). alltoallv has no such shortcut (its output is not its input).
 //  - Sync collectives on (comm_switches.h): the collective runs at once and the result is a
