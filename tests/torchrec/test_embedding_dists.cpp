@@ -114,7 +114,7 @@ DG_CASE("embedding dists: PooledEmbeddingsAllToAll on TC13 (equal default batch)
   }
 }
 
-DG_CASE("embedding dists: PooledEmbeddingsAllToAll, the §4.4 docs example and explicit batch "
+DG_CASE("embedding dists: PooledEmbeddingsAllToAll, torchrec's docs example and explicit batch "
         "sizes",
         "[torchrec][dists][pooled_a2a]", 2) {
   const int me = g.rank();
@@ -193,7 +193,7 @@ DG_CASE("embedding dists: column-wise output dist with the permute callback, and
            {rank_input({total(batch), dims[me]}, g)});
 }
 
-DG_CASE("embedding dists: VariableBatchPooledEmbeddingsAllToAll, the §4.5 docs example and "
+DG_CASE("embedding dists: VariableBatchPooledEmbeddingsAllToAll, torchrec's docs example and "
         "gradcheck",
         "[torchrec][dists][vb_a2a][gradcheck]", 1, 2, 3, 4) {
   const int w = g.size(), me = g.rank();

@@ -69,7 +69,7 @@ class PooledEmbeddingsAllToAll {
   Codecs codecs_;
 };
 
-// Per-feature variable batch (VBE, §4.5).
+// Per-feature variable batch (VBE).
 class VariableBatchPooledEmbeddingsAllToAll {
  public:
   // emb_dim_per_rank_per_feature[i][f]: embedding dim of rank i's feature f (the same on
