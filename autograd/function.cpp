@@ -110,7 +110,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   }
   std::vector<Tensor> outputs;
   {
-    NoGradGuard no_grad;  // spec §0.1: what forward calls is not differentiated
+    NoGradGuard no_grad;  // what forward calls is not differentiated
     outputs = fn->forward(c, input_values);
   }
 

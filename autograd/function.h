@@ -11,13 +11,13 @@
 //   };
 //   Variable y = ferry::apply(std::make_shared<Scale>(2.0), {x})[0];
 //
-// The contract (spec §0): forward runs with recording off, so whatever it calls is not
-// differentiated; only backward defines the gradient. backward gets one gradient per output
-// (zeros for outputs that received none, unless materialisation is switched off, then
-// undefined tensors) and returns one tensor per input: undefined means "no gradient"; a defined
-// one must have exactly the input's shape and dtype (torch silently sums a broadcast gradient
-// down to the input's shape; ferry throws). Gradients returned for inputs that do not require
-// grad are dropped. backward runs with recording off too.
+// The contract: forward runs with recording off, so whatever it calls is not differentiated; only
+// backward defines the gradient. backward gets one gradient per output (zeros for outputs that
+// received none, unless materialisation is switched off, then undefined tensors) and returns one
+// tensor per input: undefined means "no gradient"; a defined one must have exactly the input's
+// shape and dtype (torch silently sums a broadcast gradient down to the input's shape; ferry
+// throws). Gradients returned for inputs that do not require grad are dropped. backward runs with
+// recording off too.
 #pragma once
 
 #include <ferry/autograd/variable.h>

@@ -1,5 +1,5 @@
 // ferry-embedding-bench --sharded: one training step of a ShardedEmbeddingBagCollection per
-// sharding type, split into its stages (issue 18's "Measure"):
+// sharding type, split into its stages:
 //
 //   ferry-embedding-bench --sharded [--world-size W] [--local-size L] [--tables T]
 //       [--rows-min R0] [--rows-max R1] [--dim D] [--batch B] [--pooling P] [--zipf S]

@@ -1,5 +1,5 @@
 // ferry-embedding-bench --sharded: the training-step time of a ShardedEmbeddingBagCollection per
-// sharding type (issue 18's "Measure"), on W ranks of the local transport (threads).
+// sharding type, on W ranks of the local transport (threads).
 #pragma once
 
 namespace ferry::embedding_bench {

@@ -1,5 +1,5 @@
 // Differentiable collectives: the raw collectives as autograd Functions, with the adjoint
-// convention explicit (spec §0).
+// convention explicit (P or R, below).
 //
 // Adjoint::PerRank (convention P, the default): every rank's input is its own variable and the
 // objective is the sum of the per-rank losses, L = sum_r L_r(y_r). The backward is the true

@@ -1,7 +1,7 @@
-// fairchem's graph-parallel utilities (`fairchem.core.common.gp_utils`, spec §1) as ferry
-// functions, in namespace ferry::fairchem: the family's one public header. Three parts, as in the
-// original module: the graph-parallel and data-parallel groups, the partition of an axis across
-// a graph-parallel group (with pad / trim), and the model-parallel regions.
+// fairchem's graph-parallel utilities (`fairchem.core.common.gp_utils`) as ferry functions, in
+// namespace ferry::fairchem: the family's one public header. Three parts, as in the original
+// module: the graph-parallel and data-parallel groups, the partition of an axis across a
+// graph-parallel group (with pad / trim), and the model-parallel regions.
 #pragma once
 
 #include <ferry/autograd/variable.h>
@@ -17,9 +17,9 @@ namespace ferry::fairchem {
 
 // ---- graph-parallel groups ----
 //
-// Graph-parallel group setup: fairchem's setup_gp / setup_graph_parallel_groups (spec §1.2) as
-// an object, GraphParallel, holding what fairchem keeps in module globals. The module's own
-// functions (setup_gp, get_gp_rank, ...) over one default GraphParallel are at the end.
+// Graph-parallel group setup: fairchem's setup_gp / setup_graph_parallel_groups as an object,
+// GraphParallel, holding what fairchem keeps in module globals. The module's own functions
+// (setup_gp, get_gp_rank, ...) over one default GraphParallel are at the end.
 //
 // The W ranks of `world` are laid out as a d x g row-major matrix M[i][j] = i*g + j (g = the GP
 // size, d = W / g data-parallel replicas). Each row is a graph-parallel (GP) group, each column
@@ -92,7 +92,7 @@ class GraphParallel {
 // ---- partition, pad, trim ----
 //
 // The canonical partition of one axis across the ranks of a graph-parallel group, and fairchem's
-// pad / trim helpers (spec §1.3-1.5), without fairchem's global group.
+// pad / trim helpers, without fairchem's global group.
 //
 // Generation followed: G2/G3 (numpy array_split rule), any dim, negative dims allowed. Where
 // fairchem reads the GP world size from its globals, the *_to_multiple forms take `parts`
@@ -140,8 +140,7 @@ TrimmedTensor trim_tensor(const Tensor& t, std::vector<int64_t> sizes = {}, int6
 
 // ---- model-parallel regions ----
 //
-// fairchem's model-parallel regions (gp_utils, Megatron style; spec §1.6-1.10) as
-// differentiable ferry functions.
+// fairchem's model-parallel regions (gp_utils, Megatron style) as differentiable ferry functions.
 //
 // Generation followed: G3 semantics (out-of-place ReduceFrom, scatter returns an independent
 // copy, GatherFromModelParallelRegionSumGrad and ScaleBackwardGrad exist, canonical array_split
@@ -155,8 +154,8 @@ TrimmedTensor trim_tensor(const Tensor& t, std::vector<int64_t> sizes = {}, int6
 // collective node's backward even where the loss ignores its output, if the loss was recorded
 // after it: see collectives/differentiable/differentiable.h).
 //
-// Adjoint convention of each backward (spec §0, §1.10):
-//   copy_to        R  forward identity; backward sum all_reduce of G (x replicated).
+// Adjoint convention of each backward (P = per-rank, R = replicated; differentiable.h): copy_to R
+// forward identity; backward sum all_reduce of G (x replicated).
 //   reduce_from    R  forward sum all_reduce (a new tensor); backward identity.
 //   scatter_to     R  forward my canonical part of x along dim (x replicated); backward the full
 //                     gradient, every rank's G concatenated in rank order, on every rank.
@@ -171,7 +170,7 @@ TrimmedTensor trim_tensor(const Tensor& t, std::vector<int64_t> sizes = {}, int6
 //  - Non-canonical sizes in gather_from / _sum_grad (the per-rank sizes along dim are not the
 //    canonical partition of their total) raise InvalidArgument on every rank, before the data
 //    moves, naming the sizes given and expected; fairchem gives a silently wrong gradient on one
-//    rank and a shape error on another (spec §1.9, TC6). The ranks must also agree on the size
+//    rank and a shape error on another (test case TC6). The ranks must also agree on the size
 //    of every other dim (also InvalidArgument on every rank).
 //  - ReduceFrom is out of place (G3) in every case; G1/G2 overwrite the caller's tensor.
 //  - Nothing is padded on the wire: after the size exchange (one all_gather of two int64 per

@@ -1,14 +1,13 @@
 // ksuit's gather / reduce helpers (`ksuit.distributed.gather` and the two Functions of
-// `ksuit.distributed.functional`, as vendored in NX-AI/vision-lstm; spec §2, TC10, TC11), as
-// ferry ops.
+// `ksuit.distributed.functional`, as vendored in NX-AI/vision-lstm), as ferry ops.
 //
-// ksuit always uses the world group and the global rank; here every op takes a `group` and uses
-// the rank inside it (the later variant of AllGatherGradAutograd that takes a group, spec §2.1).
-// Every rank of the group must call these in the same order, and then run a backward that
-// reaches them (see ferry::backward). As in ksuit, every rank must pass the same shape to a
-// gather; that is not compared across ranks (it would cost one more collective per call).
+// ksuit always uses the world group and the global rank; here every op takes a `group` and uses the
+// rank inside it (the later variant of AllGatherGradAutograd that takes a group). Every rank of the
+// group must call these in the same order, and then run a backward that reaches them (see
+// ferry::backward). As in ksuit, every rank must pass the same shape to a gather; that is not
+// compared across ranks (it would cost one more collective per call).
 //
-// Adjoint convention of each backward (spec §0; P = per-rank, R = replicated):
+// Adjoint convention of each backward (P = per-rank, R = replicated; differentiable.h):
 //   all_gather_grad            exact-P  dx_me = sum_r G_r[slot me]
 //   all_gather_grad_autograd   exact-P  (all_gather_grad along dim 0)
 //   all_gather_grad_overwrite  R        dx_me = G_me[slot me] (only the local slot carries grad)
@@ -17,13 +16,13 @@
 //   *_nograd                   none     the result does not require grad
 // Check them with distributed_gradcheck under GradcheckObjective::Sum (P) or ::Replicated (R).
 //
-// all_reduce_sum_grad / all_reduce_mean_grad: ksuit calls the plain in-place dist.all_reduce,
-// not the differentiable torch.distributed.nn one, although its comment calls it
-// differentiable. Under PyTorch 1.13 (executed, spec §2.2 and TC11) autograd does not see that
-// collective, so the backward is the identity (mean: G/W). That observed behaviour is what
-// these implement: it is the gradient the original computes, and it is the correct one for a
-// loss computed identically on every rank and counted once (R, like fairchem's ReduceFrom). The
-// true P adjoint (dx = sum_r G_r) is ferry::all_reduce(x, group).
+// all_reduce_sum_grad / all_reduce_mean_grad: ksuit calls the plain in-place dist.all_reduce, not
+// the differentiable torch.distributed.nn one, although its comment calls it differentiable. Under
+// PyTorch 1.13 (observed; TC11 in tests/families) autograd does not see that collective, so the
+// backward is the identity (mean: G/W). That observed behaviour is what these implement: it is the
+// gradient the original computes, and it is the correct one for a loss computed identically on
+// every rank and counted once (R, like fairchem's ReduceFrom). The true P adjoint (dx = sum_r G_r)
+// is ferry::all_reduce(x, group).
 //
 // Departures from the original:
 //  - ksuit's _prepare_tensor does not apply: there are no Python scalars or lists to wrap, no

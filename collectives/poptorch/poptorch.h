@@ -1,5 +1,5 @@
 // The cross-replica collectives of Graphcore's poptorch-experimental-addons
-// (`poptorch_experimental_addons.collectives`, spec §5 and TC23), as ferry differentiable ops.
+// (`poptorch_experimental_addons.collectives`), as ferry differentiable ops.
 //
 // On the IPU every replica runs the same program and "rank" is the replica index; here the
 // replicas are the ranks of `group` and the replica index is the group rank. Every rank of the
@@ -8,7 +8,7 @@
 // (as on the IPU, where every replica runs the same program; not compared across ranks). Bad
 // arguments raise InvalidArgument on the calling rank before any data moves.
 //
-// Adjoint convention of each backward (spec §0; P = per-rank, R = replicated):
+// Adjoint convention of each backward (P = per-rank, R = replicated; differentiable.h):
 //   all_gather_cross_replica                     exact-P  dx_me = sum_r G_r[me]
 //   all_gather_cross_replica_identical_grads_in  R        dx_me = G_me[me]
 //   all_reduce_cross_replica_sum (default)       R        dx_me = G_me       (Megatron "g")

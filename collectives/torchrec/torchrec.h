@@ -1,5 +1,5 @@
-// torchrec's distributed communication layer as ferry ops (spec §4). Namespace ferry::torchrec;
-// this is the family's one public header.
+// torchrec's distributed communication layer as ferry ops. Namespace ferry::torchrec; this is the
+// family's one public header.
 //
 //   comm/comm_ops.h          torchrec.distributed.comm_ops: alltoall_pooled,
 //                            variable_batch_alltoall_pooled, alltoall_sequence, alltoallv,

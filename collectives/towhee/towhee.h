@@ -1,10 +1,10 @@
 // towhee's two all-gather autograd Functions (`towhee.models.drl.until_module.AllGather` and
-// `AllGather2`, spec §3, TC12), as ferry differentiable ops.
+// `AllGather2`), as ferry differentiable ops.
 //
 // Both: x is [B, ...] on every rank (the same B, the same trailing shape), y = every rank's x
 // concatenated along dim 0 in rank order, [W*B, ...], the same on every rank.
 //
-// Adjoint convention of each backward (spec §0; P = per-rank, R = replicated):
+// Adjoint convention of each backward (P = per-rank, R = replicated; differentiable.h):
 //   all_gather   (AllGather)   R        dx_me = G_me[B*me : B*(me+1)], rows of the LOCAL
 //                                       gradient, no communication
 //   all_gather2  (AllGather2)  exact-P  dx_me = sum_r G_r[B*me : B*(me+1)] (a reduce_scatter)

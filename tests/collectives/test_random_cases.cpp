@@ -1,8 +1,8 @@
-// Seeded random differential tests (issue 20, item 7): for every raw collective, 200 random
-// cases (world size 1-8, dtype, shape with zero sizes, splits, root, reduce op, in-place or not)
-// against the serial references of checks.h, on the local transport. The seed is
-// FT_RANDOM_SEED (default 20), printed with every failure: rerun with it to reproduce.
-// The mpiexec and UCX suites (tests/mpi, tests/ucx) run 16 cases per op on the job's world.
+// Seeded random differential tests: for every raw collective, 200 random cases (world size 1-8,
+// dtype, shape with zero sizes, splits, root, reduce op, in-place or not) against the serial
+// references of checks.h, on the local transport. The seed is FT_RANDOM_SEED (default 20), printed
+// with every failure: rerun with it to reproduce. The mpiexec and UCX suites (tests/mpi, tests/ucx)
+// run 16 cases per op on the job's world.
 #include "checks.h"
 #include "spmd_case.h"
 #include "test_helpers.h"

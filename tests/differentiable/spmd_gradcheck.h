@@ -23,7 +23,7 @@ using Body = void (*)(Group&);
 
 // Under mpiexec the world has one size; a case that does not list it runs on the first n
 // ranks (n the largest listed size below the world's), the others sit it out. So a case
-// written for exactly two ranks (a numeric case of the spec) still runs under mpiexec -n 3.
+// written for exactly two ranks (a worked numeric case, TCn) still runs under mpiexec -n 3.
 bool register_case(const char* name, const char* tags, Body body, std::vector<int> world_sizes);
 // Runs `body` on an n-rank local world; rethrows the first rank's failure.
 void run_local(int n, Body body);

@@ -19,7 +19,7 @@ using dgtest::expect_passed;
 
 namespace {
 
-// Convention R's all_gather backward: "keep my slice of my own gradient" (spec §0).
+// Convention R's all_gather backward: "keep my slice of my own gradient" (differentiable.h).
 class AllGatherKeepSlice final : public Function {
  public:
   explicit AllGatherKeepSlice(Group g) : group_(std::move(g)) {}

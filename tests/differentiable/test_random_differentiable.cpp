@@ -1,10 +1,10 @@
-// Seeded random differential tests of the differentiable collectives (issue 20, item 7): for
-// every op, 200 random cases (world size 1-8, float32 / float64, shapes with zero-size dims and
-// 0-d inputs, uneven row counts, split lists, roots, reduce ops, both adjoint conventions)
-// whose forward is compared with the serial reference and whose backward, seeded with a random
-// output gradient on every rank, with the reference adjoint (random_reference.h), on the local
-// transport. Values are small integers, so sums are exact in float32 and the max / min tie rule
-// (the lowest rank holding the extreme takes the gradient) is exercised often.
+// Seeded random differential tests of the differentiable collectives: for every op, 200 random
+// cases (world size 1-8, float32 / float64, shapes with zero-size dims and 0-d inputs, uneven row
+// counts, split lists, roots, reduce ops, both adjoint conventions) whose forward is compared with
+// the serial reference and whose backward, seeded with a random output gradient on every rank, with
+// the reference adjoint (random_reference.h), on the local transport. Values are small integers, so
+// sums are exact in float32 and the max / min tie rule (the lowest rank holding the extreme takes
+// the gradient) is exercised often.
 // The seed is FT_RANDOM_SEED (default 20), printed with every failure: rerun with it to
 // reproduce.
 #include <ferry/collectives/differentiable/all_to_all_async.h>

@@ -1,8 +1,8 @@
-// fairchem's graph-parallel setup and model-parallel regions (spec §1, cases TC1-TC8): every
-// region op through the distributed gradcheck under the objective of its adjoint convention,
-// the spec's numeric cases, and the errors ferry raises where fairchem hangs or goes wrong.
-// SPMD cases: on local worlds here, under mpiexec in tests/mpi (where the world has 2 or 3
-// ranks whatever sizes a case lists, so every body adapts to g.size()).
+// fairchem's graph-parallel setup and model-parallel regions (cases TC1-TC8): every region op
+// through the distributed gradcheck under the objective of its adjoint convention, their worked
+// numeric values, and the errors ferry raises where fairchem hangs or goes wrong. SPMD cases: on
+// local worlds here, under mpiexec in tests/mpi (where the world has 2 or 3 ranks whatever sizes a
+// case lists, so every body adapts to g.size()).
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/differentiable/distributed_gradcheck.h>
 #include <ferry/collectives/fairchem/fairchem.h>
@@ -195,7 +195,7 @@ DG_CASE("scale_backward_grad: identity forward, gradient times the GP size",
   expect(m.grad().defined() && m.grad().shape() == Shape({2, 0}), g, "empty gradient");
 }
 
-// ---- the spec's numeric cases ----
+// ---- the worked numeric cases TC1-TC8 ----
 
 DG_CASE("TC1: graph-parallel layout, clamp and strict policies", "[model_parallel][graph_parallel]",
         1, 2, 3, 4) {

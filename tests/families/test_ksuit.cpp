@@ -1,7 +1,7 @@
-// ksuit's gathers and reductions (collectives/ksuit/ksuit.h, spec §2): the differentiable ones
-// through the distributed gradcheck under the objective of their convention, at world sizes
-// 1-4 and on a sub-group; TC10, TC11; the nograd forms and the sampler reordering of the
-// clipped gather; the argument checks.
+// ksuit's gathers and reductions (collectives/ksuit/ksuit.h): the differentiable ones through the
+// distributed gradcheck under the objective of their convention, at world sizes 1-4 and on a
+// sub-group; TC10, TC11; the nograd forms and the sampler reordering of the clipped gather; the
+// argument checks.
 #include <ferry/collectives/ksuit/ksuit.h>
 
 #include <ferry/autograd/ops.h>

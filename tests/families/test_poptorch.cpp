@@ -1,6 +1,6 @@
-// poptorch-experimental-addons' cross-replica ops (collectives/poptorch/poptorch.h, spec §5):
-// every op through the distributed gradcheck under the objective of its convention, at world sizes
-// 1-4 and on a sub-group; TC23's numbers; R == 1; the argument checks.
+// poptorch-experimental-addons' cross-replica ops (collectives/poptorch/poptorch.h): every op
+// through the distributed gradcheck under the objective of its convention, at world sizes 1-4 and
+// on a sub-group; TC23's numbers; R == 1; the argument checks.
 #include <ferry/collectives/poptorch/poptorch.h>
 
 #include <ferry/autograd/ops.h>

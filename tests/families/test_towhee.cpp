@@ -1,7 +1,6 @@
-// towhee's AllGather / AllGather2 (collectives/towhee/towhee.h, spec §3): both through the
-// distributed gradcheck under the objective of their convention, at world sizes 1-4 and on a
-// sub-group; TC12 including the W = 4 case towhee gets wrong on two nodes; the equal-batch
-// check.
+// towhee's AllGather / AllGather2 (collectives/towhee/towhee.h): both through the distributed
+// gradcheck under the objective of their convention, at world sizes 1-4 and on a sub-group; TC12
+// including the W = 4 case towhee gets wrong on two nodes; the equal-batch check.
 #include <ferry/collectives/towhee/towhee.h>
 
 #include "compat_checks.h"

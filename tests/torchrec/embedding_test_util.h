@@ -1,4 +1,4 @@
-// Helpers shared by the embedding-module tests: the spec-style example KJT and a finite-
+// Helpers shared by the embedding-module tests: the example KJT and tables below and a finite-
 // difference check of a table's gradient through a dense view of its SparseRowGradient.
 #pragma once
 

@@ -1,4 +1,4 @@
-// bucketize_kjt_before_all2all (spec §4.11, TC21) and the pooled-embedding column permutation.
+// bucketize_kjt_before_all2all (TC21 and more) and the pooled-embedding column permutation.
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 

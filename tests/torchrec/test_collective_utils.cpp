@@ -1,6 +1,6 @@
-// torchrec collective utils (spec §4.13, TC24): is_leader, invoke_on_rank_and_broadcast_result
-// (group ranks as the source, on sub-groups too; failures reach every member), run_on_leader,
-// and the serialization of results. Rank bodies record; Catch2 checks on the main thread.
+// torchrec collective utils (TC24): is_leader, invoke_on_rank_and_broadcast_result (group ranks as
+// the source, on sub-groups too; failures reach every member), run_on_leader, and the serialization
+// of results. Rank bodies record; Catch2 checks on the main thread.
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/run_ranks.h>
 #include <ferry/collectives/torchrec/torchrec.h>

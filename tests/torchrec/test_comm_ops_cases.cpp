@@ -1,7 +1,8 @@
-// The worked torchrec cases of the spec (section (b): TC13, TC16, TC18; the docs examples of
-// §4.4 and §4.5) and hand-computed cases for alltoall_sequence and alltoallv, each forward and
-// backward with gradient division on and off, on the ranks they specify. SPMD cases: local
-// worlds here, mpiexec / ferry-run in the torchrec-mpi-* / torchrec-ucx-* suites.
+// Worked torchrec cases (TC13, TC16, TC18; the docs examples of torchrec's PooledEmbeddingsAllToAll
+// and VariableBatchPooledEmbeddingsAllToAll) and hand-computed cases for alltoall_sequence and
+// alltoallv, each forward and backward with gradient division on and off, on the ranks they
+// specify. SPMD cases: local worlds here, mpiexec / ferry-run in the torchrec-mpi-* /
+// torchrec-ucx-* suites.
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
@@ -35,7 +36,8 @@ DG_CASE("torchrec TC13: alltoall_pooled, equal batch, division on and off", "[to
   }
 }
 
-DG_CASE("torchrec §4.4 docs example: dims [2, 1], six rows each -> [3, 3] on both ranks",
+DG_CASE("torchrec alltoall_pooled, PooledEmbeddingsAllToAll's docs example: dims [2, 1], six "
+        "rows each -> [3, 3] on both ranks",
         "[torchrec][alltoall_pooled]", 2) {
   const bool r0 = g.rank() == 0;
   const int64_t d = r0 ? 2 : 1;
@@ -97,7 +99,8 @@ DG_CASE("torchrec TC18: all_gather_base_pooled and reduce_scatter_pooled", "[tor
   }
 }
 
-DG_CASE("torchrec §4.5 docs example: variable_batch_alltoall_pooled splits and sizes",
+DG_CASE("torchrec variable_batch_alltoall_pooled, VariableBatchPooledEmbeddingsAllToAll's docs "
+        "example: splits and sizes",
         "[torchrec][variable_batch]", 2) {
   // Rank 0 owns f0 (dim 2); rank 1 owns f1, f2 (dim 3 each).
   const bool r0 = g.rank() == 0;

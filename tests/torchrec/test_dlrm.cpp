@@ -1,7 +1,7 @@
-// DLRM pieces (spec torchrec-modules.md §5): Linear / Mlp, the three arches against hand-computed
-// numbers and naive loops, gradcheck of the interaction and of the whole dense path (float64),
-// the pluggable sparse arch (a stand-in embedding lookup written here: the real
-// EmbeddingBagCollection plugs in the same way), bce_with_logits, and a few SGD steps that learn.
+// DLRM pieces: Linear / Mlp, the three arches against hand-computed numbers and naive loops,
+// gradcheck of the interaction and of the whole dense path (float64), the pluggable sparse arch (a
+// stand-in embedding lookup written here: the real EmbeddingBagCollection plugs in the same way),
+// bce_with_logits, and a few SGD steps that learn.
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/gradcheck.h>
 #include <ferry/autograd/ops.h>

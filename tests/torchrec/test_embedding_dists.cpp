@@ -1,9 +1,9 @@
-// The embedding dists (dist_data.py's output dists, spec §4.4-4.9): forward on the spec's worked
-// cases (TC13, TC16, TC18, the §4.4 / §4.5 docs examples) and hand-computed ones, callbacks in
+// The embedding dists (dist_data.py's output dists): forward on worked cases (TC13, TC16, TC18,
+// torchrec's docstring examples of the two pooled all-to-alls) and hand-computed ones, callbacks in
 // order, every module's backward through the distributed gradcheck (float64, W = 1..4), the
-// input-dist -> lookup -> output-dist round trip of sequence sharding (table-wise, unequal
-// batches, row-wise with the unbucketize permutation) and bad input. SPMD cases: local worlds
-// in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-* suites.
+// input-dist -> lookup -> output-dist round trip of sequence sharding (table-wise, unequal batches,
+// row-wise with the unbucketize permutation) and bad input. SPMD cases: local worlds in
+// test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-* suites.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>
@@ -114,7 +114,7 @@ DG_CASE("embedding dists: PooledEmbeddingsAllToAll on TC13 (equal default batch)
   }
 }
 
-DG_CASE("embedding dists: PooledEmbeddingsAllToAll, the §4.4 docs example and explicit batch "
+DG_CASE("embedding dists: PooledEmbeddingsAllToAll, torchrec's docs example and explicit batch "
         "sizes",
         "[torchrec][dists][pooled_a2a]", 2) {
   const int me = g.rank();
@@ -193,7 +193,7 @@ DG_CASE("embedding dists: column-wise output dist with the permute callback, and
            {rank_input({total(batch), dims[me]}, g)});
 }
 
-DG_CASE("embedding dists: VariableBatchPooledEmbeddingsAllToAll, the §4.5 docs example and "
+DG_CASE("embedding dists: VariableBatchPooledEmbeddingsAllToAll, torchrec's docs example and "
         "gradcheck",
         "[torchrec][dists][vb_a2a][gradcheck]", 1, 2, 3, 4) {
   const int w = g.size(), me = g.rank();

@@ -1,7 +1,7 @@
-// The fused sparse optimizers (spec torchrec-modules.md §4) against hand-written reference loops
-// over several steps: dense per-step gradients accumulated occurrence by occurrence, then each
-// touched row updated once with the rule written out here. float64, same operation order, so
-// the tables must be bit-identical. Also the non-fused path and the config validation.
+// The fused sparse optimizers against hand-written reference loops over several steps: dense
+// per-step gradients accumulated occurrence by occurrence, then each touched row updated once with
+// the rule written out here. float64, same operation order, so the tables must be bit-identical.
+// Also the non-fused path and the config validation.
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "jagged_test_util.h"
 

@@ -1,6 +1,6 @@
-// The single-process inference dists (spec §4.9): KJTOneToAll splits a KJT by feature for the
-// ranks of a local world, EmbeddingsAllToOne / EmbeddingsAllToOneReduce / SeqEmbeddingsAllToOne
-// merge their results; plus the whole sharded-inference round trip on a local world of threads.
+// The single-process inference dists: KJTOneToAll splits a KJT by feature for the ranks of a local
+// world, EmbeddingsAllToOne / EmbeddingsAllToOneReduce / SeqEmbeddingsAllToOne merge their results;
+// plus the whole sharded-inference round trip on a local world of threads.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/run_ranks.h>
 #include <ferry/collectives/torchrec/torchrec.h>

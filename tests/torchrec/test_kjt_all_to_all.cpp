@@ -1,8 +1,9 @@
 // KJTAllToAll across ranks (SPMD: local threads here, MPI / UCX processes in
-// test_torchrec_kjt_spmd): the spec's worked case TC19, recat and stagger, weights, unequal
-// batches, variable stride per key, W = 1, both phases asynchronous, properties on seeded random
-// KJTs (the reverse exchange through the exposed splits gives the input back, ids preserved,
-// per-key order), row-wise bucketization end to end, and bad input failing on every rank.
+// test_torchrec_kjt_spmd): the worked case TC19 (torchrec's docs example), recat and stagger,
+// weights, unequal batches, variable stride per key, W = 1, both phases asynchronous, properties on
+// seeded random KJTs (the reverse exchange through the exposed splits gives the input back, ids
+// preserved, per-key order), row-wise bucketization end to end, and bad input failing on every
+// rank.
 // GCC 12 at -O3 reports a false -Wrestrict inside std::string's operator+ with a literal.
 #pragma GCC diagnostic ignored "-Wrestrict"
 #include <ferry/collectives/collectives.h>

@@ -80,7 +80,7 @@ KeyedJaggedTensor tc19_rank1(bool weighted = false) {
 
 }  // namespace
 
-TEST_CASE("get_recat: the spec's examples", "[kjt_dist]") {
+TEST_CASE("get_recat: worked orders with and without stagger, and a bad stagger", "[kjt_dist]") {
   CHECK(get_recat(2, 4, 1) == V{0, 2, 4, 6, 1, 3, 5, 7});
   CHECK(get_recat(2, 4, 2) == V{0, 4, 2, 6, 1, 5, 3, 7});
   CHECK(get_recat(2, 2) == V{0, 2, 1, 3});

@@ -1,6 +1,6 @@
-// torchrec planner (issue 18 item 3): the cost model against hand-computed figures, plans for fixed
-// inputs derived by hand, budget violations, every table placed within budget, balance on a
-// many-table case, determinism (also across ranks on the local transport), and the printed table.
+// torchrec planner: the cost model against hand-computed figures, plans for fixed inputs derived by
+// hand, budget violations, every table placed within budget, balance on a many-table case,
+// determinism (also across ranks on the local transport), and the printed table.
 #include <ferry/collectives/run_ranks.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 

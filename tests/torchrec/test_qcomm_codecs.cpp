@@ -1,5 +1,5 @@
-// The codec protocol on tensors (spec §4.3, TC22): shapes, dtypes, sizes, loss_scale,
-// round-trip error bounds per precision, NaN / inf, FP8 row-wise padding and bad input.
+// The codec protocol on tensors (TC22 and more): shapes, dtypes, sizes, loss_scale, round-trip
+// error bounds per precision, NaN / inf, FP8 row-wise padding and bad input.
 #include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
-// QCommsConfig -> codecs, the registry's keys and fallbacks (spec §4.3, TC22), the enum
-// names, and the per-codec telemetry.
+// QCommsConfig -> codecs, the registry's keys and fallbacks (TC22 and more), the enum names, and
+// the per-codec telemetry.
 #include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>

@@ -1,13 +1,12 @@
-// DistributedModelParallel sharding a model itself (issue 18 item 5): a ShardableModel with two
-// embedding bag collections and a dense weight, sharded by the planner's plan (the same plan the
-// planner gives on one rank) or by the caller's; one training step through the wrapper equals,
-// bit for bit, the same model sharded by hand and wrapped from its sharded modules; a plan that
-// lacks a collection or names one the model does not have, and two collections at one module
-// path, are refused on every rank. A model with an embedding bag collection AND an embedding
-// collection (sequence embeddings): one plan covers both, the sequence table never
-// table_row_wise, two steps through the wrapper equal the model sharded by hand and equal the
-// unsharded model trained on the global batch; a plan with table_row_wise for the sequence table
-// is refused.
+// DistributedModelParallel sharding a model itself: a ShardableModel with two embedding bag
+// collections and a dense weight, sharded by the planner's plan (the same plan the planner gives on
+// one rank) or by the caller's; one training step through the wrapper equals, bit for bit, the same
+// model sharded by hand and wrapped from its sharded modules; a plan that lacks a collection or
+// names one the model does not have, and two collections at one module path, are refused on every
+// rank. A model with an embedding bag collection AND an embedding collection (sequence embeddings):
+// one plan covers both, the sequence table never table_row_wise, two steps through the wrapper
+// equal the model sharded by hand and equal the unsharded model trained on the global batch; a plan
+// with table_row_wise for the sequence table is refused.
 #include <ferry/autograd/ops.h>
 #include <ferry/autograd/optimizer.h>
 #include <ferry/collectives/collectives.h>

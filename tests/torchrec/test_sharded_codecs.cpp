@@ -1,10 +1,10 @@
-// Quantized comm codecs through the sharded EBC (issue 18 item 2: "comm codecs from a
-// QCommsConfig"): for each sharding type whose output dist communicates (table_wise,
-// column_wise, row_wise, table_row_wise, table_column_wise), W = 2 and 4, float32 tables, FP16
-// and BF16 forward and backward codecs: the forward output stays within the codec's rounding of
-// the unquantized sharded output, and differs from it (the codec really ran); after one fused SGD
-// step the tables stay within the same bound of the unquantized run's. INT8 on a reduce-scatter
-// (row-wise) is refused by the registry's rules before any data moves.
+// Quantized comm codecs through the sharded EBC, the codecs built from a QCommsConfig: for each
+// sharding type whose output dist communicates (table_wise, column_wise, row_wise, table_row_wise,
+// table_column_wise), W = 2 and 4, float32 tables, FP16 and BF16 forward and backward codecs: the
+// forward output stays within the codec's rounding of the unquantized sharded output, and differs
+// from it (the codec really ran); after one fused SGD step the tables stay within the same bound of
+// the unquantized run's. INT8 on a reduce-scatter (row-wise) is refused by the registry's rules
+// before any data moves.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>

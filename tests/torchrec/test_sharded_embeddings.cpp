@@ -1,11 +1,11 @@
-// Sharded embedding collections (issue 18 item 2, 6, 7): the equivalence of
-// ShardedEmbeddingBagCollection / ShardedEmbeddingCollection with the unsharded collections
-// trained on the concatenated global batch (spec torchrec-modules.md §3): for every sharding
-// type, W = 1..4, weighted and unweighted, SUM and MEAN, forward outputs and the tables after k
-// fused-optimizer steps (SGD, element-wise Adagrad), float64, relative error <= 1e-12 (forward
-// bit-identical where the summation order is the same); mixed plans; the staged API; state
-// (gathered, local shards, resharding from W = 4 to 2 and 3); bad input on every rank. SPMD
-// cases: local worlds in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-* suites.
+// Sharded embedding collections: the equivalence of ShardedEmbeddingBagCollection /
+// ShardedEmbeddingCollection with the unsharded collections trained on the concatenated global
+// batch: for every sharding type, W = 1..4, weighted and unweighted, SUM and MEAN, forward outputs
+// and the tables after k fused-optimizer steps (SGD, element-wise Adagrad), float64, relative error
+// <= 1e-12 (forward bit-identical where the summation order is the same); mixed plans; the staged
+// API; state (gathered, local shards, resharding from W = 4 to 2 and 3); bad input on every rank.
+// SPMD cases: local worlds in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-*
+// suites.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>

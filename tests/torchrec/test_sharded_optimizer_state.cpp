@@ -1,5 +1,5 @@
-// The fused optimizers' state of a sharded EBC (issue 18 items 4 and 6): saved whole with
-// optimizer_state_dict() after two steps of a mixed plan on W = 4, loaded with the tables into
+// The fused optimizers' state of a sharded EBC: saved whole with optimizer_state_dict() after two
+// steps of a mixed plan on W = 4, loaded with the tables into
 //   - the same plan: the next step is bit-identical to the uninterrupted one;
 //   - another plan on W = 2 (same global batch): the next step equals it within 1e-12 (float64);
 // for ADAM, EXACT_ADAGRAD and EXACT_ROWWISE_ADAGRAD; and row-wise state refused, naming the

@@ -1,12 +1,11 @@
-// Variable batch per feature (VBE) through ShardedEmbeddingBagCollection (issue 18): every rank
-// gives each feature its own batch (stride_per_key_per_rank) and inverse_indices expanding it
-// to B_out output samples. For data_parallel, table_wise, column_wise, table_column_wise and
-// row_wise, W = 1..4, SUM and MEAN, weighted and not, float64: the forward equals the unsharded
-// EmbeddingBagCollection on the concatenation of every rank's VBE batch (rank r's rows), and
-// after k fused SGD steps with each rank's mean loss the tables equal the unsharded ones
-// trained with the mean loss over all W * B_out rows (relative 1e-12). table_row_wise, a VBE
-// KJT without inverse_indices and VBE into a sharded EmbeddingCollection are refused on every
-// rank, naming op, rank and sharding type.
+// Variable batch per feature (VBE) through ShardedEmbeddingBagCollection: every rank gives each
+// feature its own batch (stride_per_key_per_rank) and inverse_indices expanding it to B_out output
+// samples. For data_parallel, table_wise, column_wise, table_column_wise and row_wise, W = 1..4,
+// SUM and MEAN, weighted and not, float64: the forward equals the unsharded EmbeddingBagCollection
+// on the concatenation of every rank's VBE batch (rank r's rows), and after k fused SGD steps with
+// each rank's mean loss the tables equal the unsharded ones trained with the mean loss over all W *
+// B_out rows (relative 1e-12). table_row_wise, a VBE KJT without inverse_indices and VBE into a
+// sharded EmbeddingCollection are refused on every rank, naming op, rank and sharding type.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"

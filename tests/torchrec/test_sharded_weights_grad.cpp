@@ -1,11 +1,11 @@
-// Per-sample weights that require grad through a sharded EmbeddingBagCollection (issue 18):
-// for every sharding type, W = 1..4, SUM and MEAN, float64, the gradient the caller's weights
-// Variable receives from ShardedEmbeddingBagCollection::forward(kjt, w) with each rank's loss
-// equals the one EmbeddingBagCollection::forward(kjt, w) gives for the same loss on the rank's
-// own batch (relative 1e-12), and so does the forward. torchrec's KJTAllToAll drops this
-// gradient for every type but data_parallel; ferry routes it back (weights_dist.h). Also: ranks
-// that disagree on whether the weights require grad, and weights given to an unweighted
-// collection or of the wrong size, are refused on every rank before any payload moves.
+// Per-sample weights that require grad through a sharded EmbeddingBagCollection: for every sharding
+// type, W = 1..4, SUM and MEAN, float64, the gradient the caller's weights Variable receives from
+// ShardedEmbeddingBagCollection::forward(kjt, w) with each rank's loss equals the one
+// EmbeddingBagCollection::forward(kjt, w) gives for the same loss on the rank's own batch (relative
+// 1e-12), and so does the forward. torchrec's KJTAllToAll drops this gradient for every type but
+// data_parallel; ferry routes it back (weights_dist.h). Also: ranks that disagree on whether the
+// weights require grad, and weights given to an unweighted collection or of the wrong size, are
+// refused on every rank before any payload moves.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "comm_test_helpers.h"

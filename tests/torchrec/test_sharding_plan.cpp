@@ -1,7 +1,7 @@
-// torchrec plan types (spec torchrec-modules.md §2): string values, hand-written plans of each
-// sharding type (their exact shards, and an independent cell-coverage check that they tile the
-// table), each validation error with its message, serialization, and the collective plan
-// agreement check on the local transport. Rank bodies record; Catch2 checks on the main thread.
+// torchrec plan types: string values, hand-written plans of each sharding type (their exact shards,
+// and an independent cell-coverage check that they tile the table), each validation error with its
+// message, serialization, and the collective plan agreement check on the local transport. Rank
+// bodies record; Catch2 checks on the main thread.
 #include <ferry/collectives/run_ranks.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 

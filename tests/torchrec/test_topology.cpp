@@ -1,7 +1,6 @@
-// torchrec topology helpers (spec §4.13, TC24): local size / rank from the launcher's
-// environment, group rank, number of groups, intra- and cross-node groups and their cache.
-// Rank bodies record what they saw; Catch2 checks it on the main thread afterwards (its macros
-// are not thread-safe).
+// torchrec topology helpers (TC24): local size / rank from the launcher's environment, group rank,
+// number of groups, intra- and cross-node groups and their cache. Rank bodies record what they saw;
+// Catch2 checks it on the main thread afterwards (its macros are not thread-safe).
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/run_ranks.h>
 #include <ferry/collectives/torchrec/torchrec.h>

@@ -1,7 +1,7 @@
-// The rendezvous cannot be stalled by connections that say nothing (issue 20, item 2): rank 0
-// reads every pending connection at once, each under its own hello deadline, at most
-// kMaxPending of them, so the real ranks join at once however many silent ones sit there.
-// (Before, rank 0 gave each connection 5 s in turn: 12 silent ones used up a 30 s deadline.)
+// The rendezvous cannot be stalled by connections that say nothing: rank 0 reads every pending
+// connection at once, each under its own hello deadline, at most kMaxPending of them, so the real
+// ranks join at once however many silent ones sit there. (Before, rank 0 gave each connection 5 s
+// in turn: 12 silent ones used up a 30 s deadline.)
 #include <ferry/backends/rendezvous/hello_server.h>
 #include <ferry/backends/rendezvous/rendezvous_frame.h>
 #include <ferry/backends/rendezvous/socket_io.h>

@@ -1,4 +1,4 @@
-// alltoall_pooled and variable_batch_alltoall_pooled (spec §4.4, §4.5): the pooled-embedding
+// alltoall_pooled and variable_batch_alltoall_pooled (torchrec comm_ops): the pooled-embedding
 // all-to-alls of data-parallel -> model-parallel sharding.
 #include <ferry/collectives/torchrec/comm/alltoall_op.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>

@@ -1,5 +1,5 @@
-// alltoall_sequence (spec §4.6): per-id embeddings back to the ranks that own the samples, and
-// the recat helpers of SequenceEmbeddingsAllToAll.
+// alltoall_sequence (torchrec comm_ops): per-id embeddings back to the ranks that own the samples,
+// and the recat helpers of SequenceEmbeddingsAllToAll.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/comm/alltoall_op.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>

@@ -1,7 +1,7 @@
-// alltoallv (spec §4.7): the legacy all-to-all of a list of tables, removed from torchrec in
-// 2024-12 and kept for ported code. Its asynchronous backward does not divide by W, whatever
-// the gradient-division switch says (torchrec's All2Allv_Req.backward never divided); its sync
-// path does when the switch was on at forward, as torchrec's AllToAllSingle.
+// alltoallv (torchrec comm_ops): the legacy all-to-all of a list of tables, removed from torchrec
+// in 2024-12 and kept for ported code. Its asynchronous backward does not divide by W, whatever the
+// gradient-division switch says (torchrec's All2Allv_Req.backward never divided); its sync path
+// does when the switch was on at forward, as torchrec's AllToAllSingle.
 #include <ferry/collectives/torchrec/comm/alltoall_op.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
 #include <ferry/runtime/error.h>

@@ -1,6 +1,6 @@
-// The numeric kernels of the quantized comm codecs (spec §4.3): float32 to and from the wire
-// formats of fbgemm_gpu's quantize_comm. Internal: the codecs in fbgemm_qcomm_codec.h call
-// these on tensor storage; the tests call them directly to pin exact bit patterns.
+// The numeric kernels of the quantized comm codecs: float32 to and from the wire formats of
+// fbgemm_gpu's quantize_comm. Internal: the codecs in fbgemm_qcomm_codec.h call these on tensor
+// storage; the tests call them directly to pin exact bit patterns.
 //
 // Every kernel is one pass over contiguous memory, written so that the compiler vectorises it
 // (branch-free selects, no calls), and built in three variants chosen at load time (x86-64-v4,

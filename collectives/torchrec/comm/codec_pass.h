@@ -1,6 +1,6 @@
-// One collective's trip through a quantized comm codec, shared by every torchrec comm op
-// (internal, not installed). The pattern of spec §4.3: encode the values -> block sizes on the
-// wire via calc_quantized_size -> the collective on the encoded dtype -> decode.
+// One collective's trip through a quantized comm codec, shared by every torchrec comm op (internal,
+// not installed). The pattern of torchrec's comm ops: encode the values -> block sizes on the wire
+// via calc_quantized_size -> the collective on the encoded dtype -> decode.
 //
 // Everything here is flat: the ops lay their data out as one 1-D buffer whose consecutive
 // blocks go to (or come from) consecutive ranks, so one codec context and one encode cover a

@@ -1,5 +1,5 @@
-// torchrec.distributed.collective_utils (spec §4.13): run a function on one rank of a group and
-// give every member its result.
+// torchrec.distributed.collective_utils: run a function on one rank of a group and give every
+// member its result.
 //
 //   is_leader(group, leader_rank = 0)
 //   invoke_on_rank_and_broadcast_result(group, rank, func, args...)

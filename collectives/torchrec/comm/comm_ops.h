@@ -1,5 +1,5 @@
-// torchrec.distributed.comm_ops on ferry's tape (spec §4.4-4.8): the embedding comm ops, their
-// info structs, and their forward, backward and gradient division.
+// torchrec.distributed.comm_ops on ferry's tape: the embedding comm ops, their info structs, and
+// their forward, backward and gradient division.
 //
 // Every op is differentiable and runs on torchrec's Req/Wait split
 // (collectives/differentiable/req_wait.h): the call launches the collective and returns an
@@ -19,7 +19,7 @@
 //  - Backward is the exact transpose of the forward (an all-to-all with the sizes swapped,
 //    reduce-scatter <-> all-gather), then divided by W = group.size() when gradient division
 //    is on (comm_switches.h), read when the backward runs: the adjoint of the mean objective
-//    (1/W) sum_r L_r (exact-P/W, spec §4.14); exact-P with division off. Exception: alltoallv.
+//    (1/W) sum_r L_r (exact-P/W); exact-P with division off. Exception: alltoallv.
 //  - Group size 1: a NoWait of the input itself, no node, no codec (a plain identity; the
 //    list ops: inputs[rank]). alltoallv has no such shortcut (its output is not its input).
 //  - Sync collectives on (comm_switches.h): the collective runs at once and the result is a
@@ -60,7 +60,7 @@ namespace ferry::torchrec {
 
 using Codecs = std::optional<QuantizedCommCodecs>;
 
-// ---- alltoall_pooled (§4.4) ----
+// ---- alltoall_pooled ----
 
 // torchrec All2AllPooledInfo, without the two *_tensor fields (inputs of a CUDA recat kernel).
 struct All2AllPooledInfo {
@@ -81,7 +81,7 @@ Awaitable<Variable> alltoall_pooled(const Variable& a2a_pooled_embs_tensor,
                                     const All2AllPooledInfo& info, const Group& group,
                                     const Codecs& codecs = std::nullopt);
 
-// ---- variable_batch_alltoall_pooled (§4.5) ----
+// ---- variable_batch_alltoall_pooled ----
 
 struct VariableBatchAll2AllPooledInfo {
   VariableBatchAll2AllPooledInfo() = default;
@@ -109,7 +109,7 @@ Awaitable<Variable> variable_batch_alltoall_pooled(const Variable& a2a_pooled_em
                                                    const Group& group,
                                                    const Codecs& codecs = std::nullopt);
 
-// ---- alltoall_sequence (§4.6) ----
+// ---- alltoall_sequence ----
 
 struct All2AllSequenceInfo {
   int64_t embedding_dim = 0;  // D
@@ -150,7 +150,7 @@ Tensor sequence_backward_recat(int64_t local_features, int world_size);
 // index-selected by `unbucketize_permute_tensor` (differentiable; int64 / int32 indices).
 Awaitable<Variable>::Callback unbucketize_permute_callback(Tensor unbucketize_permute_tensor);
 
-// ---- alltoallv (§4.7; removed from torchrec in 2024-12, kept for ported code) ----
+// ---- alltoallv (removed from torchrec in 2024-12, kept for ported code) ----
 
 // torchrec All2AllVInfo: what alltoallv derives from its arguments (all2allv_info).
 struct All2AllVInfo {
@@ -180,7 +180,7 @@ Awaitable<std::vector<Variable>> alltoallv(
     const std::optional<std::vector<int64_t>>& per_rank_split_lengths = std::nullopt,
     const Codecs& codecs = std::nullopt);
 
-// ---- reduce-scatter / all-gather family (§4.8) ----
+// ---- reduce-scatter / all-gather family ----
 // Each takes either its info struct (checked against the inputs) or, as torchrec's functions,
 // the arguments it is derived from. Reductions are sums, in the forward codec's dtype; a codec
 // whose dtype cannot be summed (INT8, FP8) is refused.

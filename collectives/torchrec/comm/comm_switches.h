@@ -1,4 +1,4 @@
-// torchrec's module-level switches of comm_ops (spec §4.1) and CommOpGradientScaling.
+// torchrec's module-level switches of comm_ops and CommOpGradientScaling.
 //
 // Gradient division (torchrec GRADIENT_DIVISION, default true): when on, the backward of every
 // comm op divides the gradient it received by the group size W, after decoding, so the result is

@@ -1,4 +1,4 @@
-// The FBGEMM codecs and torchrec's configuration of them (spec §4.3): fbgemm_gpu.quantize_comm.
+// The FBGEMM codecs and torchrec's configuration of them: fbgemm_gpu.quantize_comm.
 // QuantizedCommCodec (here FbgemmQuantizedCommCodec, the name torchrec imports it under) and
 // torchrec.distributed.fbgemm_qcomm_codec: CommType, QCommsConfig, get_qcomm_codecs,
 // get_qcomm_codecs_registry.

@@ -1,5 +1,5 @@
 // torchrec's lazy awaitables (torchrec.distributed.types: LazyAwaitable, LazyNoWait,
-// LazyGetItemMixin / GetItemLazyAwaitable; spec §4.2), on ferry::Awaitable (runtime/awaitable.h).
+// LazyGetItemMixin / GetItemLazyAwaitable), on ferry::Awaitable (runtime/awaitable.h).
 //
 // A LazyAwaitable is an awaitable that is waited for at most once: the first wait() (or the
 // first use through value(), *, ->) runs the wait and the callback list and keeps the result;

@@ -1,5 +1,5 @@
 // torchrec's quantized-communication codec protocol (torchrec.distributed.types:
-// QuantizedCommCodec, NoOpQuantizedCommCodec, QuantizedCommCodecs, CommOp; spec §4.3).
+// QuantizedCommCodec, NoOpQuantizedCommCodec, QuantizedCommCodecs, CommOp).
 //
 // A codec turns the float32 tensor a comm op is about to send into the tensor that goes on the
 // wire (encode), says how many wire elements n input elements become (calc_quantized_size), and

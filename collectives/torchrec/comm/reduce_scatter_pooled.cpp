@@ -1,6 +1,6 @@
-// The reduce-scatter / all-gather family (spec §4.8): reduce_scatter_pooled,
-// reduce_scatter_base_pooled, reduce_scatter_v_pooled, reduce_scatter_v_per_feature_pooled and
-// all_gather_base_pooled, all on ReduceScatterGatherOp.
+// The reduce-scatter / all-gather family: reduce_scatter_pooled, reduce_scatter_base_pooled,
+// reduce_scatter_v_pooled, reduce_scatter_v_per_feature_pooled and all_gather_base_pooled, all on
+// ReduceScatterGatherOp.
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
 #include <ferry/collectives/torchrec/comm/reduce_scatter_op.h>
 #include <ferry/runtime/error.h>

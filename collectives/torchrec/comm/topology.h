@@ -1,6 +1,6 @@
-// torchrec's process-group topology helpers (torchrec.distributed.comm; spec §4.13): how many
-// ranks share a node, which one this is, and the intra-node and cross-node groups that the
-// table-row-wise sharding communicates over.
+// torchrec's process-group topology helpers (torchrec.distributed.comm): how many ranks share a
+// node, which one this is, and the intra-node and cross-node groups that the table-row-wise
+// sharding communicates over.
 //
 // The launcher tells each process its node-local layout through the environment. Each value is
 // the first non-negative integer among these variables, in this order:

@@ -1,4 +1,4 @@
-// The awaitables the embedding output dists return (torchrec dist_data.py, spec §4.9):
+// The awaitables the embedding output dists return (torchrec dist_data.py):
 // PooledEmbeddingsAwaitable and SequenceEmbeddingsAwaitable.
 //
 // Both wrap the Awaitable<Variable> of a comm op (comm_ops.h) and are themselves

@@ -1,6 +1,6 @@
-// torchrec's single-process inference dists (dist_data.py, spec §4.9, §4.12): KJTOneToAll (the
-// input dist of sharded inference), EmbeddingsAllToOne (table- / column-wise output),
-// EmbeddingsAllToOneReduce (row-wise output) and SeqEmbeddingsAllToOne (sequence output).
+// torchrec's single-process inference dists (dist_data.py): KJTOneToAll (the input dist of sharded
+// inference), EmbeddingsAllToOne (table- / column-wise output), EmbeddingsAllToOneReduce (row-wise
+// output) and SeqEmbeddingsAllToOne (sequence output).
 //
 // Interpretation. torchrec runs sharded inference in one process over several GPUs: the input
 // dist splits the KJT by feature and copies part k to device k, the output dists copy every

@@ -1,5 +1,5 @@
-// torchrec's KJTAllToAll (dist_data.py, spec §4.10): the two-phase redistribution of a
-// KeyedJaggedTensor's features to the ranks that hold their tables.
+// torchrec's KJTAllToAll (dist_data.py): the two-phase redistribution of a KeyedJaggedTensor's
+// features to the ranks that hold their tables.
 //
 //   KJTAllToAll a2a(group, /*splits=*/{2, 1});          // keys 0-1 to rank 0, key 2 to rank 1
 //   KJTAllToAllSplitsAwaitable p1 = a2a(kjt);            // phase 1 issued, returns at once

@@ -1,8 +1,7 @@
-// torchrec's pooled-embedding all-to-all output dists (dist_data.py, spec §4.4, §4.5, §4.12):
-// PooledEmbeddingsAllToAll and VariableBatchPooledEmbeddingsAllToAll, the output dist of
-// table-wise, column-wise and table-column-wise sharding (and the cross-node step of
-// table-row-wise). Each launches its comm op and returns a PooledEmbeddingsAwaitable carrying
-// the module's callbacks.
+// torchrec's pooled-embedding all-to-all output dists (dist_data.py): PooledEmbeddingsAllToAll and
+// VariableBatchPooledEmbeddingsAllToAll, the output dist of table-wise, column-wise and
+// table-column-wise sharding (and the cross-node step of table-row-wise). Each launches its comm op
+// and returns a PooledEmbeddingsAwaitable carrying the module's callbacks.
 //
 //   // rank me holds tables of total dim dims[me]; every rank has B samples; W ranks
 //   PooledEmbeddingsAllToAll dist(group, dims, {permute_pooled_embs_callback(perm)});
@@ -70,7 +69,7 @@ class PooledEmbeddingsAllToAll {
   Codecs codecs_;
 };
 
-// Per-feature variable batch (VBE, §4.5).
+// Per-feature variable batch (VBE).
 class VariableBatchPooledEmbeddingsAllToAll {
  public:
   // emb_dim_per_rank_per_feature[i][f]: embedding dim of rank i's feature f (the same on

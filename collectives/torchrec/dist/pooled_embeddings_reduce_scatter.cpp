@@ -20,8 +20,8 @@ PooledEmbeddingsReduceScatter::PooledEmbeddingsReduceScatter(Group group, Codecs
 
 PooledEmbeddingsAwaitable PooledEmbeddingsReduceScatter::forward(
     const Variable& local_embs, const std::optional<std::vector<int64_t>>& input_splits) const {
-  // §4.9: the v variant only when the splits differ; equal (or absent) splits take the base
-  // collective, which checks size(0) % W itself.
+  // As torchrec's: the v variant only when the splits differ; equal (or absent) splits take the
+  // base collective, which checks size(0) % W itself.
   if (input_splits && std::set<int64_t>(input_splits->begin(), input_splits->end()).size() > 1)
     return PooledEmbeddingsAwaitable(
         reduce_scatter_v_pooled(local_embs, *input_splits, group_, codecs_));

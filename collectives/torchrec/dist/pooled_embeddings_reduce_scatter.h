@@ -1,6 +1,6 @@
-// torchrec's reduce-scatter and all-gather output dists (dist_data.py, spec §4.8-4.9, §4.12):
-// PooledEmbeddingsReduceScatter (row-wise sharding's output dist, and table-row-wise's
-// intra-node step), VariableBatchPooledEmbeddingsReduceScatter (row-wise with VBE) and
+// torchrec's reduce-scatter and all-gather output dists (dist_data.py):
+// PooledEmbeddingsReduceScatter (row-wise sharding's output dist, and table-row-wise's intra-node
+// step), VariableBatchPooledEmbeddingsReduceScatter (row-wise with VBE) and
 // PooledEmbeddingsAllGather. Each launches its comm op and returns a PooledEmbeddingsAwaitable.
 //
 //   // row-wise: every rank holds partial pooled sums of every rank's samples

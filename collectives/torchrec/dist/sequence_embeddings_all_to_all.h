@@ -1,7 +1,7 @@
-// torchrec's SequenceEmbeddingsAllToAll (dist_data.py, spec §4.6, §4.12): the output dist of
-// sequence (unpooled) embeddings, which sends one embedding row per id back to the rank that
-// sent the id in the input dist (KJTAllToAll). Used by table-wise, column-wise and row-wise
-// sharding of an EmbeddingCollection; with row-wise sharding the unbucketize permutation of
+// torchrec's SequenceEmbeddingsAllToAll (dist_data.py): the output dist of sequence (unpooled)
+// embeddings, which sends one embedding row per id back to the rank that sent the id in the input
+// dist (KJTAllToAll). Used by table-wise, column-wise and row-wise sharding of an
+// EmbeddingCollection; with row-wise sharding the unbucketize permutation of
 // bucketize_kjt_before_all2all restores the ids' original order.
 //
 //   KJTAllToAll input_dist(group, features_per_rank);

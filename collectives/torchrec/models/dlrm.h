@@ -1,5 +1,5 @@
 // ferry::torchrec::DLRM: torchrec.models.dlrm's model with the sparse arch as a pluggable
-// component (spec torchrec-modules.md §5).
+// component.
 //
 //   SparseArch sparse({"f0", "f1"}, /*embedding_dim=*/8,
 //                     [&](const KeyedJaggedTensor& kjt) { return ebc.forward(kjt); });

@@ -1,4 +1,4 @@
-// The dense parts of DLRM (torchrec.models.dlrm's shape; spec torchrec-modules.md §5):
+// The dense parts of DLRM (torchrec.models.dlrm's shape):
 //
 //   DenseArch        MLP on the dense features, [B, in] -> [B, D], ReLU after every layer.
 //   InteractionArch  dot products between the dense output and the F pooled embeddings:

@@ -1,5 +1,5 @@
 // ferry::torchrec::EmbeddingBagCollection: torchrec's unsharded EmbeddingBagCollection
-// (torchrec.modules.embedding_modules) on ferry's tape. Spec torchrec-modules.md §1.
+// (torchrec.modules.embedding_modules) on ferry's tape.
 //
 //   EmbeddingBagCollection ebc({{.name = "t0", .num_embeddings = 10, .embedding_dim = 4,
 //                                .feature_names = {"f0", "f1"}}},

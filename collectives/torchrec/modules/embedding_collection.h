@@ -1,5 +1,5 @@
 // ferry::torchrec::EmbeddingCollection: torchrec's unsharded EmbeddingCollection (per-id,
-// "sequence" embeddings) on ferry's tape. Spec torchrec-modules.md §1.
+// "sequence" embeddings) on ferry's tape.
 //
 //   EmbeddingCollection ec({{.name = "t0", .num_embeddings = 10, .embedding_dim = 4,
 //                            .feature_names = {"f0"}}}, /*seed=*/7);

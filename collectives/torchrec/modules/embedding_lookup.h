@@ -14,7 +14,7 @@
 // touched (EmbeddingTable::receive_gradient: fused optimizer step or accumulation) and never a
 // dense table gradient (the weight Variables' grad() stays undefined).
 //
-// Pooling of bag b (ids v_1..v_n of the key for sample b, weights w_i or 1), spec §1:
+// Pooling of bag b (ids v_1..v_n of the key for sample b, weights w_i or 1):
 //   SUM  out_b = sum_i w_i * E[v_i]         (in KJT order, accumulated in the table's dtype)
 //   MEAN out_b = (sum_i w_i * E[v_i]) / n   (a division; an empty bag gives zeros)
 // Gradients: with gbar_b = upstream_b (SUM) or upstream_b / n (MEAN),

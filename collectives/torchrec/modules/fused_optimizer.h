@@ -2,7 +2,7 @@
 // rows of a table in the lookup's backward (torchrec's "fused params"), usable fused (owned by an
 // EmbeddingTable and run by backward) or by hand on a SparseRowGradient (the non-fused path).
 //
-// Spec torchrec-modules.md §4. Per step the gradient g_r of each touched row r is the
+// Per step the gradient g_r of each touched row r is the
 // accumulated SparseRowGradient row; each touched row is updated once; untouched rows and their
 // state are left alone. Exactly, per element (all arithmetic in the table's dtype T; the
 // constants lr, eps, 1 - b1, 1 - b2, 1 - b1^t, 1 - b2^t, 1 - lr * wd are computed in double
@@ -23,10 +23,10 @@
 //                        v = b2 * v + (1 - b2) * g * g;
 //                        w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 //
-// A step is one call of step(): for a fused table, one backward of one lookup node (a table
-// looked up by two nodes before one backward takes two steps, as with fbgemm). weight_decay
-// is only supported by ExactRowwiseAdagrad (fbgemm's modes NONE / L2 / DECOUPLED); for the others
-// a non-zero weight_decay is refused (ferry does not guess a rule the spec does not pin).
+// A step is one call of step(): for a fused table, one backward of one lookup node (a table looked
+// up by two nodes before one backward takes two steps, as with fbgemm). weight_decay is only
+// supported by ExactRowwiseAdagrad (fbgemm's modes NONE / L2 / DECOUPLED); for the others a
+// non-zero weight_decay is refused (ferry does not guess a weight-decay rule for them).
 #pragma once
 
 #include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>

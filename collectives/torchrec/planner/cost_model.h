@@ -12,7 +12,7 @@
 //
 // Communication (bytes a rank sends plus receives per step, forward and backward; a rank's share
 // with itself is counted like any other, ids are assumed to fall uniformly over the rows), by the
-// comm ops of spec semantics.md §4.12:
+// comm ops of each sharding type's input and output dists:
 //   every rank, every type but data_parallel (its own samples' side of the input and output
 //   dists): sends B*f*p*i ids (column_wise: once per column shard), receives its B*f*D pooled
 //   values (forward), sends their B*f*D gradients (backward): B*f*p*i*n + 2*B*f*D*e

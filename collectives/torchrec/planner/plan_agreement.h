@@ -1,6 +1,6 @@
-// Checking that every rank holds the same plan, and handing one rank's plan to all (spec
-// torchrec-modules.md §2: a plan "must be identical on every rank (check once, collectively, at
-// sharding time)"). The sharded modules call check_plan_agreement once when they are built.
+// Checking that every rank holds the same plan, and handing one rank's plan to all: a plan must be
+// identical on every rank, and that is checked once, collectively, at sharding time. The sharded
+// modules call check_plan_agreement once when they are built.
 #pragma once
 
 #include <ferry/collectives/group.h>

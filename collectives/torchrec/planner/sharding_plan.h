@@ -1,5 +1,5 @@
-// The plan types of torchrec's sharding (torchrec.distributed.types / embedding_types; spec
-// torchrec-modules.md §2): how each embedding table is split over the ranks.
+// The plan types of torchrec's sharding (torchrec.distributed.types / embedding_types): how each
+// embedding table is split over the ranks.
 //
 //   ShardingType            data_parallel, table_wise, column_wise, table_column_wise, row_wise,
 //                           table_row_wise (torchrec's string values)

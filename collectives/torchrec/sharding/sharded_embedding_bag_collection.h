@@ -1,6 +1,5 @@
 // ferry::torchrec::ShardedEmbeddingBagCollection: an EmbeddingBagCollection whose tables are
 // sharded over the ranks of a world group by a plan (torchrec's ShardedEmbeddingBagCollection).
-// Spec torchrec-modules.md §2-3, semantics.md §4.12.
 //
 //   ModuleShardingPlan plan = construct_module_sharding_plan(
 //       shapes, {{"t0", table_wise(0)}, {"t1", row_wise()}, {"t2", column_wise({0, 1})}}, W);

@@ -1,8 +1,7 @@
-// ferry::torchrec sharded embedding tables: what a sharded collection holds on one rank (its
-// shards of every table, cut from the same deterministic initial tables as the unsharded
-// collection), the options shared by ShardedEmbeddingBagCollection and
-// ShardedEmbeddingCollection, the collective input check and the state (full tables or local
-// shards). Spec torchrec-modules.md §2; semantics.md §4.12.
+// ferry::torchrec sharded embedding tables: what a sharded collection holds on one rank (its shards
+// of every table, cut from the same deterministic initial tables as the unsharded collection), the
+// options shared by ShardedEmbeddingBagCollection and ShardedEmbeddingCollection, the collective
+// input check and the state (full tables or local shards).
 //
 // ShardedTables(configs, plan, world, options, fused, seed) validates the plan against the
 // tables (validate_module_plan: a missing table, an extra table, a rank outside the world, shards

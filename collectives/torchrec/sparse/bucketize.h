@@ -1,7 +1,7 @@
 // Row-wise input bucketization (torchrec's embedding_sharding.bucketize_kjt_before_all2all over
-// fbgemm's block_bucketize_sparse_features, spec §4.11), and the column permutation of pooled
-// embeddings for column-wise sharding (torchrec's PermutePooledEmbeddingsSplit / fbgemm's
-// permute_pooled_embs). Local computations: nothing here communicates.
+// fbgemm's block_bucketize_sparse_features), and the column permutation of pooled embeddings for
+// column-wise sharding (torchrec's PermutePooledEmbeddingsSplit / fbgemm's permute_pooled_embs).
+// Local computations: nothing here communicates.
 //
 // Bucketization: a table of hash size H sharded row-wise over N ranks keeps rows
 // [p*bs, (p+1)*bs) on rank p (bs = block size, ceil(H / N)). For key t with block size bs_t an

@@ -1,6 +1,6 @@
-// The KJT's wire form for the two-phase KJT all-to-all (spec §4.10; torchrec's
-// KeyedJaggedTensor.dist_labels / dist_splits / dist_tensors / dist_init and dist_data's
-// _get_recat). Local computations only: nothing here communicates.
+// The KJT's wire form for the two-phase KJT all-to-all (torchrec's KeyedJaggedTensor.dist_labels /
+// dist_splits / dist_tensors / dist_init and dist_data's _get_recat). Local computations only:
+// nothing here communicates.
 //
 // How KJTAllToAll(group, key_splits, stagger) is meant to use them, on rank me of W:
 //

@@ -1,6 +1,6 @@
-// ferry::torchrec train pipelines (spec torchrec-modules.md §6): one training step per
-// progress() call over a model whose sparse part is a ShardedEmbeddingBagCollection and whose
-// dense part is replicated and stepped by a DistributedModelParallel.
+// ferry::torchrec train pipelines: one training step per progress() call over a model whose sparse
+// part is a ShardedEmbeddingBagCollection and whose dense part is replicated and stepped by a
+// DistributedModelParallel.
 //
 //   PipelineModel model{.sparse = sebc, .dmp = &dmp,
 //                       .dense_step = [&](const Batch& b, const PooledEmbeddings& pooled) {
