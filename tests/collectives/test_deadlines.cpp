@@ -1,4 +1,4 @@
-// Deadlines without overflow (issue 20, item 3): the range of a default timeout, the parsing of
+// Deadlines without overflow: the range of a default timeout, the parsing of
 // FERRY_TIMEOUT, and waits whose timeout is as large as the types allow. Before, these were
 // undefined behaviour (a double -> int64 conversion, a signed overflow adding to now) and gave
 // spurious timeouts at once.

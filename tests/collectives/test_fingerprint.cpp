@@ -1,5 +1,6 @@
-// The collective fingerprint (collectives/engine/fingerprint.h): the mismatches of issue 20's
-// table, each on a group of its own, with rank 1 the odd one.
+// The collective fingerprint (collectives/engine/fingerprint.h): the mismatches of the table in
+// docs/lifecycle.md (size, dtype, reduce op, root, op order, ...), each on a group of its own,
+// with rank 1 the odd one.
 //  - FERRY_CHECK=1 (checked mode): every row fails with MismatchError on every rank, naming the
 //    odd rank and both calls, before any data moves. Local worlds of 2 and 3 here; the mpiexec
 //    suites (MPI, and UCX with FERRY_BACKEND=ucx) run the same rows as spmd cases.
