@@ -89,7 +89,8 @@ std::vector<std::pair<std::string, std::string>> unknown_settings(char** env);
 std::string describe_settings(const Config& c);
 
 // Seconds as FERRY_TIMEOUT takes them, checked against [kMinTimeout, kMaxTimeout]; throws
-// InvalidArgument naming `variable` otherwise (inf, nan, 1e300, 0.0001, "abc").
+// InvalidArgument naming `variable` otherwise (0x10, inf, nan, 1e300, 0.0001, "abc"). Plain
+// decimals only ("300", "2.5", "1e3"), whatever the C locale.
 std::chrono::milliseconds parse_timeout(const char* variable, const std::string& text);
 
 }  // namespace detail

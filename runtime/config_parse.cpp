@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 namespace ferry {
@@ -74,13 +76,64 @@ std::string one_of(const char* variable, const std::string& text,
 
 int64_t integer_in(const char* variable, const std::string& text, int64_t lo, int64_t hi,
                    const char* what) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  FERRY_CHECK(errno == 0 && end != text.c_str() && *end == '\0' && v >= lo && v <= hi,
-              InvalidArgument, variable, ": expected ", what, " from ", lo, " to ", hi,
-              ", given '", text, "'");
+  // Digits only: strtoll would also take leading blanks and a sign (" 16", "+16", "-0").
+  int64_t v = -1;
+  const char* first = text.data();
+  const char* last = first + text.size();
+  const auto [end, ec] = std::from_chars(first, last, v);
+  FERRY_CHECK(first != last && std::isdigit(static_cast<unsigned char>(*first)) &&
+                  ec == std::errc() && end == last && v >= lo && v <= hi,
+              InvalidArgument, variable, ": expected ", what, " (decimal digits) from ", lo,
+              " to ", hi, ", given '", text, "'");
   return v;
+}
+
+// A plain decimal number: digits with an optional fraction and exponent ("300", "2.5", "1e3").
+// Not strtod's wider syntax: it takes hex ("0x10" is 16), inf, nan, leading blanks and a sign,
+// and reads the decimal point of the C locale the program may have changed.
+std::optional<double> plain_decimal(const std::string& text) {
+  size_t i = 0;
+  size_t digits = 0;
+  auto skip_digits = [&] {
+    size_t n = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++n;
+    return n;
+  };
+  digits += skip_digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    digits += skip_digits();
+  }
+  if (digits == 0) return std::nullopt;
+  const bool nonzero = text.find_first_of("123456789") < i;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (skip_digits() == 0) return std::nullopt;
+  }
+  if (i != text.size()) return std::nullopt;
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;  // 1e400
+  if (v == 0.0 && nonzero) return std::nullopt;  // 1e-400 underflowed: not the 0 it reads as
+  return v;
+}
+
+// Seconds in [kMinTimeout, kMaxTimeout], or 0 exactly when `zero_is_off` (returned as zero).
+std::chrono::milliseconds parse_seconds(const char* variable, const std::string& text,
+                                        bool zero_is_off) {
+  const std::optional<double> seconds = plain_decimal(text);
+  if (zero_is_off && seconds && *seconds == 0.0) return std::chrono::milliseconds::zero();
+  // Checked before any conversion: a double outside int64's range (1e300) converts with
+  // undefined behaviour, and one that fits could still overflow the clock when added to now.
+  // Below a millisecond would round to no deadline at all.
+  FERRY_CHECK(seconds && *seconds * 1000.0 >= static_cast<double>(kMinTimeout.count()) - 0.5 &&
+                  *seconds * 1000.0 <= static_cast<double>(kMaxTimeout.count()),
+              InvalidArgument, variable, ": expected a decimal number of seconds (like 300, 2.5 ",
+              "or 1e3", zero_is_off ? "), 0 (off) or from " : ") from ",
+              kMinTimeout.count() / 1000.0, " to ", kMaxTimeout.count() / 1000, ", given '", text,
+              "'");
+  return std::max(kMinTimeout, std::chrono::milliseconds(std::llround(*seconds * 1000.0)));
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -109,18 +162,7 @@ bool parse_bool(const char* variable, const std::string& text) {
 }
 
 std::chrono::milliseconds parse_timeout(const char* variable, const std::string& text) {
-  char* end = nullptr;
-  const double seconds = std::strtod(text.c_str(), &end);
-  // Checked before any conversion: a double outside int64's range (inf, 1e300) converts with
-  // undefined behaviour, and one that fits could still overflow the clock when added to now.
-  // Below a millisecond would round to no deadline at all.
-  FERRY_CHECK(end != text.c_str() && *end == '\0' && std::isfinite(seconds) &&
-                  seconds * 1000.0 >= static_cast<double>(kMinTimeout.count()) - 0.5 &&
-                  seconds * 1000.0 <= static_cast<double>(kMaxTimeout.count()),
-              InvalidArgument, variable, ": expected a number of seconds from ",
-              kMinTimeout.count() / 1000.0, " to ", kMaxTimeout.count() / 1000, ", given '", text,
-              "'");
-  return std::max(kMinTimeout, std::chrono::milliseconds(std::llround(seconds * 1000.0)));
+  return parse_seconds(variable, text, false);
 }
 
 Config read_config(const std::function<const char*(const char*)>& get) {
@@ -137,14 +179,9 @@ Config read_config(const std::function<const char*(const char*)>& get) {
   c.debug = one_of("FERRY_DEBUG", text("FERRY_DEBUG"), {"off", "warn", "info", "trace"});
   if (c.debug.empty()) c.debug = "off";
   c.debug_file = text("FERRY_DEBUG_FILE");  // a path: case kept
-  if (const std::string t = text("FERRY_STALL_WARN_S"); !t.empty()) {
-    char* end = nullptr;
-    const double seconds = std::strtod(t.c_str(), &end);
-    // 0 exactly turns the warning off; otherwise the same range as FERRY_TIMEOUT.
-    c.stall_warn = end != t.c_str() && *end == '\0' && seconds == 0.0
-                       ? std::chrono::milliseconds::zero()
-                       : parse_timeout("FERRY_STALL_WARN_S", t);
-  }
+  // 0 turns the warning off; otherwise the same syntax and range as FERRY_TIMEOUT.
+  if (const std::string t = text("FERRY_STALL_WARN_S"); !t.empty())
+    c.stall_warn = parse_seconds("FERRY_STALL_WARN_S", t, true);
   c.timeline = text("FERRY_TIMELINE");  // a path: case kept
   c.debug_subsys = lower(text("FERRY_DEBUG_SUBSYS"));
   {

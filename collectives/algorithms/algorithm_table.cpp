@@ -52,8 +52,12 @@ Collective collective_from_name(const std::string& name) {
 }
 
 // Parses "op:algo,op:algo" into `into`; throws before changing anything on a bad spec.
+// Two different algorithms for one collective are refused rather than the last one winning:
+// a spec built by appending to another would otherwise silently lose a choice. The same entry
+// twice is accepted, as it says nothing new.
 void parse_spec(const std::string& spec, std::array<std::string, kCount>& into) {
   std::array<std::string, kCount> parsed{};
+  std::array<std::string, kCount> entry{};  // the item that set parsed[i], for the message
   std::stringstream ss(spec);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -72,7 +76,12 @@ void parse_spec(const std::string& spec, std::array<std::string, kCount>& into) 
     }
     FERRY_CHECK(ok, InvalidArgument, "algorithm override: ", collective_name(c),
                 " has no algorithm '", algo, "'; expected one of ", valid);
-    parsed[index_of(c)] = algo;
+    const size_t i = index_of(c);
+    FERRY_CHECK(parsed[i].empty() || parsed[i] == algo, InvalidArgument,
+                "algorithm override: '", entry[i], "' and '", item, "' give ", collective_name(c),
+                " two algorithms; expected one entry per collective, given '", spec, "'");
+    parsed[i] = algo;
+    entry[i] = item;
   }
   into = parsed;
 }

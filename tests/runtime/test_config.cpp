@@ -1,6 +1,7 @@
 // The configuration module (runtime/config.h): one set of rules for every FERRY_* variable,
 // bad values refused naming the variable, misspelt names warned about with the nearest known
 // name, and the README's table of variables checked against the module's list.
+#include <ferry/collectives/algorithm_table.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 
@@ -81,6 +82,64 @@ TEST_CASE("config: every bad value is refused naming the variable", "[config]") 
     CHECK(msg.find(name) != std::string::npos);
     CHECK(msg.find("'" + value + "'") != std::string::npos);
   }
+}
+
+TEST_CASE("config: numbers are plain decimals; hex, inf, nan, blanks and signs are refused",
+          "[config]") {
+  CHECK(parse({{"FERRY_TIMEOUT", "300"}}).timeout == std::chrono::seconds(300));
+  CHECK(parse({{"FERRY_TIMEOUT", "2.5"}}).timeout == std::chrono::milliseconds(2500));
+  CHECK(parse({{"FERRY_TIMEOUT", "1e3"}}).timeout == std::chrono::seconds(1000));
+  CHECK(parse({{"FERRY_TIMEOUT", "1E+3"}}).timeout == std::chrono::seconds(1000));
+  CHECK(parse({{"FERRY_TIMEOUT", ".5"}}).timeout == std::chrono::milliseconds(500));
+  CHECK(parse({{"FERRY_TIMEOUT", "0.001"}}).timeout == std::chrono::milliseconds(1));
+  // Empty is unset, as for every variable: the default.
+  CHECK(parse({{"FERRY_TIMEOUT", ""}}).timeout == std::chrono::seconds(300));
+  CHECK(parse({{"FERRY_STALL_WARN_S", "0"}}).stall_warn == std::chrono::milliseconds::zero());
+  CHECK(parse({{"FERRY_STALL_WARN_S", "0.0"}}).stall_warn == std::chrono::milliseconds::zero());
+  CHECK(parse({{"FERRY_STALL_WARN_S", "30"}}).stall_warn == std::chrono::seconds(30));
+  CHECK(parse({{"FERRY_HOST_CACHE_MB", "16"}}).host_cache_mb == 16);
+  for (const char* name : {"FERRY_TIMEOUT", "FERRY_STALL_WARN_S"})
+    for (const char* bad : {"0x10", "0X10", "0x1p4", "0x0", "inf", "-inf", "INF", "infinity",
+                            "nan", "NaN", " 16", "16 ", "+16", "-16", "16s", "16\n", "1,5",
+                            "1e", "e3", ".", "1e400", "1e-400", "1.2.3", "--1"}) {
+      INFO(name << "=" << bad);
+      const std::string msg = error_of({{name, bad}});
+      CHECK(msg.find(name) != std::string::npos);
+      CHECK(msg.find(std::string("given '") + bad + "'") != std::string::npos);
+      CHECK(msg.find("decimal number of seconds") != std::string::npos);
+    }
+  CHECK(error_of({{"FERRY_STALL_WARN_S", "abc"}}).find("0 (off)") != std::string::npos);
+  for (const char* name : {"FERRY_HOST_CACHE_MB", "FERRY_UCX_CMA_MIN_BYTES"})
+    for (const char* bad : {"0x10000", "070000x", " 65536", "65536 ", "+65536", "-0", "1e5",
+                            "65536.0", "inf"}) {
+      INFO(name << "=" << bad);
+      const std::string msg = error_of({{name, bad}});
+      CHECK(msg.find(name) != std::string::npos);
+      CHECK(msg.find(std::string("given '") + bad + "'") != std::string::npos);
+      CHECK(msg.find("decimal digits") != std::string::npos);
+    }
+}
+
+TEST_CASE("config: FERRY_ALGO gives each collective at most one algorithm", "[config]") {
+  const ferry::Collective ar = ferry::Collective::AllReduce;
+  ferry::set_algorithm_override("all_reduce:tree");
+  try {
+    ferry::set_algorithm_override("all_reduce:ring,all_reduce:recursive_doubling");
+    FAIL("two algorithms for all_reduce were accepted");
+  } catch (const ferry::InvalidArgument& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("'all_reduce:ring'") != std::string::npos);
+    CHECK(msg.find("'all_reduce:recursive_doubling'") != std::string::npos);
+  }
+  CHECK(ferry::choose_algorithm(ar, 1 << 20, 4) == "tree");  // a refused spec changes nothing
+  CHECK_THROWS_AS(
+      ferry::set_algorithm_override("all_reduce:ring,broadcast:tree,all_reduce:direct"),
+      ferry::InvalidArgument);
+  // The same entry twice says nothing new and is accepted.
+  ferry::set_algorithm_override("all_reduce:ring,broadcast:tree,all_reduce:ring");
+  CHECK(ferry::choose_algorithm(ar, 1 << 20, 4) == "ring");
+  ferry::set_algorithm_override("");
 }
 
 TEST_CASE("config: unknown FERRY_ names are reported with the nearest known one", "[config]") {
