@@ -211,15 +211,8 @@ class MpiCollectives final : public NativeCollectives {
     for (const auto* lists : {&send, &recv})
       for (const std::vector<ByteSpan>& list : *lists)
         for (const ByteSpan& span : list) fit(span.bytes, "all_to_all_single", "bytes");
-    const size_t me = static_cast<size_t>(rank_);
-    auto own_sizes_differ = [&] {
-      if (send[me].size() != recv[me].size()) return true;
-      for (size_t i = 0; i < send[me].size(); ++i)
-        if (send[me][i].bytes != recv[me][i].bytes) return true;
-      return false;
-    };
     // Refused before the key check is posted (as the point-to-point path would).
-    FERRY_CHECK(!exchange_->enabled() || !own_sizes_differ(), InvalidArgument,
+    FERRY_CHECK(!exchange_->enabled() || !own_spans_differ(send, recv, rank_), InvalidArgument,
                 "all_to_all_single on group ", id_, " rank ", rank_,
                 ": the spans this rank keeps must be the same sizes both ways");
     // Compared by each peer's total: MPI_Ialltoallw's datatypes carry no more, and the

@@ -205,14 +205,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_spans(
     const std::vector<std::vector<ByteSpan>>& send,
     const std::vector<std::vector<ByteSpan>>& recv) {
   if (!enabled_) return nullptr;
-  const size_t me = static_cast<size_t>(rank_);
-  auto own_sizes_differ = [&] {
-    if (send[me].size() != recv[me].size()) return true;
-    for (size_t i = 0; i < send[me].size(); ++i)
-      if (send[me][i].bytes != recv[me][i].bytes) return true;
-    return false;
-  };
-  FERRY_CHECK(!own_sizes_differ(), InvalidArgument, "all_to_all_single on group ", group_id_,
+  FERRY_CHECK(!own_spans_differ(send, recv, rank_), InvalidArgument, "all_to_all_single on group ", group_id_,
               " rank ", rank_, ": the spans this rank keeps must be the same sizes both ways");
   auto r = std::make_shared<MpiExchange>("all_to_all_single", group_id_, comm_,
                                          tag_for_next_op(), rank_, size_);
@@ -224,6 +217,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_spans(
     if (p != rank_)
       for (const ByteSpan& s : send[static_cast<size_t>(p)])
         r->send(s.data, s.bytes, MPI_BYTE, p, 0, /*post_empty=*/true);
+  const auto me = static_cast<size_t>(rank_);
   for (size_t i = 0; i < send[me].size(); ++i)
     if (send[me][i].bytes > 0) std::memcpy(recv[me][i].data, send[me][i].data, send[me][i].bytes);
   return exchange_request(std::move(r));

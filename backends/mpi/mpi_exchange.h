@@ -70,6 +70,17 @@
 
 namespace ferry::detail {
 
+// Whether the spans `rank` sends to itself differ in number or size from those it receives from
+// itself (an all_to_all_spans copies them span by span, so they must pair up).
+inline bool own_spans_differ(const std::vector<std::vector<ByteSpan>>& send,
+                             const std::vector<std::vector<ByteSpan>>& recv, int rank) {
+  const auto me = static_cast<size_t>(rank);
+  if (send[me].size() != recv[me].size()) return true;
+  for (size_t i = 0; i < send[me].size(); ++i)
+    if (send[me][i].bytes != recv[me][i].bytes) return true;
+  return false;
+}
+
 // Steps every all_reduce whose second round is due (see "Progress"); cheap (one atomic load)
 // when there is none. Called by every ferry test of an MPI request.
 void advance_exchange_rounds();
