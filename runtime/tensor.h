@@ -8,6 +8,7 @@
 
 #include <ferry/runtime/dtype.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/shape.h>
 
 #include <Eigen/Core>
 
@@ -19,8 +20,6 @@
 #include <vector>
 
 namespace ferry {
-
-using Shape = std::vector<int64_t>;
 
 std::string shape_str(const Shape& shape);  // "[2, 3]"
 int64_t shape_numel(const Shape& shape);    // product of dims; 1 for a 0-d shape

@@ -5,6 +5,7 @@
 #include <ferry/runtime/block_cache.h>
 
 #include <ferry/runtime/dtype.h>
+#include <ferry/runtime/shape.h>
 
 #include <atomic>
 #include <cstddef>
@@ -34,7 +35,7 @@ struct Storage {
 };
 
 // Product of the dims; throws InvalidArgument naming `op` for a negative dim or int64 overflow.
-int64_t checked_numel(const std::vector<int64_t>& shape, const char* op);
+int64_t checked_numel(const Shape& shape, const char* op);
 
 // Element conversion with the rules Tensor::to documents: floating targets round to nearest
 // even (with a single rounding, also from float64 and int64), integer targets truncate toward
