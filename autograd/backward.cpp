@@ -97,6 +97,13 @@ void finish_leaf(const std::shared_ptr<VariableImpl>& leaf) {
 // Everything a backward touches, so that an error part way leaves no stale bookkeeping.
 class Pass {
  public:
+  // The lists start from the ones the thread's previous pass grew, so a training step's
+  // backward does not allocate them again (a backward inside a hook starts empty).
+  Pass() {
+    order_.swap(t_spare.order);
+    nodes_.swap(t_spare.nodes);
+    leaves_.swap(t_spare.leaves);
+  }
   ~Pass() {
     for (Node* n : nodes_) {
       for (Tensor& t : n->pending()) t = Tensor();
@@ -105,7 +112,15 @@ class Pass {
       leaf->pending = Tensor();
       leaf->pending_edges = 0;
     }
+    order_.clear();
+    nodes_.clear();
+    leaves_.clear();
+    if (order_.capacity() > t_spare.order.capacity()) order_.swap(t_spare.order);
+    if (nodes_.capacity() > t_spare.nodes.capacity()) nodes_.swap(t_spare.nodes);
+    if (leaves_.capacity() > t_spare.leaves.capacity()) leaves_.swap(t_spare.leaves);
   }
+  Pass(const Pass&) = delete;
+  Pass& operator=(const Pass&) = delete;
 
   void seed(const Variable& root, Tensor grad) {
     VariableImpl* impl = root.impl();
@@ -225,12 +240,22 @@ class Pass {
     }
   }
 
+  // Emptied lists kept between passes.
+  struct Spare {
+    std::vector<std::shared_ptr<Node>> order;
+    std::vector<Node*> nodes;
+    std::vector<std::shared_ptr<VariableImpl>> leaves;
+  };
+  static thread_local Spare t_spare;
+
   const uint64_t pass_ = ++t_pass;
   std::vector<std::shared_ptr<Node>> order_;
   std::vector<Node*> nodes_;
   std::vector<std::shared_ptr<VariableImpl>> leaves_;
   uint64_t max_root_sequence_ = 0;
 };
+
+thread_local Pass::Spare Pass::t_spare;
 
 }  // namespace
 }  // namespace detail

@@ -13,7 +13,7 @@ const Tensor& value_of(const char* op, const Variable& v, const char* what) {
 SavedTensor save_if(bool wanted, const Variable& v) { return wanted ? save(v) : SavedTensor(); }
 
 SavedTensor save_output(const char* op, const Tensor& y) {
-  return SavedTensor(y, str("the output of ", op));
+  return SavedTensor::output_of(op, y);
 }
 
 }  // namespace ferry::detail

@@ -16,7 +16,7 @@ const Tensor& value_of(const char* op, const Variable& v, const char* what);
 
 // Saves v's value for backward only when `wanted` (an input whose gradient needs it).
 SavedTensor save_if(bool wanted, const Variable& v);
-// Saves an op's own output (named as such if it is modified in place).
+// Saves an op's own output (named as such if it is modified in place); `op` is a string literal.
 SavedTensor save_output(const char* op, const Tensor& y);
 
 }  // namespace ferry::detail

@@ -21,8 +21,17 @@ SavedTensor::SavedTensor(const Variable& v)
   }
 }
 
+SavedTensor SavedTensor::output_of(const char* op, Tensor tensor) {
+  SavedTensor s;
+  s.tensor_ = std::move(tensor);
+  s.version_ = s.tensor_.defined() ? s.tensor_.version() : 0;
+  s.output_of_ = op;
+  return s;
+}
+
 std::string SavedTensor::describe_owner() const {
   if (described_) return owner_;
+  if (output_of_ != nullptr) return str("the output of ", output_of_);
   if (!owner_.empty()) return "variable '" + owner_ + "'";
   if (!producer_op_.empty()) return str("output ", output_index_, " of ", producer_op_);
   return "a leaf variable of shape " + shape_str(tensor_.shape());

@@ -16,6 +16,9 @@ class SavedTensor {
   // The variable's value, named after the variable. Cheap: the name is only put together if
   // the error is raised (built-in ops save on every call).
   explicit SavedTensor(const Variable& v);
+  // An op's own output, named "the output of <op>" only if the error is raised; `op` is a
+  // string literal (it is kept as a pointer).
+  static SavedTensor output_of(const char* op, Tensor tensor);
 
   // The tensor; throws InvalidArgument naming `op` and the owner if it was modified in place
   // since it was saved (its version moved on) or if it was released.
@@ -30,6 +33,7 @@ class SavedTensor {
   uint64_t version_ = 0;
   std::string owner_;        // a full description, or the variable's name
   std::string producer_op_;  // for a nameless non-leaf: the op that made it
+  const char* output_of_ = nullptr;  // set by output_of()
   uint32_t output_index_ = 0;
   bool described_ = false;   // owner_ is a full description
   bool released_ = false;

@@ -61,7 +61,9 @@ class BlockCache {
           }
         }
         void* block = pick->second.block;
-        free_.erase(pick);
+        // The map's node is kept for the next release: a step that frees and takes the same
+        // blocks every time then allocates nothing here.
+        spare_nodes_.push_back(free_.extract(pick));
         held_ -= nbytes;
         return block;
       }
@@ -77,7 +79,16 @@ class BlockCache {
         evicted.emplace(0, Entry{block, nbytes});
       } else {
         while (held_ + nbytes > limit_) evict_oldest(evicted);
-        free_.emplace(nbytes, Entry{block, nbytes, ++clock_, std::this_thread::get_id()});
+        const Entry entry{block, nbytes, ++clock_, std::this_thread::get_id()};
+        if (spare_nodes_.empty()) {
+          free_.emplace(nbytes, entry);
+        } else {
+          auto node = std::move(spare_nodes_.back());
+          spare_nodes_.pop_back();
+          node.key() = nbytes;
+          node.mapped() = entry;
+          free_.insert(std::move(node));
+        }
         held_ += nbytes;
       }
     }
@@ -92,6 +103,8 @@ class BlockCache {
       held_ = 0;
     }
     for (auto& [size, e] : all) ::operator delete(e.block, kAlign);
+    std::lock_guard<std::mutex> lock(mutex_);
+    spare_nodes_.clear();
   }
 
   size_t held() {
@@ -124,6 +137,8 @@ class BlockCache {
   size_t held_ = 0;
   uint64_t clock_ = 0;
   std::multimap<size_t, Entry> free_;  // by size: a request takes an exact match
+  // Nodes of blocks taken, reused by the next releases (at most as many as free_ ever held).
+  std::vector<std::multimap<size_t, Entry>::node_type> spare_nodes_;
 };
 
 // Never destroyed: tensors in static objects may release their blocks during exit.
@@ -138,11 +153,14 @@ BlockCache& cache() {
 // new goes through glibc's memalign, which splits a larger chunk every time: 9% of the
 // caller's time in a 512-byte torchrec all-to-all. A block released by another thread than the
 // one that took it joins the releasing thread's lists. Each thread holds at most
-// kSmallPerClass blocks per class and kSmallMaxHeld bytes, and frees them when it ends.
+// kSmallPerClass blocks per class (kSmallestClassKept of the 64-byte class, which also holds
+// every tensor's shared_ptr control block: a step makes and drops about a hundred) and
+// kSmallMaxHeld bytes, and frees them when it ends.
 constexpr size_t kSmallMaxBytes = 4096;
 constexpr size_t kSmallClassBytes = 64;
 constexpr size_t kSmallClasses = kSmallMaxBytes / kSmallClassBytes;
 constexpr size_t kSmallPerClass = 8;
+constexpr size_t kSmallestClassKept = 512;
 constexpr size_t kSmallMaxHeld = size_t{256} << 10;
 
 class SmallBlocks {
@@ -181,12 +199,13 @@ class SmallBlocks {
   void give(void* block, size_t nbytes) {
     const size_t cls = class_of(nbytes), bytes = cls * kSmallClassBytes;
     std::vector<void*>& list = free_[cls - 1];
-    if (list.size() >= kSmallPerClass || held_ + bytes > kSmallMaxHeld) {
+    const size_t keep = cls == 1 ? kSmallestClassKept : kSmallPerClass;
+    if (list.size() >= keep || held_ + bytes > kSmallMaxHeld) {
       FERRY_UNPOISON(block, bytes);
       ::operator delete(block, kAlign);
       return;
     }
-    if (list.capacity() == 0) list.reserve(kSmallPerClass);
+    if (list.capacity() == 0) list.reserve(keep);
     FERRY_POISON(block, bytes);
     list.push_back(block);
     held_ += bytes;

@@ -99,6 +99,7 @@ TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTa
       dtype_(detail::tables_dtype(tables, table_ids)),
       units_(detail::shard_units(tables, table_ids, 0)),
       send_keys_(detail::unit_keys(units_)),
+      send_names_(detail::unit_names(units_)),
       dims_per_rank_(detail::dims_per_rank(units_, world_.size())),
       input_a2a_(world_, detail::units_per_rank(units_, world_.size())),
       output_a2a_(world_, dims_per_rank_,
@@ -117,7 +118,7 @@ DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
   const auto send = [this](const KeyedJaggedTensor& k) {
-    return detail::select_features(k, send_keys_, detail::unit_names(units_));
+    return detail::select_features(k, send_keys_, send_names_);
   };
   detail::route_weights(kjt, send, *ctx);
   return detail::launch_input_dist(input_a2a_, send(kjt), ctx);
@@ -175,6 +176,7 @@ TwCwSequenceEmbeddingSharding::TwCwSequenceEmbeddingSharding(const detail::Shard
       width_(width),
       units_(detail::shard_units(tables, table_ids, width)),
       send_keys_(detail::unit_keys(units_)),
+      send_names_(detail::unit_names(units_)),
       input_a2a_(world_, detail::units_per_rank(units_, world_.size())),
       output_a2a_(world_, detail::units_per_rank(units_, world_.size()), tables.codecs()) {
   for (const auto& u : units_) blocks_.push_back({u.feature, u.col_offset, u.width});
@@ -183,7 +185,7 @@ TwCwSequenceEmbeddingSharding::TwCwSequenceEmbeddingSharding(const detail::Shard
 DistFeaturesAwaitable TwCwSequenceEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
-  KeyedJaggedTensor send = detail::select_features(kjt, send_keys_, detail::unit_names(units_));
+  KeyedJaggedTensor send = detail::select_features(kjt, send_keys_, send_names_);
   ctx->sent_length_per_key = send.length_per_key();
   return detail::launch_input_dist(input_a2a_, send, ctx);
 }

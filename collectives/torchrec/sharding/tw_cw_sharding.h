@@ -58,6 +58,7 @@ class TwCwPooledEmbeddingSharding : public PooledEmbeddingSharding {
   DType dtype_;
   std::vector<detail::ShardUnit> units_;
   std::vector<std::string> send_keys_;
+  std::vector<std::string> send_names_;  // the units' wire names, made once
   std::vector<int64_t> dims_per_rank_;
   KJTAllToAll input_a2a_;
   PooledEmbeddingsAllToAll output_a2a_;
@@ -81,6 +82,7 @@ class TwCwSequenceEmbeddingSharding : public SequenceEmbeddingSharding {
   int64_t width_;
   std::vector<detail::ShardUnit> units_;
   std::vector<std::string> send_keys_;
+  std::vector<std::string> send_names_;  // the units' wire names, made once
   KJTAllToAll input_a2a_;
   SequenceEmbeddingsAllToAll output_a2a_;
 };
