@@ -165,9 +165,11 @@ KeyCheck::KeyCheck(MPI_Comm comm, int rank, int size, uint32_t group_id, const c
     : rank_(rank), size_(size), group_id_(group_id), op_(op), mine_(mine),
       all_(static_cast<size_t>(CallKey::kInts) * static_cast<size_t>(size)),
       expected_(std::move(expected)) {
-  check_mpi(MPI_Iallgather(mine_.v, CallKey::kInts, MPI_INT64_T, all_.data(), CallKey::kInts,
-                           MPI_INT64_T, comm, &request_),
-            "MPI_Iallgather", str("the key check of ", op_, " on group ", group_id_));
+  const int code = MPI_Iallgather(mine_.v, CallKey::kInts, MPI_INT64_T, all_.data(),
+                                  CallKey::kInts, MPI_INT64_T, comm, &request_);
+  // The description is put together only for the error: this runs on every collective.
+  if (code != MPI_SUCCESS)
+    check_mpi(code, "MPI_Iallgather", str("the key check of ", op_, " on group ", group_id_));
 }
 
 std::string KeyCheck::describe() const {
@@ -210,15 +212,16 @@ std::exception_ptr KeyCheck::compare() const {
             " (the sizes, dtypes, reductions and roots must agree on every rank)")));
 
   // The same call everywhere; now the sizes that differ per peer by design.
-  std::vector<int64_t> own(static_cast<size_t>(size_)), own2(static_cast<size_t>(size_));
-  for (int r = 0; r < size_; ++r) {
-    own[static_cast<size_t>(r)] = key(r)[CallKey::kOwn];
-    own2[static_cast<size_t>(r)] = key(r)[CallKey::kOwn2];
-  }
+  auto own = [&] {
+    std::vector<int64_t> v(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) v[static_cast<size_t>(r)] = key(r)[CallKey::kOwn];
+    return v;
+  };
   const auto kind = static_cast<CallKind>(mine_.v[CallKey::kKind]);
   if (kind == CallKind::Gather || kind == CallKind::Scatter) {
     const int root = static_cast<int>(mine_.v[CallKey::kRoot]);
-    std::vector<size_t> given(own.begin(), own.end());
+    const std::vector<int64_t> sizes = own();
+    std::vector<size_t> given(sizes.begin(), sizes.end());
     if (static_cast<int64_t>(hash_sizes(given)) == key(root)[CallKey::kCross]) return nullptr;
     const bool gather = kind == CallKind::Gather;
     std::string expected;
@@ -227,7 +230,7 @@ std::exception_ptr KeyCheck::compare() const {
       expected = str(" (root ", root, " ", gather ? "expects " : "sends ", list(e), ")");
     }
     return std::make_exception_ptr(MismatchError(
-        str("ferry: ", describe(), ": the ranks ", gather ? "send " : "expect ", list(own),
+        str("ferry: ", describe(), ": the ranks ", gather ? "send " : "expect ", list(sizes),
             " bytes ", gather ? "to" : "from", " root ", root,
             ", which is not what the root ", gather ? "expects from" : "sends to", " them",
             expected, " (the sizes of every rank's block must agree with the root's)")));
@@ -241,8 +244,8 @@ std::exception_ptr KeyCheck::compare() const {
     if (out == in) return nullptr;
     std::string each;
     for (int r = 0; r < size_; ++r)
-      each += str(r == 0 ? "" : ", ", "rank ", r, " sends ", own[static_cast<size_t>(r)],
-                  " bytes and expects ", own2[static_cast<size_t>(r)]);
+      each += str(r == 0 ? "" : ", ", "rank ", r, " sends ", key(r)[CallKey::kOwn],
+                  " bytes and expects ", key(r)[CallKey::kOwn2]);
     return std::make_exception_ptr(MismatchError(
         str("ferry: ", describe(), ": the bytes the ranks send do not match what their peers "
             "expect to receive (in all: ", each,
