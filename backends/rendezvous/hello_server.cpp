@@ -28,8 +28,9 @@ struct Pending {
 void reject(Pending& p, const std::string& error, Clock::time_point deadline,
             HelloOutcome& out) {
   const std::string why = str("the peer at ", p.peer, ": ", error);
-  std::fprintf(stderr, "ferry: rendezvous on rank 0 rejected a connection from %s\n",
-               why.c_str());
+  if (out.rejected.size() < kMaxRejectLines)
+    std::fprintf(stderr, "ferry: rendezvous on rank 0 rejected a connection from %s\n",
+                 why.c_str());
   out.rejected.push_back(why);
   try {
     const std::string payload = error.substr(0, kMaxRejectBytes);
@@ -91,6 +92,16 @@ std::string advance(Pending& p, uint32_t world, const std::string& secret,
   }
 }
 
+// The count of the rejections that reject() did not print, so that a flood is not silent either.
+void report_unprinted(const HelloOutcome& out) {
+  if (out.rejected.size() <= kMaxRejectLines) return;
+  const size_t more = out.rejected.size() - kMaxRejectLines;
+  std::fprintf(stderr,
+               "ferry: rendezvous on rank 0: ... and %zu more rejected connection%s (only the "
+               "first %zu are shown)\n",
+               more, more == 1 ? "" : "s", kMaxRejectLines);
+}
+
 int poll_ms(Clock::time_point until) {
   const auto left =
       std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
@@ -111,7 +122,10 @@ HelloOutcome collect_hellos(const Socket& listener, uint32_t world, const std::s
   std::vector<pollfd> fds;
   while (joined < world) {
     const Clock::time_point now = Clock::now();
-    if (now >= deadline) return out;
+    if (now >= deadline) {
+      report_unprinted(out);
+      return out;
+    }
     // Expired hellos first: they free their places.
     for (Pending& p : pending)
       if (now >= p.hello_deadline)
@@ -168,6 +182,7 @@ HelloOutcome collect_hellos(const Socket& listener, uint32_t world, const std::s
     }
   }
   out.complete = true;
+  report_unprinted(out);
   return out;
 }
 

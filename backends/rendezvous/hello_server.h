@@ -24,6 +24,10 @@ namespace ferry::detail {
 
 inline constexpr auto kHelloWait = std::chrono::seconds(5);
 inline constexpr size_t kMaxPending = 64;
+// Rejections printed on stderr, one line each; the rest are counted in one line at the end. A
+// port scanner or a misconfigured job can send thousands, and rank 0's log is also where the
+// job's own errors go. Every reason stays in HelloOutcome::rejected.
+inline constexpr size_t kMaxRejectLines = 10;
 
 struct HelloOutcome {
   std::vector<Socket> conns;         // by rank (rank 0's entry stays invalid)
@@ -33,7 +37,8 @@ struct HelloOutcome {
 };
 
 // Accepts on `listener` until every rank 1..world-1 has sent a valid Hello carrying `secret`,
-// or until `deadline`. Rejections are reported on stderr and listed in the outcome.
+// or until `deadline`. Rejections are listed in the outcome; the first kMaxRejectLines are
+// printed on stderr as they happen, then "... and N more rejected connections" once on return.
 HelloOutcome collect_hellos(const Socket& listener, uint32_t world, const std::string& secret,
                             const std::string& own_blob, Clock::time_point deadline,
                             std::chrono::milliseconds hello_wait = kHelloWait,

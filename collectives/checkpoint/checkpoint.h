@@ -109,7 +109,9 @@ class Reader {
   // at `offsets` (empty: zeros) and has dst's shape, from whichever blocks hold it. Each block
   // read is verified against its checksum again (while it streams through a bounded buffer; on
   // a mismatch dst may hold part of the block). Throws InvalidArgument for a part outside the
-  // tensor, a dtype mismatch or a read or checksum failure.
+  // tensor, a dtype mismatch or a read or checksum failure. Being local, it can fail on one rank
+  // while the others go on: run a program's reads (and what it loads them into) inside agree()
+  // so that every rank fails alike and the ranks stay in step.
   void read_into(const std::string& name, const std::vector<int64_t>& offsets, Tensor dst) const;
   // Local: the whole tensor.
   Tensor read(const std::string& name) const;
