@@ -1,0 +1,184 @@
+// A rank that hangs (SIGSTOP) in the middle of an all_reduce, on the UCX transport: every
+// survivor must fail by its deadline (FERRY_TIMEOUT plus a few seconds of allowance, never the
+// deadline twice over), name the stopped rank, and then finalize without aborting (finalize may
+// return or raise). Run under a launcher, as one job:
+//
+//   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 ferry-run -n 8 hung_peer_main [victim [floats]]
+//   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 mpiexec -n 8 hung_peer_main [victim [floats]]
+//
+// The victim (default: the last rank) forks a small watcher before it stops itself. The watcher
+// sleeps on pidfds of the survivors until every one of them has exited (so the victim cannot
+// resume under a survivor that is still checking its error), then sends the victim SIGCONT;
+// the victim then exits at once with status 0, skipping finalize (its peers gave up on it). A
+// cap bounds the watcher's wait, so a survivor that never exits cannot leave the victim stopped
+// for ever. Each survivor prints one line "hung-peer: rank R ..." with its figures.
+#include <ferry/ferry.h>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace ferry;
+using Clock = std::chrono::steady_clock;
+
+// How long the watcher waits for the survivors before it resumes the victim anyway: beyond
+// any deadline a test sets, well inside a launcher's own timeout.
+constexpr int kWatcherCapMs = 90'000;
+
+std::string kind_of(const std::exception_ptr& e) {
+  if (!e) return "none";
+  try {
+    std::rethrow_exception(e);
+  } catch (const TimeoutError&) {
+    return "TimeoutError";
+  } catch (const PeerFailure&) {
+    return "PeerFailure";
+  } catch (const MismatchError&) {
+    return "MismatchError";
+  } catch (const TransportError&) {
+    return "TransportError";
+  } catch (const Error&) {
+    return "Error";
+  } catch (...) {
+    return "other";
+  }
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double deadline_seconds() {
+  const char* v = std::getenv("FERRY_TIMEOUT");
+  return v == nullptr ? 0 : std::atof(v);
+}
+
+// In the child of a fork (async-signal-safe calls only): until every survivor's pidfd reports
+// its end, or the cap, then resume `victim`.
+[[noreturn]] void watch_then_resume(pid_t victim, std::vector<pollfd> fds) {
+  const auto start = Clock::now();
+  for (;;) {
+    size_t left = 0;
+    for (pollfd& p : fds) {
+      if (p.fd >= 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) p.fd = -1;
+      left += p.fd >= 0 ? 1 : 0;
+      p.revents = 0;
+    }
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    if (left == 0 || waited.count() >= kWatcherCapMs) break;
+    (void)poll(fds.data(), fds.size(), 500);  // pidfds: readable when the process ends
+  }
+  kill(victim, SIGCONT);
+  _exit(0);
+}
+
+int run(int argc, char** argv) {
+  // The world is held in an optional so that it goes before finalize: finalize then ends the
+  // transport itself (its endpoints and worker), as it does in a program that kept no group.
+  std::optional<Group> world(init());
+  Group& g = *world;
+  const int n = g.size(), me = g.rank();
+  const int victim = argc > 1 ? std::atoi(argv[1]) : n - 1;
+  if (n < 2 || victim < 0 || victim >= n) {
+    std::fprintf(stderr, "hung-peer: needs 2+ ranks and a victim in [0, %d), given %d\n", n,
+                 victim);
+    return 2;
+  }
+  // Every rank's pid, for the victim's watcher (all ranks run on this host).
+  Tensor pids = zeros({n}, DType::Int64);
+  pids.set_flat(me, static_cast<double>(getpid()));
+  all_reduce(pids, g).wait();  // also: every rank is connected and in step
+
+  // 32 KiB per rank and step of a ring: UCX's rendezvous, below ferry's CMA protocol (64 KiB),
+  // so that a survivor holds transfers with the stopped rank that UCX itself must let go of.
+  // A second argument sets another number of floats.
+  const int64_t elements = argc > 2 ? std::atoll(argv[2]) : int64_t{8192} * n;
+  Tensor big = full({elements}, 1.0);
+  if (me == victim) {
+    std::vector<pollfd> fds;
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      const int fd = static_cast<int>(
+          syscall(SYS_pidfd_open, static_cast<pid_t>(pids.get_flat(r)), 0));
+      if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
+    }
+    const pid_t self = getpid();
+    if (fork() == 0) watch_then_resume(self, std::move(fds));
+    Work w = all_reduce(big, g);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // its messages are under way
+    raise(SIGSTOP);
+    std::fflush(stderr);
+    _exit(0);  // resumed after every survivor ended: nothing left to do
+  }
+
+  const double deadline = deadline_seconds();
+  const double allowance = 4.0;  // the diagnosis, and a loaded machine's scheduling
+  const auto t0 = Clock::now();
+  std::exception_ptr error;
+  try {
+    all_reduce(big, g).wait();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const double took = since(t0);
+  const std::string msg = error ? error_message(error) : "";
+  const auto t1 = Clock::now();
+  std::exception_ptr fin;
+  big = Tensor();
+  pids = Tensor();
+  world.reset();
+  try {
+    finalize();
+  } catch (...) {
+    fin = std::current_exception();
+  }
+  const double fin_took = since(t1);
+
+  int failed = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (ok) return;
+    ++failed;
+    std::fprintf(stderr, "hung-peer: rank %d CHECK FAILED: %s\n", me, what.c_str());
+  };
+  const std::string kind = kind_of(error);
+  std::fprintf(stderr,
+               "hung-peer: rank %d error %s after %.2f s; finalize %s after %.2f s; message: %s\n",
+               me, kind.c_str(), took, fin ? ("raised " + kind_of(fin)).c_str() : "returned",
+               fin_took, msg.c_str());
+  expect(kind == "TimeoutError", "a TimeoutError, got " + kind + ": " + msg);
+  expect(deadline <= 0 || took <= deadline + allowance,
+         "the error within the deadline of " + std::to_string(deadline) + " s plus " +
+             std::to_string(allowance) + " s, took " + std::to_string(took) + " s");
+  expect(contains(msg, "rank " + std::to_string(victim) + " did not answer"),
+         "the error names the stopped rank " + std::to_string(victim) + " as silent: " + msg);
+  expect(fin_took < allowance + 2.0, "finalize ends promptly, took " + std::to_string(fin_took));
+  std::fflush(stderr);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hung-peer: unexpected exception: %s\n", e.what());
+    return 3;
+  }
+}
