@@ -15,6 +15,7 @@
 #include <ferry/ferry.h>
 
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -69,20 +70,39 @@ double deadline_seconds() {
   return v == nullptr ? 0 : std::atof(v);
 }
 
-// In the child of a fork (async-signal-safe calls only): until every survivor's pidfd reports
-// its end, or the cap, then resume `victim`.
-[[noreturn]] void watch_then_resume(pid_t victim, std::vector<pollfd> fds) {
+// Survivors tell the watcher that they reached finalize with this (queued, so none is lost).
+int ready_signal() { return SIGRTMIN; }
+
+// In the child of a fork (async-signal-safe calls only): until every survivor said that it
+// reached finalize (ready_signal, blocked here so that it queues) or ended (its pidfd), or the
+// cap, then resume `victim`. Sleeps in poll and sigtimedwait, never spins.
+[[noreturn]] void watch_then_resume(pid_t victim, const std::vector<pid_t>& survivors) {
+  std::vector<pollfd> fds;
+  std::vector<bool> done(survivors.size(), false);
+  for (pid_t pid : survivors) {
+    const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    fds.push_back(pollfd{fd, POLLIN, 0});
+  }
+  sigset_t ready;
+  sigemptyset(&ready);
+  sigaddset(&ready, ready_signal());
   const auto start = Clock::now();
   for (;;) {
     size_t left = 0;
-    for (pollfd& p : fds) {
-      if (p.fd >= 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0) p.fd = -1;
-      left += p.fd >= 0 ? 1 : 0;
-      p.revents = 0;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) done[i] = true;
+      fds[i].revents = 0;
+      left += done[i] ? 0 : 1;
     }
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     if (left == 0 || waited.count() >= kWatcherCapMs) break;
-    (void)poll(fds.data(), fds.size(), 500);  // pidfds: readable when the process ends
+    (void)poll(fds.data(), fds.size(), 100);
+    const timespec none{0, 0};
+    siginfo_t info{};
+    while (sigtimedwait(&ready, &info, &none) > 0) {
+      for (size_t i = 0; i < survivors.size(); ++i)
+        if (survivors[i] == info.si_pid) done[i] = true;
+    }
   }
   kill(victim, SIGCONT);
   _exit(0);
@@ -110,21 +130,43 @@ int run(int argc, char** argv) {
   // A second argument sets another number of floats.
   const int64_t elements = argc > 2 ? std::atoll(argv[2]) : int64_t{8192} * n;
   Tensor big = full({elements}, 1.0);
+  // The victim forks its watcher, whose pid every survivor learns (a second exchange).
+  pid_t watcher = 0;
   if (me == victim) {
-    std::vector<pollfd> fds;
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      const int fd = static_cast<int>(
-          syscall(SYS_pidfd_open, static_cast<pid_t>(pids.get_flat(r)), 0));
-      if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
-    }
+    std::vector<pid_t> survivors;
+    for (int r = 0; r < n; ++r)
+      if (r != me) survivors.push_back(static_cast<pid_t>(pids.get_flat(r)));
+    sigset_t ready, old;
+    sigemptyset(&ready);
+    sigaddset(&ready, ready_signal());
+    pthread_sigmask(SIG_BLOCK, &ready, &old);  // the child inherits the mask: signals queue
     const pid_t self = getpid();
-    if (fork() == 0) watch_then_resume(self, std::move(fds));
+    watcher = fork();
+    if (watcher == 0) watch_then_resume(self, survivors);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  Tensor watcher_pid = zeros({1}, DType::Int64);
+  watcher_pid.set_flat(0, static_cast<double>(watcher));
+  all_reduce(watcher_pid, g).wait();
+  watcher = static_cast<pid_t>(watcher_pid.get_flat(0));
+  if (me == victim) {
     Work w = all_reduce(big, g);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // its messages are under way
     raise(SIGSTOP);
+    // Resumed once every survivor reached finalize. Under mpiexec, MPI_Finalize on the
+    // survivors waits for every rank (Hydra's exit barrier), so this rank finalizes too; under
+    // ferry-run it just ends.
+    if (std::getenv("PMI_RANK") != nullptr) {
+      try {
+        world.reset();
+        big = Tensor();
+        w = Work();
+        finalize();
+      } catch (...) {
+      }
+    }
     std::fflush(stderr);
-    _exit(0);  // resumed after every survivor ended: nothing left to do
+    _exit(0);
   }
 
   const double deadline = deadline_seconds();
@@ -138,6 +180,25 @@ int run(int argc, char** argv) {
   }
   const double took = since(t0);
   const std::string msg = error ? error_message(error) : "";
+  int failed = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (ok) return;
+    ++failed;
+    std::fprintf(stderr, "hung-peer: rank %d CHECK FAILED: %s\n", me, what.c_str());
+  };
+  const std::string kind = kind_of(error);
+  // Printed before finalize, so that the figures survive a finalize that goes wrong.
+  std::fprintf(stderr, "hung-peer: rank %d error %s after %.2f s; message: %s\n", me,
+               kind.c_str(), took, msg.c_str());
+  std::fflush(stderr);
+  expect(kind == "TimeoutError", "a TimeoutError, got " + kind + ": " + msg);
+  expect(deadline <= 0 || took <= deadline + allowance,
+         "the error within the deadline of " + std::to_string(deadline) + " s plus " +
+             std::to_string(allowance) + " s, took " + std::to_string(took) + " s");
+  expect(contains(msg, "rank " + std::to_string(victim) + " did not answer"),
+         "the error names the stopped rank " + std::to_string(victim) + " as silent: " + msg);
+  union sigval nothing{};
+  (void)sigqueue(watcher, ready_signal(), nothing);  // this survivor reached finalize
   const auto t1 = Clock::now();
   std::exception_ptr fin;
   big = Tensor();
@@ -149,24 +210,10 @@ int run(int argc, char** argv) {
     fin = std::current_exception();
   }
   const double fin_took = since(t1);
+  std::fprintf(stderr, "hung-peer: rank %d finalize %s after %.2f s%s%s\n", me,
+               fin ? ("raised " + kind_of(fin)).c_str() : "returned", fin_took,
+               fin ? ": " : "", fin ? error_message(fin).c_str() : "");
 
-  int failed = 0;
-  auto expect = [&](bool ok, const std::string& what) {
-    if (ok) return;
-    ++failed;
-    std::fprintf(stderr, "hung-peer: rank %d CHECK FAILED: %s\n", me, what.c_str());
-  };
-  const std::string kind = kind_of(error);
-  std::fprintf(stderr,
-               "hung-peer: rank %d error %s after %.2f s; finalize %s after %.2f s; message: %s\n",
-               me, kind.c_str(), took, fin ? ("raised " + kind_of(fin)).c_str() : "returned",
-               fin_took, msg.c_str());
-  expect(kind == "TimeoutError", "a TimeoutError, got " + kind + ": " + msg);
-  expect(deadline <= 0 || took <= deadline + allowance,
-         "the error within the deadline of " + std::to_string(deadline) + " s plus " +
-             std::to_string(allowance) + " s, took " + std::to_string(took) + " s");
-  expect(contains(msg, "rank " + std::to_string(victim) + " did not answer"),
-         "the error names the stopped rank " + std::to_string(victim) + " as silent: " + msg);
   expect(fin_took < allowance + 2.0, "finalize ends promptly, took " + std::to_string(fin_took));
   std::fflush(stderr);
   return failed == 0 ? 0 : 1;
