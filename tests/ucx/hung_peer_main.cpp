@@ -6,12 +6,14 @@
 //   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 ferry-run -n 8 hung_peer_main [victim [floats]]
 //   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 mpiexec -n 8 hung_peer_main [victim [floats]]
 //
-// The victim (default: the last rank) forks a small watcher before it stops itself. The watcher
-// sleeps on pidfds of the survivors until every one of them has exited (so the victim cannot
-// resume under a survivor that is still checking its error), then sends the victim SIGCONT;
-// the victim then exits at once with status 0, skipping finalize (its peers gave up on it). A
-// cap bounds the watcher's wait, so a survivor that never exits cannot leave the victim stopped
-// for ever. Each survivor prints one line "hung-peer: rank R ..." with its figures.
+// The victim (default: the last rank) forks a small watcher before it stops itself, and every
+// rank learns the watcher's pid. Each survivor, once it has its error, signals the watcher and
+// finalizes; the watcher (sleeping in poll and sigtimedwait, with a cap) resumes the victim with
+// SIGCONT once every survivor signalled or ended, so that nothing is left stopped and the victim
+// cannot wake under a survivor that is still waiting for its error. The resumed victim finalizes
+// under mpiexec (MPICH's MPI_Finalize waits for every rank of the job) and otherwise just exits
+// with status 0. Each survivor prints "hung-peer: rank R error ..." and "... finalize ..." lines
+// with its figures; the exit status is 0 when every check passed.
 #include <ferry/ferry.h>
 
 #include <poll.h>
