@@ -16,8 +16,7 @@ namespace {
 
 // How long cancel() gives a receive whose data is already moving to finish by itself before it
 // cuts the endpoint to the sender (cut_off_locked), which makes UCX let go of it at once. From a
-// peer whose process is stopped, or that left an op unanswered already, nothing more comes: a
-// short grace. From any other the transfer usually ends within a moment; a peer that is still
+// peer whose process is stopped nothing more comes: a short grace. From any other the transfer usually ends within a moment; a peer that is still
 // sending after a second is stuck (its process hangs outside ferry), or so slow that the op
 // would have failed anyway, and waiting longer would push the caller's error past its deadline.
 constexpr auto kCancelStuckGrace = std::chrono::milliseconds(50);
@@ -138,7 +137,7 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
     const char* why = op->is_send ? "the sender withdrew it" : "the receiver withdrew it";
     op->forced = std::make_exception_ptr(TransportError(str(
         "ferry: ucx transport on rank ", rank_, ": ", op_str(*op), " withdrawn: ", why)));
-    quiet_peer = unanswered_[peer] || watch_.stopped(peer);
+    quiet_peer = watch_.stopped(peer);
     unanswered_[peer] = true;
     // A receive is withdrawn from UCX; a CMA read under way is waited for below. A CMA send
     // keeps waiting for its acknowledgement, which cleans it up if it ever comes.

@@ -7,8 +7,9 @@
 //   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 mpiexec -n 8 hung_peer_main [victim [floats]]
 //
 // The victim (default: the last rank) forks a small watcher before it stops itself, and every
-// rank learns the watcher's pid. Each survivor, once it has its error, signals the watcher and
-// finalizes; the watcher (sleeping in poll and sigtimedwait, with a cap) resumes the victim with
+// rank learns the watcher's pid. Each survivor, once it has its error, marks the failed op's
+// buffer, signals the watcher, checks for half a second that the mark stays (nothing the
+// resumed victim still sends may land there), and finalizes; the watcher (sleeping in poll and sigtimedwait, with a cap) resumes the victim with
 // SIGCONT once every survivor signalled or ended, so that nothing is left stopped and the victim
 // cannot wake under a survivor that is still waiting for its error. The resumed victim finalizes
 // under mpiexec (MPICH's MPI_Finalize waits for every rank of the job) and otherwise just exits
@@ -39,6 +40,8 @@ using Clock = std::chrono::steady_clock;
 // How long the watcher waits for the survivors before it resumes the victim anyway: beyond
 // any deadline a test sets, well inside a launcher's own timeout.
 constexpr int kWatcherCapMs = 90'000;
+// How long survivors watch their failed op's buffer once the victim runs again.
+constexpr int kResumedSendsMs = 500;
 
 std::string kind_of(const std::exception_ptr& e) {
   if (!e) return "none";
@@ -155,6 +158,9 @@ int run(int argc, char** argv) {
     Work w = all_reduce(big, g);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // its messages are under way
     raise(SIGSTOP);
+    // Its threads run again: whatever it still had under way goes out now, while the survivors
+    // watch their buffers (kResumedSendsMs).
+    std::this_thread::sleep_for(std::chrono::milliseconds(kResumedSendsMs / 2));
     // Resumed once every survivor reached finalize. Under mpiexec, MPI_Finalize on the
     // survivors waits for every rank (Hydra's exit barrier), so this rank finalizes too; under
     // ferry-run it just ends.
@@ -199,8 +205,18 @@ int run(int argc, char** argv) {
              std::to_string(allowance) + " s, took " + std::to_string(took) + " s");
   expect(contains(msg, "rank " + std::to_string(victim) + " did not answer"),
          "the error names the stopped rank " + std::to_string(victim) + " as silent: " + msg);
+  // The failed op must have let go of `big`: nothing UCX still held may land in it once the
+  // stopped rank runs again. The buffer is marked, the victim resumed (the signal below, once
+  // every survivor sent it), and the mark checked after the victim had a while to send.
+  constexpr double kMark = -7.0;
+  big.fill_(kMark);
   union sigval nothing{};
   (void)sigqueue(watcher, ready_signal(), nothing);  // this survivor reached finalize
+  std::this_thread::sleep_for(std::chrono::milliseconds(kResumedSendsMs));
+  int64_t changed = 0;
+  for (int64_t i = 0; i < big.numel(); ++i) changed += big.get_flat(i) != kMark ? 1 : 0;
+  expect(changed == 0, "no byte lands in the failed op's buffer after it returned, but " +
+                           std::to_string(changed) + " elements changed");
   const auto t1 = Clock::now();
   std::exception_ptr fin;
   big = Tensor();
