@@ -298,20 +298,21 @@ void UcxComm::fail_pending(Hit hit, MakeError error) {
     if (!op->done.load(std::memory_order_relaxed) && hit(*op)) hits.push_back(op);
   for (auto& op : hits) {
     op->forced = error(*op);
-    // A receive not matched yet is withdrawn (its callback reports `forced`). A send, or a
-    // receive whose data is already moving, cannot be withdrawn from UCX: it stays registered
-    // until UCX lets go, but the caller learns of the failure now instead of waiting for a
-    // transfer that a dead peer, or one that gave up, will not finish. A CMA read under way
-    // writes into the caller's buffer: the reader finishes the op when it is over (soon: a
-    // dead peer's memory is gone, and one that gave up is still readable).
+    // A receive not matched yet is withdrawn (its callback reports `forced`). A send cannot be
+    // withdrawn from UCX: it stays registered until UCX lets go, but the caller learns of the
+    // failure now instead of waiting for a transfer that a dead peer, or one that gave up, will
+    // not finish. A receive whose data is already moving cannot be withdrawn either, and UCX
+    // writes into its buffer until it lets go: it finishes then (a dead peer's endpoint is cut
+    // for that, see peer_failed; a peer that gave up still finishes its transfer, and a cancel
+    // at the caller's deadline cuts one that does not). A CMA read under way writes into the
+    // caller's buffer too: the reader finishes the op when it is over (soon: a dead peer's
+    // memory is gone, and one that gave up is still readable).
     bool receiving = false;
     for (UcxLeg& leg : op->legs) {
       if (leg.held && !leg.is_send && leg.request != nullptr)
         ucp_request_cancel(worker_->worker(), leg.request);
       receiving = receiving || (leg.held && !leg.is_send);
     }
-    // A receive UCX still holds (its data is moving) finishes when UCX lets go: its callback
-    // reports `forced`. Finishing it now would let the caller reuse a buffer UCX still writes.
     if (!op->done.load(std::memory_order_relaxed) && !op->cma.reading && !receiving)
       finish(*op, op->forced);
   }

@@ -9,6 +9,14 @@
 // up on a group sends an active message to every peer; they fail their pending and later
 // requests with it in that group the same way (it is alive, but will never answer there).
 //
+// A peer that is alive but silent (stopped, or stuck outside ferry) fails nothing by itself:
+// ops with it end at their deadlines, and are withdrawn (cancel). A withdrawn receive must
+// leave its buffer alone, but UCX cannot withdraw one whose data is already moving: if that
+// data stops coming, the endpoint to the peer is closed with force (cut_off_locked), which
+// makes UCX let go, and every op with that peer fails from then on. At the end, endpoints to
+// such peers (and to any peer UCX still holds a request with) close with force too: a flush
+// would wait for them, and the worker's end must find no request left on an endpoint.
+//
 // Large messages to ranks on this host take ferry's CMA protocol (ucx_cma.h): the receiver
 // reads them from the sender's memory. Its reads run outside the lock (deferred jobs of the
 // worker); everything else here runs under the worker's lock (UCX callbacks too, since they run
