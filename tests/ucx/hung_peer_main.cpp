@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +65,26 @@ std::string kind_of(const std::exception_ptr& e) {
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+// The ranks a TimeoutError names in "rank R did not answer" / "ranks A, B did not answer".
+std::vector<int> silent_ranks(const std::string& msg) {
+  const size_t end = msg.find(" did not answer");
+  if (end == std::string::npos) return {};
+  const size_t start = msg.rfind("rank", end);
+  if (start == std::string::npos) return {};
+  std::vector<int> ranks;
+  const std::string list = msg.substr(start, end - start);
+  for (size_t i = 0; i < list.size();) {
+    if (list[i] < '0' || list[i] > '9') {
+      ++i;
+      continue;
+    }
+    size_t used = 0;
+    ranks.push_back(std::stoi(list.substr(i), &used));
+    i += used;
+  }
+  return ranks;
 }
 
 double since(Clock::time_point t0) {
@@ -209,8 +230,19 @@ int run(int argc, char** argv) {
   expect(deadline <= 0 || took <= deadline + allowance,
          "the error within the deadline of " + std::to_string(deadline) + " s plus " +
              std::to_string(allowance) + " s, took " + std::to_string(took) + " s");
-  expect(contains(msg, "rank " + std::to_string(victim) + " did not answer"),
+  // The stopped rank is always among those named silent. Usually it is the only one, but not
+  // always: UCX's shared memory delivers each rank's incoming messages through one queue that
+  // every sender appends to, read in order; a rank stopped while it was appending to a peer's
+  // queue holds every later message to that peer behind its unfinished entry, from every
+  // sender, until it runs again. That peer then hears nobody and names them all.
+  expect(contains(msg, "all_reduce") && contains(msg, "timed out"),
+         "the error says which op timed out: " + msg);
+  const std::vector<int> silent = silent_ranks(msg);
+  expect(std::find(silent.begin(), silent.end(), victim) != silent.end(),
          "the error names the stopped rank " + std::to_string(victim) + " as silent: " + msg);
+  if (silent.size() > 1)
+    std::fprintf(stderr, "hung-peer: rank %d heard from none of %zu silent ranks (its shared "
+                 "memory queue may be held by the stopped rank)\n", me, silent.size());
   // The failed op must have let go of `big`: nothing UCX still held may land in it once the
   // stopped rank runs again. The buffer is marked, the victim resumed (the signal below, once
   // every survivor sent it), and the mark checked after the victim had a while to send.
@@ -238,7 +270,11 @@ int run(int argc, char** argv) {
                fin ? ("raised " + kind_of(fin)).c_str() : "returned", fin_took,
                fin ? ": " : "", fin ? error_message(fin).c_str() : "");
 
-  expect(fin_took < allowance + 2.0, "finalize ends promptly, took " + std::to_string(fin_took));
+  // Under mpiexec, MPI_Finalize waits for every rank of the job (Hydra's exit barrier), the
+  // resumed victim too, whose own finalize first lets its failed op run out: a wider bound.
+  const double fin_bound = std::getenv("PMI_RANK") != nullptr ? 20.0 : allowance + 2.0;
+  expect(fin_took < fin_bound, "finalize ends within " + std::to_string(fin_bound) +
+                                   " s, took " + std::to_string(fin_took));
   std::fflush(stderr);
   return failed == 0 ? 0 : 1;
 }
