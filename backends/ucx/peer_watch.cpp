@@ -28,6 +28,16 @@ uint64_t start_time_of(uint32_t pid) {
   return std::strtoull(field.c_str(), nullptr, 10);
 }
 
+// Field 3 of /proc/<pid>/stat (R, S, D, T, t, Z, ...); '?' when unreadable.
+char state_of(uint32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return '?';
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return '?';
+  return line[close + 2];
+}
+
 }  // namespace
 
 ProcessId self_process_id() {
@@ -70,6 +80,13 @@ bool PeerWatch::ended(int rank) const {
   do n = poll(&p, 1, 0);
   while (n < 0 && errno == EINTR);
   return n != 0;  // readable once the process ended (or an error: assume the worst)
+}
+
+bool PeerWatch::stopped(int rank) const {
+  // The pidfd pins the process while it has not ended, so the pid still names the peer.
+  if (fds_[rank] < 0 || ended(rank)) return false;
+  const char state = state_of(pids_[rank]);
+  return state == 'T' || state == 't';
 }
 
 std::vector<int> PeerWatch::take_dead() {

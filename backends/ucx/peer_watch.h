@@ -48,6 +48,10 @@ class PeerWatch {
   bool watched(int rank) const { return fds_[rank] >= 0; }
   uint32_t pid(int rank) const { return pids_[rank]; }
   bool ended(int rank) const;
+  // Whether the watched `rank`'s process is stopped (SIGSTOP, a debugger): it can move nothing
+  // until someone resumes it, so a transfer from it that has begun will not finish. False when
+  // not watched, ended, or unreadable.
+  bool stopped(int rank) const;
 
  private:
   // fds_ and pids_ do not change after construction (the pidfds stay open until the end, so

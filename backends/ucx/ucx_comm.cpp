@@ -19,22 +19,7 @@ namespace ferry::detail {
 namespace {
 
 constexpr uint64_t kFullMask = ~uint64_t{0};
-// How long cancel() waits for UCX to let go of a receive whose data is already moving: the
-// transfer needs no help from the sender (or the sender is alive and waiting, or dead and the
-// keepalive fails it), so this is a bound that should never be reached.
-constexpr auto kCancelRecvWait = std::chrono::seconds(10);
-// How much longer cancel() waits for a CMA read into the receive's buffer that runs on another
-// thread (a queued one is run by the waiting thread itself). The read is a process_vm_readv of
-// this host's memory: it needs nothing from the peer (a peer that ended makes it fail at once)
-// and moves gigabytes per second, so it ends within a second even for huge messages. The op must
-// not finish while it runs (the caller would free a buffer that is still written), so the bound
-// is generous and reaching it aborts the process: only a reader thread that never runs again (a
-// debugger holding it) gets there.
-constexpr auto kCancelReadWait = std::chrono::seconds(60);
-// Sends cannot be withdrawn from UCX; a short wait lets one that is nearly done finish.
-constexpr auto kCancelSendWait = std::chrono::milliseconds(20);
 constexpr auto kAbandonWait = std::chrono::milliseconds(200);
-constexpr auto kCloseWait = std::chrono::seconds(2);
 
 bool is_peer_status(ucs_status_t s) {
   return s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_ENDPOINT_TIMEOUT ||
@@ -65,6 +50,8 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
     : worker_(std::move(worker)),
       rank_(rank),
       dead_why_(peers.size()),
+      unanswered_(peers.size(), false),
+      cut_(peers.size(), false),
       watch_(rank, locals_of(peers), processes_of(peers)),
       cma_min_bytes_(ucx_cma_min_bytes()),
       cma_to_(peers.size(), false),
@@ -140,44 +127,6 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
             " local peers");
 }
 
-UcxComm::~UcxComm() {
-  {
-    auto lock = worker_->lock();
-    worker_->set_sleep_hook(nullptr);
-    close_endpoints();
-    discard_unexpected_locked();
-  }
-  // The worker goes while pending_ still holds what its callbacks may touch; worker_ is null
-  // meanwhile, so finish() called from those callbacks does not touch it.
-  std::unique_ptr<UcxWorker> worker = std::move(worker_);
-  worker.reset();
-}
-
-void UcxComm::close_endpoints() {
-  // Flush first so that sends that completed locally (buffered) still reach their peers; a dead
-  // peer's endpoint is closed at once, and so is every endpoint after finalize's handshake
-  // (every message was taken by then).
-  std::vector<void*> closing;
-  for (size_t p = 0; p < eps_.size(); ++p) {
-    if (eps_[p] == nullptr) continue;
-    const int rank = static_cast<int>(p);
-    const bool gone = !dead_why_[p].empty() || (watch_.watched(rank) && watch_.ended(rank));
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = closing_ || gone ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    void* r = ucp_ep_close_nbx(eps_[p], &param);
-    eps_[p] = nullptr;
-    if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
-  }
-  const auto until = Clock::now() + kCloseWait;
-  for (void* r : closing) {
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until)
-      ucp_worker_progress(worker_->worker());
-    if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_->worker(), r);
-    ucp_request_free(r);
-  }
-}
-
 void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
   FERRY_CHECK(op->peer >= 0 && op->peer < size(), InvalidArgument, "ucx transport ",
               op->is_send ? "isend" : "irecv", " on rank ", rank_, ": peer must be in [0, ",
@@ -188,9 +137,10 @@ void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
   op->data = data;
   auto lock = worker_->lock();
   if (std::exception_ptr failure = failure_for(op->peer, op->tag.group)) {
-    // A receive still gets what a peer delivered before it ended; nothing else goes to it.
-    const bool ended = !dead_why_[op->peer].empty();
-    if (op->is_send || !ended || !delivered(tag)) {
+    // A receive still gets what a peer delivered before it ended or gave up (a peer that timed
+    // out sent its part of the timeout diagnosis first: its peers must not call it silent);
+    // nothing else goes to it, and nothing at all once its endpoint was cut.
+    if (op->is_send || cut_[op->peer] || !delivered(tag)) {
       finish(*op, failure);
       return;
     }
@@ -348,16 +298,23 @@ void UcxComm::fail_pending(Hit hit, MakeError error) {
     if (!op->done.load(std::memory_order_relaxed) && hit(*op)) hits.push_back(op);
   for (auto& op : hits) {
     op->forced = error(*op);
-    // A receive not matched yet is withdrawn (its callback reports `forced`). A send, or a
-    // receive whose data is already moving, cannot be withdrawn from UCX: it stays registered
-    // until UCX lets go, but the caller learns of the failure now instead of waiting for a
-    // transfer that a dead peer, or one that gave up, will not finish. A CMA read under way
-    // writes into the caller's buffer: the reader finishes the op when it is over (soon: a
-    // dead peer's memory is gone, and one that gave up is still readable).
-    for (UcxLeg& leg : op->legs)
+    // A receive not matched yet is withdrawn (its callback reports `forced`). A send cannot be
+    // withdrawn from UCX: it stays registered until UCX lets go, but the caller learns of the
+    // failure now instead of waiting for a transfer that a dead peer, or one that gave up, will
+    // not finish. A receive whose data is already moving cannot be withdrawn either, and UCX
+    // writes into its buffer until it lets go: it finishes then (a dead peer's endpoint is cut
+    // for that, see peer_failed; a peer that gave up still finishes its transfer, and a cancel
+    // at the caller's deadline cuts one that does not). A CMA read under way writes into the
+    // caller's buffer too: the reader finishes the op when it is over (soon: a dead peer's
+    // memory is gone, and one that gave up is still readable).
+    bool receiving = false;
+    for (UcxLeg& leg : op->legs) {
       if (leg.held && !leg.is_send && leg.request != nullptr)
         ucp_request_cancel(worker_->worker(), leg.request);
-    if (!op->done.load(std::memory_order_relaxed) && !op->cma.reading) finish(*op, op->forced);
+      receiving = receiving || (leg.held && !leg.is_send);
+    }
+    if (!op->done.load(std::memory_order_relaxed) && !op->cma.reading && !receiving)
+      finish(*op, op->forced);
   }
 }
 
@@ -387,26 +344,6 @@ void UcxComm::drain_locked() {
   }
 }
 
-void UcxComm::discard_unexpected_locked() {
-  std::vector<char> sink;
-  const auto until = Clock::now() + kCloseWait;  // for all of them together
-  for (int i = 0; i < 4096; ++i) {
-    ucp_tag_recv_info_t info{};
-    ucp_tag_message_h msg =
-        ucp_tag_probe_nb(worker_->worker(), 0, 0, /*remove=*/1, &info);  // mask 0: any tag
-    if (msg == nullptr) return;
-    sink.resize(std::max<size_t>(info.length, 1));
-    ucp_request_param_t param{};
-    void* r = ucp_tag_msg_recv_nbx(worker_->worker(), sink.data(), info.length, msg, &param);
-    if (!UCS_PTR_IS_PTR(r)) continue;  // taken at once (eager), or failed: either way gone
-    // A rendezvous message needs its sender, which may be gone: a bounded wait, then cancel.
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until)
-      ucp_worker_progress(worker_->worker());
-    if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_->worker(), r);
-    ucp_request_free(r);
-  }
-}
-
 bool UcxComm::delivered(uint64_t tag) const {
   ucp_tag_recv_info_t info{};
   return ucp_tag_probe_nb(worker_->worker(), tag, kUcxRecvMask, /*remove=*/0, &info) != nullptr;
@@ -427,11 +364,30 @@ void UcxComm::peer_failed(int rank, const std::string& why) {
   // by the drain): that reason names the failure that started it all.
   fail_pending([&](const UcxOp& op) { return op.peer == rank; },
                [&](const UcxOp& op) { return failure_for(rank, op.tag.group); });
+  // Receives whose data was moving when it died: its endpoint goes, and UCX with it lets go.
+  if (held_with_locked(rank, /*receives_only=*/true)) cut_off_locked(rank, why);
 }
 
-void UcxComm::begin_closing() {
-  auto lock = worker_->lock();
-  closing_ = true;
+void UcxComm::cut_off_locked(int rank, const std::string& why) {
+  if (cut_[rank] || worker_ == nullptr) return;
+  cut_[rank] = true;
+  // Recorded first: what UCX fails below reports this, not a bare UCS_ERR_CANCELED.
+  const bool first = dead_why_[rank].empty();
+  if (first) dead_why_[rank] = why;
+  FERRY_LOG(Info, "ucx", "rank ", rank_, ": closing the endpoint to rank ", rank,
+            " with force: ", why);
+  if (eps_[rank] != nullptr) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = ucp_ep_close_nbx(eps_[rank], &param);
+    eps_[rank] = nullptr;
+    wait_closed_locked(r);
+  }
+  if (first) {
+    fail_pending([&](const UcxOp& op) { return op.peer == rank; },
+                 [&](const UcxOp& op) { return failure_for(rank, op.tag.group); });
+  }
 }
 
 ucs_status_t UcxComm::on_abandon(void* arg, const void* header, size_t header_length, void* data,
@@ -496,54 +452,6 @@ void UcxComm::abandon_group(uint32_t group, const std::string& why) {
   const auto until = Clock::now() + kAbandonWait;
   while (!sent.empty() && !all_done() && Clock::now() < until)
     worker_->wait_until([] { return false; }, std::min(until, Clock::now() + std::chrono::milliseconds(5)));
-}
-
-void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
-  if (op->done.load(std::memory_order_acquire)) return;
-  {
-    auto lock = worker_->lock();
-    if (op->done.load(std::memory_order_relaxed)) return;
-    const char* why = op->is_send ? "the sender withdrew it" : "the receiver withdrew it";
-    op->forced = std::make_exception_ptr(TransportError(str(
-        "ferry: ucx transport on rank ", rank_, ": ", op_str(*op), " withdrawn: ", why)));
-    // A receive is withdrawn from UCX; a CMA read under way is waited for below. A CMA send
-    // keeps waiting for its acknowledgement, which cleans it up if it ever comes.
-    if (!op->is_send) {
-      for (UcxLeg& leg : op->legs)
-        if (leg.held && !leg.is_send && leg.request != nullptr)
-          ucp_request_cancel(worker_->worker(), leg.request);
-    }
-  }
-  const auto wait = op->is_send ? Clock::duration(kCancelSendWait) : Clock::duration(kCancelRecvWait);
-  auto ucx_let_go = [&] { return op->done.load(std::memory_order_acquire); };
-  if (worker_->wait_until(ucx_let_go, Clock::now() + wait)) return;
-  auto lock = worker_->lock();
-  if (op->done.load(std::memory_order_relaxed)) return;
-  // A CMA read under way writes into the caller's buffer: wait for it (it finishes the op, with
-  // `forced`), never finish the op under it.
-  const auto read_until = Clock::now() + kCancelReadWait;
-  while (op->cma.reading) {
-    if (Clock::now() >= read_until) {
-      std::fprintf(stderr, "ferry: ucx transport on rank %d: the CMA read of the %s did not end "
-                   "within %lld s after the receive was withdrawn; aborting rather than letting "
-                   "its buffer be freed while it is written\n", rank_, op_str(*op).c_str(),
-                   static_cast<long long>(kCancelReadWait.count()));
-      std::abort();
-    }
-    lock.unlock();
-    if (worker_->wait_until(ucx_let_go, std::min(read_until, Clock::now() + kCancelSendWait)))
-      return;
-    lock.lock();
-    if (op->done.load(std::memory_order_relaxed)) return;
-  }
-  if (!op->is_send) {
-    std::fprintf(stderr, "ferry: ucx transport on rank %d: %s could not be withdrawn within %lld s; "
-                 "its buffer may still be written\n", rank_, op_str(*op).c_str(),
-                 static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(wait).count()));
-  }
-  // A send UCX still holds stays registered (and its peer may still read the buffer if it ever
-  // posts the matching receive); the caller only learns that it was withdrawn.
-  finish(*op, op->forced);
 }
 
 std::exception_ptr UcxComm::failure_for(int peer, uint32_t group) const {

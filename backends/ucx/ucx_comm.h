@@ -9,6 +9,14 @@
 // up on a group sends an active message to every peer; they fail their pending and later
 // requests with it in that group the same way (it is alive, but will never answer there).
 //
+// A peer that is alive but silent (stopped, or stuck outside ferry) fails nothing by itself:
+// ops with it end at their deadlines, and are withdrawn (cancel). A withdrawn receive must
+// leave its buffer alone, but UCX cannot withdraw one whose data is already moving: if that
+// data stops coming, the endpoint to the peer is closed with force (cut_off_locked), which
+// makes UCX let go, and every op with that peer fails from then on. At the end, endpoints to
+// such peers (and to any peer UCX still holds a request with) close with force too: a flush
+// would wait for them, and the worker's end must find no request left on an endpoint.
+//
 // Large messages to ranks on this host take ferry's CMA protocol (ucx_cma.h): the receiver
 // reads them from the sender's memory. Its reads run outside the lock (deferred jobs of the
 // worker); everything else here runs under the worker's lock (UCX callbacks too, since they run
@@ -162,8 +170,10 @@ class UcxComm final : public UcxSleepHook {
                                  size_t length, const ucp_am_recv_param_t* param);
 
   void finish(UcxOp& op, std::exception_ptr error);
-  // Fails the pending ops for which `hit` holds with `error()`: receives are cancelled in UCX,
-  // sends finish at once (UCX may still hold them; they stay registered until it lets go).
+  // Fails the pending ops for which `hit` holds with `error()`: receives are cancelled in UCX
+  // and finish when UCX lets go of them (at once, unless their data is moving: never before,
+  // since UCX writes into their buffers until then); sends finish at once (UCX may still hold
+  // them; they stay registered until it lets go).
   template <class Hit, class MakeError>
   void fail_pending(Hit hit, MakeError error);
   // A peer ended or broke: first takes in everything it delivered (drain_locked), then fails
@@ -180,6 +190,16 @@ class UcxComm final : public UcxSleepHook {
   void before_sleep_locked() override;
   void append_wake_fds_locked(std::vector<pollfd>& fds) override;
   void close_endpoints();  // under the lock
+  // Closes the endpoint to `rank` with force (ucx_comm_close.cpp): UCX then lets go of every
+  // request it holds with that rank, a receive whose data was moving among them, so that no
+  // byte from it lands in a caller's buffer later. Every pending and later op with `rank` fails
+  // (with `why`, unless it failed already). Under the lock, never inside a UCX callback.
+  void cut_off_locked(int rank, const std::string& why);
+  // Progresses until the close request `r` (from ucp_ep_close_nbx) completed, within a bound,
+  // and releases it.
+  void wait_closed_locked(void* r);
+  // Whether UCX holds a leg of an op with `rank` (a receive leg only, if `receives_only`).
+  bool held_with_locked(int rank, bool receives_only) const;
   // The error an op with `peer` in `group` must fail with at once, or null.
   std::exception_ptr failure_for(int peer, uint32_t group) const;
   std::exception_ptr peer_failure(int peer) const;
@@ -190,6 +210,11 @@ class UcxComm final : public UcxSleepHook {
   std::vector<PeerArg> peer_args_;
   std::vector<std::string> dead_why_;  // "" while the peer lives
   bool closing_ = false;               // begin_closing() was called
+  // Peers with which an op was withdrawn unfinished (a deadline expired, or the caller gave up
+  // after another failure): their endpoints close with force at the end, since a flush would
+  // wait for a peer that may never answer.
+  std::vector<bool> unanswered_;
+  std::vector<bool> cut_;  // cut_off_locked ran: the endpoint is gone, nothing more is posted
   std::map<std::pair<uint32_t, int>, std::string> abandoned_;  // (group, rank) -> why
   std::unordered_map<UcxOp*, std::shared_ptr<UcxOp>> pending_;  // ops UCX holds, or being read
   std::vector<std::unique_ptr<AmSend>> am_sends_;

@@ -36,9 +36,10 @@ class UcxRequest final : public Request {
   bool wait_until(Clock::time_point deadline) override {
     return comm_->worker().wait_until([this] { return done(); }, deadline);
   }
-  // A receive is withdrawn from UCX (or, if its data is already moving, waited for); a send
-  // that UCX already started cannot be withdrawn: the request then reports it as withdrawn,
-  // and the peer (which gave up on the group too, or died) never takes it.
+  // A receive is withdrawn from UCX (or, if its data is already moving, waited for briefly and
+  // then let go of by closing the endpoint to its peer with force: afterwards nothing lands in
+  // its buffer); a send that UCX already started cannot be withdrawn: the request then reports
+  // it as withdrawn, and the peer (which gave up on the group too, or died) never takes it.
   void cancel() override {
     if (!done()) comm_->cancel(op_);
   }

@@ -1,0 +1,291 @@
+// A rank that hangs (SIGSTOP) in the middle of an all_reduce, on the UCX transport: every
+// survivor must fail by its deadline (FERRY_TIMEOUT plus a few seconds of allowance, never the
+// deadline twice over), name the stopped rank, and then finalize without aborting (finalize may
+// return or raise). Run under a launcher, as one job:
+//
+//   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 ferry-run -n 8 hung_peer_main [victim [floats]]
+//   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 mpiexec -n 8 hung_peer_main [victim [floats]]
+//
+// The victim (default: the last rank) forks a small watcher before it stops itself, and every
+// rank learns the watcher's pid. Each survivor, once it has its error, marks the failed op's
+// buffer, signals the watcher, checks for half a second that the mark stays (nothing the
+// resumed victim still sends may land there), and finalizes; the watcher (sleeping in poll and sigtimedwait, with a cap) resumes the victim with
+// SIGCONT once every survivor signalled or ended, so that nothing is left stopped and the victim
+// cannot wake under a survivor that is still waiting for its error. The resumed victim finalizes
+// under mpiexec (MPICH's MPI_Finalize waits for every rank of the job) and otherwise just exits
+// with status 0. Each survivor prints "hung-peer: rank R error ..." and "... finalize ..." lines
+// with its figures; the exit status is 0 when every check passed.
+#include <ferry/ferry.h>
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace ferry;
+using Clock = std::chrono::steady_clock;
+
+// How long the watcher waits for the survivors before it resumes the victim anyway: beyond
+// any deadline a test sets, well inside a launcher's own timeout.
+constexpr int kWatcherCapMs = 90'000;
+// How long survivors watch their failed op's buffer once the victim runs again.
+constexpr int kResumedSendsMs = 500;
+
+std::string kind_of(const std::exception_ptr& e) {
+  if (!e) return "none";
+  try {
+    std::rethrow_exception(e);
+  } catch (const TimeoutError&) {
+    return "TimeoutError";
+  } catch (const PeerFailure&) {
+    return "PeerFailure";
+  } catch (const MismatchError&) {
+    return "MismatchError";
+  } catch (const TransportError&) {
+    return "TransportError";
+  } catch (const Error&) {
+    return "Error";
+  } catch (...) {
+    return "other";
+  }
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The ranks a TimeoutError names in "rank R did not answer" / "ranks A, B did not answer".
+std::vector<int> silent_ranks(const std::string& msg) {
+  const size_t end = msg.find(" did not answer");
+  if (end == std::string::npos) return {};
+  const size_t start = msg.rfind("rank", end);
+  if (start == std::string::npos) return {};
+  std::vector<int> ranks;
+  const std::string list = msg.substr(start, end - start);
+  for (size_t i = 0; i < list.size();) {
+    if (list[i] < '0' || list[i] > '9') {
+      ++i;
+      continue;
+    }
+    size_t used = 0;
+    ranks.push_back(std::stoi(list.substr(i), &used));
+    i += used;
+  }
+  return ranks;
+}
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double deadline_seconds() {
+  const char* v = std::getenv("FERRY_TIMEOUT");
+  return v == nullptr ? 0 : std::atof(v);
+}
+
+// Survivors tell the watcher that they reached finalize with this (queued, so none is lost).
+int ready_signal() { return SIGRTMIN; }
+
+// In the child of a fork (async-signal-safe calls only): until every survivor said that it
+// reached finalize (ready_signal, blocked here so that it queues) or ended (its pidfd), or the
+// cap, then resume `victim`. Sleeps in poll and sigtimedwait, never spins.
+[[noreturn]] void watch_then_resume(pid_t victim, const std::vector<pid_t>& survivors) {
+  std::vector<pollfd> fds;
+  std::vector<bool> done(survivors.size(), false);
+  for (pid_t pid : survivors) {
+    const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    fds.push_back(pollfd{fd, POLLIN, 0});
+  }
+  sigset_t ready;
+  sigemptyset(&ready);
+  sigaddset(&ready, ready_signal());
+  const auto start = Clock::now();
+  for (;;) {
+    size_t left = 0;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) done[i] = true;
+      fds[i].revents = 0;
+      left += done[i] ? 0 : 1;
+    }
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    if (left == 0 || waited.count() >= kWatcherCapMs) break;
+    (void)poll(fds.data(), fds.size(), 100);
+    const timespec none{0, 0};
+    siginfo_t info{};
+    while (sigtimedwait(&ready, &info, &none) > 0) {
+      for (size_t i = 0; i < survivors.size(); ++i)
+        if (survivors[i] == info.si_pid) done[i] = true;
+    }
+  }
+  kill(victim, SIGCONT);
+  _exit(0);
+}
+
+int run(int argc, char** argv) {
+  // The world is held in an optional so that it goes before finalize: finalize then ends the
+  // transport itself (its endpoints and worker), as it does in a program that kept no group.
+  std::optional<Group> world(init());
+  Group& g = *world;
+  const int n = g.size(), me = g.rank();
+  const int victim = argc > 1 ? std::atoi(argv[1]) : n - 1;
+  if (n < 2 || victim < 0 || victim >= n) {
+    std::fprintf(stderr, "hung-peer: needs 2+ ranks and a victim in [0, %d), given %d\n", n,
+                 victim);
+    return 2;
+  }
+  // Every rank's pid, for the victim's watcher (all ranks run on this host).
+  Tensor pids = zeros({n}, DType::Int64);
+  pids.set_flat(me, static_cast<double>(getpid()));
+  all_reduce(pids, g).wait();  // also: every rank is connected and in step
+
+  // 32 KiB per rank and step of a ring: UCX's rendezvous, below ferry's CMA protocol (64 KiB),
+  // so that a survivor holds transfers with the stopped rank that UCX itself must let go of.
+  // A second argument sets another number of floats.
+  const int64_t elements = argc > 2 ? std::atoll(argv[2]) : int64_t{8192} * n;
+  Tensor big = full({elements}, 1.0);
+  // The victim forks its watcher, whose pid every survivor learns (a second exchange).
+  pid_t watcher = 0;
+  if (me == victim) {
+    std::vector<pid_t> survivors;
+    for (int r = 0; r < n; ++r)
+      if (r != me) survivors.push_back(static_cast<pid_t>(pids.get_flat(r)));
+    sigset_t ready, old;
+    sigemptyset(&ready);
+    sigaddset(&ready, ready_signal());
+    pthread_sigmask(SIG_BLOCK, &ready, &old);  // the child inherits the mask: signals queue
+    const pid_t self = getpid();
+    watcher = fork();
+    if (watcher == 0) watch_then_resume(self, survivors);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  Tensor watcher_pid = zeros({1}, DType::Int64);
+  watcher_pid.set_flat(0, static_cast<double>(watcher));
+  all_reduce(watcher_pid, g).wait();
+  watcher = static_cast<pid_t>(watcher_pid.get_flat(0));
+  if (me == victim) {
+    Work w = all_reduce(big, g);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // its messages are under way
+    raise(SIGSTOP);
+    // Its threads run again: whatever it still had under way goes out now, while the survivors
+    // watch their buffers (kResumedSendsMs).
+    std::this_thread::sleep_for(std::chrono::milliseconds(kResumedSendsMs / 2));
+    // Resumed once every survivor reached finalize. Under mpiexec, MPI_Finalize on the
+    // survivors waits for every rank (Hydra's exit barrier), so this rank finalizes too; under
+    // ferry-run it just ends.
+    if (std::getenv("PMI_RANK") != nullptr) {
+      try {
+        world.reset();
+        big = Tensor();
+        w = Work();
+        finalize();
+      } catch (...) {
+      }
+    }
+    std::fflush(stderr);
+    _exit(0);
+  }
+
+  const double deadline = deadline_seconds();
+  const double allowance = 4.0;  // the diagnosis, and a loaded machine's scheduling
+  // The victim stops right after it posted its all_reduce; it may still have done its part of
+  // it (a small op between few ranks can end within microseconds). The survivors then time out
+  // in the next one, which the victim never issues.
+  auto t0 = Clock::now();
+  std::exception_ptr error;
+  for (int attempt = 0; attempt < 2 && !error; ++attempt) {
+    t0 = Clock::now();
+    try {
+      all_reduce(big, g).wait();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  const double took = since(t0);
+  const std::string msg = error ? error_message(error) : "";
+  int failed = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (ok) return;
+    ++failed;
+    std::fprintf(stderr, "hung-peer: rank %d CHECK FAILED: %s\n", me, what.c_str());
+  };
+  const std::string kind = kind_of(error);
+  // Printed before finalize, so that the figures survive a finalize that goes wrong.
+  std::fprintf(stderr, "hung-peer: rank %d error %s after %.2f s; message: %s\n", me,
+               kind.c_str(), took, msg.c_str());
+  std::fflush(stderr);
+  expect(kind == "TimeoutError", "a TimeoutError, got " + kind + ": " + msg);
+  expect(deadline <= 0 || took <= deadline + allowance,
+         "the error within the deadline of " + std::to_string(deadline) + " s plus " +
+             std::to_string(allowance) + " s, took " + std::to_string(took) + " s");
+  // The stopped rank is always among those named silent. Usually it is the only one, but not
+  // always: UCX's shared memory delivers each rank's incoming messages through one queue that
+  // every sender appends to, read in order; a rank stopped while it was appending to a peer's
+  // queue holds every later message to that peer behind its unfinished entry, from every
+  // sender, until it runs again. That peer then hears nobody and names them all.
+  expect(contains(msg, "all_reduce") && contains(msg, "timed out"),
+         "the error says which op timed out: " + msg);
+  const std::vector<int> silent = silent_ranks(msg);
+  expect(std::find(silent.begin(), silent.end(), victim) != silent.end(),
+         "the error names the stopped rank " + std::to_string(victim) + " as silent: " + msg);
+  if (silent.size() > 1)
+    std::fprintf(stderr, "hung-peer: rank %d heard from none of %zu silent ranks (its shared "
+                 "memory queue may be held by the stopped rank)\n", me, silent.size());
+  // The failed op must have let go of `big`: nothing UCX still held may land in it once the
+  // stopped rank runs again. The buffer is marked, the victim resumed (the signal below, once
+  // every survivor sent it), and the mark checked after the victim had a while to send.
+  constexpr double kMark = -7.0;
+  big.fill_(kMark);
+  union sigval nothing{};
+  (void)sigqueue(watcher, ready_signal(), nothing);  // this survivor reached finalize
+  std::this_thread::sleep_for(std::chrono::milliseconds(kResumedSendsMs));
+  int64_t changed = 0;
+  for (int64_t i = 0; i < big.numel(); ++i) changed += big.get_flat(i) != kMark ? 1 : 0;
+  expect(changed == 0, "no byte lands in the failed op's buffer after it returned, but " +
+                           std::to_string(changed) + " elements changed");
+  const auto t1 = Clock::now();
+  std::exception_ptr fin;
+  big = Tensor();
+  pids = Tensor();
+  world.reset();
+  try {
+    finalize();
+  } catch (...) {
+    fin = std::current_exception();
+  }
+  const double fin_took = since(t1);
+  std::fprintf(stderr, "hung-peer: rank %d finalize %s after %.2f s%s%s\n", me,
+               fin ? ("raised " + kind_of(fin)).c_str() : "returned", fin_took,
+               fin ? ": " : "", fin ? error_message(fin).c_str() : "");
+
+  // Under mpiexec, MPI_Finalize waits for every rank of the job (Hydra's exit barrier), the
+  // resumed victim too, whose own finalize first lets its failed op run out: a wider bound.
+  const double fin_bound = std::getenv("PMI_RANK") != nullptr ? 20.0 : allowance + 2.0;
+  expect(fin_took < fin_bound, "finalize ends within " + std::to_string(fin_bound) +
+                                   " s, took " + std::to_string(fin_took));
+  std::fflush(stderr);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hung-peer: unexpected exception: %s\n", e.what());
+    return 3;
+  }
+}
