@@ -21,7 +21,9 @@ thread_local std::vector<std::shared_ptr<Node>>* t_graveyard = nullptr;
 }  // namespace
 
 Node::Node(std::string name, size_t num_outputs)
-    : name_(std::move(name)), sequence_(t_next_sequence++), outputs_(num_outputs) {}
+    : name_(std::move(name)), sequence_(t_next_sequence++) {
+  outputs_.resize(num_outputs);
+}
 
 Node::~Node() {
   std::vector<std::shared_ptr<Node>> dying;

@@ -14,6 +14,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,8 +77,8 @@ class Node {
   virtual bool is_collective() const { return false; }
   virtual bool materialize_grads() const { return true; }
 
-  std::vector<Edge>& edges() { return edges_; }
-  std::vector<OutputSlot>& outputs() { return outputs_; }
+  std::pmr::vector<Edge>& edges() { return edges_; }
+  std::pmr::vector<OutputSlot>& outputs() { return outputs_; }
 
   // Backward bookkeeping: the gradient gathered so far for each output.
   std::vector<Tensor>& pending() { return pending_; }
@@ -99,8 +100,14 @@ class Node {
  private:
   std::string name_;
   uint64_t sequence_;
-  std::vector<Edge> edges_;
-  std::vector<OutputSlot> outputs_;
+  // The edges and output slots of an op with up to three inputs and one output (most ops) live
+  // in the node itself: recording an op would otherwise allocate both lists. More spill to the
+  // heap. Declared before the lists, so that it outlives them.
+  static constexpr size_t kInlineBytes = 3 * sizeof(Edge) + sizeof(OutputSlot) + 64;
+  alignas(std::max_align_t) std::byte inline_[kInlineBytes];
+  std::pmr::monotonic_buffer_resource memory_{inline_, kInlineBytes};
+  std::pmr::vector<Edge> edges_{&memory_};
+  std::pmr::vector<OutputSlot> outputs_{&memory_};
   std::vector<Tensor> pending_;
   bool released_ = false;
   bool has_run_ = false;
