@@ -394,8 +394,10 @@ Options parse(int argc, char** argv) {
             [&] { o.bench = true; })
       .int_option("--bench-steps", "timed steps of --bench (default 50)", &o.bench_steps, 1,
                   100000)
-      .int_option("--warmup", "untimed steps before them (default 10)", &o.warmup_steps, 0,
-                  100000)
+      .int_option("--warmup",
+                  "untimed steps before them (default 200: two ranks sharing two cores take "
+                  "about a hundred steps to reach their steady pace)",
+                  &o.warmup_steps, 0, 100000)
       .string_option("--data", "train on this Criteo TSV file (label, 13 integer and 26 hex "
                      "columns) instead of the embedded synthetic data", &o.data, "PATH")
       .string_option("--test-data", "evaluate on this Criteo TSV file (default: --data)",

@@ -13,16 +13,16 @@ void MomentumSgd::step() {
     if (!p.grad().defined()) continue;
     Tensor value = p.value();
     auto w = value.vec<float>();
-    ColVector<float> g = p.grad().vec<float>();
+    // torch.optim.SGD with momentum (no dampening): buf = g on the first step, then
+    // buf = momentum * buf + g; p -= lr * buf. Read in place: no copy of the gradient.
     if (!buffers[i].defined()) {
       buffers[i] = p.grad().clone();
-      buffers[i].vec<float>() = g;
     } else {
+      const Tensor& grad = p.grad();
       auto b = buffers[i].vec<float>();
-      b = float(momentum_) * b + float(1.0) * g;
+      b = float(momentum_) * b + float(1.0) * grad.vec<float>();
     }
-    g = buffers[i].vec<float>();
-    w -= float(lr_) * g;
+    w -= float(lr_) * buffers[i].vec<float>();
     value.bump_version();
   }
 }

@@ -47,7 +47,7 @@ struct Options {
   // --bench: timed steps on batches prepared before the timed loop instead of training.
   bool bench = false;
   int bench_steps = 50;
-  int warmup_steps = 10;
+  int warmup_steps = 200;  // two ranks on two cores run slower for their first ~100 steps
   std::string bench_json;  // also append the JSON line to this file
   double max_allocs_per_step = -1;  // --bench fails (exit 1) above this many; < 0: no bound
 };
