@@ -12,34 +12,12 @@
 namespace ferry {
 namespace detail {
 
-namespace {
-
-// The shared_ptr's control block (with the Storage in it) comes from the same per-thread lists
-// of small blocks as small tensors' data: every tensor made would otherwise be one more heap
-// allocation, a training step's most frequent one.
-template <class T>
-struct SmallBlockAllocator {
-  using value_type = T;
-  SmallBlockAllocator() = default;
-  template <class U>
-  SmallBlockAllocator(const SmallBlockAllocator<U>&) {}  // NOLINT: rebinding
-  T* allocate(size_t n) { return static_cast<T*>(acquire_block(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) { release_block(p, n * sizeof(T)); }
-  template <class U>
-  bool operator==(const SmallBlockAllocator<U>&) const {
-    return true;
-  }
-};
-
-}  // namespace
-
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   // Never a null pointer, even for zero bytes, so memcpy of 0 bytes from raw_data() is valid.
   const size_t size = nbytes == 0 ? kAlignment : nbytes;
   void* p = acquire_block(size);
   try {
-    return std::allocate_shared<Storage>(SmallBlockAllocator<Storage>(),
-                                         static_cast<std::byte*>(p), nbytes, true);
+    return std::make_shared<Storage>(static_cast<std::byte*>(p), nbytes, true);
   } catch (...) {
     release_block(p, size);
     throw;
@@ -47,8 +25,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
 }
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) {
-  return std::allocate_shared<Storage>(SmallBlockAllocator<Storage>(),
-                                       static_cast<std::byte*>(data), nbytes, false);
+  return std::make_shared<Storage>(static_cast<std::byte*>(data), nbytes, false);
 }
 
 Storage::~Storage() {

@@ -85,55 +85,34 @@ TEST_CASE("a thread gets back the block it released itself before another thread
 
 TEST_CASE("small blocks: a thread keeps at most 8 of a size class, 64-aligned, until released",
           "[block_cache]") {
-  // Every tensor's shared_ptr control block is a 64-byte block of the same lists (the first
-  // class), so each tensor made here takes and gives back one of those as well.
-  constexpr size_t kCtl = 64;
   release_cached_blocks();
   REQUIRE(detail::small_block_bytes_kept() == 0);
   {
     std::vector<Tensor> many;
     for (int i = 0; i < 12; ++i) {
-      many.push_back(empty({32}, DType::Float32));  // 128 bytes: the second class
+      many.push_back(empty({16}, DType::Float32));  // 64 bytes: the first class
       CHECK(reinterpret_cast<uintptr_t>(many.back().raw_data()) % detail::kBlockAlignment == 0);
     }
   }
-  CHECK(detail::small_block_bytes_kept() == 8 * 128 + 12 * kCtl);  // 8 kept, 4 freed
+  CHECK(detail::small_block_bytes_kept() == 8 * 64);  // 8 kept, 4 freed
   // A request of the class takes one back; 400 and 440 bytes share the 448-byte class.
-  {
-    Tensor t = empty({32}, DType::Float32);
-    CHECK(detail::small_block_bytes_kept() == 7 * 128 + 11 * kCtl);
-  }
+  { Tensor t = empty({16}, DType::Float32); CHECK(detail::small_block_bytes_kept() == 7 * 64); }
   const void* first = empty({100}, DType::Float32).raw_data();
-  CHECK(detail::small_block_bytes_kept() == 8 * 128 + 12 * kCtl + 448);
+  CHECK(detail::small_block_bytes_kept() == 8 * 64 + 448);
   Tensor same_class = empty({110}, DType::Float32);
   CHECK(same_class.raw_data() == first);
-  const size_t here = 8 * 128 + 11 * kCtl;
-  CHECK(detail::small_block_bytes_kept() == here);
   // Another thread keeps its own; this thread's stay here.
   size_t other = 1;
   std::thread([&] {
     { Tensor t = empty({16}, DType::Float32); }
     other = detail::small_block_bytes_kept();
   }).join();
-  CHECK(other == 64 + kCtl);
-  CHECK(detail::small_block_bytes_kept() == here);
-  // Larger than 4 KiB: not kept here (its control block is); and never counted as the shared
-  // cache's bytes.
+  CHECK(other == 64);
+  CHECK(detail::small_block_bytes_kept() == 8 * 64);
+  // Larger than 4 KiB: not kept here; and never counted as the shared cache's bytes.
   { Tensor t = empty({1025}, DType::Float32); }
-  CHECK(detail::small_block_bytes_kept() == here);
+  CHECK(detail::small_block_bytes_kept() == 8 * 64);
   CHECK(cached_block_bytes() == 0);
-  release_cached_blocks();
-  CHECK(detail::small_block_bytes_kept() == 0);
-}
-
-TEST_CASE("small blocks: the first class keeps up to 512 blocks", "[block_cache]") {
-  release_cached_blocks();
-  {
-    std::vector<Tensor> many;
-    for (int i = 0; i < 400; ++i) many.push_back(empty({16}, DType::Float32));  // 64 bytes
-  }
-  // 400 data blocks and 400 control blocks given back: 512 kept.
-  CHECK(detail::small_block_bytes_kept() == 512 * 64);
   release_cached_blocks();
   CHECK(detail::small_block_bytes_kept() == 0);
 }
