@@ -301,6 +301,17 @@ TEST_CASE("algorithm overrides: restore; table and bad specs", "[outstanding][al
   }
   CHECK_THROWS_AS(ferry::set_algorithm_override("no_such_collective:ring"), ferry::InvalidArgument);
   CHECK_THROWS_AS(ferry::set_algorithm_override("all_reduce:no_such_algorithm"), ferry::InvalidArgument);
+  // An algorithm of another collective: the message names the collective, what was given and
+  // the choices it has.
+  try {
+    ferry::set_algorithm_override("broadcast:ring");
+    FAIL("broadcast:ring was accepted");
+  } catch (const ferry::InvalidArgument& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("broadcast has no algorithm 'ring'; expected one of native, tree") !=
+          std::string::npos);
+  }
   CHECK_THROWS_AS(ferry::set_algorithm_override("all_reduce"), ferry::InvalidArgument);
   ferry::set_algorithm_override("");
 }
