@@ -52,6 +52,12 @@ Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool nati
 // (naming the collective, what was given and the valid choices); a refused spec changes nothing.
 void set_algorithm_override(const std::string& spec);
 
+namespace detail {
+// Parses FERRY_ALGO now unless set_algorithm_override replaced it: init() calls it with the other
+// settings, so that a bad spec is refused before anything starts. Throws InvalidArgument.
+void load_algorithm_overrides();
+}  // namespace detail
+
 // A human-readable table: per collective, its algorithms, the automatic choice by size and
 // group size (and on a transport with its own collectives), and the override in force.
 std::string algorithm_table();

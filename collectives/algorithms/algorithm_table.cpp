@@ -227,6 +227,8 @@ Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool nati
   return a;
 }
 
+void detail::load_algorithm_overrides() { loaded_overrides(); }
+
 void set_algorithm_override(const std::string& spec) {
   const auto parsed = parse_spec(spec);
   Overrides& o = overrides();
