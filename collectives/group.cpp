@@ -18,14 +18,11 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   std::iota(members.begin(), members.end(), 0);
   int rank = transport->rank();
   std::shared_ptr<NativeCollectives> native = transport->native_world();
-  // The table only where it applies, and once per job (rank 0), not once per rank.
-  if (native)
+  // The table once per job (rank 0), not once per rank.
+  if (rank == 0)
     FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,
-              " of ", transport->size(), "; every collective is carried natively by ",
-              native->name(), " (the algorithm table and FERRY_ALGO do not apply)");
-  else if (rank == 0)
-    FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,
-              " of ", transport->size(), "; algorithms:\n", algorithm_table());
+              " of ", transport->size(), native ? "; collectives of its own: " : "",
+              native ? native->name() : "", "; algorithms:\n", algorithm_table());
   else
     FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,
               " of ", transport->size(), " (rank 0 prints the algorithm table)");

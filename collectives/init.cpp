@@ -5,6 +5,7 @@
 #include <ferry/backends/rendezvous/tcp_rendezvous.h>
 #include <ferry/backends/ucx_bootstrap.h>
 #include <ferry/backends/world_handshake.h>
+#include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
@@ -64,6 +65,7 @@ Group init(const InitOptions& options) {
   // Every FERRY_* variable is read (and a bad value refused) here, before anything starts.
   std::string backend = !options.backend.empty() ? options.backend : config().backend;
   FERRY_LOG(Info, "init", "settings: ", detail::describe_settings(config()));
+  detail::load_algorithm_overrides();  // FERRY_ALGO's collectives and algorithms
   if (options.timeout.count() != 0) set_default_timeout(options.timeout);
   const bool rendezvous_given =
       options.rank >= 0 || options.world_size > 0 || !options.rendezvous.empty();

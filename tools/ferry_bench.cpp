@@ -164,9 +164,8 @@ bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group
   }
 
   if (sweep.report) {
-    // MPI carries every collective natively: the algorithm table does not apply there.
-    const std::string algorithm =
-        o.transport == "mpi" ? "native" : algorithm_for(op, count, o.dtype, w);
+    // MPI has collectives of its own: the table's automatic choice there is native.
+    const std::string algorithm = algorithm_for(op, count, o.dtype, w, o.transport == "mpi");
     Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count, algorithm, iters,
             summarize(slowest), 0, 0, baseline_stats, place, wrong};
     set_bandwidth(row, w);

@@ -3,7 +3,10 @@
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <sstream>
 
@@ -15,24 +18,66 @@ constexpr std::array kCollectives = {Collective::AllReduce, Collective::Reduce,
                                      Collective::AllToAll,  Collective::Broadcast,
                                      Collective::Gather,    Collective::Scatter,
                                      Collective::Barrier};
-constexpr size_t kCount = kCollectives.size();
+static_assert(kCollectives.size() == kCollectiveCount);
+constexpr std::array kAlgorithms = {Algorithm::Native,    Algorithm::Ring,
+                                    Algorithm::Tree,      Algorithm::RecursiveDoubling,
+                                    Algorithm::Direct,    Algorithm::Pairwise,
+                                    Algorithm::Linear,    Algorithm::Dissemination};
+static_assert(kAlgorithms.size() == kAlgorithmCount);
 
-// Below this many bytes per rank, all_reduce takes recursive doubling (log2 W exchange rounds
-// of the whole payload; it replaced the binomial tree, which moves as many bytes in twice the
+constexpr size_t kAnyBytes = SIZE_MAX;
+constexpr int kAnyRanks = INT32_MAX;
+
+// One row of a collective's automatic rule: the first row whose limits the op fits decides.
+struct Rule {
+  size_t max_bytes;  // per rank's input
+  int max_ranks;
+  Algorithm algorithm;
+};
+
+struct Entry {
+  std::vector<Algorithm> algorithms;  // Native first, then the point-to-point ones
+  std::vector<Rule> rules;            // without native collectives; the last row takes any op
+};
+
+// Up to 4 KiB per rank and 8 ranks, all_reduce takes the direct exchange: every rank sends its
+// payload to every other rank at once and combines all of them, one round whose sends and
+// receives can all be posted when the op is issued (direct_all_reduce.cpp here, and
+// collectives/ops/direct_issue.h). Up to 32 KiB, recursive doubling (log2 W exchange rounds of
+// the whole payload; it replaced the binomial tree, which moves as many bytes in twice the
 // rounds); above, the ring (2 (W-1) messages of 1/W of it). 32 KiB is where tree and ring cost
-// about the same on one host with the local transport.
-constexpr size_t kSmallAllReduceMaxBytes = 32 * 1024;
-// Up to this many bytes per rank and ranks, all_reduce takes the direct exchange: every rank
-// sends its payload to every other rank at once and combines all of them, one round whose
-// sends and receives can all be posted when the op is issued (direct_all_reduce.cpp here, and
-// collectives/ops/direct_issue.h).
-constexpr size_t kDirectAllReduceMaxBytes = 4 * 1024;
-constexpr int kDirectAllReduceMaxRanks = 8;
+// about the same on one host with the local transport. One rank has nothing to exchange:
+// recursive doubling returns at once.
+const Entry& entry(Collective c) {
+  using A = Algorithm;
+  static const std::array<Entry, kCollectiveCount> table = {{
+      {{A::Native, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct},
+       {{4 * 1024, 8, A::Direct},
+        {32 * 1024, kAnyRanks, A::RecursiveDoubling},
+        {kAnyBytes, 1, A::RecursiveDoubling},
+        {kAnyBytes, kAnyRanks, A::Ring}}},                                    // all_reduce
+      {{A::Native, A::Tree}, {{kAnyBytes, kAnyRanks, A::Tree}}},              // reduce
+      {{A::Native, A::Ring}, {{kAnyBytes, kAnyRanks, A::Ring}}},              // reduce_scatter
+      {{A::Native, A::Ring, A::Direct}, {{kAnyBytes, kAnyRanks, A::Ring}}},   // all_gather
+      {{A::Native, A::Pairwise}, {{kAnyBytes, kAnyRanks, A::Pairwise}}},      // all_to_all
+      {{A::Native, A::Tree}, {{kAnyBytes, kAnyRanks, A::Tree}}},              // broadcast
+      {{A::Native, A::Linear}, {{kAnyBytes, kAnyRanks, A::Linear}}},          // gather
+      {{A::Native, A::Linear}, {{kAnyBytes, kAnyRanks, A::Linear}}},          // scatter
+      {{A::Native, A::Dissemination}, {{kAnyBytes, kAnyRanks, A::Dissemination}}},  // barrier
+  }};
+  return table[static_cast<size_t>(c)];
+}
 
+// The overrides, one per collective, read on every op's issue: atomics, so that the issue path
+// takes no lock once FERRY_ALGO has been parsed.
+constexpr uint8_t kAutomatic = 0xff;
 struct Overrides {
-  std::mutex mu;
-  std::array<std::string, kCount> algo;  // empty: automatic
-  bool env_read = false;
+  std::mutex mu;  // parsing and replacing
+  std::atomic<bool> loaded{false};
+  std::array<std::atomic<uint8_t>, kCollectiveCount> algo{};
+  Overrides() {
+    for (auto& a : algo) a.store(kAutomatic, std::memory_order_relaxed);
+  }
 };
 
 Overrides& overrides() {
@@ -40,72 +85,99 @@ Overrides& overrides() {
   return o;
 }
 
-size_t index_of(Collective c) { return static_cast<size_t>(c); }
+std::string names(const std::vector<Algorithm>& algos, const char* sep) {
+  std::string s;
+  for (Algorithm a : algos) s.append(s.empty() ? "" : sep).append(algorithm_name(a));
+  return s;
+}
 
 Collective collective_from_name(const std::string& name) {
   for (Collective c : kCollectives)
     if (name == collective_name(c)) return c;
   std::string valid;
-  for (Collective c : kCollectives) valid += std::string(valid.empty() ? "" : ", ") + collective_name(c);
+  for (Collective c : kCollectives) valid.append(valid.empty() ? "" : ", ").append(collective_name(c));
   FERRY_THROW(InvalidArgument, "algorithm override: unknown collective '", name,
               "'; expected one of ", valid);
 }
 
-// Parses "op:algo,op:algo" into `into`; throws before changing anything on a bad spec.
+// Parses "op:algo,op:algo" (the strings' only reading); throws before changing anything.
 // Two different algorithms for one collective are refused rather than the last one winning:
 // a spec built by appending to another would otherwise silently lose a choice. The same entry
 // twice is accepted, as it says nothing new.
-void parse_spec(const std::string& spec, std::array<std::string, kCount>& into) {
-  std::array<std::string, kCount> parsed{};
-  std::array<std::string, kCount> entry{};  // the item that set parsed[i], for the message
+std::array<uint8_t, kCollectiveCount> parse_spec(const std::string& spec) {
+  std::array<uint8_t, kCollectiveCount> parsed;
+  parsed.fill(kAutomatic);
+  std::array<std::string, kCollectiveCount> entry_text{};  // the item that set parsed[i]
   std::stringstream ss(spec);
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
-    auto colon = item.find(':');
+    const auto colon = item.find(':');
     FERRY_CHECK(colon != std::string::npos, InvalidArgument, "algorithm override: expected ",
                 "'collective:algorithm', given '", item, "'");
-    Collective c = collective_from_name(item.substr(0, colon));
-    std::string algo = item.substr(colon + 1);
-    const auto& known = algorithms_for(c);
-    bool ok = false;
-    std::string valid;
-    for (const auto& a : known) {
-      ok = ok || a == algo;
-      valid += (valid.empty() ? "" : ", ") + a;
-    }
-    FERRY_CHECK(ok, InvalidArgument, "algorithm override: ", collective_name(c),
-                " has no algorithm '", algo, "'; expected one of ", valid);
-    const size_t i = index_of(c);
-    FERRY_CHECK(parsed[i].empty() || parsed[i] == algo, InvalidArgument,
-                "algorithm override: '", entry[i], "' and '", item, "' give ", collective_name(c),
-                " two algorithms; expected one entry per collective, given '", spec, "'");
-    parsed[i] = algo;
-    entry[i] = item;
+    const Collective c = collective_from_name(item.substr(0, colon));
+    const std::string given = item.substr(colon + 1);
+    const std::vector<Algorithm>& known = entry(c).algorithms;
+    const auto found = std::find_if(known.begin(), known.end(),
+                                    [&](Algorithm a) { return given == algorithm_name(a); });
+    FERRY_CHECK(found != known.end(), InvalidArgument, "algorithm override: ",
+                collective_name(c), " has no algorithm '", given, "'; expected one of ",
+                names(known, ", "));
+    const size_t i = static_cast<size_t>(c);
+    const uint8_t a = static_cast<uint8_t>(*found);
+    FERRY_CHECK(parsed[i] == kAutomatic || parsed[i] == a, InvalidArgument,
+                "algorithm override: '", entry_text[i], "' and '", item, "' give ",
+                collective_name(c), " two algorithms; expected one entry per collective, given '",
+                spec, "'");
+    parsed[i] = a;
+    entry_text[i] = item;
   }
-  into = parsed;
+  return parsed;
 }
 
-std::string override_for(Collective c) {
+void store(Overrides& o, const std::array<uint8_t, kCollectiveCount>& parsed) {
+  for (size_t i = 0; i < kCollectiveCount; ++i) o.algo[i].store(parsed[i], std::memory_order_relaxed);
+  o.loaded.store(true, std::memory_order_release);
+}
+
+// FERRY_ALGO, parsed on first use. A spec that does not parse is not marked loaded, so every
+// op fails with the same message rather than the first alone.
+Overrides& loaded_overrides() {
   Overrides& o = overrides();
-  std::lock_guard<std::mutex> lock(o.mu);
-  if (!o.env_read) {
-    o.env_read = true;
-    parse_spec(config().algo, o.algo);
+  if (!o.loaded.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(o.mu);
+    if (!o.loaded.load(std::memory_order_relaxed)) store(o, parse_spec(config().algo));
   }
-  return o.algo[index_of(c)];
+  return o;
 }
 
-std::string automatic(Collective c, size_t bytes, int world_size) {
-  switch (c) {
-    case Collective::AllReduce:
-      if (bytes <= kDirectAllReduceMaxBytes && world_size <= kDirectAllReduceMaxRanks)
-        return "direct";
-      return (bytes <= kSmallAllReduceMaxBytes || world_size <= 1) ? "recursive_doubling"
-                                                                   : "ring";
-    default:
-      return algorithms_for(c).front();
+Algorithm automatic(Collective c, size_t bytes, int world_size) {
+  for (const Rule& r : entry(c).rules)
+    if (bytes <= r.max_bytes && world_size <= r.max_ranks) return r.algorithm;
+  return entry(c).rules.back().algorithm;
+}
+
+std::string size_text(size_t bytes) {
+  if (bytes % 1024 == 0) return std::to_string(bytes / 1024) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+// "direct if <= 4 KiB and <= 8 ranks; recursive_doubling if <= 32 KiB; ...; else ring".
+std::string rule_text(Collective c) {
+  std::string text;
+  for (const Rule& r : entry(c).rules) {
+    std::string when;
+    if (r.max_bytes != kAnyBytes) when = "<= " + size_text(r.max_bytes);
+    if (r.max_ranks != kAnyRanks)
+      when.append(when.empty() ? "" : " and ")
+          .append(r.max_ranks == 1 ? "1 rank" : "<= " + std::to_string(r.max_ranks) + " ranks");
+    const std::string name = algorithm_name(r.algorithm);
+    if (when.empty())
+      text.append(text.empty() ? name : "; else " + name);
+    else
+      text.append(text.empty() ? "" : "; ").append(name + " if " + when);
   }
+  return text;
 }
 
 }  // namespace
@@ -125,48 +197,71 @@ const char* collective_name(Collective c) {
   return "?";
 }
 
-const std::vector<std::string>& algorithms_for(Collective c) {
-  static const std::array<std::vector<std::string>, kCount> table = {{
-      {"ring", "tree", "recursive_doubling", "direct"},  // all_reduce
-      {"tree"},          // reduce
-      {"ring"},          // reduce_scatter
-      {"ring", "direct"},  // all_gather
-      {"pairwise"},      // all_to_all
-      {"tree"},          // broadcast
-      {"linear"},        // gather
-      {"linear"},        // scatter
-      {"dissemination"},  // barrier
-  }};
-  return table[index_of(c)];
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Native: return "native";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Tree: return "tree";
+    case Algorithm::RecursiveDoubling: return "recursive_doubling";
+    case Algorithm::Direct: return "direct";
+    case Algorithm::Pairwise: return "pairwise";
+    case Algorithm::Linear: return "linear";
+    case Algorithm::Dissemination: return "dissemination";
+  }
+  return "?";
 }
 
-std::string choose_algorithm(Collective c, size_t bytes, int world_size) {
-  std::string o = override_for(c);
-  return o.empty() ? automatic(c, bytes, world_size) : o;
+const std::vector<Algorithm>& algorithms_for(Collective c) { return entry(c).algorithms; }
+
+Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native) {
+  const uint8_t o =
+      loaded_overrides().algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+  if (o == kAutomatic) return native ? Algorithm::Native : automatic(c, bytes, world_size);
+  const Algorithm a = static_cast<Algorithm>(o);
+  if (a == Algorithm::Native && !native) {
+    std::vector<Algorithm> p2p(entry(c).algorithms.begin() + 1, entry(c).algorithms.end());
+    FERRY_THROW(InvalidArgument, "algorithm override: ", collective_name(c),
+                ":native, but this group's transport has no collectives of its own; expected ",
+                "one of ", names(p2p, ", "), " (FERRY_ALGO or set_algorithm_override)");
+  }
+  return a;
 }
+
+void detail::load_algorithm_overrides() { loaded_overrides(); }
 
 void set_algorithm_override(const std::string& spec) {
+  const auto parsed = parse_spec(spec);
   Overrides& o = overrides();
   std::lock_guard<std::mutex> lock(o.mu);
-  o.env_read = true;  // an explicit setting replaces FERRY_ALGO
-  parse_spec(spec, o.algo);
+  store(o, parsed);  // an explicit setting replaces FERRY_ALGO
 }
 
 std::string algorithm_table() {
-  std::ostringstream os;
-  os << "collective      algorithms         automatic choice              override\n";
+  Overrides& o = loaded_overrides();
+  struct Row {
+    std::string name, algos, rule, over;
+  };
+  std::vector<Row> rows;
+  Row head{"collective", "algorithms", "automatic choice without native collectives", "override"};
+  size_t w0 = head.name.size(), w1 = head.algos.size(), w2 = head.rule.size();
   for (Collective c : kCollectives) {
-    std::string algos;
-    for (const auto& a : algorithms_for(c)) algos += (algos.empty() ? "" : "|") + a;
-    std::string rule = c == Collective::AllReduce
-                           ? "direct <= 4 KiB (<= 8 ranks) < recursive_doubling <= 32 KiB < ring"
-                           : algorithms_for(c).front();
-    std::string o = override_for(c);
-    os << collective_name(c) << std::string(16 - std::string(collective_name(c)).size(), ' ')
-       << algos << std::string(algos.size() < 19 ? 19 - algos.size() : 1, ' ') << rule
-       << std::string(rule.size() < 30 ? 30 - rule.size() : 1, ' ') << (o.empty() ? "-" : o)
-       << "\n";
+    const uint8_t v = o.algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+    rows.push_back({collective_name(c), names(entry(c).algorithms, "|"), rule_text(c),
+                    v == kAutomatic ? "-" : algorithm_name(static_cast<Algorithm>(v))});
+    w0 = std::max(w0, rows.back().name.size());
+    w1 = std::max(w1, rows.back().algos.size());
+    w2 = std::max(w2, rows.back().rule.size());
   }
+  std::ostringstream os;
+  auto line = [&](const Row& r) {
+    os << r.name << std::string(w0 + 2 - r.name.size(), ' ') << r.algos
+       << std::string(w1 + 2 - r.algos.size(), ' ') << r.rule
+       << std::string(w2 + 2 - r.rule.size(), ' ') << r.over << "\n";
+  };
+  line(head);
+  for (const Row& r : rows) line(r);
+  os << "(sizes are per rank's input; on a transport with collectives of its own (mpi) the "
+        "automatic choice is native for every collective)\n";
   return os.str();
 }
 

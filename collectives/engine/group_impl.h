@@ -4,9 +4,11 @@
 #include <ferry/backends/native_collectives.h>
 #include <ferry/backends/transport.h>
 #include <ferry/backends/world_handshake.h>
+#include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/engine/executor.h>
 #include <ferry/collectives/engine/scratch_arena.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -75,6 +77,16 @@ class GroupImpl {
   ScratchArena& scratch() { return scratch_; }
   Executor& executor() { return executor_; }
 
+  // How many ops of collective `c` this group ran with algorithm `a`: the record of which
+  // algorithm the table's choice dispatched to, read by tests and diagnostics. Per group, so
+  // that ranks sharing a process (the local transport) keep their own counts.
+  void count_run(Collective c, Algorithm a) {
+    runs_[static_cast<size_t>(c)][static_cast<size_t>(a)].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t runs(Collective c, Algorithm a) const {
+    return runs_[static_cast<size_t>(c)][static_cast<size_t>(a)].load(std::memory_order_relaxed);
+  }
+
  private:
   // How long a queued native op waits for a caller to run it before the worker does.
   static std::chrono::microseconds caller_first_grace(const Transport& transport);
@@ -88,6 +100,8 @@ class GroupImpl {
   std::mutex issue_mu_;  // taking a sequence number and queueing the op are one step
   std::mutex in_flight_mu_;
   std::vector<std::weak_ptr<InFlightNative>> in_flight_;
+
+  std::array<std::array<std::atomic<uint64_t>, kAlgorithmCount>, kCollectiveCount> runs_{};
 
   std::atomic<bool> poisoned_{false};
   std::atomic<int> ended_member_{-1};

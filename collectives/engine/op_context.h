@@ -77,6 +77,8 @@ class OpContext {
 
   // The group's transport collectives, or null (then the algorithms run over send / recv).
   NativeCollectives* native() const { return group_.native(); }
+  // Records that this op runs `c` with `a` (GroupImpl::runs).
+  void ran(Collective c, Algorithm a) { group_.count_run(c, a); }
   // Waits for a native collective under the op's deadline. A native collective cannot be
   // withdrawn: on a timeout (or when the group is poisoned meanwhile) the request, `keep` (the
   // tensors it reads or writes) and the group's scratch are kept for the rest of the process,

@@ -3,9 +3,11 @@
 #include <ferry/collectives/algorithms/algorithms.h>
 #include <ferry/collectives/engine/engine.h>
 #include <ferry/collectives/engine/native_issue.h>
+#include <ferry/collectives/ops/dispatch.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace ferry {
 namespace {
@@ -15,41 +17,36 @@ using detail::OpContext;
 char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
 const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
 
-// The all_gather algorithm, chosen when the op is issued from the output size, which every rank
-// agrees on (its own block size may differ between ranks in all_gather_v).
-std::string all_gather_algorithm(size_t output_bytes, int world) {
-  return choose_algorithm(Collective::AllGather, output_bytes / static_cast<size_t>(world), world);
+// The all_gather algorithm, chosen from the output size, which every rank agrees on (its own
+// block size may differ between ranks in all_gather_v).
+Algorithm all_gather_algorithm(int world, bool native, size_t output_bytes) {
+  return choose_algorithm(Collective::AllGather, output_bytes / static_cast<size_t>(world), world,
+                          native);
+}
+Algorithm all_gather_algorithm(const Group& group, size_t output_bytes) {
+  return all_gather_algorithm(group.size(), group.impl().native() != nullptr, output_bytes);
 }
 
-// Block `rank` of `buf` is in place; afterwards every block is.
-void all_gather_in_place(OpContext& ctx, char* buf, const detail::Blocks& blocks,
-                         const std::string& algo, std::vector<Tensor> keep) {
-  if (NativeCollectives* native = ctx.native())
-    ctx.wait_native(native->all_gather(buf + blocks.offset[ctx.rank()], buf, blocks.bytes,
-                                       blocks.offset),
-                    std::move(keep));
-  else if (algo == "direct")
-    detail::direct_all_gather(ctx, buf, blocks);
-  else
-    detail::ring_all_gather(ctx, buf, blocks);
+// Gathers `blocks` into `out`; our own block is read from `own`, which may be its place in `out`.
+void all_gather_blocks(OpContext& ctx, const char* own, char* out, const detail::Blocks& blocks,
+                       Algorithm algo, std::vector<Tensor> keep) {
+  switch (algo) {
+    case Algorithm::Native:
+      // The transport places our own block too (or sees that it is in place).
+      ctx.wait_native(ctx.native()->all_gather(own, out, blocks.bytes, blocks.offset),
+                      std::move(keep));
+      break;
+    // The algorithms send our block from `own` and copy it into place meanwhile.
+    case Algorithm::Direct: detail::direct_all_gather(ctx, out, blocks, own); break;
+    case Algorithm::Ring: detail::ring_all_gather(ctx, out, blocks, own); break;
+    default: detail::no_such_algorithm(Collective::AllGather, algo);
+  }
 }
 
 void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
-                   const detail::Blocks& blocks, const std::string& algo) {
-  char* out = bytes_of(output);
-  if (NativeCollectives* native = ctx.native()) {
-    // The transport places our own block too (or sees that it is in place).
-    ctx.wait_native(native->all_gather(bytes_of(input), out, blocks.bytes, blocks.offset),
-                    {input, output});
-    output.bump_version();
-    return;
-  }
-  // The algorithm sends our block from the input and copies it into place meanwhile.
-  const char* own = bytes_of(input);
-  if (algo == "direct")
-    detail::direct_all_gather(ctx, out, blocks, own);
-  else
-    detail::ring_all_gather(ctx, out, blocks, own);
+                   const detail::Blocks& blocks, Algorithm algo) {
+  ctx.ran(Collective::AllGather, algo);
+  all_gather_blocks(ctx, bytes_of(input), bytes_of(output), blocks, algo, {input, output});
   output.bump_version();
 }
 
@@ -66,19 +63,30 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   detail::Validator v("broadcast", group);
   v.root(root);
   v.defined(tensor, "tensor");
-  auto work = detail::start_native_now(
-      group, "broadcast", detail::OpSummary::of(tensor).with_root(root), {&tensor},
-      [&](NativeCollectives& native) {
-        if (group.rank() != root) tensor.bump_version();
-        return native.broadcast(tensor.raw_data(), tensor.nbytes(), root);
-      });
-  if (work) return std::move(*work);
+  const Algorithm algo = detail::algorithm_of(group, Collective::Broadcast, tensor.nbytes());
+  if (algo == Algorithm::Native) {
+    auto work = detail::start_native_now(
+        group, "broadcast", detail::OpSummary::of(tensor).with_root(root), {&tensor},
+        [&](NativeCollectives& native) {
+          if (group.rank() != root) tensor.bump_version();
+          group.impl().count_run(Collective::Broadcast, Algorithm::Native);
+          return native.broadcast(tensor.raw_data(), tensor.nbytes(), root);
+        });
+    if (work) return std::move(*work);
+  }
   return detail::submit(group, "broadcast", detail::OpSummary::of(tensor).with_root(root),
-                        [tensor, root](OpContext& ctx) mutable {
-    if (NativeCollectives* native = ctx.native())
-      ctx.wait_native(native->broadcast(bytes_of(tensor), tensor.nbytes(), root), {tensor});
-    else
-      detail::tree_broadcast(ctx, bytes_of(tensor), tensor.nbytes(), root);
+                        [tensor, root, algo](OpContext& ctx) mutable {
+    ctx.ran(Collective::Broadcast, algo);
+    switch (algo) {
+      case Algorithm::Native:
+        ctx.wait_native(ctx.native()->broadcast(bytes_of(tensor), tensor.nbytes(), root),
+                        {tensor});
+        break;
+      case Algorithm::Tree:
+        detail::tree_broadcast(ctx, bytes_of(tensor), tensor.nbytes(), root);
+        break;
+      default: detail::no_such_algorithm(Collective::Broadcast, algo);
+    }
     if (ctx.rank() != root) tensor.bump_version();
     return std::vector<Tensor>{};
   });
@@ -100,7 +108,7 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
   int64_t start = 0;
   for (int k = 0; k < me; ++k) start += sizes[k];
   v.no_overlap(output, "output", input, "input", output.narrow(0, start, sizes[me]));
-  const std::string algo = all_gather_algorithm(output.nbytes(), group.size());
+  const Algorithm algo = all_gather_algorithm(group, output.nbytes());
   return detail::submit(group, "all_gather",
                         detail::OpSummary::of(input)
                             .rows_may_differ(elements_per_row(input))
@@ -133,14 +141,17 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
   const char* own_place =
       static_cast<const char*>(output.raw_data()) + block * static_cast<size_t>(group.rank());
   v.no_overlap(output, "output", input, "input", own_place, block);
-  auto work = detail::start_native_now(
-      group, "all_gather", detail::OpSummary::of(input), {&input, &output},
-      [&](NativeCollectives& native) {
-        output.bump_version();
-        return native.all_gather_equal(input.raw_data(), output.raw_data(), block);
-      });
-  if (work) return std::move(*work);
-  const std::string algo = all_gather_algorithm(output.nbytes(), world);
+  const Algorithm algo = all_gather_algorithm(group, output.nbytes());
+  if (algo == Algorithm::Native) {
+    auto work = detail::start_native_now(
+        group, "all_gather", detail::OpSummary::of(input), {&input, &output},
+        [&](NativeCollectives& native) {
+          output.bump_version();
+          group.impl().count_run(Collective::AllGather, Algorithm::Native);
+          return native.all_gather_equal(input.raw_data(), output.raw_data(), block);
+        });
+    if (work) return std::move(*work);
+  }
   return detail::submit(group, "all_gather", detail::OpSummary::of(input),
                         [input, output, rows, world, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input,
@@ -168,9 +179,11 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     const int64_t row_numel = shape_numel(with_rows(input.shape(), 1));
     m[2 * ctx.rank()] = input.size(0);
     m[2 * ctx.rank() + 1] = row_numel;
-    all_gather_in_place(ctx, bytes_of(meta),
-                        detail::contiguous_blocks(std::vector<int64_t>(world, 1), 16), "direct",
-                        {meta});
+    // A step of the op, not its gather: the transport's own call where there is one, else
+    // the one-round direct exchange (16 bytes a rank), whatever the table gives the gather.
+    const detail::Blocks meta_blocks = detail::contiguous_blocks(std::vector<int64_t>(world, 1), 16);
+    all_gather_blocks(ctx, bytes_of(meta) + meta_blocks.offset[ctx.rank()], bytes_of(meta),
+                      meta_blocks, ctx.native() ? Algorithm::Native : Algorithm::Direct, {meta});
     std::vector<int64_t> sizes(world);
     int64_t total = 0;
     for (int k = 0; k < world; ++k) {
@@ -185,7 +198,7 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     Tensor output = empty(with_rows(input.shape(), total), input.dtype());
     gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, row_bytes(input)),
                   // Chosen only now that the total, which every rank agrees on, is known.
-                  all_gather_algorithm(output.nbytes(), world));
+                  all_gather_algorithm(world, ctx.native() != nullptr, output.nbytes()));
     return std::vector<Tensor>{output, from_vector<int64_t>(sizes)};
   });
 }
@@ -236,28 +249,38 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   // (the transports check each block's byte count).
   detail::OpSummary summary = detail::OpSummary::of(input);
   if (!equal) summary.rows_may_differ(elements_per_row(input));
-  auto work = detail::start_native_now(
-      group, "all_to_all_single", summary, {&input, &output},
-      [&](NativeCollectives& native) {
-        output.bump_version();
-        if (equal)
-          return native.all_to_all_equal(input.raw_data(), output.raw_data(),
-                                         input.nbytes() / static_cast<size_t>(world));
-        const std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
-        const std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
-        const size_t rb = row_bytes(input);
-        const detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
-        const detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
-        return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
-                                        output.raw_data(), out_b.bytes, out_b.offset);
-      });
+  // Equal blocks are as large on every rank; split lists ask with 0 bytes, as the ranks' sizes
+  // differ and the table must answer alike on all.
+  const Algorithm algo =
+      detail::algorithm_of(group, Collective::AllToAll, equal ? input.nbytes() : 0);
+  std::optional<Work> work;
+  if (algo == Algorithm::Native)
+    work = detail::start_native_now(
+        group, "all_to_all_single", summary, {&input, &output},
+        [&](NativeCollectives& native) {
+          output.bump_version();
+          group.impl().count_run(Collective::AllToAll, Algorithm::Native);
+          if (equal)
+            return native.all_to_all_equal(input.raw_data(), output.raw_data(),
+                                           input.nbytes() / static_cast<size_t>(world));
+          const std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
+          const std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
+          const size_t rb = row_bytes(input);
+          const detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
+          const detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
+          return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
+                                          output.raw_data(), out_b.bytes, out_b.offset);
+        });
   if (work) return std::move(*work);
   std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
   std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
   return detail::submit(group, "all_to_all_single", summary,
-                        [input, output, in_splits, out_splits, world,
-                         equal](OpContext& ctx) mutable {
-    NativeCollectives* native = ctx.native();
+                        [input, output, in_splits, out_splits, world, equal,
+                         algo](OpContext& ctx) mutable {
+    ctx.ran(Collective::AllToAll, algo);
+    NativeCollectives* native = algo == Algorithm::Native ? ctx.native() : nullptr;
+    if (algo != Algorithm::Native && algo != Algorithm::Pairwise)
+      detail::no_such_algorithm(Collective::AllToAll, algo);
     if (native && equal) {  // the same call as when started at issue
       ctx.wait_native(native->all_to_all_equal(bytes_of(input), bytes_of(output),
                                                input.nbytes() / static_cast<size_t>(world)),
@@ -311,8 +334,12 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
     for (size_t j = i + 1; j < outputs.size(); ++j)
       v.no_overlap(outputs[i], "an output", outputs[j], "another output");
   }
+  // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
   return detail::submit(group, "all_to_all", detail::OpSummary::of_lists(dtype),
-                        [inputs, outputs = std::vector<Tensor>(outputs)](OpContext& ctx) mutable {
+                        [inputs, outputs = std::vector<Tensor>(outputs),
+                         algo](OpContext& ctx) mutable {
+    ctx.ran(Collective::AllToAll, algo);
     detail::Exchange x;
     for (size_t k = 0; k < inputs.size(); ++k) {
       x.send.push_back(bytes_of(inputs[k]));
@@ -320,15 +347,17 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
       x.recv.push_back(bytes_of(outputs[k]));
       x.recv_bytes.push_back(outputs[k].nbytes());
     }
-    if (NativeCollectives* native = ctx.native()) {
+    if (algo == Algorithm::Native) {
       std::vector<const void*> send(x.send.begin(), x.send.end());
       std::vector<void*> recv(x.recv.begin(), x.recv.end());
       std::vector<Tensor> keep = inputs;
       keep.insert(keep.end(), outputs.begin(), outputs.end());
-      ctx.wait_native(native->all_to_all(send, x.send_bytes, recv, x.recv_bytes),
+      ctx.wait_native(ctx.native()->all_to_all(send, x.send_bytes, recv, x.recv_bytes),
                       std::move(keep));
-    } else {
+    } else if (algo == Algorithm::Pairwise) {
       detail::pairwise_all_to_all(ctx, x);
+    } else {
+      detail::no_such_algorithm(Collective::AllToAll, algo);
     }
     for (Tensor& t : outputs) t.bump_version();
     return outputs;
@@ -348,9 +377,13 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
                          ", given ", shape_str(outputs[root].shape())));
     for (const Tensor& o : outputs) v.no_overlap(input, "input", o, "an output", outputs[root]);
   }
+  // Asked with 0 bytes: the ranks' sizes may differ, and the table must answer alike on all.
+  const Algorithm algo = detail::algorithm_of(group, Collective::Gather, 0);
   return detail::submit(group, "gather",
                         detail::OpSummary::of(input).with_root(root).sizes_may_differ(),
-                        [input, outputs = std::vector<Tensor>(outputs), root, is_root](OpContext& ctx) mutable {
+                        [input, outputs = std::vector<Tensor>(outputs), root, is_root,
+                         algo](OpContext& ctx) mutable {
+    ctx.ran(Collective::Gather, algo);
     std::vector<char*> recv;
     std::vector<size_t> recv_bytes;
     if (is_root) {
@@ -359,15 +392,17 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
         recv_bytes.push_back(o.nbytes());
       }
     }
-    if (NativeCollectives* native = ctx.native()) {
+    if (algo == Algorithm::Native) {
       std::vector<Tensor> keep = outputs;
       keep.push_back(input);
-      ctx.wait_native(native->gather(bytes_of(input), input.nbytes(),
-                                     std::vector<void*>(recv.begin(), recv.end()), recv_bytes,
-                                     root),
+      ctx.wait_native(ctx.native()->gather(bytes_of(input), input.nbytes(),
+                                           std::vector<void*>(recv.begin(), recv.end()),
+                                           recv_bytes, root),
                       std::move(keep));
-    } else {
+    } else if (algo == Algorithm::Linear) {
       detail::linear_gather(ctx, bytes_of(input), input.nbytes(), recv, recv_bytes, root);
+    } else {
+      detail::no_such_algorithm(Collective::Gather, algo);
     }
     if (!is_root) return std::vector<Tensor>{};
     for (Tensor& o : outputs) o.bump_version();
@@ -387,9 +422,12 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
                          ", given ", shape_str(inputs[root].shape())));
     for (const Tensor& i : inputs) v.no_overlap(i, "an input", output, "output", inputs[root]);
   }
+  // Asked with 0 bytes: the ranks' sizes may differ, and the table must answer alike on all.
+  const Algorithm algo = detail::algorithm_of(group, Collective::Scatter, 0);
   return detail::submit(group, "scatter",
                         detail::OpSummary::of(output).with_root(root).sizes_may_differ(),
-                        [inputs, output, root, is_root](OpContext& ctx) mutable {
+                        [inputs, output, root, is_root, algo](OpContext& ctx) mutable {
+    ctx.ran(Collective::Scatter, algo);
     std::vector<const char*> send;
     std::vector<size_t> send_bytes;
     if (is_root) {
@@ -398,14 +436,16 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
         send_bytes.push_back(i.nbytes());
       }
     }
-    if (NativeCollectives* native = ctx.native()) {
+    if (algo == Algorithm::Native) {
       std::vector<Tensor> keep = inputs;
       keep.push_back(output);
-      ctx.wait_native(native->scatter(std::vector<const void*>(send.begin(), send.end()),
-                                      send_bytes, bytes_of(output), output.nbytes(), root),
+      ctx.wait_native(ctx.native()->scatter(std::vector<const void*>(send.begin(), send.end()),
+                                            send_bytes, bytes_of(output), output.nbytes(), root),
                       std::move(keep));
-    } else {
+    } else if (algo == Algorithm::Linear) {
       detail::linear_scatter(ctx, send, send_bytes, bytes_of(output), output.nbytes(), root);
+    } else {
+      detail::no_such_algorithm(Collective::Scatter, algo);
     }
     output.bump_version();
     return std::vector<Tensor>{};
@@ -414,14 +454,22 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
-  auto work = detail::start_native_now(group, "barrier", detail::OpSummary{}, {},
-                                       [](NativeCollectives& native) { return native.barrier(); });
-  if (work) return std::move(*work);
-  return detail::submit(group, "barrier", detail::OpSummary{}, [](OpContext& ctx) {
-    if (NativeCollectives* native = ctx.native())
-      ctx.wait_native(native->barrier(), {});
-    else
-      detail::dissemination_barrier(ctx);
+  const Algorithm algo = detail::algorithm_of(group, Collective::Barrier, 0);
+  if (algo == Algorithm::Native) {
+    auto work = detail::start_native_now(group, "barrier", detail::OpSummary{}, {},
+                                         [&](NativeCollectives& native) {
+      group.impl().count_run(Collective::Barrier, Algorithm::Native);
+      return native.barrier();
+    });
+    if (work) return std::move(*work);
+  }
+  return detail::submit(group, "barrier", detail::OpSummary{}, [algo](OpContext& ctx) {
+    ctx.ran(Collective::Barrier, algo);
+    switch (algo) {
+      case Algorithm::Native: ctx.wait_native(ctx.native()->barrier(), {}); break;
+      case Algorithm::Dissemination: detail::dissemination_barrier(ctx); break;
+      default: detail::no_such_algorithm(Collective::Barrier, algo);
+    }
     return std::vector<Tensor>{};
   });
 }

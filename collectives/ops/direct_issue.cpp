@@ -166,11 +166,12 @@ class DirectAllReduceWork final : public WorkState, public InFlightNative {
 }  // namespace
 
 std::optional<Work> start_direct_all_reduce_now(const Group& group, const Tensor& input,
-                                                Tensor& output, ReduceOp op,
-                                                const std::string& algo) {
+                                                Tensor& output, ReduceOp op) {
   GroupImpl& g = group.impl();
-  // FERRY_CHECK=1: the fingerprint exchange runs on the worker's path (submit) only.
-  if (g.native() != nullptr || check_mode() || algo != "direct" || op == ReduceOp::Avg ||
+  // FERRY_CHECK=1: the fingerprint exchange runs on the worker's path (submit) only. On a
+  // transport with its own collectives the direct exchange runs only when FERRY_ALGO asks for
+  // it, a comparison rather than a fast path: it stays on the worker's general path there.
+  if (g.native() != nullptr || check_mode() || op == ReduceOp::Avg ||
       accumulation_dtype(input.dtype()) != input.dtype())
     return std::nullopt;
   g.throw_if_poisoned("all_reduce");
@@ -188,6 +189,7 @@ std::optional<Work> start_direct_all_reduce_now(const Group& group, const Tensor
   const char* in = static_cast<const char*>(input.raw_data());
   char* out = static_cast<char*>(output.raw_data());
   output.bump_version();
+  g.count_run(Collective::AllReduce, Algorithm::Direct);
   try {
     post_direct_all_reduce(*ctx, in, gathered.get(), bytes);
   } catch (...) {

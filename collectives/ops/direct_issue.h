@@ -21,11 +21,10 @@
 
 namespace ferry::detail {
 
-// Starts all_reduce(input -> output) now if the group runs it over point-to-point with the
-// direct exchange, can start it at issue, and the dtype needs no widening (not Avg, not 16-bit
-// floats); std::nullopt tells the caller to submit() it instead.
+// Starts all_reduce(input -> output) now, for an op the table gave the direct exchange, if it
+// can start at issue and the dtype needs no widening (not Avg, not 16-bit floats);
+// std::nullopt tells the caller to submit() it instead.
 std::optional<Work> start_direct_all_reduce_now(const Group& group, const Tensor& input,
-                                                Tensor& output, ReduceOp op,
-                                                const std::string& algo);
+                                                Tensor& output, ReduceOp op);
 
 }  // namespace ferry::detail

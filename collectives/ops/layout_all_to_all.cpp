@@ -3,6 +3,7 @@
 // a copy on one side and unpacking one on the other.
 #include <ferry/collectives/algorithms/algorithms.h>
 #include <ferry/collectives/engine/engine.h>
+#include <ferry/collectives/ops/dispatch.h>
 
 namespace ferry {
 namespace {
@@ -189,17 +190,22 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   // Per-peer sizes differ freely; each message's byte count is checked by the transports.
   detail::OpSummary summary = detail::OpSummary::of(parts[0].input).sizes_may_differ();
   summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
+  // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
   return detail::submit(group, "all_to_all_single", summary,
-                        [keep, send = std::move(send),
-                         recv = std::move(recv)](OpContext& ctx) mutable {
-    if (NativeCollectives* native = ctx.native()) {
-      ctx.wait_native(std::make_unique<NativeLayoutExchange>(*native, send, std::move(recv), keep),
-                      {});
-    } else {
+                        [keep, send = std::move(send), recv = std::move(recv),
+                         algo](OpContext& ctx) mutable {
+    ctx.ran(Collective::AllToAll, algo);
+    if (algo == Algorithm::Native) {
+      ctx.wait_native(
+          std::make_unique<NativeLayoutExchange>(*ctx.native(), send, std::move(recv), keep), {});
+    } else if (algo == Algorithm::Pairwise) {
       detail::Exchange x;
       x.send_layout = std::move(send);
       x.recv_layout = std::move(recv);
       detail::pairwise_all_to_all(ctx, x);
+    } else {
+      detail::no_such_algorithm(Collective::AllToAll, algo);
     }
     for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
     return std::vector<Tensor>{};

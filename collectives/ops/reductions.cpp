@@ -5,6 +5,7 @@
 #include <ferry/collectives/engine/native_issue.h>
 #include <ferry/collectives/engine/reduce_kernels.h>
 #include <ferry/collectives/ops/direct_issue.h>
+#include <ferry/collectives/ops/dispatch.h>
 
 #include <cstring>
 
@@ -75,21 +76,23 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   v.shape_is(output, "output", input.shape());
   v.no_overlap(input, "input", output, "output", input);
   v.reduce_op(op, input.dtype());
-  if (natively_reducible(input.dtype(), op)) {
+  const int world = group.size();
+  // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes());
+  if (algo == Algorithm::Native && natively_reducible(input.dtype(), op)) {
     auto work = detail::start_native_now(
         group, "all_reduce", detail::OpSummary::of(input, op), {&input, &output},
         [&](NativeCollectives& native) {
           output.bump_version();
+          group.impl().count_run(Collective::AllReduce, Algorithm::Native);
           return native.all_reduce(input.raw_data(), output.raw_data(),
                                    static_cast<size_t>(input.numel()), input.dtype(), op);
         });
     if (work) return std::move(*work);
   }
-  const int world = group.size();
-  // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
-  const std::string algo = choose_algorithm(Collective::AllReduce, input.nbytes(), world);
-  if (auto work = detail::start_direct_all_reduce_now(group, input, output, op, algo))
-    return std::move(*work);
+  if (algo == Algorithm::Direct)
+    if (auto work = detail::start_direct_all_reduce_now(group, input, output, op))
+      return std::move(*work);
   return detail::submit(group, "all_reduce", detail::OpSummary::of(input, op),
                         [input, output, op, world, algo](OpContext& ctx) mutable {
     const bool in_place = input.raw_data() == output.raw_data();
@@ -97,17 +100,20 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
     const size_t count = static_cast<size_t>(input.numel());
     const char* in = static_cast<const char*>(a.in.raw_data());
     char* out = static_cast<char*>(a.out.raw_data());
-    if (NativeCollectives* native = ctx.native())
-      ctx.wait_native(native->all_reduce(in, out, count, a.spec.dtype, a.spec.op),
-                      {input, output});
-    else if (algo == "tree")
-      detail::tree_all_reduce(ctx, in, out, count, a.spec);
-    else if (algo == "direct")
-      detail::direct_all_reduce(ctx, in, out, count, a.spec);
-    else if (algo == "recursive_doubling")
-      detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);
-    else
-      detail::ring_all_reduce(ctx, in, out, count, a.spec);
+    ctx.ran(Collective::AllReduce, algo);
+    switch (algo) {
+      case Algorithm::Native:
+        ctx.wait_native(ctx.native()->all_reduce(in, out, count, a.spec.dtype, a.spec.op),
+                        {input, output});
+        break;
+      case Algorithm::Tree: detail::tree_all_reduce(ctx, in, out, count, a.spec); break;
+      case Algorithm::Direct: detail::direct_all_reduce(ctx, in, out, count, a.spec); break;
+      case Algorithm::RecursiveDoubling:
+        detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);
+        break;
+      case Algorithm::Ring: detail::ring_all_reduce(ctx, in, out, count, a.spec); break;
+      default: detail::no_such_algorithm(Collective::AllReduce, algo);
+    }
     a.finish(output, op, world);
     return std::vector<Tensor>{};
   });
@@ -126,18 +132,23 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
     v.no_overlap(input, "input", output, "output", input);
   }
   const int world = group.size();
+  const Algorithm algo = detail::algorithm_of(group, Collective::Reduce, input.nbytes());
   return detail::submit(group, "reduce", detail::OpSummary::of(input, op).with_root(root),
-                        [input, output, op, root, world, is_root](OpContext& ctx) mutable {
+                        [input, output, op, root, world, is_root, algo](OpContext& ctx) mutable {
     Tensor out_arg = is_root ? output : Tensor();
     Accumulation a(ctx, input, out_arg, op, is_root && input.raw_data() == output.raw_data());
     const char* in = static_cast<const char*>(a.in.raw_data());
     char* out = is_root ? static_cast<char*>(a.out.raw_data()) : nullptr;
     const size_t count = static_cast<size_t>(input.numel());
-    if (NativeCollectives* native = ctx.native())
-      ctx.wait_native(native->reduce(in, out, count, a.spec.dtype, a.spec.op, root),
-                      {input, output});
-    else
-      detail::tree_reduce(ctx, in, out, count, root, a.spec);
+    ctx.ran(Collective::Reduce, algo);
+    switch (algo) {
+      case Algorithm::Native:
+        ctx.wait_native(ctx.native()->reduce(in, out, count, a.spec.dtype, a.spec.op, root),
+                        {input, output});
+        break;
+      case Algorithm::Tree: detail::tree_reduce(ctx, in, out, count, root, a.spec); break;
+      default: detail::no_such_algorithm(Collective::Reduce, algo);
+    }
     if (is_root) a.finish(output, op, world);
     return std::vector<Tensor>{};
   });
@@ -163,13 +174,16 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   v.no_overlap(input, "input", output, "output", own_block);
   const int world = group.size();
   const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
-  if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
+  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
+  if (algo == Algorithm::Native && natively_reducible(input.dtype(), op) &&
+      !output.overlaps(input)) {
     auto work = detail::start_native_now(
         group, "reduce_scatter", detail::OpSummary::of(input, op).with_splits(sizes),
         {&input, &output}, [&](NativeCollectives& native) {
           std::vector<size_t> counts;
           for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
           output.bump_version();
+          group.impl().count_run(Collective::ReduceScatter, Algorithm::Native);
           return native.reduce_scatter(input.raw_data(), output.raw_data(), counts,
                                        input.dtype(), op);
         });
@@ -177,11 +191,13 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   }
   return detail::submit(group, "reduce_scatter",
                         detail::OpSummary::of(input, op).with_splits(sizes),
-                        [input, output, op, sizes, world](OpContext& ctx) mutable {
+                        [input, output, op, sizes, world, algo](OpContext& ctx) mutable {
     // An output that is exactly our block of the input is fine: the algorithm reads that block
     // only in its last step, elementwise, while writing the result.
     Accumulation a(ctx, input, output, op, /*in_place=*/false);
-    if (NativeCollectives* native = ctx.native()) {
+    ctx.ran(Collective::ReduceScatter, algo);
+    if (algo == Algorithm::Native) {
+      NativeCollectives* native = ctx.native();
       // Native reductions must not write into their input: an output that is our block of the
       // input receives the result through scratch.
       const bool aliased = a.out.overlaps(a.in);
@@ -198,6 +214,7 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
       a.finish(output, op, world);
       return std::vector<Tensor>{};
     }
+    if (algo != Algorithm::Ring) detail::no_such_algorithm(Collective::ReduceScatter, algo);
     detail::Blocks blocks = detail::contiguous_blocks(sizes, row_bytes(a.in));
     detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
                                 static_cast<char*>(a.out.raw_data()), blocks, a.spec);
@@ -230,11 +247,14 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
   v.reduce_op(op, input.dtype());
   const int64_t rows = input.size(0) / world;
   v.shape_with_rows_is(output, "output", input.shape(), rows);
-  if (natively_reducible(input.dtype(), op) && !output.overlaps(input)) {
+  if (natively_reducible(input.dtype(), op) && !output.overlaps(input) &&
+      detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes()) ==
+          Algorithm::Native) {
     auto work = detail::start_native_now(
         group, "reduce_scatter", detail::OpSummary::of(input, op), {&input, &output},
         [&](NativeCollectives& native) {
           output.bump_version();
+          group.impl().count_run(Collective::ReduceScatter, Algorithm::Native);
           return native.reduce_scatter_equal(input.raw_data(), output.raw_data(),
                                              static_cast<size_t>(output.numel()), input.dtype(),
                                              op);
@@ -275,11 +295,15 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   summary.agreed = static_cast<int64_t>(row_bytes(first) / first.element_size()) * total;
   // The ring reads each input where it lies. A native transport's call takes one buffer, and
   // widened or averaged sums run through reduce_scatter_v's buffers: both get the inputs
-  // copied end to end first, as torch.distributed's list form does.
-  if (group.impl().native() != nullptr || !natively_reducible(output.dtype(), op))
+  // copied end to end first, as torch.distributed's list form does (reduce_scatter_v asks the
+  // table again, with the same bytes, and gets the same answer).
+  const Algorithm algo = detail::algorithm_of(
+      group, Collective::ReduceScatter, static_cast<size_t>(total) * row_bytes(first));
+  if (algo != Algorithm::Ring || !natively_reducible(output.dtype(), op))
     return reduce_scatter_v(cat(inputs, 0), output, sizes, group, op);
   return detail::submit(group, "reduce_scatter", summary,
                         [inputs, output, op, sizes](OpContext& ctx) mutable {
+    ctx.ran(Collective::ReduceScatter, Algorithm::Ring);
     std::vector<const char*> in_block;
     in_block.reserve(inputs.size());
     for (const Tensor& t : inputs) in_block.push_back(static_cast<const char*>(t.raw_data()));

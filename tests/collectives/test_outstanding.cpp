@@ -1,5 +1,6 @@
 // Several collectives in flight before any wait (mixed kinds, waited in reverse, with wait_all,
-// by polling), and every algorithm of algorithms_for(c) forced with set_algorithm_override.
+// by polling), and every point-to-point algorithm of algorithms_for(c) forced with
+// set_algorithm_override.
 #include "checks.h"
 #include "spmd_case.h"
 
@@ -224,17 +225,27 @@ void run_ops_of(ferry::Collective coll, Ctx& ctx, const Group& g, DType dt, int6
 
 }  // namespace
 
+// The point-to-point algorithms of `c` (all but Native, which the local transport lacks).
+std::vector<ferry::Algorithm> point_to_point_algorithms(ferry::Collective c) {
+  std::vector<ferry::Algorithm> p2p;
+  for (ferry::Algorithm a : ferry::algorithms_for(c))
+    if (a != ferry::Algorithm::Native) p2p.push_back(a);
+  return p2p;
+}
+
 TEST_CASE("algorithm overrides: every algorithm of every collective", "[outstanding][algorithms]") {
   const ferry::Collective coll = GENERATE(from_range(std::begin(kCollectives), std::end(kCollectives)));
-  const std::vector<std::string>& algos = ferry::algorithms_for(coll);
+  const std::vector<ferry::Algorithm> algos = point_to_point_algorithms(coll);
   REQUIRE_FALSE(algos.empty());
-  const std::string algo = GENERATE_COPY(from_range(algos));
+  const ferry::Algorithm algo = GENERATE_COPY(from_range(algos));
   const int world = GENERATE(1, 2, 3, 4, 7, 8);
-  const std::string spec = std::string(ferry::collective_name(coll)) + ":" + algo;
+  const std::string spec =
+      std::string(ferry::collective_name(coll)) + ":" + ferry::algorithm_name(algo);
   INFO("override " << spec << ", world size " << world);
   ScopedAlgorithm override_algo(spec);  // restored with set_algorithm_override("") at scope exit
-  CHECK(ferry::choose_algorithm(coll, 4096, world) == algo);
-  CHECK(ferry::choose_algorithm(coll, 64u << 20, world) == algo);
+  CHECK(ferry::choose_algorithm(coll, 4096, world, false) == algo);
+  CHECK(ferry::choose_algorithm(coll, 64u << 20, world, false) == algo);
+  CHECK(ferry::choose_algorithm(coll, 64u << 20, world, true) == algo);  // over MPI's messages
   run_checked(world, [coll](Group& g, Ctx& ctx) {
     // [0], [1], [37], [5, 3] for all these dtypes; a larger odd count on small worlds.
     for (DType dt : {DType::Float32, DType::Float16, DType::Int32, DType::UInt8})
@@ -248,27 +259,59 @@ TEST_CASE("algorithm overrides: restore; table and bad specs", "[outstanding][al
   for (ferry::Collective coll : kCollectives) {
     const std::string name = ferry::collective_name(coll);
     INFO(name);
-    const std::vector<std::string>& algos = ferry::algorithms_for(coll);
-    REQUIRE_FALSE(algos.empty());
-    const std::string automatic = ferry::choose_algorithm(coll, 1 << 20, 4);
-    CHECK(std::find(algos.begin(), algos.end(), automatic) != algos.end());
+    const std::vector<ferry::Algorithm>& algos = ferry::algorithms_for(coll);
+    REQUIRE(algos.size() >= 2);
+    CHECK(algos.front() == ferry::Algorithm::Native);
+    const ferry::Algorithm automatic = ferry::choose_algorithm(coll, 1 << 20, 4, false);
+    CHECK(std::find(algos.begin() + 1, algos.end(), automatic) != algos.end());
+    CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == ferry::Algorithm::Native);
     {
-      ScopedAlgorithm o(name + ":" + algos.back());
-      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4) == algos.back());
+      ScopedAlgorithm o(name + ":" + ferry::algorithm_name(algos.back()));
+      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, false) == algos.back());
+      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == algos.back());
       CHECK(ferry::algorithm_table().find(name) != std::string::npos);
     }
-    CHECK(ferry::choose_algorithm(coll, 1 << 20, 4) == automatic);  // "" restored the automatic rule
-    for (const std::string& a : algos) CHECK(ferry::algorithm_table().find(a) != std::string::npos);
+    {
+      // Native where the transport has no collectives of its own: refused at issue, naming the
+      // collective and the choices it has there.
+      ScopedAlgorithm o(name + ":native");
+      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == ferry::Algorithm::Native);
+      try {
+        ferry::choose_algorithm(coll, 1 << 20, 4, false);
+        FAIL("native accepted without native collectives");
+      } catch (const ferry::InvalidArgument& e) {
+        const std::string msg = e.what();
+        INFO(msg);
+        CHECK(msg.find(name + ":native") != std::string::npos);
+        CHECK(msg.find(ferry::algorithm_name(algos.back())) != std::string::npos);
+      }
+    }
+    // "" restored the automatic rule.
+    CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, false) == automatic);
+    for (ferry::Algorithm a : algos)
+      CHECK(ferry::algorithm_table().find(ferry::algorithm_name(a)) != std::string::npos);
   }
   {  // several overrides in one spec, FERRY_ALGO syntax
-    const auto& ar = ferry::algorithms_for(ferry::Collective::AllReduce);
-    const auto& bc = ferry::algorithms_for(ferry::Collective::Broadcast);
-    ScopedAlgorithm o("all_reduce:" + ar.front() + ",broadcast:" + bc.back());
-    CHECK(ferry::choose_algorithm(ferry::Collective::AllReduce, 123, 3) == ar.front());
-    CHECK(ferry::choose_algorithm(ferry::Collective::Broadcast, 123, 3) == bc.back());
+    const auto ar = point_to_point_algorithms(ferry::Collective::AllReduce);
+    const auto bc = point_to_point_algorithms(ferry::Collective::Broadcast);
+    ScopedAlgorithm o(std::string("all_reduce:") + ferry::algorithm_name(ar.front()) +
+                      ",broadcast:" + ferry::algorithm_name(bc.back()));
+    CHECK(ferry::choose_algorithm(ferry::Collective::AllReduce, 123, 3, false) == ar.front());
+    CHECK(ferry::choose_algorithm(ferry::Collective::Broadcast, 123, 3, false) == bc.back());
   }
   CHECK_THROWS_AS(ferry::set_algorithm_override("no_such_collective:ring"), ferry::InvalidArgument);
   CHECK_THROWS_AS(ferry::set_algorithm_override("all_reduce:no_such_algorithm"), ferry::InvalidArgument);
+  // An algorithm of another collective: the message names the collective, what was given and
+  // the choices it has.
+  try {
+    ferry::set_algorithm_override("broadcast:ring");
+    FAIL("broadcast:ring was accepted");
+  } catch (const ferry::InvalidArgument& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("broadcast has no algorithm 'ring'; expected one of native, tree") !=
+          std::string::npos);
+  }
   CHECK_THROWS_AS(ferry::set_algorithm_override("all_reduce"), ferry::InvalidArgument);
   ferry::set_algorithm_override("");
 }

@@ -132,13 +132,14 @@ TEST_CASE("config: FERRY_ALGO gives each collective at most one algorithm", "[co
     CHECK(msg.find("'all_reduce:ring'") != std::string::npos);
     CHECK(msg.find("'all_reduce:recursive_doubling'") != std::string::npos);
   }
-  CHECK(ferry::choose_algorithm(ar, 1 << 20, 4) == "tree");  // a refused spec changes nothing
+  // A refused spec changes nothing.
+  CHECK(ferry::choose_algorithm(ar, 1 << 20, 4, false) == ferry::Algorithm::Tree);
   CHECK_THROWS_AS(
       ferry::set_algorithm_override("all_reduce:ring,broadcast:tree,all_reduce:direct"),
       ferry::InvalidArgument);
   // The same entry twice says nothing new and is accepted.
   ferry::set_algorithm_override("all_reduce:ring,broadcast:tree,all_reduce:ring");
-  CHECK(ferry::choose_algorithm(ar, 1 << 20, 4) == "ring");
+  CHECK(ferry::choose_algorithm(ar, 1 << 20, 4, false) == ferry::Algorithm::Ring);
   ferry::set_algorithm_override("");
 }
 

@@ -51,7 +51,15 @@ for tool in "$@"; do
         echo "FAIL: ferry-info prints seconds with trailing zeros"; fail=1
       fi
       expect 0 "FERRY_TIMEOUT  *2.5 s" env FERRY_TIMEOUT=2.5 "$tool" --no-algorithms
-      expect 0 "FERRY_SECRET  *(set)" env FERRY_SECRET=abc "$tool" --no-algorithms ;;
+      expect 0 "FERRY_SECRET  *(set)" env FERRY_SECRET=abc "$tool" --no-algorithms
+      # The table: per collective its algorithms and automatic choice; an override shows.
+      expect 0 "^all_reduce  *native|ring|tree|recursive_doubling|direct  *direct if <= 4 KiB" \
+        "$tool"
+      expect 0 "^barrier  *native|dissemination  *dissemination  *-" "$tool"
+      expect 0 "^broadcast  *native|tree  *tree  *native" env FERRY_ALGO=broadcast:native "$tool"
+      # An algorithm the collective does not have: named, with what was given and the choices.
+      expect 1 "broadcast has no algorithm 'ring'; expected one of native, tree" \
+        env FERRY_ALGO=broadcast:ring "$tool" ;;
   esac
 done
 exit $fail

@@ -103,17 +103,19 @@ double bus_factor(OpKind op, int world_size) {
   return 1;
 }
 
-std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size) {
+std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size, bool native) {
   const int64_t input_count = op == OpKind::AllGather ? count / world_size : count;
   const size_t bytes = static_cast<size_t>(input_count) * dtype_size(dtype);
+  auto name = [&](Collective c) {
+    return std::string(algorithm_name(choose_algorithm(c, bytes, world_size, native)));
+  };
   switch (op) {
-    case OpKind::AllReduce: return choose_algorithm(Collective::AllReduce, bytes, world_size);
-    case OpKind::AllGather: return choose_algorithm(Collective::AllGather, bytes, world_size);
-    case OpKind::ReduceScatter:
-      return choose_algorithm(Collective::ReduceScatter, bytes, world_size);
-    case OpKind::AllToAll: return choose_algorithm(Collective::AllToAll, bytes, world_size);
-    case OpKind::Broadcast: return choose_algorithm(Collective::Broadcast, bytes, world_size);
-    case OpKind::Reduce: return choose_algorithm(Collective::Reduce, bytes, world_size);
+    case OpKind::AllReduce: return name(Collective::AllReduce);
+    case OpKind::AllGather: return name(Collective::AllGather);
+    case OpKind::ReduceScatter: return name(Collective::ReduceScatter);
+    case OpKind::AllToAll: return name(Collective::AllToAll);
+    case OpKind::Broadcast: return name(Collective::Broadcast);
+    case OpKind::Reduce: return name(Collective::Reduce);
     case OpKind::Memcpy: return "memcpy";
   }
   return "?";

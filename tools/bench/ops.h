@@ -39,9 +39,10 @@ const char* place_name(Place place);  // "out", "in"
 // The forms `op` has, out-of-place first.
 std::vector<Place> places_of(OpKind op);
 
-// The algorithm the runtime picks for `count` elements, as printed in the table. choose_algorithm
-// takes the bytes of one rank's input, which for all_gather is 1/W of the reported size.
-std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size);
+// The algorithm the runtime picks for `count` elements, as printed in the table, on a transport
+// with (`native`) or without collectives of its own. choose_algorithm takes the bytes of one
+// rank's input, which for all_gather is 1/W of the reported size.
+std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size, bool native);
 
 // The tensors of one collective at one size on one rank. Inputs are filled with values that
 // depend on the sending rank (and block), so check() can tell a right result from a stale or
