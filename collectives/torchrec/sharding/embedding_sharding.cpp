@@ -50,7 +50,18 @@ KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
   std::vector<int64_t> idx;
   if (!as_is) {
     idx.reserve(features.size());
-    for (const auto& f : features) idx.push_back(kjt.key_index(f));
+    const std::vector<std::string>& keys = kjt.keys();
+    // A batch's KJT is new every step: for the usual few dozen unique keys a scan finds each
+    // feature without building the KJT's key map (a hash map, one node per key, every step).
+    constexpr size_t kScanned = 64;
+    for (const auto& f : features) {
+      int64_t k = -1;
+      if (kjt.keys_unique() && keys.size() <= kScanned) {
+        const auto it = std::find(keys.begin(), keys.end(), f);
+        if (it != keys.end()) k = it - keys.begin();
+      }
+      idx.push_back(k >= 0 ? k : kjt.key_index(f));  // key_index raises for a missing key
+    }
   }
   const KeyedJaggedTensor p = as_is ? kjt : kjt.permute(idx);
   if (names.empty()) return p;
