@@ -51,6 +51,18 @@ class Loop {
  public:
   Loop(const Socket& listener, const std::string& secret, const Socket& wake)
       : listener_(listener), secret_(secret), wake_(wake) {}
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+  // The count of the refusals that refuse() did not print, however the loop ended, so that a
+  // flood is not silent either.
+  ~Loop() {
+    if (refused_ <= kMaxRejectLines) return;
+    const size_t more = refused_ - kMaxRejectLines;
+    std::fprintf(stderr,
+                 "ferry: store server: ... and %zu more refused connection%s (only the first %zu "
+                 "are shown)\n",
+                 more, more == 1 ? "" : "s", kMaxRejectLines);
+  }
 
   void run() {
     for (;;) {
@@ -176,8 +188,13 @@ class Loop {
     flush(c);
   }
 
+  // Names the first kMaxRejectLines refusals on stderr, counts the rest (~Loop prints the count):
+  // a flood of bad connections (a port scanner, another job's clients) must not bury the job's
+  // own messages.
   void refuse(Conn& c, const std::string& why) {
-    std::fprintf(stderr, "ferry: store server refused %s: %s\n", c.peer.c_str(), why.c_str());
+    if (refused_ < kMaxRejectLines)
+      std::fprintf(stderr, "ferry: store server refused %s: %s\n", c.peer.c_str(), why.c_str());
+    ++refused_;
     c.close_after_send = true;
     respond(c, StoreStatus::Error, why);
   }
@@ -291,6 +308,7 @@ class Loop {
   const Socket& wake_;
   std::list<Conn> conns_;  // a list: serve() holds pointers across accept_all()
   std::map<std::string, std::string> data_;
+  size_t refused_ = 0;  // connections refused so far
 };
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <ferry/backends/rendezvous/socket_io.h>
 #include <ferry/runtime/error.h>
 
+#include "stderr_capture.h"
+
 #include <catch2/catch.hpp>
 
 #include <sys/socket.h>
@@ -20,53 +22,11 @@
 
 using namespace ferry;
 using Catch::Matchers::Contains;
+using ferry::test::count_containing;
+using ferry::test::lines_of;
+using ferry::test::StderrCapture;
 
 namespace {
-
-// Sends stderr (fd 2) to a temporary file while it lives; text() restores it and returns what
-// was written.
-class StderrCapture {
- public:
-  StderrCapture() {
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    file_ = std::tmpfile();
-    REQUIRE(saved_ >= 0);
-    REQUIRE(file_ != nullptr);
-    REQUIRE(::dup2(::fileno(file_), 2) >= 0);
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  ~StderrCapture() { restore(); }
-
-  std::string text() {
-    restore();
-    std::string out;
-    std::rewind(file_);
-    char buf[4096];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, file_)) > 0) out.append(buf, n);
-    return out;
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  int saved_ = -1;
-  std::FILE* file_ = nullptr;
-};
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
 
 // One connection that sends a header with a bad magic and waits (under the deadline) until rank 0
 // closes it: its rejection is then in the outcome before the next connection is made.
@@ -116,12 +76,6 @@ Run collect(int garbage, bool then_rank_1, std::chrono::milliseconds deadline_in
   }
   detail::Socket keep = peer.get();  // rank 1's connection stays open until rank 0 returned
   return run;
-}
-
-size_t count_containing(const std::vector<std::string>& lines, const std::string& part) {
-  size_t n = 0;
-  for (const std::string& l : lines) n += l.find(part) != std::string::npos;
-  return n;
 }
 
 }  // namespace

@@ -164,7 +164,8 @@ TEST_CASE("dot_interaction: equals X X^T's upper triangle by bmm; more than one 
     CHECK(allclose(dot_interaction(Variable(dense), Variable(sparse), f).value(), expected,
                    1e-12, 1e-12));
     const GradcheckResult r = gradcheck(
-        [&](const std::vector<Variable>& in) {
+        // f by value: clang before 16 (the sanitizer builds') cannot capture a structured binding.
+        [&, f = f](const std::vector<Variable>& in) {
           return std::vector<Variable>{dot_interaction(in[0], in[1], f)};
         },
         {dense, sparse});

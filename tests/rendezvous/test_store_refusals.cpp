@@ -1,0 +1,111 @@
+// Rank 0's store server names each refused connection on stderr, but only the first
+// kMaxRejectLines: it serves for the whole job, so a flood of bad connections (a port scanner,
+// another job's clients with their own secret) would otherwise bury the job's own messages. The
+// rest are counted in one line when the server stops; the job's clients are served throughout.
+#include <ferry/backends/rendezvous/hello_server.h>
+#include <ferry/backends/rendezvous/socket_io.h>
+#include <ferry/backends/rendezvous/store_protocol.h>
+#include <ferry/backends/rendezvous/store_server.h>
+#include <ferry/runtime/error.h>
+
+#include "stderr_capture.h"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace ferry;
+using Catch::Matchers::Contains;
+using ferry::test::count_containing;
+using ferry::test::lines_of;
+using ferry::test::StderrCapture;
+
+namespace {
+
+const std::string kSecret = "store-secret";
+
+// One connection with the wrong secret, read until the server closes it: its refusal is printed
+// (or counted) before the next connection is made, so the lines come in order.
+void send_wrong_secret(int port, Clock::time_point deadline) {
+  detail::Socket s = detail::connect_until("127.0.0.1", port, deadline);
+  const std::string hello = detail::encode_store_hello(1, "not-the-secret");
+  detail::write_all(s, hello.data(), hello.size(), deadline, "the store server");
+  char c = 0;
+  try {
+    for (;;) detail::read_exact(s, &c, 1, deadline, "the store server");  // the error, then EOF
+  } catch (const Error&) {
+    // Closed: refused.
+  }
+}
+
+// A client with the job's secret: its hello is answered Ok.
+bool hello_accepted(int port, Clock::time_point deadline) {
+  detail::Socket s = detail::connect_until("127.0.0.1", port, deadline);
+  const std::string hello = detail::encode_store_hello(1, kSecret);
+  detail::write_all(s, hello.data(), hello.size(), deadline, "the store server");
+  unsigned char answer[5] = {};
+  detail::read_exact(s, answer, sizeof answer, deadline, "the store server");
+  return detail::decode_u32(answer) == 1 &&
+         answer[4] == static_cast<unsigned char>(detail::StoreStatus::Ok);
+}
+
+struct Run {
+  std::vector<std::string> lines;  // what the server printed, up to and including its stop
+  bool served_after = false;       // a good client's hello was answered after the refusals
+};
+
+Run refuse(int wrong) {
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  Run run;
+  StderrCapture capture;
+  {
+    auto server = std::make_unique<detail::StoreServer>("127.0.0.1", 0, kSecret);
+    for (int i = 0; i < wrong; ++i) send_wrong_secret(server->port(), deadline);
+    run.served_after = hello_accepted(server->port(), deadline);
+  }  // the server stops here: the count line, if any, is printed by now
+  run.lines = lines_of(capture.text());
+  return run;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string all;
+  for (const std::string& l : lines) all += l + "\n";
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("store server: a flood of refused connections prints the first ones and a count",
+          "[rendezvous][store][rejects]") {
+  const Run run = refuse(static_cast<int>(detail::kMaxRejectLines) + 15);
+  INFO("stderr:\n" << joined(run.lines));
+  CHECK(run.served_after);
+  CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
+  CHECK(count_containing(run.lines, "store server refused 127.0.0.1:") ==
+        detail::kMaxRejectLines);
+  CHECK(count_containing(run.lines, "wrong secret") == detail::kMaxRejectLines);
+  REQUIRE_FALSE(run.lines.empty());
+  CHECK_THAT(run.lines.back(), Contains("... and 15 more refused connections (only the first 10"));
+}
+
+TEST_CASE("store server: a few refused connections are each printed, with no count",
+          "[rendezvous][store][rejects]") {
+  const Run run = refuse(3);
+  INFO("stderr:\n" << joined(run.lines));
+  CHECK(run.served_after);
+  CHECK(run.lines.size() == 3);
+  CHECK(count_containing(run.lines, "store server refused") == 3);
+  CHECK(count_containing(run.lines, "more refused") == 0);
+}
+
+TEST_CASE("store server: one refusal past the printed ones is counted in the singular",
+          "[rendezvous][store][rejects]") {
+  const Run run = refuse(static_cast<int>(detail::kMaxRejectLines) + 1);
+  INFO("stderr:\n" << joined(run.lines));
+  CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
+  REQUIRE_FALSE(run.lines.empty());
+  CHECK_THAT(run.lines.back(), Contains("... and 1 more refused connection ("));
+}
