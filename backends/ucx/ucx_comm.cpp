@@ -366,6 +366,13 @@ void UcxComm::peer_failed(int rank, const std::string& why) {
                [&](const UcxOp& op) { return failure_for(rank, op.tag.group); });
   // Receives whose data was moving when it died: its endpoint goes, and UCX with it lets go.
   if (held_with_locked(rank, /*receives_only=*/true)) cut_off_locked(rank, why);
+  // A receive UCX still holds after that (a rendezvous whose fragments were to come from the
+  // dead process) would keep its op until the caller's deadline: a process that ended sends
+  // nothing more, so the op fails now.
+  for (auto& [raw, op] : pending_) {
+    if (op->peer == rank && !op->done.load(std::memory_order_relaxed) && !op->cma.reading)
+      finish(*op, op->forced);
+  }
 }
 
 void UcxComm::cut_off_locked(int rank, const std::string& why) {
