@@ -45,6 +45,15 @@ std::string encode_header(const FrameHeader& h) {
   return out;
 }
 
+std::string encode_frame(FrameType type, uint32_t seq, uint32_t rank, uint32_t world,
+                         const std::string& secret, const std::string& payload) {
+  std::string frame = encode_header({type, seq, rank, world, static_cast<uint32_t>(secret.size()),
+                                     static_cast<uint32_t>(payload.size())});
+  frame += secret;
+  frame += payload;
+  return frame;
+}
+
 size_t max_payload(FrameType type, uint32_t world) {
   switch (type) {
     case FrameType::Hello: return kMaxBlobBytes;

@@ -35,6 +35,10 @@ struct FrameHeader {
 };
 
 std::string encode_header(const FrameHeader& h);
+// A whole frame: its header (the sizes taken from `secret` and `payload`), the secret, the
+// payload. `secret` may be empty (rejects go to peers that may not know it).
+std::string encode_frame(FrameType type, uint32_t seq, uint32_t rank, uint32_t world,
+                         const std::string& secret, const std::string& payload);
 // What the receiver expects of the next frame.
 struct FrameExpectation {
   std::vector<FrameType> types;

@@ -26,15 +26,11 @@ int int_in(const char* name, const std::string& v, int lo, int hi) {
   return static_cast<int>(x);
 }
 
-// Sends a frame; `secret` may be empty (rejects go to peers that may not know it).
+// Sends a frame (encode_frame); `secret` may be empty.
 void send_frame(const Socket& s, FrameType type, uint32_t seq, uint32_t rank, uint32_t world,
                 const std::string& secret, const std::string& payload,
                 Clock::time_point deadline, const std::string& who) {
-  FrameHeader h{type, seq, rank, world, static_cast<uint32_t>(secret.size()),
-                static_cast<uint32_t>(payload.size())};
-  std::string frame = encode_header(h);
-  frame += secret;
-  frame += payload;
+  const std::string frame = encode_frame(type, seq, rank, world, secret, payload);
   write_all(s, frame.data(), frame.size(), deadline, who);
 }
 

@@ -48,11 +48,8 @@ detail::Socket client(int port, int garbage, bool then_rank_1, Clock::time_point
   for (int i = 0; i < garbage; ++i) send_garbage(port, deadline);
   if (!then_rank_1) return detail::Socket();
   detail::Socket s = detail::connect_until("127.0.0.1", port, deadline);
-  const std::string secret = "reject-secret";
   const std::string frame =
-      detail::encode_header({detail::FrameType::Hello, 0, 1, 2,
-                             static_cast<uint32_t>(secret.size()), 4}) +
-      secret + "blob";
+      detail::encode_frame(detail::FrameType::Hello, 0, 1, 2, "reject-secret", "blob");
   detail::write_all(s, frame.data(), frame.size(), deadline, "rank 0");
   return s;
 }

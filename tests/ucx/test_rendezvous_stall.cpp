@@ -88,11 +88,8 @@ TEST_CASE("rendezvous: each connection has its own hello deadline", "[rendezvous
   auto late_rank = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     detail::Socket s = detail::connect_until("127.0.0.1", port, deadline);
-    const std::string secret = "s3";
     const std::string frame =
-        detail::encode_header({detail::FrameType::Hello, 0, 1, 2,
-                               static_cast<uint32_t>(secret.size()), 4}) +
-        secret + "blob";
+        detail::encode_frame(detail::FrameType::Hello, 0, 1, 2, "s3", "blob");
     detail::write_all(s, frame.data(), frame.size(), deadline, "rank 0");
     return s;
   });
