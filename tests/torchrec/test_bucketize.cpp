@@ -137,3 +137,25 @@ TEST_CASE("permute_pooled_embs / PermutePooledEmbeddingsSplit", "[bucketize][per
   CHECK_THROWS_WITH(permute_pooled_embs(e, {1, 2, 1}, {0, 0, 1}), Contains("is not a permutation"));
   CHECK_THROWS_WITH(permute_pooled_embs(e, {1, 2}, {0, 1}), Contains("dims [1, 2] sum to 3"));
 }
+
+TEST_CASE("permute_pooled_embs: equal blocks of 8, 16, 32 and 64 floats and of 3 doubles",
+          "[bucketize][permute]") {
+  // Equal widths take copies of a fixed length; the result must still be each block moved whole.
+  for (const auto& [width, dtype] : std::vector<std::pair<int64_t, DType>>{
+           {8, DType::Float32}, {16, DType::Float32}, {32, DType::Float32},
+           {64, DType::Float32}, {3, DType::Float64}}) {
+    const int64_t rows = 5, blocks = 4;
+    const std::vector<int64_t> dims(blocks, width), order{2, 0, 3, 1};
+    Tensor e = empty({rows, blocks * width}, dtype);
+    for (int64_t i = 0; i < e.numel(); ++i) e.set_flat(i, static_cast<double>(i));
+    const Tensor out = permute_pooled_embs(e, dims, order);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int64_t c = 0; c < width; ++c) {
+          const int64_t from = r * blocks * width + order[static_cast<size_t>(b)] * width + c;
+          REQUIRE(out.get_flat(r * blocks * width + b * width + c) == static_cast<double>(from));
+        }
+      }
+    }
+  }
+}

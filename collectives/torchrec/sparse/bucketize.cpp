@@ -180,11 +180,14 @@ Tensor permute_pooled_embs(const Tensor& embs, const std::vector<int64_t>& dims,
   FERRY_CHECK(embs.size(1) == start.back(), InvalidArgument, kPermute, ": embs has ",
               embs.size(1), " columns, dims ", list_str(dims), " sum to ", start.back());
   Tensor out = empty(embs.shape(), embs.dtype());
+  std::vector<detail::ColumnBlock> blocks;
+  blocks.reserve(permute.size());
   int64_t col = 0;
   for (int64_t src : permute) {
-    detail::copy_slab(embs, 1, start[src], dims[src], out, col);
+    blocks.push_back({.src_col = start[src], .dst_col = col, .width = dims[src]});
     col += dims[src];
   }
+  detail::copy_column_blocks(embs, out, blocks);
   return out;
 }
 

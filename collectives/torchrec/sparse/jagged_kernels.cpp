@@ -196,4 +196,36 @@ void copy_slab(const Tensor& src, int64_t dim, int64_t start, int64_t length, Te
   }
 }
 
+void copy_column_blocks(const Tensor& src, Tensor& dst, const std::vector<ColumnBlock>& blocks) {
+  const int64_t rows = src.size(0);
+  const size_t es = src.element_size();
+  const size_t src_row = static_cast<size_t>(src.size(1)) * es;
+  const size_t dst_row = static_cast<size_t>(dst.size(1)) * es;
+  const auto* s = static_cast<const unsigned char*>(src.raw_data());
+  auto* d = static_cast<unsigned char*>(dst.raw_data());
+  // When every block has the same byte width, the copies are of a length known at compile time
+  // for the usual widths (a pooled embedding of 8, 16, 32 or 64 floats): a few register moves
+  // where a call to memcpy per block costs more than the copy.
+  bool uniform = !blocks.empty();
+  for (const ColumnBlock& b : blocks) uniform = uniform && b.width == blocks.front().width;
+  const size_t uniform_bytes = uniform ? static_cast<size_t>(blocks.front().width) * es : 0;
+  auto copy_rows = [&]<size_t kBytes>() {
+    for (int64_t r = 0; r < rows; ++r) {
+      const unsigned char* sr = s + static_cast<size_t>(r) * src_row;
+      unsigned char* dr = d + static_cast<size_t>(r) * dst_row;
+      for (const ColumnBlock& b : blocks) {
+        const size_t n = kBytes != 0 ? kBytes : static_cast<size_t>(b.width) * es;
+        std::memcpy(dr + static_cast<size_t>(b.dst_col) * es, sr + static_cast<size_t>(b.src_col) * es, n);
+      }
+    }
+  };
+  switch (uniform_bytes) {
+    case 32: copy_rows.template operator()<32>(); return;
+    case 64: copy_rows.template operator()<64>(); return;
+    case 128: copy_rows.template operator()<128>(); return;
+    case 256: copy_rows.template operator()<256>(); return;
+    default: copy_rows.template operator()<0>();
+  }
+}
+
 }  // namespace ferry::torchrec::detail

@@ -120,11 +120,22 @@ std::vector<Tensor> KeyedTensor::regroup(const std::vector<KeyedTensor>& kts,
     Shape shape = first.values().shape();
     shape[1] = width;
     Tensor dst = empty(shape, first.values().dtype());
+    // Matrices: one pass over the rows per source KeyedTensor, whose keys of this group are
+    // copied together; values of more dims go key by key.
+    std::vector<std::vector<detail::ColumnBlock>> blocks(kts.size());
     int64_t col = 0;
     for (auto [i, k] : members) {
       const KeyedTensor& kt = kts[i];
-      detail::copy_slab(kt.values(), 1, kt.offset_per_key()[k], kt.length_per_key()[k], dst, col);
-      col += kt.length_per_key()[k];
+      const int64_t start = kt.offset_per_key()[k], length = kt.length_per_key()[k];
+      if (dst.dim() == 2) {
+        blocks[i].push_back({.src_col = start, .dst_col = col, .width = length});
+      } else {
+        detail::copy_slab(kt.values(), 1, start, length, dst, col);
+      }
+      col += length;
+    }
+    for (size_t i = 0; i < kts.size(); ++i) {
+      if (!blocks[i].empty()) detail::copy_column_blocks(kts[i].values(), dst, blocks[i]);
     }
     out.push_back(dst);
   }
