@@ -4,6 +4,7 @@
 #include <ferry/runtime/error.h>
 
 #include <cstring>
+#include <numeric>
 
 namespace ferry::torchrec {
 
@@ -168,48 +169,65 @@ void check_permutation(const std::vector<int64_t>& dims, const std::vector<int64
   for (int64_t d : dims)
     FERRY_CHECK(d >= 0, InvalidArgument, kPermute, ": dims ", list_str(dims), " has a negative width");
 }
+
+// Where each block of the output comes from: output block i is input block permute[i].
+std::vector<detail::ColumnBlock> permutation_blocks(const std::vector<int64_t>& dims,
+                                                    const std::vector<int64_t>& permute) {
+  std::vector<int64_t> start(dims.size() + 1, 0);
+  for (size_t i = 0; i < dims.size(); ++i) start[i + 1] = start[i] + dims[i];
+  std::vector<detail::ColumnBlock> blocks;
+  blocks.reserve(permute.size());
+  int64_t col = 0;
+  for (int64_t src : permute) {
+    blocks.push_back({.src_col = start[static_cast<size_t>(src)], .dst_col = col,
+                      .width = dims[static_cast<size_t>(src)]});
+    col += dims[static_cast<size_t>(src)];
+  }
+  return blocks;
+}
+
+// embs [B, width] with its column blocks moved by `blocks`.
+Tensor move_blocks(const Tensor& embs, int64_t width, const std::vector<int64_t>& dims,
+                   const std::vector<detail::ColumnBlock>& blocks) {
+  FERRY_CHECK(embs.defined() && embs.dim() == 2, InvalidArgument, kPermute,
+              ": embs must be a 2-D tensor [batch, sum(dims)]");
+  FERRY_CHECK(embs.size(1) == width, InvalidArgument, kPermute, ": embs has ", embs.size(1),
+              " columns, dims ", list_str(dims), " sum to ", width);
+  Tensor out = empty(embs.shape(), embs.dtype());
+  detail::copy_column_blocks(embs, out, blocks);
+  return out;
+}
 }  // namespace
 
 Tensor permute_pooled_embs(const Tensor& embs, const std::vector<int64_t>& dims,
                            const std::vector<int64_t>& permute) {
   check_permutation(dims, permute);
-  FERRY_CHECK(embs.defined() && embs.dim() == 2, InvalidArgument, kPermute,
-              ": embs must be a 2-D tensor [batch, sum(dims)]");
-  std::vector<int64_t> start{0};
-  for (int64_t d : dims) start.push_back(start.back() + d);
-  FERRY_CHECK(embs.size(1) == start.back(), InvalidArgument, kPermute, ": embs has ",
-              embs.size(1), " columns, dims ", list_str(dims), " sum to ", start.back());
-  Tensor out = empty(embs.shape(), embs.dtype());
-  std::vector<detail::ColumnBlock> blocks;
-  blocks.reserve(permute.size());
-  int64_t col = 0;
-  for (int64_t src : permute) {
-    blocks.push_back({.src_col = start[src], .dst_col = col, .width = dims[src]});
-    col += dims[src];
-  }
-  detail::copy_column_blocks(embs, out, blocks);
-  return out;
+  return move_blocks(embs, std::accumulate(dims.begin(), dims.end(), int64_t{0}), dims, permutation_blocks(dims, permute));
 }
 
 PermutePooledEmbeddingsSplit::PermutePooledEmbeddingsSplit(std::vector<int64_t> embs_dims,
                                                            std::vector<int64_t> permute)
     : dims_(std::move(embs_dims)), permute_(std::move(permute)) {
   check_permutation(dims_, permute_);
-  // The output's blocks are dims_[permute_[i]] wide; putting output block i back at permute_[i]
-  // is the inverse.
-  inv_permute_.assign(permute_.size(), 0);
-  for (size_t i = 0; i < permute_.size(); ++i) {
-    inv_dims_.push_back(dims_[permute_[i]]);
-    inv_permute_[permute_[i]] = static_cast<int64_t>(i);
+  width_ = std::accumulate(dims_.begin(), dims_.end(), int64_t{0});
+  forward_ = permutation_blocks(dims_, permute_);
+  // The inverse moves every block back where it came from.
+  for (const detail::ColumnBlock& b : forward_) {
+    inverse_.push_back({.src_col = b.dst_col, .dst_col = b.src_col, .width = b.width});
   }
 }
 
+Tensor PermutePooledEmbeddingsSplit::move(const Tensor& embs,
+                                          const std::vector<detail::ColumnBlock>& blocks) const {
+  return move_blocks(embs, width_, dims_, blocks);
+}
+
 Tensor PermutePooledEmbeddingsSplit::operator()(const Tensor& embs) const {
-  return permute_pooled_embs(embs, dims_, permute_);
+  return move(embs, forward_);
 }
 
 Tensor PermutePooledEmbeddingsSplit::inverse(const Tensor& permuted) const {
-  return permute_pooled_embs(permuted, inv_dims_, inv_permute_);
+  return move(permuted, inverse_);
 }
 
 }  // namespace ferry::torchrec

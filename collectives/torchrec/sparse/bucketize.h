@@ -60,6 +60,16 @@ Tensor permute_pooled_embs(const Tensor& embs, const std::vector<int64_t>& dims,
 
 // torchrec's PermutePooledEmbeddingsSplit as a value: the forward permutation and its inverse
 // (for the gradient, which flows back through the inverse permutation of the output blocks).
+namespace detail {
+// A block of columns of a 2-D tensor: `width` columns from src_col of the source to dst_col of
+// the destination.
+struct ColumnBlock {
+  int64_t src_col = 0;
+  int64_t dst_col = 0;
+  int64_t width = 0;
+};
+}  // namespace detail
+
 class PermutePooledEmbeddingsSplit {
  public:
   PermutePooledEmbeddingsSplit(std::vector<int64_t> embs_dims, std::vector<int64_t> permute);
@@ -69,7 +79,12 @@ class PermutePooledEmbeddingsSplit {
   const std::vector<int64_t>& permute() const { return permute_; }
 
  private:
-  std::vector<int64_t> dims_, permute_, inv_dims_, inv_permute_;
+  // Both directions' block moves, computed once: a call then only makes its output.
+  Tensor move(const Tensor& embs, const std::vector<detail::ColumnBlock>& blocks) const;
+
+  std::vector<int64_t> dims_, permute_;
+  int64_t width_ = 0;  // sum of dims_
+  std::vector<detail::ColumnBlock> forward_, inverse_;
 };
 
 }  // namespace ferry::torchrec

@@ -4,6 +4,7 @@
 // and by the receiving side of the KJT all-to-all, kjt_dist_init).
 #pragma once
 
+#include <ferry/collectives/torchrec/sparse/bucketize.h>
 #include <ferry/runtime/tensor.h>
 
 #include <cstdint>
@@ -60,16 +61,10 @@ JaggedParts permute_segments(const JaggedParts& in, const std::vector<int64_t>& 
 void copy_slab(const Tensor& src, int64_t dim, int64_t start, int64_t length, Tensor& dst,
                int64_t dst_start);
 
-// A block of columns of a 2-D tensor: `width` columns from src_col of the source to dst_col of
-// the destination.
-struct ColumnBlock {
-  int64_t src_col = 0;
-  int64_t dst_col = 0;
-  int64_t width = 0;
-};
 // Copies every block, row by row: src and dst are 2-D with the same rows and dtype, the blocks
 // lie inside both. One pass over the rows, where a copy_slab per block would walk the whole
 // tensor once per block (26 passes for DLRM's pooled embeddings, each missing the cache).
+// ColumnBlock is declared in bucketize.h, whose PermutePooledEmbeddingsSplit keeps its blocks.
 void copy_column_blocks(const Tensor& src, Tensor& dst, const std::vector<ColumnBlock>& blocks);
 
 }  // namespace ferry::torchrec::detail
