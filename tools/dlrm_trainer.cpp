@@ -404,10 +404,12 @@ Options parse(int argc, char** argv) {
                      &o.test_data, "PATH")
       .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: no "
                   "loader: each batch is made when the step asks for it)", &o.prefetch, 0, 64)
-      .choice_option("--loader", "where the synthetic batches are made: a loader thread, or "
+      .choice_option("--loader", "where the synthetic batches are made: a loader thread; a "
+                     "loader thread of idle priority (it runs only on a core no rank needs at "
+                     "that moment, so the step's data stage is only the wait for a batch); or "
                      "the rank's own waits for collectives (no thread to take a core from the "
-                     "ranks); auto: waits when this host's ranks fill its cores (default auto)",
-                     &o.loader, {"auto", "thread", "waits"})
+                     "ranks); auto: waits when this host's ranks fill its cores, else a thread "
+                     "(default auto)", &o.loader, {"auto", "thread", "idle", "waits"})
       .string_option("--bench-json", "also append --bench's JSON line to this file",
                      &o.bench_json, "PATH")
       .double_option("--max-allocs-per-step", "--bench exits 1 when a step makes more heap "
@@ -439,7 +441,9 @@ Options parse(int argc, char** argv) {
 const char* where_batches_are_made(const Options& o) {
   if (o.bench) return "batches made before the timed steps";
   if (loader_in_waits(o)) return "batches made in the ranks' waits";
-  return o.prefetch > 0 ? "batches made by a loader thread" : "batches made when the step asks";
+  if (o.prefetch <= 0) return "batches made when the step asks";
+  return o.loader == "idle" ? "batches made by a loader thread of idle priority"
+                            : "batches made by a loader thread";
 }
 
 int run_main(int argc, char** argv) {

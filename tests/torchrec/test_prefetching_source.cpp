@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -292,4 +294,27 @@ TEST_CASE("PrefetchingSource: the Criteo TSV reader through the loader thread, t
   CHECK_THROWS_WITH(wrapped.next_batch(), Contains("line 14") && Contains("12zz"));
   CHECK_THROWS_WITH(wrapped.next_batch(), Contains("line 14"));
   std::remove(path.c_str());
+}
+
+TEST_CASE("PrefetchingSource: an idle-priority loader makes the same batches on a SCHED_IDLE thread",
+          "[datasets][prefetch]") {
+  // The inner source records the scheduling class of the thread that calls it.
+  class PolicyRecordingSource : public ScriptedSource {
+   public:
+    using ScriptedSource::ScriptedSource;
+    std::optional<Batch> next_batch() override {
+      policy = sched_getscheduler(0);
+      return ScriptedSource::next_batch();
+    }
+    std::atomic<int> policy{-1};
+  };
+  PolicyRecordingSource idle_inner(5), normal_inner(5);
+  PrefetchingSource idle(idle_inner, 2, LoaderPriority::Idle);
+  PrefetchingSource normal(normal_inner, 2);
+  CHECK(idle.priority() == LoaderPriority::Idle);
+  CHECK(drain(idle) == iota(0, 5));
+  CHECK(drain(normal) == iota(0, 5));
+  CHECK(idle_inner.policy.load() == SCHED_IDLE);
+  CHECK(normal_inner.policy.load() == SCHED_OTHER);
+  CHECK(sched_getscheduler(0) == SCHED_OTHER);  // the consumer's thread is left as it was
 }

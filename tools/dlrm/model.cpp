@@ -113,7 +113,7 @@ std::vector<std::string> feature_keys(const Options& o) { return criteo_sparse_k
 bool loader_in_waits(const Options& o) {
   if (!o.data.empty() || o.prefetch <= 0) return false;  // files: read by a thread
   if (o.loader == "waits") return true;
-  if (o.loader == "thread") return false;
+  if (o.loader == "thread" || o.loader == "idle") return false;
   return o.ranks_on_host >= static_cast<int>(std::thread::hardware_concurrency());
 }
 
@@ -133,7 +133,9 @@ std::unique_ptr<BatchSource> make_source(const Options& o, const SyntheticCriteo
     source = std::make_unique<CriteoTsvSource>(c, shard);
   }
   if (o.prefetch <= 0) return source;
-  return std::make_unique<PrefetchingSource>(std::move(source), o.prefetch);
+  return std::make_unique<PrefetchingSource>(
+      std::move(source), o.prefetch,
+      o.loader == "idle" ? LoaderPriority::Idle : LoaderPriority::Normal);
 }
 
 Variable ShardedDlrm::logits(const Batch& b, const PooledEmbeddings& pooled) const {

@@ -2,13 +2,20 @@
 
 #include <ferry/runtime/error.h>
 
+#include <sched.h>
+
 #include <chrono>
 #include <utility>
 
 namespace ferry::torchrec {
 
-PrefetchingSource::PrefetchingSource(std::unique_ptr<BatchSource> inner, int64_t capacity)
-    : owned_(std::move(inner)), inner_(owned_.get()), capacity_(capacity), num_batches_(0) {
+PrefetchingSource::PrefetchingSource(std::unique_ptr<BatchSource> inner, int64_t capacity,
+                                     LoaderPriority priority)
+    : owned_(std::move(inner)),
+      inner_(owned_.get()),
+      capacity_(capacity),
+      priority_(priority),
+      num_batches_(0) {
   FERRY_CHECK(inner_ != nullptr, InvalidArgument,
               "PrefetchingSource: expected an inner source, got a null pointer");
   FERRY_CHECK(capacity_ >= 1, InvalidArgument,
@@ -17,8 +24,9 @@ PrefetchingSource::PrefetchingSource(std::unique_ptr<BatchSource> inner, int64_t
   start();
 }
 
-PrefetchingSource::PrefetchingSource(BatchSource& inner, int64_t capacity)
-    : inner_(&inner), capacity_(capacity), num_batches_(0) {
+PrefetchingSource::PrefetchingSource(BatchSource& inner, int64_t capacity,
+                                     LoaderPriority priority)
+    : inner_(&inner), capacity_(capacity), priority_(priority), num_batches_(0) {
   FERRY_CHECK(capacity_ >= 1, InvalidArgument,
               "PrefetchingSource: capacity must be >= 1 batch, got ", capacity_);
   num_batches_ = inner_->num_batches();
@@ -97,6 +105,11 @@ std::optional<Batch> PrefetchingSource::next_batch() {
 }
 
 void PrefetchingSource::run() {
+  if (priority_ == LoaderPriority::Idle) {
+    // Linux applies the class to the calling thread only. A failure leaves normal priority.
+    sched_param none{};
+    (void)sched_setscheduler(0, SCHED_IDLE, &none);
+  }
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);

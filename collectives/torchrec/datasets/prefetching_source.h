@@ -47,15 +47,26 @@
 
 namespace ferry::torchrec {
 
+// The loader thread's scheduling class. Idle (Linux's SCHED_IDLE) runs the thread only on a
+// core that has nothing else to run: for ranks that fill the host's cores, the batches are then
+// made in the moments a rank blocks in a wait, and a rank that wakes takes its core back at
+// once, where a thread of normal priority competes with the ranks for their cores. Nothing else
+// changes (same batches, same order). On a host whose cores are kept busy by other work, an
+// idle loader makes little progress and the consumer waits for its batches. Where the class
+// cannot be set, the thread keeps normal priority.
+enum class LoaderPriority { Normal, Idle };
+
 class PrefetchingSource : public BatchSource {
  public:
   static constexpr int64_t kDefaultCapacity = 3;
 
   // Owns the inner source. capacity >= 1 batches are prepared ahead.
   explicit PrefetchingSource(std::unique_ptr<BatchSource> inner,
-                             int64_t capacity = kDefaultCapacity);
+                             int64_t capacity = kDefaultCapacity,
+                             LoaderPriority priority = LoaderPriority::Normal);
   // References the inner source, which must outlive this object.
-  explicit PrefetchingSource(BatchSource& inner, int64_t capacity = kDefaultCapacity);
+  explicit PrefetchingSource(BatchSource& inner, int64_t capacity = kDefaultCapacity,
+                             LoaderPriority priority = LoaderPriority::Normal);
   ~PrefetchingSource() override;
 
   PrefetchingSource(const PrefetchingSource&) = delete;
@@ -66,6 +77,7 @@ class PrefetchingSource : public BatchSource {
   void reset() override;
 
   int64_t capacity() const { return capacity_; }
+  LoaderPriority priority() const { return priority_; }
 
   struct Stats {
     int64_t batches = 0;      // returned by next_batch()
@@ -88,6 +100,7 @@ class PrefetchingSource : public BatchSource {
   std::unique_ptr<BatchSource> owned_;
   BatchSource* inner_;
   int64_t capacity_;
+  LoaderPriority priority_;
   int64_t num_batches_;
 
   std::mutex mutex_;
