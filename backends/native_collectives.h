@@ -10,7 +10,7 @@
 // One object per group and rank, created with the group (Transport::native_world, then split).
 // Its ops are started one at a time, in issue order: by the thread running the group's queued
 // ops, or, when the group has nothing queued, by the issuing thread under the group's issue lock
-// (collectives/engine/native_issue.h). Several may then be in flight, and a request may be
+// (collectives/engine/issue.h). Several may then be in flight, and a request may be
 // tested by a thread waiting on it while another thread starts the next op.
 #pragma once
 

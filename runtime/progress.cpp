@@ -22,9 +22,26 @@ class ProgressDriver {
         Clock::now() + 2 * default_timeout() + std::chrono::seconds(1);
     std::lock_guard<std::mutex> lock(mu_);
     list_.push_back({std::move(state), std::move(on_completed), give_up_at});
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    start_locked();
     // A new op may finish within microseconds: look soon, not after the backed-off pause.
     fresh_ = true;
+    cv_.notify_one();
+  }
+
+  void add_poller(BackgroundPoller* poller) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pollers_.push_back(poller);
+  }
+
+  // Called for every op a poller starts: it must stay cheap. The flag is set before `asleep_` is
+  // read, and the thread sets `asleep_` before it reads the flag (both sequentially consistent),
+  // so at least one of the two sees the other: the wake is either noticed by the thread before
+  // it sleeps, or it notifies the sleeping thread (under the lock its wait checks the flag in).
+  void wake() {
+    poller_work_.store(true);
+    if (started_.load() && !asleep_.load()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    start_locked();
     cv_.notify_one();
   }
 
@@ -40,6 +57,7 @@ class ProgressDriver {
     std::lock_guard<std::mutex> lock(mu_);
     list_.clear();
     stopping_ = false;
+    started_.store(false);
   }
 
   uint64_t rounds() const { return rounds_.load(); }
@@ -54,14 +72,27 @@ class ProgressDriver {
 
   static constexpr auto kFirstPause = std::chrono::microseconds(50);
   static constexpr auto kLongestPause = std::chrono::microseconds(1000);
+  // How long pollers are still stepped (every kLongestPause) after they last had work.
+  static constexpr auto kPollersIdleBeforeSleep = std::chrono::milliseconds(50);
+
+  // Called with mu_ held.
+  void start_locked() {
+    if (thread_.joinable() || stopping_) return;
+    asleep_.store(false);
+    started_.store(true);
+    thread_ = std::thread([this] { loop(); });
+  }
 
   void loop() {
     auto pause = std::chrono::duration_cast<Clock::duration>(kFirstPause);
+    Clock::time_point pollers_busy_until{};  // pollers are stepped until then
+    std::vector<BackgroundPoller*> pollers;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
-      if (list_.empty()) {
+      const bool pollers_due = poller_work_.load() || Clock::now() < pollers_busy_until;
+      if (list_.empty() && !pollers_due) {
         asleep_.store(true);
-        cv_.wait(lock, [&] { return stopping_ || !list_.empty(); });
+        cv_.wait(lock, [&] { return stopping_ || !list_.empty() || poller_work_.load(); });
         asleep_.store(false);
         pause = kFirstPause;
         continue;
@@ -69,16 +100,29 @@ class ProgressDriver {
       fresh_ = false;
       std::vector<Watched> round = std::move(list_);
       list_.clear();
+      pollers = pollers_;  // the capacity stays: no allocation per round
       lock.unlock();
-      const bool completed_any = test_all(round);
+      bool completed_any = test_all(round);
+      if (pollers_due) {
+        poller_work_.store(false);  // work added from here on sets it again
+        bool busy = false;
+        for (BackgroundPoller* p : pollers) busy = p->poll() || busy;
+        if (busy) {
+          pollers_busy_until = Clock::now() + kPollersIdleBeforeSleep;
+          completed_any = completed_any || !round.empty();  // keep the Works' pause short
+        }
+      }
       lock.lock();
       // Ops watched meanwhile are in list_ already; the ones still in flight join them.
       for (Watched& w : round) list_.push_back(std::move(w));
       pause = completed_any ? kFirstPause : std::min<Clock::duration>(2 * pause, kLongestPause);
-      if (!list_.empty()) cv_.wait_for(lock, pause, [&] { return stopping_ || fresh_; });
+      if (!list_.empty())
+        cv_.wait_for(lock, pause, [&] { return stopping_ || fresh_; });
+      else if (Clock::now() < pollers_busy_until)
+        cv_.wait_for(lock, kLongestPause, [&] { return stopping_ || fresh_; });
+      // else: nothing in flight; the top of the loop sleeps unless a poller has work again
     }
   }
-
   // Tests each op once; drops from `round` those that completed, died or outlived their
   // deadline. Runs without the lock (a test may take microseconds; callbacks may watch more).
   bool test_all(std::vector<Watched>& round) {
@@ -103,9 +147,12 @@ class ProgressDriver {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Watched> list_;
+  std::vector<BackgroundPoller*> pollers_;  // never removed: they live as long as the process
   std::thread thread_;
   bool stopping_ = false;
   bool fresh_ = false;
+  std::atomic<bool> started_{false};
+  std::atomic<bool> poller_work_{false};
   std::atomic<uint64_t> rounds_{0};
   std::atomic<bool> asleep_{true};  // no thread yet: nothing runs
   const bool drive_ = config().progress_thread;
@@ -121,6 +168,10 @@ ProgressDriver& driver() {
 void progress_in_background(std::weak_ptr<WorkState> state, std::function<void()> on_completed) {
   driver().watch(std::move(state), std::move(on_completed));
 }
+
+void add_background_poller(BackgroundPoller* poller) { driver().add_poller(poller); }
+
+void wake_background_progress() { driver().wake(); }
 
 void stop_background_progress() { driver().stop(); }
 

@@ -24,6 +24,13 @@
 // (its group finishes it), and the driver forgets it. A Work still in flight after twice its
 // default deadline is forgotten too: its waiter reports the timeout.
 //
+// Pollers: a transport whose ops need a step of ferry's own between their rounds (MPI's
+// point-to-point all_reduce posts its second round once the first finished) registers a poller,
+// which this thread calls every round while it reports work in flight, and for 50 ms after it
+// last did at 1 ms intervals (so a stream of such ops costs no wake-up per op). The poller wakes
+// the thread when work appears (wake_background_progress): one atomic store and load while the
+// thread is awake, a notify only when it sleeps.
+//
 // FERRY_PROGRESS_THREAD=0 (a diagnostic switch) stops the thread from testing: it only reads
 // whether a watched op completed, so an op moves only if its group's worker or a waiter moves it,
 // as before this thread existed, and callbacks still run when it did complete.
@@ -42,8 +49,23 @@ namespace ferry::detail {
 void progress_in_background(std::weak_ptr<WorkState> state,
                             std::function<void()> on_completed = nullptr);
 
-// Stops the thread and forgets what it watched; a later watch starts it again. Called before
-// MPI_Finalize: nothing may test an MPI request during or after it.
+// Something the progress thread steps while it has work (see "Pollers" above).
+class BackgroundPoller {
+ public:
+  virtual ~BackgroundPoller() = default;
+  // Steps whatever is in flight, without blocking; true while something still is. Runs on the
+  // progress thread (FERRY_PROGRESS_THREAD=0 does not stop it: without it nothing would).
+  virtual bool poll() = 0;
+};
+
+// Registers `poller`, which must live as long as the process. Polled from the next wake-up on.
+void add_background_poller(BackgroundPoller* poller);
+// A registered poller has work: the thread starts polling (and starts, if it is not running).
+void wake_background_progress();
+
+// Stops the thread and forgets what it watched (pollers stay registered); a later watch or wake
+// starts it again. Called before MPI_Finalize: nothing may test an MPI request during or after
+// it.
 void stop_background_progress();
 
 // For tests: rounds of tests run so far, and whether the thread sleeps with nothing watched.

@@ -57,10 +57,7 @@ bool WorkState::is_completed() const {
 }
 
 bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline, bool may_help) {
-  if (may_help) {
-    while (!is_completed() && help_one()) {
-    }
-  }
+  (void)may_help;  // nothing to run here: see the override of a queued op's state
   // Most waits end within microseconds of being called: spin a little before sleeping.
   if (spin_then_yield([&] { return is_completed(); })) return true;
   // A thread with work of its own does it before sleeping (idle_work.h).
@@ -127,7 +124,7 @@ void Work::progress_in_background(std::function<void()> on_completed) const {
     if (on_completed) on_completed();
     return;
   }
-  if (state_->completes_by_itself() || state_->hand_off_progress(state_)) {
+  if (state_->hand_off_progress(state_)) {
     state_->on_completion(std::move(on_completed));
     return;
   }

@@ -39,14 +39,11 @@ class WorkState {
   void fail(std::exception_ptr error);
 
   virtual bool is_completed() const;
-  // True when whoever runs the op completes it without anyone testing or waiting for it (an op
-  // queued on its group's worker). Work::progress_in_background then needs no thread to move
-  // it, only a completion hook.
-  virtual bool completes_by_itself() const { return false; }
-  // Work::progress_in_background's other way out: hands the op to whoever can move it to the
-  // end without a thread of its own (a native collective started at issue: its group's worker,
-  // which waits it out). True when it did: the op then completes by itself. `self` is this
-  // state's own handle, for the task that drives it.
+  // How the op moves while nobody waits (Work::progress_in_background): true when it completes
+  // without a thread of ferry's testing it, because whoever runs it completes it anyway (an op
+  // queued on its group's worker) or because it was handed to one who can (a collective started
+  // at issue: its group's worker waits it out). `self` is this state's own handle, for the task
+  // that drives it. False: the process's progress thread tests it (runtime/progress.h).
   virtual bool hand_off_progress(const std::shared_ptr<WorkState>& self) {
     (void)self;
     return false;
@@ -55,8 +52,9 @@ class WorkState {
   // completes it, or at once on the calling thread when it already has.
   void on_completion(std::function<void()> fn);
   // Blocks until completed or `deadline`; returns false on expiry. Rethrows nothing. With
-  // `may_help`, the waiting thread may run the op itself (see `help`); only a wait that lasts
-  // at least as long as the op's own deadline may, since a running op cannot be left early.
+  // `may_help`, the waiting thread may run the op itself (an op queued on its group's worker
+  // runs on the waiter when it comes first); only a wait that lasts at least as long as the op's
+  // own deadline may, since a running op cannot be left early.
   virtual bool wait_until(std::chrono::steady_clock::time_point deadline, bool may_help = false);
   // After completion: rethrows the op's error, if any.
   void rethrow_if_failed() const;
@@ -67,18 +65,8 @@ class WorkState {
   // for that error rather than racing it with a deadline of its own.
   bool self_timed = false;
 
-  // Runs one queued op of the issuer on the calling thread; false when there is none it can
-  // run now (collectives run on a per-group worker otherwise). Overridden by the issuer's state.
-  virtual bool help_one() { return false; }
-
-  // Called when a user's wait expired (the group poisons itself here). Set by the issuer.
-  std::function<void(const std::string& why)> on_wait_timeout;
-  // What Work does when a user's wait expired: on_wait_timeout by default. Virtual so that a
-  // state which knows its group anyway (a native collective's Work) need not allocate a
-  // std::function for it per op.
-  virtual void wait_timed_out(const std::string& why) {
-    if (on_wait_timeout) on_wait_timeout(why);
-  }
+  // What Work does when a user's wait expired: nothing here; a collective poisons its group.
+  virtual void wait_timed_out(const std::string& why) { (void)why; }
 
  protected:
   std::string description_;

@@ -65,8 +65,9 @@ std::shared_ptr<Transport> mpi_world_transport() {
 bool mpi_finalize(bool peers_closed) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_ferry_initialized_mpi || !mpi_usable()) return false;
-  stop_exchange_driver();  // it must not call MPI during or after MPI_Finalize
-  stop_background_progress();  // nor may the thread that tests in-flight ops
+  // The thread that tests in-flight ops and steps all_reduce's second rounds must not call MPI
+  // during or after MPI_Finalize.
+  stop_background_progress();
   if (peers_closed && !anything_kept_forever()) {
     MPI_Finalize();
     return true;

@@ -45,9 +45,10 @@
 // the peers wait for it: a rank that waits for another op, or sits in a ferry recv or in the
 // user's own MPI_Barrier, must still post it. So every all_reduce whose second round is due is
 // listed process-wide, and (a) every ferry test or wait of any MPI request first steps the
-// listed ones (advance_exchange_rounds), as MPI's progress engine would, and (b) a driver
-// thread steps them every 1 ms while any is listed, for a rank that makes no ferry call at all
-// (it sleeps after 50 ms with none listed, and is stopped before MPI_Finalize).
+// listed ones (advance_exchange_rounds), as MPI's progress engine would, and (b) the process's
+// progress thread (runtime/progress.h) steps them every 1 ms while any is listed, for a rank
+// that makes no ferry call at all (it sleeps after 50 ms with none listed, and is stopped before
+// MPI_Finalize).
 //
 // Tags: the messages travel on the group's `coll` communicator, whose tags below 2^25 carry the
 // engine's own point-to-point algorithms (OpContext's phase << 24 | step). Ops can be in flight
@@ -87,8 +88,6 @@ void advance_exchange_rounds();
 // For a request that timed out (abandoned by the engine): NativeRequest::give_up, which stops
 // stepping one of this path (directly or through a wrapper).
 void give_up_exchange(NativeRequest& request);
-// Stops the driver thread; called before MPI_Finalize.
-void stop_exchange_driver();
 
 class ExchangeCollectives {
  public:

@@ -5,10 +5,7 @@
 #include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/error.h>
-
-#include <chrono>
-#include <condition_variable>
-#include <thread>
+#include <ferry/runtime/progress.h>
 
 namespace ferry::detail {
 namespace {
@@ -19,16 +16,20 @@ struct Abandoned {
   std::shared_ptr<Storage> scratch;
 };
 
-// The all_reduces whose second round is due (see "Progress" in the header), and the thread
-// that advances them when no ferry call does.
-class SecondRounds {
+// The all_reduces whose second round is due (see "Progress" in the header). Steps them when a
+// ferry call tests any MPI request, and as a poller of the process's progress thread when no
+// ferry call does.
+class SecondRounds final : public BackgroundPoller {
  public:
+  SecondRounds() { add_background_poller(this); }
+
   void add(std::shared_ptr<MpiExchange> x) {
-    std::lock_guard<std::mutex> lock(mu_);
-    list_.push_back(std::move(x));
-    count_.store(list_.size(), std::memory_order_relaxed);
-    if (!driver_.joinable() && !stopping_) driver_ = std::thread([this] { drive(); });
-    if (driver_asleep_) cv_.notify_one();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      list_.push_back(std::move(x));
+      count_.store(list_.size(), std::memory_order_relaxed);
+    }
+    wake_background_progress();
   }
 
   // Steps every listed op nobody else is testing right now, and forgets the ones whose second
@@ -48,51 +49,18 @@ class SecondRounds {
     count_.store(list_.size(), std::memory_order_relaxed);
   }
 
-  // Before MPI_Finalize: the driver must not call MPI after it.
-  void stop() {
-    std::thread driver;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-      cv_.notify_one();
-      driver = std::move(driver_);
-    }
-    if (driver.joinable()) driver.join();
+  // The progress thread's step, for a rank that makes no ferry call at all (it waits in another
+  // op, a ferry recv or the user's own MPI_Barrier) while its peers wait for its second round.
+  // The thread stops before MPI_Finalize; mpi_usable() covers a wake after it.
+  bool poll() override {
+    advance();
+    return count_.load(std::memory_order_relaxed) != 0 && mpi_usable();
   }
 
  private:
-  // While ops are listed, steps them every kDrivePoll; after kIdleBeforeSleep with none, waits
-  // for add() to wake it (so a stretch of all_reduces costs no wake-up per op).
-  void drive() {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto idle_since = Clock::now();
-    while (!stopping_) {
-      if (list_.empty() && Clock::now() - idle_since >= kIdleBeforeSleep) {
-        driver_asleep_ = true;
-        cv_.wait(lock, [this] { return stopping_ || !list_.empty(); });
-        driver_asleep_ = false;
-        continue;
-      }
-      cv_.wait_for(lock, kDrivePoll);
-      if (stopping_) break;
-      if (list_.empty()) continue;
-      lock.unlock();
-      advance();
-      lock.lock();
-      idle_since = Clock::now();
-    }
-  }
-
-  static constexpr auto kDrivePoll = std::chrono::milliseconds(1);
-  static constexpr auto kIdleBeforeSleep = std::chrono::milliseconds(50);
-
   std::mutex mu_;
-  std::condition_variable cv_;
   std::vector<std::shared_ptr<MpiExchange>> list_;
   std::atomic<size_t> count_{0};
-  std::thread driver_;
-  bool driver_asleep_ = false;
-  bool stopping_ = false;
 };
 
 SecondRounds& second_rounds() {
@@ -295,7 +263,5 @@ std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<MpiExchange> op)
 void advance_exchange_rounds() { second_rounds().advance(); }
 
 void give_up_exchange(NativeRequest& request) { request.give_up(); }
-
-void stop_exchange_driver() { second_rounds().stop(); }
 
 }  // namespace ferry::detail

@@ -149,7 +149,7 @@ class MpiExchange {
 };
 
 // The request the engine holds for the op; an all_reduce whose second round is due is also
-// listed for advance_exchange_rounds and the driver thread.
+// listed for advance_exchange_rounds and the progress thread.
 std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<MpiExchange> op);
 
 }  // namespace ferry::detail

@@ -43,7 +43,7 @@ struct Entry {
 // Up to 4 KiB per rank and 8 ranks, all_reduce takes the direct exchange: every rank sends its
 // payload to every other rank at once and combines all of them, one round whose sends and
 // receives can all be posted when the op is issued (direct_all_reduce.cpp here, and
-// collectives/ops/direct_issue.h). Up to 32 KiB, recursive doubling (log2 W exchange rounds of
+// collectives/ops/direct_post.h). Up to 32 KiB, recursive doubling (log2 W exchange rounds of
 // the whole payload; it replaced the binomial tree, which moves as many bytes in twice the
 // rounds); above, the ring (2 (W-1) messages of 1/W of it). 32 KiB is where tree and ring cost
 // about the same on one host with the local transport. One rank has nothing to exchange:

@@ -11,7 +11,7 @@ namespace ferry::detail {
 // ends with the same bits. It moves W - 1 payloads each way, so it is for small payloads and
 // few ranks (the algorithm table's limits), where one round beats recursive doubling's log2 W.
 // All its sends and receives can be posted at once, which is what lets an op start at issue
-// (ops/direct_issue.h).
+// (ops/direct_post.h).
 
 void post_direct_all_reduce(OpContext& ctx, const char* in, char* gathered, size_t bytes) {
   const int n = ctx.size(), r = ctx.rank();

@@ -63,8 +63,8 @@ class Executor {
   std::chrono::microseconds grace_{0};
   bool stopping_ = false;
   bool sleeping_ = false;  // caller-first mode: the worker waits for an enqueue to wake it
-  // Tasks queued or running. Read without the lock by idle(), which every op started at issue
-  // asks (native_issue.h): taking the mutex there cost a small collective measurably.
+  // Tasks queued or running. Read without the lock by idle(), which every issue asks
+  // (issue.h): taking the mutex there cost a small collective measurably.
   std::atomic<int> unfinished_{0};
   bool running_ = false;  // one task at a time, whichever thread runs it: order is the contract
   std::thread thread_;

@@ -21,9 +21,8 @@ namespace ferry::detail {
 
 class GroupImpl;
 
-// A collective started at issue (native_issue.cpp, ops/direct_issue.cpp): it lives in its Work, not
-// in the group's queue, so the group must see it finished before it ends (and before MPI is
-// finalized).
+// A collective started at issue (in_flight_work.h): it lives in its Work, not in the group's
+// queue, so the group must see it finished before it ends (and before MPI is finalized).
 class InFlightNative {
  public:
   virtual ~InFlightNative() = default;

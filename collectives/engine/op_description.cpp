@@ -31,12 +31,28 @@ OpSummary OpSummary::of_lists(DType dtype) {
   return s;
 }
 
+namespace {
+
+// FNV-1a over one size's bytes.
+uint64_t hash_size(uint64_t h, int64_t v) {
+  for (int b = 0; b < 8; ++b)
+    h = (h ^ ((static_cast<uint64_t>(v) >> (8 * b)) & 0xFF)) * 1099511628211ull;
+  return h;
+}
+constexpr uint64_t kHashStart = 1469598103934665603ull;
+
+}  // namespace
+
 OpSummary& OpSummary::with_splits(const std::vector<int64_t>& sizes) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the sizes' bytes
-  for (int64_t v : sizes) {
-    for (int b = 0; b < 8; ++b)
-      h = (h ^ ((static_cast<uint64_t>(v) >> (8 * b)) & 0xFF)) * 1099511628211ull;
-  }
+  uint64_t h = kHashStart;
+  for (int64_t v : sizes) h = hash_size(h, v);
+  splits = h == 0 ? 1 : h;
+  return *this;
+}
+
+OpSummary& OpSummary::with_equal_splits(int blocks, int64_t size) {
+  uint64_t h = kHashStart;
+  for (int k = 0; k < blocks; ++k) h = hash_size(h, size);
   splits = h == 0 ? 1 : h;
   return *this;
 }

@@ -51,6 +51,8 @@ struct OpSummary {
   // Nothing about the sizes is compared (gather, scatter, all_to_all: per-peer sizes).
   OpSummary& sizes_may_differ() { agreed = -1; return *this; }
   OpSummary& with_splits(const std::vector<int64_t>& sizes);
+  // The same as with_splits of `blocks` sizes equal to `size`, without building the list.
+  OpSummary& with_equal_splits(int blocks, int64_t size);
   std::string format() const;
 };
 

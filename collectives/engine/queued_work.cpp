@@ -9,16 +9,14 @@ void poison_after_wait_timeout(GroupImpl& group, const std::string& why) {
   group.poison(std::make_exception_ptr(TimeoutError("ferry: " + why)), why);
 }
 
-std::function<void(const std::string&)> poison_on_wait_timeout(const Group& group) {
-  // Weak, so that a Work outliving its group does not keep it (and its worker) alive.
-  return [weak = group.weak_impl()](const std::string& why) {
-    if (auto g = weak.lock()) poison_after_wait_timeout(*g, why);
-  };
-}
-
-bool QueuedWork::help_one() {
-  auto g = op_.group.lock();  // weak: a Work may outlive its group (and its worker)
-  return g && g->executor().run_one_here();
+bool QueuedWork::wait_until(Clock::time_point deadline, bool may_help) {
+  if (may_help) {
+    while (!WorkState::is_completed()) {
+      auto g = op_.group.lock();  // weak: a Work may outlive its group (and its worker)
+      if (!g || !g->executor().run_one_here()) break;
+    }
+  }
+  return WorkState::wait_until(deadline, may_help);
 }
 
 void QueuedWork::wait_timed_out(const std::string& why) {

@@ -2,12 +2,11 @@
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/algorithms/algorithms.h>
 #include <ferry/collectives/engine/engine.h>
-#include <ferry/collectives/engine/native_issue.h>
+#include <ferry/collectives/engine/issue.h>
 #include <ferry/collectives/ops/dispatch.h>
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 
 namespace ferry {
 namespace {
@@ -64,18 +63,17 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   v.root(root);
   v.defined(tensor, "tensor");
   const Algorithm algo = detail::algorithm_of(group, Collective::Broadcast, tensor.nbytes());
-  if (algo == Algorithm::Native) {
-    auto work = detail::start_native_now(
-        group, "broadcast", detail::OpSummary::of(tensor).with_root(root), {&tensor},
-        [&](NativeCollectives& native) {
-          if (group.rank() != root) tensor.bump_version();
-          group.impl().count_run(Collective::Broadcast, Algorithm::Native);
-          return native.broadcast(tensor.raw_data(), tensor.nbytes(), root);
-        });
-    if (work) return std::move(*work);
-  }
-  return detail::submit(group, "broadcast", detail::OpSummary::of(tensor).with_root(root),
-                        [tensor, root, algo](OpContext& ctx) mutable {
+  auto start = [&](NativeCollectives& native) {
+    if (group.rank() != root) tensor.bump_version();
+    group.impl().count_run(Collective::Broadcast, Algorithm::Native);
+    return native.broadcast(tensor.raw_data(), tensor.nbytes(), root);
+  };
+  return detail::issue(group, {
+      .name = "broadcast",
+      .what = detail::OpSummary::of(tensor).with_root(root),
+      .native_start = detail::native_start_if(algo == Algorithm::Native, start),
+      .keep = {&tensor},
+      .body = [&] { return detail::OpBody([tensor, root, algo](OpContext& ctx) mutable {
     ctx.ran(Collective::Broadcast, algo);
     switch (algo) {
       case Algorithm::Native:
@@ -89,7 +87,7 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
     }
     if (ctx.rank() != root) tensor.bump_version();
     return std::vector<Tensor>{};
-  });
+  }); }});
 }
 
 Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
@@ -109,15 +107,16 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
   for (int k = 0; k < me; ++k) start += sizes[k];
   v.no_overlap(output, "output", input, "input", output.narrow(0, start, sizes[me]));
   const Algorithm algo = all_gather_algorithm(group, output.nbytes());
-  return detail::submit(group, "all_gather",
-                        detail::OpSummary::of(input)
+  return detail::issue(group, {
+      .name = "all_gather",
+      .what = detail::OpSummary::of(input)
                             .rows_may_differ(elements_per_row(input))
                             .with_splits(sizes),
-                        [input, output, sizes, algo](OpContext& ctx) mutable {
+      .body = [&] { return detail::OpBody([input, output, sizes, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, row_bytes(input)),
                   algo);
     return std::vector<Tensor>{};
-  });
+  }); }});
 }
 
 Work all_gather(const Tensor& input, Tensor output, const Group& group) {
@@ -142,24 +141,24 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
       static_cast<const char*>(output.raw_data()) + block * static_cast<size_t>(group.rank());
   v.no_overlap(output, "output", input, "input", own_place, block);
   const Algorithm algo = all_gather_algorithm(group, output.nbytes());
-  if (algo == Algorithm::Native) {
-    auto work = detail::start_native_now(
-        group, "all_gather", detail::OpSummary::of(input), {&input, &output},
-        [&](NativeCollectives& native) {
-          output.bump_version();
-          group.impl().count_run(Collective::AllGather, Algorithm::Native);
-          return native.all_gather_equal(input.raw_data(), output.raw_data(), block);
-        });
-    if (work) return std::move(*work);
-  }
-  return detail::submit(group, "all_gather", detail::OpSummary::of(input),
-                        [input, output, rows, world, algo](OpContext& ctx) mutable {
+  auto start = [&](NativeCollectives& native) {
+    output.bump_version();
+    group.impl().count_run(Collective::AllGather, Algorithm::Native);
+    return native.all_gather_equal(input.raw_data(), output.raw_data(), block);
+  };
+  return detail::issue(group, {
+      .name = "all_gather",
+      .what = detail::OpSummary::of(input),
+      .native_start = detail::native_start_if(algo == Algorithm::Native, start),
+      .keep = {&input, &output},
+      .body = [&] {
+        return detail::OpBody([input, output, rows, world, algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input,
                   detail::contiguous_blocks(std::vector<int64_t>(world, rows),
                                             row_bytes(input)),
                   algo);
     return std::vector<Tensor>{};
-  });
+  }); }});
 }
 
 Work all_gather_v(const Tensor& input, const Group& group) {
@@ -167,11 +166,12 @@ Work all_gather_v(const Tensor& input, const Group& group) {
   v.defined(input, "input");
   v.at_least_1d(input, "input");
   const int world = group.size();
-  return detail::submit(group, "all_gather",
-                        detail::OpSummary::of(input)
+  return detail::issue(group, {
+      .name = "all_gather",
+      .what = detail::OpSummary::of(input)
                             .rows_may_differ(elements_per_row(input))
                             .with_note(" with exchanged sizes"),
-                        [input, world](OpContext& ctx) {
+      .body = [&] { return detail::OpBody([input, world](OpContext& ctx) {
     // Phase 1: every rank's (rows, elements per row), so the output can be sized and a rank
     // whose rows have another shape is named instead of corrupting the gather.
     Tensor meta = empty({2 * static_cast<int64_t>(world)}, DType::Int64);
@@ -200,7 +200,7 @@ Work all_gather_v(const Tensor& input, const Group& group) {
                   // Chosen only now that the total, which every rank agrees on, is known.
                   all_gather_algorithm(world, ctx.native() != nullptr, output.nbytes()));
     return std::vector<Tensor>{output, from_vector<int64_t>(sizes)};
-  });
+  }); }});
 }
 
 Work all_to_all_single(const Tensor& input, Tensor output,
@@ -253,11 +253,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   // differ and the table must answer alike on all.
   const Algorithm algo =
       detail::algorithm_of(group, Collective::AllToAll, equal ? input.nbytes() : 0);
-  std::optional<Work> work;
-  if (algo == Algorithm::Native)
-    work = detail::start_native_now(
-        group, "all_to_all_single", summary, {&input, &output},
-        [&](NativeCollectives& native) {
+  auto start = [&](NativeCollectives& native) {
           output.bump_version();
           group.impl().count_run(Collective::AllToAll, Algorithm::Native);
           if (equal)
@@ -270,12 +266,17 @@ Work all_to_all_single(const Tensor& input, Tensor output,
           const detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
           return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
                                           output.raw_data(), out_b.bytes, out_b.offset);
-        });
-  if (work) return std::move(*work);
-  std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
-  std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
-  return detail::submit(group, "all_to_all_single", summary,
-                        [input, output, in_splits, out_splits, world, equal,
+        };
+  return detail::issue(group, {
+      .name = "all_to_all_single",
+      .what = summary,
+      .native_start = detail::native_start_if(algo == Algorithm::Native, start),
+      .keep = {&input, &output},
+      .body = [&] {
+    // The split lists are built only for a queued op.
+    std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
+    std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
+    return detail::OpBody([input, output, in_splits, out_splits, world, equal,
                          algo](OpContext& ctx) mutable {
     ctx.ran(Collective::AllToAll, algo);
     NativeCollectives* native = algo == Algorithm::Native ? ctx.native() : nullptr;
@@ -308,7 +309,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
     detail::pairwise_all_to_all(ctx, x);
     output.bump_version();
     return std::vector<Tensor>{};
-  });
+  }); }});
 }
 
 Work all_to_all_single(const Tensor& input, Tensor output, const Group& group) {
@@ -336,8 +337,10 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
   }
   // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
   const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
-  return detail::submit(group, "all_to_all", detail::OpSummary::of_lists(dtype),
-                        [inputs, outputs = std::vector<Tensor>(outputs),
+  return detail::issue(group, {
+      .name = "all_to_all",
+      .what = detail::OpSummary::of_lists(dtype),
+      .body = [&] { return detail::OpBody([inputs, outputs = std::vector<Tensor>(outputs),
                          algo](OpContext& ctx) mutable {
     ctx.ran(Collective::AllToAll, algo);
     detail::Exchange x;
@@ -361,7 +364,7 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
     }
     for (Tensor& t : outputs) t.bump_version();
     return outputs;
-  });
+  }); }});
 }
 
 Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
@@ -379,9 +382,11 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
   }
   // Asked with 0 bytes: the ranks' sizes may differ, and the table must answer alike on all.
   const Algorithm algo = detail::algorithm_of(group, Collective::Gather, 0);
-  return detail::submit(group, "gather",
-                        detail::OpSummary::of(input).with_root(root).sizes_may_differ(),
-                        [input, outputs = std::vector<Tensor>(outputs), root, is_root,
+  return detail::issue(group, {
+      .name = "gather",
+      .what = detail::OpSummary::of(input).with_root(root).sizes_may_differ(),
+      .body = [&] {
+        return detail::OpBody([input, outputs = std::vector<Tensor>(outputs), root, is_root,
                          algo](OpContext& ctx) mutable {
     ctx.ran(Collective::Gather, algo);
     std::vector<char*> recv;
@@ -407,7 +412,7 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
     if (!is_root) return std::vector<Tensor>{};
     for (Tensor& o : outputs) o.bump_version();
     return outputs;
-  });
+  }); }});
 }
 
 Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const Group& group) {
@@ -424,9 +429,11 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
   }
   // Asked with 0 bytes: the ranks' sizes may differ, and the table must answer alike on all.
   const Algorithm algo = detail::algorithm_of(group, Collective::Scatter, 0);
-  return detail::submit(group, "scatter",
-                        detail::OpSummary::of(output).with_root(root).sizes_may_differ(),
-                        [inputs, output, root, is_root, algo](OpContext& ctx) mutable {
+  return detail::issue(group, {
+      .name = "scatter",
+      .what = detail::OpSummary::of(output).with_root(root).sizes_may_differ(),
+      .body = [&] {
+        return detail::OpBody([inputs, output, root, is_root, algo](OpContext& ctx) mutable {
     ctx.ran(Collective::Scatter, algo);
     std::vector<const char*> send;
     std::vector<size_t> send_bytes;
@@ -449,21 +456,21 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
     }
     output.bump_version();
     return std::vector<Tensor>{};
-  });
+  }); }});
 }
 
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
   const Algorithm algo = detail::algorithm_of(group, Collective::Barrier, 0);
-  if (algo == Algorithm::Native) {
-    auto work = detail::start_native_now(group, "barrier", detail::OpSummary{}, {},
-                                         [&](NativeCollectives& native) {
-      group.impl().count_run(Collective::Barrier, Algorithm::Native);
-      return native.barrier();
-    });
-    if (work) return std::move(*work);
-  }
-  return detail::submit(group, "barrier", detail::OpSummary{}, [algo](OpContext& ctx) {
+  auto start = [&](NativeCollectives& native) {
+    group.impl().count_run(Collective::Barrier, Algorithm::Native);
+    return native.barrier();
+  };
+  return detail::issue(group, {
+      .name = "barrier",
+      .what = detail::OpSummary{},
+      .native_start = detail::native_start_if(algo == Algorithm::Native, start),
+      .body = [&] { return detail::OpBody([algo](OpContext& ctx) {
     ctx.ran(Collective::Barrier, algo);
     switch (algo) {
       case Algorithm::Native: ctx.wait_native(ctx.native()->barrier(), {}); break;
@@ -471,7 +478,7 @@ Work barrier(const Group& group) {
       default: detail::no_such_algorithm(Collective::Barrier, algo);
     }
     return std::vector<Tensor>{};
-  });
+  }); }});
 }
 
 }  // namespace ferry

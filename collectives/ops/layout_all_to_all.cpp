@@ -192,8 +192,10 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
   // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
   const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
-  return detail::submit(group, "all_to_all_single", summary,
-                        [keep, send = std::move(send), recv = std::move(recv),
+  return detail::issue(group, {
+      .name = "all_to_all_single",
+      .what = summary,
+      .body = [&] { return detail::OpBody([keep, send = std::move(send), recv = std::move(recv),
                          algo](OpContext& ctx) mutable {
     ctx.ran(Collective::AllToAll, algo);
     if (algo == Algorithm::Native) {
@@ -209,7 +211,7 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
     }
     for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
     return std::vector<Tensor>{};
-  });
+  }); }});
 }
 
 }  // namespace

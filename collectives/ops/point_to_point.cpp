@@ -2,6 +2,7 @@
 // (peer, tag) in posting order and do not take a collective sequence number, so they never
 // disturb the order of collectives.
 #include <ferry/collectives/engine/engine.h>
+#include <ferry/collectives/engine/in_flight_work.h>
 #include <ferry/runtime/config.h>
 
 #include <mutex>
@@ -10,51 +11,76 @@
 namespace ferry {
 namespace {
 
-// A Work that is one transport request. Keep it until it completed: dropping it withdraws the
-// message (as MPI requires MPI_Wait on every request).
-class RequestWork final : public detail::WorkState {
+// A send or a recv: one transport request.
+class RequestInFlight final : public detail::InFlight {
  public:
-  RequestWork(std::string description, std::unique_ptr<Request> request, Tensor tensor)
-      : WorkState(std::move(description)), tensor_(std::move(tensor)), request_(std::move(request)) {}
+  RequestInFlight(std::unique_ptr<Request> request, Tensor tensor)
+      : tensor_(std::move(tensor)), request_(std::move(request)) {}
 
-  ~RequestWork() override {
+  bool test() override { return request_->test(); }
+  bool poll_until(Clock::time_point deadline) override { return request_->wait_until(deadline); }
+  // A send or a recv has no deadline of its own (its Work waits each caller's), so the engine's
+  // full wait never comes: each wait polls until its caller's deadline.
+  void wait_to_the_end(detail::GroupImpl&, const char*, uint64_t,
+                       Clock::time_point deadline) override {
+    if (!request_->wait_until(deadline))
+      throw TimeoutError("ferry: a send or recv was not completed by its deadline");
+  }
+  std::vector<Tensor> finish() override {
+    request_->rethrow_if_failed();
+    if (!request_->is_send()) tensor_.bump_version();
+    return {tensor_};
+  }
+  detail::OnFailure on_failure() const override { return detail::OnFailure::kOpOnly; }
+
+  // The buffer must not be written after the caller gave up on it.
+  void cancel() { request_->cancel(); }
+  // Dropped: withdraws the message (as MPI requires MPI_Wait on every request). A message not
+  // withdrawn (MPI cannot always cancel a send that has started) may still be read or written by
+  // the transport, so its buffer lives for the rest of the process.
+  void let_go() {
     if (request_->test()) return;
     request_->cancel();
     if (request_->test()) return;
-    // Not withdrawn (MPI cannot always cancel a send that has started): the transport may still
-    // read or write the buffer, so it lives for the rest of the process.
     static std::mutex mu;
     static auto* kept = new std::vector<Tensor>();  // never freed, on purpose
     std::lock_guard<std::mutex> lock(mu);
     kept->push_back(tensor_);
   }
 
-  bool is_completed() const override { return request_->test(); }
-
-  bool wait_until(Clock::time_point deadline, bool /*may_help*/) override {
-    std::lock_guard<std::mutex> lock(wait_mu_);
-    if (finished_) return true;
-    if (!request_->wait_until(deadline)) {
-      request_->cancel();  // the buffer must not be written after we gave up on it
-      return false;
-    }
-    finished_ = true;
-    try {
-      request_->rethrow_if_failed();
-      if (!request_->is_send()) tensor_.bump_version();
-      complete({tensor_});
-    } catch (...) {
-      fail(std::current_exception());
-    }
-    return true;
-  }
-
  private:
-  std::mutex wait_mu_;  // one waiter finishes the request
-  bool finished_ = false;
   Tensor tensor_;  // declared before request_: destroyed after it, so that the request is
                    // withdrawn (and a copy in progress finished) while the buffer still lives
   std::unique_ptr<Request> request_;
+};
+
+// The Work of a send or a recv. Unlike a collective's, it has no deadline of its own, is tested
+// by the process's progress thread in the background (no worker runs point-to-point requests),
+// and a wait that expired withdraws the message; the group is poisoned all the same.
+class RequestWork final : public detail::InFlightWork {
+ public:
+  RequestWork(std::string description, detail::OpDescription op, std::unique_ptr<Request> request,
+              Tensor tensor)
+      : InFlightWork(std::move(op), Clock::time_point::max(),
+                     std::make_unique<RequestInFlight>(std::move(request), std::move(tensor)),
+                     {}),
+        description_(std::move(description)) {}
+
+  ~RequestWork() override {
+    std::unique_ptr<detail::InFlight> pending = take_pending();
+    if (pending) static_cast<RequestInFlight&>(*pending).let_go();
+  }
+
+  std::string description() const override { return description_; }
+  bool hand_off_progress(const std::shared_ptr<WorkState>&) override { return false; }
+  void wait_timed_out(const std::string& why) override {
+    if (auto group = group_of_op()) detail::poison_after_wait_timeout(*group, why);
+    std::lock_guard<std::mutex> drive(drive_mutex());
+    if (pending() != nullptr) static_cast<RequestInFlight*>(pending())->cancel();
+  }
+
+ private:
+  std::string description_;
 };
 
 Work post(const char* op, const Tensor& tensor, int peer, const Group& group, int tag, bool is_send) {
@@ -75,8 +101,8 @@ Work post(const char* op, const Tensor& tensor, int peer, const Group& group, in
   auto state = std::make_shared<RequestWork>(
       detail::str(op, " (", dtype_name(tensor.dtype()), " ", shape_str(tensor.shape()), ", ",
                   is_send ? "to" : "from", " rank ", peer, ", tag ", tag, ") on ", g.describe()),
-      std::move(request), handle);
-  state->on_wait_timeout = detail::poison_on_wait_timeout(group);
+      detail::OpDescription(op, kP2PSeq, detail::OpSummary::of(tensor), group), std::move(request),
+      handle);
   return Work(state);
 }
 

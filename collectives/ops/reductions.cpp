@@ -2,9 +2,9 @@
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/algorithms/algorithms.h>
 #include <ferry/collectives/engine/engine.h>
-#include <ferry/collectives/engine/native_issue.h>
+#include <ferry/collectives/engine/issue.h>
 #include <ferry/collectives/engine/reduce_kernels.h>
-#include <ferry/collectives/ops/direct_issue.h>
+#include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
 
 #include <cstring>
@@ -56,142 +56,16 @@ struct Accumulation {
   }
 };
 
-// Reductions a native transport can start as they are (see native_issue.h): no widening of
+// Reductions a native transport can start as they are (see engine/issue.h): no widening of
 // 16-bit floats, no division for Avg afterwards.
 bool natively_reducible(DType dtype, ReduceOp op) {
   return detail::accumulation_dtype(dtype) == dtype && op != ReduceOp::Avg;
 }
 
-}  // namespace
-
-Work all_reduce(Tensor tensor, const Group& group, ReduceOp op) {
-  return all_reduce(tensor, tensor, group, op);
-}
-
-Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp op) {
-  detail::Validator v("all_reduce", group);
-  v.defined(input, "input");
-  v.defined(output, "output");
-  v.same_dtype(output, "output", input.dtype(), "input");
-  v.shape_is(output, "output", input.shape());
-  v.no_overlap(input, "input", output, "output", input);
-  v.reduce_op(op, input.dtype());
-  const int world = group.size();
-  // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
-  const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes());
-  if (algo == Algorithm::Native && natively_reducible(input.dtype(), op)) {
-    auto work = detail::start_native_now(
-        group, "all_reduce", detail::OpSummary::of(input, op), {&input, &output},
-        [&](NativeCollectives& native) {
-          output.bump_version();
-          group.impl().count_run(Collective::AllReduce, Algorithm::Native);
-          return native.all_reduce(input.raw_data(), output.raw_data(),
-                                   static_cast<size_t>(input.numel()), input.dtype(), op);
-        });
-    if (work) return std::move(*work);
-  }
-  if (algo == Algorithm::Direct)
-    if (auto work = detail::start_direct_all_reduce_now(group, input, output, op))
-      return std::move(*work);
-  return detail::submit(group, "all_reduce", detail::OpSummary::of(input, op),
-                        [input, output, op, world, algo](OpContext& ctx) mutable {
-    const bool in_place = input.raw_data() == output.raw_data();
-    Accumulation a(ctx, input, output, op, in_place);
-    const size_t count = static_cast<size_t>(input.numel());
-    const char* in = static_cast<const char*>(a.in.raw_data());
-    char* out = static_cast<char*>(a.out.raw_data());
-    ctx.ran(Collective::AllReduce, algo);
-    switch (algo) {
-      case Algorithm::Native:
-        ctx.wait_native(ctx.native()->all_reduce(in, out, count, a.spec.dtype, a.spec.op),
-                        {input, output});
-        break;
-      case Algorithm::Tree: detail::tree_all_reduce(ctx, in, out, count, a.spec); break;
-      case Algorithm::Direct: detail::direct_all_reduce(ctx, in, out, count, a.spec); break;
-      case Algorithm::RecursiveDoubling:
-        detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);
-        break;
-      case Algorithm::Ring: detail::ring_all_reduce(ctx, in, out, count, a.spec); break;
-      default: detail::no_such_algorithm(Collective::AllReduce, algo);
-    }
-    a.finish(output, op, world);
-    return std::vector<Tensor>{};
-  });
-}
-
-Work reduce(const Tensor& input, Tensor output, int root, const Group& group, ReduceOp op) {
-  detail::Validator v("reduce", group);
-  v.root(root);
-  v.defined(input, "input");
-  v.reduce_op(op, input.dtype());
-  const bool is_root = group.rank() == root;
-  if (is_root) {
-    v.defined(output, "output (on root)");
-    v.same_dtype(output, "output", input.dtype(), "input");
-    v.shape_is(output, "output", input.shape());
-    v.no_overlap(input, "input", output, "output", input);
-  }
-  const int world = group.size();
-  const Algorithm algo = detail::algorithm_of(group, Collective::Reduce, input.nbytes());
-  return detail::submit(group, "reduce", detail::OpSummary::of(input, op).with_root(root),
-                        [input, output, op, root, world, is_root, algo](OpContext& ctx) mutable {
-    Tensor out_arg = is_root ? output : Tensor();
-    Accumulation a(ctx, input, out_arg, op, is_root && input.raw_data() == output.raw_data());
-    const char* in = static_cast<const char*>(a.in.raw_data());
-    char* out = is_root ? static_cast<char*>(a.out.raw_data()) : nullptr;
-    const size_t count = static_cast<size_t>(input.numel());
-    ctx.ran(Collective::Reduce, algo);
-    switch (algo) {
-      case Algorithm::Native:
-        ctx.wait_native(ctx.native()->reduce(in, out, count, a.spec.dtype, a.spec.op, root),
-                        {input, output});
-        break;
-      case Algorithm::Tree: detail::tree_reduce(ctx, in, out, count, root, a.spec); break;
-      default: detail::no_such_algorithm(Collective::Reduce, algo);
-    }
-    if (is_root) a.finish(output, op, world);
-    return std::vector<Tensor>{};
-  });
-}
-
-Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
-                      const Group& group, ReduceOp op) {
-  detail::Validator v("reduce_scatter", group);
-  v.defined(input, "input");
-  v.defined(output, "output");
-  v.at_least_1d(input, "input");
-  v.same_dtype(output, "output", input.dtype(), "input");
-  v.reduce_op(op, input.dtype());
-  const int64_t total = v.sizes(sizes, "sizes");
-  if (total != input.size(0))
-    v.fail(detail::str("sizes must add up to input.size(0) = ", input.size(0), ", given ",
-                       total));
-  const int me = group.rank();
-  int64_t start = 0;
-  for (int k = 0; k < me; ++k) start += sizes[k];
-  Tensor own_block = input.narrow(0, start, sizes[me]);
-  v.shape_is(output, "output", own_block.shape());
-  v.no_overlap(input, "input", output, "output", own_block);
-  const int world = group.size();
-  const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
-  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
-  if (algo == Algorithm::Native && natively_reducible(input.dtype(), op) &&
-      !output.overlaps(input)) {
-    auto work = detail::start_native_now(
-        group, "reduce_scatter", detail::OpSummary::of(input, op).with_splits(sizes),
-        {&input, &output}, [&](NativeCollectives& native) {
-          std::vector<size_t> counts;
-          for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
-          output.bump_version();
-          group.impl().count_run(Collective::ReduceScatter, Algorithm::Native);
-          return native.reduce_scatter(input.raw_data(), output.raw_data(), counts,
-                                       input.dtype(), op);
-        });
-    if (work) return std::move(*work);
-  }
-  return detail::submit(group, "reduce_scatter",
-                        detail::OpSummary::of(input, op).with_splits(sizes),
-                        [input, output, op, sizes, world, algo](OpContext& ctx) mutable {
+// reduce_scatter over blocks of `sizes` rows, run to completion.
+detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
+                                   std::vector<int64_t> sizes, int world, Algorithm algo) {
+  return [input, output, op, sizes = std::move(sizes), world, algo](OpContext& ctx) mutable {
     // An output that is exactly our block of the input is fine: the algorithm reads that block
     // only in its last step, elementwise, while writing the result.
     Accumulation a(ctx, input, output, op, /*in_place=*/false);
@@ -220,7 +94,145 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
                                 static_cast<char*>(a.out.raw_data()), blocks, a.spec);
     a.finish(output, op, world);
     return std::vector<Tensor>{};
-  });
+  };
+}
+
+}  // namespace
+
+Work all_reduce(Tensor tensor, const Group& group, ReduceOp op) {
+  return all_reduce(tensor, tensor, group, op);
+}
+
+Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp op) {
+  detail::Validator v("all_reduce", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  v.shape_is(output, "output", input.shape());
+  v.no_overlap(input, "input", output, "output", input);
+  v.reduce_op(op, input.dtype());
+  const int world = group.size();
+  // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes());
+  const bool as_is = natively_reducible(input.dtype(), op);
+  auto start = [&](NativeCollectives& native) {
+    output.bump_version();
+    group.impl().count_run(Collective::AllReduce, Algorithm::Native);
+    return native.all_reduce(input.raw_data(), output.raw_data(),
+                             static_cast<size_t>(input.numel()), input.dtype(), op);
+  };
+  auto post = [&](std::unique_ptr<OpContext> ctx) {
+    return detail::post_direct_all_reduce_now(std::move(ctx), input, output, op);
+  };
+  return detail::issue(group, {
+      .name = "all_reduce",
+      .what = detail::OpSummary::of(input, op),
+      .native_start = detail::native_start_if(algo == Algorithm::Native && as_is, start),
+      // The direct exchange posts all of its messages in one go.
+      .post = algo == Algorithm::Direct && as_is ? detail::OnePost(post)
+                                                  : detail::OnePost(),
+      .keep = {&input, &output},
+      .body = [&] { return detail::OpBody([input, output, op, world, algo](OpContext& ctx) mutable {
+    const bool in_place = input.raw_data() == output.raw_data();
+    Accumulation a(ctx, input, output, op, in_place);
+    const size_t count = static_cast<size_t>(input.numel());
+    const char* in = static_cast<const char*>(a.in.raw_data());
+    char* out = static_cast<char*>(a.out.raw_data());
+    ctx.ran(Collective::AllReduce, algo);
+    switch (algo) {
+      case Algorithm::Native:
+        ctx.wait_native(ctx.native()->all_reduce(in, out, count, a.spec.dtype, a.spec.op),
+                        {input, output});
+        break;
+      case Algorithm::Tree: detail::tree_all_reduce(ctx, in, out, count, a.spec); break;
+      case Algorithm::Direct: detail::direct_all_reduce(ctx, in, out, count, a.spec); break;
+      case Algorithm::RecursiveDoubling:
+        detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);
+        break;
+      case Algorithm::Ring: detail::ring_all_reduce(ctx, in, out, count, a.spec); break;
+      default: detail::no_such_algorithm(Collective::AllReduce, algo);
+    }
+    a.finish(output, op, world);
+    return std::vector<Tensor>{};
+  }); }});
+}
+
+Work reduce(const Tensor& input, Tensor output, int root, const Group& group, ReduceOp op) {
+  detail::Validator v("reduce", group);
+  v.root(root);
+  v.defined(input, "input");
+  v.reduce_op(op, input.dtype());
+  const bool is_root = group.rank() == root;
+  if (is_root) {
+    v.defined(output, "output (on root)");
+    v.same_dtype(output, "output", input.dtype(), "input");
+    v.shape_is(output, "output", input.shape());
+    v.no_overlap(input, "input", output, "output", input);
+  }
+  const int world = group.size();
+  const Algorithm algo = detail::algorithm_of(group, Collective::Reduce, input.nbytes());
+  return detail::issue(group, {
+      .name = "reduce",
+      .what = detail::OpSummary::of(input, op).with_root(root),
+      .body = [&] {
+        return detail::OpBody([input, output, op, root, world, is_root,
+                               algo](OpContext& ctx) mutable {
+    Tensor out_arg = is_root ? output : Tensor();
+    Accumulation a(ctx, input, out_arg, op, is_root && input.raw_data() == output.raw_data());
+    const char* in = static_cast<const char*>(a.in.raw_data());
+    char* out = is_root ? static_cast<char*>(a.out.raw_data()) : nullptr;
+    const size_t count = static_cast<size_t>(input.numel());
+    ctx.ran(Collective::Reduce, algo);
+    switch (algo) {
+      case Algorithm::Native:
+        ctx.wait_native(ctx.native()->reduce(in, out, count, a.spec.dtype, a.spec.op, root),
+                        {input, output});
+        break;
+      case Algorithm::Tree: detail::tree_reduce(ctx, in, out, count, root, a.spec); break;
+      default: detail::no_such_algorithm(Collective::Reduce, algo);
+    }
+    if (is_root) a.finish(output, op, world);
+    return std::vector<Tensor>{};
+  }); }});
+}
+
+Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int64_t>& sizes,
+                      const Group& group, ReduceOp op) {
+  detail::Validator v("reduce_scatter", group);
+  v.defined(input, "input");
+  v.defined(output, "output");
+  v.at_least_1d(input, "input");
+  v.same_dtype(output, "output", input.dtype(), "input");
+  v.reduce_op(op, input.dtype());
+  const int64_t total = v.sizes(sizes, "sizes");
+  if (total != input.size(0))
+    v.fail(detail::str("sizes must add up to input.size(0) = ", input.size(0), ", given ",
+                       total));
+  const int me = group.rank();
+  int64_t start = 0;
+  for (int k = 0; k < me; ++k) start += sizes[k];
+  Tensor own_block = input.narrow(0, start, sizes[me]);
+  v.shape_is(output, "output", own_block.shape());
+  v.no_overlap(input, "input", output, "output", own_block);
+  const int world = group.size();
+  const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
+  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
+  auto start_native = [&](NativeCollectives& native) {
+    std::vector<size_t> counts;
+    for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
+    output.bump_version();
+    group.impl().count_run(Collective::ReduceScatter, Algorithm::Native);
+    return native.reduce_scatter(input.raw_data(), output.raw_data(), counts, input.dtype(), op);
+  };
+  return detail::issue(group, {
+      .name = "reduce_scatter",
+      .what = detail::OpSummary::of(input, op).with_splits(sizes),
+      .native_start = detail::native_start_if(algo == Algorithm::Native &&
+                                                  natively_reducible(input.dtype(), op) &&
+                                                  !output.overlaps(input),
+                                              start_native),
+      .keep = {&input, &output},
+      .body = [&] { return reduce_scatter_body(input, output, op, sizes, world, algo); }});
 }
 
 Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, ReduceOp op) {
@@ -239,30 +251,35 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
   if (input.size(0) % world != 0)
     v.fail(detail::str("input.size(0) must be a multiple of the group size ", world, ", given ",
                        input.size(0), " (use reduce_scatter_v for uneven blocks)"));
-  // Equal blocks that a native transport can start as they are skip the block list
-  // reduce_scatter_v builds (allocations that would cost a small op more than its MPI call),
-  // after the same checks in the same order.
+  // Equal blocks skip the block list reduce_scatter_v builds (allocations that would cost a
+  // small op more than its MPI call), after the same checks in the same order.
   v.defined(output, "output");
   v.same_dtype(output, "output", input.dtype(), "input");
   v.reduce_op(op, input.dtype());
   const int64_t rows = input.size(0) / world;
   v.shape_with_rows_is(output, "output", input.shape(), rows);
-  if (natively_reducible(input.dtype(), op) && !output.overlaps(input) &&
-      detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes()) ==
-          Algorithm::Native) {
-    auto work = detail::start_native_now(
-        group, "reduce_scatter", detail::OpSummary::of(input, op), {&input, &output},
-        [&](NativeCollectives& native) {
-          output.bump_version();
-          group.impl().count_run(Collective::ReduceScatter, Algorithm::Native);
-          return native.reduce_scatter_equal(input.raw_data(), output.raw_data(),
-                                             static_cast<size_t>(output.numel()), input.dtype(),
-                                             op);
-        });
-    if (work) return std::move(*work);
-  }
-  return reduce_scatter_v(input, output, std::vector<int64_t>(world, input.size(0) / world),
-                          group, op);
+  if (output.overlaps(input))  // only our own block of the input may be the output
+    v.no_overlap(input, "input", output, "output", input.narrow(0, group.rank() * rows, rows));
+  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
+  auto start = [&](NativeCollectives& native) {
+    output.bump_version();
+    group.impl().count_run(Collective::ReduceScatter, Algorithm::Native);
+    return native.reduce_scatter_equal(input.raw_data(), output.raw_data(),
+                                       static_cast<size_t>(output.numel()), input.dtype(), op);
+  };
+  // Described and fingerprinted as reduce_scatter_v with equal blocks, the same call.
+  return detail::issue(group, {
+      .name = "reduce_scatter",
+      .what = detail::OpSummary::of(input, op).with_equal_splits(world, rows),
+      .native_start = detail::native_start_if(algo == Algorithm::Native &&
+                                                  natively_reducible(input.dtype(), op) &&
+                                                  !output.overlaps(input),
+                                              start),
+      .keep = {&input, &output},
+      .body = [&] {
+        return reduce_scatter_body(input, output, op, std::vector<int64_t>(world, rows), world,
+                                   algo);
+      }});
 }
 
 Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Group& group,
@@ -301,8 +318,10 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
       group, Collective::ReduceScatter, static_cast<size_t>(total) * row_bytes(first));
   if (algo != Algorithm::Ring || !natively_reducible(output.dtype(), op))
     return reduce_scatter_v(cat(inputs, 0), output, sizes, group, op);
-  return detail::submit(group, "reduce_scatter", summary,
-                        [inputs, output, op, sizes](OpContext& ctx) mutable {
+  return detail::issue(group, {
+      .name = "reduce_scatter",
+      .what = summary,
+      .body = [&] { return detail::OpBody([inputs, output, op, sizes](OpContext& ctx) mutable {
     ctx.ran(Collective::ReduceScatter, Algorithm::Ring);
     std::vector<const char*> in_block;
     in_block.reserve(inputs.size());
@@ -313,7 +332,7 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
                                 ReduceSpec{output.dtype(), op});
     output.bump_version();
     return std::vector<Tensor>{};
-  });
+  }); }});
 }
 
 }  // namespace ferry

@@ -93,7 +93,7 @@ namespace {
 class RunByItsOwner final : public detail::WorkState {
  public:
   RunByItsOwner() : WorkState(std::string("run by its owner")) {}
-  bool completes_by_itself() const override { return true; }
+  bool hand_off_progress(const std::shared_ptr<WorkState>&) override { return true; }
   bool is_completed() const override {
     ++tests;
     return WorkState::is_completed();

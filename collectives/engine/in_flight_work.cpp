@@ -1,0 +1,217 @@
+#include <ferry/collectives/engine/in_flight_work.h>
+
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/engine/queued_work.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
+
+#include <algorithm>
+
+namespace ferry::detail {
+namespace {
+
+// Most small native collectives finish within microseconds of being waited for: such an op is
+// polled this long first, and the full wait (the diagnosis of absent ranks, poisoning) set up
+// only after (InFlight::polls_first).
+constexpr auto kQuickPoll = std::chrono::microseconds(20);
+// A caller's own shorter timeout polls in slices this long.
+constexpr auto kSlice = std::chrono::milliseconds(50);
+// A waiter that finds the drive lock taken waits for the op's completion, trying the lock again
+// after this, doubling up to kLongestDriveSlice: a test holds the lock for microseconds, a
+// driver until the op completed (which wakes the waiter at once).
+constexpr auto kFirstDriveSlice = std::chrono::microseconds(20);
+constexpr auto kLongestDriveSlice = std::chrono::milliseconds(1);
+
+void keep_for_life(KeptBuffers keep) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<KeptBuffers>();  // never destroyed, on purpose
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(keep));
+}
+
+}  // namespace
+
+std::exception_ptr after_failure(GroupImpl* group, std::exception_ptr error, OnFailure policy,
+                                 KeptBuffers& keep) {
+  bool tell_peers = policy == OnFailure::kPoisonTellPeers;
+  try {
+    std::rethrow_exception(error);
+  } catch (const OwnDeadlineExpired&) {
+    // Every rank stuck in the op times out by itself and names the absent ones: telling the
+    // others now would race their own diagnosis.
+    tell_peers = false;
+  } catch (...) {
+  }
+  error = public_error(error);  // the public type for the caller
+  if (policy == OnFailure::kPoisonKeepBuffers)
+    keep_for_life(std::move(keep));  // the transport may write into them whenever peers arrive
+  keep = {};
+  if (group != nullptr && policy != OnFailure::kOpOnly) {
+    const std::string why = error_message(error);
+    group->poison(error, why);
+    if (tell_peers) group->transport().abandon_group(group->id(), why);
+  }
+  return error;
+}
+
+InFlightWork::InFlightWork(OpDescription op, Clock::time_point deadline,
+                           std::unique_ptr<InFlight> pending, KeptBuffers keep)
+    : WorkState(std::string()), op_(std::move(op)), deadline_(deadline),
+      pending_(std::move(pending)), keep_(std::move(keep)) {
+  self_timed = deadline != Clock::time_point::max();
+}
+
+InFlightWork::~InFlightWork() {
+  if (!pending_) return;
+  auto group = op_.group.lock();
+  if (!group) return;  // a group that ended has waited for it already (finish_before_group_ends)
+  group->executor().enqueue([g = group.get(), op = op_.op, seq = op_.seq, deadline = deadline_,
+                             pending = std::shared_ptr<InFlight>(std::move(pending_)),
+                             keep = std::move(keep_)]() mutable {
+    try {
+      pending->wait_to_the_end(*g, op, seq, deadline);
+      pending->finish();
+    } catch (...) {
+      after_failure(g, std::current_exception(), pending->on_failure(), keep);
+    }
+  });
+}
+
+std::unique_ptr<InFlight> InFlightWork::take_pending() {
+  std::lock_guard<std::mutex> drive(drive_mu_);
+  return std::move(pending_);
+}
+
+bool InFlightWork::lock_drive(std::unique_lock<std::mutex>& drive, Clock::time_point deadline,
+                              bool& completed) {
+  // try_lock in a loop around a bounded wait for the completion flag, rather than a timed lock:
+  // the completion wakes the waiter at once, and the lock is one every tool understands.
+  Clock::duration slice = kFirstDriveSlice;
+  completed = false;
+  while (!drive.try_lock()) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_until(lock, std::min(deadline, now + slice), [&] { return done_; })) {
+      completed = true;
+      return false;
+    }
+    slice = std::min<Clock::duration>(2 * slice, kLongestDriveSlice);
+  }
+  return true;
+}
+
+bool InFlightWork::is_completed() const {
+  if (WorkState::is_completed()) return true;
+  std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+  if (!drive.owns_lock() || !pending_) return WorkState::is_completed();
+  auto* self = const_cast<InFlightWork*>(this);
+  try {
+    if (!pending_->test()) return false;
+  } catch (...) {
+    self->fail_op(std::current_exception());
+    return true;
+  }
+  self->settle();
+  return true;
+}
+
+bool InFlightWork::wait_until(Clock::time_point deadline, bool may_help) {
+  std::unique_lock<std::mutex> drive(drive_mu_, std::defer_lock);
+  bool completed = false;
+  if (!lock_drive(drive, deadline, completed)) return completed;
+  if (!pending_) {  // settled already
+    drive.unlock();
+    return WorkState::wait_until(deadline, may_help);
+  }
+  try {
+    if (pending_->polls_first() &&
+        pending_->poll_until(std::min({deadline, deadline_, Clock::now() + kQuickPoll}))) {
+      settle();
+      return true;
+    }
+    if (deadline < deadline_) {
+      // A caller's own shorter timeout (Work::wait(ms)): poll; on expiry Work poisons the group
+      // and the op stays in flight for a later wait (or the group's end) to finish.
+      while (!pending_->poll_until(std::min(deadline, Clock::now() + kSlice))) {
+        if (Clock::now() >= deadline) return false;
+      }
+      settle();
+      return true;
+    }
+  } catch (...) {
+    fail_op(std::current_exception());
+    return true;
+  }
+  if (auto group = op_.group.lock()) {
+    drive_to_the_end(*group);
+    return true;
+  }
+  drive.unlock();
+  return WorkState::wait_until(deadline, may_help);  // the group ended: it finished the op
+}
+
+bool InFlightWork::hand_off_progress(const std::shared_ptr<WorkState>& self) {
+  auto group = op_.group.lock();
+  if (!group) return false;
+  group->executor().enqueue([work = std::static_pointer_cast<InFlightWork>(self), g = group.get()] {
+    std::lock_guard<std::mutex> drive(work->drive_mu_);
+    if (work->pending_) work->drive_to_the_end(*g);
+  });
+  return true;
+}
+
+void InFlightWork::wait_timed_out(const std::string& why) {
+  auto group = op_.group.lock();
+  if (!group) return;
+  poison_after_wait_timeout(*group, why);
+  // Then as a queued op does in a poisoned group: an exchange that can be withdrawn gives up (its
+  // wait sees the poison within one slice) and tells the peers, so that they fail at once rather
+  // than at their deadline. A native collective cannot be withdrawn: it stays in flight for a
+  // later wait (or the group's end) to finish.
+  std::lock_guard<std::mutex> drive(drive_mu_);
+  if (pending_ && pending_->on_failure() == OnFailure::kPoisonTellPeers) drive_to_the_end(*group);
+}
+
+void InFlightWork::finish_before_group_ends(GroupImpl& group) {
+  std::lock_guard<std::mutex> drive(drive_mu_);
+  if (pending_) drive_to_the_end(group);
+}
+
+void InFlightWork::settle() {
+  std::vector<Tensor> outputs;
+  try {
+    outputs = pending_->finish();
+  } catch (...) {
+    fail_op(std::current_exception());
+    return;
+  }
+  release();
+  FERRY_LOG(Trace, "coll", description(), " done");
+  complete(std::move(outputs));
+}
+
+void InFlightWork::drive_to_the_end(GroupImpl& group) {
+  try {
+    pending_->wait_to_the_end(group, op_.op, op_.seq, deadline_);
+  } catch (...) {
+    fail_op(std::current_exception());
+    return;
+  }
+  settle();
+}
+
+void InFlightWork::fail_op(std::exception_ptr error) {
+  const OnFailure policy = pending_->on_failure();
+  auto group = op_.group.lock();
+  error = after_failure(group.get(), std::move(error), policy, keep_);
+  release();
+  fail(error);
+}
+
+void InFlightWork::release() {
+  pending_.reset();
+  keep_ = {};
+}
+
+}  // namespace ferry::detail

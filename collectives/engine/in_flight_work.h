@@ -1,0 +1,121 @@
+// The Work of an op started when it was issued (internal): a native collective whose transport
+// request is in flight, a point-to-point exchange posted at issue, a send or a recv.
+//
+// Nobody runs such an op: it moves inside its transport's calls, so whoever tests or waits for
+// it drives it, one thread at a time (the drive lock). The others wait for the op's completion
+// in short slices, taking the drive lock when it is free, so that none of them sleeps while the
+// op is left undriven. A wait that lasts at least the op's own deadline waits it out with the
+// engine's diagnosis of absent ranks and poisoning (OpContext); a caller's shorter wait polls
+// and leaves it in flight on expiry. A Work dropped before its op finished hands the op to the
+// group's worker, which waits it out under the op's deadline: the transport still owns the
+// buffers, and the peers wait for this rank's part.
+#pragma once
+
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/engine/op_description.h>
+#include <ferry/runtime/work.h>
+
+#include <array>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ferry::detail {
+
+// The memory of the tensors an op started at issue reads or writes (at most an input and an
+// output), kept alive until it finished. Held inline and without Tensor handles, whose copies
+// allocate: that would cost a small op more than its transport call.
+using KeptBuffers = std::array<std::shared_ptr<const void>, 2>;
+
+// What a failure of an op started at issue means beyond the op.
+enum class OnFailure {
+  // A native collective: the group is poisoned, and the buffers are kept for the life of the
+  // process (the transport cannot withdraw a collective and may still write into them).
+  kPoisonKeepBuffers,
+  // A collective over posted point-to-point requests (withdrawn on failure): the group is
+  // poisoned and, unless every rank times out by itself, the peers are told at once, as a
+  // queued op does.
+  kPoisonTellPeers,
+  // A send or a recv: only the op fails (it takes no sequence number; the collectives stay in
+  // step).
+  kOpOnly,
+};
+
+// What an op started at issue still has in flight. Called only under its Work's drive lock.
+class InFlight {
+ public:
+  virtual ~InFlight() = default;
+  // Never blocks: true once the transport's part finished, either way. May throw the failure.
+  virtual bool test() = 0;
+  // Polls until finished (true) or `deadline` (false). May throw the failure.
+  virtual bool poll_until(Clock::time_point deadline) = 0;
+  // Waits under the op's own deadline with the engine's diagnosis of absent ranks; throws on
+  // expiry, on a poisoned group and on failure.
+  virtual void wait_to_the_end(GroupImpl& group, const char* op, uint64_t seq,
+                               Clock::time_point deadline) = 0;
+  // Once finished: throws the op's failure, or does what follows the transfer (combines the
+  // payloads) and returns the op's outputs.
+  virtual std::vector<Tensor> finish() = 0;
+  virtual OnFailure on_failure() const = 0;
+  // Whether a wait polls it for a few microseconds before setting up the full wait: a native
+  // request mostly finishes within microseconds of being waited for. A point-to-point exchange
+  // goes straight to its wait, which tells a withdrawn message from a peer's announced failure.
+  virtual bool polls_first() const { return false; }
+};
+
+class InFlightWork : public WorkState, public InFlightNative {
+ public:
+  // `deadline`: the op's own (time_point::max() for an op that has none: send, recv).
+  InFlightWork(OpDescription op, Clock::time_point deadline, std::unique_ptr<InFlight> pending,
+               KeptBuffers keep);
+  // Dropped before the op finished: the group's worker waits it out (see the top).
+  ~InFlightWork() override;
+
+  std::string description() const override { return op_.format(); }
+  bool is_completed() const override;
+  bool wait_until(Clock::time_point deadline, bool may_help) override;
+  // Background progress: the group's worker drives the op to the end, as it would a queued
+  // one. The process's progress thread would instead wake up every 50 us to 1 ms to test it; on
+  // a host with no core to spare (2 ranks on 2 cores) those wake-ups took a core from a rank,
+  // and the KJT all-to-all over MPI cost twice as long.
+  bool hand_off_progress(const std::shared_ptr<WorkState>& self) override;
+  void wait_timed_out(const std::string& why) override;
+  void finish_before_group_ends(GroupImpl& group) override;
+
+ protected:
+  // For a Work with its own way of letting go (a send or a recv is withdrawn when dropped):
+  // the op still in flight, taken under the drive lock; null once settled.
+  std::unique_ptr<InFlight> take_pending();
+  std::mutex& drive_mutex() const { return drive_mu_; }
+  InFlight* pending() const { return pending_.get(); }  // drive lock held
+  std::shared_ptr<GroupImpl> group_of_op() const { return op_.group.lock(); }
+
+ private:
+  // Takes the drive lock, or returns early: true with `drive` locked, or false when the op
+  // completed meanwhile (`completed`) or `deadline` passed.
+  bool lock_drive(std::unique_lock<std::mutex>& drive, Clock::time_point deadline,
+                  bool& completed);
+  // The op finished: its outcome becomes the Work's. Drive lock held.
+  void settle();
+  // Waits under the op's deadline, as the worker's path does. Drive lock held.
+  void drive_to_the_end(GroupImpl& group);
+  void fail_op(std::exception_ptr error);
+  // Done with the transfer: the caller then holds the only handles to its tensors.
+  void release();
+
+  OpDescription op_;  // formatted only when a message needs it
+  Clock::time_point deadline_;
+  mutable std::mutex drive_mu_;  // held by the one thread testing or waiting on pending_
+  std::unique_ptr<InFlight> pending_;
+  KeptBuffers keep_;  // released before the Work completes (see release)
+};
+
+// What `policy` does to the group after an op failed with `error`; returns the error the caller
+// sees. `keep` is released, or kept for the life of the process when the transport may still
+// use it.
+std::exception_ptr after_failure(GroupImpl* group, std::exception_ptr error, OnFailure policy,
+                                 KeptBuffers& keep);
+
+}  // namespace ferry::detail
