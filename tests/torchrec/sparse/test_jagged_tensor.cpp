@@ -1,6 +1,6 @@
 // JaggedTensor: lengths / offsets agreement, dense views and padding, validation messages.
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <catch2/catch.hpp>
 

@@ -9,8 +9,8 @@
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "comm_test_helpers.h"
-#include "sharded_test_util.h"
+#include "tests/torchrec/comm_test_helpers.h"
+#include "tests/torchrec/sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <cmath>

@@ -1,6 +1,6 @@
 // bucketize_kjt_before_all2all (TC21 and more) and the pooled-embedding column permutation.
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <catch2/catch.hpp>
 

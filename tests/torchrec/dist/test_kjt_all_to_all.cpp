@@ -8,7 +8,7 @@
 #pragma GCC diagnostic ignored "-Wrestrict"
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 #include "kjt_case.h"
 
 #include <random>

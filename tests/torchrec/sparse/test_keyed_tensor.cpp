@@ -1,6 +1,6 @@
 // KeyedTensor: per-key access, to_dict, regroup, from_tensor_list, validation.
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <catch2/catch.hpp>
 

@@ -5,7 +5,7 @@
 // the asynchronous one.
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "comm_test_helpers.h"
+#include "tests/torchrec/comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 using namespace ferry;

@@ -3,7 +3,7 @@
 // gradients (touched rows only, duplicates accumulated) and gradchecks of tables and weights.
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "embedding_test_util.h"
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <ferry/autograd/gradcheck.h>
 

@@ -4,7 +4,7 @@
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/run_ranks.h>
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <catch2/catch.hpp>
 

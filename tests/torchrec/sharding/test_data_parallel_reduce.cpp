@@ -6,7 +6,7 @@
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "sharded_test_util.h"
+#include "tests/torchrec/sharded_test_util.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 #include <random>

@@ -4,7 +4,7 @@
 // codecs on inputs that went through the codec's round trip (what the wire does to them).
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "comm_test_helpers.h"
+#include "tests/torchrec/comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
 using namespace ferry;

@@ -62,7 +62,7 @@ class FakeSharded : public ShardedModuleStages<Variable, Variable, Variable> {
 
 }  // namespace
 
-DG_CASE("dmp: broadcast, averaged replicated gradients, both optimizers stepped", "[ddp][dmp]",
+DG_CASE("dmp: broadcast, averaged replicated gradients, both optimizers stepped", "[torchrec][dmp]",
         1, 2, 3) {
   const double lr = 0.5;
   auto fake = std::make_shared<FakeSharded>(g.rank(), lr);
@@ -145,7 +145,7 @@ DG_CASE("dmp: broadcast, averaged replicated gradients, both optimizers stepped"
   }
 }
 
-DG_CASE("dmp: a model without replicated parameters, and bad arguments", "[ddp][dmp]", 1, 2) {
+DG_CASE("dmp: a model without replicated parameters, and bad arguments", "[torchrec][dmp]", 1, 2) {
   class ShardOnly : public ShardedModule {
    public:
     std::string name() const override { return "shard-only"; }

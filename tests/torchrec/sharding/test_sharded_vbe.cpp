@@ -8,8 +8,8 @@
 // sharded EmbeddingCollection are refused on every rank, naming op, rank and sharding type.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "comm_test_helpers.h"
-#include "sharded_test_util.h"
+#include "tests/torchrec/comm_test_helpers.h"
+#include "tests/torchrec/sharded_test_util.h"
 #include "small_tables_case.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 

@@ -1,7 +1,7 @@
 // KeyedJaggedTensor: construction from lengths / offsets, lazy derivation, validation, access by
 // key, split / permute / concat, variable stride per key.
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <catch2/catch.hpp>
 

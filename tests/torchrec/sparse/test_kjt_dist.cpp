@@ -2,7 +2,7 @@
 // kjt_dist_init on buffers laid out exactly as the two-phase all-to-all will deliver them
 // (simulated in process here, from kjt_dist_tensors / kjt_dist_splits alone).
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <catch2/catch.hpp>
 

@@ -12,7 +12,7 @@
 // The launcher variables of other launchers that take precedence (LOCAL_WORLD_SIZE,
 // LOCAL_RANK) are removed first, in case the caller's environment has them. Exit status 0 when
 // every check passed on every rank.
-#include "../mpi/job_checks.h"
+#include "tests/mpi/job_checks.h"
 #include <ferry/collectives/torchrec/torchrec.h>
 #include <ferry/ferry.h>
 

@@ -3,7 +3,7 @@
 // the rule written out here. float64, same operation order, so the tables must be bit-identical.
 // Also the non-fused path and the config validation.
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <catch2/catch.hpp>
 

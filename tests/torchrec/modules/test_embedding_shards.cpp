@@ -3,7 +3,7 @@
 // divisors), column blocks concatenate to it, and each shard's sparse gradient is the full
 // gradient's block.
 #include <ferry/collectives/torchrec/torchrec.h>
-#include "jagged_test_util.h"
+#include "tests/torchrec/jagged_test_util.h"
 
 #include <catch2/catch.hpp>
 
