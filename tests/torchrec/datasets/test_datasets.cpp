@@ -255,7 +255,7 @@ TEST_CASE("SyntheticCriteo: labels follow the hidden model; Bayes AUC", "[datase
   CHECK(bayes > 0.75);
   CHECK(dense_only > 0.6);
   CHECK(bayes > dense_only + 0.05);
-  // The stated value for the default configuration (docs/torchrec-modules.md).
+  // The stated value for the default configuration (docs/torchrec/modules.md).
   CHECK(SyntheticCriteo({}).bayes_auc() == Approx(bayes).margin(0.01));
 }
 

@@ -228,7 +228,8 @@ Variable bag_seq_loss(const Variable& pooled, const std::vector<Variable>& rows,
 void bag_seq_step(BagsAndSequences& m, DistributedModelParallel& dmp, int rank, int step) {
   const Variable pooled = m.bags->forward(features(sparse_tables(), rank + 10 * step)).values;
   const SequenceEmbeddings seq = m.seqs->forward(features(as_bags(seq_tables()), rank + 10 * step));
-  // Each rank's loss is its mean over its 3 samples (the scaling of spec section 3).
+  // Each rank's loss is its mean over its 3 samples: with gradient division, the sharded step
+  // then equals one process's on the global batch with the mean loss.
   mul(bag_seq_loss(pooled, seq.values_per_key, m.w, m.v), 1.0 / 3).backward();
   dmp.step();
   dmp.zero_grad();
