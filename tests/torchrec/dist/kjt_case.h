@@ -1,6 +1,6 @@
 // KJT_CASE: an SPMD body for the torchrec dist tests, written once and run two ways: as a Catch2
 // test case on local worlds of the listed sizes (run_ranks, one thread per rank), and as a
-// spmd::Case that test_torchrec_kjt_spmd runs once per process on ferry::init()'s world (MPI or
+// spmd::Case that test_torchrec_spmd runs once per process on ferry::init()'s world (MPI or
 // UCX under mpiexec / ferry-run). A body fails by throwing; need() throws spmd::Failed naming
 // the rank. Bodies must work for any world size the process launchers use (2 and 3), taking a
 // sub-group where a case needs a fixed size (first_ranks).

@@ -1,5 +1,5 @@
 // KJTAllToAll across ranks (SPMD: local threads here, MPI / UCX processes in
-// test_torchrec_kjt_spmd): the worked case TC19 (torchrec's docs example), recat and stagger,
+// test_torchrec_spmd): the worked case TC19 (torchrec's docs example), recat and stagger,
 // weights, unequal batches, variable stride per key, W = 1, both phases asynchronous, properties on
 // seeded random KJTs (the reverse exchange through the exposed splits gives the input back, ids
 // preserved, per-key order), row-wise bucketization end to end, and bad input failing on every
