@@ -6,7 +6,7 @@
 // else throws InvalidArgument naming the variable, what it accepts and what it was given. A
 // FERRY_* name that is not one of known_settings() draws a warning on stderr naming the nearest
 // known name (FERRY_TIMEOUTS: did you mean FERRY_TIMEOUT?). FERRY_DEBUG=info prints the
-// effective settings at init. The README's table of variables is checked against
+// effective settings at init. docs/environment.md's table of variables is checked against
 // known_settings() by tests/runtime/test_config.cpp.
 #pragma once
 
@@ -44,12 +44,12 @@ struct Config {
   std::string rendezvous, rank, world_size, secret, rendezvous_bind;
 };
 
-// One known variable: what it accepts and its default, as the README's table shows them.
+// One known variable: what it accepts and its default, as docs/environment.md's table shows them.
 struct SettingInfo {
   const char* name;
   const char* accepts;
   const char* fallback;
-  bool documented;  // false: a tool's or a test's own switch, not in the README's table
+  bool documented;  // false: a tool's or a test's own switch, not in docs/environment.md
 };
 const std::vector<SettingInfo>& known_settings();
 

@@ -44,10 +44,11 @@ struct Entry {
 // payload to every other rank at once and combines all of them, one round whose sends and
 // receives can all be posted when the op is issued (direct_all_reduce.cpp here, and
 // collectives/ops/direct_post.h). Up to 32 KiB, recursive doubling (log2 W exchange rounds of
-// the whole payload; it replaced the binomial tree, which moves as many bytes in twice the
-// rounds); above, the ring (2 (W-1) messages of 1/W of it). 32 KiB is where tree and ring cost
-// about the same on one host with the local transport. One rank has nothing to exchange:
-// recursive doubling returns at once.
+// the whole payload: as many bytes as a binomial tree's reduce then broadcast, in half the
+// rounds); above, the ring (2 (W-1) messages of 1/W of it). The 32 KiB bound was measured
+// between the binomial tree and the ring (where they cost about the same on one host with the
+// local transport) and kept when recursive doubling took the tree's place. One rank has nothing
+// to exchange: recursive doubling returns at once.
 const Entry& entry(Collective c) {
   using A = Algorithm;
   static const std::array<Entry, kCollectiveCount> table = {{

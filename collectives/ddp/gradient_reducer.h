@@ -16,7 +16,7 @@
 // parameter marks it ready when backward has finished its gradient. When every parameter of a
 // bucket is ready, and every earlier bucket has been launched, the bucket's gradients are copied
 // into one flat buffer and an asynchronous all_reduce (ReduceOp::Avg by default) is started on
-// it, kept moving by the progress thread (Work::progress_in_background), while backward goes on
+// it, kept moving while nobody waits for it (Work::progress_in_background) as backward goes on
 // with earlier layers. Buckets are always launched in bucket order, so every rank issues the
 // same collectives in the same order whatever order its gradients arrived in. finish() launches
 // what is left, waits for every bucket and copies the averages back into the parameters'

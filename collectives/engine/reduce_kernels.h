@@ -1,4 +1,5 @@
-// Elementwise reduction of two buffers, used by every reducing algorithm (internal).
+// Elementwise reduction of two buffers, used by every reducing algorithm, and the dtype and
+// division of an Avg that the reducing ops apply around them (internal).
 #pragma once
 
 #include <ferry/collectives/collectives.h>

@@ -58,7 +58,8 @@
 //                            state (sharded_tables.h).
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
-// same; docs/torchrec.md lists the mapping and the deliberate differences.
+// same; docs/torchrec/file-map.md maps torchrec's files to these, and docs/torchrec/*.md list
+// the names and the deliberate differences.
 #pragma once
 
 #include <ferry/collectives/torchrec/comm/codec_telemetry.h>

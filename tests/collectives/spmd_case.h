@@ -10,15 +10,20 @@
 
 #include <catch2/catch.hpp>
 
+#include <string>
 #include <vector>
 
 namespace ftest {
 
 using SpmdBody = void (*)(Group&, Ctx&);
+// Why a case cannot run on a world, or "" (spmd::Case::skip_reason).
+using SpmdSkipReason = std::string (*)(const Group&);
 
 // Registers `body` as a spmd::Case: a fresh Ctx per run; the case fails (spmd::Failed) when a
-// check failed or none was made.
-bool register_spmd_case(const char* name, const char* tags, SpmdBody body);
+// check failed or none was made. On a world where `skip_reason` gives a reason, the runner
+// reports the case as skipped instead of running it.
+bool register_spmd_case(const char* name, const char* tags, SpmdBody body,
+                        SpmdSkipReason skip_reason = nullptr);
 
 }  // namespace ftest
 

@@ -89,8 +89,7 @@ TEST_CASE("deadlines: a timed-out op fails at its deadline, diagnosis included",
     Group sub = g.split(0, g.rank());
     if (g.rank() == 1) {  // stays away from the all_reduce until rank 0 gave up on it
       std::this_thread::sleep_for(std::chrono::milliseconds(5500));
-      FT_CHECK(ctx, true, "rank 1 stays away");
-      return;
+      return;  // the checks are rank 0's
     }
     Tensor t = ferry::ones({4});
     const auto t0 = std::chrono::steady_clock::now();

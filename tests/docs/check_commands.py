@@ -19,7 +19,8 @@ import time
 PREFIXES = ('tools/', 'build/tools/', 'mpiexec ', 'FERRY_BACKEND=', 'FERRY_SECRET=',
             'MASTER_PORT=', 'meson ', 'ninja ', './build/')
 
-# The main job's section, its documented variants, and the Troubleshooting table's tools.
+# The main job's section, its documented variants, the Troubleshooting table's tools and the
+# comm-op bench of "What there is".
 RUN = [
     'tools/demo',
     'tools/demo --world-size 2 --sharding mixed',

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compiles every C++ snippet of README.md and docs/*.md against the built libferry.so.
+"""Compiles every C++ snippet of README.md and the pages under docs/ against the built libferry.so.
 
 Each ```cpp block must be marked by an HTML comment just above it (invisible on a rendered page):
 
@@ -96,7 +96,8 @@ def main():
              '-DMPICH_SKIP_MPICXX']
     link = ['-L' + libdir, '-lferry', '-Wl,-rpath,' + libdir, '-pthread']
     files = ['README.md'] + sorted(os.path.relpath(p, source)
-                                   for p in glob.glob(os.path.join(source, 'docs', '*.md')))
+                                   for p in glob.glob(os.path.join(source, 'docs', '**', '*.md'),
+                                                      recursive=True))
     unit = [HEADER]
     programs, problems, counts = [], [], {}
     n = 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the built ferry into a temporary prefix and builds a program against it in each way the
-# README documents: pkg-config on a plain g++ line (the README's first program), a CMake project
-# (find_package(ferry CONFIG)), and a Meson project with ferry as a subproject (ferry.wrap).
+# README and docs/packaging.md document: pkg-config on a plain g++ line (the README's first
+# program), a CMake project (find_package(ferry CONFIG)), and a Meson project with ferry as a
+# subproject (ferry.wrap).
 # Reuses the library the build already made; only the small consumers are compiled, so this stays
 # cheap enough for CI. The subproject is configured and its consumer compiled, not linked: linking
 # would build the library a second time inside the parent.

@@ -1,6 +1,6 @@
 // The configuration module (runtime/config.h): one set of rules for every FERRY_* variable,
 // bad values refused naming the variable, misspelt names warned about with the nearest known
-// name, and the README's table of variables checked against the module's list.
+// name, and docs/environment.md's table of variables checked against the module's list.
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
@@ -164,13 +164,13 @@ TEST_CASE("config: the effective settings are described (the secret is not)", "[
   CHECK(d.find("hunter2") == std::string::npos);
 }
 
-TEST_CASE("config: the README's table lists exactly the known variables", "[config]") {
-  std::ifstream readme(FERRY_SOURCE_DIR "/README.md");
-  REQUIRE(readme.good());
+TEST_CASE("config: docs/environment.md's table lists exactly the known variables", "[config]") {
+  std::ifstream page(FERRY_SOURCE_DIR "/docs/environment.md");
+  REQUIRE(page.good());
   std::string line;
   bool in_section = false;
   std::set<std::string> listed;
-  while (std::getline(readme, line)) {
+  while (std::getline(page, line)) {
     if (line.rfind("## ", 0) == 0) in_section = line == "## Environment variables";
     if (!in_section || line.rfind("| `FERRY_", 0) != 0) continue;
     const size_t end = line.find('`', 3);
@@ -180,11 +180,11 @@ TEST_CASE("config: the README's table lists exactly the known variables", "[conf
   for (const ferry::SettingInfo& s : ferry::known_settings())
     if (s.documented) known.insert(s.name);
   for (const std::string& name : known) {
-    INFO(name << " is a setting but not in the README's table");
+    INFO(name << " is a setting but not in docs/environment.md's table");
     CHECK(listed.count(name) == 1);
   }
   for (const std::string& name : listed) {
-    INFO(name << " is in the README's table but not a setting (runtime/config_parse.cpp)");
+    INFO(name << " is in docs/environment.md's table but not a setting (runtime/config_parse.cpp)");
     CHECK(known.count(name) == 1);
   }
 }

@@ -83,11 +83,20 @@ int main_under_mpi(int argc, char** argv) {
   }
   const int me = world.rank();
   const auto t_all = std::chrono::steady_clock::now();
-  int ran = 0, failed = 0;
+  int ran = 0, failed = 0, skipped = 0;
   bool stopped = false;
   for (const Case& c : cases()) {
     if (!selected(c, argc, argv)) continue;
     ++ran;
+    const std::string skip = c.skip_reason ? c.skip_reason(world) : std::string();
+    if (!skip.empty()) {
+      ++skipped;
+      if (me == 0)
+        std::printf("[spmd %d ranks] %-8s %6s  %s: %s\n", world.size(), "skipped", "",
+                    c.name.c_str(), skip.c_str());
+      std::fflush(stdout);
+      continue;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     std::string error;
     try {
@@ -148,7 +157,8 @@ int main_under_mpi(int argc, char** argv) {
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
   if (me == 0)
-    std::printf("[spmd %d ranks] %d cases, %d failed, %.1f s\n", world.size(), ran, failed, total);
+    std::printf("[spmd %d ranks] %d cases, %d skipped, %d failed, %.1f s\n", world.size(), ran,
+                skipped, failed, total);
   std::fflush(stdout);
   std::fflush(stderr);
   if (ran == 0) {

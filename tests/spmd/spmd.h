@@ -27,6 +27,10 @@ struct Case {
   std::string tags;  // Catch2 style, "[reductions][all_reduce]"
   // Runs on every rank with the world group.
   std::function<void(ferry::Group&)> run;
+  // Asked on every rank before `run`: why the case cannot run on this world (its size, its
+  // transport), or "" when it can. A case with a reason is reported as skipped, with the
+  // reason, and not run; the answer must be the same on every rank.
+  std::function<std::string(const ferry::Group&)> skip_reason = nullptr;
 };
 
 // Adds a case; returns true so it can initialize a static.
@@ -43,8 +47,8 @@ bool add_final_check(std::function<std::string(ferry::Group&)> check);
 
 // The main() of an mpiexec-launched suite. Arguments: optional substrings; a case runs when its
 // name or tags contain one of them (all cases without any). Each rank sets a 60 s default
-// deadline unless FERRY_TIMEOUT is set. Rank 0 prints one line per case with its time; a rank
-// that failed prints why. After a case that poisoned the world group the run stops. The final
+// deadline unless FERRY_TIMEOUT is set. Rank 0 prints one line per case with its time (or, for a
+// skipped case, the reason); a rank that failed prints why. After a case that poisoned the world group the run stops. The final
 // checks run last. Returns 0 when every case and check passed on every rank.
 int main_under_mpi(int argc, char** argv);
 

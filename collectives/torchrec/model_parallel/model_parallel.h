@@ -15,7 +15,8 @@
 //     then asks every sharded module to step its own (fused) optimizer.
 // With the sharded modules' gradient division (torchrec's GRADIENT_DIVISION, on by default) and
 // the reducer's average, one step equals a single process training on the concatenated global
-// batch with the mean loss (spec/torchrec-modules.md section 3).
+// batch with the mean loss, each rank's loss being the mean over its own samples
+// (docs/torchrec/training.md, sharded embedding collections).
 //
 //   DistributedModelParallel dmp(dense_params, {sharded_ebc}, world,
 //       [](std::vector<Variable> p) { return std::make_unique<Sgd>(std::move(p), SgdOptions{}); });

@@ -7,7 +7,7 @@
 // plan prints the same way as a generated one. The planner logs this table under
 // FERRY_DEBUG=info (subsystem "torchrec"); the string is the caller's to print.
 //
-// Example (README's, W = 4, L = 2, batch 512 per rank, budget 200 MB, Adagrad state; trimmed):
+// Example (W = 4, L = 2, batch 512 per rank, budget 200 MB, Adagrad state; trimmed):
 //
 //   torchrec sharding plan: 4 ranks, 2 per node, batch 512 per rank, budget 191 MiB per rank
 //   module     | table   | sharding      | kernel | ranks   | rows x dim   | memory per rank | cost per rank (ms)

@@ -96,20 +96,20 @@ class SequenceEmbeddingSharding : public EmbeddingSharding {
 
 namespace detail {
 
-// Launches `a2a` on `send` and records phase 2 (splits, stride per rank) in ctx when the outer
-// awaitable is waited.
 // The collections' input dist: the shardings' two-phase input dists (launched already) joined
 // into one two-phase awaitable of their KJTs, in sharding order. The outer wait completes every
 // phase 1 (and so issues every phase 2), the inner one every phase 2.
 Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(
     std::vector<DistFeaturesAwaitable> phase1);
-
+// Launches `a2a` on `send` and records phase 2 (splits, stride per rank) in ctx when the outer
+// awaitable is waited.
 DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJaggedTensor& send,
                                         const std::shared_ptr<ShardingBatchContext>& ctx);
 // The weights a pooled lookup of the received `kjt` uses when `weighted` (else undefined): a
 // constant Variable of the KJT's weights, or -- when ctx.weights is defined (the caller's weights
 // require grad) -- dist_weights (weights_dist.h) through comm_op_gradient_scaling over `group`
-// (spec 4.1), so their gradient reaches the caller. Records the collective backward node on
+// (the factor W when gradient division is on, so that the comm ops' division does not shrink
+// their gradient twice), so it reaches the caller. Records the collective backward node on
 // every rank: call it even when this rank has nothing to look up.
 Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group,
                         const ShardingBatchContext& ctx);

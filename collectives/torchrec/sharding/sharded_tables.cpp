@@ -217,9 +217,9 @@ void ShardedTables::raise_input_status(const std::vector<int64_t>& all,
       os << "per_sample_weights must have the KJT's weights' dtype and one element per value ("
          << s[3] << "), got " << s[2] << " elements";
     } else {
-      // torchrec runs VBE through the pooled shardings (variable-batch all-to-all /
-      // reduce-scatter); ferry's sharded collections do not implement it yet: say so, with the
-      // sharding types the batch would have gone through.
+      // VBE goes through every pooled sharding type but table_row_wise, whose output dist has
+      // no variable-batch form here (torchrec's has one), and through no sequence sharding:
+      // say so, with the sharding types the batch would have gone through.
       std::string types;
       for (const auto& t : tables_) {
         const std::string name(to_string(t.sharding.sharding_type));
@@ -227,7 +227,7 @@ void ShardedTables::raise_input_status(const std::vector<int64_t>& all,
       }
       if (allow_vbe)
         os << "a variable stride per key (VBE, stride_per_key_per_rank) is not supported by "
-              "table_row_wise sharding (torchrec has no variable-batch output dist for it); "
+              "table_row_wise sharding (its output dist has no variable-batch form here); "
               "sharding types of this collection: "
            << types;
       else

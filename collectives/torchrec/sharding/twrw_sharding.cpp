@@ -67,8 +67,8 @@ TwRwPooledEmbeddingSharding::TwRwPooledEmbeddingSharding(const detail::ShardedTa
 DistFeaturesAwaitable TwRwPooledEmbeddingSharding::input_dist(
     const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
   ctx->batch_size = kjt.stride();
-  // torchrec has no variable-batch output dist for table_row_wise (spec 4.12); the collection's
-  // input check refuses VBE before any rank gets here, this guards a disabled check.
+  // This output dist has no variable-batch form (torchrec's table_row_wise has one); the
+  // collection's input check refuses VBE before any rank gets here, this guards a disabled check.
   FERRY_CHECK(!kjt.variable_stride_per_key(), InvalidArgument,
               "ShardedEmbeddingBagCollection::input_dist on rank ", world_.rank(),
               ": a variable stride per key (VBE) is not supported by table_row_wise sharding");

@@ -55,7 +55,7 @@ std::vector<int64_t> receive_positions(const KJTAllToAllTensorsAwaitable& ex,
               ": the input dist has no stride per rank (a variable stride per key is not "
               "supported)");
   const int64_t stagger = ex.stagger(), per = W / stagger;
-  std::vector<int> order;  // sources in recat order (spec 4.10, get_recat)
+  std::vector<int> order;  // sources in recat order (get_recat, sparse/kjt_dist.h)
   for (int64_t x = 0; x < per; ++x)
     for (int64_t y = 0; y < stagger; ++y) order.push_back(static_cast<int>(x + per * y));
   std::vector<int64_t> base(static_cast<size_t>(W), 0);  // start of each source's block
