@@ -36,6 +36,17 @@ elif [ "$status" -ne 0 ]; then
     fail=1
   fi
 fi
+# With HUNG_CHECK_FORCE_CLOSE=1 (and FERRY_DEBUG=info) every survivor must have closed its
+# endpoint to the stopped rank with force, the close that releases what UCX holds with it.
+if [ "${HUNG_CHECK_FORCE_CLOSE:-0}" = 1 ] && [ -n "$victim_pid" ]; then
+  victim_rank=$(awk '{print $5}' <<<"$watcher")
+  forced=$(grep -oE "rank [0-9]+: closing the endpoint to rank $victim_rank with force" <<<"$out" |
+           sort -u | wc -l)
+  if [ "$forced" -ne $((n - 1)) ]; then
+    echo "FAIL: $forced of $((n - 1)) survivors closed their endpoint to rank $victim_rank with force"
+    fail=1
+  fi
+fi
 # Nothing is left: the victim (stopped or not) and its watcher are gone.
 for _ in $(seq 50); do
   kill -0 "$victim_pid" 2>/dev/null || break
