@@ -181,6 +181,8 @@ void finalize() {
           // (one waiting in finalize's handshake, or in a collective, for it ends at once).
           watch->notify(progress, Clock::now() + kNotifyWait);
         }
+      } else {
+        closed = !s.world.poisoned();  // a world of one rank: no peer to hear from
       }
     } catch (...) {
       error = std::current_exception();
