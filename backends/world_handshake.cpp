@@ -68,7 +68,9 @@ struct CloseWatch::Payload {
   uint32_t magic = kMagic;
   uint32_t count = 0;
   uint32_t complete = 0;
-  uint32_t reserved = 0;
+  // kWorldFailed: sent by notify(), from a rank whose world failed, which skips the handshake.
+  static constexpr uint32_t kWorldFailed = 1;
+  uint32_t flags = 0;
   // Entry::flags: bit 0 GroupProgress::failed, the bits above failed_waiting_for + 1.
   static constexpr uint32_t kFailed = 1;
   struct Entry {
@@ -143,8 +145,9 @@ std::string CloseWatch::departed_before(uint32_t group, int peer, uint64_t seq) 
   return str(why, "no longer holding this group: it never takes part in seq ", seq);
 }
 
-void CloseWatch::send_all(const std::vector<GroupProgress>& mine) {
+void CloseWatch::send_all(const std::vector<GroupProgress>& mine, uint32_t flags) {
   Payload p;
+  p.flags = flags;
   p.count = static_cast<uint32_t>(std::min(mine.size(), Payload::kMaxGroups));
   p.complete = mine.size() <= Payload::kMaxGroups ? 1 : 0;
   for (uint32_t i = 0; i < p.count; ++i) {
@@ -165,7 +168,7 @@ std::string CloseWatch::close(const std::vector<GroupProgress>& mine, Clock::tim
   std::lock_guard<std::mutex> lock(mu_);
   const int me = transport_->rank(), n = transport_->size();
   const char* call = "ferry::finalize";
-  send_all(mine);
+  send_all(mine, 0);
   std::vector<int> absent;
   std::exception_ptr failed;
   int failed_rank = -1;
@@ -199,6 +202,13 @@ std::string CloseWatch::close(const std::vector<GroupProgress>& mine, Clock::tim
   // As world_handshake: every peer was heard from, our messages only need to have left.
   for (int p = 0; p < n; ++p)
     if (p != me) (void)sends_[p]->wait_until(deadline);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    Payload other;
+    std::memcpy(&other, got_[p].data(), sizeof(Payload));
+    if (other.magic == Payload::kMagic && (other.flags & Payload::kWorldFailed) != 0)
+      peer_world_failed_ = true;
+  }
   // Every rank issues the same collectives on a group, so every rank ends with the same count.
   // A rank that skipped one had its next call combined with the others' skipped one, without
   // any error when the two calls were alike; this is the last moment the ranks can compare.
@@ -245,12 +255,17 @@ std::string progress_mismatch(int a, const GroupProgress& ga, int b, const Group
 void CloseWatch::notify(const std::vector<GroupProgress>& mine, Clock::time_point deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   try {
-    send_all(mine);
+    send_all(mine, Payload::kWorldFailed);
   } catch (...) {
     return;  // best effort
   }
   for (auto& s : sends_)
     if (s) (void)s->wait_until(deadline);
+}
+
+bool CloseWatch::peer_world_failed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer_world_failed_;
 }
 
 void set_close_watch(std::shared_ptr<CloseWatch> watch) {

@@ -82,10 +82,14 @@ class CloseWatch {
   // it finalized (so that a peer in the handshake, or waiting for it, does not wait for its
   // deadline); waits for its sends at most until `deadline`, failures ignored.
   void notify(const std::vector<GroupProgress>& mine, Clock::time_point deadline);
+  // After close() returned: whether a peer's message came from notify(), so that every rank,
+  // whether its own world failed or it only heard of it, ends the job's way after a failure
+  // alike (MPI: mpi_finalize's peers_closed).
+  bool peer_world_failed();
 
  private:
   struct Payload;
-  void send_all(const std::vector<GroupProgress>& mine);
+  void send_all(const std::vector<GroupProgress>& mine, uint32_t flags);
   void poll_locked(int peer);
   // progress_mismatch of `mine` against every heard-from peer's payload: "" or the first.
   std::string compare_progress_locked(const std::vector<GroupProgress>& mine) const;
@@ -97,6 +101,7 @@ class CloseWatch {
   std::vector<std::vector<char>> got_;           // the peers' payloads
   std::vector<char> sent_;
   std::vector<int> state_;                       // 0 pending, 1 arrived, 2 failed
+  bool peer_world_failed_ = false;
 };
 
 // The process's watch while a world of more than one rank is up (set by init, cleared by

@@ -167,7 +167,9 @@ void finalize() {
         if (!s.world.poisoned()) {
           const std::string out_of_step = watch->close(progress, Clock::now() + default_timeout());
           s.world.transport().peers_closing();
-          closed = true;
+          // A peer whose world failed skipped the handshake and only told us that it ended:
+          // the job ends as after a failure on every rank alike.
+          closed = !watch->peer_world_failed();
           // The handshake itself completed: the transport closes as usual, then this raises.
           if (!out_of_step.empty()) {
             error = std::make_exception_ptr(
@@ -179,6 +181,8 @@ void finalize() {
           // (one waiting in finalize's handshake, or in a collective, for it ends at once).
           watch->notify(progress, Clock::now() + kNotifyWait);
         }
+      } else {
+        closed = !s.world.poisoned();  // a world of one rank: no peer to hear from
       }
     } catch (...) {
       error = std::current_exception();

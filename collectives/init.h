@@ -62,9 +62,11 @@ Group init(const InitOptions& options);
 // The backend init() chose ("mpi", "ucx", "local"), or "" before init().
 std::string backend_name();
 
-// Ends what init() started: MPI_Finalize if ferry initialized MPI. After a collective timed out
-// (MPI cannot cancel it, so the job must end) it still finalizes, under a 10 s watchdog that
-// ends the process should MPI_Finalize wait for the stuck collective.
+// Ends what init() started: MPI_Finalize if ferry initialized MPI. After a rank failed, hung or
+// timed out, under MPICH's mpiexec, MPI_Finalize is skipped on every rank (it would wait for the
+// hung one) and mpiexec is told that the rank ends on purpose, so finalize returns or raises;
+// under another MPI launcher it still runs, under a 10 s watchdog that ends the process should it
+// wait (docs/lifecycle.md).
 // Call it after every Work completed and before exit; Groups must not be used afterwards.
 // If it is not called, it runs at exit (so a rank that returns from main early does not make
 // mpiexec kill the ranks still finishing). Idempotent.

@@ -2,6 +2,7 @@
 
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_launcher_exit.h>
 #include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_transport.h>
 #include <ferry/runtime/error.h>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace ferry::detail {
@@ -22,6 +24,8 @@ namespace {
 std::mutex g_mu;
 bool g_ferry_initialized_mpi = false;
 constexpr std::chrono::seconds kFinalizeWatchdog{10};
+// How long mpiexec may take to acknowledge that a rank ends (it answers at once).
+constexpr int kLauncherAckMs = 5000;
 
 }  // namespace
 
@@ -72,10 +76,30 @@ bool mpi_finalize(bool peers_closed) {
     MPI_Finalize();
     return true;
   }
-  // A peer failed or never reached finalize, or a collective timed out and can never complete.
-  // MPICH's MPI_Finalize still returns then (and it is what tells mpiexec that this rank ended
-  // on purpose, so the job ends cleanly rather than being killed), but nothing guarantees it: a
-  // watchdog ends the process should it wait.
+  if (!peers_closed) {
+    // A rank failed, hung or gave up, and every rank knows it (finalize's handshake carries it):
+    // MPI_Finalize would wait in mpiexec's barrier for every rank of the job, a hung one too, so
+    // every rank skips it alike and tells mpiexec that it ends on purpose (mpi_launcher_exit.h).
+    std::string why;
+    if (tell_launcher_rank_ends(kLauncherAckMs, &why)) {
+      mpi_leave_unfinalized();
+      int rank = -1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      std::fprintf(stderr, "ferry: rank %d: MPI_Finalize skipped after a failed or hung rank (it "
+                   "would wait for every rank of the job); mpiexec was told that this rank ends "
+                   "on purpose\n", rank);
+      std::fflush(stderr);
+      return true;
+    }
+    FERRY_LOG(Info, "init", "MPI_Finalize after a failure, since mpiexec cannot be told otherwise "
+              "that this rank ends on purpose: ", why);
+  }
+  // A collective timed out on a group other than the world and can never complete (every rank
+  // passed the handshake, so every rank enters MPI_Finalize), or the launcher is not one ferry
+  // can tell that a rank ends on purpose. MPICH's MPI_Finalize returns once every rank entered
+  // it (and it is what tells mpiexec that this rank ended on purpose, so the job ends cleanly
+  // rather than being killed), but nothing guarantees it: a watchdog ends the process should it
+  // wait.
   FERRY_LOG(Info, "init", "MPI_Finalize after a failure; exiting in ", kFinalizeWatchdog.count(),
             " s if it does not return");
   auto done = std::make_shared<std::atomic<bool>>(false);

@@ -2,7 +2,14 @@
 
 #include <ferry/runtime/error.h>
 
+#include <atomic>
+
 namespace ferry::detail {
+namespace {
+
+std::atomic<bool> g_left_unfinalized{false};
+
+}  // namespace
 
 std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -20,7 +27,10 @@ void check_mpi(int code, const char* call, const std::string& where) {
   throw TransportError(str("ferry: ", call, " on ", where, " failed: ", mpi_error_string(code)));
 }
 
+void mpi_leave_unfinalized() { g_left_unfinalized.store(true); }
+
 bool mpi_usable() {
+  if (g_left_unfinalized.load()) return false;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

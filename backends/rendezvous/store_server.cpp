@@ -56,12 +56,20 @@ class Loop {
   // The count of the refusals that refuse() did not print, however the loop ended, so that a
   // flood is not silent either.
   ~Loop() {
-    if (refused_ <= kMaxRejectLines) return;
-    const size_t more = refused_ - kMaxRejectLines;
-    std::fprintf(stderr,
-                 "ferry: store server: ... and %zu more refused connection%s (only the first %zu "
-                 "are shown)\n",
-                 more, more == 1 ? "" : "s", kMaxRejectLines);
+    if (refused_ > kMaxRejectLines) {
+      const size_t more = refused_ - kMaxRejectLines;
+      std::fprintf(stderr,
+                   "ferry: store server: ... and %zu more refused connection%s (only the first "
+                   "%zu are shown)\n",
+                   more, more == 1 ? "" : "s", kMaxRejectLines);
+    }
+    if (dropped_ > kMaxRejectLines) {
+      const size_t more = dropped_ - kMaxRejectLines;
+      std::fprintf(stderr,
+                   "ferry: store server: ... and %zu more silent connection%s closed (evicted, or "
+                   "no hello in time; only the first %zu are shown)\n",
+                   more, more == 1 ? "" : "s", kMaxRejectLines);
+    }
   }
 
   void run() {
@@ -113,9 +121,7 @@ class Loop {
         // The oldest silent one goes: a real client speaks within microseconds.
         for (Conn& c : conns_)
           if (!c.said_hello && c.socket.valid()) {
-            std::fprintf(stderr, "ferry: store server evicted a silent connection from %s\n",
-                         c.peer.c_str());
-            c.socket = Socket();
+            drop(c, "evicted a silent connection from " + c.peer);
             break;
           }
       }
@@ -131,10 +137,9 @@ class Loop {
     for (Conn& c : conns_) {
       if (!c.socket.valid()) continue;
       if (!c.said_hello && now >= c.accepted + kHelloWait) {
-        std::fprintf(stderr, "ferry: store server closed a connection from %s that sent no "
-                     "hello within %lld ms\n", c.peer.c_str(),
-                     static_cast<long long>(kHelloWait.count() * 1000));
-        c.socket = Socket();
+        drop(c, str("closed a connection from ", c.peer, " that sent no hello within ",
+                    std::chrono::duration_cast<std::chrono::milliseconds>(kHelloWait).count(),
+                    " ms"));
       } else if (c.parked && now >= c.parked_until) {
         std::string missing;
         for (const std::string& k : c.parked->keys)
@@ -191,6 +196,15 @@ class Loop {
   // Names the first kMaxRejectLines refusals on stderr, counts the rest (~Loop prints the count):
   // a flood of bad connections (a port scanner, another job's clients) must not bury the job's
   // own messages.
+  // Closes a connection that never said hello, naming only the first kMaxRejectLines (the
+  // rest are counted in one line, as refusals are): a port scanner makes exactly these.
+  void drop(Conn& c, const std::string& what) {
+    if (dropped_ < kMaxRejectLines)
+      std::fprintf(stderr, "ferry: store server %s\n", what.c_str());
+    ++dropped_;
+    c.socket = Socket();
+  }
+
   void refuse(Conn& c, const std::string& why) {
     if (refused_ < kMaxRejectLines)
       std::fprintf(stderr, "ferry: store server refused %s: %s\n", c.peer.c_str(), why.c_str());
@@ -309,6 +323,7 @@ class Loop {
   std::list<Conn> conns_;  // a list: serve() holds pointers across accept_all()
   std::map<std::string, std::string> data_;
   size_t refused_ = 0;  // connections refused so far
+  size_t dropped_ = 0;  // silent connections closed so far (evicted, or no hello in time)
 };
 
 }  // namespace

@@ -10,9 +10,10 @@
 //
 // A connection must send its hello with the job's secret within kHelloWait of connecting; at most
 // kMaxPending connections may be waiting to say it (one more evicts the oldest), as in the
-// rendezvous (hello_server.h), so a port scanner cannot stall or exhaust the server. A refused
-// connection (wrong secret, a malformed or oversized request) is named on stderr for the first
-// kMaxRejectLines only; the rest are counted in one line when the server stops.
+// rendezvous (hello_server.h), so a port scanner cannot stall or exhaust the server. Refused
+// connections (wrong secret, a malformed or oversized request) and silent ones closed (evicted,
+// or no hello in time) are named on stderr for the first kMaxRejectLines of each kind only; the
+// rest of each are counted in one line when the server stops.
 #pragma once
 
 #include <ferry/backends/rendezvous/socket_io.h>

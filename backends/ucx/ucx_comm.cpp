@@ -419,8 +419,13 @@ ucs_status_t UcxComm::on_abandon(void* arg, const void* header, size_t header_le
   FERRY_LOG(Info, "ucx", "rank ", comm->rank_, ": rank ", rank, " gave up on group ", group,
             ": ", m->why);
   comm->abandoned_.emplace(std::make_pair(group, rank), m->why);
-  comm->fail_pending([&](const UcxOp& op) { return op.peer == rank && op.tag.group == group; },
-                     [&](const UcxOp&) { return comm->failure_for(rank, group); });
+  // Finalize's message is not the group's: a rank that gave up still sends it when it ends
+  // (with how many collectives it issued, which finalize compares), so its receive stays.
+  comm->fail_pending(
+      [&](const UcxOp& op) {
+        return op.peer == rank && op.tag.group == group && op.tag.seq != kLifecycleSeq;
+      },
+      [&](const UcxOp&) { return comm->failure_for(rank, group); });
   return UCS_OK;
 }
 

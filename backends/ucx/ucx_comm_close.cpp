@@ -83,8 +83,15 @@ void UcxComm::close_endpoints() {
     if (eps_[p] == nullptr) continue;
     const int rank = static_cast<int>(p);
     const bool gone = !dead_why_[p].empty() || (watch_.watched(rank) && watch_.ended(rank));
-    const bool force = closing_ || gone || unanswered_[p] || watch_.stopped(rank) ||
-                       held_with_locked(rank, /*receives_only=*/false);
+    const bool stopped = watch_.stopped(rank);
+    const bool held = held_with_locked(rank, /*receives_only=*/false);
+    const bool force = closing_ || gone || unanswered_[p] || stopped || held;
+    if (force && !closing_) {
+      FERRY_LOG(Info, "ucx", "rank ", rank_, ": closing the endpoint to rank ", rank,
+                " with force (", gone ? "it ended" : stopped ? "it is stopped"
+                                   : unanswered_[p] ? "it left an op unanswered"
+                                                    : "UCX still holds a request with it", ")");
+    }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;

@@ -20,6 +20,12 @@
 //   lifecycle_job mismatch        ranks pass different all_gather sizes on a sub-group: every
 //                                 rank gets a ferry error (MismatchError or PeerFailure) instead
 //                                 of an abort, and the job still ends cleanly
+//   lifecycle_job skip            the last rank skips the first of two identical all_reduces on
+//                                 the world: no op can tell (its one call is the others' first),
+//                                 the others fail in the second with PeerFailure naming it once
+//                                 it finalizes, and its finalize raises MismatchError naming
+//                                 both counts; every finalize returns or raises (run with and
+//                                 without FERRY_CHECK=1)
 //
 // Exit status 0 when this rank's checks passed. Launch with mpiexec (FERRY_BACKEND=mpi or ucx)
 // or with ferry-run (UCX through the TCP rendezvous).
@@ -213,6 +219,66 @@ int mismatch() {
   return c.failed == 0 ? 0 : 1;
 }
 
+int skip() {
+  Group world = init();
+  Checks c{world.rank()};
+  const int W = world.size(), me = world.rank();
+  const bool skipper = me == W - 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor x = full({4}, me + 1.0, DType::Float32);
+  if (!skipper) all_reduce(x, world).wait();
+  std::string kind = "none", what;
+  try {
+    all_reduce(x, world).wait();
+  } catch (const PeerFailure& e) {
+    kind = "PeerFailure";
+    what = e.what();
+  } catch (const std::exception& e) {
+    kind = "other";
+    what = e.what();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (skipper) {
+    c.expect(kind == "none", "the skipping rank's one all_reduce pairs with the others' first, "
+                             "got '" + kind + "': " + what);
+  } else {
+    const bool named = what.find("rank " + std::to_string(W - 1)) != std::string::npos;
+    c.expect(kind == "PeerFailure" && named,
+             "the others' second all_reduce fails with PeerFailure naming rank " +
+                 std::to_string(W - 1) + ", got '" + kind + "': " + what);
+    c.expect(seconds < 10.0, "at once when the skipping rank finalizes (FERRY_TIMEOUT is 30 s), "
+                             "not after " + std::to_string(seconds) + " s");
+  }
+  x = Tensor();
+  world = Group();
+  std::string closing = "none";
+  const auto t1 = std::chrono::steady_clock::now();
+  try {
+    finalize();
+  } catch (const MismatchError& e) {
+    closing = std::string("MismatchError: ") + e.what();
+  } catch (const std::exception& e) {
+    closing = std::string("other: ") + e.what();
+  }
+  const double fin =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  std::fprintf(stderr, "[lifecycle rank %d] skip: all_reduce %s after %.3f s; finalize %s after "
+               "%.3f s\n", me, kind.c_str(), seconds, closing.c_str(), fin);
+  if (skipper) {
+    const std::string counts = "rank " + std::to_string(me) + " issued 1, rank ";
+    c.expect(closing.rfind("MismatchError", 0) == 0 &&
+                 closing.find("did not issue the same collectives") != std::string::npos &&
+                 closing.find(counts) != std::string::npos,
+             "the skipping rank's finalize raises MismatchError naming both counts, got " +
+                 closing);
+  } else {
+    c.expect(closing == "none", "the others' finalize is clean, got " + closing);
+  }
+  c.expect(fin < 10.0, "finalize ends within 10 s, took " + std::to_string(fin) + " s");
+  return c.failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -224,10 +290,11 @@ int main(int argc, char** argv) {
     if (scenario == "mismatch") return mismatch();
     if (scenario == "early-return") return early_return();
     if (scenario == "mismatch-native") return mismatch_native();
+    if (scenario == "skip") return skip();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[lifecycle] scenario '%s' failed: %s\n", scenario.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: lifecycle_job short|drop-work|exit-after-init|mismatch|mismatch-native|early-return\n");
+  std::fprintf(stderr, "usage: lifecycle_job short|drop-work|exit-after-init|mismatch|mismatch-native|early-return|skip\n");
   return 2;
 }

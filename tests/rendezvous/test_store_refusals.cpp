@@ -12,6 +12,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -108,4 +112,86 @@ TEST_CASE("store server: one refusal past the printed ones is counted in the sin
   CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
   REQUIRE_FALSE(run.lines.empty());
   CHECK_THAT(run.lines.back(), Contains("... and 1 more refused connection ("));
+}
+
+// Connections that never say hello are closed too, evicted once kMaxPending wait or when their
+// hello time runs out; a port scanner makes exactly these, so their lines have the same cap and
+// one count line of their own.
+namespace {
+
+// Whether the server closed `s` (end of file) before `deadline`.
+bool closed_by_server(const detail::Socket& s, Clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{s.fd(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char c = 0;
+    const ssize_t n = ::recv(s.fd(), &c, 1, 0);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
+  }
+}
+
+// `silent` connections that send nothing, of which the first `closed_first` must be closed by
+// the server before a good client says hello; then the server stops.
+Run stay_silent(int silent, int closed_first) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  Run run;
+  StderrCapture capture;
+  {
+    auto server = std::make_unique<detail::StoreServer>("127.0.0.1", 0, kSecret);
+    std::vector<detail::Socket> quiet;
+    for (int i = 0; i < silent; ++i)
+      quiet.push_back(detail::connect_until("127.0.0.1", server->port(), deadline));
+    bool all_closed = true;
+    for (int i = 0; i < closed_first; ++i)
+      all_closed = closed_by_server(quiet[i], deadline) && all_closed;
+    CHECK(all_closed);
+    run.served_after = hello_accepted(server->port(), deadline);
+  }
+  run.lines = lines_of(capture.text());
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("store server: evicted silent connections print the first ones and a count",
+          "[rendezvous][store][rejects]") {
+  // kMaxPending wait, 15 more evict the 15 oldest, and the good client one more.
+  const int pending = static_cast<int>(detail::kMaxPending);
+  const Run run = stay_silent(pending + 15, 15);
+  INFO("stderr:\n" << joined(run.lines));
+  CHECK(run.served_after);
+  CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
+  CHECK(count_containing(run.lines, "store server evicted a silent connection from 127.0.0.1:") ==
+        detail::kMaxRejectLines);
+  REQUIRE_FALSE(run.lines.empty());
+  CHECK_THAT(run.lines.back(),
+             Contains("... and 6 more silent connections closed (evicted, or no hello in time; "
+                      "only the first 10 are shown)"));
+}
+
+TEST_CASE("store server: a few evicted silent connections are each printed, with no count",
+          "[rendezvous][store][rejects]") {
+  const Run run = stay_silent(static_cast<int>(detail::kMaxPending) + 2, 2);
+  INFO("stderr:\n" << joined(run.lines));
+  CHECK(run.served_after);
+  CHECK(run.lines.size() == 3);
+  CHECK(count_containing(run.lines, "evicted a silent connection") == 3);
+  CHECK(count_containing(run.lines, "more silent") == 0);
+}
+
+TEST_CASE("store server: connections with no hello in time print the first ones and a count",
+          "[rendezvous][store][rejects]") {
+  // Closed together once kHelloWait passed: a wait of about 5 s.
+  const Run run = stay_silent(static_cast<int>(detail::kMaxRejectLines) + 2,
+                              static_cast<int>(detail::kMaxRejectLines) + 2);
+  INFO("stderr:\n" << joined(run.lines));
+  CHECK(run.served_after);
+  CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
+  CHECK(count_containing(run.lines, "that sent no hello within 5000 ms") ==
+        detail::kMaxRejectLines);
+  REQUIRE_FALSE(run.lines.empty());
+  CHECK_THAT(run.lines.back(), Contains("... and 2 more silent connections closed"));
 }

@@ -1,20 +1,25 @@
-// A rank that hangs (SIGSTOP) in the middle of an all_reduce, on the UCX transport: every
-// survivor must fail by its deadline (FERRY_TIMEOUT plus a few seconds of allowance, never the
-// deadline twice over), name the stopped rank, and then finalize without aborting (finalize may
-// return or raise). Run under a launcher, as one job:
+// A rank that hangs (SIGSTOP) in the middle of an all_reduce: every survivor must fail by its
+// deadline (FERRY_TIMEOUT plus a few seconds of allowance, never the deadline twice over), name
+// the stopped rank, and then finalize without aborting (finalize may return or raise) within a
+// bound. Run under a launcher, as one job, on the UCX transport (or FERRY_BACKEND=mpi):
 //
-//   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 ferry-run -n 8 hung_peer_main [victim [floats]]
-//   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 mpiexec -n 8 hung_peer_main [victim [floats]]
+//   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 ferry-run -n 8 hung_peer_main [--keep-stopped] [victim [floats]]
+//   FERRY_BACKEND=ucx FERRY_TIMEOUT=2 mpiexec -n 8 hung_peer_main [--keep-stopped] [victim [floats]]
 //
 // The victim (default: the last rank) forks a small watcher before it stops itself, and every
 // rank learns the watcher's pid. Each survivor, once it has its error, marks the failed op's
 // buffer, signals the watcher, checks for half a second that the mark stays (nothing the
-// resumed victim still sends may land there), and finalizes; the watcher (sleeping in poll and sigtimedwait, with a cap) resumes the victim with
-// SIGCONT once every survivor signalled or ended, so that nothing is left stopped and the victim
-// cannot wake under a survivor that is still waiting for its error. The resumed victim finalizes
-// under mpiexec (MPICH's MPI_Finalize waits for every rank of the job) and otherwise just exits
-// with status 0. Each survivor prints "hung-peer: rank R error ..." and "... finalize ..." lines
-// with its figures; the exit status is 0 when every check passed.
+// resumed victim still sends may land there), and finalizes; the watcher (sleeping in poll and
+// sigtimedwait, with a cap) resumes the victim with SIGCONT once every survivor signalled or
+// ended, so that nothing is left stopped and the victim cannot wake under a survivor that is
+// still waiting for its error. With --keep-stopped the survivors finalize while the victim is
+// still stopped (and check that it is) and signal the watcher only afterwards: under mpiexec
+// this is the case MPI_Finalize cannot end by itself (on the MPI transport the victim is then
+// killed rather than resumed, see watch_then_end's caller). The resumed victim finalizes under
+// mpiexec (its launcher then sees every rank end on purpose) and otherwise just exits with
+// status 0. hung_peer_check.sh runs the --keep-stopped jobs and checks every survivor's lines.
+// Each survivor prints "hung-peer: rank R error ..." and "... finalize ..." lines with its
+// figures; the exit status is 0 when every check passed.
 #include <ferry/ferry.h>
 
 #include <poll.h>
@@ -101,8 +106,10 @@ int ready_signal() { return SIGRTMIN; }
 
 // In the child of a fork (async-signal-safe calls only): until every survivor said that it
 // reached finalize (ready_signal, blocked here so that it queues) or ended (its pidfd), or the
-// cap, then resume `victim`. Sleeps in poll and sigtimedwait, never spins.
-[[noreturn]] void watch_then_resume(pid_t victim, const std::vector<pid_t>& survivors) {
+// cap, then send `victim` `end_signal` (SIGCONT, or SIGKILL) and write `said` to stderr. Sleeps
+// in poll and sigtimedwait, never spins.
+[[noreturn]] void watch_then_end(pid_t victim, const std::vector<pid_t>& survivors,
+                                 int end_signal, const std::string& said) {
   std::vector<pollfd> fds;
   std::vector<bool> done(survivors.size(), false);
   for (pid_t pid : survivors) {
@@ -130,17 +137,39 @@ int ready_signal() { return SIGRTMIN; }
         if (survivors[i] == info.si_pid) done[i] = true;
     }
   }
-  kill(victim, SIGCONT);
+  kill(victim, end_signal);
+  (void)!write(2, said.data(), said.size());
   _exit(0);
 }
 
+// The state letter of /proc/<pid>/stat ('T' when stopped), or '?'.
+char process_state(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return '?';
+  char line[512] = {};
+  const size_t n = std::fread(line, 1, sizeof(line) - 1, f);
+  std::fclose(f);
+  // "pid (comm) S ...": the command may hold spaces and parentheses, the last ')' ends it.
+  const std::string text(line, n);
+  const size_t close = text.rfind(')');
+  return close == std::string::npos || close + 2 >= text.size() ? '?' : text[close + 2];
+}
+
 int run(int argc, char** argv) {
+  bool keep_stopped = false;
+  std::vector<char*> positional;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--keep-stopped")
+      keep_stopped = true;
+    else
+      positional.push_back(argv[i]);
+  }
   // The world is held in an optional so that it goes before finalize: finalize then ends the
   // transport itself (its endpoints and worker), as it does in a program that kept no group.
   std::optional<Group> world(init());
   Group& g = *world;
   const int n = g.size(), me = g.rank();
-  const int victim = argc > 1 ? std::atoi(argv[1]) : n - 1;
+  const int victim = !positional.empty() ? std::atoi(positional[0]) : n - 1;
   if (n < 2 || victim < 0 || victim >= n) {
     std::fprintf(stderr, "hung-peer: needs 2+ ranks and a victim in [0, %d), given %d\n", n,
                  victim);
@@ -154,7 +183,7 @@ int run(int argc, char** argv) {
   // 32 KiB per rank and step of a ring: UCX's rendezvous, below ferry's CMA protocol (64 KiB),
   // so that a survivor holds transfers with the stopped rank that UCX itself must let go of.
   // A second argument sets another number of floats.
-  const int64_t elements = argc > 2 ? std::atoll(argv[2]) : int64_t{8192} * n;
+  const int64_t elements = positional.size() > 1 ? std::atoll(positional[1]) : int64_t{8192} * n;
   Tensor big = full({elements}, 1.0);
   // The victim forks its watcher, whose pid every survivor learns (a second exchange).
   pid_t watcher = 0;
@@ -167,8 +196,17 @@ int run(int argc, char** argv) {
     sigaddset(&ready, ready_signal());
     pthread_sigmask(SIG_BLOCK, &ready, &old);  // the child inherits the mask: signals queue
     const pid_t self = getpid();
+    // On the MPI transport a victim resumed after the survivors ended makes MPICH's own UCX
+    // read from their gone processes, and MPICH aborts it (a fatal error in its CMA transport,
+    // not ferry's doing): with --keep-stopped it is killed instead, which tells the same (the
+    // survivors did not need it) without a core dump. mpiexec then reports that rank's signal,
+    // which hung_peer_check.sh accepts for the victim only.
+    const bool kill_it = keep_stopped && backend_name() == "mpi";
+    const int end_signal = kill_it ? SIGKILL : SIGCONT;
+    const std::string said = "hung-peer: watcher: victim rank " + std::to_string(me) + " pid " +
+                             std::to_string(self) + (kill_it ? " killed" : " resumed") + "\n";
     watcher = fork();
-    if (watcher == 0) watch_then_resume(self, survivors);
+    if (watcher == 0) watch_then_end(self, survivors, end_signal, said);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
   Tensor watcher_pid = zeros({1}, DType::Int64);
@@ -182,8 +220,8 @@ int run(int argc, char** argv) {
     // Its threads run again: whatever it still had under way goes out now, while the survivors
     // watch their buffers (kResumedSendsMs).
     std::this_thread::sleep_for(std::chrono::milliseconds(kResumedSendsMs / 2));
-    // Resumed once every survivor reached finalize. Under mpiexec, MPI_Finalize on the
-    // survivors waits for every rank (Hydra's exit barrier), so this rank finalizes too; under
+    // Resumed once every survivor reached finalize (with --keep-stopped: ended it). Under
+    // mpiexec this rank finalizes too, so that mpiexec sees every rank end on purpose; under
     // ferry-run it just ends.
     if (std::getenv("PMI_RANK") != nullptr) {
       try {
@@ -243,22 +281,25 @@ int run(int argc, char** argv) {
   if (silent.size() > 1)
     std::fprintf(stderr, "hung-peer: rank %d heard from none of %zu silent ranks (its shared "
                  "memory queue may be held by the stopped rank)\n", me, silent.size());
-  // The failed op must have let go of `big`: nothing UCX still held may land in it once the
-  // stopped rank runs again. The buffer is marked, the victim resumed (the signal below, once
-  // every survivor sent it), and the mark checked after the victim had a while to send.
-  constexpr double kMark = -7.0;
-  big.fill_(kMark);
   union sigval nothing{};
-  (void)sigqueue(watcher, ready_signal(), nothing);  // this survivor reached finalize
-  std::this_thread::sleep_for(std::chrono::milliseconds(kResumedSendsMs));
-  int64_t changed = 0;
-  for (int64_t i = 0; i < big.numel(); ++i) changed += big.get_flat(i) != kMark ? 1 : 0;
-  expect(changed == 0, "no byte lands in the failed op's buffer after it returned, but " +
-                           std::to_string(changed) + " elements changed");
+  if (!keep_stopped) {
+    // The failed op must have let go of `big`: nothing UCX still held may land in it once the
+    // stopped rank runs again. The buffer is marked, the victim resumed (the signal below, once
+    // every survivor sent it), and the mark checked after the victim had a while to send.
+    constexpr double kMark = -7.0;
+    big.fill_(kMark);
+    (void)sigqueue(watcher, ready_signal(), nothing);  // this survivor reached finalize
+    std::this_thread::sleep_for(std::chrono::milliseconds(kResumedSendsMs));
+    int64_t changed = 0;
+    for (int64_t i = 0; i < big.numel(); ++i) changed += big.get_flat(i) != kMark ? 1 : 0;
+    expect(changed == 0, "no byte lands in the failed op's buffer after it returned, but " +
+                             std::to_string(changed) + " elements changed");
+  }
+  const pid_t victim_pid = static_cast<pid_t>(pids.get_flat(victim));
+  pids = Tensor();
   const auto t1 = Clock::now();
   std::exception_ptr fin;
   big = Tensor();
-  pids = Tensor();
   world.reset();
   try {
     finalize();
@@ -270,9 +311,15 @@ int run(int argc, char** argv) {
                fin ? ("raised " + kind_of(fin)).c_str() : "returned", fin_took,
                fin ? ": " : "", fin ? error_message(fin).c_str() : "");
 
-  // Under mpiexec, MPI_Finalize waits for every rank of the job (Hydra's exit barrier), the
-  // resumed victim too, whose own finalize first lets its failed op run out: a wider bound.
-  const double fin_bound = std::getenv("PMI_RANK") != nullptr ? 20.0 : allowance + 2.0;
+  if (keep_stopped) {
+    // The victim runs again only once this survivor's finalize ended (the watcher waits for
+    // the signal): finalize must not have needed it.
+    const char state = process_state(victim_pid);
+    expect(state == 'T', std::string("the victim was still stopped when finalize ended, its "
+                                     "state is '") + state + "'");
+    (void)sigqueue(watcher, ready_signal(), nothing);
+  }
+  const double fin_bound = allowance + 2.0;
   expect(fin_took < fin_bound, "finalize ends within " + std::to_string(fin_bound) +
                                    " s, took " + std::to_string(fin_took));
   std::fflush(stderr);
