@@ -82,8 +82,9 @@ inline bool own_spans_differ(const std::vector<std::vector<ByteSpan>>& send,
   return false;
 }
 
-// Steps every all_reduce whose second round is due (see "Progress"); cheap (one atomic load)
-// when there is none. Called by every ferry test of an MPI request.
+// Steps every all_reduce whose second round is due (see "Progress"), and starts every persistent
+// request whose first start waited for its key check (mpi_persistent.h); cheap (two atomic
+// loads) when there is none. Called by every ferry test of an MPI request.
 void advance_exchange_rounds();
 // For a request that timed out (abandoned by the engine): NativeRequest::give_up, which stops
 // stepping one of this path (directly or through a wrapper).

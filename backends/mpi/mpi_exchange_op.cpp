@@ -2,6 +2,7 @@
 
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_persistent.h>
 #include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/error.h>
@@ -80,7 +81,7 @@ class ExchangeRequest final : public NativeRequest {
     second_rounds().remove(x_.get());
   }
   bool test() override {
-    second_rounds().advance();
+    advance_exchange_rounds();
     return x_->test();
   }
   bool wait_until(Clock::time_point deadline) override { return x_->wait_until(deadline); }
@@ -249,7 +250,7 @@ void MpiExchange::fail(std::exception_ptr error) {
 bool MpiExchange::wait_until(Clock::time_point deadline) {
   return wait_polling_mpi(
       [this] {
-        second_rounds().advance();
+        advance_exchange_rounds();
         return test();
       },
       first_wait_, deadline);
@@ -260,7 +261,10 @@ std::unique_ptr<NativeRequest> exchange_request(std::shared_ptr<MpiExchange> op)
   return std::make_unique<ExchangeRequest>(std::move(op));
 }
 
-void advance_exchange_rounds() { second_rounds().advance(); }
+void advance_exchange_rounds() {
+  second_rounds().advance();
+  advance_persistent_first_starts();
+}
 
 void give_up_exchange(NativeRequest& request) { request.give_up(); }
 

@@ -9,8 +9,10 @@
 #include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/progress.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -41,6 +43,7 @@ struct PersistentCollectives::Slot {
   std::unique_ptr<KeyCheck> check;
   bool checked = false;
   std::exception_ptr mismatch;  // the check found different keys, or failed
+  bool given_up = false;        // the op timed out: nothing is started any more
 
   ~Slot() {
     // A slot still in flight belongs to a request that was given up (kept forever).
@@ -58,21 +61,32 @@ struct PersistentCollectives::Slot {
     return true;
   }
 
+  // The slot's first op is issued but not started: it waits for the key check.
+  bool first_start_due() const { return in_flight && !checked && !mismatch && !given_up; }
+
+  // Starts the first op once every rank's key is known to agree, or fails it when they differ.
+  // True once it no longer waits for the check. Called with `mu`.
+  bool start_when_agreed() {
+    if (!first_start_due()) return true;
+    if (!poll_check()) return false;
+    if (mismatch) return finish_with(mismatch);
+    const int code = MPI_Start(&request);
+    if (code != MPI_SUCCESS)
+      return finish_with(std::make_exception_ptr(TransportError(
+          str("ferry: MPI_Start of ", check->describe(), " failed: ", mpi_error_string(code)))));
+    check.reset();  // agreed: nothing of it is needed any more
+    return true;
+  }
+
   // True once op `ticket` finished; the result is then at its destination. Called with `mu`.
   bool poll(uint64_t ticket) {
     if (ticket != newest || !in_flight) return true;  // older ops finished before newer began
     if (!mpi_usable()) return finish_with(TransportError(
         "ferry: a persistent MPI collective was still pending when MPI was finalized"));
     if (!checked) {
-      // The first op of the slot starts once every rank's key is known to agree.
-      if (!poll_check()) return false;
-      if (mismatch) return finish_with(mismatch);
-      const int code = MPI_Start(&request);
-      if (code != MPI_SUCCESS)
-        return finish_with(std::make_exception_ptr(TransportError(
-            str("ferry: MPI_Start of ", check->describe(), " failed: ",
-                mpi_error_string(code)))));
-      check.reset();  // agreed: nothing of it is needed any more
+      if (!start_when_agreed()) return false;
+      if (!in_flight) return true;  // the keys differed, or MPI_Start failed
+      if (!checked) return false;   // given up before it started: it never will
     }
     int flag = 0;
     const int code = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
@@ -101,6 +115,65 @@ struct PersistentCollectives::Slot {
 
 namespace {
 
+// The slots whose first op waits for its key check. Its MPI_Start is ferry's to make, and the
+// peers wait for it: a rank that is waiting for another op (an op issued later, whose own check
+// cannot finish before this one started on every rank), or sits outside ferry, must still make
+// it. So every such slot is listed process-wide and started from every ferry test of an MPI
+// request (advance_persistent_first_starts) and from the process's progress thread, as
+// all_reduce's second round of the point-to-point path is (mpi_exchange.h, "Progress").
+class FirstStarts final : public BackgroundPoller {
+ public:
+  FirstStarts() { add_background_poller(this); }
+
+  void add(std::shared_ptr<PersistentCollectives::Slot> slot) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      list_.push_back(std::move(slot));
+      count_.store(list_.size(), std::memory_order_relaxed);
+    }
+    wake_background_progress();
+  }
+
+  // Starts every listed slot whose check agreed and that nobody else holds right now, and
+  // forgets the ones that no longer wait. A thread that finds another one at it leaves the
+  // work to that one.
+  void advance() {
+    if (count_.load(std::memory_order_relaxed) == 0 || !mpi_usable()) return;
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    std::erase_if(list_, [](const std::shared_ptr<PersistentCollectives::Slot>& slot) {
+      std::unique_lock<std::mutex> slot_lock(slot->mu, std::try_to_lock);
+      if (!slot_lock.owns_lock()) return false;
+      slot->start_when_agreed();
+      return !slot->first_start_due();
+    });
+    count_.store(list_.size(), std::memory_order_relaxed);
+  }
+
+  void remove(const PersistentCollectives::Slot* slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(list_, [slot](const auto& s) { return s.get() == slot; });
+    count_.store(list_.size(), std::memory_order_relaxed);
+  }
+
+  // The progress thread's step; it stops before MPI_Finalize, and mpi_usable() covers a wake
+  // after it.
+  bool poll() override {
+    advance();
+    return count_.load(std::memory_order_relaxed) != 0 && mpi_usable();
+  }
+
+ private:
+  std::mutex mu_;  // taken before a slot's
+  std::vector<std::shared_ptr<PersistentCollectives::Slot>> list_;
+  std::atomic<size_t> count_{0};
+};
+
+FirstStarts& first_starts() {
+  static auto* starts = new FirstStarts();  // never destroyed: requests may outlive statics
+  return *starts;
+}
+
 class PersistentRequest final : public NativeRequest {
  public:
   PersistentRequest(std::shared_ptr<PersistentCollectives::Slot> slot, uint64_t ticket)
@@ -125,6 +198,15 @@ class PersistentRequest final : public NativeRequest {
     if (error_) std::rethrow_exception(error_);
   }
 
+  // The op timed out: a first start still waiting for the check is not made any more.
+  void give_up() override {
+    {
+      std::lock_guard<std::mutex> lock(slot_->mu);
+      slot_->given_up = true;
+    }
+    first_starts().remove(slot_.get());
+  }
+
  private:
   std::shared_ptr<PersistentCollectives::Slot> slot_;
   uint64_t ticket_;
@@ -138,6 +220,8 @@ class PersistentRequest final : public NativeRequest {
 bool enabled_by_environment() { return config().mpi_persistent; }
 
 }  // namespace
+
+void advance_persistent_first_starts() { first_starts().advance(); }
 
 PersistentCollectives::PersistentCollectives(MPI_Comm comm, int rank, int size,
                                              uint32_t group_id)
@@ -209,7 +293,8 @@ std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
   }
   if (slot->mismatch) std::rethrow_exception(slot->mismatch);  // never started: still unusable
   const uint64_t ticket = ++slot->newest;
-  // An unchecked slot starts in poll(), once the check agreed.
+  // An unchecked slot starts once the check agreed: when its request is tested, or when any
+  // other MPI request of this process is, or from the progress thread (FirstStarts).
   const int code = slot->checked ? MPI_Start(&slot->request) : MPI_SUCCESS;
   if (code != MPI_SUCCESS) {
     slot->failed_ticket = ticket;
@@ -217,6 +302,9 @@ std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
   }
   slot->destination = out;
   slot->in_flight = true;
+  const bool first_start_due = slot->first_start_due();
+  lock.unlock();
+  if (first_start_due) first_starts().add(slot);
   return std::make_unique<PersistentRequest>(std::move(slot), ticket);
 }
 

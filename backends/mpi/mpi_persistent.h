@@ -27,6 +27,13 @@
 //    diagnosis.
 //  - A key's request carries one op at a time: an op whose key is still in flight first waits
 //    for that earlier op, which every rank started before this one, so it can finish.
+//  - The first start must not wait for its own request to be tested: a rank that started its
+//    ops at issue may wait for a later op first, while a peer whose ops were queued on the
+//    group's worker runs them one after another and waits in the first one for this rank's
+//    MPI_Start; the later op's key check cannot finish before that peer gets to it, so each
+//    would wait for the other until the deadline. A slot whose first start is due is therefore
+//    listed process-wide and started, once its check agreed, from any ferry test of an MPI
+//    request and from the process's progress thread (advance_persistent_first_starts).
 //
 // MPICH 4.0.2's persistent MPI_Allgather reads outside its buffers on two ranks (reproduced
 // with guard pages around 8 B buffers: a segfault every run), so all_gather is carried as a
@@ -47,6 +54,11 @@
 #include <vector>
 
 namespace ferry::detail {
+
+// Starts every slot whose first op waits only for its key check to agree (see the file
+// comment); cheap (one atomic load) when there is none. Called by every ferry test of an MPI
+// request, through advance_exchange_rounds.
+void advance_persistent_first_starts();
 
 class PersistentCollectives {
  public:
@@ -95,7 +107,8 @@ class PersistentCollectives {
   std::shared_ptr<Slot> slot_for(const Key& key, size_t send_bytes, size_t recv_bytes,
                                  Init&& init);
   // Posts the comparison of every rank's key for a new slot (see the file comment); the slot's
-  // first op starts its request once the comparison agreed (Slot::poll), and fails with
+  // first op starts its request once the comparison agreed (Slot::start_when_agreed, from its
+  // own test or any other, see the file comment), and fails with
   // MismatchError on every rank when it did not.
   void post_key_check(const Key& key, Slot& slot) const;
   // Starts the slot's request for one op: waits for the slot's previous op, copies

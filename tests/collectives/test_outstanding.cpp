@@ -360,3 +360,30 @@ FT_SPMD_CASE("outstanding: ops handed to background progress complete while nobo
                       std::vector<double>(3 + i, want));
   }
 }
+
+// Ops started at issue on one rank and queued behind an earlier op on the others, then waited
+// for latest first. The bfloat16 all_reduce is queued on every rank's group worker (it is
+// widened first). Rank 0 waits for it before issuing two small ops of sizes the fresh group has
+// not seen, so its worker is idle and they start at issue; the other ranks issue them at once,
+// so they queue behind it and run one after another, each to its end. Under MPI each new size is
+// a persistent request whose first start waits for the ranks' key check: rank 0 must start the
+// all_reduce while it waits for the broadcast, whose key check the others reach only once the
+// all_reduce finished.
+FT_SPMD_CASE("outstanding: new small ops started at issue on one rank, queued on the others; latest waited first",
+             "[outstanding][groups]", 2, 3, 4) {
+  const Group sub = g.split(0, g.rank());
+  FT_CHECK(ctx, sub.valid(), where(g, "split into one group"));
+  if (!sub.valid()) return;
+  const int W = sub.size();
+  Pending queued = start_all_reduce(ctx, sub, make_case(DType::BFloat16, 37, 0, ReduceOp::Sum, 0, 0, 1));
+  if (sub.rank() == 0) {
+    finish(ctx, queued);
+    // The worker marks itself idle just after the Work completed.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Pending reduced = start_all_reduce(ctx, sub, make_case(DType::Float32, 611, 0, ReduceOp::Sum, 0, 0, 2));
+  Pending sent = start_broadcast(ctx, sub, make_case(DType::UInt8, 613, 0, ReduceOp::Sum, W - 1, 0, 3));
+  finish(ctx, sent);
+  finish(ctx, reduced);
+  if (sub.rank() != 0) finish(ctx, queued);
+}
