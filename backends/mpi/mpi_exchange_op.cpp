@@ -2,6 +2,7 @@
 
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_pending_steps.h>
 #include <ferry/backends/mpi/mpi_persistent.h>
 #include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_wait.h>
@@ -17,52 +18,15 @@ struct Abandoned {
   std::shared_ptr<Storage> scratch;
 };
 
-// The all_reduces whose second round is due (see "Progress" in the header). Steps them when a
-// ferry call tests any MPI request, and as a poller of the process's progress thread when no
-// ferry call does.
-class SecondRounds final : public BackgroundPoller {
- public:
-  SecondRounds() { add_background_poller(this); }
-
-  void add(std::shared_ptr<MpiExchange> x) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      list_.push_back(std::move(x));
-      count_.store(list_.size(), std::memory_order_relaxed);
-    }
-    wake_background_progress();
+// The all_reduces whose second round is due (see "Progress" in the header): a step posts it
+// when this rank's first round is done.
+struct StepSecondRound {
+  bool operator()(MpiExchange& x) const {
+    x.try_step();
+    return !x.second_round_due();
   }
-
-  // Steps every listed op nobody else is testing right now, and forgets the ones whose second
-  // round is posted. A thread that finds another one at it leaves the work to that one.
-  void advance() {
-    if (count_.load(std::memory_order_relaxed) == 0 || !mpi_usable()) return;
-    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-    if (!lock.owns_lock()) return;
-    for (const auto& x : list_) x->try_step();
-    std::erase_if(list_, [](const auto& x) { return !x->second_round_due(); });
-    count_.store(list_.size(), std::memory_order_relaxed);
-  }
-
-  void remove(const MpiExchange* x) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::erase_if(list_, [x](const auto& y) { return y.get() == x; });
-    count_.store(list_.size(), std::memory_order_relaxed);
-  }
-
-  // The progress thread's step, for a rank that makes no ferry call at all (it waits in another
-  // op, a ferry recv or the user's own MPI_Barrier) while its peers wait for its second round.
-  // The thread stops before MPI_Finalize; mpi_usable() covers a wake after it.
-  bool poll() override {
-    advance();
-    return count_.load(std::memory_order_relaxed) != 0 && mpi_usable();
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::shared_ptr<MpiExchange>> list_;
-  std::atomic<size_t> count_{0};
 };
+using SecondRounds = PendingMpiSteps<MpiExchange, StepSecondRound>;
 
 SecondRounds& second_rounds() {
   static auto* rounds = new SecondRounds();  // never destroyed: requests may outlive statics

@@ -4,6 +4,7 @@
 
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_exchange.h>
+#include <ferry/backends/mpi/mpi_pending_steps.h>
 #include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_types.h>
 #include <ferry/backends/mpi/mpi_wait.h>
@@ -121,53 +122,16 @@ namespace {
 // it. So every such slot is listed process-wide and started from every ferry test of an MPI
 // request (advance_persistent_first_starts) and from the process's progress thread, as
 // all_reduce's second round of the point-to-point path is (mpi_exchange.h, "Progress").
-class FirstStarts final : public BackgroundPoller {
- public:
-  FirstStarts() { add_background_poller(this); }
-
-  void add(std::shared_ptr<PersistentCollectives::Slot> slot) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      list_.push_back(std::move(slot));
-      count_.store(list_.size(), std::memory_order_relaxed);
-    }
-    wake_background_progress();
+struct StepFirstStart {
+  // A slot another thread holds right now is left for the next step.
+  bool operator()(PersistentCollectives::Slot& slot) const {
+    std::unique_lock<std::mutex> slot_lock(slot.mu, std::try_to_lock);
+    if (!slot_lock.owns_lock()) return false;
+    slot.start_when_agreed();
+    return !slot.first_start_due();
   }
-
-  // Starts every listed slot whose check agreed and that nobody else holds right now, and
-  // forgets the ones that no longer wait. A thread that finds another one at it leaves the
-  // work to that one.
-  void advance() {
-    if (count_.load(std::memory_order_relaxed) == 0 || !mpi_usable()) return;
-    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-    if (!lock.owns_lock()) return;
-    std::erase_if(list_, [](const std::shared_ptr<PersistentCollectives::Slot>& slot) {
-      std::unique_lock<std::mutex> slot_lock(slot->mu, std::try_to_lock);
-      if (!slot_lock.owns_lock()) return false;
-      slot->start_when_agreed();
-      return !slot->first_start_due();
-    });
-    count_.store(list_.size(), std::memory_order_relaxed);
-  }
-
-  void remove(const PersistentCollectives::Slot* slot) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::erase_if(list_, [slot](const auto& s) { return s.get() == slot; });
-    count_.store(list_.size(), std::memory_order_relaxed);
-  }
-
-  // The progress thread's step; it stops before MPI_Finalize, and mpi_usable() covers a wake
-  // after it.
-  bool poll() override {
-    advance();
-    return count_.load(std::memory_order_relaxed) != 0 && mpi_usable();
-  }
-
- private:
-  std::mutex mu_;  // taken before a slot's
-  std::vector<std::shared_ptr<PersistentCollectives::Slot>> list_;
-  std::atomic<size_t> count_{0};
 };
+using FirstStarts = PendingMpiSteps<PersistentCollectives::Slot, StepFirstStart>;
 
 FirstStarts& first_starts() {
   static auto* starts = new FirstStarts();  // never destroyed: requests may outlive statics
