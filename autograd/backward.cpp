@@ -103,6 +103,7 @@ class Pass {
     order_.swap(t_spare.order);
     nodes_.swap(t_spare.nodes);
     leaves_.swap(t_spare.leaves);
+    grads_.swap(t_spare.grads);
   }
   ~Pass() {
     for (Node* n : nodes_) {
@@ -115,9 +116,11 @@ class Pass {
     order_.clear();
     nodes_.clear();
     leaves_.clear();
+    grads_.clear();
     if (order_.capacity() > t_spare.order.capacity()) order_.swap(t_spare.order);
     if (nodes_.capacity() > t_spare.nodes.capacity()) nodes_.swap(t_spare.nodes);
     if (leaves_.capacity() > t_spare.leaves.capacity()) leaves_.swap(t_spare.leaves);
+    if (grads_.capacity() > t_spare.grads.capacity()) grads_.swap(t_spare.grads);
   }
   Pass(const Pass&) = delete;
   Pass& operator=(const Pass&) = delete;
@@ -181,8 +184,12 @@ class Pass {
                 " was already differentiated by an earlier backward that freed its saved "
                 "tensors; pass retain_graph = true to the first backward to run a second one");
     auto& slots = node.outputs();
-    std::vector<Tensor> grads = std::move(node.pending());  // pending(k) makes room again
+    // The node's pending gradients move into the pass's list, reused from node to node:
+    // apply() takes a std::vector.
+    std::vector<Tensor>& grads = grads_;
+    grads.clear();
     grads.resize(slots.size());
+    for (size_t k = 0; k < node.pending().size(); ++k) grads[k] = std::move(node.pending()[k]);
     bool any = false;
     for (size_t k = 0; k < slots.size(); ++k) {
       if (!grads[k].defined()) continue;
@@ -204,6 +211,7 @@ class Pass {
         NoGradGuard no_grad;
         input_grads = node.apply(grads);
       }
+      grads.clear();  // the output gradients die here, as before the list was reused
       auto& edges = node.edges();
       FERRY_CHECK(input_grads.size() == edges.size(), InvalidArgument, node.name(),
                   ": backward returned ", input_grads.size(), " gradients, expected ",
@@ -245,6 +253,7 @@ class Pass {
     std::vector<std::shared_ptr<Node>> order;
     std::vector<Node*> nodes;
     std::vector<std::shared_ptr<VariableImpl>> leaves;
+    std::vector<Tensor> grads;
   };
   static thread_local Spare t_spare;
 
@@ -252,6 +261,7 @@ class Pass {
   std::vector<std::shared_ptr<Node>> order_;
   std::vector<Node*> nodes_;
   std::vector<std::shared_ptr<VariableImpl>> leaves_;
+  std::vector<Tensor> grads_;  // the output gradients of the node running
   uint64_t max_root_sequence_ = 0;
 };
 

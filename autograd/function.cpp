@@ -2,6 +2,7 @@
 
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/node.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/autograd/saved_tensor.h>
 #include <ferry/runtime/error.h>
 
@@ -128,7 +129,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
     ctx->to_save_.clear();
   }
   const std::vector<bool> non_differentiable = std::move(ctx->non_differentiable_);
-  auto node = std::make_shared<detail::FunctionNode>(fn, std::move(ctx), outputs.size());
+  auto node = detail::make_pooled<detail::FunctionNode>(fn, std::move(ctx), outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
     // Integer outputs (sizes, indices) cannot carry a gradient.
     const bool marked = k < non_differentiable.size() && non_differentiable[k];

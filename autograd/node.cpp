@@ -1,7 +1,10 @@
 #include <ferry/autograd/node.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <ferry/autograd/grad_mode.h>
 
+#include <algorithm>
+#include <memory_resource>
 #include <utility>
 
 namespace ferry::detail {
@@ -16,7 +19,7 @@ thread_local std::vector<std::shared_ptr<Node>> t_kept_nodes;
 // Freeing the last variable of a long chain would free its nodes recursively, one stack frame
 // per node; a deep enough graph would overflow the stack. Nodes that are about to die are moved
 // here instead and freed by a loop.
-thread_local std::vector<std::shared_ptr<Node>>* t_graveyard = nullptr;
+thread_local std::pmr::vector<std::shared_ptr<Node>>* t_graveyard = nullptr;
 
 }  // namespace
 
@@ -26,16 +29,24 @@ Node::Node(std::string name, size_t num_outputs)
 }
 
 Node::~Node() {
-  std::vector<std::shared_ptr<Node>> dying;
-  for (Edge& edge : edges_) {
-    if (edge.node && edge.node.use_count() == 1) dying.push_back(std::move(edge.node));
-  }
-  if (dying.empty()) return;
+  const auto dies = [](const Edge& edge) { return edge.node && edge.node.use_count() == 1; };
   if (t_graveyard != nullptr) {  // an outer destructor is draining: hand the nodes to it
-    for (auto& node : dying) t_graveyard->push_back(std::move(node));
+    for (Edge& edge : edges_) {
+      if (dies(edge)) t_graveyard->push_back(std::move(edge.node));
+    }
     return;
   }
-  std::vector<std::shared_ptr<Node>> graveyard = std::move(dying);
+  if (std::none_of(edges_.begin(), edges_.end(), dies)) return;
+  // The graveyard starts on the stack: dropping a training step's graph frees its nodes without
+  // a heap allocation unless more than kOnStack wait at once.
+  constexpr size_t kOnStack = 16;
+  alignas(std::shared_ptr<Node>) std::byte on_stack[kOnStack * sizeof(std::shared_ptr<Node>)];
+  std::pmr::monotonic_buffer_resource memory(on_stack, sizeof(on_stack));
+  std::pmr::vector<std::shared_ptr<Node>> graveyard(&memory);
+  graveyard.reserve(kOnStack);
+  for (Edge& edge : edges_) {
+    if (dies(edge)) graveyard.push_back(std::move(edge.node));
+  }
   t_graveyard = &graveyard;
   while (!graveyard.empty()) {
     std::shared_ptr<Node> node = std::move(graveyard.back());
@@ -116,7 +127,7 @@ Variable make_output(const std::shared_ptr<Node>& node, size_t k, Tensor value) 
   }
   slot.shape = value.shape();
   slot.dtype = value.dtype();
-  auto impl = std::make_shared<VariableImpl>();
+  auto impl = make_pooled<VariableImpl>();
   impl->value = std::move(value);
   if (slot.differentiable) {
     impl->requires_grad = true;

@@ -81,7 +81,7 @@ class Node {
   std::pmr::vector<OutputSlot>& outputs() { return outputs_; }
 
   // Backward bookkeeping: the gradient gathered so far for each output.
-  std::vector<Tensor>& pending() { return pending_; }
+  std::pmr::vector<Tensor>& pending() { return pending_; }
   Tensor& pending(size_t k) {
     if (pending_.size() != outputs_.size()) pending_.resize(outputs_.size());
     return pending_[k];
@@ -100,15 +100,17 @@ class Node {
  private:
   std::string name_;
   uint64_t sequence_;
-  // The edges and output slots of an op with up to three inputs and one output (most ops) live
-  // in the node itself: recording an op would otherwise allocate both lists. More spill to the
-  // heap. Declared before the lists, so that it outlives them.
-  static constexpr size_t kInlineBytes = 3 * sizeof(Edge) + sizeof(OutputSlot) + 64;
+  // The edges, output slots and pending gradients of an op with up to three inputs and one
+  // output (most ops) live in the node itself: recording an op and running its backward would
+  // otherwise allocate the three lists. More spill to the heap. Declared before the lists, so
+  // that it outlives them.
+  static constexpr size_t kInlineBytes =
+      3 * sizeof(Edge) + sizeof(OutputSlot) + sizeof(Tensor) + 64;
   alignas(std::max_align_t) std::byte inline_[kInlineBytes];
   std::pmr::monotonic_buffer_resource memory_{inline_, kInlineBytes};
   std::pmr::vector<Edge> edges_{&memory_};
   std::pmr::vector<OutputSlot> outputs_{&memory_};
-  std::vector<Tensor> pending_;
+  std::pmr::vector<Tensor> pending_{&memory_};
   bool released_ = false;
   bool has_run_ = false;
   uint64_t pass_ = 0;

@@ -12,19 +12,14 @@
 //   }
 #pragma once
 
+#include <ferry/autograd/backward_fn.h>
 #include <ferry/autograd/node.h>
 #include <ferry/autograd/saved_tensor.h>
 #include <ferry/autograd/variable.h>
 
-#include <functional>
 #include <vector>
 
 namespace ferry::detail {
-
-// Returns one gradient per input (undefined = none). needs_input_grad[i] says whether input i
-// wants one; the closure may skip computing the others.
-using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs,
-                                                     const std::vector<bool>& needs_input_grad)>;
 
 // Records a node named `op` with the given inputs and output values; returns the outputs as
 // variables. Call only when should_record(inputs) is true.

@@ -12,14 +12,7 @@ SavedTensor::SavedTensor(Tensor tensor, std::string owner)
       described_(true) {}
 
 SavedTensor::SavedTensor(const Variable& v)
-    : tensor_(v.value()), version_(tensor_.version()), owner_(v.name()) {
-  // Op names are short, so these copies stay within std::string's inline buffer. Keeping the
-  // producer node itself would make a node that saves its own output own itself.
-  if (owner_.empty() && v.impl()->producer) {
-    producer_op_ = v.impl()->producer->name();
-    output_index_ = v.impl()->output_index;
-  }
-}
+    : tensor_(v.value()), version_(tensor_.version()), variable_(v.impl_ptr()) {}
 
 SavedTensor SavedTensor::output_of(const char* op, Tensor tensor) {
   SavedTensor s;
@@ -32,12 +25,15 @@ SavedTensor SavedTensor::output_of(const char* op, Tensor tensor) {
 std::string SavedTensor::describe_owner() const {
   if (described_) return owner_;
   if (output_of_ != nullptr) return str("the output of ", output_of_);
-  if (!owner_.empty()) return "variable '" + owner_ + "'";
-  if (!producer_op_.empty()) return str("output ", output_index_, " of ", producer_op_);
-  return "a leaf variable of shape " + shape_str(tensor_.shape());
+  if (auto v = variable_.lock()) {
+    if (!v->name.empty()) return "variable '" + v->name + "'";
+    if (v->producer) return str("output ", v->output_index, " of ", v->producer->name());
+    return "a leaf variable of shape " + shape_str(tensor_.shape());
+  }
+  return "a variable of shape " + shape_str(tensor_.shape()) + " (dropped since it was saved)";
 }
 
-const Tensor& SavedTensor::get(const std::string& op) const {
+const Tensor& SavedTensor::get(std::string_view op) const {
   if (released_) {
     FERRY_THROW(InvalidArgument, op, ": backward through a graph a second time: the tensors "
                 "saved for it were freed by the first backward (pass retain_graph = true to "

@@ -4,7 +4,9 @@
 #include <ferry/autograd/variable.h>
 #include <ferry/runtime/tensor.h>
 
+#include <memory>
 #include <string>
+#include <string_view>
 
 namespace ferry::detail {
 
@@ -13,8 +15,9 @@ class SavedTensor {
   SavedTensor() = default;
   // `owner` names the variable the tensor belongs to, for the error message.
   SavedTensor(Tensor tensor, std::string owner);
-  // The variable's value, named after the variable. Cheap: the name is only put together if
-  // the error is raised (built-in ops save on every call).
+  // The variable's value, named after the variable. Cheap: the variable is kept by a weak
+  // reference and its name read only if the error is raised (built-in ops save on every call,
+  // and copying a parameter's name was a heap allocation per save).
   explicit SavedTensor(const Variable& v);
   // An op's own output, named "the output of <op>" only if the error is raised; `op` is a
   // string literal (it is kept as a pointer).
@@ -22,7 +25,7 @@ class SavedTensor {
 
   // The tensor; throws InvalidArgument naming `op` and the owner if it was modified in place
   // since it was saved (its version moved on) or if it was released.
-  const Tensor& get(const std::string& op) const;
+  const Tensor& get(std::string_view op) const;
   bool defined() const { return tensor_.defined(); }
   void release() { tensor_ = Tensor(); released_ = true; }
 
@@ -31,11 +34,10 @@ class SavedTensor {
 
   Tensor tensor_;
   uint64_t version_ = 0;
-  std::string owner_;        // a full description, or the variable's name
-  std::string producer_op_;  // for a nameless non-leaf: the op that made it
-  const char* output_of_ = nullptr;  // set by output_of()
-  uint32_t output_index_ = 0;
-  bool described_ = false;   // owner_ is a full description
+  std::string owner_;                     // a full description, when described_
+  std::weak_ptr<VariableImpl> variable_;  // the variable saved, by SavedTensor(const Variable&)
+  const char* output_of_ = nullptr;       // set by output_of()
+  bool described_ = false;
   bool released_ = false;
 };
 

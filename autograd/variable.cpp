@@ -1,6 +1,7 @@
 #include <ferry/autograd/variable.h>
 
 #include <ferry/autograd/node.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/error.h>
 
 #include <utility>
@@ -10,7 +11,7 @@ namespace ferry {
 Variable::Variable() = default;
 
 Variable::Variable(Tensor value, bool requires_grad, std::string name)
-    : impl_(std::make_shared<detail::VariableImpl>()) {
+    : impl_(detail::make_pooled<detail::VariableImpl>()) {
   FERRY_CHECK(value.defined(), InvalidArgument, "Variable: the value is an undefined tensor");
   impl_->value = std::move(value);
   impl_->name = std::move(name);
@@ -78,7 +79,7 @@ bool Variable::is_leaf() const {
 
 Variable Variable::detach() const {
   check_defined("detach");
-  auto impl = std::make_shared<detail::VariableImpl>();
+  auto impl = detail::make_pooled<detail::VariableImpl>();
   impl->value = impl_->value;
   impl->name = impl_->name;
   return Variable(std::move(impl));

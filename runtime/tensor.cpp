@@ -3,6 +3,7 @@
 #include <ferry/runtime/tensor_detail.h>
 
 #include <ferry/runtime/block_cache.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,7 +18,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   const size_t size = nbytes == 0 ? kAlignment : nbytes;
   void* p = acquire_block(size);
   try {
-    return std::make_shared<Storage>(static_cast<std::byte*>(p), nbytes, true);
+    return make_pooled<Storage>(static_cast<std::byte*>(p), nbytes, true);
   } catch (...) {
     release_block(p, size);
     throw;
@@ -25,7 +26,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
 }
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) {
-  return std::make_shared<Storage>(static_cast<std::byte*>(data), nbytes, false);
+  return make_pooled<Storage>(static_cast<std::byte*>(data), nbytes, false);
 }
 
 Storage::~Storage() {

@@ -171,6 +171,18 @@ TEST_CASE("a saved tensor modified in place makes backward name it", "[ops][cont
     Tensor(y.value()).fill_(0.0);
     REQUIRE_THROWS_WITH(backward(loss), Contains("exp") && Contains("output of exp"));
   }
+  SECTION("a nameless input made by another op, alive or dropped") {
+    Variable x(random64({2, 2}, 1), true, "x");
+    Variable w(random64({2, 2}, 2), true, "weight");
+    Variable e = exp(w);  // saved by matmul below, named after the op that made it
+    Variable y = sum(matmul(x, e));
+    Tensor shared = e.value();
+    shared.set_flat(0, 1.0);
+    REQUIRE_THROWS_WITH(backward(y, {}, true), Contains("matmul") && Contains("output 0 of exp"));
+    e = Variable();  // the handle gone, the saved tensor still names what it was
+    REQUIRE_THROWS_WITH(backward(y), Contains("matmul") && Contains("a variable of shape [2, 2]") &&
+                                         Contains("dropped since it was saved"));
+  }
   SECTION("the indices of index_select") {
     Variable x(random64({3, 2}, 4), true, "x");
     Tensor idx = int64s({2, 0});
