@@ -63,4 +63,44 @@ std::shared_ptr<T> make_pooled(Args&&... args) {
   return std::allocate_shared<T>(PoolAllocator<T>(), std::forward<Args>(args)...);
 }
 
+// Objects whose buffers a thread hands from one step to the next: take() returns one that
+// give() kept on this thread (its containers emptied by the giver but with their capacity), or a
+// new one; give() keeps up to N. For per-call scratch that a step makes and drops once (a
+// lookup's plan), so the next call refills the same buffers instead of allocating them again.
+// A giver must empty what refers to other objects first: a kept object lives until the thread
+// ends.
+template <class T, size_t N = 4>
+class ThreadSpares {
+ public:
+  static T take() {
+    Kept* kept = this_thread();
+    if (kept == nullptr || kept->count == 0) return T();
+    return std::move(kept->items[--kept->count]);
+  }
+  static void give(T&& object) {
+    Kept* kept = this_thread();
+    if (kept != nullptr && kept->count < N) kept->items[kept->count++] = std::move(object);
+  }
+
+ private:
+  enum class State : unsigned char { kNotYet, kAlive, kGone };
+  struct Kept {
+    Kept() { state() = State::kAlive; }
+    ~Kept() { state() = State::kGone; }
+    T items[N];
+    size_t count = 0;
+  };
+  // Trivially destructible, so an object given back while the thread's statics are destroyed
+  // finds the list gone and is simply dropped.
+  static State& state() {
+    static thread_local State s = State::kNotYet;
+    return s;
+  }
+  static Kept* this_thread() {
+    if (state() == State::kGone) return nullptr;
+    static thread_local Kept kept;
+    return &kept;
+  }
+};
+
 }  // namespace ferry::detail

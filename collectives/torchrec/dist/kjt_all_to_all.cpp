@@ -496,7 +496,7 @@ KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) 
     for (int j = 0; j < W; ++j) rec[kHeader + slot * W + j] = st->input_splits[l][j];
   }
   if (status == kOk) {
-    const std::vector<int64_t> per_key = input.length_per_key();
+    const std::vector<int64_t>& per_key = input.length_per_key();
     std::copy(per_key.begin(), per_key.end(), rec.begin() + kHeader + kSlots * W);
   }
   st->record_out = empty({W * words}, DType::Int64);

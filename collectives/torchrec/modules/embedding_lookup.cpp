@@ -5,6 +5,7 @@
 
 #include <ferry/autograd/function.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <Eigen/Core>
 
@@ -13,22 +14,20 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
-#include <span>
 
 namespace ferry::torchrec {
 
 namespace {
 
-std::vector<int64_t> to_i64(const Tensor& t) {
-  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+// The int64 or int32 tensor t's values into out (its capacity reused).
+void assign_i64(std::vector<int64_t>& out, const Tensor& t) {
   if (t.dtype() == DType::Int64) {
     const int64_t* p = t.data<int64_t>();
-    std::copy(p, p + t.numel(), out.begin());
+    out.assign(p, p + t.numel());
   } else {
     const int32_t* p = t.data<int32_t>();
-    std::copy(p, p + t.numel(), out.begin());
+    out.assign(p, p + t.numel());
   }
-  return out;
 }
 
 // What one lookup call resolved at forward and its backward needs again. Moved, never copied:
@@ -60,6 +59,20 @@ struct Plan {
   DType dtype = DType::Float32;
   std::vector<int64_t> divisors;  // MEAN divisors per bag (empty: bag lengths)
 
+  // Empties the plan for its next call, keeping its lists' capacity (ThreadSpares).
+  void clear() {
+    op = "";
+    B = 0;
+    offsets.clear();
+    tables.clear();
+    table_versions.clear();
+    items.clear();
+    row_storage.clear();
+    total_cols = 0;
+    dtype = DType::Float32;
+    divisors.clear();
+  }
+
   int64_t bag_begin(const Item& it, int64_t b) const { return offsets[it.first_bag + b]; }
   int64_t bag_end(const Item& it, int64_t b) const { return offsets[it.first_bag + b + 1]; }
   int64_t divisor(const Item& it, int64_t b) const {
@@ -69,12 +82,14 @@ struct Plan {
 
 Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
                const KeyedJaggedTensor& kjt, const Tensor& mean_divisors) {
-  Plan p;
+  // A plan made by an earlier call on this thread and dropped with its backward: its lists
+  // keep their capacity, so a training step's plan allocates nothing.
+  Plan p = ferry::detail::ThreadSpares<Plan>::take();
   p.op = op;
   FERRY_CHECK(!kjt.variable_stride_per_key(), InvalidArgument, op,
               ": a KJT with a variable stride per key (VBE) is not supported");
   p.B = kjt.stride();
-  p.offsets = to_i64(kjt.offsets());
+  assign_i64(p.offsets, kjt.offsets());
   const auto& first_bag = kjt.lengths_offset_per_key();
   const int64_t* ids = kjt.values().data<int64_t>();
   p.items.reserve(lookups.size());
@@ -161,7 +176,7 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
                 InvalidArgument, op, ": mean_divisors must be 1-D int32/int64 with ",
                 p.offsets.size() - 1, " entries (one per bag, like the KJT's lengths), got ",
                 shape_str(mean_divisors.shape()), " ", dtype_name(mean_divisors.dtype()));
-    p.divisors = to_i64(mean_divisors);
+    assign_i64(p.divisors, mean_divisors);
   }
   return p;
 }
@@ -339,6 +354,12 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
 class PooledLookup final : public Function {
  public:
   PooledLookup(Plan plan, bool weighted) : plan_(std::move(plan)), weighted_(weighted) {}
+  ~PooledLookup() override {
+    plan_.clear();
+    ferry::detail::ThreadSpares<Plan>::give(std::move(plan_));
+  }
+  PooledLookup(const PooledLookup&) = delete;
+  PooledLookup& operator=(const PooledLookup&) = delete;
   std::string name() const override { return "pooled_embedding_lookup"; }
 
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
@@ -440,6 +461,12 @@ void sequence_backward(const Plan& p, const std::vector<Tensor>& grads,
 class SequenceLookup final : public Function {
  public:
   explicit SequenceLookup(Plan plan) : plan_(std::move(plan)) {}
+  ~SequenceLookup() override {
+    plan_.clear();
+    ferry::detail::ThreadSpares<Plan>::give(std::move(plan_));
+  }
+  SequenceLookup(const SequenceLookup&) = delete;
+  SequenceLookup& operator=(const SequenceLookup&) = delete;
   std::string name() const override { return "sequence_embedding_lookup"; }
 
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>&) override {
@@ -492,7 +519,7 @@ Variable pooled_embedding_lookup(const std::vector<FeatureLookup>& lookups,
   std::vector<Variable> inputs;
   for (const auto& t : plan.tables) inputs.push_back(t->weight());
   if (weighted) inputs.push_back(per_sample_weights);
-  auto fn = std::make_shared<PooledLookup>(std::move(plan), weighted);
+  auto fn = ferry::detail::make_pooled<PooledLookup>(std::move(plan), weighted);
   if (weighted) fn->set_weights_dtype(per_sample_weights.dtype());
   return ferry::apply(fn, inputs)[0];
 }
@@ -503,7 +530,7 @@ std::vector<Variable> sequence_embedding_lookup(const std::vector<FeatureLookup>
   std::vector<Variable> inputs;
   for (const auto& t : plan.tables) inputs.push_back(t->weight());
   if (lookups.empty()) return {};
-  return ferry::apply(std::make_shared<SequenceLookup>(std::move(plan)), inputs);
+  return ferry::apply(ferry::detail::make_pooled<SequenceLookup>(std::move(plan)), inputs);
 }
 
 }  // namespace ferry::torchrec

@@ -13,6 +13,12 @@
 namespace ferry::torchrec {
 
 
+struct ShardedEmbeddingBagCollection::OutputParts {
+  std::vector<std::string> keys;
+  std::vector<int64_t> dims;
+  std::vector<std::shared_ptr<PooledEmbeddingSharding>> shardings;
+};
+
 ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
     std::vector<EmbeddingBagConfig> tables, bool is_weighted, const ModuleShardingPlan& plan,
     Group world, ShardedEmbeddingOptions options, std::optional<FusedOptimizerConfig> fused,
@@ -34,6 +40,8 @@ ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
     shardings_.push_back(std::make_shared<TwRwPooledEmbeddingSharding>(
         tables_, groups[3], is_weighted_, intra, cross));
   }
+  output_parts_ = std::make_shared<const OutputParts>(
+      OutputParts{tables_.features(), tables_.feature_dims(), shardings_});
 }
 
 namespace {
@@ -98,11 +106,9 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
               "result (",
               shardings_.size(), " KJTs) and its context, got ", dist_input.size());
   std::vector<Awaitable<Variable>> outs;
+  outs.reserve(shardings_.size());
   for (size_t i = 0; i < shardings_.size(); ++i)
     outs.push_back(shardings_[i]->compute_and_output_dist(dist_input[i], ctx.shardings[i]));
-  const auto shardings = shardings_;
-  const std::vector<std::string> keys = tables_.features();
-  const std::vector<int64_t> dims = tables_.feature_dims();
   if (!ctx.inverse_rows.empty() || (!ctx.shardings.empty() && ctx.shardings[0]->vbe_input)) {
     // VBE: the groups' flat outputs joined, then one gather through their blocks and the
     // inverse indices.
@@ -110,7 +116,8 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
     for (const auto& c : ctx.shardings) blocks.push_back(c->vbe_blocks);
     const auto inverse = ctx.inverse_rows;
     return LazyAwaitable<PooledEmbeddings>(std::function<PooledEmbeddings()>(
-        [outs, blocks, inverse, keys, dims]() mutable {
+        [outs = std::move(outs), blocks, inverse, parts = output_parts_]() mutable {
+          const std::vector<int64_t>& dims = parts->dims;
           std::vector<Variable> flats;
           std::vector<detail::VbeBlock> all;
           int64_t base = 0;
@@ -124,7 +131,7 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
             flats.push_back(reshape(y, {y.value().numel()}));
           }
           PooledEmbeddings out;
-          out.keys = keys;
+          out.keys = parts->keys;
           out.length_per_key = dims;
           out.values = detail::gather_vbe_output(flats.size() == 1 ? flats.front() : cat(flats, 0),
                                                  all, dims, inverse);
@@ -132,7 +139,8 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
         }));
   }
   return LazyAwaitable<PooledEmbeddings>(std::function<PooledEmbeddings()>(
-      [outs, shardings, keys, dims]() mutable {
+      [outs = std::move(outs), parts = output_parts_]() mutable {
+        const auto& shardings = parts->shardings;
         std::vector<std::pair<OutputBlock, Variable>> pieces;
         if (outs.size() == 1) {
           // One sharding group whose blocks already come in (feature, column) order (table-wise
@@ -145,8 +153,8 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
               });
           if (in_order) {
             PooledEmbeddings out;
-            out.keys = keys;
-            out.length_per_key = dims;
+            out.keys = parts->keys;
+            out.length_per_key = parts->dims;
             out.values = outs[0].wait();
             return out;
           }
@@ -164,8 +172,8 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
         std::vector<Variable> cols;
         for (auto& p : pieces) cols.push_back(p.second);
         PooledEmbeddings out;
-        out.keys = keys;
-        out.length_per_key = dims;
+        out.keys = parts->keys;
+        out.length_per_key = parts->dims;
         out.values = cols.size() == 1 ? cols.front() : cat(cols, 1);
         return out;
       }));

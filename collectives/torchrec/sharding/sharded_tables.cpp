@@ -152,7 +152,7 @@ InputCheckStatus ShardedTables::input_status(const KeyedJaggedTensor& kjt, bool 
                           std::equal(features_.begin(), features_.end(), keys.begin());
   std::map<std::string, int64_t> index;
   if (!same_order) index = kjt.index_per_key();
-  const std::vector<int64_t> key_offsets = kjt.offset_per_key();
+  const std::vector<int64_t>& key_offsets = kjt.offset_per_key();
   const int64_t* all_ids = kjt.values().data<int64_t>();
   for (size_t f = 0; f < features_.size() && status[0] == 0; ++f) {
     int64_t key = static_cast<int64_t>(f);

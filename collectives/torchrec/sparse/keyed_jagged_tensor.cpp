@@ -336,12 +336,12 @@ Tensor KeyedJaggedTensor::offsets() const {
   return s_->offsets;
 }
 
-std::vector<int64_t> KeyedJaggedTensor::offset_per_key() const {
+const std::vector<int64_t>& KeyedJaggedTensor::offset_per_key() const {
   {
     std::lock_guard<std::mutex> lock(s_->mu);
     if (s_->offset_per_key) return *s_->offset_per_key;
   }
-  const std::vector<int64_t> lpk = length_per_key();
+  const std::vector<int64_t>& lpk = length_per_key();
   std::vector<int64_t> opk(lpk.size() + 1, 0);
   for (size_t k = 0; k < lpk.size(); ++k) opk[k + 1] = opk[k] + lpk[k];
   std::lock_guard<std::mutex> lock(s_->mu);
@@ -349,7 +349,7 @@ std::vector<int64_t> KeyedJaggedTensor::offset_per_key() const {
   return *s_->offset_per_key;
 }
 
-std::vector<int64_t> KeyedJaggedTensor::length_per_key() const {
+const std::vector<int64_t>& KeyedJaggedTensor::length_per_key() const {
   std::lock_guard<std::mutex> lock(s_->mu);
   if (!s_->length_per_key) {
     const auto& lo = s_->lengths_offset_per_key;
@@ -400,7 +400,7 @@ const KeyedJaggedTensor& KeyedJaggedTensor::sync() const {
 
 JaggedTensor KeyedJaggedTensor::operator[](const std::string& key) const {
   const int64_t k = key_index(key);
-  const std::vector<int64_t> opk = offset_per_key();
+  const std::vector<int64_t>& opk = offset_per_key();
   const auto& lo = s_->lengths_offset_per_key;
   const int64_t v0 = opk[k], nv = opk[k + 1] - opk[k];
   return JaggedTensor(s_->values.narrow(0, v0, nv), lengths().narrow(0, lo[k], lo[k + 1] - lo[k]),
@@ -426,7 +426,7 @@ std::vector<KeyedJaggedTensor> KeyedJaggedTensor::split(const std::vector<int64_
   }
   FERRY_CHECK(total == num_keys(), InvalidArgument, where, ": segments ", list_str(segments),
               " sum to ", total, " but there are ", num_keys(), " keys");
-  const std::vector<int64_t> opk = offset_per_key();
+  const std::vector<int64_t>& opk = offset_per_key();
   const auto& lo = s_->lengths_offset_per_key;
   const Tensor all_lengths = lengths();
   std::vector<KeyedJaggedTensor> out;

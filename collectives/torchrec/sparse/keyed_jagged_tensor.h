@@ -130,8 +130,10 @@ class KeyedJaggedTensor {
   bool variable_stride_per_key() const;
   const std::optional<InverseIndices>& inverse_indices() const;
 
-  std::vector<int64_t> length_per_key() const;  // values per key
-  std::vector<int64_t> offset_per_key() const;  // K+1 entries: [0, cumsum(length_per_key)]
+  // Computed on first use and kept (they never change once computed): the references stay
+  // valid while this KJT, or a copy of it, lives.
+  const std::vector<int64_t>& length_per_key() const;  // values per key
+  const std::vector<int64_t>& offset_per_key() const;  // K+1 entries: [0, cumsum(length_per_key)]
   // K+1 entries: where each key's lengths start ([0, cumsum(stride_per_key)]).
   const std::vector<int64_t>& lengths_offset_per_key() const;
   // key -> index; throws when keys repeat (the map would be ambiguous).

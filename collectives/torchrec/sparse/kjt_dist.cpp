@@ -26,10 +26,11 @@ std::vector<std::vector<int64_t>> kjt_dist_splits(const KeyedJaggedTensor& kjt,
   FERRY_CHECK(total == kjt.num_keys(), InvalidArgument, where, ": key splits ",
               list_str(key_splits), " sum to ", total, " but the KJT has ", kjt.num_keys(),
               " keys ", detail::keys_str(kjt.keys()));
-  const std::vector<int64_t> lpk = kjt.length_per_key();
+  const std::vector<int64_t>& lpk = kjt.length_per_key();
   const std::vector<int64_t>& spk = kjt.stride_per_key();
-  std::vector<std::vector<int64_t>> out(2);
-  out.reserve(4);
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(4);  // lengths, values, and the strides and weights when present
+  out.resize(2);
   std::vector<int64_t>& lengths = out[0];
   std::vector<int64_t>& values = out[1];
   lengths.reserve(key_splits.size());
