@@ -16,6 +16,7 @@ namespace {
 
 constexpr size_t kClassBytes = 16;
 constexpr size_t kClasses = kPoolMaxBytes / kClassBytes;
+constexpr size_t kPoolMaxHeld = size_t{1} << 20;  // bytes a thread keeps at most
 
 // Classes 0, 1, ... hold blocks of 16, 32, ... bytes; a zero-byte request takes the smallest.
 size_t class_of(size_t bytes) { return bytes <= kClassBytes ? 0 : (bytes - 1) / kClassBytes; }
@@ -46,13 +47,15 @@ class ThreadPool {
     return pop(c);
   }
   void give(void* block, size_t c) {
-    if (counts_[c] >= kPoolPerClass) {
+    const size_t bytes = (c + 1) * kClassBytes;
+    if (counts_[c] >= kPoolPerClass || held_ + bytes > kPoolMaxHeld) {
       ::operator delete(block);
       return;
     }
     *static_cast<void**>(block) = heads_[c];
     heads_[c] = block;
     ++counts_[c];
+    held_ += bytes;
   }
   size_t kept() const {
     size_t n = 0;
@@ -65,11 +68,13 @@ class ThreadPool {
     void* block = heads_[c];
     heads_[c] = *static_cast<void**>(block);
     --counts_[c];
+    held_ -= (c + 1) * kClassBytes;
     return block;
   }
 
   std::array<void*, kClasses> heads_{};
   std::array<uint32_t, kClasses> counts_{};
+  size_t held_ = 0;  // bytes in the lists
 };
 
 ThreadPool* this_thread_pool() {

@@ -10,9 +10,9 @@
 // so the step calls malloc for none of them.
 //
 // Size classes are 16 bytes apart up to kPoolMaxBytes; larger objects go to operator new. A
-// thread keeps at most kPoolPerClass blocks of a class (a thread that only frees, such as a
-// worker dropping another thread's objects, does not grow without bound) and frees its lists
-// when it ends. Under AddressSanitizer the pool is bypassed, so a use after free is still
+// thread keeps at most kPoolPerClass blocks of a class and 1 MiB in all (a thread that only
+// frees, such as a worker dropping another thread's objects, does not grow without bound) and
+// frees its lists when it ends. Under AddressSanitizer the pool is bypassed, so a use after free is still
 // reported.
 #pragma once
 

@@ -464,6 +464,7 @@ KeyedJaggedTensor KeyedJaggedTensor::permute(const std::vector<int64_t>& indices
   detail::JaggedParts parts = detail::permute_segments({lengths(), s_->values, s_->weights},
                                                        s_->stride_per_key, indices, where);
   KjtInit init;
+  init.keys.reserve(indices.size());
   for (int64_t i : indices) init.keys.push_back(s_->keys[i]);
   init.values = parts.values;
   init.weights = parts.weights;
