@@ -19,7 +19,9 @@ constexpr size_t kClasses = kPoolMaxBytes / kClassBytes;
 constexpr size_t kPoolMaxHeld = size_t{1} << 20;  // bytes a thread keeps at most
 
 // Classes 0, 1, ... hold blocks of 16, 32, ... bytes; a zero-byte request takes the smallest.
-size_t class_of(size_t bytes) { return bytes <= kClassBytes ? 0 : (bytes - 1) / kClassBytes; }
+[[maybe_unused]] size_t class_of(size_t bytes) {
+  return bytes <= kClassBytes ? 0 : (bytes - 1) / kClassBytes;
+}
 
 // One thread's lists: singly linked through the blocks' first word.
 class ThreadPool {
