@@ -6,6 +6,7 @@
 #include <ferry/autograd/saved_tensor.h>
 #include <ferry/runtime/error.h>
 
+#include <new>
 #include <utility>
 
 namespace ferry {
@@ -41,9 +42,29 @@ void Context::mark_non_differentiable(size_t output_index) {
 
 namespace detail {
 
+// A recorded call's context lives in the per-thread object pool (object_pool.h): a training
+// step records the same calls every time, and each context was a malloc.
+struct PooledContextDelete {
+  void operator()(Context* c) const noexcept {
+    c->~Context();
+    pool_give(c, sizeof(Context));
+  }
+};
+using PooledContext = std::unique_ptr<Context, PooledContextDelete>;
+
+PooledContext make_pooled_context() {
+  void* block = pool_take(sizeof(Context));
+  try {
+    return PooledContext(new (block) Context());
+  } catch (...) {
+    pool_give(block, sizeof(Context));
+    throw;
+  }
+}
+
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::shared_ptr<Function> fn, std::unique_ptr<Context> ctx, size_t num_outputs)
+  FunctionNode(std::shared_ptr<Function> fn, PooledContext ctx, size_t num_outputs)
       : Node(fn->name(), num_outputs), fn_(std::move(fn)), ctx_(std::move(ctx)) {}
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
@@ -58,7 +79,7 @@ class FunctionNode final : public Node {
 
  private:
   std::shared_ptr<Function> fn_;
-  std::unique_ptr<Context> ctx_;
+  PooledContext ctx_;
 };
 
 namespace {
@@ -87,7 +108,11 @@ std::string owner_of(const Tensor& t, const std::vector<Variable>& inputs,
 
 std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Variable>& inputs) {
   FERRY_CHECK(fn != nullptr, InvalidArgument, "apply: the function is null");
-  std::vector<const Variable*> input_ptrs;  // filled only when recording: connect() needs it
+  // The inputs' addresses, filled only when recording (connect() needs them): on the stack for
+  // the usual few inputs.
+  constexpr size_t kOnStack = 8;
+  const Variable* ptrs_on_stack[kOnStack];
+  std::vector<const Variable*> ptrs_on_heap;
   std::vector<Tensor> input_values;
   input_values.reserve(inputs.size());
   for (const Variable& v : inputs) input_values.push_back(v.defined() ? v.value() : Tensor());
@@ -96,16 +121,20 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   // A call that records nothing (no input requires grad, or grad mode is off) runs forward on
   // a context of its own stack: it dies with the call anyway, and its needs_input_grad() is
   // false throughout without a list to say so.
-  std::unique_ptr<Context> ctx = recording ? std::make_unique<Context>() : nullptr;
+  detail::PooledContext ctx = recording ? detail::make_pooled_context() : nullptr;
   Context unrecorded;
   Context& c = ctx ? *ctx : unrecorded;
   c.fn_ = fn.get();
   c.num_inputs_ = inputs.size();
+  const Variable** input_ptrs = ptrs_on_stack;
   if (recording) {
-    input_ptrs.reserve(inputs.size());
+    if (inputs.size() > kOnStack) {
+      ptrs_on_heap.resize(inputs.size());
+      input_ptrs = ptrs_on_heap.data();
+    }
     c.needs_input_grad_.resize(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
-      input_ptrs.push_back(&inputs[i]);
+      input_ptrs[i] = &inputs[i];
       c.needs_input_grad_[i] = inputs[i].defined() && inputs[i].requires_grad();
     }
   }
@@ -137,7 +166,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
       node->outputs()[k].differentiable = false;
     }
   }
-  return detail::connect(node, input_ptrs, std::move(outputs));
+  return detail::connect(node, detail::VariablePtrs(input_ptrs, inputs.size()), std::move(outputs));
 }
 
 }  // namespace ferry
