@@ -4,6 +4,7 @@
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 #include <ferry/collectives/torchrec/sparse/kjt_dist.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <cstring>
 #include <exception>
@@ -423,7 +424,7 @@ void phase1_wait(const std::shared_ptr<detail::KjtA2aState>& st) {
 // buffers (the received KJT among them) would leak.
 KJTAllToAllSplitsAwaitable::KJTAllToAllSplitsAwaitable(std::shared_ptr<detail::KjtA2aState> state)
     : Awaitable<KJTAllToAllTensorsAwaitable>(
-          [state, phase2 = std::make_shared<std::optional<KJTAllToAllTensorsAwaitable>>()] {
+          [state, phase2 = ferry::detail::make_pooled<std::optional<KJTAllToAllTensorsAwaitable>>()] {
             if (!*phase2) {
               phase1_wait(state);
               phase2->emplace(state);
@@ -451,7 +452,7 @@ KJTAllToAll::KJTAllToAll(Group group, std::vector<int64_t> splits, int64_t stagg
 
 KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) const {
   using namespace detail;
-  auto st = std::make_shared<KjtA2aState>(group_, splits_, stagger_, options_, input);
+  auto st = ferry::detail::make_pooled<KjtA2aState>(group_, splits_, stagger_, options_, input);
   const int W = st->W;
 
   st->labels = kjt_dist_labels(input);

@@ -2,6 +2,7 @@
 
 #include <ferry/autograd/function.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <Eigen/Core>
 
@@ -309,7 +310,7 @@ Variable dot_interaction(const Variable& dense_out, const Variable& sparse,
               InvalidArgument, "dot_interaction: dense_out and sparse must share a float32 or "
               "float64 dtype (got ", dtype_name(dtype), " and ",
               dtype_name(sparse.value().dtype()), ")");
-  return apply(std::make_shared<DotInteraction>(F, D), {dense_out, sparse})[0];
+  return apply(ferry::detail::make_pooled<DotInteraction>(F, D), {dense_out, sparse})[0];
 }
 
 }  // namespace ferry::torchrec

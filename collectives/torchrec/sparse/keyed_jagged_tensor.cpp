@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
 #include <mutex>
@@ -85,7 +86,7 @@ const std::unordered_map<std::string, int64_t>& index_of(const detail::KjtState&
 // lengths itself (detail::kjt_with_checked_lengths); the pass over the lengths is then skipped.
 std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where,
                                         std::vector<int64_t>* checked_length_per_key = nullptr) {
-  auto s = std::make_shared<detail::KjtState>();
+  auto s = ferry::detail::make_pooled<detail::KjtState>();
   const int64_t K = static_cast<int64_t>(in.keys.size());
 
   // keys
