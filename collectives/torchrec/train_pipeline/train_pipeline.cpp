@@ -41,6 +41,7 @@ TrainPipeline::TrainPipeline(PipelineModel model) : model_(std::move(model)) {
                 group.describe());
     modules_.push_back(std::move(stages));
     names_.push_back(name);
+    outputs_.modules.push_back(name);
     all_names += (all_names.empty() ? "\"" : ", \"") + name + "\"";
   }
   for (const std::string& name : names_) {
@@ -80,14 +81,16 @@ TrainPipeline::Proposal TrainPipeline::propose_next(BatchSource& source, StepTim
   t0 = Clock::now();
   // {has a batch, module 0's check words, module 1's, ...}: one exchange for all of them.
   std::vector<int64_t> mine{p.batch.has_value() ? 1 : 0};
+  p.modules.resize(modules_.size());
   for (size_t m = 0; m < modules_.size(); ++m) {
+    ModuleBatch& mb = p.modules[m];
     if (p.batch) {
-      p.inputs.push_back(inputs_[m] ? inputs_[m](*p.batch) : p.batch->sparse);
-      p.checks.push_back(modules_[m]->input_check_status(p.inputs.back()));
+      mb.input = inputs_[m] ? inputs_[m](*p.batch) : p.batch->sparse;
+      mb.check = modules_[m]->input_check_status(mb.input);
     } else {
-      p.checks.push_back({std::vector<int64_t>(kCheckWords, 0), ""});
+      mb.check = {std::vector<int64_t>(kCheckWords, 0), ""};
     }
-    mine.insert(mine.end(), p.checks.back().words.begin(), p.checks.back().words.end());
+    mine.insert(mine.end(), mb.check.words.begin(), mb.check.words.end());
   }
   const Group& group = model_.dmp->group();
   p.all = empty({group.size() * static_cast<int64_t>(mine.size())}, DType::Int64);
@@ -113,11 +116,11 @@ std::optional<TrainPipeline::InFlight> TrainPipeline::agreed(Proposal& p, StepTi
       const auto first = all.begin() + static_cast<std::ptrdiff_t>(r * per_rank + 1 + m * kCheckWords);
       words.insert(words.end(), first, first + kCheckWords);
     }
-    modules_[m]->raise_input_check(words, p.checks[m]);
+    modules_[m]->raise_input_check(words, p.modules[m].check);
   }
   InFlight f;
   f.batch = std::move(*p.batch);
-  f.inputs = std::move(p.inputs);
+  f.modules = std::move(p.modules);
   return f;
 }
 
@@ -129,9 +132,10 @@ std::optional<TrainPipeline::InFlight> TrainPipeline::agree_next(BatchSource& so
 
 void TrainPipeline::start(InFlight& f, StepTimes& times) {
   const auto t0 = Clock::now();
-  f.ctx.resize(modules_.size());
-  for (size_t m = 0; m < modules_.size(); ++m)
-    f.phase1.push_back(modules_[m]->input_dist_checked(f.ctx[m], f.inputs[m]));
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    ModuleBatch& mb = f.modules[m];
+    mb.phase1 = modules_[m]->input_dist_checked(mb.ctx, mb.input);
+  }
   f.stage = 1;
   times.input_dist += seconds_since(t0);
 }
@@ -139,13 +143,11 @@ void TrainPipeline::start(InFlight& f, StepTimes& times) {
 void TrainPipeline::advance(InFlight& f, int to_stage, StepTimes& times) {
   const auto t0 = Clock::now();
   if (f.stage == 1 && to_stage >= 2) {
-    for (ShardedInputDistAwaitable& a : f.phase1) f.phase2.push_back(a.wait());
-    f.phase1.clear();
+    for (ModuleBatch& mb : f.modules) mb.phase2 = mb.phase1.wait();
     f.stage = 2;
   }
   if (f.stage == 2 && to_stage >= 3) {
-    for (auto& a : f.phase2) f.dist_input.push_back(a.wait());
-    f.phase2.clear();
+    for (ModuleBatch& mb : f.modules) mb.dist_input = mb.phase2.wait();
     f.stage = 3;
   }
   const double t = seconds_since(t0);
@@ -159,13 +161,14 @@ TrainStepOutput TrainPipeline::compute_step(InFlight& f, StepTimes& times,
   const Batch& batch = f.batch;
   auto t0 = Clock::now();
   // Every module's output dist is started before the first is waited: one module's lookups run
-  // while another's output travels.
-  std::vector<LazyAwaitable<EmbeddingModuleOutput>> awaiting;
+  // while another's output travels. The outputs live in a member that keeps its capacity, so a
+  // step allocates nothing for them.
+  SparseOutputs& sparse = outputs_;
+  sparse.outputs.clear();
   for (size_t m = 0; m < modules_.size(); ++m)
-    awaiting.push_back(modules_[m]->compute_and_output_dist(f.ctx[m], f.dist_input[m]));
-  SparseOutputs sparse;
-  sparse.modules = names_;
-  for (auto& a : awaiting) sparse.outputs.push_back(a.value());
+    sparse.outputs.push_back(
+        modules_[m]->compute_and_output_dist(f.modules[m].ctx, f.modules[m].dist_input));
+  for (LazyAwaitable<EmbeddingModuleOutput>& a : sparse.outputs) a.value();
   const double lookup = seconds_since(t0);
   times.lookup_output_dist += lookup;
   times.comm_wait += lookup;
@@ -178,6 +181,7 @@ TrainStepOutput TrainPipeline::compute_step(InFlight& f, StepTimes& times,
   t0 = Clock::now();
   result.loss.backward();
   times.backward += seconds_since(t0);
+  sparse.outputs.clear();  // this batch's outputs (and their graph) are no longer needed
 
   // DistributedModelParallel::step(), split to time its parts.
   t0 = Clock::now();

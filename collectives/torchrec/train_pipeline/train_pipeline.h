@@ -68,10 +68,11 @@ struct DenseStepResult {
   Variable loss;
 };
 
-// Every pipelined module's output for one batch, in module order (on the tape).
+// Every pipelined module's output for one batch, in module order (on the tape). The pipeline
+// has waited every output dist before the dense step, so the accessors do not block.
 struct SparseOutputs {
   std::vector<std::string> modules;  // the modules' names
-  std::vector<EmbeddingModuleOutput> outputs;
+  std::vector<LazyAwaitable<EmbeddingModuleOutput>> outputs;
 
   // By module name; InvalidArgument naming the modules when there is no such module.
   const EmbeddingModuleOutput& at(const std::string& module) const;
@@ -147,11 +148,20 @@ class TrainPipeline {
   virtual std::string name() const = 0;
 
  protected:
+  // One module's part of a batch: its input, this rank's half of its input check, then its
+  // input dist's context, awaitables and result.
+  struct ModuleBatch {
+    KeyedJaggedTensor input;
+    detail::InputCheckStatus check;
+    ShardedEmbeddingContext ctx;
+    ShardedInputDistAwaitable phase1;
+    Awaitable<std::vector<KeyedJaggedTensor>> phase2;
+    std::vector<KeyedJaggedTensor> dist_input;
+  };
   // This rank's next batch and the agreement on it, in flight.
   struct Proposal {
     std::optional<Batch> batch;
-    std::vector<KeyedJaggedTensor> inputs;        // each module's input from `batch`
-    std::vector<detail::InputCheckStatus> checks;  // this rank's half of each module's check
+    std::vector<ModuleBatch> modules;  // inputs and checks
     Tensor all;  // every rank's {has a batch, each module's check words...}, once agreed
     Work agreement;
   };
@@ -159,11 +169,7 @@ class TrainPipeline {
   // modules' inputs received (dist_input).
   struct InFlight {
     Batch batch;
-    std::vector<KeyedJaggedTensor> inputs;
-    std::vector<ShardedEmbeddingContext> ctx;
-    std::vector<ShardedInputDistAwaitable> phase1;
-    std::vector<Awaitable<std::vector<KeyedJaggedTensor>>> phase2;
-    std::vector<std::vector<KeyedJaggedTensor>> dist_input;
+    std::vector<ModuleBatch> modules;
     int stage = 0;
   };
 
@@ -188,6 +194,7 @@ class TrainPipeline {
   std::vector<std::shared_ptr<ShardedEmbeddingModule>> modules_;
   std::vector<std::string> names_;
   std::vector<std::function<KeyedJaggedTensor(const Batch&)>> inputs_;  // per module, or empty
+  SparseOutputs outputs_;  // the names, and the step's outputs while it runs (kept capacity)
   int64_t step_ = 0;
   bool ended_ = false;
 };
