@@ -3,12 +3,14 @@
 // ShardedEmbeddingCollections, whatever their sharding types, data_parallel included) and
 // replicated dense part are stepped by a DistributedModelParallel.
 //
-//   PipelineModel model{.dmp = &dmp,
-//                       .dense_step = [&](const Batch& b, const SparseOutputs& sparse) {
-//                         Variable logits = dlrm.forward_with_embeddings(Variable(b.dense),
-//                                                                        sparse.pooled());
-//                         return DenseStepResult{logits, bce_with_logits(logits, b.labels)};
-//                       }};
+//   PipelineModel model;
+//   model.dmp = &dmp;   // its ShardedEbcModule / ShardedEcModule are the pipelined modules
+//   model.dense_step = [&](const Batch& b, const SparseOutputs& sparse) {
+//     const PooledEmbeddings& p = sparse.pooled();   // the one bag collection's output
+//     Variable logits = dlrm.forward_with_embeddings(Variable(b.dense),
+//                                                    {p.keys, p.length_per_key, p.values});
+//     return DenseStepResult{logits, bce_with_logits(logits, b.labels)};
+//   };
 //   TrainPipelineSparseDist pipeline(model);
 //   while (std::optional<TrainStepOutput> out = pipeline.progress(source)) { ... }
 //   pipeline.reset();   // next epoch (after source.reset())
