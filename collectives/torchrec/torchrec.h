@@ -83,6 +83,7 @@
 #include <ferry/collectives/torchrec/metrics/binary_metrics.h>
 #include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
 #include <ferry/collectives/torchrec/model_parallel/sharded_collection_module.h>
+#include <ferry/collectives/torchrec/model_parallel/sharded_embedding_module.h>
 #include <ferry/collectives/torchrec/models/dlrm.h>
 #include <ferry/collectives/torchrec/models/dot_interaction.h>
 #include <ferry/collectives/torchrec/modules/embedding_bag_collection.h>

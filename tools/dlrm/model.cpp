@@ -169,11 +169,10 @@ std::unique_ptr<ShardedDlrm> build(const Options& o, const ModuleShardingPlan& p
         return std::make_unique<MomentumSgd>(std::move(p), lr, momentum);
       });
   PipelineModel pm;
-  pm.sparse = m->sebc;
-  pm.dmp = m->dmp.get();
+  pm.dmp = m->dmp.get();  // its one sharded module, the EBC, is pipelined
   ShardedDlrm* self = m.get();
-  pm.dense_step = [self](const Batch& b, const PooledEmbeddings& pooled) {
-    Variable logits = self->logits(b, pooled);
+  pm.dense_step = [self](const Batch& b, const SparseOutputs& sparse) {
+    Variable logits = self->logits(b, sparse.pooled());
     return DenseStepResult{logits, bce_with_logits(logits, b.labels)};
   };
   if (o.pipeline) m->pipeline = std::make_unique<TrainPipelineSparseDist>(pm);

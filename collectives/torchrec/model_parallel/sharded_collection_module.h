@@ -4,13 +4,17 @@
 // Their data_parallel tables receive sparse row gradients (no dense grad), so they are not
 // handed to the dense reducer: fused_optimizer_step() averages and steps them
 // (step_data_parallel, collective). The sharded tables' fused optimizers already ran in
-// backward.
+// backward. As ShardedEmbeddingModules they hand their collection's stages to a train
+// pipeline.
 #pragma once
 
 #include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
+#include <ferry/collectives/torchrec/model_parallel/sharded_embedding_module.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_collection.h>
 #include <ferry/runtime/error.h>
+
+#include <functional>
 
 #include <memory>
 #include <string>
@@ -20,7 +24,7 @@
 namespace ferry::torchrec {
 
 template <class Collection>
-class ShardedCollectionModule : public ShardedModule {
+class ShardedCollectionModule : public ShardedEmbeddingModule {
  public:
   // name: the module path ("sparse.ebc" for a bag collection, "sparse.ec" for a sequence one by
   // default). Throws InvalidArgument for a null collection.
@@ -36,6 +40,27 @@ class ShardedCollectionModule : public ShardedModule {
     if (!collection_->data_parallel_tables().empty()) collection_->step_data_parallel();
   }
   const std::shared_ptr<Collection>& collection() const { return collection_; }
+
+  const Group& world() const override { return collection_->world(); }
+  detail::InputCheckStatus input_check_status(const KeyedJaggedTensor& features) const override {
+    return collection_->input_check_status(features);
+  }
+  void raise_input_check(const std::vector<int64_t>& all_words,
+                         const detail::InputCheckStatus& mine) const override {
+    collection_->raise_input_check(all_words, mine);
+  }
+  ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
+                                               const KeyedJaggedTensor& features) override {
+    return collection_->input_dist_checked(ctx, features);
+  }
+  LazyAwaitable<EmbeddingModuleOutput> compute_and_output_dist(
+      ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) override {
+    // The collection's own LazyAwaitable runs its callbacks on first use; this one only
+    // converts its value.
+    auto inner = collection_->compute_and_output_dist(ctx, dist_input);
+    return LazyAwaitable<EmbeddingModuleOutput>(std::function<EmbeddingModuleOutput()>(
+        [inner]() mutable { return EmbeddingModuleOutput(inner.value()); }));
+  }
 
  private:
   static constexpr const char* kDefaultName =

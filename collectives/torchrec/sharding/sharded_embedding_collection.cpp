@@ -48,9 +48,30 @@ ShardedEmbeddingCollection::ShardedEmbeddingCollection(std::vector<EmbeddingConf
     shardings_.push_back(std::make_shared<RwSequenceEmbeddingSharding>(tables_, groups[2]));
 }
 
+namespace {
+constexpr const char* kInputDist = "ShardedEmbeddingCollection::input_dist";
+}  // namespace
+
 ShardedInputDistAwaitable ShardedEmbeddingCollection::input_dist(
     ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
-  tables_.check_input(features, false, "ShardedEmbeddingCollection::input_dist");
+  tables_.check_input(features, false, kInputDist);
+  return input_dist_checked(ctx, features);
+}
+
+detail::InputCheckStatus ShardedEmbeddingCollection::input_check_status(
+    const KeyedJaggedTensor& features) const {
+  if (!tables_.options().check_inputs)
+    return {std::vector<int64_t>(detail::InputCheckStatus::kWords, 0), ""};
+  return tables_.input_status(features, false, Variable(), /*allow_vbe=*/false, kInputDist);
+}
+
+void ShardedEmbeddingCollection::raise_input_check(const std::vector<int64_t>& all_words,
+                                                   const detail::InputCheckStatus& mine) const {
+  tables_.raise_input_status(all_words, mine, kInputDist, /*allow_vbe=*/false);
+}
+
+ShardedInputDistAwaitable ShardedEmbeddingCollection::input_dist_checked(
+    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
   ctx.batch_size = features.stride();
   ctx.shardings.clear();
   ctx.lengths_per_feature.clear();

@@ -38,6 +38,13 @@ class ShardedEmbeddingCollection {
 
   ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
                                        const KeyedJaggedTensor& features) const;
+  // The collective input check with its exchange left to the caller (a train pipeline carries
+  // the words on its agreement on the next batch), as ShardedEmbeddingBagCollection's.
+  detail::InputCheckStatus input_check_status(const KeyedJaggedTensor& features) const;
+  void raise_input_check(const std::vector<int64_t>& all_words,
+                         const detail::InputCheckStatus& mine) const;
+  ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
+                                               const KeyedJaggedTensor& features) const;
   LazyAwaitable<SequenceEmbeddings> compute_and_output_dist(
       ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
   SequenceEmbeddings forward(const KeyedJaggedTensor& features) const;

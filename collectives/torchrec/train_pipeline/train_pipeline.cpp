@@ -5,6 +5,7 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/runtime/error.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -21,9 +22,40 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 TrainPipeline::TrainPipeline(PipelineModel model) : model_(std::move(model)) {
-  FERRY_CHECK(model_.sparse != nullptr, InvalidArgument, "TrainPipeline: no sharded collection");
   FERRY_CHECK(model_.dmp != nullptr, InvalidArgument, "TrainPipeline: no DistributedModelParallel");
   FERRY_CHECK(model_.dense_step != nullptr, InvalidArgument, "TrainPipeline: no dense step");
+  const Group& group = model_.dmp->group();
+  std::string all_names;
+  for (const std::shared_ptr<ShardedModule>& m : model_.dmp->sharded_modules()) {
+    auto stages = std::dynamic_pointer_cast<ShardedEmbeddingModule>(m);
+    if (!stages) continue;  // not pipelined: stepped by the dmp only
+    const std::string name = stages->name();
+    FERRY_CHECK(std::find(names_.begin(), names_.end(), name) == names_.end(), InvalidArgument,
+                "TrainPipeline on rank ", group.rank(), ": two pipelined modules are named \"",
+                name, "\" (their inputs and outputs are found by name)");
+    // The agreement runs on the dmp's group and each module reads its peers' check words in
+    // its own rank order: the two must be the same ranks in the same order.
+    FERRY_CHECK(stages->world().members() == group.members(), InvalidArgument,
+                "TrainPipeline on rank ", group.rank(), ": module \"", name, "\" runs on ",
+                stages->world().describe(), ", expected the DistributedModelParallel's ",
+                group.describe());
+    modules_.push_back(std::move(stages));
+    names_.push_back(name);
+    outputs_.modules.push_back(name);
+    all_names += (all_names.empty() ? "\"" : ", \"") + name + "\"";
+  }
+  for (const std::string& name : names_) {
+    auto it = model_.inputs.find(name);
+    inputs_.push_back(it == model_.inputs.end() ? nullptr : it->second);
+  }
+  for (const auto& [name, fn] : model_.inputs) {
+    FERRY_CHECK(std::find(names_.begin(), names_.end(), name) != names_.end(), InvalidArgument,
+                "TrainPipeline on rank ", group.rank(), ": an input is given for \"", name,
+                "\", which is no pipelined module (pipelined: ",
+                all_names.empty() ? std::string("none") : all_names, ")");
+    FERRY_CHECK(fn != nullptr, InvalidArgument, "TrainPipeline on rank ", group.rank(),
+                ": the input of \"", name, "\" is null");
+  }
 }
 
 std::vector<TrainStepOutput> TrainPipeline::execute_all_batches(BatchSource& source) {
@@ -37,70 +69,119 @@ void TrainPipeline::reset() {
   ended_ = false;
 }
 
+namespace {
+constexpr int64_t kCheckWords = detail::InputCheckStatus::kWords;
+}  // namespace
+
 TrainPipeline::Proposal TrainPipeline::propose_next(BatchSource& source, StepTimes& times) {
   auto t0 = Clock::now();
   Proposal p;
   p.batch = source.next_batch();
   times.data += seconds_since(t0);
   t0 = Clock::now();
-  constexpr int64_t kWords = 1 + detail::InputCheckStatus::kWords;
-  if (p.batch) {
-    p.check = model_.sparse->input_check_status(p.batch->sparse);
-  } else {
-    p.check.words.assign(detail::InputCheckStatus::kWords, 0);
-  }
+  // {has a batch, module 0's check words, module 1's, ...}: one exchange for all of them.
   std::vector<int64_t> mine{p.batch.has_value() ? 1 : 0};
-  mine.insert(mine.end(), p.check.words.begin(), p.check.words.end());
-  const Group& world = model_.sparse->world();
-  p.all = empty({world.size() * kWords}, DType::Int64);
-  p.agreement = all_gather(from_vector(mine), p.all, world);
+  p.modules.resize(modules_.size());
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    ModuleBatch& mb = p.modules[m];
+    if (p.batch) {
+      mb.input = inputs_[m] ? inputs_[m](*p.batch) : p.batch->sparse;
+      mb.check = modules_[m]->input_check_status(mb.input);
+    } else {
+      mb.check = {std::vector<int64_t>(kCheckWords, 0), ""};
+    }
+    mine.insert(mine.end(), mb.check.words.begin(), mb.check.words.end());
+  }
+  const Group& group = model_.dmp->group();
+  p.all = empty({group.size() * static_cast<int64_t>(mine.size())}, DType::Int64);
+  p.agreement = all_gather(from_vector(mine), p.all, group);
   times.agreement += seconds_since(t0);
   return p;
 }
 
-std::optional<Batch> TrainPipeline::agreed(Proposal& p, StepTimes& times) {
+std::optional<TrainPipeline::InFlight> TrainPipeline::agreed(Proposal& p, StepTimes& times) {
   const auto t0 = Clock::now();
   p.agreement.wait();
   const double t = seconds_since(t0);
   times.agreement += t;
   times.comm_wait += t;
-  constexpr size_t kWords = 1 + detail::InputCheckStatus::kWords;
+  const size_t per_rank = 1 + modules_.size() * kCheckWords;
   const std::vector<int64_t> all = p.all.to_vector<int64_t>();
-  std::vector<int64_t> checks;
-  for (size_t r = 0; r < all.size() / kWords; ++r) {
-    if (all[r * kWords] == 0) return std::nullopt;  // some rank has no batch: nobody starts one
-    checks.insert(checks.end(), all.begin() + static_cast<std::ptrdiff_t>(r * kWords + 1),
-                  all.begin() + static_cast<std::ptrdiff_t>((r + 1) * kWords));
+  const size_t ranks = all.size() / per_rank;
+  for (size_t r = 0; r < ranks; ++r)
+    if (all[r * per_rank] == 0) return std::nullopt;  // some rank has no batch: nobody starts one
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    std::vector<int64_t> words;
+    for (size_t r = 0; r < ranks; ++r) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(r * per_rank + 1 + m * kCheckWords);
+      words.insert(words.end(), first, first + kCheckWords);
+    }
+    modules_[m]->raise_input_check(words, p.modules[m].check);
   }
-  model_.sparse->raise_input_check(checks, p.check);
-  return std::move(p.batch);
+  InFlight f;
+  f.batch = std::move(*p.batch);
+  f.modules = std::move(p.modules);
+  return f;
 }
 
-std::optional<Batch> TrainPipeline::agree_next(BatchSource& source, StepTimes& times) {
+std::optional<TrainPipeline::InFlight> TrainPipeline::agree_next(BatchSource& source,
+                                                                 StepTimes& times) {
   Proposal p = propose_next(source, times);
   return agreed(p, times);
 }
 
-TrainStepOutput TrainPipeline::compute_step(const Batch& batch, ShardedEmbeddingContext& ctx,
-                                            const std::vector<KeyedJaggedTensor>& dist_input,
-                                            StepTimes& times,
+void TrainPipeline::start(InFlight& f, StepTimes& times) {
+  const auto t0 = Clock::now();
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    ModuleBatch& mb = f.modules[m];
+    mb.phase1 = modules_[m]->input_dist_checked(mb.ctx, mb.input);
+  }
+  f.stage = 1;
+  times.input_dist += seconds_since(t0);
+}
+
+void TrainPipeline::advance(InFlight& f, int to_stage, StepTimes& times) {
+  const auto t0 = Clock::now();
+  if (f.stage == 1 && to_stage >= 2) {
+    for (ModuleBatch& mb : f.modules) mb.phase2 = mb.phase1.wait();
+    f.stage = 2;
+  }
+  if (f.stage == 2 && to_stage >= 3) {
+    for (ModuleBatch& mb : f.modules) mb.dist_input = mb.phase2.wait();
+    f.stage = 3;
+  }
+  const double t = seconds_since(t0);
+  times.input_dist += t;
+  times.comm_wait += t;
+}
+
+TrainStepOutput TrainPipeline::compute_step(InFlight& f, StepTimes& times,
                                             const std::function<void()>& after_output_dist) {
   DistributedModelParallel& dmp = *model_.dmp;
+  const Batch& batch = f.batch;
   auto t0 = Clock::now();
-  LazyAwaitable<PooledEmbeddings> awaiting = model_.sparse->compute_and_output_dist(ctx, dist_input);
-  PooledEmbeddings pooled = awaiting.value();
+  // Every module's output dist is started before the first is waited: one module's lookups run
+  // while another's output travels. The outputs live in a member that keeps its capacity, so a
+  // step allocates nothing for them.
+  SparseOutputs& sparse = outputs_;
+  sparse.outputs.clear();
+  for (size_t m = 0; m < modules_.size(); ++m)
+    sparse.outputs.push_back(
+        modules_[m]->compute_and_output_dist(f.modules[m].ctx, f.modules[m].dist_input));
+  for (LazyAwaitable<EmbeddingModuleOutput>& a : sparse.outputs) a.value();
   const double lookup = seconds_since(t0);
   times.lookup_output_dist += lookup;
   times.comm_wait += lookup;
   if (after_output_dist) after_output_dist();
 
   t0 = Clock::now();
-  DenseStepResult result = model_.dense_step(batch, pooled);
+  DenseStepResult result = model_.dense_step(batch, sparse);
   times.dense_forward += seconds_since(t0);
 
   t0 = Clock::now();
   result.loss.backward();
   times.backward += seconds_since(t0);
+  sparse.outputs.clear();  // this batch's outputs (and their graph) are no longer needed
 
   // DistributedModelParallel::step(), split to time its parts.
   t0 = Clock::now();
@@ -133,48 +214,17 @@ std::optional<TrainStepOutput> TrainPipelineBase::progress(BatchSource& source) 
   if (ended_) return std::nullopt;
   const auto step_start = Clock::now();
   StepTimes times;
-  std::optional<Batch> batch = agree_next(source, times);
-  if (!batch) {
+  std::optional<InFlight> f = agree_next(source, times);
+  if (!f) {
     ended_ = true;
     return std::nullopt;
   }
-  auto t0 = Clock::now();
-  ShardedEmbeddingContext ctx;
-  ShardedInputDistAwaitable phase1 = model_.sparse->input_dist_checked(ctx, batch->sparse);
-  std::vector<KeyedJaggedTensor> dist_input = phase1.wait().wait();
-  const double dist = seconds_since(t0);
-  times.input_dist += dist;
-  times.comm_wait += dist;
-  TrainStepOutput out = compute_step(*batch, ctx, dist_input, times, nullptr);
+  start(*f, times);
+  advance(*f, 3, times);
+  TrainStepOutput out = compute_step(*f, times, nullptr);
   times.total = seconds_since(step_start);
   out.times = times;
   return out;
-}
-
-std::unique_ptr<TrainPipelineSparseDist::InFlight> TrainPipelineSparseDist::start(
-    Batch batch, StepTimes& times) {
-  const auto t0 = Clock::now();
-  auto f = std::make_unique<InFlight>();
-  f->batch = std::move(batch);
-  f->phase1 = model_.sparse->input_dist_checked(f->ctx, f->batch.sparse);
-  f->stage = 1;
-  times.input_dist += seconds_since(t0);
-  return f;
-}
-
-void TrainPipelineSparseDist::advance(InFlight& f, int to_stage, StepTimes& times) {
-  const auto t0 = Clock::now();
-  if (f.stage == 1 && to_stage >= 2) {
-    f.phase2 = f.phase1.wait();
-    f.stage = 2;
-  }
-  if (f.stage == 2 && to_stage >= 3) {
-    f.dist_input = f.phase2.wait();
-    f.stage = 3;
-  }
-  const double t = seconds_since(t0);
-  times.input_dist += t;
-  times.comm_wait += t;
 }
 
 void TrainPipelineSparseDist::reset() {
@@ -191,10 +241,11 @@ std::optional<TrainStepOutput> TrainPipelineSparseDist::progress(BatchSource& so
   const auto step_start = Clock::now();
   StepTimes times;
   if (!filled_) {
-    // Fill: the first batch's input dist, completed.
+    // Fill: the first batch's input dists, completed.
     filled_ = true;
-    if (std::optional<Batch> first = agree_next(source, times)) {
-      current_ = start(std::move(*first), times);
+    if (std::optional<InFlight> first = agree_next(source, times)) {
+      current_ = std::make_unique<InFlight>(std::move(*first));
+      start(*current_, times);
       advance(*current_, 3, times);
       proposal_ = propose_next(source, times);
     }
@@ -203,22 +254,22 @@ std::optional<TrainStepOutput> TrainPipelineSparseDist::progress(BatchSource& so
     ended_ = true;
     return std::nullopt;
   }
-  // Batch i's input dist has completed: start batch i+1's if every rank has one (agreed while
+  // Batch i's input dists have completed: start batch i+1's if every rank has one (agreed while
   // the previous step computed), and propose batch i+2.
   std::unique_ptr<InFlight> next;
   if (proposal_) {
-    std::optional<Batch> batch = agreed(*proposal_, times);
+    std::optional<InFlight> agreed_next = agreed(*proposal_, times);
     proposal_.reset();
-    if (batch) {
-      next = start(std::move(*batch), times);
+    if (agreed_next) {
+      next = std::make_unique<InFlight>(std::move(*agreed_next));
+      start(*next, times);
       proposal_ = propose_next(source, times);
     }
   }
-  // Batch i's step; once its output dist is in hand, batch i+1's phase 2 is issued.
-  TrainStepOutput out = compute_step(current_->batch, current_->ctx, current_->dist_input, times,
-                                     [&] {
-                                       if (next) advance(*next, 2, times);
-                                     });
+  // Batch i's step; once its output dists are in hand, batch i+1's phase 2 is issued.
+  TrainStepOutput out = compute_step(*current_, times, [&] {
+    if (next) advance(*next, 2, times);
+  });
   if (next) advance(*next, 3, times);
   current_ = std::move(next);  // empty when the data ended: the next call returns nullopt
   times.total = seconds_since(step_start);

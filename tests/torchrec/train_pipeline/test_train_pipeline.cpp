@@ -123,10 +123,10 @@ std::unique_ptr<Model> build(const ModuleShardingPlan& plan, Group& world, bool 
         return std::make_unique<Sgd>(std::move(p), SgdOptions{.lr = 0.05, .momentum = 0.9});
       });
   PipelineModel pm;
-  pm.sparse = m->sebc;
   pm.dmp = m->dmp.get();
   DLRM* dlrm = m->dlrm.get();
-  pm.dense_step = [dlrm](const Batch& b, const PooledEmbeddings& pooled) {
+  pm.dense_step = [dlrm](const Batch& b, const SparseOutputs& sparse) {
+    const PooledEmbeddings& pooled = sparse.pooled();
     Variable logits = dlrm->forward_with_embeddings(
         Variable(b.dense), SparseArchOutput{pooled.keys, pooled.length_per_key, pooled.values});
     return DenseStepResult{logits, bce_with_logits(logits, b.labels)};
