@@ -2,6 +2,8 @@
 
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/idle_work.h>
+#include <ferry/runtime/recycled.h>
+#include <ferry/runtime/small_vector.h>
 #include <ferry/runtime/wait_policy.h>
 
 #include <condition_variable>
@@ -98,7 +100,7 @@ class LocalWorld {
   void progress(int rank) {
     Mailbox& box = boxes_[rank];
     if (box.matched_count.load(std::memory_order_acquire) == 0) return;
-    std::vector<std::pair<OpPtr, OpPtr>> copies;  // (receive, send)
+    SmallVector<std::pair<OpPtr, OpPtr>, 8> copies;  // (receive, send)
     {
       std::lock_guard<std::mutex> lock(box.mu);
       for (OpPtr& recv : box.matched) {
@@ -336,7 +338,8 @@ class LocalWorld {
 
 namespace {
 
-class LocalRequest final : public Request {
+// Recycled (recycled.h), as its op is: a message costs no allocation in the steady state.
+class LocalRequest final : public Request, public Recycled {
  public:
   LocalRequest(std::shared_ptr<LocalWorld> world, OpPtr op)
       : Request(op->peer, op->is_send), world_(std::move(world)), op_(std::move(op)) {}
@@ -396,7 +399,7 @@ class LocalTransport final : public Transport {
     FERRY_CHECK(peer >= 0 && peer < size(), InvalidArgument, "local transport ",
                 is_send ? "isend" : "irecv", " on rank ", rank_, ": peer must be in [0, ",
                 size(), "), given ", peer);
-    auto op = std::make_shared<LocalOp>();
+    auto op = std::allocate_shared<LocalOp>(RecycledAllocator<LocalOp>());
     op->owner = rank_;
     op->peer = peer;
     op->tag = tag;

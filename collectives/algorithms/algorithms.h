@@ -94,6 +94,13 @@ struct Exchange {
   std::vector<std::vector<ByteLayout>> send_layout, recv_layout;
 };
 void pairwise_all_to_all(OpContext& ctx, const Exchange& x);
+// The same exchange of contiguous blocks, posted without waiting (the op's Work waits): block
+// k of `send` (bytes send_bytes[k] at send_offset[k]) goes to rank k, the block from rank k
+// lands at recv + recv_offset[k]; the own block is copied here. The arrays hold one entry per
+// rank.
+void post_pairwise_all_to_all(OpContext& ctx, const char* send, const size_t* send_offset,
+                              const size_t* send_bytes, char* recv, const size_t* recv_offset,
+                              const size_t* recv_bytes);
 
 // ---- linear (root talks to every rank) ----
 // On root, recv[k] receives rank k's `in`; own block copied locally.

@@ -10,6 +10,8 @@ size_t Blocks::max_bytes() const {
 
 Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes) {
   Blocks b;
+  b.offset.reserve(rows.size());  // one allocation per list, not one per doubling
+  b.bytes.reserve(rows.size());
   size_t at = 0;
   for (int64_t r : rows) {
     b.offset.push_back(at);

@@ -32,6 +32,20 @@ void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   ctx.wait_all();
 }
 
+void post_pairwise_all_to_all(OpContext& ctx, const char* send, const size_t* send_offset,
+                              const size_t* send_bytes, char* recv, const size_t* recv_offset,
+                              const size_t* recv_bytes) {
+  const int n = ctx.size(), r = ctx.rank();
+  // In the order pairwise_all_to_all posts them: the messages match whichever form a rank runs.
+  for (int s = 1; s < n; ++s) {
+    const int to = (r + s) % n, from = (r - s + n) % n;
+    ctx.recv(from, 0, recv + recv_offset[from], recv_bytes[from]);
+    ctx.send(to, 0, send + send_offset[to], send_bytes[to]);
+  }
+  if (recv_bytes[r] > 0 && recv + recv_offset[r] != send + send_offset[r])
+    std::memcpy(recv + recv_offset[r], send + send_offset[r], recv_bytes[r]);
+}
+
 void direct_all_gather(OpContext& ctx, char* buf, const Blocks& blocks, const char* own) {
   const int n = ctx.size(), r = ctx.rank();
   char* own_place = buf + blocks.offset[r];

@@ -22,9 +22,9 @@ std::exception_ptr public_error(std::exception_ptr error) {
   }
 }
 
-OpContext::OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time_point deadline)
-    : group_(group), op_(std::move(op)), seq_(seq), start_(Clock::now()), deadline_(deadline),
-      fingerprint_(Fingerprint::of(op_.c_str(), seq, group.id(), OpSummary{})) {
+OpContext::OpContext(GroupImpl& group, const char* op, uint64_t seq, Clock::time_point deadline)
+    : group_(group), op_(op), seq_(seq), start_(Clock::now()), deadline_(deadline),
+      fingerprint_(Fingerprint::of(op, seq, group.id(), OpSummary{})) {
   fingerprint_.complete = 0;  // only the op's name and seq are known until set_fingerprint
   // The diagnosis after a timeout listens for the peers for a while: it takes that while out
   // of the op's own deadline, so the op fails at its deadline rather than after it.

@@ -10,6 +10,8 @@
 #include <ferry/collectives/engine/fingerprint.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/recycled.h>
+#include <ferry/runtime/small_vector.h>
 #include <ferry/runtime/tensor.h>
 
 #include <memory>
@@ -29,16 +31,19 @@ class OwnDeadlineExpired final : public TimeoutError {
 // same message (an uncaught one is named by its type), anything else is returned as it is.
 std::exception_ptr public_error(std::exception_ptr error);
 
-class OpContext {
+// Recycled (recycled.h) when allocated: an op posted at issue keeps its context in flight.
+class OpContext : public Recycled {
  public:
-  OpContext(GroupImpl& group, std::string op, uint64_t seq, Clock::time_point deadline);
+  // `op` names the op in messages; it must outlive the context (every op's name is a literal):
+  // a std::string of it would allocate for each op.
+  OpContext(GroupImpl& group, const char* op, uint64_t seq, Clock::time_point deadline);
   ~OpContext();  // cancels whatever is still pending
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
 
   int rank() const { return group_.rank(); }
   int size() const { return group_.size(); }
-  const std::string& op() const { return op_; }
+  const char* op() const { return op_; }
   uint64_t seq() const { return seq_; }
 
   // `peer` is a group rank; `step` tells the messages of one op apart (a pair of ranks that
@@ -127,7 +132,7 @@ class OpContext {
   std::string explain(const Diagnosis& d, const std::string& tail) const;
 
   GroupImpl& group_;
-  std::string op_;
+  const char* op_;
   uint64_t seq_;
   Clock::time_point start_;
   Clock::time_point deadline_;
@@ -139,7 +144,9 @@ class OpContext {
   uint32_t phase_ = 0;
   uint32_t check_ = 0;
   Fingerprint fingerprint_;
-  std::vector<std::unique_ptr<Request>> pending_;
+  // Inline: an op of a few ranks posts a few requests, and a list of them allocated per op
+  // cost more than the small op's transfer.
+  SmallVector<std::unique_ptr<Request>, 8> pending_;
 };
 
 }  // namespace ferry::detail

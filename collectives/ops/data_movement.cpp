@@ -3,7 +3,9 @@
 #include <ferry/collectives/algorithms/algorithms.h>
 #include <ferry/collectives/engine/engine.h>
 #include <ferry/collectives/engine/issue.h>
+#include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
+#include <ferry/runtime/small_vector.h>
 
 #include <algorithm>
 #include <cstring>
@@ -267,10 +269,36 @@ Work all_to_all_single(const Tensor& input, Tensor output,
           return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
                                           output.raw_data(), out_b.bytes, out_b.offset);
         };
+  // The pairwise exchange posts every message at once: on a transport without collectives of
+  // its own it starts at issue, with its blocks' places computed on the stack.
+  auto post = [&](std::unique_ptr<OpContext> ctx) {
+    const size_t rb = row_bytes(input);
+    detail::SmallVector<size_t, 16> send_offset, send_bytes, recv_offset, recv_bytes;
+    auto place = [&](const std::vector<int64_t>& splits, const Tensor& t,
+                     detail::SmallVector<size_t, 16>& offset,
+                     detail::SmallVector<size_t, 16>& bytes) {
+      size_t at = 0;
+      for (int k = 0; k < world; ++k) {
+        const int64_t rows = splits.empty() ? t.size(0) / world : splits[static_cast<size_t>(k)];
+        offset.push_back(at);
+        bytes.push_back(static_cast<size_t>(rows) * rb);
+        at += bytes.back();
+      }
+    };
+    place(input_split_sizes, input, send_offset, send_bytes);
+    place(output_split_sizes, output, recv_offset, recv_bytes);
+    output.bump_version();
+    ctx->ran(Collective::AllToAll, Algorithm::Pairwise);
+    detail::post_pairwise_all_to_all(*ctx, bytes_of(input), send_offset.begin(),
+                                     send_bytes.begin(), bytes_of(output), recv_offset.begin(),
+                                     recv_bytes.begin());
+    return detail::posted_exchange(std::move(ctx));
+  };
   return detail::issue(group, {
       .name = "all_to_all_single",
       .what = summary,
       .native_start = detail::native_start_if(algo == Algorithm::Native, start),
+      .post = algo == Algorithm::Pairwise ? detail::OnePost(post) : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
     // The split lists are built only for a queued op.

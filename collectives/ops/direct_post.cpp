@@ -4,6 +4,7 @@
 #include <ferry/collectives/engine/in_flight_work.h>
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/engine/reduce_kernels.h>
+#include <ferry/runtime/recycled.h>
 
 #include <memory>
 #include <thread>
@@ -11,9 +12,17 @@
 namespace ferry::detail {
 namespace {
 
+bool poll_posted(OpContext& ctx, Clock::time_point deadline) {
+  while (!ctx.test_all()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 // The direct exchange posted at issue: whoever drives its Work completes the exchange and
-// combines the payloads.
-class DirectAllReduceInFlight final : public InFlight {
+// combines the payloads. Recycled (recycled.h), as every per-op object of the path.
+class DirectAllReduceInFlight final : public InFlight, public Recycled {
  public:
   DirectAllReduceInFlight(std::unique_ptr<OpContext> ctx, std::unique_ptr<char[]> gathered,
                           const char* in, char* out, size_t count, ReduceSpec spec)
@@ -21,13 +30,7 @@ class DirectAllReduceInFlight final : public InFlight {
         spec_(spec) {}
 
   bool test() override { return ctx_->test_all(); }
-  bool poll_until(Clock::time_point deadline) override {
-    while (!ctx_->test_all()) {
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::yield();
-    }
-    return true;
-  }
+  bool poll_until(Clock::time_point deadline) override { return poll_posted(*ctx_, deadline); }
   // The context carries the op's deadline, with the diagnosis of absent ranks on expiry.
   void wait_to_the_end(GroupImpl&, const char*, uint64_t, Clock::time_point) override {
     ctx_->wait_all();
@@ -48,7 +51,28 @@ class DirectAllReduceInFlight final : public InFlight {
   ReduceSpec spec_;
 };
 
+// An exchange whose messages carry the result: done when they are.
+class PostedExchange final : public InFlight, public Recycled {
+ public:
+  explicit PostedExchange(std::unique_ptr<OpContext> ctx) : ctx_(std::move(ctx)) {}
+
+  bool test() override { return ctx_->test_all(); }
+  bool poll_until(Clock::time_point deadline) override { return poll_posted(*ctx_, deadline); }
+  void wait_to_the_end(GroupImpl&, const char*, uint64_t, Clock::time_point) override {
+    ctx_->wait_all();
+  }
+  std::vector<Tensor> finish() override { return {}; }
+  OnFailure on_failure() const override { return OnFailure::kPoisonTellPeers; }
+
+ private:
+  std::unique_ptr<OpContext> ctx_;  // destroying it withdraws what is still posted
+};
+
 }  // namespace
+
+std::unique_ptr<InFlight> posted_exchange(std::unique_ptr<OpContext> ctx) {
+  return std::make_unique<PostedExchange>(std::move(ctx));
+}
 
 std::unique_ptr<InFlight> post_direct_all_reduce_now(std::unique_ptr<OpContext> ctx,
                                                      const Tensor& input, Tensor& output,

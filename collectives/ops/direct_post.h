@@ -1,4 +1,5 @@
-// Small all_reduce over point-to-point posted when it is issued (internal).
+// Collectives over point-to-point posted when they are issued (internal): the small
+// all_reduce's direct exchange and the pairwise all-to-all.
 //
 // On transports without their own collectives (UCX, local), an op queued on its group's
 // executor is run by a thread that waits for it: the queue, the task and the hand-off cost more
@@ -28,5 +29,9 @@ namespace ferry::detail {
 std::unique_ptr<InFlight> post_direct_all_reduce_now(std::unique_ptr<OpContext> ctx,
                                                      const Tensor& input, Tensor& output,
                                                      ReduceOp op);
+
+// What is in flight once an exchange that needs nothing after its transfers (the pairwise
+// all-to-all) has posted every message over `ctx`: finished when they are.
+std::unique_ptr<InFlight> posted_exchange(std::unique_ptr<OpContext> ctx);
 
 }  // namespace ferry::detail

@@ -3,26 +3,27 @@
 // a copy on one side and unpacking one on the other.
 #include <ferry/collectives/algorithms/algorithms.h>
 #include <ferry/collectives/engine/engine.h>
+#include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
+
+#include <cstring>
 
 namespace ferry {
 namespace {
 
 using detail::OpContext;
 
-// The layouts in bytes over `t`'s storage, each run checked to lie inside the tensor.
-std::vector<ByteLayout> byte_layouts(const detail::Validator& v, const Tensor& t,
-                                     const std::vector<BlockLayout>& layouts, const char* name) {
+// Checks that `layouts` holds one layout per rank and that each run lies inside `t`; returns
+// the bytes of layouts[rank] (the block a rank keeps). Builds nothing: a call started at issue
+// reads the layouts as they are.
+size_t check_layouts(const detail::Validator& v, const Tensor& t,
+                     const std::vector<BlockLayout>& layouts, const char* name, int rank) {
   const int world = v.group().size();
   if (layouts.size() != static_cast<size_t>(world))
     v.fail(detail::str(name, " must hold one layout per rank (", world, "), given ",
                        layouts.size()));
-  const size_t elem = t.element_size();
-  char* base = static_cast<char*>(const_cast<void*>(t.raw_data()));
-  std::vector<ByteLayout> out(layouts.size());
+  size_t own = 0;
   for (size_t k = 0; k < layouts.size(); ++k) {
-    out[k].base = base;
-    out[k].runs.reserve(layouts[k].size());
     for (size_t i = 0; i < layouts[k].size(); ++i) {
       const StridedRun& r = layouts[k][i];
       auto bad = [&](const char* what) {
@@ -39,13 +40,90 @@ std::vector<ByteLayout> byte_layouts(const detail::Validator& v, const Tensor& t
       if (r.offset > t.numel() || r.length > room ||
           (r.count > 1 && r.stride > 0 && (room - r.length) / r.stride < r.count - 1))
         bad("it reaches past the end of the tensor");
-      out[k].runs.push_back(ByteRun{static_cast<size_t>(r.offset) * elem,
-                                    static_cast<size_t>(r.count),
-                                    static_cast<size_t>(r.length) * elem,
-                                    static_cast<size_t>(r.stride) * elem});
+      if (k == static_cast<size_t>(rank))
+        own += static_cast<size_t>(r.count) * static_cast<size_t>(r.length) * t.element_size();
     }
   }
+  return own;
+}
+
+// A checked layout in bytes over `t`'s storage (empty runs left out).
+ByteLayout byte_layout(const Tensor& t, const BlockLayout& layout) {
+  const size_t elem = t.element_size();
+  ByteLayout out;
+  out.base = static_cast<char*>(const_cast<void*>(t.raw_data()));
+  out.runs.reserve(layout.size());
+  for (const StridedRun& r : layout) {
+    if (r.count == 0 || r.length == 0) continue;
+    out.runs.push_back(ByteRun{static_cast<size_t>(r.offset) * elem, static_cast<size_t>(r.count),
+                               static_cast<size_t>(r.length) * elem,
+                               static_cast<size_t>(r.stride) * elem});
+  }
   return out;
+}
+
+std::vector<ByteLayout> byte_layouts(const Tensor& t, const std::vector<BlockLayout>& layouts) {
+  std::vector<ByteLayout> out;
+  out.reserve(layouts.size());
+  for (const BlockLayout& l : layouts) out.push_back(byte_layout(t, l));
+  return out;
+}
+
+// Where a checked layout's bytes start when they are one contiguous span of `t` (`bytes` of
+// them), else null: such a block is sent or received as plain bytes, with no layout built.
+char* span_of(const Tensor& t, const BlockLayout& layout, size_t& bytes) {
+  const size_t elem = t.element_size();
+  char* base = static_cast<char*>(const_cast<void*>(t.raw_data()));
+  char* at = base;
+  bytes = 0;
+  for (const StridedRun& r : layout) {
+    if (r.count == 0 || r.length == 0) continue;
+    if (r.count > 1 && r.stride != r.length) return nullptr;
+    char* starts = base + static_cast<size_t>(r.offset) * elem;
+    if (bytes == 0) {
+      at = starts;
+    } else if (starts != at + bytes) {
+      return nullptr;
+    }
+    bytes += static_cast<size_t>(r.count) * static_cast<size_t>(r.length) * elem;
+  }
+  return at;
+}
+
+// The pairwise exchange of one part through its layouts, posted in the order
+// pairwise_all_to_all posts it (so that the messages match whichever form a rank runs). A
+// block that is one contiguous span goes as plain bytes; only a strided one builds its layout.
+void post_laid_out(OpContext& ctx, const Tensor& input, const std::vector<BlockLayout>& send,
+                   Tensor& output, const std::vector<BlockLayout>& recv) {
+  const int n = ctx.size(), r = ctx.rank();
+  for (int s = 1; s < n; ++s) {
+    const int to = (r + s) % n, from = (r - s + n) % n;
+    size_t bytes = 0;
+    if (char* at = span_of(output, recv[static_cast<size_t>(from)], bytes)) {
+      ctx.recv(from, 0, at, bytes);
+    } else {
+      ctx.recv(from, 0, byte_layout(output, recv[static_cast<size_t>(from)]));
+    }
+    if (char* at = span_of(input, send[static_cast<size_t>(to)], bytes)) {
+      ctx.send(to, 0, at, bytes);
+    } else {
+      ctx.send(to, 0, byte_layout(input, send[static_cast<size_t>(to)]));
+    }
+  }
+  // The own block, while the peers' are under way (no other block overlaps it).
+  size_t in_bytes = 0, out_bytes = 0;
+  const char* from = span_of(input, send[static_cast<size_t>(r)], in_bytes);
+  char* to = span_of(output, recv[static_cast<size_t>(r)], out_bytes);
+  if (from != nullptr && to != nullptr) {
+    if (in_bytes > 0) std::memcpy(to, from, in_bytes);
+  } else if (from != nullptr) {
+    unpack_layout(from, byte_layout(output, recv[static_cast<size_t>(r)]));
+  } else if (to != nullptr) {
+    pack_layout(byte_layout(input, send[static_cast<size_t>(r)]), to);
+  } else {
+    copy_layout(byte_layout(input, send[static_cast<size_t>(r)]),
+                byte_layout(output, recv[static_cast<size_t>(r)]));
+  }
 }
 
 // On a transport with its own collectives (MPI), all parts move in one native call: per peer,
@@ -156,11 +234,6 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   detail::Validator v("all_to_all_single", group);
   if (num_parts == 0) v.fail("needs at least one part");
   const int me = group.rank();
-  std::vector<std::vector<ByteLayout>> send, recv;  // [part][rank]
-  std::vector<Tensor> keep;                         // every part's tensors, alive until done
-  send.reserve(num_parts);
-  recv.reserve(num_parts);
-  keep.reserve(2 * num_parts);
   for (size_t p = 0; p < num_parts; ++p) {
     const PartRef& part = parts[p];
     // (Names for the error messages; not detail::str, whose stream cost a microsecond a call.)
@@ -176,27 +249,51 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
       v.no_overlap(parts[q].input, "an earlier part's input", part.output, out.c_str());
       v.no_overlap(part.input, in.c_str(), parts[q].output, "an earlier part's output");
     }
-    send.push_back(byte_layouts(v, part.input, part.send_layouts, "send_layouts"));
-    recv.push_back(byte_layouts(v, part.output, part.recv_layouts, "recv_layouts"));
-    if (send[p][me].bytes() != recv[p][me].bytes())
+    const size_t own_send = check_layouts(v, part.input, part.send_layouts, "send_layouts", me);
+    const size_t own_recv = check_layouts(v, part.output, part.recv_layouts, "recv_layouts", me);
+    if (own_send != own_recv)
       v.fail(detail::str("send_layouts[", me, "] and recv_layouts[", me, "]",
                          num_parts == 1 ? "" : detail::str(" of part ", p).c_str(),
                          " (the block a rank keeps) must hold as many elements, given ",
-                         send[p][me].bytes() / part.input.element_size(), " and ",
-                         recv[p][me].bytes() / part.input.element_size()));
-    keep.push_back(part.input);
-    keep.push_back(part.output);
+                         own_send / part.input.element_size(), " and ",
+                         own_recv / part.input.element_size()));
   }
   // Per-peer sizes differ freely; each message's byte count is checked by the transports.
   detail::OpSummary summary = detail::OpSummary::of(parts[0].input).sizes_may_differ();
   summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
   // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
   const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
+  // One part posts every message at once on a transport without collectives of its own: it
+  // starts at issue, reading the layouts as they are (the Work keeps its two tensors alive).
+  Tensor first_output = parts[0].output;
+  auto post = [&](std::unique_ptr<OpContext> ctx) {
+    first_output.bump_version();
+    ctx->ran(Collective::AllToAll, Algorithm::Pairwise);
+    post_laid_out(*ctx, parts[0].input, parts[0].send_layouts, first_output,
+                  parts[0].recv_layouts);
+    return detail::posted_exchange(std::move(ctx));
+  };
   return detail::issue(group, {
       .name = "all_to_all_single",
       .what = summary,
-      .body = [&] { return detail::OpBody([keep, send = std::move(send), recv = std::move(recv),
-                         algo](OpContext& ctx) mutable {
+      .post = num_parts == 1 && algo == Algorithm::Pairwise ? detail::OnePost(post)
+                                                            : detail::OnePost(),
+      .keep = {&parts[0].input, &first_output},
+      .body = [&] {
+    // Built only for a queued op: every part's layouts in bytes, its tensors kept alive.
+    std::vector<std::vector<ByteLayout>> send, recv;  // [part][rank]
+    std::vector<Tensor> keep;
+    send.reserve(num_parts);
+    recv.reserve(num_parts);
+    keep.reserve(2 * num_parts);
+    for (size_t p = 0; p < num_parts; ++p) {
+      send.push_back(byte_layouts(parts[p].input, parts[p].send_layouts));
+      recv.push_back(byte_layouts(parts[p].output, parts[p].recv_layouts));
+      keep.push_back(parts[p].input);
+      keep.push_back(parts[p].output);
+    }
+    return detail::OpBody([keep = std::move(keep), send = std::move(send),
+                           recv = std::move(recv), algo](OpContext& ctx) mutable {
     ctx.ran(Collective::AllToAll, algo);
     if (algo == Algorithm::Native) {
       ctx.wait_native(

@@ -13,6 +13,7 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/comm/comm_op_base.h>
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -57,9 +58,11 @@ class AllToAllCommOp : public TorchrecCommOp {
     std::vector<BlockLayout> send, recv;
     Shape output_shape;
   };
-  virtual std::optional<Placement> placement(const std::vector<Tensor>& inputs) {
+  // Null: the op has no placement. Shared, so that an op may hand out the same layouts to
+  // every call with the same sizes instead of building its lists again.
+  virtual std::shared_ptr<const Placement> placement(const std::vector<Tensor>& inputs) {
     (void)inputs;
-    return std::nullopt;
+    return nullptr;
   }
   const std::vector<int64_t>& sends() const { return send_; }
   const std::vector<int64_t>& receives() const { return recv_; }
@@ -77,7 +80,7 @@ class AllToAllCommOp : public TorchrecCommOp {
   std::vector<int64_t> gradient_send_wire_, gradient_recv_wire_;
   Tensor received_;  // the wire buffer in flight (forward, then gradient)
   bool divided_before_send_ = false;  // this backward's gradient_send divided
-  std::optional<Placement> placement_;  // set when the forward moved through it
+  std::shared_ptr<const Placement> placement_;  // set when the forward moved through it
   Shape input_shape_;
   Tensor placed_;  // the output (forward) or input gradient (backward) being received into
   bool placed_gradient_ = false;  // this backward moves through placement_

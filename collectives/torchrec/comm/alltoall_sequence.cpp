@@ -75,11 +75,11 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
   // one the blocks are plain runs, but still a Placement: whether a rank has a permutation
   // depends on its own features, and every rank of an exchange must use the same form (MPI
   // runs the laid-out one as a different collective).
-  std::optional<Placement> placement(const std::vector<Tensor>&) override {
-    if (dim_ == 0) return std::nullopt;  // the same on every rank: the embedding dim
+  std::shared_ptr<const Placement> placement(const std::vector<Tensor>&) override {
+    if (dim_ == 0) return nullptr;  // the same on every rank: the embedding dim
     if (!permutation_)
-      return Placement{contiguous(sends()), contiguous(receives()),
-                       {sum_of(receives()) / dim_, dim_}};
+      return std::make_shared<const Placement>(Placement{
+          contiguous(sends()), contiguous(receives()), {sum_of(receives()) / dim_, dim_}});
     const std::vector<int64_t>& rows = permutation_->segment_rows;
     std::vector<int64_t> start(rows.size() + 1, 0);
     for (size_t s = 0; s < rows.size(); ++s) start[s + 1] = start[s] + rows[s] * dim_;
@@ -100,7 +100,7 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
     }
     p.recv = contiguous(receives());
     p.output_shape = {sum_of(receives()) / dim_, dim_};
-    return p;
+    return std::make_shared<const Placement>(std::move(p));
   }
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
     return {received.reshape({-1, dim_})};

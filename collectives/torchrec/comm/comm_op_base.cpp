@@ -50,6 +50,16 @@ void TorchrecCommOp::divide(Tensor& grad) const {
   grad.bump_version();
 }
 
+Tensor TorchrecCommOp::divided_copy(const Tensor& grad) const {
+  Tensor out = empty(grad.shape(), grad.dtype());
+  if (grad.dtype() == DType::Float64) {
+    GroupSizeDivider<double>(world()).apply(grad.data<double>(), out.data<double>(), grad.numel());
+  } else {
+    GroupSizeDivider<float>(world()).apply(grad.data<float>(), out.data<float>(), grad.numel());
+  }
+  return out;
+}
+
 namespace {
 
 // The request, or on the sync path its outputs already waited for (the division captured now).

@@ -81,6 +81,9 @@ class TorchrecCommOp : public ReqWaitOp {
   void divide_if_enabled(Tensor& grad) const;
   // Divides `grad` in place by the group size.
   void divide(Tensor& grad) const;
+  // A new tensor holding `grad` divided by the group size: the copy and the division in one
+  // pass (float32 / float64, the same bits as a copy divided in place).
+  Tensor divided_copy(const Tensor& grad) const;
 
  private:
   const char* name_;

@@ -89,8 +89,7 @@ Work ReduceScatterGatherOp::launch_gradient(const std::vector<Tensor>& grad_outp
     // part before the all_gather gives the same bits with 1/W of the work. (With a codec the
     // division stays after decoding, as in the original.)
     if (backward_pass_->passthrough() && gradient_divides()) {
-      Tensor divided = g.clone();
-      divide(divided);
+      const Tensor divided = divided_copy(g);  // one pass: the copy divides as it goes
       divided_before_send_ = true;
       return all_gather(*backward_pass_, divided,
                         backward_pass_->wire_or_values(backward_wire_, sizes_));
