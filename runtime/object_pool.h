@@ -1,5 +1,5 @@
-// ferry::detail::make_pooled: shared objects whose memory comes from per-thread free lists
-// (internal; not installed).
+// ferry::detail::make_pooled, Pooled and PoolAllocator: objects whose memory comes from
+// per-thread free lists (internal; not installed).
 //
 // A training step makes and drops the same small objects every time: each tensor's
 // shared_ptr control block, each tape node, each variable's state. Through malloc that was
@@ -56,6 +56,14 @@ struct PoolAllocator {
   bool operator==(const PoolAllocator<U>&) const noexcept {
     return true;
   }
+};
+
+// A base that routes `new Derived` and `delete` through the pool: per-call objects held by a
+// plain or unique pointer (an op's context, a transport's request). With a virtual destructor,
+// deleting through a base pointer passes the dynamic type's size, as new took it.
+struct Pooled {
+  static void* operator new(size_t bytes) { return pool_take(bytes); }
+  static void operator delete(void* block, size_t bytes) noexcept { pool_give(block, bytes); }
 };
 
 template <class T, class... Args>

@@ -2,7 +2,7 @@
 
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/idle_work.h>
-#include <ferry/runtime/recycled.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/small_vector.h>
 #include <ferry/runtime/wait_policy.h>
 
@@ -338,8 +338,9 @@ class LocalWorld {
 
 namespace {
 
-// Recycled (recycled.h), as its op is: a message costs no allocation in the steady state.
-class LocalRequest final : public Request, public Recycled {
+// From the object pool (object_pool.h), as its op is: a message costs no allocation in the
+// steady state.
+class LocalRequest final : public Request, public Pooled {
  public:
   LocalRequest(std::shared_ptr<LocalWorld> world, OpPtr op)
       : Request(op->peer, op->is_send), world_(std::move(world)), op_(std::move(op)) {}
@@ -399,7 +400,7 @@ class LocalTransport final : public Transport {
     FERRY_CHECK(peer >= 0 && peer < size(), InvalidArgument, "local transport ",
                 is_send ? "isend" : "irecv", " on rank ", rank_, ": peer must be in [0, ",
                 size(), "), given ", peer);
-    auto op = std::allocate_shared<LocalOp>(RecycledAllocator<LocalOp>());
+    auto op = std::allocate_shared<LocalOp>(PoolAllocator<LocalOp>());
     op->owner = rank_;
     op->peer = peer;
     op->tag = tag;

@@ -6,7 +6,7 @@
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
-#include <ferry/runtime/recycled.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <mutex>
 
@@ -14,7 +14,7 @@ namespace ferry::detail {
 namespace {
 
 // A native collective's request: the transport moves it only inside its own calls (MPI).
-class NativeInFlight final : public InFlight, public Recycled {
+class NativeInFlight final : public InFlight, public Pooled {
  public:
   explicit NativeInFlight(std::unique_ptr<NativeRequest> request) : request_(std::move(request)) {}
 
@@ -54,10 +54,10 @@ Work failed_at_issue(const Group& group, const Op& op, uint64_t seq, std::except
 
 Work started(GroupImpl& g, const Group& group, const Op& op, uint64_t seq,
              Clock::time_point deadline, std::unique_ptr<InFlight> pending) {
-  // The Work's state and its control block in one recycled block (recycled.h): an op started
+  // The Work's state and its control block in one pooled block (object_pool.h): an op started
   // at issue then allocates nothing in the steady state.
   auto state = std::allocate_shared<InFlightWork>(
-      RecycledAllocator<InFlightWork>(), OpDescription(op.name, seq, op.what, group), deadline,
+      PoolAllocator<InFlightWork>(), OpDescription(op.name, seq, op.what, group), deadline,
       std::move(pending), kept_buffers(op));
   g.track_in_flight(state);
   FERRY_LOG(Trace, "coll", state->description(), " started at issue");
@@ -117,7 +117,7 @@ Work queue(GroupImpl& g, const Group& group, const Op& op, bool checked) {
   const uint64_t seq = g.take_sequence_number();
   const Fingerprint fingerprint = Fingerprint::of(name, seq, g.id(), op.what);
   std::shared_ptr<WorkState> state = std::allocate_shared<QueuedWork>(
-      RecycledAllocator<QueuedWork>(), OpDescription(name, seq, op.what, group));
+      PoolAllocator<QueuedWork>(), OpDescription(name, seq, op.what, group));
   OpBody body = op.body();
   GroupImpl* gp = &g;
   g.executor().enqueue([gp, state_in = state, op = name, seq, fingerprint, checked,

@@ -10,7 +10,7 @@
 #include <ferry/collectives/engine/fingerprint.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/runtime/error.h>
-#include <ferry/runtime/recycled.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/small_vector.h>
 #include <ferry/runtime/tensor.h>
 
@@ -31,8 +31,9 @@ class OwnDeadlineExpired final : public TimeoutError {
 // same message (an uncaught one is named by its type), anything else is returned as it is.
 std::exception_ptr public_error(std::exception_ptr error);
 
-// Recycled (recycled.h) when allocated: an op posted at issue keeps its context in flight.
-class OpContext : public Recycled {
+// From the object pool (object_pool.h) when allocated: an op posted at issue keeps its context
+// in flight.
+class OpContext : public Pooled {
  public:
   // `op` names the op in messages; it must outlive the context (every op's name is a literal):
   // a std::string of it would allocate for each op.

@@ -4,7 +4,7 @@
 #include <ferry/collectives/engine/in_flight_work.h>
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/engine/reduce_kernels.h>
-#include <ferry/runtime/recycled.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <memory>
 #include <thread>
@@ -21,8 +21,8 @@ bool poll_posted(OpContext& ctx, Clock::time_point deadline) {
 }
 
 // The direct exchange posted at issue: whoever drives its Work completes the exchange and
-// combines the payloads. Recycled (recycled.h), as every per-op object of the path.
-class DirectAllReduceInFlight final : public InFlight, public Recycled {
+// combines the payloads. From the object pool (object_pool.h), as every per-op object of the path.
+class DirectAllReduceInFlight final : public InFlight, public Pooled {
  public:
   DirectAllReduceInFlight(std::unique_ptr<OpContext> ctx, std::unique_ptr<char[]> gathered,
                           const char* in, char* out, size_t count, ReduceSpec spec)
@@ -52,7 +52,7 @@ class DirectAllReduceInFlight final : public InFlight, public Recycled {
 };
 
 // An exchange whose messages carry the result: done when they are.
-class PostedExchange final : public InFlight, public Recycled {
+class PostedExchange final : public InFlight, public Pooled {
  public:
   explicit PostedExchange(std::unique_ptr<OpContext> ctx) : ctx_(std::move(ctx)) {}
 
