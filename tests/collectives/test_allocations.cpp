@@ -1,5 +1,5 @@
 // Heap allocations per call in the steady state, counted by an interposed malloc
-// (tests/runtime/heap_allocations.h): the raw collectives the torchrec comm ops run on, and the
+// (tools/heap_count/heap_allocations.h): the raw collectives the torchrec comm ops run on, and the
 // comm ops themselves against them. A step of a trainer makes hundreds of such calls; each
 // allocation costs it tens of nanoseconds and, on a host shared by ranks, a contended lock.
 //
@@ -7,7 +7,7 @@
 // their groups' workers, the progress thread), after a warm-up that fills whatever is reused.
 // The bounds are per call and rank, a few above what was measured, so that a new allocation
 // on the path fails here.
-#include "tests/runtime/heap_allocations.h"
+#include "tools/heap_count/heap_allocations.h"
 
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/collectives.h>
@@ -42,11 +42,11 @@ double allocations_per_call(const std::function<std::function<void()>(Group&)>& 
     const std::function<void()> call = make(g);
     for (int i = 0; i < kWarmup; ++i) call();
     ferry::barrier(g).wait();
-    if (g.rank() == 0) before = ftest::heap_allocations();
+    if (g.rank() == 0) before = ferry::tools::heap_allocations();
     ferry::barrier(g).wait();
     for (int i = 0; i < kCalls; ++i) call();
     ferry::barrier(g).wait();
-    if (g.rank() == 0) after = ftest::heap_allocations();
+    if (g.rank() == 0) after = ferry::tools::heap_allocations();
     ferry::barrier(g).wait();
   });
   return static_cast<double>(after - before) / (kCalls * kWorld);
@@ -141,7 +141,7 @@ constexpr double kBackwardOverhead = 45;
 }  // namespace
 
 TEST_CASE("the raw all-to-alls allocate little per call", "[alloc]") {
-  if (!ftest::counting_heap_allocations()) {
+  if (!ferry::tools::counting_heap_allocations()) {
     WARN("a sanitizer owns malloc: nothing is counted");
     return;
   }
@@ -156,7 +156,7 @@ TEST_CASE("the raw all-to-alls allocate little per call", "[alloc]") {
 }
 
 TEST_CASE("the torchrec comm ops allocate within a few of their raw collectives", "[alloc]") {
-  if (!ftest::counting_heap_allocations()) {
+  if (!ferry::tools::counting_heap_allocations()) {
     WARN("a sanitizer owns malloc: nothing is counted");
     return;
   }

@@ -1,6 +1,6 @@
 #include "tools/dlrm/bench.h"
 
-#include "tools/dlrm/alloc_count.h"
+#include "tools/heap_count/heap_allocations.h"
 #include "tools/dlrm/compute_limit.h"
 
 #include <algorithm>
@@ -141,7 +141,7 @@ int run_bench(const Options& o, Group& world) {
   uint64_t allocs_before = 0;
   barrier(world).wait();
   for (int step = 0; step < total; ++step) {
-    if (step == o.warmup_steps) allocs_before = heap_allocations();
+    if (step == o.warmup_steps) allocs_before = tools::heap_allocations();
     std::optional<TrainStepOutput> out = m->pipeline->progress(prepared);
     if (!out) break;
     if (step >= o.warmup_steps) {
@@ -150,7 +150,7 @@ int run_bench(const Options& o, Group& world) {
     }
   }
   // Counted over the whole process: under the local transport its W ranks are threads of it.
-  const double allocs = static_cast<double>(heap_allocations() - allocs_before) /
+  const double allocs = static_cast<double>(tools::heap_allocations() - allocs_before) /
                         static_cast<double>(std::max<size_t>(1, times.size()));
   const double allocs_per_rank =
       sum_over_ranks(allocs, world) / static_cast<double>(W) /

@@ -1,6 +1,6 @@
 // The interposed allocator behind heap_allocations(): each entry point counts, then forwards
 // to glibc's own implementation (__libc_malloc and the others, exported for exactly this).
-#include "heap_allocations.h"
+#include "tools/heap_count/heap_allocations.h"
 
 #include <atomic>
 #include <cerrno>
@@ -23,10 +23,10 @@ std::atomic<uint64_t> allocations{0};
 [[maybe_unused]] void count() { allocations.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace
 
-namespace ftest {
+namespace ferry::tools {
 uint64_t heap_allocations() { return allocations.load(std::memory_order_relaxed); }
 bool counting_heap_allocations() { return FTEST_COUNT_ALLOCATIONS != 0; }
-}  // namespace ftest
+}  // namespace ferry::tools
 
 #if FTEST_COUNT_ALLOCATIONS
 extern "C" {
