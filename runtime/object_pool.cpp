@@ -1,6 +1,5 @@
 #include <ferry/runtime/object_pool.h>
 
-#include <array>
 #include <cstdint>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -16,73 +15,48 @@ namespace {
 
 constexpr size_t kClassBytes = 16;
 constexpr size_t kClasses = kPoolMaxBytes / kClassBytes;
-constexpr size_t kPoolMaxHeld = size_t{1} << 20;  // bytes a thread keeps at most
+[[maybe_unused]] constexpr size_t kPoolMaxHeld = size_t{1} << 20;  // bytes a thread keeps at most
 
 // Classes 0, 1, ... hold blocks of 16, 32, ... bytes; a zero-byte request takes the smallest.
 [[maybe_unused]] size_t class_of(size_t bytes) {
   return bytes <= kClassBytes ? 0 : (bytes - 1) / kClassBytes;
 }
 
-// One thread's lists: singly linked through the blocks' first word.
-class ThreadPool {
- public:
-  enum class State : uint8_t { kNotYet, kAlive, kGone };
-  ThreadPool() { state() = State::kAlive; }
-  ~ThreadPool() {
-    state() = State::kGone;
+// One thread's lists, singly linked through the blocks' first word. Trivially constructed and
+// destroyed, so that reaching them costs one thread-local lookup and no guard: pool_take and
+// pool_give run for every tensor a step makes. The lists are freed when the thread ends by a
+// Cleaner, registered the first time the thread keeps a block.
+struct Lists {
+  void* heads[kClasses];
+  uint32_t counts[kClasses];
+  size_t held;  // bytes in the lists
+  bool armed;   // the Cleaner is registered
+  bool gone;    // the thread is ending: its lists were freed, blocks go to operator delete
+};
+constinit thread_local Lists t_lists{};
+
+[[maybe_unused]] void* pop(Lists& l, size_t c) {
+  void* block = l.heads[c];
+  l.heads[c] = *static_cast<void**>(block);
+  --l.counts[c];
+  l.held -= (c + 1) * kClassBytes;
+  return block;
+}
+
+struct Cleaner {
+  ~Cleaner() {
+    Lists& l = t_lists;
+    l.gone = true;
     for (size_t c = 0; c < kClasses; ++c) {
-      while (heads_[c] != nullptr) ::operator delete(pop(c));
+      while (l.heads[c] != nullptr) ::operator delete(pop(l, c));
     }
   }
-  ThreadPool(const ThreadPool&) = delete;
-  ThreadPool& operator=(const ThreadPool&) = delete;
-
-  // Trivially destructible, so still readable while the thread's other statics are destroyed
-  // (an object dropped then goes straight to operator delete).
-  static State& state() {
-    static thread_local State s = State::kNotYet;
-    return s;
-  }
-
-  void* take(size_t c) {
-    if (heads_[c] == nullptr) return ::operator new((c + 1) * kClassBytes);
-    return pop(c);
-  }
-  void give(void* block, size_t c) {
-    const size_t bytes = (c + 1) * kClassBytes;
-    if (counts_[c] >= kPoolPerClass || held_ + bytes > kPoolMaxHeld) {
-      ::operator delete(block);
-      return;
-    }
-    *static_cast<void**>(block) = heads_[c];
-    heads_[c] = block;
-    ++counts_[c];
-    held_ += bytes;
-  }
-  size_t kept() const {
-    size_t n = 0;
-    for (uint32_t c : counts_) n += c;
-    return n;
-  }
-
- private:
-  void* pop(size_t c) {
-    void* block = heads_[c];
-    heads_[c] = *static_cast<void**>(block);
-    --counts_[c];
-    held_ -= (c + 1) * kClassBytes;
-    return block;
-  }
-
-  std::array<void*, kClasses> heads_{};
-  std::array<uint32_t, kClasses> counts_{};
-  size_t held_ = 0;  // bytes in the lists
 };
 
-ThreadPool* this_thread_pool() {
-  if (ThreadPool::state() == ThreadPool::State::kGone) return nullptr;
-  static thread_local ThreadPool pool;
-  return &pool;
+[[maybe_unused]] void arm(Lists& l) {
+  static thread_local Cleaner cleaner;
+  (void)cleaner;
+  l.armed = true;
 }
 
 }  // namespace
@@ -91,9 +65,10 @@ void* pool_take(size_t bytes) {
 #ifdef FERRY_POOL_BYPASS
   return ::operator new(bytes);
 #else
-  if (bytes > kPoolMaxBytes) return ::operator new(bytes);
+  Lists& l = t_lists;
+  if (bytes > kPoolMaxBytes || l.gone) return ::operator new(bytes);
   const size_t c = class_of(bytes);
-  if (ThreadPool* pool = this_thread_pool()) return pool->take(c);
+  if (l.heads[c] != nullptr) return pop(l, c);
   return ::operator new((c + 1) * kClassBytes);
 #endif
 }
@@ -103,21 +78,30 @@ void pool_give(void* block, size_t bytes) noexcept {
   (void)bytes;
   ::operator delete(block);
 #else
-  if (bytes > kPoolMaxBytes) {
+  Lists& l = t_lists;
+  if (bytes > kPoolMaxBytes || l.gone) {
     ::operator delete(block);
     return;
   }
-  if (ThreadPool* pool = this_thread_pool()) {
-    pool->give(block, class_of(bytes));
-  } else {
+  const size_t c = class_of(bytes);
+  const size_t size = (c + 1) * kClassBytes;
+  if (l.counts[c] >= kPoolPerClass || l.held + size > kPoolMaxHeld) {
     ::operator delete(block);
+    return;
   }
+  if (!l.armed) arm(l);
+  *static_cast<void**>(block) = l.heads[c];
+  l.heads[c] = block;
+  ++l.counts[c];
+  l.held += size;
 #endif
 }
 
 size_t pool_blocks_kept() {
-  ThreadPool* pool = this_thread_pool();
-  return pool != nullptr ? pool->kept() : 0;
+  const Lists& l = t_lists;
+  size_t n = 0;
+  for (uint32_t count : l.counts) n += count;
+  return n;
 }
 
 }  // namespace ferry::detail
