@@ -2,14 +2,6 @@
 
 #include <cstdint>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FERRY_POOL_BYPASS 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FERRY_POOL_BYPASS 1
-#endif
-#endif
-
 namespace ferry::detail {
 namespace {
 

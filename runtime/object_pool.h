@@ -21,8 +21,23 @@
 #include <new>
 #include <utility>
 
+// Under AddressSanitizer (gcc's and clang's spellings) every block goes straight back to
+// operator delete.
+#if defined(__SANITIZE_ADDRESS__)
+#define FERRY_POOL_BYPASS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FERRY_POOL_BYPASS 1
+#endif
+#endif
+
 namespace ferry::detail {
 
+#ifdef FERRY_POOL_BYPASS
+inline constexpr bool kPoolBypassed = true;
+#else
+inline constexpr bool kPoolBypassed = false;
+#endif
 inline constexpr size_t kPoolMaxBytes = 1024;
 inline constexpr size_t kPoolPerClass = 256;
 

@@ -20,11 +20,7 @@ struct Payload {
 };
 
 // Under AddressSanitizer the pool hands every block back to operator delete at once.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kBypassed = true;
-#else
-constexpr bool kBypassed = false;
-#endif
+constexpr bool kBypassed = ferry::detail::kPoolBypassed;
 
 }  // namespace
 
