@@ -12,8 +12,11 @@
 // Size classes are 16 bytes apart up to kPoolMaxBytes; larger objects go to operator new. A
 // thread keeps at most kPoolPerClass blocks of a class and 1 MiB in all (a thread that only
 // frees, such as a worker dropping another thread's objects, does not grow without bound) and
-// frees its lists when it ends. Under AddressSanitizer the pool is bypassed, so a use after free is still
-// reported.
+// frees its lists when it ends. Under AddressSanitizer the pool is bypassed, so a use after
+// free is still reported.
+//
+// Pooled (a base class) and PoolAllocator (for allocate_shared) put other per-call objects in
+// the same lists; ThreadSpares below keeps whole emptied objects for their buffers.
 #pragma once
 
 #include <cstddef>
