@@ -42,6 +42,9 @@ struct Config {
   // The TCP rendezvous's variables, as given: they depend on each other (a rank below the world
   // size), so tcp_rendezvous.cpp checks them when a rendezvous is asked for.
   std::string rendezvous, rank, world_size, secret, rendezvous_bind;
+  // A listening socket that ferry-run opened and passed to rank 0 (-1: none): see
+  // socket_io.h's listen_on.
+  int rendezvous_fd = -1;
 };
 
 // One known variable: what it accepts and its default, as docs/environment.md's table shows them.

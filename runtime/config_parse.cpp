@@ -40,6 +40,7 @@ const std::vector<SettingInfo>& known_settings() {
       {"FERRY_WORLD_SIZE", "1 to 2^20", "", true},
       {"FERRY_SECRET", "1 to 256 bytes", "", true},
       {"FERRY_RENDEZVOUS_BIND", "address", "127.0.0.1", true},
+      {"FERRY_RENDEZVOUS_FD", "file descriptor (ferry-run sets it)", "", true},
       // Switches of the tools and tests, known so that they draw no warning.
       {"FERRY_RUN_BINARY", "path (tests)", "", false},
       {"FERRY_BENCH_KJT_BACKGROUND", "boolean (ferry-bench)", "", false},
@@ -216,6 +217,9 @@ Config read_config(const std::function<const char*(const char*)>& get) {
   c.world_size = text("FERRY_WORLD_SIZE");
   c.secret = text("FERRY_SECRET");
   c.rendezvous_bind = text("FERRY_RENDEZVOUS_BIND");
+  if (const std::string v = text("FERRY_RENDEZVOUS_FD"); !v.empty())
+    c.rendezvous_fd = static_cast<int>(
+        integer_in("FERRY_RENDEZVOUS_FD", v, 0, (int64_t{1} << 31) - 1, "a file descriptor"));
   return c;
 }
 

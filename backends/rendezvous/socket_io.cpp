@@ -1,5 +1,6 @@
 #include <ferry/backends/rendezvous/socket_io.h>
 
+#include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 
 #include <arpa/inet.h>
@@ -85,7 +86,43 @@ Socket& Socket::operator=(Socket&& o) noexcept {
   return *this;
 }
 
+namespace {
+
+int port_of(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return 0;
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return 0;
+}
+
+// The listening socket the launcher passed down (FERRY_RENDEZVOUS_FD), when it is on `port`:
+// a copy of it, so that the inherited one keeps the port for whoever listens next in this
+// process (the TCP rendezvous, then a Store).
+Socket inherited_listener(int port) {
+  const int fd = config().rendezvous_fd;
+  if (fd < 0 || port == 0) return Socket();
+  int listening = 0;
+  socklen_t len = sizeof listening;
+  const bool ok = getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0;
+  FERRY_CHECK(ok && listening == 1, InvalidArgument, "rendezvous: FERRY_RENDEZVOUS_FD=", fd,
+              ": expected a listening socket inherited from the launcher (ferry-run passes one to "
+              "rank 0), given ", ok ? "a socket that is not listening" : "no socket: " +
+              errno_str(errno));
+  if (port_of(fd) != port) return Socket();  // a rendezvous elsewhere was asked for
+  fcntl(fd, F_SETFD, FD_CLOEXEC);  // not passed on to this rank's own children
+  Socket copy(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  FERRY_CHECK(copy.valid(), TransportError, "rendezvous: cannot copy FERRY_RENDEZVOUS_FD=", fd,
+              ": ", errno_str(errno));
+  set_nonblocking(copy.fd());
+  return copy;
+}
+
+}  // namespace
+
 Socket listen_on(const std::string& host, int port) {
+  if (Socket inherited = inherited_listener(port); inherited.valid()) return inherited;
   addrinfo* res = resolve(host, port, true);
   int last = 0;
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
@@ -109,14 +146,7 @@ Socket listen_on(const std::string& host, int port) {
               "one)");
 }
 
-int bound_port(const Socket& s) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  getsockname(s.fd(), reinterpret_cast<sockaddr*>(&ss), &len);
-  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
-  return 0;
-}
+int bound_port(const Socket& s) { return port_of(s.fd()); }
 
 Socket accept_now(const Socket& listener, std::string& peer) {
   for (;;) {

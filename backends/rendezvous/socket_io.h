@@ -29,7 +29,10 @@ class Socket {
   int fd_ = -1;
 };
 
-// Listens on host:port (port 0: any free port; see bound_port).
+// Listens on host:port (port 0: any free port; see bound_port). When the launcher passed
+// down a socket listening on that port (FERRY_RENDEZVOUS_FD: ferry-run does for rank 0), a copy
+// of it is returned instead: the launcher bound the port before starting the ranks, so no
+// other process could take it meanwhile.
 Socket listen_on(const std::string& host, int port);
 int bound_port(const Socket& s);
 // Accepts one connection, or returns an invalid Socket when `deadline` passes first.

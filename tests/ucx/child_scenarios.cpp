@@ -4,7 +4,10 @@
 #include <ferry/ferry.h>
 #include "tests/ucx/cma_probe.h"
 
+#include <arpa/inet.h>
 #include <linux/capability.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -413,6 +416,62 @@ int no_bootstrap() {
   return c.status();
 }
 
+// The launcher's rendezvous socket: rank 0 (only) inherits it, listening on FERRY_RENDEZVOUS's
+// port before any rank has started, so that no other process can take the port (this rank's
+// own UCX worker binds ports before the rendezvous); the job then meets through it.
+int rendezvous_handoff() {
+  const int rank = std::atoi(std::getenv("FERRY_RANK"));
+  Checks c(rank);
+  const char* fd_text = std::getenv("FERRY_RENDEZVOUS_FD");
+  const std::string address = std::getenv("FERRY_RENDEZVOUS");
+  const int port = std::atoi(address.substr(address.rfind(':') + 1).c_str());
+  if (rank == 0) {
+    const int fd = fd_text != nullptr && *fd_text != '\0' ? std::atoi(fd_text) : -1;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    c.expect(fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 &&
+                 listening == 1,
+             "rank 0 inherits a listening socket (FERRY_RENDEZVOUS_FD)");
+    sockaddr_in a{};
+    len = sizeof a;
+    c.expect(fd >= 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+                 ntohs(a.sin_port) == port,
+             "the inherited socket is on FERRY_RENDEZVOUS's port " + std::to_string(port));
+    // Another socket cannot have the port meanwhile.
+    const int other = socket(AF_INET, SOCK_STREAM, 0);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool bound = bind(other, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    c.expect(!bound && errno == EADDRINUSE, "the rendezvous port is taken before init");
+    close(other);
+  } else {
+    c.expect(fd_text == nullptr || *fd_text == '\0', "only rank 0 gets FERRY_RENDEZVOUS_FD");
+  }
+  Group g = init();
+  Tensor t = full({4}, 1.0);
+  all_reduce(t, g).wait();
+  c.expect(t.get_flat(3) == g.size(), "the job met through the inherited socket");
+  return c.status();
+}
+
+// FERRY_RENDEZVOUS_FD naming something that is not a listening socket: rank 0's init says so.
+int rendezvous_bad_fd() {
+  const int rank = std::atoi(std::getenv("FERRY_RANK"));
+  Checks c(rank);
+  if (rank != 0) {
+    // Waits for rank 0, which fails: a short deadline ends the wait.
+    Caught e = capture([] { init(); });
+    c.expect(!e.kind.empty(), "rank 1 cannot meet rank 0");
+    return c.status();
+  }
+  Caught e = capture([] { init(); });
+  c.expect(e.kind == "InvalidArgument" && contains(e.what, "FERRY_RENDEZVOUS_FD=0") &&
+               contains(e.what, "expected a listening socket"),
+           "rank 0's init names FERRY_RENDEZVOUS_FD, got " + e.kind + ": " + e.what);
+  return c.status();
+}
+
 }  // namespace
 
 int run_child(const std::string& name) {
@@ -421,6 +480,8 @@ int run_child(const std::string& name) {
       {"abandon", abandon},
       {"p2p", p2p_contract},
       {"no-bootstrap", no_bootstrap},
+      {"rendezvous-handoff", rendezvous_handoff},
+      {"rendezvous-bad-fd", rendezvous_bad_fd},
       {"cma", cma_paths},
       {"cma-mismatch", cma_mismatch},
       {"cma-withdrawn-send", cma_withdrawn_send},

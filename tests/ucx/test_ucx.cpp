@@ -293,6 +293,16 @@ TEST_CASE("ucx: FERRY_BACKEND=ucx without mpiexec or a rendezvous says how to st
   require_all_passed(run_scenario("no-bootstrap", 1, {{"FERRY_RENDEZVOUS", ""}}));
 }
 
+TEST_CASE("ucx: the launcher binds the rendezvous port and rank 0 listens on that socket",
+          "[ucx][process]") {
+  SECTION("2 ranks") { require_all_passed(run_scenario("rendezvous-handoff", 2, {})); }
+  SECTION("3 ranks") { require_all_passed(run_scenario("rendezvous-handoff", 3, {})); }
+  SECTION("a descriptor that is no listening socket is refused") {
+    require_all_passed(run_scenario("rendezvous-bad-fd", 2,
+                                    {{"FERRY_RENDEZVOUS_FD", "0"}, {"FERRY_TIMEOUT", "3"}}));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The rendezvous, in this process: rank 0 and the real ranks on threads, garbage from raw
 // sockets.

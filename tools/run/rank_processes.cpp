@@ -1,6 +1,7 @@
 #include "tools/run/rank_processes.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -46,7 +47,9 @@ std::vector<std::string> child_env(const std::vector<std::pair<std::string, std:
   return out;
 }
 
-pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+// Starts one rank; `pass_fd` (unless -1) stays open across its exec.
+pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+            int pass_fd) {
   std::vector<char*> args, envp;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -55,6 +58,7 @@ pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
+    if (pass_fd >= 0) fcntl(pass_fd, F_SETFD, 0);  // this copy only: the flag is per descriptor
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -68,20 +72,30 @@ pid_t start(const std::vector<std::string>& argv, const std::vector<std::string>
 
 }  // namespace
 
-int free_loopback_port() {
+int listen_on_loopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("socket() failed");
+  if (fd < 0) throw std::runtime_error(std::string("socket() failed: ") + std::strerror(errno));
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
+  a.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 128) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const int e = errno;
     close(fd);
-    throw std::runtime_error("cannot find a free loopback port");
+    throw std::runtime_error("cannot listen on 127.0.0.1:" + std::to_string(port) + ": " +
+                             std::strerror(e));
   }
-  close(fd);
+  return fd;
+}
+
+int listening_port(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return 0;
   return ntohs(a.sin_port);
 }
 
@@ -97,7 +111,18 @@ std::string describe(const RankExit& e) {
 std::vector<RankExit> launch_ranks(const LaunchOptions& o, int* forwarded) {
   if (o.ranks < 1 || o.argv.empty()) throw std::runtime_error("launch_ranks: nothing to run");
   if (forwarded) *forwarded = 0;
-  const int port = o.port != 0 ? o.port : free_loopback_port();
+  // The rendezvous port is bound and listened on here, and the socket handed to rank 0: a port
+  // only chosen here (bound, read, closed) would be free until rank 0 binds it, and every rank's
+  // UCX worker binds ports of its own meanwhile (its TCP transport's listeners, on ports the
+  // kernel picks from the same range), which can take it and fail rank 0's start.
+  const int listener = listen_on_loopback(o.port);
+  struct CloseListener {
+    int fd;
+    ~CloseListener() {
+      if (fd >= 0) close(fd);
+    }
+  } close_listener{listener};
+  const int port = listening_port(listener);
   const std::string secret = random_secret();
   // The signals waited for are blocked so that sigtimedwait can take them (the children
   // unblock everything before exec).
@@ -116,12 +141,13 @@ std::vector<RankExit> launch_ranks(const LaunchOptions& o, int* forwarded) {
         {"FERRY_RENDEZVOUS", "127.0.0.1:" + std::to_string(port)},
         {"FERRY_RANK", std::to_string(r)},
         {"FERRY_WORLD_SIZE", std::to_string(o.ranks)},
-        {"FERRY_SECRET", secret}};
+        {"FERRY_SECRET", secret},
+        {"FERRY_RENDEZVOUS_FD", r == 0 ? std::to_string(listener) : std::string()}};
     if (std::getenv("FERRY_BACKEND") == nullptr) set.push_back({"FERRY_BACKEND", "ucx"});
     set.insert(set.end(), o.env.begin(), o.env.end());
     exits[r].rank = r;
     try {
-      pids[r] = start(o.argv, child_env(set));
+      pids[r] = start(o.argv, child_env(set), r == 0 ? listener : -1);
     } catch (...) {
       // The ranks already started would wait for the missing one until their deadline.
       for (int k = 0; k < r; ++k) {
@@ -132,6 +158,10 @@ std::vector<RankExit> launch_ranks(const LaunchOptions& o, int* forwarded) {
       throw;
     }
   }
+  // Rank 0 holds the listening socket now; ours goes, so that a rank 0 that dies leaves nobody
+  // listening and the others' connections are refused rather than left waiting.
+  close(listener);
+  close_listener.fd = -1;
   int running = o.ranks;
   auto kill_at = t0 + o.timeout;
   bool killing = false;

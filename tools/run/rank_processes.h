@@ -1,6 +1,8 @@
 // Starting the ranks of a job as processes of this host, joined by the TCP rendezvous
 // (FERRY_RENDEZVOUS on loopback, a fresh random FERRY_SECRET, FERRY_RANK, FERRY_WORLD_SIZE):
-// ferry-run and the UCX tests use it to run ferry without mpiexec.
+// ferry-run and the UCX tests use it to run ferry without mpiexec. The launcher listens on the
+// rendezvous port itself and rank 0 inherits that socket (FERRY_RENDEZVOUS_FD), so the port
+// cannot be taken by another process before rank 0 uses it.
 //
 // Waiting blocks in sigtimedwait for SIGCHLD (no polling loop). When a rank fails, the others
 // get `grace` to finish (they should fail fast on their own: a dead peer raises PeerFailure);
@@ -21,7 +23,7 @@ struct LaunchOptions {
   std::vector<std::pair<std::string, std::string>> env;     // added to (or replacing) ours
   std::chrono::milliseconds timeout{600'000};
   std::chrono::milliseconds grace{20'000};
-  int port = 0;  // 0: a free loopback port
+  int port = 0;  // 0: a free loopback port, picked when the launcher binds it
   // SIGINT, SIGTERM and SIGHUP sent to this process are passed on to every running rank, which
   // then gets `grace` before SIGKILL (ferry-run sets it; a Ctrl-C must not orphan the ranks).
   bool forward_signals = false;
@@ -43,7 +45,10 @@ std::vector<RankExit> launch_ranks(const LaunchOptions& options, int* forwarded 
 // "rank 2 exited with status 1" / "rank 1 was killed by signal 9" ...
 std::string describe(const RankExit& e);
 
-// A free TCP port on 127.0.0.1 at the time of the call.
-int free_loopback_port();
+// A TCP socket listening on 127.0.0.1:port (0: a port the kernel picks), close-on-exec;
+// throws std::runtime_error naming the port and the reason when it cannot be bound.
+int listen_on_loopback(int port);
+// The port a socket is bound to (0 if unknown).
+int listening_port(int fd);
 
 }  // namespace ferry::run
