@@ -11,7 +11,27 @@ train="$1"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 fail=0
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A port free now and outside the kernel's ephemeral range (ip_local_port_range): the launchers
+# imitated here leave rank 0 to bind MASTER_PORT itself, and meanwhile every rank's UCX worker
+# binds ports the kernel picks from that range; a port from it could be taken before rank 0
+# binds it.
+free_port() {
+  python3 - <<'PY'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    port = random.randrange(max(1024, low - 12000), low)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+PY
+}
 run_pair() {  # run_pair NAME VARS_FOR_RANK0 -- VARS_FOR_RANK1
   local name="$1"; shift
   local r0=() r1=() side=0
