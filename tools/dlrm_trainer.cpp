@@ -129,16 +129,12 @@ CheckResult equivalence_check(const Options& o, const SyntheticCriteo& data,
   return r;
 }
 
-BinaryMetrics evaluate(const ShardedDlrm& m, const SyntheticCriteo& data, const Options& o,
-                       const Group& world) {
+// One pass over `test` (kept from one evaluation to the next, so that its batches are made once).
+BinaryMetrics evaluate(const ShardedDlrm& m, BatchSource& test, const Group& world) {
   NoGradGuard no_grad;
-  ShardOptions so;
-  so.batch_size = o.batch;
-  so.rank = world.rank();
-  so.world_size = world.size();
-  std::unique_ptr<BatchSource> test = make_source(o, data, Split::Test, so);
+  test.reset();
   std::vector<float> probs, labels;
-  while (std::optional<Batch> b = test->next_batch()) {
+  while (std::optional<Batch> b = test.next_batch()) {
     Tensor logits = m.logits(*b, m.sebc->forward(b->sparse)).value();
     for (int64_t i = 0; i < logits.numel(); ++i) {
       probs.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-logits.get_flat(i)))));
@@ -202,6 +198,7 @@ Outcome run(const Options& o, Group& world) {
   so.world_size = W;
   std::unique_ptr<BatchSource> train_source = make_source(o, data, Split::Train, so);
   BatchSource& train = *train_source;
+  std::unique_ptr<BatchSource> test_source = make_source(o, data, Split::Test, so);
   const int64_t steps_per_epoch = train.num_batches();
   std::FILE* csv = nullptr;
   if (printer && !o.metrics.empty()) {
@@ -228,7 +225,7 @@ Outcome run(const Options& o, Group& world) {
       std::fflush(stdout);
     }
     // Nothing left to train: the verdict is the loaded model's.
-    if (r.epochs_done == o.epochs) outcome.auc = evaluate(*m, data, o, world).auc;
+    if (r.epochs_done == o.epochs) outcome.auc = evaluate(*m, *test_source, world).auc;
   }
   for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
     train.reset();
@@ -268,7 +265,7 @@ Outcome run(const Options& o, Group& world) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double train_loss = sum_over_ranks(loss_sum, world) /
                               std::max(1.0, sum_over_ranks(static_cast<double>(steps), world));
-    const BinaryMetrics test = evaluate(*m, data, o, world);
+    const BinaryMetrics test = evaluate(*m, *test_source, world);
     outcome.auc = test.auc;
     records.push_back(EpochRecord{train_loss, test.log_loss, test.auc});
     epoch_end_steps.push_back(static_cast<int64_t>(step_losses.size()));
@@ -410,6 +407,10 @@ Options parse(int argc, char** argv) {
                      "the rank's own waits for collectives (no thread to take a core from the "
                      "ranks); auto: waits when this host's ranks fill its cores, else a thread "
                      "(default auto)", &o.loader, {"auto", "thread", "idle", "waits"})
+      .int_option("--data-cache-mb", "keep a split's batches in memory after the first epoch "
+                  "and read later epochs from there, while they fit in this many MiB per rank "
+                  "and split (default 1024; 0: make them again every epoch)",
+                  &o.data_cache_mb, 0, int64_t{1} << 30)
       .string_option("--bench-json", "also append --bench's JSON line to this file",
                      &o.bench_json, "PATH")
       .double_option("--max-allocs-per-step", "--bench exits 1 when a step makes more heap "

@@ -49,7 +49,9 @@
 //   models/dlrm.h            DLRM (DenseArch, InteractionArch, OverArch in dlrm_arches.h, Mlp /
 //                            Linear in mlp.h) with a pluggable SparseArch; bce_with_logits.
 //   datasets/                Batch and the sharded batch schedule (batch.h), the synthetic
-//                            Criteo-like generator (synthetic_criteo.h), the Criteo TSV reader.
+//                            Criteo-like generator (synthetic_criteo.h), the Criteo TSV reader,
+//                            the loader thread (prefetching_source.h), the in-memory cache of a
+//                            split (caching_source.h).
 //   metrics/                 exact AUC with ties counted half (auc.h), accuracy, log loss, all
 //                            over a Group (binary_metrics.h).
 //   sharding/                ShardedEmbeddingBagCollection, ShardedEmbeddingCollection (input
@@ -70,6 +72,7 @@
 #include <ferry/collectives/torchrec/comm/lazy_awaitable.h>
 #include <ferry/collectives/torchrec/comm/qcomm_codec.h>
 #include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/collectives/torchrec/datasets/caching_source.h>
 #include <ferry/collectives/torchrec/datasets/criteo_tsv.h>
 #include <ferry/collectives/torchrec/datasets/prefetching_source.h>
 #include <ferry/collectives/torchrec/datasets/synthetic_criteo.h>

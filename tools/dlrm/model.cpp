@@ -117,7 +117,9 @@ bool loader_in_waits(const Options& o) {
   return o.ranks_on_host >= static_cast<int>(std::thread::hardware_concurrency());
 }
 
-std::unique_ptr<BatchSource> make_source(const Options& o, const SyntheticCriteo& data,
+namespace {
+
+std::unique_ptr<BatchSource> made_source(const Options& o, const SyntheticCriteo& data,
                                          Split split, const ShardOptions& shard) {
   std::unique_ptr<BatchSource> source;
   if (o.data.empty()) {
@@ -136,6 +138,15 @@ std::unique_ptr<BatchSource> make_source(const Options& o, const SyntheticCriteo
   return std::make_unique<PrefetchingSource>(
       std::move(source), o.prefetch,
       o.loader == "idle" ? LoaderPriority::Idle : LoaderPriority::Normal);
+}
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_source(const Options& o, const SyntheticCriteo& data,
+                                         Split split, const ShardOptions& shard) {
+  std::unique_ptr<BatchSource> source = made_source(o, data, split, shard);
+  if (o.data_cache_mb <= 0) return source;
+  return std::make_unique<CachingSource>(std::move(source), o.data_cache_mb << 20);
 }
 
 Variable ShardedDlrm::logits(const Batch& b, const PooledEmbeddings& pooled) const {

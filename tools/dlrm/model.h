@@ -37,6 +37,9 @@ struct Options {
   // ranks fill its cores (a loader thread would take a core from a rank), else "thread".
   std::string loader = "auto";
   int ranks_on_host = 1;  // set at start: the ranks of this job on this rank's host
+  // A split's batches are kept in memory after the first epoch while they fit in this many MiB
+  // per rank and split (CachingSource); 0: every epoch makes them again.
+  int64_t data_cache_mb = 1024;
   uint64_t seed = 0;
   double dense_lr = 0.05;
   double momentum = 0.9;
@@ -66,7 +69,8 @@ std::vector<std::string> feature_keys(const Options& o);
 // A rank's batches of one split: the synthetic data's, or with --data the Criteo TSV files'
 // (--data for training, --test-data, else --data, for evaluation), read ahead by a loader thread
 // (PrefetchingSource) when o.prefetch > 0, so that a step finds its batch ready; or, for the
-// synthetic data when loader_in_waits(o), drawn in the rank's waits for collectives.
+// synthetic data when loader_in_waits(o), drawn in the rank's waits for collectives; kept in
+// memory from the second pass on within o.data_cache_mb (CachingSource).
 bool loader_in_waits(const Options& o);
 std::unique_ptr<torchrec::BatchSource> make_source(const Options& o,
                                                    const torchrec::SyntheticCriteo& data,
