@@ -280,6 +280,23 @@ Outcome run(const Options& o, Group& world) {
                   epoch, static_cast<long long>(steps),
                   static_cast<double>(steps * W * o.batch) / secs, train_loss, test.log_loss,
                   test.auc, 100.0 * test.accuracy);
+      if (epoch == first_epoch && epoch < o.epochs) {
+        // Said once, so that the first epoch's slower steps are not a surprise.
+        const auto* kept = dynamic_cast<const CachingSource*>(train_source.get());
+        const auto* kept_test = dynamic_cast<const CachingSource*>(test_source.get());
+        if (kept != nullptr && kept->serving_from_memory()) {
+          char test_part[64] = "";
+          if (kept_test != nullptr && kept_test->serving_from_memory())
+            std::snprintf(test_part, sizeof test_part, ", test %.1f MiB",
+                          static_cast<double>(kept_test->cached_bytes()) / (1 << 20));
+          std::printf("data: the later epochs read this rank's batches from memory (train %.1f "
+                      "MiB%s; --data-cache-mb)\n",
+                      static_cast<double>(kept->cached_bytes()) / (1 << 20), test_part);
+        } else if (kept != nullptr && kept->over_budget()) {
+          std::printf("data: the train split's batches exceed --data-cache-mb %lld: every epoch "
+                      "makes them again\n", static_cast<long long>(o.data_cache_mb));
+        }
+      }
       std::fflush(stdout);
     }
   }
