@@ -35,8 +35,10 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 struct pollfd;
@@ -59,8 +61,11 @@ class UcxWorker {
   ~UcxWorker();
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
+  // A second worker on this one's UCP context, with queues of its own: the side channel of
+  // ucx_transport.cpp. The context lives as long as either worker.
+  std::unique_ptr<UcxWorker> sibling() const;
 
-  ucp_context_h context() const { return context_; }
+  ucp_context_h context() const { return context_.get(); }
   ucp_worker_h worker() const { return worker_; }
   std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mu_); }
 
@@ -96,9 +101,12 @@ class UcxWorker {
   static constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 
  private:
+  using Context = std::shared_ptr<std::remove_pointer_t<ucp_context_h>>;
+  explicit UcxWorker(Context context);
+  void create_worker();  // on context_
   void sleep_on_fds(std::vector<pollfd>& fds, Clock::time_point deadline);
 
-  ucp_context_h context_ = nullptr;
+  Context context_;
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;
   std::string address_;
