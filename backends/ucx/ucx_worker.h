@@ -1,4 +1,5 @@
-// One UCP context and worker for the process, and how threads wait on it (internal).
+// A UCP worker (on a context it may share with a sibling worker), and how threads wait on it
+// (internal).
 //
 // Every UCP call on the worker is made under lock(): ferry posts from callers' threads and from
 // each group's worker thread, and a mutex of our own (with UCS_THREAD_MODE_SERIALIZED) is
