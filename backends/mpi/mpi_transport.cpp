@@ -24,8 +24,14 @@ const char* thread_level_name(int level) {
   return "an unknown thread level";
 }
 
-// How long cancel() waits for MPI to confirm that a request is withdrawn.
-constexpr auto kCancelConfirm = std::chrono::seconds(1);
+// How long cancel() waits for MPI to confirm that a request is withdrawn. A receive that
+// matched nothing goes at once; one whose data is already moving cannot be withdrawn, and MPI
+// writes into its buffer when the data comes, so it is given a while to finish. A send's buffer
+// is only ever read: a short wait lets an MPI that can withdraw sends do so (MPICH over UCX
+// cannot), and a send to a stopped rank does not push the caller's TimeoutError past its
+// deadline by a second for every such send.
+constexpr auto kRecvCancelConfirm = std::chrono::seconds(1);
+constexpr auto kSendCancelConfirm = std::chrono::milliseconds(20);
 
 class MpiP2PRequest final : public Request {
  public:
@@ -39,12 +45,17 @@ class MpiP2PRequest final : public Request {
   void rethrow_if_failed() override { pending_->rethrow_if_failed(); }
 
   void cancel() override {
-    if (pending_->test()) return;
+    // Once: a request the caller withdrew is withdrawn again by the destructor, and a second
+    // wait for the same unanswered send would cost the caller its confirm time twice.
+    if (withdrawn_ || pending_->test()) return;
+    withdrawn_ = true;
     MPI_Cancel(pending_->handle());
-    // A receive that matched nothing is withdrawn at once; a send that MPI already delivered
-    // completes instead. One that neither happens to (a large send to a rank that never
-    // receives) stays posted: it is kept, with its communicators, for the rest of the process.
-    if (!pending_->wait_until(Clock::now() + kCancelConfirm)) {
+    // A send that MPI already delivered completes instead. One that neither happens to (a
+    // send to a rank that never receives) stays posted: it is kept, with its communicators,
+    // for the rest of the process.
+    const auto confirm = is_send() ? Clock::duration(kSendCancelConfirm)
+                                   : Clock::duration(kRecvCancelConfirm);
+    if (!pending_->wait_until(Clock::now() + confirm)) {
       FERRY_LOG(Info, "transport", pending_->describe(),
                 ": MPI could not withdraw it; it stays posted until the process ends");
       keep_forever(pending_);
@@ -55,6 +66,7 @@ class MpiP2PRequest final : public Request {
  private:
   std::shared_ptr<MpiGroupComms> comms_;
   std::shared_ptr<MpiPending> pending_;
+  bool withdrawn_ = false;
 };
 
 class MpiTransport final : public Transport {

@@ -21,6 +21,8 @@
 namespace ferry::detail {
 namespace {
 
+constexpr auto kRejectCountEvery = std::chrono::seconds(60);
+
 struct Conn {
   Socket socket;
   std::string peer;
@@ -47,31 +49,62 @@ std::optional<int64_t> as_integer(const std::string& v) {
   return x;
 }
 
+// The lines of one kind of rejected connection. The server runs for the whole job, so a flood
+// (a port scanner, another job's clients with their own secret) must not bury the job's own
+// messages: the first kMaxRejectLines are printed, then one line says that the rest are only
+// counted; their count follows at most every kRejectCountEvery while they go on (a job that
+// runs for days learns of a flood while it lasts), and once more when the server stops.
+class CappedLines {
+ public:
+  // `noun` ("refused connection"), what follows it ("", " closed") and what the count line's
+  // parenthesis starts with.
+  CappedLines(const char* noun, const char* verb, const char* why)
+      : noun_(noun), verb_(verb), why_(why) {}
+  CappedLines(const CappedLines&) = delete;
+  CappedLines& operator=(const CappedLines&) = delete;
+  // However the loop ended.
+  ~CappedLines() {
+    if (count_ > kMaxRejectLines) print_count("");
+  }
+
+  void add(const std::string& line) {
+    ++count_;
+    if (count_ <= kMaxRejectLines) {
+      std::fprintf(stderr, "ferry: store server %s\n", line.c_str());
+    } else if (count_ == kMaxRejectLines + 1) {
+      std::fprintf(stderr,
+                   "ferry: store server: more than %zu %ss%s; the rest are counted, not shown "
+                   "(a count every %lld s while they go on, and when the server stops)\n",
+                   kMaxRejectLines, noun_, verb_,
+                   static_cast<long long>(kRejectCountEvery.count()));
+      last_count_ = Clock::now();
+    } else if (Clock::now() >= last_count_ + kRejectCountEvery) {
+      print_count(" so far");
+      last_count_ = Clock::now();
+    }
+  }
+
+ private:
+  void print_count(const char* when) {
+    const size_t more = count_ - kMaxRejectLines;
+    std::fprintf(stderr, "ferry: store server: ... and %zu more %s%s%s%s (%sonly the first %zu are "
+                 "shown)\n", more, noun_, more == 1 ? "" : "s", verb_, when, why_,
+                 kMaxRejectLines);
+  }
+
+  const char* noun_;
+  const char* verb_;
+  const char* why_;
+  size_t count_ = 0;
+  Clock::time_point last_count_{};
+};
+
 class Loop {
  public:
   Loop(const Socket& listener, const std::string& secret, const Socket& wake)
       : listener_(listener), secret_(secret), wake_(wake) {}
   Loop(const Loop&) = delete;
   Loop& operator=(const Loop&) = delete;
-  // The count of the refusals that refuse() did not print, however the loop ended, so that a
-  // flood is not silent either.
-  ~Loop() {
-    if (refused_ > kMaxRejectLines) {
-      const size_t more = refused_ - kMaxRejectLines;
-      std::fprintf(stderr,
-                   "ferry: store server: ... and %zu more refused connection%s (only the first "
-                   "%zu are shown)\n",
-                   more, more == 1 ? "" : "s", kMaxRejectLines);
-    }
-    if (dropped_ > kMaxRejectLines) {
-      const size_t more = dropped_ - kMaxRejectLines;
-      std::fprintf(stderr,
-                   "ferry: store server: ... and %zu more silent connection%s closed (evicted, or "
-                   "no hello in time; only the first %zu are shown)\n",
-                   more, more == 1 ? "" : "s", kMaxRejectLines);
-    }
-  }
-
   void run() {
     for (;;) {
       std::vector<pollfd> fds{{wake_.fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
@@ -193,22 +226,17 @@ class Loop {
     flush(c);
   }
 
-  // Names the first kMaxRejectLines refusals on stderr, counts the rest (~Loop prints the count):
-  // a flood of bad connections (a port scanner, another job's clients) must not bury the job's
-  // own messages.
-  // Closes a connection that never said hello, naming only the first kMaxRejectLines (the
-  // rest are counted in one line, as refusals are): a port scanner makes exactly these.
+  // Closes a connection that never said hello (a port scanner makes exactly these), naming it
+  // within the cap of `dropped_`.
   void drop(Conn& c, const std::string& what) {
-    if (dropped_ < kMaxRejectLines)
-      std::fprintf(stderr, "ferry: store server %s\n", what.c_str());
-    ++dropped_;
+    dropped_.add(what);
     c.socket = Socket();
   }
 
+  // Answers a refused connection with its error and closes it, naming it within the cap of
+  // `refused_`.
   void refuse(Conn& c, const std::string& why) {
-    if (refused_ < kMaxRejectLines)
-      std::fprintf(stderr, "ferry: store server refused %s: %s\n", c.peer.c_str(), why.c_str());
-    ++refused_;
+    refused_.add(str("refused ", c.peer, ": ", why));
     c.close_after_send = true;
     respond(c, StoreStatus::Error, why);
   }
@@ -322,8 +350,9 @@ class Loop {
   const Socket& wake_;
   std::list<Conn> conns_;  // a list: serve() holds pointers across accept_all()
   std::map<std::string, std::string> data_;
-  size_t refused_ = 0;  // connections refused so far
-  size_t dropped_ = 0;  // silent connections closed so far (evicted, or no hello in time)
+  // Destroyed in reverse: the refusals' count line comes first.
+  CappedLines dropped_{"silent connection", " closed", "evicted, or no hello in time; "};
+  CappedLines refused_{"refused connection", "", ""};
 };
 
 }  // namespace

@@ -12,8 +12,9 @@
 // kMaxPending connections may be waiting to say it (one more evicts the oldest), as in the
 // rendezvous (hello_server.h), so a port scanner cannot stall or exhaust the server. Refused
 // connections (wrong secret, a malformed or oversized request) and silent ones closed (evicted,
-// or no hello in time) are named on stderr for the first kMaxRejectLines of each kind only; the
-// rest of each are counted in one line when the server stops.
+// or no hello in time) are named on stderr for the first kMaxRejectLines of each kind only; one
+// line says so when the cap is passed, and the rest of each are counted in one line at most
+// every minute while they go on, and when the server stops.
 #pragma once
 
 #include <ferry/backends/rendezvous/socket_io.h>

@@ -46,14 +46,16 @@ std::string op_str(const UcxOp& op) {
              tag_str(op.tag));
 }
 
-UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers)
+UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers,
+                 UcxChannel channel)
     : worker_(std::move(worker)),
       rank_(rank),
+      side_(channel == UcxChannel::Side),
       dead_why_(peers.size()),
       unanswered_(peers.size(), false),
       cut_(peers.size(), false),
       watch_(rank, locals_of(peers), processes_of(peers)),
-      cma_min_bytes_(ucx_cma_min_bytes()),
+      cma_min_bytes_(side_ ? SIZE_MAX : ucx_cma_min_bytes()),
       cma_to_(peers.size(), false),
       cma_from_(peers.size(), false),
       cma_cookie_(peers.size(), 0) {
@@ -84,26 +86,38 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
     }
   }
   auto lock = worker_->lock();
-  ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  am.id = kUcxAbandonAmId;
-  am.cb = &UcxComm::on_abandon;
-  am.arg = this;
-  ucs_status_t status = ucp_worker_set_am_recv_handler(worker_->worker(), &am);
-  FERRY_CHECK(status == UCS_OK, TransportError, "ucx transport on rank ", rank,
-              ": ucp_worker_set_am_recv_handler failed: ", ucx_status_str(status));
+  ucs_status_t status = UCS_OK;
+  if (!side_) {
+    ucp_am_handler_param_t am{};
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    am.id = kUcxAbandonAmId;
+    am.cb = &UcxComm::on_abandon;
+    am.arg = this;
+    status = ucp_worker_set_am_recv_handler(worker_->worker(), &am);
+    FERRY_CHECK(status == UCS_OK, TransportError, "ucx transport on rank ", rank,
+                ": ucp_worker_set_am_recv_handler failed: ", ucx_status_str(status));
+  }
   const bool peer_errors = ucx_peer_error_handling();
   for (int p = 0; p < n; ++p) {
     peer_args_[p] = PeerArg{this, p};
+    const std::string& address = side_ ? peers[p].side_address : peers[p].address;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(peers[p].address.data());
+    params.address = reinterpret_cast<const ucp_address_t*>(address.data());
     params.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     params.err_handler.cb = &UcxComm::on_ep_error;
     params.err_handler.arg = &peer_args_[p];
     status = ucp_ep_create(worker_->worker(), &params, &eps_[p]);
+    if (status != UCS_OK && side_) {
+      // The side channel is made when a diagnosis first needs it, when a peer may be gone.
+      eps_[p] = nullptr;
+      cut_[p] = true;
+      dead_why_[p] = str("its side channel endpoint could not be created: ",
+                         ucx_status_str(status));
+      continue;
+    }
     if (status != UCS_OK) {
       close_endpoints();
       FERRY_THROW(TransportError, "ucx transport on rank ", rank,
@@ -111,6 +125,7 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
     }
   }
   worker_->set_sleep_hook(this);
+  if (side_) return;
   if (log_enabled(LogLevel::Trace, "ucx") && n > 1) {
     // UCX's own description of the lanes and protocols to the next rank (FERRY_DEBUG=trace).
     char* text = nullptr;

@@ -102,14 +102,23 @@ std::string op_str(const UcxOp& op);
 // What each rank publishes about itself, besides its worker address.
 struct UcxPeerInfo {
   std::string address;  // UCP worker address
+  std::string side_address;  // the side channel's worker (ucx_transport.cpp)
   bool local = false;   // runs on this host
   ProcessId process;
   CmaToken token;       // checked before reading its memory (ucx_cma.h)
 };
 
+// Which of a rank's two workers a UcxComm runs on: the data's, or the side channel's, which
+// carries only the few bytes of a timeout diagnosis (ucx_transport.cpp says why). The side
+// channel has no CMA protocol and no give-up messages, a peer it cannot reach counts as failed
+// instead of failing the whole channel, and its endpoints always close with force (it holds
+// nothing worth a flush).
+enum class UcxChannel : uint8_t { Data, Side };
+
 class UcxComm final : public UcxSleepHook {
  public:
-  UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers);
+  UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<UcxPeerInfo>& peers,
+          UcxChannel channel = UcxChannel::Data);
   ~UcxComm() override;
   UcxComm(const UcxComm&) = delete;
   UcxComm& operator=(const UcxComm&) = delete;
@@ -206,6 +215,7 @@ class UcxComm final : public UcxSleepHook {
 
   std::unique_ptr<UcxWorker> worker_;
   int rank_;
+  bool side_;  // UcxChannel::Side
   std::vector<ucp_ep_h> eps_;
   std::vector<PeerArg> peer_args_;
   std::vector<std::string> dead_why_;  // "" while the peer lives

@@ -85,8 +85,8 @@ void UcxComm::close_endpoints() {
     const bool gone = !dead_why_[p].empty() || (watch_.watched(rank) && watch_.ended(rank));
     const bool stopped = watch_.stopped(rank);
     const bool held = held_with_locked(rank, /*receives_only=*/false);
-    const bool force = closing_ || gone || unanswered_[p] || stopped || held;
-    if (force && !closing_) {
+    const bool force = closing_ || side_ || gone || unanswered_[p] || stopped || held;
+    if (force && !closing_ && !side_) {
       FERRY_LOG(Info, "ucx", "rank ", rank_, ": closing the endpoint to rank ", rank,
                 " with force (", gone ? "it ended" : stopped ? "it is stopped"
                                    : unanswered_[p] ? "it left an op unanswered"

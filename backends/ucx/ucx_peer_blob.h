@@ -5,8 +5,10 @@
 // size before anything is read (fuzzed by tests/fuzz/fuzz_ucx_peer_blob.cpp).
 //
 // Layout: host name length (1 byte), host name, pid (4 bytes), start time (8 bytes), the CMA
-// token's address (8 bytes) and value (kCmaTokenBytes), the worker address (the rest, 1 to
-// kMaxUcxAddressBytes bytes). Native byte order: one job runs one build on one kind of host.
+// token's address (8 bytes) and value (kCmaTokenBytes), the worker address's length (4 bytes),
+// the worker address, the side worker's address (the rest); each address at least 1 byte, both
+// together at most kMaxUcxAddressBytes. Native byte order: one job runs one build on one kind
+// of host.
 #pragma once
 
 #include <ferry/backends/ucx/peer_watch.h>
@@ -25,6 +27,9 @@ struct UcxPeerBlob {
   ProcessId process; // watched by local peers (peer_watch.h)
   CmaToken token;    // checked by local peers before they read this rank's memory (ucx_cma.h)
   std::string address;  // the UCP worker address
+  // The address of the worker that carries the timeout diagnosis (ucx_transport.cpp), whose
+  // queues the data's traffic cannot hold up.
+  std::string side_address;
 };
 
 // `host` longer than kMaxUcxHostBytes is cut.

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
 
 namespace ferry {
 namespace detail {
@@ -54,9 +55,53 @@ class UcxRequest final : public Request {
   std::shared_ptr<UcxOp> op_;
 };
 
+// The side channel: a second worker of this process, with endpoints of its own, that carries
+// the timeout diagnosis (OpContext) and nothing else. Why: on shared memory UCX delivers all
+// of a rank's incoming messages through one queue that every local sender appends to, read in
+// order. A sender stopped (SIGSTOP, a debugger) in the middle of an append holds every later
+// entry behind its unfinished one, from every sender, until it runs again: the receiver then
+// hears nobody, and its diagnosis would name every peer silent, live ones too. The side
+// worker's queue sees no traffic until a diagnosis, so a rank stopped in the middle of the
+// data's traffic cannot hold it. Its endpoints are made when a diagnosis first needs them
+// (a job that never times out pays only for the worker); until then its worker is never
+// progressed.
+class SideChannel {
+ public:
+  SideChannel(std::unique_ptr<UcxWorker> worker, int rank, std::vector<UcxPeerInfo> peers)
+      : worker_(std::move(worker)), rank_(rank), peers_(std::move(peers)) {}
+
+  // The side channel's comm, or null when it could not be made (the diagnosis then takes the
+  // data's channel, as it did before there was a side channel).
+  std::shared_ptr<UcxComm> comm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_ && worker_) {
+      try {
+        comm_ = std::make_shared<UcxComm>(std::move(worker_), rank_, peers_, UcxChannel::Side);
+      } catch (const std::exception& e) {
+        FERRY_LOG(Warn, "ucx", "rank ", rank_, ": no side channel for the timeout diagnosis (",
+                  e.what(), "); it goes with the data");
+      }
+      worker_.reset();
+    }
+    return comm_;
+  }
+  void begin_closing() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (comm_) comm_->begin_closing();
+  }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<UcxWorker> worker_;  // until comm_ is made
+  int rank_;
+  std::vector<UcxPeerInfo> peers_;
+  std::shared_ptr<UcxComm> comm_;
+};
+
 class UcxTransport final : public Transport {
  public:
-  explicit UcxTransport(std::shared_ptr<UcxComm> comm) : comm_(std::move(comm)) {}
+  UcxTransport(std::shared_ptr<UcxComm> comm, std::unique_ptr<SideChannel> side)
+      : comm_(std::move(comm)), side_(std::move(side)) {}
 
   std::string name() const override { return "ucx"; }
   int rank() const override { return comm_->rank(); }
@@ -72,7 +117,10 @@ class UcxTransport final : public Transport {
   void abandon_group(uint32_t group, const std::string& why) override {
     comm_->abandon_group(group, why);
   }
-  void peers_closing() override { comm_->begin_closing(); }
+  void peers_closing() override {
+    comm_->begin_closing();
+    side_->begin_closing();
+  }
 
  protected:
   // A CMA read scatters into the layout itself when its pieces are large enough; data that
@@ -81,7 +129,7 @@ class UcxTransport final : public Transport {
                                         const ByteLayout& layout) override {
     auto op = make_op(src, tag, false, bytes);
     if (cma_worth_scattering(layout)) op->scatter = layout;
-    return start(std::move(op), staging);
+    return start(comm_, std::move(op), staging);
   }
 
  private:
@@ -93,16 +141,22 @@ class UcxTransport final : public Transport {
     op->bytes = bytes;
     return op;
   }
-  std::unique_ptr<Request> start(std::shared_ptr<UcxOp> op, void* data) {
-    comm_->post(op, data);
-    return std::make_unique<UcxRequest>(comm_, std::move(op));
+  static std::unique_ptr<Request> start(const std::shared_ptr<UcxComm>& comm,
+                                        std::shared_ptr<UcxOp> op, void* data) {
+    comm->post(op, data);
+    return std::make_unique<UcxRequest>(comm, std::move(op));
   }
   std::unique_ptr<Request> post(int peer, const Tag& tag, bool is_send, void* data,
                                 size_t bytes) {
-    return start(make_op(peer, tag, is_send, bytes), data);
+    std::shared_ptr<UcxComm> comm = comm_;
+    if (tag.seq == kDiagnosisSeq) {
+      if (std::shared_ptr<UcxComm> side = side_->comm()) comm = std::move(side);
+    }
+    return start(comm, make_op(peer, tag, is_send, bytes), data);
   }
 
   std::shared_ptr<UcxComm> comm_;
+  std::unique_ptr<SideChannel> side_;
 };
 
 }  // namespace
@@ -115,10 +169,11 @@ std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
   FERRY_CHECK(size <= detail::kUcxMaxRanks, InvalidArgument, "make_ucx_transport: at most ",
               detail::kUcxMaxRanks, " ranks fit the UCX transport's tags, given ", size);
   auto worker = std::make_unique<detail::UcxWorker>(size);
+  std::unique_ptr<detail::UcxWorker> side_worker = worker->sibling();
   const std::string host = detail::host_name();
-  std::vector<std::string> blobs =
-      all_gather(detail::encode_ucx_peer_blob(detail::UcxPeerBlob{
-          host, detail::self_process_id(), detail::cma_self_token(), worker->address()}));
+  std::vector<std::string> blobs = all_gather(detail::encode_ucx_peer_blob(
+      detail::UcxPeerBlob{host, detail::self_process_id(), detail::cma_self_token(),
+                          worker->address(), side_worker->address()}));
   FERRY_CHECK(static_cast<int>(blobs.size()) == size, TransportError, "ucx transport on rank ",
               rank, ": the address exchange returned ", blobs.size(), " addresses for a world of ",
               size);
@@ -128,13 +183,14 @@ std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
     detail::UcxPeerBlob peer = detail::decode_ucx_peer_blob(blobs[r], rank, r);
     const bool same_host = peer.host == host;
     local += same_host ? 1 : 0;
-    peers.push_back(
-        detail::UcxPeerInfo{std::move(peer.address), same_host, peer.process, peer.token});
+    peers.push_back(detail::UcxPeerInfo{std::move(peer.address), std::move(peer.side_address),
+                                        same_host, peer.process, peer.token});
   }
   auto comm = std::make_shared<detail::UcxComm>(std::move(worker), rank, peers);
   FERRY_LOG(Info, "ucx", "rank ", rank, " of ", size, ": UCP worker ready, ", local,
             " ranks on this host");
-  return std::make_shared<detail::UcxTransport>(std::move(comm));
+  auto side = std::make_unique<detail::SideChannel>(std::move(side_worker), rank, std::move(peers));
+  return std::make_shared<detail::UcxTransport>(std::move(comm), std::move(side));
 }
 
 }  // namespace ferry

@@ -44,24 +44,31 @@ UcxWorker::UcxWorker(int world_size) {
   params.mt_workers_shared = 0;
   params.estimated_num_eps = static_cast<size_t>(world_size);
   params.name = "ferry";
-  const ucs_status_t status = ucp_init(&params, config, &context_);
+  ucp_context_h context = nullptr;
+  const ucs_status_t status = ucp_init(&params, config, &context);
   ucp_config_release(config);
   check_ucx(status, "ucp_init");
+  context_ = Context(context, &ucp_cleanup);
+  create_worker();
+}
 
+UcxWorker::UcxWorker(Context context) : context_(std::move(context)) { create_worker(); }
+
+std::unique_ptr<UcxWorker> UcxWorker::sibling() const {
+  return std::unique_ptr<UcxWorker>(new UcxWorker(context_));
+}
+
+void UcxWorker::create_worker() {
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // we hold mu_ around every call
-  if (ucs_status_t s = ucp_worker_create(context_, &wparams, &worker_); s != UCS_OK) {
-    ucp_cleanup(context_);
-    check_ucx(s, "ucp_worker_create");
-  }
+  check_ucx(ucp_worker_create(context_.get(), &wparams, &worker_), "ucp_worker_create");
   ucp_address_t* address = nullptr;
   size_t length = 0;
   ucs_status_t s = ucp_worker_get_efd(worker_, &event_fd_);
   if (s == UCS_OK) s = ucp_worker_get_address(worker_, &address, &length);
   if (s != UCS_OK) {
     ucp_worker_destroy(worker_);
-    ucp_cleanup(context_);
     check_ucx(s, "ucp_worker_get_efd / ucp_worker_get_address");
   }
   address_.assign(reinterpret_cast<const char*>(address), length);
@@ -69,8 +76,7 @@ UcxWorker::UcxWorker(int world_size) {
 }
 
 UcxWorker::~UcxWorker() {
-  ucp_worker_destroy(worker_);
-  ucp_cleanup(context_);
+  ucp_worker_destroy(worker_);  // before the context, which the last worker's end releases
 }
 
 void UcxWorker::wake_sleepers_locked() {

@@ -1,4 +1,5 @@
-// One UCP context and worker for the process, and how threads wait on it (internal).
+// A UCP worker (on a context it may share with a sibling worker), and how threads wait on it
+// (internal).
 //
 // Every UCP call on the worker is made under lock(): ferry posts from callers' threads and from
 // each group's worker thread, and a mutex of our own (with UCS_THREAD_MODE_SERIALIZED) is
@@ -35,8 +36,10 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 struct pollfd;
@@ -59,8 +62,11 @@ class UcxWorker {
   ~UcxWorker();
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
+  // A second worker on this one's UCP context, with queues of its own: the side channel of
+  // ucx_transport.cpp. The context lives as long as either worker.
+  std::unique_ptr<UcxWorker> sibling() const;
 
-  ucp_context_h context() const { return context_; }
+  ucp_context_h context() const { return context_.get(); }
   ucp_worker_h worker() const { return worker_; }
   std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mu_); }
 
@@ -96,9 +102,12 @@ class UcxWorker {
   static constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 
  private:
+  using Context = std::shared_ptr<std::remove_pointer_t<ucp_context_h>>;
+  explicit UcxWorker(Context context);
+  void create_worker();  // on context_
   void sleep_on_fds(std::vector<pollfd>& fds, Clock::time_point deadline);
 
-  ucp_context_h context_ = nullptr;
+  Context context_;
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;
   std::string address_;

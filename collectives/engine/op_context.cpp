@@ -212,7 +212,7 @@ void OpContext::rethrow_first_failure() {
   }
 }
 
-OpContext::Diagnosis OpContext::diagnose() {
+OpContext::Diagnosis OpContext::diagnose(const std::function<void()>& meanwhile) {
   // Every rank stuck in this op times out at about the same moment (same deadline, counted from
   // a start that was in step), so each tells every peer the fingerprint of the op it is stuck in
   // and listens for a short while. A rank that never reached the op is elsewhere and stays
@@ -238,6 +238,11 @@ OpContext::Diagnosis OpContext::diagnose() {
                                                 sizeof(Fingerprint)));
   }
   const auto until = Clock::now() + window;
+  // Our messages are out at the same moment as our peers' (the deadlines are in step); what
+  // may take long (withdrawing the op's requests: up to a second for a transfer that a live
+  // peer does not finish) runs only now, while they listen, so that it cannot make this rank
+  // miss their window.
+  if (meanwhile) meanwhile();
   Diagnosis d;
   for (size_t i = 0; i < peer_of.size(); ++i) {
     bool ok = requests[i]->wait_until(until);
@@ -346,8 +351,6 @@ void OpContext::fail_timeout() {
   const Waiting w = waiting_on();
   const std::vector<int>& silent = w.silent;
   const std::vector<int>& not_taking = w.not_taking;
-  for (auto& r : pending_) r->cancel();
-  pending_.clear();
   auto ranks = [](const std::vector<int>& v) {
     std::string s = v.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -357,7 +360,11 @@ void OpContext::fail_timeout() {
       " the group is poisoned (every rank must issue the same collectives in the same order)";
   std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
                         deadline_text(), ";");
-  msg += explain(diagnose(), tail);
+  msg += explain(diagnose([this] {
+                   for (auto& r : pending_) r->cancel();
+                   pending_.clear();
+                 }),
+                 tail);
   if (!silent.empty()) msg += str(" waiting for data from ", ranks(silent), ";");
   if (!not_taking.empty()) msg += str(" waiting for ", ranks(not_taking), " to take our data;");
   msg += tail;

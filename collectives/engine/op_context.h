@@ -14,6 +14,7 @@
 #include <ferry/runtime/small_vector.h>
 #include <ferry/runtime/tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -127,7 +128,8 @@ class OpContext : public Pooled {
     std::vector<std::pair<int, Fingerprint>> elsewhere;  // in another op (another seq)
     std::vector<std::pair<int, Fingerprint>> differ;     // same seq, another call
   };
-  Diagnosis diagnose();
+  // `meanwhile` runs once the messages are out, before the answers are collected.
+  Diagnosis diagnose(const std::function<void()>& meanwhile = nullptr);
   // The diagnosis as the middle of a timeout message; throws MismatchError when some peer
   // is stuck at this sequence number in another call (`tail` ends that message).
   std::string explain(const Diagnosis& d, const std::string& tail) const;

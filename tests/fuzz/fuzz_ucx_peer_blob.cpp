@@ -2,7 +2,8 @@
 // (backends/ucx/ucx_peer_blob.h), read by every other rank of the job.
 //
 // Properties: a malformed blob is a TransportError, never a read past its end; an accepted one
-// has a bounded host and a non-empty bounded address, and encodes back to the same bytes.
+// has a bounded host and two non-empty addresses of bounded total size, and encodes back to the
+// same bytes.
 #include <ferry/backends/ucx/ucx_peer_blob.h>
 #include <ferry/runtime/error.h>
 
@@ -18,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const UcxPeerBlob p = decode_ucx_peer_blob(blob, 0, 1);
     FUZZ_EXPECT(p.host.size() <= kMaxUcxHostBytes);
-    FUZZ_EXPECT(!p.address.empty() && p.address.size() <= kMaxUcxAddressBytes);
+    FUZZ_EXPECT(!p.address.empty() && !p.side_address.empty() &&
+                p.address.size() + p.side_address.size() <= kMaxUcxAddressBytes);
     FUZZ_EXPECT(encode_ucx_peer_blob(p) == blob);
   } catch (const ferry::TransportError& e) {
     FUZZ_EXPECT(std::string(e.what()).find("rank 1") != std::string::npos);

@@ -32,6 +32,20 @@ class StderrCapture {
     if (file_ != nullptr) std::fclose(file_);
   }
 
+  // What was written so far, while the capture goes on (read without moving the offset that
+  // fd 2 writes at).
+  std::string so_far() {
+    std::fflush(stderr);
+    std::string out;
+    char buf[4096];
+    for (off_t at = 0;;) {
+      const ssize_t n = ::pread(::fileno(file_), buf, sizeof buf, at);
+      if (n <= 0) return out;
+      out.append(buf, static_cast<size_t>(n));
+      at += n;
+    }
+  }
+
   std::string text() {
     restore();
     std::string out;

@@ -1,7 +1,8 @@
 // Rank 0's store server names each refused connection on stderr, but only the first
 // kMaxRejectLines: it serves for the whole job, so a flood of bad connections (a port scanner,
-// another job's clients with their own secret) would otherwise bury the job's own messages. The
-// rest are counted in one line when the server stops; the job's clients are served throughout.
+// another job's clients with their own secret) would otherwise bury the job's own messages. One
+// line says so as soon as the cap is passed (while the server runs), and the rest are counted
+// in one line when the server stops; the job's clients are served throughout.
 #include <ferry/backends/rendezvous/hello_server.h>
 #include <ferry/backends/rendezvous/socket_io.h>
 #include <ferry/backends/rendezvous/store_protocol.h>
@@ -56,8 +57,16 @@ bool hello_accepted(int port, Clock::time_point deadline) {
          answer[4] == static_cast<unsigned char>(detail::StoreStatus::Ok);
 }
 
+constexpr const char* kCapRefused =
+    "ferry: store server: more than 10 refused connections; the rest are counted, not shown "
+    "(a count every 60 s while they go on, and when the server stops)";
+constexpr const char* kCapSilent =
+    "ferry: store server: more than 10 silent connections closed; the rest are counted, not "
+    "shown";
+
 struct Run {
   std::vector<std::string> lines;  // what the server printed, up to and including its stop
+  std::vector<std::string> running;  // what it printed before it was told to stop
   bool served_after = false;       // a good client's hello was answered after the refusals
 };
 
@@ -69,6 +78,7 @@ Run refuse(int wrong) {
     auto server = std::make_unique<detail::StoreServer>("127.0.0.1", 0, kSecret);
     for (int i = 0; i < wrong; ++i) send_wrong_secret(server->port(), deadline);
     run.served_after = hello_accepted(server->port(), deadline);
+    run.running = lines_of(capture.so_far());
   }  // the server stops here: the count line, if any, is printed by now
   run.lines = lines_of(capture.text());
   return run;
@@ -87,11 +97,15 @@ TEST_CASE("store server: a flood of refused connections prints the first ones an
   const Run run = refuse(static_cast<int>(detail::kMaxRejectLines) + 15);
   INFO("stderr:\n" << joined(run.lines));
   CHECK(run.served_after);
-  CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
+  CHECK(run.lines.size() == detail::kMaxRejectLines + 2);
   CHECK(count_containing(run.lines, "store server refused 127.0.0.1:") ==
         detail::kMaxRejectLines);
   CHECK(count_containing(run.lines, "wrong secret") == detail::kMaxRejectLines);
-  REQUIRE_FALSE(run.lines.empty());
+  REQUIRE(run.lines.size() >= detail::kMaxRejectLines + 1);
+  // The cap's line comes right after the last line shown, before the server stops.
+  CHECK(run.lines[detail::kMaxRejectLines] == kCapRefused);
+  CHECK(run.running.size() == detail::kMaxRejectLines + 1);
+  CHECK(count_containing(run.running, kCapRefused) == 1);
   CHECK_THAT(run.lines.back(), Contains("... and 15 more refused connections (only the first 10"));
 }
 
@@ -103,13 +117,15 @@ TEST_CASE("store server: a few refused connections are each printed, with no cou
   CHECK(run.lines.size() == 3);
   CHECK(count_containing(run.lines, "store server refused") == 3);
   CHECK(count_containing(run.lines, "more refused") == 0);
+  CHECK(count_containing(run.lines, "more than") == 0);
 }
 
 TEST_CASE("store server: one refusal past the printed ones is counted in the singular",
           "[rendezvous][store][rejects]") {
   const Run run = refuse(static_cast<int>(detail::kMaxRejectLines) + 1);
   INFO("stderr:\n" << joined(run.lines));
-  CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
+  CHECK(run.lines.size() == detail::kMaxRejectLines + 2);
+  CHECK(count_containing(run.running, kCapRefused) == 1);
   REQUIRE_FALSE(run.lines.empty());
   CHECK_THAT(run.lines.back(), Contains("... and 1 more refused connection ("));
 }
@@ -149,6 +165,7 @@ Run stay_silent(int silent, int closed_first) {
       all_closed = closed_by_server(quiet[i], deadline) && all_closed;
     CHECK(all_closed);
     run.served_after = hello_accepted(server->port(), deadline);
+    run.running = lines_of(capture.so_far());
   }
   run.lines = lines_of(capture.text());
   return run;
@@ -163,9 +180,10 @@ TEST_CASE("store server: evicted silent connections print the first ones and a c
   const Run run = stay_silent(pending + 15, 15);
   INFO("stderr:\n" << joined(run.lines));
   CHECK(run.served_after);
-  CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
+  CHECK(run.lines.size() == detail::kMaxRejectLines + 2);
   CHECK(count_containing(run.lines, "store server evicted a silent connection from 127.0.0.1:") ==
         detail::kMaxRejectLines);
+  CHECK(count_containing(run.running, kCapSilent) == 1);
   REQUIRE_FALSE(run.lines.empty());
   CHECK_THAT(run.lines.back(),
              Contains("... and 6 more silent connections closed (evicted, or no hello in time; "
@@ -180,6 +198,7 @@ TEST_CASE("store server: a few evicted silent connections are each printed, with
   CHECK(run.lines.size() == 3);
   CHECK(count_containing(run.lines, "evicted a silent connection") == 3);
   CHECK(count_containing(run.lines, "more silent") == 0);
+  CHECK(count_containing(run.lines, "more than") == 0);
 }
 
 TEST_CASE("store server: connections with no hello in time print the first ones and a count",
@@ -189,9 +208,10 @@ TEST_CASE("store server: connections with no hello in time print the first ones 
                               static_cast<int>(detail::kMaxRejectLines) + 2);
   INFO("stderr:\n" << joined(run.lines));
   CHECK(run.served_after);
-  CHECK(run.lines.size() == detail::kMaxRejectLines + 1);
+  CHECK(run.lines.size() == detail::kMaxRejectLines + 2);
   CHECK(count_containing(run.lines, "that sent no hello within 5000 ms") ==
         detail::kMaxRejectLines);
+  CHECK(count_containing(run.running, kCapSilent) == 1);
   REQUIRE_FALSE(run.lines.empty());
   CHECK_THAT(run.lines.back(), Contains("... and 2 more silent connections closed"));
 }
