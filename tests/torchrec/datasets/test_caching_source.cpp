@@ -4,6 +4,7 @@
 #include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
+#include "tests/torchrec/datasets/same_batch.h"
 
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 
 using namespace ferry;
 using namespace ferry::torchrec;
+using ferry::torchrec::testing::check_same;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -73,14 +75,19 @@ std::vector<Batch> reference(const SyntheticCriteo& data) {
   return out;
 }
 
-void check_same(const Batch& a, const Batch& b) {
-  CHECK(equal(a.dense, b.dense));
-  CHECK(equal(a.labels, b.labels));
-  CHECK(a.sparse.keys() == b.sparse.keys());
-  CHECK(a.sparse.stride() == b.sparse.stride());
-  CHECK(equal(a.sparse.values(), b.sparse.values()));
-  CHECK(equal(a.sparse.lengths(), b.sparse.lengths()));
-}
+// A CachingSource over a counting synthetic source, and the batches it must give.
+struct Cached {
+  explicit Cached(int64_t budget_bytes)
+      : data(small_data()), want(reference(data)) {
+    auto inner = std::make_unique<CountingSource>(data, shard());
+    counting = inner.get();
+    source = std::make_unique<CachingSource>(std::move(inner), budget_bytes);
+  }
+  SyntheticCriteo data;
+  std::vector<Batch> want;
+  CountingSource* counting;
+  std::unique_ptr<CachingSource> source;
+};
 
 // One pass: checks each batch against `want` and returns how many there were.
 size_t check_pass(BatchSource& s, const std::vector<Batch>& want) {
@@ -96,115 +103,95 @@ size_t check_pass(BatchSource& s, const std::vector<Batch>& want) {
 
 }  // namespace
 
+constexpr int64_t kRoomy = int64_t{64} << 20;
+
 TEST_CASE("CachingSource: the inner source is read once when a pass fits", "[datasets]") {
-  const SyntheticCriteo data = small_data();
-  const std::vector<Batch> want = reference(data);
-  auto inner = std::make_unique<CountingSource>(data, shard());
-  CountingSource& counting = *inner;
-  CachingSource s(std::move(inner), int64_t{64} << 20);
-  CHECK(s.num_batches() == 6);
+  Cached c(kRoomy);
+  CHECK(c.source->num_batches() == 6);
   for (int pass = 1; pass <= 3; ++pass) {
     INFO("pass " << pass);
-    CHECK(check_pass(s, want) == want.size());
-    CHECK(s.serving_from_memory());
-    CHECK(counting.batches_made == 6);  // the first pass's, no more
+    CHECK(check_pass(*c.source, c.want) == c.want.size());
+    CHECK(c.source->serving_from_memory());
+    CHECK(c.counting->batches_made == 6);  // the first pass's, no more
   }
   int64_t bytes = 0;
-  for (const Batch& b : want) bytes += CachingSource::batch_bytes(b);
-  CHECK(s.cached_bytes() == bytes);
-  CHECK_FALSE(s.over_budget());
+  for (const Batch& b : c.want) bytes += CachingSource::batch_bytes(b);
+  CHECK(c.source->cached_bytes() == bytes);
+  CHECK_FALSE(c.source->over_budget());
 }
 
 TEST_CASE("CachingSource: a batch changed in place changes no later pass", "[datasets]") {
-  const SyntheticCriteo data = small_data();
-  const std::vector<Batch> want = reference(data);
-  CachingSource s(std::make_unique<SyntheticCriteoSource>(data, Split::Train, shard()),
-                  int64_t{64} << 20);
+  Cached c(kRoomy);
   for (int pass = 1; pass <= 3; ++pass) {
-    s.reset();
-    while (auto b = s.next_batch()) {
+    c.source->reset();
+    while (auto b = c.source->next_batch()) {
       b->dense.fill_(-7.0);
       b->labels.fill_(-7.0);
       Tensor values = b->sparse.values();  // a handle on the batch's storage
       values.fill_(0);
     }
   }
-  CHECK(check_pass(s, want) == want.size());
+  CHECK(check_pass(*c.source, c.want) == c.want.size());
 }
 
 TEST_CASE("CachingSource: a pass beyond the budget is made again every time", "[datasets]") {
-  const SyntheticCriteo data = small_data();
-  const std::vector<Batch> want = reference(data);
-  auto inner = std::make_unique<CountingSource>(data, shard());
-  CountingSource& counting = *inner;
   // Room for two batches of six.
-  CachingSource s(std::move(inner), 2 * CachingSource::batch_bytes(want[0]) + 16);
+  Cached c(2 * CachingSource::batch_bytes(reference(small_data())[0]) + 16);
   for (int pass = 1; pass <= 3; ++pass) {
     INFO("pass " << pass);
-    CHECK(check_pass(s, want) == want.size());
-    CHECK(s.over_budget());
-    CHECK_FALSE(s.serving_from_memory());
-    CHECK(s.cached_bytes() == 0);
-    CHECK(counting.batches_made == 6 * pass);
+    CHECK(check_pass(*c.source, c.want) == c.want.size());
+    CHECK(c.source->over_budget());
+    CHECK_FALSE(c.source->serving_from_memory());
+    CHECK(c.source->cached_bytes() == 0);
+    CHECK(c.counting->batches_made == 6 * pass);
   }
 }
 
 TEST_CASE("CachingSource: budget 0 only forwards", "[datasets]") {
-  const SyntheticCriteo data = small_data();
-  const std::vector<Batch> want = reference(data);
-  auto inner = std::make_unique<CountingSource>(data, shard());
-  CountingSource& counting = *inner;
-  CachingSource s(std::move(inner), 0);
-  CHECK(check_pass(s, want) == want.size());
-  CHECK(check_pass(s, want) == want.size());
-  CHECK(counting.batches_made == 12);
-  CHECK_FALSE(s.serving_from_memory());
-  CHECK_FALSE(s.over_budget());
+  Cached c(0);
+  CHECK(check_pass(*c.source, c.want) == c.want.size());
+  CHECK(check_pass(*c.source, c.want) == c.want.size());
+  CHECK(c.counting->batches_made == 12);
+  CHECK_FALSE(c.source->serving_from_memory());
+  CHECK_FALSE(c.source->over_budget());
   CHECK_THROWS_WITH(CachingSource(nullptr, 1), Contains("expected a source"));
-  CHECK_THROWS_WITH(CachingSource(std::make_unique<CountingSource>(data, shard()), -1),
+  CHECK_THROWS_WITH(CachingSource(std::make_unique<CountingSource>(c.data, shard()), -1),
                     Contains("given -1"));
 }
 
 TEST_CASE("CachingSource: a pass cut short or failed is made again, then kept", "[datasets]") {
-  const SyntheticCriteo data = small_data();
-  const std::vector<Batch> want = reference(data);
-  auto inner = std::make_unique<CountingSource>(data, shard());
-  CountingSource& counting = *inner;
-  CachingSource s(std::move(inner), int64_t{64} << 20);
-
+  Cached c(kRoomy);
+  CachingSource& s = *c.source;
   SECTION("cut short by reset()") {
     s.reset();
     REQUIRE(s.next_batch().has_value());
     REQUIRE(s.next_batch().has_value());
-    CHECK(check_pass(s, want) == want.size());  // starts over at the first batch
-    CHECK(counting.batches_made == 2 + 6);
+    CHECK(check_pass(s, c.want) == c.want.size());  // starts over at the first batch
+    CHECK(c.counting->batches_made == 2 + 6);
   }
   SECTION("an exception of the inner source") {
-    counting.fail_in_pass = 1;
-    counting.fail_at = 3;
+    c.counting->fail_in_pass = 1;
+    c.counting->fail_at = 3;
     s.reset();
     for (int i = 0; i < 3; ++i) REQUIRE(s.next_batch().has_value());
     CHECK_THROWS_WITH(s.next_batch(), Contains("batch 3 is broken"));
     CHECK(s.cached_bytes() == 0);
-    CHECK(check_pass(s, want) == want.size());
-    CHECK(counting.batches_made == 3 + 6);
+    CHECK(check_pass(s, c.want) == c.want.size());
+    CHECK(c.counting->batches_made == 3 + 6);
   }
   CHECK(s.serving_from_memory());
-  const int64_t made = counting.batches_made;
-  CHECK(check_pass(s, want) == want.size());
-  CHECK(counting.batches_made == made);
+  const int64_t made = c.counting->batches_made;
+  CHECK(check_pass(s, c.want) == c.want.size());
+  CHECK(c.counting->batches_made == made);
 }
 
 TEST_CASE("CachingSource: a reset before anything is read leaves the inner source alone",
           "[datasets]") {
-  const SyntheticCriteo data = small_data();
-  auto inner = std::make_unique<CountingSource>(data, shard());
-  CountingSource& counting = *inner;
-  CachingSource s(std::move(inner), int64_t{64} << 20);
-  s.reset();
-  s.reset();
-  CHECK(counting.resets == 0);  // a loader thread below keeps the batches it made ahead
-  REQUIRE(s.next_batch().has_value());
-  s.reset();
-  CHECK(counting.resets == 1);
+  Cached c(kRoomy);
+  c.source->reset();
+  c.source->reset();
+  CHECK(c.counting->resets == 0);  // a loader thread below keeps the batches it made ahead
+  REQUIRE(c.source->next_batch().has_value());
+  c.source->reset();
+  CHECK(c.counting->resets == 1);
 }

@@ -4,6 +4,7 @@
 #include <ferry/collectives/torchrec/torchrec.h>
 
 #include <catch2/catch.hpp>
+#include "tests/torchrec/datasets/same_batch.h"
 
 #include <sched.h>
 
@@ -21,6 +22,7 @@
 
 using namespace ferry;
 using namespace ferry::torchrec;
+using ferry::torchrec::testing::check_same;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -72,15 +74,6 @@ std::vector<int64_t> iota(int64_t first, int64_t last) {  // [first, last)
   std::vector<int64_t> out;
   for (int64_t i = first; i < last; ++i) out.push_back(i);
   return out;
-}
-
-void check_same(const Batch& a, const Batch& b) {
-  CHECK(equal(a.dense, b.dense));
-  CHECK(equal(a.labels, b.labels));
-  CHECK(a.sparse.keys() == b.sparse.keys());
-  CHECK(a.sparse.stride() == b.sparse.stride());
-  CHECK(equal(a.sparse.values(), b.sparse.values()));
-  CHECK(equal(a.sparse.lengths(), b.sparse.lengths()));
 }
 
 // Waits (sleeping, not spinning) until `calls` reaches `n` or 5 s pass.
