@@ -226,7 +226,8 @@ std::string rule_text(const std::vector<Rule>& rules) {
   std::string text;
   for (const Rule& r : rules) {
     std::string when;
-    if (r.max_bytes != kAnyBytes) when = "<= " + size_text(r.max_bytes) + (r.in_all ? " in all" : "");
+    if (r.max_bytes != kAnyBytes)
+      when = "<= " + size_text(r.max_bytes) + (r.in_all ? " in all" : "");
     std::string ranks;
     if (r.min_ranks == r.max_ranks)
       ranks = std::to_string(r.max_ranks) + (r.max_ranks == 1 ? " rank" : " ranks");
@@ -339,7 +340,8 @@ std::string algorithm_table() {
     for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
   std::ostringstream os;
   for (const Row& r : rows) {
-    for (size_t i = 0; i + 1 < r.size(); ++i) os << r[i] << std::string(width[i] + 2 - r[i].size(), ' ');
+    for (size_t i = 0; i + 1 < r.size(); ++i)
+      os << r[i] << std::string(width[i] + 2 - r[i].size(), ' ');
     os << r.back() << "\n";
   }
   os << "(sizes are per rank's input; a way an op cannot take falls to the next of persistent, "
