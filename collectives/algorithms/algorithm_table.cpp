@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <sstream>
 
@@ -38,10 +39,22 @@ struct Rule {
   bool in_all = false;  // the bound is on W times the bytes (all_gather's staged blocks)
 };
 
-struct Entry {
-  std::vector<Algorithm> algorithms;  // the transport's own ways first, then point-to-point
-  std::vector<Rule> rules;            // without native collectives; the last row takes any op
-  std::vector<Rule> native_rules;     // with them (MPI); the last row takes any op
+// A collective's automatic rule, held inline: the issue path reads it with no lock, guard or
+// pointer to follow (a constant table).
+struct Rules {
+  std::array<Rule, 4> row{};
+  size_t count = 0;
+  constexpr Rules(std::initializer_list<Rule> rows) {
+    for (const Rule& r : rows) row[count++] = r;
+  }
+  const Rule* begin() const { return row.data(); }
+  const Rule* end() const { return row.data() + count; }
+  const Rule& back() const { return row[count - 1]; }
+};
+
+struct Automatic {
+  Rules rules;         // without native collectives; the last row takes any op
+  Rules native_rules;  // with them (MPI); the last row takes any op
 };
 
 // With collectives of the transport's own (MPI) the rows are those its ways were measured
@@ -62,50 +75,52 @@ constexpr size_t kStaged = 8 * 1024;
 // between the binomial tree and the ring (where they cost about the same on one host with the
 // local transport) and kept when recursive doubling took the tree's place. One rank has nothing
 // to exchange: recursive doubling returns at once.
-const Entry& entry(Collective c) {
-  using A = Algorithm;
-  static const std::array<Entry, kCollectiveCount> table = {{
-      {{A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct},
-       {{4 * 1024, 8, A::Direct},
-        {32 * 1024, kAnyRanks, A::RecursiveDoubling},
-        {kAnyBytes, 1, A::RecursiveDoubling},
-        {kAnyBytes, kAnyRanks, A::Ring}},
-       {{kStaged, kAnyRanks, A::Persistent},
-        {kAnyBytes, 4, A::Exchange, 2},
-        {kAnyBytes, kAnyRanks, A::Native}}},                                  // all_reduce
-      {{A::Native, A::Tree},
-       {{kAnyBytes, kAnyRanks, A::Tree}},
-       {{kAnyBytes, kAnyRanks, A::Native}}},                                  // reduce
-      {{A::Native, A::Persistent, A::Exchange, A::Ring},
-       {{kAnyBytes, kAnyRanks, A::Ring}},
-       {{kStaged, kAnyRanks, A::Persistent},
-        {kAnyBytes, 4, A::Exchange, 2},
-        {kAnyBytes, kAnyRanks, A::Native}}},                                  // reduce_scatter
-      {{A::Native, A::Persistent, A::Exchange, A::Ring, A::Direct},
-       {{kAnyBytes, kAnyRanks, A::Ring}},
-       {{kStaged, kAnyRanks, A::Persistent, 1, true},
-        {kAnyBytes, 4, A::Exchange, 2},
-        {kAnyBytes, kAnyRanks, A::Native}}},                                  // all_gather
-      {{A::Native, A::Persistent, A::Exchange, A::Pairwise},
-       {{kAnyBytes, kAnyRanks, A::Pairwise}},
-       {{kStaged, kAnyRanks, A::Persistent},
-        {kAnyBytes, 4, A::Exchange, 2},
-        {kAnyBytes, kAnyRanks, A::Native}}},                                  // all_to_all
-      {{A::Native, A::Persistent, A::Exchange, A::Tree},
-       {{kAnyBytes, kAnyRanks, A::Tree}},
-       {{kStaged, kAnyRanks, A::Persistent},
-        {kAnyBytes, 2, A::Exchange, 2},
-        {kAnyBytes, kAnyRanks, A::Native}}},                                  // broadcast
-      {{A::Native, A::Linear},
-       {{kAnyBytes, kAnyRanks, A::Linear}},
-       {{kAnyBytes, kAnyRanks, A::Native}}},                                  // gather
-      {{A::Native, A::Linear},
-       {{kAnyBytes, kAnyRanks, A::Linear}},
-       {{kAnyBytes, kAnyRanks, A::Native}}},                                  // scatter
-      {{A::Native, A::Persistent, A::Dissemination},
-       {{kAnyBytes, kAnyRanks, A::Dissemination}},
-       {{kAnyBytes, kAnyRanks, A::Persistent},
-        {kAnyBytes, kAnyRanks, A::Native}}},                                  // barrier
+using A = Algorithm;
+constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
+    {{{4 * 1024, 8, A::Direct},
+      {32 * 1024, kAnyRanks, A::RecursiveDoubling},
+      {kAnyBytes, 1, A::RecursiveDoubling},
+      {kAnyBytes, kAnyRanks, A::Ring}},
+     {{kStaged, kAnyRanks, A::Persistent},
+      {kAnyBytes, 4, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_reduce
+    {{{kAnyBytes, kAnyRanks, A::Tree}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // reduce
+    {{{kAnyBytes, kAnyRanks, A::Ring}},
+     {{kStaged, kAnyRanks, A::Persistent},
+      {kAnyBytes, 4, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // reduce_scatter
+    {{{kAnyBytes, kAnyRanks, A::Ring}},
+     {{kStaged, kAnyRanks, A::Persistent, 1, true},
+      {kAnyBytes, 4, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_gather
+    {{{kAnyBytes, kAnyRanks, A::Pairwise}},
+     {{kStaged, kAnyRanks, A::Persistent},
+      {kAnyBytes, 4, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_to_all
+    {{{kAnyBytes, kAnyRanks, A::Tree}},
+     {{kStaged, kAnyRanks, A::Persistent},
+      {kAnyBytes, 2, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // broadcast
+    {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // gather
+    {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // scatter
+    {{{kAnyBytes, kAnyRanks, A::Dissemination}},
+     {{kAnyBytes, kAnyRanks, A::Persistent}, {kAnyBytes, kAnyRanks, A::Native}}},  // barrier
+}};
+
+const Automatic& automatic_rules(Collective c) { return kAutomaticRules[static_cast<size_t>(c)]; }
+
+// The algorithms each collective has: the transport's own ways first, then point-to-point.
+const std::vector<Algorithm>& algorithms_of(Collective c) {
+  static const std::array<std::vector<Algorithm>, kCollectiveCount> table = {{
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct},
+      {A::Native, A::Tree},
+      {A::Native, A::Persistent, A::Exchange, A::Ring},
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Direct},
+      {A::Native, A::Persistent, A::Exchange, A::Pairwise},
+      {A::Native, A::Persistent, A::Exchange, A::Tree},
+      {A::Native, A::Linear},
+      {A::Native, A::Linear},
+      {A::Native, A::Persistent, A::Dissemination},
   }};
   return table[static_cast<size_t>(c)];
 }
@@ -117,6 +132,10 @@ struct Overrides {
   std::mutex mu;  // parsing and replacing
   std::atomic<bool> loaded{false};
   std::array<std::atomic<uint8_t>, kCollectiveCount> algo{};
+  // FERRY_MPI_PERSISTENT, FERRY_MPI_EXCHANGE: fixed for the process, read once here rather
+  // than on every op's choice.
+  const bool persistent_on = config().mpi_persistent;
+  const bool exchange_on = config().mpi_exchange;
   Overrides() {
     for (auto& a : algo) a.store(kAutomatic, std::memory_order_relaxed);
   }
@@ -159,7 +178,7 @@ std::array<uint8_t, kCollectiveCount> parse_spec(const std::string& spec) {
                 "'collective:algorithm', given '", item, "'");
     const Collective c = collective_from_name(item.substr(0, colon));
     const std::string given = item.substr(colon + 1);
-    const std::vector<Algorithm>& known = entry(c).algorithms;
+    const std::vector<Algorithm>& known = algorithms_of(c);
     const auto found = std::find_if(known.begin(), known.end(),
                                     [&](Algorithm a) { return given == algorithm_name(a); });
     FERRY_CHECK(found != known.end(), InvalidArgument, "algorithm override: ",
@@ -195,24 +214,25 @@ Overrides& loaded_overrides() {
 
 // Whether the transport's way `a` is switched on (FERRY_MPI_PERSISTENT, FERRY_MPI_EXCHANGE):
 // a switched-off way's rows are passed over, as the transport would pass it over.
-bool switched_on(Algorithm a) {
-  if (a == Algorithm::Persistent) return config().mpi_persistent;
-  if (a == Algorithm::Exchange) return config().mpi_exchange;
+bool switched_on(const Overrides& o, Algorithm a) {
+  if (a == Algorithm::Persistent) return o.persistent_on;
+  if (a == Algorithm::Exchange) return o.exchange_on;
   return true;
 }
 
-bool fits(const Rule& r, size_t bytes, int world_size) {
+bool fits(const Overrides& o, const Rule& r, size_t bytes, int world_size) {
   const size_t ranks = static_cast<size_t>(world_size);
   const bool small = !r.in_all ? bytes <= r.max_bytes
                                : r.max_bytes == kAnyBytes || bytes <= r.max_bytes / ranks;
   return small && world_size <= r.max_ranks && world_size >= r.min_ranks &&
-         switched_on(r.algorithm);
+         switched_on(o, r.algorithm);
 }
 
-Algorithm automatic(Collective c, size_t bytes, int world_size, bool native) {
-  const std::vector<Rule>& rules = native ? entry(c).native_rules : entry(c).rules;
+Algorithm automatic(const Overrides& o, Collective c, size_t bytes, int world_size,
+                    bool native) {
+  const Rules& rules = native ? automatic_rules(c).native_rules : automatic_rules(c).rules;
   for (const Rule& r : rules)
-    if (fits(r, bytes, world_size)) return r.algorithm;
+    if (fits(o, r, bytes, world_size)) return r.algorithm;
   return rules.back().algorithm;
 }
 
@@ -222,7 +242,7 @@ std::string size_text(size_t bytes) {
 }
 
 // "direct if <= 4 KiB and <= 8 ranks; recursive_doubling if <= 32 KiB; ...; else ring".
-std::string rule_text(const std::vector<Rule>& rules) {
+std::string rule_text(const Rules& rules) {
   std::string text;
   for (const Rule& r : rules) {
     std::string when;
@@ -237,7 +257,7 @@ std::string rule_text(const std::vector<Rule>& rules) {
       ranks = "<= " + std::to_string(r.max_ranks) + " ranks";
     if (!ranks.empty()) when.append(when.empty() ? "" : " and ").append(ranks);
     const std::string name = algorithm_name(r.algorithm);
-    if (!switched_on(r.algorithm)) continue;
+    if (!switched_on(overrides(), r.algorithm)) continue;
     if (when.empty())
       text.append(text.empty() ? name : "; else " + name);
     else
@@ -279,20 +299,20 @@ const char* algorithm_name(Algorithm a) {
   return "?";
 }
 
-const std::vector<Algorithm>& algorithms_for(Collective c) { return entry(c).algorithms; }
+const std::vector<Algorithm>& algorithms_for(Collective c) { return algorithms_of(c); }
 
 // The algorithms of `c` that run without collectives of the transport's own.
 std::vector<Algorithm> point_to_point(Collective c) {
   std::vector<Algorithm> p2p;
-  for (Algorithm a : entry(c).algorithms)
+  for (Algorithm a : algorithms_of(c))
     if (!uses_native_collectives(a)) p2p.push_back(a);
   return p2p;
 }
 
 Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native) {
-  const uint8_t o =
-      loaded_overrides().algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
-  if (o == kAutomatic) return automatic(c, bytes, world_size, native);
+  const Overrides& all = loaded_overrides();
+  const uint8_t o = all.algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+  if (o == kAutomatic) return automatic(all, c, bytes, world_size, native);
   const Algorithm a = static_cast<Algorithm>(o);
   if (uses_native_collectives(a) && !native)
     FERRY_THROW(InvalidArgument, "algorithm override: ", collective_name(c), ":",
@@ -331,8 +351,9 @@ std::string algorithm_table() {
                             "automatic: mpi (collectives of its own)", "override"}};
   for (Collective c : kCollectives) {
     const uint8_t v = o.algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
-    rows.push_back({collective_name(c), names(entry(c).algorithms, "|"),
-                    rule_text(entry(c).rules), rule_text(entry(c).native_rules),
+    rows.push_back({collective_name(c), names(algorithms_of(c), "|"),
+                    rule_text(automatic_rules(c).rules),
+                    rule_text(automatic_rules(c).native_rules),
                     v == kAutomatic ? "-" : algorithm_name(static_cast<Algorithm>(v))});
   }
   std::array<size_t, 5> width{};
