@@ -111,7 +111,8 @@ int run_forms(Collective c, Ctx& ctx, const Group& g) {
 }
 
 // How many of run_forms' ops of `c` the transport's way `a` takes on `g` when forced: each,
-// for MPI's call; for its persistent requests, the forms with equal blocks (small here); for
+// for MPI's call; for its persistent requests, the forms with equal blocks (small here, and all
+// blocks on one rank but the all-to-alls' with lists); for
 // its exchange, every form but a reduce's, a gather's, a scatter's or a barrier's, in groups of
 // 2-4 ranks (broadcast: 2). None when the way is switched off.
 int fitting_ops(Collective c, Algorithm a, int ops, const Group& g) {
@@ -123,8 +124,9 @@ int fitting_ops(Collective c, Algorithm a, int ops, const Group& g) {
       case Collective::AllReduce: return ops;
       case Collective::Broadcast: return ops;
       case Collective::Barrier: return ops;
-      case Collective::ReduceScatter: return 1;  // the equal form; the v-forms have none
-      case Collective::AllGather: return 1;      // likewise
+      // The equal form; the v-forms have none, but their one block on one rank is equal.
+      case Collective::ReduceScatter: return W == 1 ? ops : 1;
+      case Collective::AllGather: return W == 1 ? ops : 1;
       case Collective::AllToAll: return 1;       // equal blocks; split lists, lists, layouts not
       default: return 0;
     }
@@ -155,9 +157,9 @@ void expect_dispatch(Collective c, Algorithm expected, Ctx& ctx, const Group& g)
     const uint64_t want = algo == expected ? fit : 0;
     ctx.expect(ran == want, [&] {
       return std::string(ferry::collective_name(c)) + " on rank " + std::to_string(g.rank()) +
-             ": expected " + ferry::algorithm_name(expected) + " to run " +
-             std::to_string(ops) + " ops, but " + ferry::algorithm_name(algo) + " ran " +
-             std::to_string(ran);
+             " with " + ferry::algorithm_name(expected) + " chosen for " + std::to_string(ops) +
+             " ops: expected " + ferry::algorithm_name(algo) + " to run " +
+             std::to_string(want) + ", given " + std::to_string(ran);
     });
   }
   if (way)
