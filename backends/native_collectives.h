@@ -47,6 +47,18 @@ struct ByteSpan {
   size_t bytes = 0;
 };
 
+// Which of the transport's own ways carries a call: the algorithm table's choice
+// (collectives/algorithm_table.h), passed with the call. A way the call cannot take (too
+// large for a persistent request, a group size or a form without the exchange, the way
+// switched off) falls to the next of Persistent, Exchange, Call; on return `path` holds the
+// one taken, which the engine records. Every rank passes the same path for the same op, so
+// every rank takes the same way. A transport with one way only takes Call.
+enum class NativePath : uint8_t {
+  Persistent,  // a persistent request per call shape (MPI: mpi_persistent.h)
+  Exchange,    // rounds of point-to-point messages posted when the op starts (mpi_exchange.h)
+  Call,        // the transport's non-blocking collective call
+};
+
 // Ranks are group ranks. Buffers are the caller's and must stay valid until the request
 // finished; a request that never finishes (its op timed out) keeps them forever.
 class NativeCollectives {
@@ -56,7 +68,7 @@ class NativeCollectives {
 
   // `in == out` means in place; otherwise they do not overlap. `count` elements of `dtype`.
   virtual std::unique_ptr<NativeRequest> all_reduce(const void* in, void* out, size_t count,
-                                                    DType dtype, ReduceOp op) = 0;
+                                                    DType dtype, ReduceOp op, NativePath& path) = 0;
   // `out` is used on root only (it may be `in` there).
   virtual std::unique_ptr<NativeRequest> reduce(const void* in, void* out, size_t count,
                                                 DType dtype, ReduceOp op, int root) = 0;
@@ -64,31 +76,35 @@ class NativeCollectives {
   // those of the ranks before it; `out` (counts[rank] elements) does not overlap `in`.
   virtual std::unique_ptr<NativeRequest> reduce_scatter(const void* in, void* out,
                                                         const std::vector<size_t>& counts,
-                                                        DType dtype, ReduceOp op) = 0;
-  virtual std::unique_ptr<NativeRequest> broadcast(void* buf, size_t bytes, int root) = 0;
+                                                        DType dtype, ReduceOp op,
+                                                        NativePath& path) = 0;
+  virtual std::unique_ptr<NativeRequest> broadcast(void* buf, size_t bytes, int root,
+                                                   NativePath& path) = 0;
   // Rank k's block (bytes[k] bytes) lands at out + offset[k]. `in` holds this rank's block;
   // `in == out + offset[rank]` means it is already in place.
   virtual std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
                                                     const std::vector<size_t>& bytes,
-                                                    const std::vector<size_t>& offset) = 0;
+                                                    const std::vector<size_t>& offset,
+                                                    NativePath& path) = 0;
   // One buffer each way: block j of `in` (send_bytes[j] at send_offset[j]) goes to rank j,
   // block k of `out` comes from rank k. `in` and `out` do not overlap.
   virtual std::unique_ptr<NativeRequest> all_to_all_single(
       const void* in, const std::vector<size_t>& send_bytes,
       const std::vector<size_t>& send_offset, void* out, const std::vector<size_t>& recv_bytes,
-      const std::vector<size_t>& recv_offset) = 0;
+      const std::vector<size_t>& recv_offset, NativePath& path) = 0;
   // Lists: send[j] goes to rank j, recv[k] comes from rank k; no buffer overlaps another.
   virtual std::unique_ptr<NativeRequest> all_to_all(const std::vector<const void*>& send,
                                                     const std::vector<size_t>& send_bytes,
                                                     const std::vector<void*>& recv,
-                                                    const std::vector<size_t>& recv_bytes) = 0;
+                                                    const std::vector<size_t>& recv_bytes,
+                                                    NativePath& path) = 0;
   // Several contiguous spans per peer in one collective (the parts of a layout all-to-all):
   // send[j] lists the spans that go to rank j, in order; recv[k] the spans that come from rank
   // k, one for each of the sender's spans to this rank and of the same size (a size that
   // differs fails as a mismatch). This rank's own spans are copied, span i to span i.
   virtual std::unique_ptr<NativeRequest> all_to_all_spans(
       const std::vector<std::vector<ByteSpan>>& send,
-      const std::vector<std::vector<ByteSpan>>& recv) = 0;
+      const std::vector<std::vector<ByteSpan>>& recv, NativePath& path) = 0;
   // On root, recv[k] receives rank k's `in` (recv[root] may be `in`); elsewhere recv is empty.
   virtual std::unique_ptr<NativeRequest> gather(const void* in, size_t bytes,
                                                 const std::vector<void*>& recv,
@@ -98,17 +114,26 @@ class NativeCollectives {
   virtual std::unique_ptr<NativeRequest> scatter(const std::vector<const void*>& send,
                                                  const std::vector<size_t>& send_bytes,
                                                  void* out, size_t bytes, int root) = 0;
-  virtual std::unique_ptr<NativeRequest> barrier() = 0;
+  virtual std::unique_ptr<NativeRequest> barrier(NativePath& path) = 0;
 
   // all_gather, reduce_scatter and all_to_all_single with equal, contiguous blocks (block k at
   // k * block), the common case: the same as the calls above, without size lists to build.
   virtual std::unique_ptr<NativeRequest> all_gather_equal(const void* in, void* out,
-                                                          size_t block_bytes) = 0;
+                                                          size_t block_bytes, NativePath& path) = 0;
   virtual std::unique_ptr<NativeRequest> reduce_scatter_equal(const void* in, void* out,
                                                               size_t count, DType dtype,
-                                                              ReduceOp op) = 0;
+                                                              ReduceOp op, NativePath& path) = 0;
   virtual std::unique_ptr<NativeRequest> all_to_all_equal(const void* in, void* out,
-                                                          size_t block_bytes) = 0;
+                                                          size_t block_bytes, NativePath& path) = 0;
+
+  // all_gather by the fastest way that takes it, for callers outside the engine (a
+  // transport's bootstrap), which have no algorithm table to ask.
+  std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
+                                            const std::vector<size_t>& bytes,
+                                            const std::vector<size_t>& offset) {
+    NativePath path = NativePath::Persistent;
+    return all_gather(in, out, bytes, offset, path);
+  }
 
   // Collective over this group, called by every member after the engine agreed on the new
   // group (Group::split): the native collectives of the sub-group this rank joins, with the

@@ -3,12 +3,15 @@
 // Every collective asks the table when it is issued, from what every rank agrees on (the op,
 // the payload size, the group size, whether the transport has collectives of its own), so all
 // ranks run the same algorithm. On a transport with its own collectives (MPI) the automatic
-// choice is Native for every collective; elsewhere (local, UCX) it is a point-to-point
-// algorithm picked by size and group size. FERRY_ALGO="all_reduce:ring,all_gather:direct" (or
-// set_algorithm_override) gives a collective one algorithm instead, on any transport: a
-// point-to-point algorithm then runs over MPI's point-to-point messages too. The spec is parsed
-// once, into enums; the issue path compares no strings. The table is printable (ferry-info
-// --algorithms, and FERRY_DEBUG=info at init).
+// choice is one of the transport's three ways, by size and group size: a persistent request
+// for small ops, rounds of its point-to-point messages posted at once in groups of 2-4 ranks,
+// else its non-blocking collective call. Elsewhere (local, UCX) it is one of the engine's
+// point-to-point algorithms, also by size and group size. FERRY_ALGO="all_reduce:ring,
+// all_gather:direct" (or set_algorithm_override) gives a collective one algorithm instead: a
+// point-to-point algorithm runs on any transport (over MPI's point-to-point messages too); the
+// transport's own ways only where it has collectives, which the world group checks when it is
+// made (at init). The spec is parsed once, into enums; the issue path compares no strings. The
+// table is printable (ferry-info, and FERRY_DEBUG=info at init).
 #pragma once
 
 #include <cstddef>
@@ -25,7 +28,7 @@ inline constexpr size_t kCollectiveCount = 9;
 const char* collective_name(Collective c);  // "all_reduce", ...
 
 enum class Algorithm : uint8_t {
-  Native,             // the transport's own collective (MPI's non-blocking calls and fast paths)
+  Native,             // the transport's own non-blocking collective call (MPI_Iallreduce, ...)
   Ring,               // bandwidth-optimal: W-1 steps of 1/W of the payload
   Tree,               // binomial tree: log2 W rounds
   RecursiveDoubling,  // log2 W exchange rounds of the whole payload
@@ -33,18 +36,30 @@ enum class Algorithm : uint8_t {
   Pairwise,           // all_to_all: at step s rank r sends to r+s, receives from r-s
   Linear,             // the root talks to every rank
   Dissemination,      // barrier: ceil(log2 W) rounds of empty messages
+  // The transport's two faster ways (MPI; backends/mpi/mpi_persistent.h, mpi_exchange.h). An op
+  // a way cannot take (too large, a group size or a form it lacks, its 64 persistent requests
+  // made, switched off by FERRY_MPI_PERSISTENT / FERRY_MPI_EXCHANGE) falls to the next of
+  // persistent, exchange, native; the op records the one it took.
+  Persistent,         // a persistent request per call shape, staged through its own buffers
+  Exchange,           // one or two rounds of point-to-point messages, posted when issued
 };
-inline constexpr size_t kAlgorithmCount = 8;
+inline constexpr size_t kAlgorithmCount = 10;
 const char* algorithm_name(Algorithm a);  // "native", "ring", "recursive_doubling", ...
 
-// The algorithms FERRY_ALGO accepts for `c`: Native first (valid only on a transport with its
-// own collectives), then the point-to-point ones, the first of them the fallback.
+// Whether `a` is one of the transport's own ways (Native, Persistent, Exchange), which only a
+// transport with collectives of its own has.
+constexpr bool uses_native_collectives(Algorithm a) {
+  return a == Algorithm::Native || a == Algorithm::Persistent || a == Algorithm::Exchange;
+}
+
+// The algorithms FERRY_ALGO accepts for `c`: the transport's own ways first (Native, then
+// Persistent and Exchange where `c` has them), then the point-to-point ones.
 const std::vector<Algorithm>& algorithms_for(Collective c);
 
 // The algorithm that carries `c` moving `bytes` (per rank's input) among `world_size` ranks, on
 // a transport that has (`native`) or has not collectives of its own: the override if one is
-// set, else the automatic rule. Throws InvalidArgument when the override is Native and the
-// transport has none, or when FERRY_ALGO does not parse.
+// set, else the automatic rule. Throws InvalidArgument when the override is one of the
+// transport's own ways and the transport has none, or when FERRY_ALGO does not parse.
 Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native);
 
 // Same syntax as FERRY_ALGO; an empty string restores the automatic choice. Throws
@@ -56,10 +71,14 @@ namespace detail {
 // Parses FERRY_ALGO now unless set_algorithm_override replaced it: init() calls it with the other
 // settings, so that a bad spec is refused before anything starts. Throws InvalidArgument.
 void load_algorithm_overrides();
+// Refuses (InvalidArgument) an override of the transport's own ways when the world's transport
+// (`transport`, for the message) has no collectives of its own: Group::world calls it, so
+// FERRY_ALGO=all_reduce:native under the local transport stops init rather than the first op.
+void check_algorithm_overrides(bool native, const std::string& transport);
 }  // namespace detail
 
 // A human-readable table: per collective, its algorithms, the automatic choice by size and
-// group size (and on a transport with its own collectives), and the override in force.
+// group size with and without collectives of the transport's own, and the override in force.
 std::string algorithm_table();
 
 }  // namespace ferry

@@ -18,6 +18,9 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   std::iota(members.begin(), members.end(), 0);
   int rank = transport->rank();
   std::shared_ptr<NativeCollectives> native = transport->native_world();
+  // FERRY_ALGO naming a way of the transport's own collectives where it has none stops here,
+  // at init, rather than at the first op of that collective.
+  detail::check_algorithm_overrides(native != nullptr, transport->name());
   // The table once per job (rank 0), not once per rank.
   if (rank == 0)
     FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,

@@ -164,7 +164,7 @@ bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group
   }
 
   if (sweep.report) {
-    // MPI has collectives of its own: the table's automatic choice there is native.
+    // MPI has collectives of its own: the table's automatic choice there is one of its ways.
     const std::string algorithm = algorithm_for(op, count, o.dtype, w, o.transport == "mpi");
     Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count, algorithm, iters,
             summarize(slowest), 0, 0, baseline_stats, place, wrong};

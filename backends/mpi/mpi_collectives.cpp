@@ -43,16 +43,22 @@ class MpiCollectives final : public NativeCollectives {
   std::string name() const override { return "MPI"; }
 
   std::unique_ptr<NativeRequest> all_reduce(const void* in, void* out, size_t count,
-                                            DType dtype, ReduceOp op) override {
+                                            DType dtype, ReduceOp op, NativePath& path) override {
     const int n = fit(count, "all_reduce", "elements");
-    if (auto p = persistent_->all_reduce(in, out, n, mpi_datatype(dtype), dtype_size(dtype),
-                                         mpi_op(op)))
-      return p;
+    if (path == NativePath::Persistent) {
+      if (auto p = persistent_->all_reduce(in, out, n, mpi_datatype(dtype), dtype_size(dtype),
+                                           mpi_op(op)))
+        return p;
+      path = NativePath::Exchange;
+    }
     const CallKey key = agreed_key(CallKind::AllReduce, n, mpi_datatype(dtype), mpi_op(op), -1);
     return checked("all_reduce", key, [&]() -> std::unique_ptr<NativeRequest> {
-      if (auto x = exchange_->all_reduce(in, out, count, mpi_datatype(dtype), dtype_size(dtype),
-                                         mpi_op(op)))
-        return x;
+      if (path == NativePath::Exchange) {
+        if (auto x = exchange_->all_reduce(in, out, count, mpi_datatype(dtype),
+                                           dtype_size(dtype), mpi_op(op)))
+          return x;
+        path = NativePath::Call;
+      }
       auto r = start("all_reduce");
       const void* send = in == out ? MPI_IN_PLACE : in;
       check_started(*r, MPI_Iallreduce(send, out, n, mpi_datatype(dtype), mpi_op(op),
@@ -78,17 +84,21 @@ class MpiCollectives final : public NativeCollectives {
 
   std::unique_ptr<NativeRequest> reduce_scatter(const void* in, void* out,
                                                 const std::vector<size_t>& counts, DType dtype,
-                                                ReduceOp op) override {
+                                                ReduceOp op, NativePath& path) override {
     // Every rank has the same counts, so every rank makes the same call.
     if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; }))
-      return reduce_scatter_equal(in, out, counts[0], dtype, op);
+      return reduce_scatter_equal(in, out, counts[0], dtype, op, path);
     const MPI_Datatype type = mpi_datatype(dtype);
     for (size_t c : counts) fit(c, "reduce_scatter", "elements");
     const CallKey key = split_key(CallKind::ReduceScatter, counts, type, mpi_op(op));
+    if (path == NativePath::Persistent) path = NativePath::Exchange;  // none for block lists
     return checked("reduce_scatter", key, [&]() -> std::unique_ptr<NativeRequest> {
-      if (auto x =
-              exchange_->reduce_scatter_v(in, out, counts, type, dtype_size(dtype), mpi_op(op)))
-        return x;
+      if (path == NativePath::Exchange) {
+        if (auto x = exchange_->reduce_scatter_v(in, out, counts, type, dtype_size(dtype),
+                                                 mpi_op(op)))
+          return x;
+        path = NativePath::Call;
+      }
       auto r = start("reduce_scatter");
       std::vector<int>& c = r->pending().ints(counts.size());
       for (size_t k = 0; k < counts.size(); ++k) c[k] = static_cast<int>(counts[k]);
@@ -99,12 +109,19 @@ class MpiCollectives final : public NativeCollectives {
     });
   }
 
-  std::unique_ptr<NativeRequest> broadcast(void* buf, size_t bytes, int root) override {
+  std::unique_ptr<NativeRequest> broadcast(void* buf, size_t bytes, int root,
+                                           NativePath& path) override {
     const int b = fit(bytes, "broadcast", "bytes");
-    if (auto p = persistent_->broadcast(buf, b, root)) return p;
+    if (path == NativePath::Persistent) {
+      if (auto p = persistent_->broadcast(buf, b, root)) return p;
+      path = NativePath::Exchange;
+    }
     const CallKey key = agreed_key(CallKind::Broadcast, b, MPI_BYTE, MPI_OP_NULL, root);
     return checked("broadcast", key, [&]() -> std::unique_ptr<NativeRequest> {
-      if (auto x = exchange_->broadcast(buf, bytes, root)) return x;
+      if (path == NativePath::Exchange) {
+        if (auto x = exchange_->broadcast(buf, bytes, root)) return x;
+        path = NativePath::Call;
+      }
       auto r = start("broadcast");
       check_started(*r, MPI_Ibcast(buf, b, MPI_BYTE, root, comms_->coll, r->pending().handle()),
                     "MPI_Ibcast");
@@ -114,15 +131,17 @@ class MpiCollectives final : public NativeCollectives {
 
   std::unique_ptr<NativeRequest> all_gather(const void* in, void* out,
                                             const std::vector<size_t>& bytes,
-                                            const std::vector<size_t>& offset) override {
+                                            const std::vector<size_t>& offset,
+                                            NativePath& path) override {
     // Every rank has the same block list, so every rank makes the same call.
-    if (equal_contiguous(bytes, offset)) return all_gather_equal(in, out, bytes[0]);
+    if (equal_contiguous(bytes, offset)) return all_gather_equal(in, out, bytes[0], path);
     for (size_t b : bytes) fit(b, "all_gather", "bytes");
-    if (!exchange_->enabled())  // MPI_Iallgatherv's displacements: refused before anything starts
+    path = exchange_path(path);  // no persistent request for block lists
+    if (path == NativePath::Call)  // MPI_Iallgatherv's displacements, refused before it starts
       for (size_t d : offset) fit(d, "all_gather", "bytes");
     const CallKey key = split_key(CallKind::AllGather, bytes, MPI_BYTE, MPI_OP_NULL);
     return checked("all_gather", key, [&]() -> std::unique_ptr<NativeRequest> {
-      if (auto x = exchange_->all_gather_v(in, out, bytes, offset)) return x;
+      if (path == NativePath::Exchange) return exchange_->all_gather_v(in, out, bytes, offset);
       char* base = static_cast<char*>(out);
       const void* send = in == base + offset[rank_] ? MPI_IN_PLACE : in;
       auto r = start("all_gather");
@@ -142,7 +161,8 @@ class MpiCollectives final : public NativeCollectives {
                                                    const std::vector<size_t>& send_offset,
                                                    void* out,
                                                    const std::vector<size_t>& recv_bytes,
-                                                   const std::vector<size_t>& recv_offset) override {
+                                                   const std::vector<size_t>& recv_offset,
+                                                   NativePath& path) override {
     // With split lists: the point-to-point path, or else always MPI_Ialltoallv, even when this
     // rank's blocks happen to be equal: another rank's may not be, and every rank must make the
     // same MPI call (all_to_all_equal is the form without split lists).
@@ -151,7 +171,8 @@ class MpiCollectives final : public NativeCollectives {
       fit(send_bytes[k], "all_to_all_single", "bytes");
       fit(recv_bytes[k], "all_to_all_single", "bytes");
     }
-    if (exchange_->enabled()) {
+    path = exchange_path(path);  // no persistent request for split lists
+    if (path == NativePath::Exchange) {
       own_block_alike("all_to_all_single", send_bytes, recv_bytes);
     } else {  // MPI_Ialltoallv's displacements (refused before anything starts)
       for (size_t k = 0; k < n; ++k) {
@@ -161,7 +182,7 @@ class MpiCollectives final : public NativeCollectives {
     }
     const CallKey key = all_to_all_key(rank_, send_bytes, recv_bytes);
     return checked("all_to_all_single", key, [&]() -> std::unique_ptr<NativeRequest> {
-      if (exchange_->enabled()) {
+      if (path == NativePath::Exchange) {
         std::vector<const void*> send(n);
         std::vector<void*> recv(n);
         for (size_t k = 0; k < n; ++k) {
@@ -189,16 +210,18 @@ class MpiCollectives final : public NativeCollectives {
   std::unique_ptr<NativeRequest> all_to_all(const std::vector<const void*>& send,
                                             const std::vector<size_t>& send_bytes,
                                             const std::vector<void*>& recv,
-                                            const std::vector<size_t>& recv_bytes) override {
+                                            const std::vector<size_t>& recv_bytes,
+                                            NativePath& path) override {
     for (size_t k = 0; k < send.size(); ++k) {
       fit(send_bytes[k], "all_to_all", "bytes");
       fit(recv_bytes[k], "all_to_all", "bytes");
     }
-    if (exchange_->enabled()) own_block_alike("all_to_all", send_bytes, recv_bytes);
+    path = exchange_path(path);  // no persistent request for lists
+    if (path == NativePath::Exchange) own_block_alike("all_to_all", send_bytes, recv_bytes);
     const CallKey key = all_to_all_key(rank_, send_bytes, recv_bytes);
     return checked("all_to_all", key, [&]() -> std::unique_ptr<NativeRequest> {
-      if (auto x = exchange_->all_to_all_v("all_to_all", send, send_bytes, recv, recv_bytes))
-        return x;
+      if (path == NativePath::Exchange)
+        return exchange_->all_to_all_v("all_to_all", send, send_bytes, recv, recv_bytes);
       auto r = start("all_to_all");
       lists_by_address(*r, send, send_bytes, recv, recv_bytes, "all_to_all");
       return r;
@@ -207,12 +230,14 @@ class MpiCollectives final : public NativeCollectives {
 
   std::unique_ptr<NativeRequest> all_to_all_spans(
       const std::vector<std::vector<ByteSpan>>& send,
-      const std::vector<std::vector<ByteSpan>>& recv) override {
+      const std::vector<std::vector<ByteSpan>>& recv, NativePath& path) override {
     for (const auto* lists : {&send, &recv})
       for (const std::vector<ByteSpan>& list : *lists)
         for (const ByteSpan& span : list) fit(span.bytes, "all_to_all_single", "bytes");
+    path = exchange_path(path);  // no persistent request for spans
     // Refused before the key check is posted (as the point-to-point path would).
-    FERRY_CHECK(!exchange_->enabled() || !own_spans_differ(send, recv, rank_), InvalidArgument,
+    FERRY_CHECK(path != NativePath::Exchange || !own_spans_differ(send, recv, rank_),
+                InvalidArgument,
                 "all_to_all_single on group ", id_, " rank ", rank_,
                 ": the spans this rank keeps must be the same sizes both ways");
     // Compared by each peer's total: MPI_Ialltoallw's datatypes carry no more, and the
@@ -224,14 +249,14 @@ class MpiCollectives final : public NativeCollectives {
       for (const ByteSpan& span : recv[k]) recv_total[k] += span.bytes;
     return checked("all_to_all_single", all_to_all_key(rank_, send_total, recv_total),
                    [&]() -> std::unique_ptr<NativeRequest> {
-                     return all_to_all_spans_unchecked(send, recv);
+                     return all_to_all_spans_unchecked(send, recv, path);
                    });
   }
 
   std::unique_ptr<NativeRequest> all_to_all_spans_unchecked(
       const std::vector<std::vector<ByteSpan>>& send,
-      const std::vector<std::vector<ByteSpan>>& recv) {
-    if (auto x = exchange_->all_to_all_spans(send, recv)) return x;
+      const std::vector<std::vector<ByteSpan>>& recv, NativePath path) {
+    if (path == NativePath::Exchange) return exchange_->all_to_all_spans(send, recv);
     // MPI_Ialltoallw over MPI_BOTTOM, one datatype per peer covering its spans. MPI then
     // compares only a peer's total, not each span's size (the exchange path compares each).
     auto r = start("all_to_all_single");
@@ -346,8 +371,11 @@ class MpiCollectives final : public NativeCollectives {
     return r;
   }
 
-  std::unique_ptr<NativeRequest> barrier() override {
-    if (auto p = persistent_->barrier()) return p;
+  std::unique_ptr<NativeRequest> barrier(NativePath& path) override {
+    if (path == NativePath::Persistent) {
+      if (auto p = persistent_->barrier()) return p;
+    }
+    path = NativePath::Call;  // no exchange for a barrier
     const CallKey key = agreed_key(CallKind::Barrier, 0, MPI_BYTE, MPI_OP_NULL, -1);
     return checked("barrier", key, [&]() -> std::unique_ptr<NativeRequest> {
       auto r = start("barrier");
@@ -357,16 +385,23 @@ class MpiCollectives final : public NativeCollectives {
   }
 
   std::unique_ptr<NativeRequest> all_gather_equal(const void* in, void* out,
-                                                  size_t block_bytes) override {
+                                                  size_t block_bytes, NativePath& path) override {
     const int b = fit(block_bytes, "all_gather", "bytes");
-    // The persistent request first: it compares its key once, where the point-to-point path
-    // needs the per-call key check. Unchecked, point to point was the cheaper (8 B on two ranks:
-    // 0.7-1.2 us added to the blocking call against 1.1-2.5 us); with the check beside it,
-    // it took 3.1-5.4 us against 1.3-1.5 us before the check (ferry-bench, alternated runs).
-    if (auto p = persistent_->all_gather(in, out, b)) return p;
+    // The persistent request before point to point where both take the op: it compares its key
+    // once, where the point-to-point path needs the per-call key check. Unchecked, point to
+    // point was the cheaper (8 B on two ranks: 0.7-1.2 us added to the blocking call against
+    // 1.1-2.5 us); with the check beside it, it took 3.1-5.4 us against 1.3-1.5 us before the
+    // check (ferry-bench, alternated runs).
+    if (path == NativePath::Persistent) {
+      if (auto p = persistent_->all_gather(in, out, b)) return p;
+      path = NativePath::Exchange;
+    }
     const CallKey key = agreed_key(CallKind::AllGather, b, MPI_BYTE, MPI_OP_NULL, -1);
     return checked("all_gather", key, [&]() -> std::unique_ptr<NativeRequest> {
-      if (auto x = exchange_->all_gather(in, out, block_bytes)) return x;
+      if (path == NativePath::Exchange) {
+        if (auto x = exchange_->all_gather(in, out, block_bytes)) return x;
+        path = NativePath::Call;
+      }
       auto r = start("all_gather");
       const void* send =
           in == static_cast<char*>(out) + block_bytes * static_cast<size_t>(rank_) ? MPI_IN_PLACE
@@ -379,23 +414,31 @@ class MpiCollectives final : public NativeCollectives {
   }
 
   std::unique_ptr<NativeRequest> reduce_scatter_equal(const void* in, void* out, size_t count,
-                                                      DType dtype, ReduceOp op) override {
+                                                      DType dtype, ReduceOp op,
+                                                      NativePath& path) override {
     const int n = fit(count, "reduce_scatter", "elements");
     const MPI_Datatype type = mpi_datatype(dtype);
-    if (auto p = persistent_->reduce_scatter(in, out, n, type, dtype_size(dtype), mpi_op(op)))
-      return p;
+    if (path == NativePath::Persistent) {
+      if (auto p = persistent_->reduce_scatter(in, out, n, type, dtype_size(dtype), mpi_op(op)))
+        return p;
+      path = NativePath::Exchange;
+    }
     const CallKey key = agreed_key(CallKind::ReduceScatter, n, type, mpi_op(op), -1);
     return checked("reduce_scatter", key, [&]() -> std::unique_ptr<NativeRequest> {
       return reduce_scatter_equal_unchecked(in, out, count, n, type, dtype_size(dtype),
-                                            mpi_op(op));
+                                            mpi_op(op), path);
     });
   }
 
   std::unique_ptr<NativeRequest> reduce_scatter_equal_unchecked(const void* in, void* out,
                                                                 size_t count, int n,
                                                                 MPI_Datatype type,
-                                                                size_t element_bytes, MPI_Op op) {
-    if (auto x = exchange_->reduce_scatter(in, out, count, type, element_bytes, op)) return x;
+                                                                size_t element_bytes, MPI_Op op,
+                                                                NativePath& path) {
+    if (path == NativePath::Exchange) {
+      if (auto x = exchange_->reduce_scatter(in, out, count, type, element_bytes, op)) return x;
+      path = NativePath::Call;
+    }
     // MPI_Ireduce_scatter with equal counts rather than MPI_Ireduce_scatter_block: MPICH 4.0.2
     // picks a slow algorithm for the latter (2 ranks, 1 MiB: 920 us against 120 us for the
     // former and for the blocking call; the same at 64 KiB and 4 MiB).
@@ -408,15 +451,21 @@ class MpiCollectives final : public NativeCollectives {
     return r;
   }
 
-  std::unique_ptr<NativeRequest> all_to_all_equal(const void* in, void* out,
-                                                  size_t block_bytes) override {
+  std::unique_ptr<NativeRequest> all_to_all_equal(const void* in, void* out, size_t block_bytes,
+                                                  NativePath& path) override {
     const int b = fit(block_bytes, "all_to_all_single", "bytes");
-    // The persistent request first, as for all_gather (unchecked, point to point was the
-    // cheaper at 8 B on two ranks: 0.6-1.2 us added against 0.9-1.9 us).
-    if (auto p = persistent_->all_to_all(in, out, b)) return p;
+    // The persistent request before point to point, as for all_gather (unchecked, point to
+    // point was the cheaper at 8 B on two ranks: 0.6-1.2 us added against 0.9-1.9 us).
+    if (path == NativePath::Persistent) {
+      if (auto p = persistent_->all_to_all(in, out, b)) return p;
+      path = NativePath::Exchange;
+    }
     return checked("all_to_all_single", all_to_all_key(rank_, size_, block_bytes),
                    [&]() -> std::unique_ptr<NativeRequest> {
-                     if (auto x = exchange_->all_to_all(in, out, block_bytes)) return x;
+                     if (path == NativePath::Exchange) {
+                       if (auto x = exchange_->all_to_all(in, out, block_bytes)) return x;
+                       path = NativePath::Call;
+                     }
                      auto r = start("all_to_all_single");
                      check_started(*r, MPI_Ialltoall(in, b, MPI_BYTE, out, b, MPI_BYTE,
                                                      comms_->coll, r->pending().handle()),
@@ -470,6 +519,14 @@ class MpiCollectives final : public NativeCollectives {
       throw;
     }
     return std::make_unique<CheckedRequest>(std::move(check), std::move(request), comms_);
+  }
+
+  // The way a form without a persistent request takes: the exchange where this group has it
+  // and the table did not ask for MPI's call, else MPI's call. Decided before anything is
+  // posted, as the forms' checks differ by way.
+  NativePath exchange_path(NativePath asked) const {
+    return asked != NativePath::Call && exchange_->enabled() ? NativePath::Exchange
+                                                             : NativePath::Call;
   }
 
   // The point-to-point path copies this rank's own block: it must be the same size both ways.

@@ -1,8 +1,8 @@
-// The native collectives of one group over MPI (internal): each raw collective is its
-// non-blocking MPI call on the group's `coll` communicator (see mpi_world.h), except that in
-// groups of 2-4 ranks all_gather, all_to_all and the v-forms, and above 8 KiB all_reduce,
-// reduce_scatter and (2 ranks) broadcast, run as rounds of point-to-point messages
-// (mpi_exchange.h), and that the other small ops run as persistent requests (mpi_persistent.h).
+// The native collectives of one group over MPI (internal): each raw collective takes the way
+// the algorithm table chose (NativePath): a persistent request (mpi_persistent.h), rounds of
+// point-to-point messages (mpi_exchange.h, groups of 2-4 ranks), or its non-blocking MPI call
+// on the group's `coll` communicator (see mpi_world.h). A way the op does not fit falls to the
+// next of the three, in that order.
 #pragma once
 
 #include <ferry/backends/mpi/mpi_world.h>

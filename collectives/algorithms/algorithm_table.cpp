@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <sstream>
 
@@ -22,7 +23,8 @@ static_assert(kCollectives.size() == kCollectiveCount);
 constexpr std::array kAlgorithms = {Algorithm::Native,    Algorithm::Ring,
                                     Algorithm::Tree,      Algorithm::RecursiveDoubling,
                                     Algorithm::Direct,    Algorithm::Pairwise,
-                                    Algorithm::Linear,    Algorithm::Dissemination};
+                                    Algorithm::Linear,    Algorithm::Dissemination,
+                                    Algorithm::Persistent, Algorithm::Exchange};
 static_assert(kAlgorithms.size() == kAlgorithmCount);
 
 constexpr size_t kAnyBytes = SIZE_MAX;
@@ -30,15 +32,39 @@ constexpr int kAnyRanks = INT32_MAX;
 
 // One row of a collective's automatic rule: the first row whose limits the op fits decides.
 struct Rule {
-  size_t max_bytes;  // per rank's input
+  size_t max_bytes;  // per rank's input (times the group size with `in_all`)
   int max_ranks;
   Algorithm algorithm;
+  int min_ranks = 1;
+  bool in_all = false;  // the bound is on W times the bytes (all_gather's staged blocks)
 };
 
-struct Entry {
-  std::vector<Algorithm> algorithms;  // Native first, then the point-to-point ones
-  std::vector<Rule> rules;            // without native collectives; the last row takes any op
+// A collective's automatic rule, held inline: the issue path reads it with no lock, guard or
+// pointer to follow (a constant table).
+struct Rules {
+  std::array<Rule, 4> row{};
+  size_t count = 0;
+  constexpr Rules(std::initializer_list<Rule> rows) {
+    for (const Rule& r : rows) row[count++] = r;
+  }
+  const Rule* begin() const { return row.data(); }
+  const Rule* end() const { return row.data() + count; }
+  const Rule& back() const { return row[count - 1]; }
 };
+
+struct Automatic {
+  Rules rules;         // without native collectives; the last row takes any op
+  Rules native_rules;  // with them (MPI); the last row takes any op
+};
+
+// With collectives of the transport's own (MPI) the rows are those its ways were measured
+// for (mpi_persistent.h, mpi_exchange.h): a persistent request while every staged buffer
+// holds at most 8 KiB (its MPI_Start costs what the blocking call does, where the
+// non-blocking call adds a schedule); in groups of 2-4 ranks, rounds of point-to-point
+// messages (broadcast: 2 ranks only, wider groups keep MPI's tree); else MPI's non-blocking
+// call. A way the op's form cannot take falls to the next (see Algorithm::Persistent), the
+// order the transport took them in before the table chose.
+constexpr size_t kStaged = 8 * 1024;
 
 // Up to 4 KiB per rank and 8 ranks, all_reduce takes the direct exchange: every rank sends its
 // payload to every other rank at once and combines all of them, one round whose sends and
@@ -49,22 +75,52 @@ struct Entry {
 // between the binomial tree and the ring (where they cost about the same on one host with the
 // local transport) and kept when recursive doubling took the tree's place. One rank has nothing
 // to exchange: recursive doubling returns at once.
-const Entry& entry(Collective c) {
-  using A = Algorithm;
-  static const std::array<Entry, kCollectiveCount> table = {{
-      {{A::Native, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct},
-       {{4 * 1024, 8, A::Direct},
-        {32 * 1024, kAnyRanks, A::RecursiveDoubling},
-        {kAnyBytes, 1, A::RecursiveDoubling},
-        {kAnyBytes, kAnyRanks, A::Ring}}},                                    // all_reduce
-      {{A::Native, A::Tree}, {{kAnyBytes, kAnyRanks, A::Tree}}},              // reduce
-      {{A::Native, A::Ring}, {{kAnyBytes, kAnyRanks, A::Ring}}},              // reduce_scatter
-      {{A::Native, A::Ring, A::Direct}, {{kAnyBytes, kAnyRanks, A::Ring}}},   // all_gather
-      {{A::Native, A::Pairwise}, {{kAnyBytes, kAnyRanks, A::Pairwise}}},      // all_to_all
-      {{A::Native, A::Tree}, {{kAnyBytes, kAnyRanks, A::Tree}}},              // broadcast
-      {{A::Native, A::Linear}, {{kAnyBytes, kAnyRanks, A::Linear}}},          // gather
-      {{A::Native, A::Linear}, {{kAnyBytes, kAnyRanks, A::Linear}}},          // scatter
-      {{A::Native, A::Dissemination}, {{kAnyBytes, kAnyRanks, A::Dissemination}}},  // barrier
+using A = Algorithm;
+constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
+    {{{4 * 1024, 8, A::Direct},
+      {32 * 1024, kAnyRanks, A::RecursiveDoubling},
+      {kAnyBytes, 1, A::RecursiveDoubling},
+      {kAnyBytes, kAnyRanks, A::Ring}},
+     {{kStaged, kAnyRanks, A::Persistent},
+      {kAnyBytes, 4, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_reduce
+    {{{kAnyBytes, kAnyRanks, A::Tree}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // reduce
+    {{{kAnyBytes, kAnyRanks, A::Ring}},
+     {{kStaged, kAnyRanks, A::Persistent},
+      {kAnyBytes, 4, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // reduce_scatter
+    {{{kAnyBytes, kAnyRanks, A::Ring}},
+     {{kStaged, kAnyRanks, A::Persistent, 1, true},
+      {kAnyBytes, 4, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_gather
+    {{{kAnyBytes, kAnyRanks, A::Pairwise}},
+     {{kStaged, kAnyRanks, A::Persistent},
+      {kAnyBytes, 4, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_to_all
+    {{{kAnyBytes, kAnyRanks, A::Tree}},
+     {{kStaged, kAnyRanks, A::Persistent},
+      {kAnyBytes, 2, A::Exchange, 2},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // broadcast
+    {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // gather
+    {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // scatter
+    {{{kAnyBytes, kAnyRanks, A::Dissemination}},
+     {{kAnyBytes, kAnyRanks, A::Persistent}, {kAnyBytes, kAnyRanks, A::Native}}},  // barrier
+}};
+
+const Automatic& automatic_rules(Collective c) { return kAutomaticRules[static_cast<size_t>(c)]; }
+
+// The algorithms each collective has: the transport's own ways first, then point-to-point.
+const std::vector<Algorithm>& algorithms_of(Collective c) {
+  static const std::array<std::vector<Algorithm>, kCollectiveCount> table = {{
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct},
+      {A::Native, A::Tree},
+      {A::Native, A::Persistent, A::Exchange, A::Ring},
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Direct},
+      {A::Native, A::Persistent, A::Exchange, A::Pairwise},
+      {A::Native, A::Persistent, A::Exchange, A::Tree},
+      {A::Native, A::Linear},
+      {A::Native, A::Linear},
+      {A::Native, A::Persistent, A::Dissemination},
   }};
   return table[static_cast<size_t>(c)];
 }
@@ -76,6 +132,10 @@ struct Overrides {
   std::mutex mu;  // parsing and replacing
   std::atomic<bool> loaded{false};
   std::array<std::atomic<uint8_t>, kCollectiveCount> algo{};
+  // FERRY_MPI_PERSISTENT, FERRY_MPI_EXCHANGE: fixed for the process, read once here rather
+  // than on every op's choice.
+  const bool persistent_on = config().mpi_persistent;
+  const bool exchange_on = config().mpi_exchange;
   Overrides() {
     for (auto& a : algo) a.store(kAutomatic, std::memory_order_relaxed);
   }
@@ -118,7 +178,7 @@ std::array<uint8_t, kCollectiveCount> parse_spec(const std::string& spec) {
                 "'collective:algorithm', given '", item, "'");
     const Collective c = collective_from_name(item.substr(0, colon));
     const std::string given = item.substr(colon + 1);
-    const std::vector<Algorithm>& known = entry(c).algorithms;
+    const std::vector<Algorithm>& known = algorithms_of(c);
     const auto found = std::find_if(known.begin(), known.end(),
                                     [&](Algorithm a) { return given == algorithm_name(a); });
     FERRY_CHECK(found != known.end(), InvalidArgument, "algorithm override: ",
@@ -152,10 +212,28 @@ Overrides& loaded_overrides() {
   return o;
 }
 
-Algorithm automatic(Collective c, size_t bytes, int world_size) {
-  for (const Rule& r : entry(c).rules)
-    if (bytes <= r.max_bytes && world_size <= r.max_ranks) return r.algorithm;
-  return entry(c).rules.back().algorithm;
+// Whether the transport's way `a` is switched on (FERRY_MPI_PERSISTENT, FERRY_MPI_EXCHANGE):
+// a switched-off way's rows are passed over, as the transport would pass it over.
+bool switched_on(const Overrides& o, Algorithm a) {
+  if (a == Algorithm::Persistent) return o.persistent_on;
+  if (a == Algorithm::Exchange) return o.exchange_on;
+  return true;
+}
+
+bool fits(const Overrides& o, const Rule& r, size_t bytes, int world_size) {
+  const size_t ranks = static_cast<size_t>(world_size);
+  const bool small = !r.in_all ? bytes <= r.max_bytes
+                               : r.max_bytes == kAnyBytes || bytes <= r.max_bytes / ranks;
+  return small && world_size <= r.max_ranks && world_size >= r.min_ranks &&
+         switched_on(o, r.algorithm);
+}
+
+Algorithm automatic(const Overrides& o, Collective c, size_t bytes, int world_size,
+                    bool native) {
+  const Rules& rules = native ? automatic_rules(c).native_rules : automatic_rules(c).rules;
+  for (const Rule& r : rules)
+    if (fits(o, r, bytes, world_size)) return r.algorithm;
+  return rules.back().algorithm;
 }
 
 std::string size_text(size_t bytes) {
@@ -164,15 +242,22 @@ std::string size_text(size_t bytes) {
 }
 
 // "direct if <= 4 KiB and <= 8 ranks; recursive_doubling if <= 32 KiB; ...; else ring".
-std::string rule_text(Collective c) {
+std::string rule_text(const Rules& rules) {
   std::string text;
-  for (const Rule& r : entry(c).rules) {
+  for (const Rule& r : rules) {
     std::string when;
-    if (r.max_bytes != kAnyBytes) when = "<= " + size_text(r.max_bytes);
-    if (r.max_ranks != kAnyRanks)
-      when.append(when.empty() ? "" : " and ")
-          .append(r.max_ranks == 1 ? "1 rank" : "<= " + std::to_string(r.max_ranks) + " ranks");
+    if (r.max_bytes != kAnyBytes)
+      when = "<= " + size_text(r.max_bytes) + (r.in_all ? " in all" : "");
+    std::string ranks;
+    if (r.min_ranks == r.max_ranks)
+      ranks = std::to_string(r.max_ranks) + (r.max_ranks == 1 ? " rank" : " ranks");
+    else if (r.min_ranks > 1 && r.max_ranks != kAnyRanks)
+      ranks = std::to_string(r.min_ranks) + "-" + std::to_string(r.max_ranks) + " ranks";
+    else if (r.max_ranks != kAnyRanks)
+      ranks = "<= " + std::to_string(r.max_ranks) + " ranks";
+    if (!ranks.empty()) when.append(when.empty() ? "" : " and ").append(ranks);
     const std::string name = algorithm_name(r.algorithm);
+    if (!switched_on(overrides(), r.algorithm)) continue;
     if (when.empty())
       text.append(text.empty() ? name : "; else " + name);
     else
@@ -208,27 +293,49 @@ const char* algorithm_name(Algorithm a) {
     case Algorithm::Pairwise: return "pairwise";
     case Algorithm::Linear: return "linear";
     case Algorithm::Dissemination: return "dissemination";
+    case Algorithm::Persistent: return "persistent";
+    case Algorithm::Exchange: return "exchange";
   }
   return "?";
 }
 
-const std::vector<Algorithm>& algorithms_for(Collective c) { return entry(c).algorithms; }
+const std::vector<Algorithm>& algorithms_for(Collective c) { return algorithms_of(c); }
+
+// The algorithms of `c` that run without collectives of the transport's own.
+std::vector<Algorithm> point_to_point(Collective c) {
+  std::vector<Algorithm> p2p;
+  for (Algorithm a : algorithms_of(c))
+    if (!uses_native_collectives(a)) p2p.push_back(a);
+  return p2p;
+}
 
 Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native) {
-  const uint8_t o =
-      loaded_overrides().algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
-  if (o == kAutomatic) return native ? Algorithm::Native : automatic(c, bytes, world_size);
+  const Overrides& all = loaded_overrides();
+  const uint8_t o = all.algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+  if (o == kAutomatic) return automatic(all, c, bytes, world_size, native);
   const Algorithm a = static_cast<Algorithm>(o);
-  if (a == Algorithm::Native && !native) {
-    std::vector<Algorithm> p2p(entry(c).algorithms.begin() + 1, entry(c).algorithms.end());
-    FERRY_THROW(InvalidArgument, "algorithm override: ", collective_name(c),
-                ":native, but this group's transport has no collectives of its own; expected ",
-                "one of ", names(p2p, ", "), " (FERRY_ALGO or set_algorithm_override)");
-  }
+  if (uses_native_collectives(a) && !native)
+    FERRY_THROW(InvalidArgument, "algorithm override: ", collective_name(c), ":",
+                algorithm_name(a), ", but this group's transport has no collectives of its "
+                "own; expected one of ", names(point_to_point(c), ", "),
+                " (FERRY_ALGO or set_algorithm_override)");
   return a;
 }
 
 void detail::load_algorithm_overrides() { loaded_overrides(); }
+
+void detail::check_algorithm_overrides(bool native, const std::string& transport) {
+  if (native) return;
+  Overrides& o = loaded_overrides();
+  for (Collective c : kCollectives) {
+    const uint8_t v = o.algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+    if (v == kAutomatic || !uses_native_collectives(static_cast<Algorithm>(v))) continue;
+    FERRY_THROW(InvalidArgument, "algorithm override: ", collective_name(c), ":",
+                algorithm_name(static_cast<Algorithm>(v)), " is one of a transport's own ways, "
+                "but the ", transport, " transport has no collectives of its own; expected one "
+                "of ", names(point_to_point(c), ", "), " (FERRY_ALGO or set_algorithm_override)");
+  }
+}
 
 void set_algorithm_override(const std::string& spec) {
   const auto parsed = parse_spec(spec);
@@ -239,30 +346,27 @@ void set_algorithm_override(const std::string& spec) {
 
 std::string algorithm_table() {
   Overrides& o = loaded_overrides();
-  struct Row {
-    std::string name, algos, rule, over;
-  };
-  std::vector<Row> rows;
-  Row head{"collective", "algorithms", "automatic choice without native collectives", "override"};
-  size_t w0 = head.name.size(), w1 = head.algos.size(), w2 = head.rule.size();
+  using Row = std::array<std::string, 5>;
+  std::vector<Row> rows = {{"collective", "algorithms", "automatic: local, ucx",
+                            "automatic: mpi (collectives of its own)", "override"}};
   for (Collective c : kCollectives) {
     const uint8_t v = o.algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
-    rows.push_back({collective_name(c), names(entry(c).algorithms, "|"), rule_text(c),
+    rows.push_back({collective_name(c), names(algorithms_of(c), "|"),
+                    rule_text(automatic_rules(c).rules),
+                    rule_text(automatic_rules(c).native_rules),
                     v == kAutomatic ? "-" : algorithm_name(static_cast<Algorithm>(v))});
-    w0 = std::max(w0, rows.back().name.size());
-    w1 = std::max(w1, rows.back().algos.size());
-    w2 = std::max(w2, rows.back().rule.size());
   }
+  std::array<size_t, 5> width{};
+  for (const Row& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
   std::ostringstream os;
-  auto line = [&](const Row& r) {
-    os << r.name << std::string(w0 + 2 - r.name.size(), ' ') << r.algos
-       << std::string(w1 + 2 - r.algos.size(), ' ') << r.rule
-       << std::string(w2 + 2 - r.rule.size(), ' ') << r.over << "\n";
-  };
-  line(head);
-  for (const Row& r : rows) line(r);
-  os << "(sizes are per rank's input; on a transport with collectives of its own (mpi) the "
-        "automatic choice is native for every collective)\n";
+  for (const Row& r : rows) {
+    for (size_t i = 0; i + 1 < r.size(); ++i)
+      os << r[i] << std::string(width[i] + 2 - r[i].size(), ' ');
+    os << r.back() << "\n";
+  }
+  os << "(sizes are per rank's input; a way an op cannot take falls to the next of persistent, "
+        "exchange, native; FERRY_MPI_PERSISTENT=0 / FERRY_MPI_EXCHANGE=0 drop those rows)\n";
   return os.str();
 }
 

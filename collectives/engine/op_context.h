@@ -86,6 +86,7 @@ class OpContext : public Pooled {
   NativeCollectives* native() const { return group_.native(); }
   // Records that this op runs `c` with `a` (GroupImpl::runs).
   void ran(Collective c, Algorithm a) { group_.count_run(c, a); }
+  GroupImpl& group() const { return group_; }
   // Waits for a native collective under the op's deadline. A native collective cannot be
   // withdrawn: on a timeout (or when the group is poisoned meanwhile) the request, `keep` (the
   // tensors it reads or writes) and the group's scratch are kept for the rest of the process,

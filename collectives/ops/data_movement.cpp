@@ -28,13 +28,30 @@ Algorithm all_gather_algorithm(const Group& group, size_t output_bytes) {
   return all_gather_algorithm(group.size(), group.impl().native() != nullptr, output_bytes);
 }
 
+// all_gather's one native call: equal blocks (`blocks` null, `block` bytes each) take the
+// transport's form without lists. The transport places our own block too (or sees that it
+// is in place).
+std::unique_ptr<NativeRequest> native_all_gather(detail::GroupImpl& g, Algorithm algo,
+                                                 const void* own, void* out,
+                                                 const detail::Blocks* blocks, size_t block) {
+  return detail::call_native(g, Collective::AllGather, algo,
+                             [&](NativeCollectives& native, NativePath& path) {
+                               if (blocks == nullptr)
+                                 return native.all_gather_equal(own, out, block, path);
+                               return native.all_gather(own, out, blocks->bytes, blocks->offset,
+                                                        path);
+                             });
+}
+
 // Gathers `blocks` into `out`; our own block is read from `own`, which may be its place in `out`.
 void all_gather_blocks(OpContext& ctx, const char* own, char* out, const detail::Blocks& blocks,
                        Algorithm algo, std::vector<Tensor> keep) {
+  if (!uses_native_collectives(algo)) ctx.ran(Collective::AllGather, algo);
   switch (algo) {
     case Algorithm::Native:
-      // The transport places our own block too (or sees that it is in place).
-      ctx.wait_native(ctx.native()->all_gather(own, out, blocks.bytes, blocks.offset),
+    case Algorithm::Persistent:
+    case Algorithm::Exchange:
+      ctx.wait_native(native_all_gather(ctx.group(), algo, own, out, &blocks, 0),
                       std::move(keep));
       break;
     // The algorithms send our block from `own` and copy it into place meanwhile.
@@ -46,7 +63,6 @@ void all_gather_blocks(OpContext& ctx, const char* own, char* out, const detail:
 
 void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
                    const detail::Blocks& blocks, Algorithm algo) {
-  ctx.ran(Collective::AllGather, algo);
   all_gather_blocks(ctx, bytes_of(input), bytes_of(output), blocks, algo, {input, output});
   output.bump_version();
 }
@@ -58,6 +74,40 @@ int64_t elements_per_row(const Tensor& t) {
   return n;
 }
 
+// broadcast's one native call.
+std::unique_ptr<NativeRequest> native_broadcast(detail::GroupImpl& g, Algorithm algo,
+                                                Tensor& tensor, int root) {
+  return detail::call_native(g, Collective::Broadcast, algo,
+                             [&](NativeCollectives& native, NativePath& path) {
+                               return native.broadcast(tensor.raw_data(), tensor.nbytes(), root,
+                                                       path);
+                             });
+}
+
+// all_to_all_single's one native call: without split lists (`equal`), the transport's form
+// without lists, which no block list is built for.
+std::unique_ptr<NativeRequest> native_all_to_all_single(
+    detail::GroupImpl& g, Algorithm algo, const Tensor& input, Tensor& output,
+    const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits, bool equal) {
+  return detail::call_native(
+      g, Collective::AllToAll, algo, [&](NativeCollectives& native, NativePath& path) {
+        const int world = g.size();
+        if (equal)
+          return native.all_to_all_equal(input.raw_data(), output.raw_data(),
+                                         input.nbytes() / static_cast<size_t>(world), path);
+        auto splits_or_equal = [&](const std::vector<int64_t>& splits, const Tensor& t) {
+          return splits.empty() ? std::vector<int64_t>(world, t.size(0) / world) : splits;
+        };
+        const size_t rb = row_bytes(input);
+        const detail::Blocks in_b =
+            detail::contiguous_blocks(splits_or_equal(in_splits, input), rb);
+        const detail::Blocks out_b =
+            detail::contiguous_blocks(splits_or_equal(out_splits, output), rb);
+        return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
+                                        output.raw_data(), out_b.bytes, out_b.offset, path);
+      });
+}
+
 }  // namespace
 
 Work broadcast(Tensor tensor, int root, const Group& group) {
@@ -65,24 +115,24 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   v.root(root);
   v.defined(tensor, "tensor");
   const Algorithm algo = detail::algorithm_of(group, Collective::Broadcast, tensor.nbytes());
-  auto start = [&](NativeCollectives& native) {
+  auto start = [&](NativeCollectives&) {
     if (group.rank() != root) tensor.bump_version();
-    group.impl().count_run(Collective::Broadcast, Algorithm::Native);
-    return native.broadcast(tensor.raw_data(), tensor.nbytes(), root);
+    return native_broadcast(group.impl(), algo, tensor, root);
   };
   return detail::issue(group, {
       .name = "broadcast",
       .what = detail::OpSummary::of(tensor).with_root(root),
-      .native_start = detail::native_start_if(algo == Algorithm::Native, start),
+      .native_start = detail::native_start_if(uses_native_collectives(algo), start),
       .keep = {&tensor},
       .body = [&] { return detail::OpBody([tensor, root, algo](OpContext& ctx) mutable {
-    ctx.ran(Collective::Broadcast, algo);
     switch (algo) {
       case Algorithm::Native:
-        ctx.wait_native(ctx.native()->broadcast(bytes_of(tensor), tensor.nbytes(), root),
-                        {tensor});
+      case Algorithm::Persistent:
+      case Algorithm::Exchange:
+        ctx.wait_native(native_broadcast(ctx.group(), algo, tensor, root), {tensor});
         break;
       case Algorithm::Tree:
+        ctx.ran(Collective::Broadcast, algo);
         detail::tree_broadcast(ctx, bytes_of(tensor), tensor.nbytes(), root);
         break;
       default: detail::no_such_algorithm(Collective::Broadcast, algo);
@@ -143,15 +193,15 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
       static_cast<const char*>(output.raw_data()) + block * static_cast<size_t>(group.rank());
   v.no_overlap(output, "output", input, "input", own_place, block);
   const Algorithm algo = all_gather_algorithm(group, output.nbytes());
-  auto start = [&](NativeCollectives& native) {
+  auto start = [&](NativeCollectives&) {
     output.bump_version();
-    group.impl().count_run(Collective::AllGather, Algorithm::Native);
-    return native.all_gather_equal(input.raw_data(), output.raw_data(), block);
+    return native_all_gather(group.impl(), algo, input.raw_data(), output.raw_data(), nullptr,
+                             block);
   };
   return detail::issue(group, {
       .name = "all_gather",
       .what = detail::OpSummary::of(input),
-      .native_start = detail::native_start_if(algo == Algorithm::Native, start),
+      .native_start = detail::native_start_if(uses_native_collectives(algo), start),
       .keep = {&input, &output},
       .body = [&] {
         return detail::OpBody([input, output, rows, world, algo](OpContext& ctx) mutable {
@@ -184,8 +234,13 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     // A step of the op, not its gather: the transport's own call where there is one, else
     // the one-round direct exchange (16 bytes a rank), whatever the table gives the gather.
     const detail::Blocks meta_blocks = detail::contiguous_blocks(std::vector<int64_t>(world, 1), 16);
-    all_gather_blocks(ctx, bytes_of(meta) + meta_blocks.offset[ctx.rank()], bytes_of(meta),
-                      meta_blocks, ctx.native() ? Algorithm::Native : Algorithm::Direct, {meta});
+    char* own_meta = bytes_of(meta) + meta_blocks.offset[ctx.rank()];
+    if (ctx.native() != nullptr)  // its fastest way: not recorded as the op's algorithm
+      ctx.wait_native(ctx.native()->all_gather(own_meta, bytes_of(meta), meta_blocks.bytes,
+                                               meta_blocks.offset),
+                      {meta});
+    else
+      detail::direct_all_gather(ctx, bytes_of(meta), meta_blocks, own_meta);
     std::vector<int64_t> sizes(world);
     int64_t total = 0;
     for (int k = 0; k < world; ++k) {
@@ -255,20 +310,11 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   // differ and the table must answer alike on all.
   const Algorithm algo =
       detail::algorithm_of(group, Collective::AllToAll, equal ? input.nbytes() : 0);
-  auto start = [&](NativeCollectives& native) {
-          output.bump_version();
-          group.impl().count_run(Collective::AllToAll, Algorithm::Native);
-          if (equal)
-            return native.all_to_all_equal(input.raw_data(), output.raw_data(),
-                                           input.nbytes() / static_cast<size_t>(world));
-          const std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
-          const std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
-          const size_t rb = row_bytes(input);
-          const detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
-          const detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
-          return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
-                                          output.raw_data(), out_b.bytes, out_b.offset);
-        };
+  auto start = [&](NativeCollectives&) {
+    output.bump_version();
+    return native_all_to_all_single(group.impl(), algo, input, output, input_split_sizes,
+                                    output_split_sizes, equal);
+  };
   // The pairwise exchange posts every message at once: on a transport without collectives of
   // its own it starts at issue, with its blocks' places computed on the stack.
   auto post = [&](std::unique_ptr<OpContext> ctx) {
@@ -297,7 +343,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   return detail::issue(group, {
       .name = "all_to_all_single",
       .what = summary,
-      .native_start = detail::native_start_if(algo == Algorithm::Native, start),
+      .native_start = detail::native_start_if(uses_native_collectives(algo), start),
       .post = algo == Algorithm::Pairwise ? detail::OnePost(post) : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
@@ -306,27 +352,18 @@ Work all_to_all_single(const Tensor& input, Tensor output,
     std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
     return detail::OpBody([input, output, in_splits, out_splits, world, equal,
                          algo](OpContext& ctx) mutable {
-    ctx.ran(Collective::AllToAll, algo);
-    NativeCollectives* native = algo == Algorithm::Native ? ctx.native() : nullptr;
-    if (algo != Algorithm::Native && algo != Algorithm::Pairwise)
-      detail::no_such_algorithm(Collective::AllToAll, algo);
-    if (native && equal) {  // the same call as when started at issue
-      ctx.wait_native(native->all_to_all_equal(bytes_of(input), bytes_of(output),
-                                               input.nbytes() / static_cast<size_t>(world)),
+    if (uses_native_collectives(algo)) {  // the same call as when started at issue
+      ctx.wait_native(native_all_to_all_single(ctx.group(), algo, input, output, in_splits,
+                                               out_splits, equal),
                       {input, output});
       output.bump_version();
       return std::vector<Tensor>{};
     }
+    if (algo != Algorithm::Pairwise) detail::no_such_algorithm(Collective::AllToAll, algo);
+    ctx.ran(Collective::AllToAll, algo);
     const size_t rb = row_bytes(input);
     detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
     detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
-    if (native) {
-      ctx.wait_native(native->all_to_all_single(bytes_of(input), in_b.bytes, in_b.offset,
-                                                bytes_of(output), out_b.bytes, out_b.offset),
-                      {input, output});
-      output.bump_version();
-      return std::vector<Tensor>{};
-    }
     detail::Exchange x;
     for (int k = 0; k < world; ++k) {
       x.send.push_back(bytes_of(input) + in_b.offset[k]);
@@ -370,7 +407,6 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
       .what = detail::OpSummary::of_lists(dtype),
       .body = [&] { return detail::OpBody([inputs, outputs = std::vector<Tensor>(outputs),
                          algo](OpContext& ctx) mutable {
-    ctx.ran(Collective::AllToAll, algo);
     detail::Exchange x;
     for (size_t k = 0; k < inputs.size(); ++k) {
       x.send.push_back(bytes_of(inputs[k]));
@@ -378,14 +414,19 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
       x.recv.push_back(bytes_of(outputs[k]));
       x.recv_bytes.push_back(outputs[k].nbytes());
     }
-    if (algo == Algorithm::Native) {
+    if (uses_native_collectives(algo)) {
       std::vector<const void*> send(x.send.begin(), x.send.end());
       std::vector<void*> recv(x.recv.begin(), x.recv.end());
       std::vector<Tensor> keep = inputs;
       keep.insert(keep.end(), outputs.begin(), outputs.end());
-      ctx.wait_native(ctx.native()->all_to_all(send, x.send_bytes, recv, x.recv_bytes),
+      ctx.wait_native(detail::call_native(ctx.group(), Collective::AllToAll, algo,
+                                          [&](NativeCollectives& native, NativePath& path) {
+                                            return native.all_to_all(send, x.send_bytes, recv,
+                                                                     x.recv_bytes, path);
+                                          }),
                       std::move(keep));
     } else if (algo == Algorithm::Pairwise) {
+      ctx.ran(Collective::AllToAll, algo);
       detail::pairwise_all_to_all(ctx, x);
     } else {
       detail::no_such_algorithm(Collective::AllToAll, algo);
@@ -490,19 +531,28 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
   const Algorithm algo = detail::algorithm_of(group, Collective::Barrier, 0);
-  auto start = [&](NativeCollectives& native) {
-    group.impl().count_run(Collective::Barrier, Algorithm::Native);
-    return native.barrier();
+  // The one native call, at issue or queued.
+  auto native_barrier = [algo](detail::GroupImpl& g) {
+    return detail::call_native(g, Collective::Barrier, algo,
+                               [](NativeCollectives& native, NativePath& path) {
+                                 return native.barrier(path);
+                               });
   };
+  auto start = [&](NativeCollectives&) { return native_barrier(group.impl()); };
   return detail::issue(group, {
       .name = "barrier",
       .what = detail::OpSummary{},
-      .native_start = detail::native_start_if(algo == Algorithm::Native, start),
-      .body = [&] { return detail::OpBody([algo](OpContext& ctx) {
-    ctx.ran(Collective::Barrier, algo);
+      .native_start = detail::native_start_if(uses_native_collectives(algo), start),
+      .body = [&] { return detail::OpBody([algo, native_barrier](OpContext& ctx) {
     switch (algo) {
-      case Algorithm::Native: ctx.wait_native(ctx.native()->barrier(), {}); break;
-      case Algorithm::Dissemination: detail::dissemination_barrier(ctx); break;
+      case Algorithm::Native:
+      case Algorithm::Persistent:
+        ctx.wait_native(native_barrier(ctx.group()), {});
+        break;
+      case Algorithm::Dissemination:
+        ctx.ran(Collective::Barrier, algo);
+        detail::dissemination_barrier(ctx);
+        break;
       default: detail::no_such_algorithm(Collective::Barrier, algo);
     }
     return std::vector<Tensor>{};

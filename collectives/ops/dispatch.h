@@ -4,6 +4,10 @@
 // number: the table (algorithm_table.h) answers an enum from what all ranks agree on, and the
 // op's body switches on it. An op records the algorithm it ran (GroupImpl::count_run) where
 // that algorithm runs, so a test sees what ran rather than what was asked for.
+//
+// The transport's own ways (Native, Persistent, Exchange) are one call of the transport's
+// NativeCollectives per op, told the way the table chose; each op writes that call once
+// (call_native), for its start at issue and its queued body alike.
 #pragma once
 
 #include <ferry/collectives/algorithm_table.h>
@@ -15,6 +19,30 @@ namespace ferry::detail {
 
 inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes) {
   return choose_algorithm(c, bytes, group.size(), group.impl().native() != nullptr);
+}
+
+// The table's choice among the transport's own ways, as the transport is told it.
+constexpr NativePath native_path(Algorithm a) {
+  return a == Algorithm::Persistent ? NativePath::Persistent
+         : a == Algorithm::Exchange ? NativePath::Exchange
+                                    : NativePath::Call;
+}
+constexpr Algorithm algorithm_of(NativePath p) {
+  return p == NativePath::Persistent ? Algorithm::Persistent
+         : p == NativePath::Exchange ? Algorithm::Exchange
+                                     : Algorithm::Native;
+}
+
+// Starts `c` by `call(native, path)` on the way `a` asks for, and records the way the
+// transport took (it falls to the next when the op's form or size does not fit the one asked
+// for). A call that refuses the op (InvalidArgument) records nothing.
+template <class Call>
+std::unique_ptr<NativeRequest> call_native(GroupImpl& g, Collective c, Algorithm a,
+                                           Call&& call) {
+  NativePath path = native_path(a);
+  std::unique_ptr<NativeRequest> request = call(*g.native(), path);
+  g.count_run(c, algorithm_of(path));
+  return request;
 }
 
 // For a switch's default: the table gave `c` an algorithm its op has no code for (the table

@@ -134,7 +134,9 @@ void post_laid_out(OpContext& ctx, const Tensor& input, const std::vector<BlockL
 class NativeLayoutExchange final : public NativeRequest {
  public:
   // `send` and `recv` are [part][rank]; the request keeps the receive layouts it unpacks into.
-  NativeLayoutExchange(NativeCollectives& native, const std::vector<std::vector<ByteLayout>>& send,
+  // `path` is the way the table chose; it holds the way taken once constructed.
+  NativeLayoutExchange(NativeCollectives& native, NativePath& path,
+                       const std::vector<std::vector<ByteLayout>>& send,
                        std::vector<std::vector<ByteLayout>> recv, std::vector<Tensor> keep)
       : keep_(std::move(keep)), recv_(std::move(recv)) {
     const size_t parts = send.size(), world = send.empty() ? 0 : send[0].size();
@@ -153,7 +155,7 @@ class NativeLayoutExchange final : public NativeRequest {
         keep_.push_back(std::move(staging));
       }
     }
-    inner_ = native.all_to_all_spans(out, in);
+    inner_ = native.all_to_all_spans(out, in, path);
   }
 
   bool test() override { return unpack_if(inner_->test()); }
@@ -294,11 +296,15 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
     }
     return detail::OpBody([keep = std::move(keep), send = std::move(send),
                            recv = std::move(recv), algo](OpContext& ctx) mutable {
-    ctx.ran(Collective::AllToAll, algo);
-    if (algo == Algorithm::Native) {
-      ctx.wait_native(
-          std::make_unique<NativeLayoutExchange>(*ctx.native(), send, std::move(recv), keep), {});
+    if (uses_native_collectives(algo)) {
+      ctx.wait_native(detail::call_native(ctx.group(), Collective::AllToAll, algo,
+                                          [&](NativeCollectives& native, NativePath& path) {
+                                            return std::make_unique<NativeLayoutExchange>(
+                                                native, path, send, std::move(recv), keep);
+                                          }),
+                      {});
     } else if (algo == Algorithm::Pairwise) {
+      ctx.ran(Collective::AllToAll, algo);
       detail::Exchange x;
       x.send_layout = std::move(send);
       x.recv_layout = std::move(recv);

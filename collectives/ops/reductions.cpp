@@ -62,16 +62,43 @@ bool natively_reducible(DType dtype, ReduceOp op) {
   return detail::accumulation_dtype(dtype) == dtype && op != ReduceOp::Avg;
 }
 
-// reduce_scatter over blocks of `sizes` rows, run to completion.
+// all_reduce's one native call, at issue on the caller's buffers or queued on the widened ones.
+std::unique_ptr<NativeRequest> native_all_reduce(detail::GroupImpl& g, Algorithm algo,
+                                                 const void* in, void* out, size_t count,
+                                                 DType dtype, ReduceOp op) {
+  return detail::call_native(g, Collective::AllReduce, algo,
+                             [&](NativeCollectives& native, NativePath& path) {
+                               return native.all_reduce(in, out, count, dtype, op, path);
+                             });
+}
+
+// reduce_scatter's one native call. Equal blocks (`sizes` empty) take the transport's form
+// without lists: building them would cost a small op more than its MPI call.
+std::unique_ptr<NativeRequest> native_reduce_scatter(detail::GroupImpl& g, Algorithm algo,
+                                                     const void* in, void* out,
+                                                     const std::vector<int64_t>& sizes,
+                                                     size_t per_row, size_t out_count,
+                                                     DType dtype, ReduceOp op) {
+  return detail::call_native(
+      g, Collective::ReduceScatter, algo, [&](NativeCollectives& native, NativePath& path) {
+        if (sizes.empty()) return native.reduce_scatter_equal(in, out, out_count, dtype, op, path);
+        std::vector<size_t> counts;
+        counts.reserve(sizes.size());
+        for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
+        return native.reduce_scatter(in, out, counts, dtype, op, path);
+      });
+}
+
+// reduce_scatter over blocks of `sizes` rows (`equal`: W blocks alike), run to completion.
 detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
-                                   std::vector<int64_t> sizes, int world, Algorithm algo) {
-  return [input, output, op, sizes = std::move(sizes), world, algo](OpContext& ctx) mutable {
+                                   std::vector<int64_t> sizes, bool equal, int world,
+                                   Algorithm algo) {
+  return [input, output, op, sizes = std::move(sizes), equal, world,
+          algo](OpContext& ctx) mutable {
     // An output that is exactly our block of the input is fine: the algorithm reads that block
     // only in its last step, elementwise, while writing the result.
     Accumulation a(ctx, input, output, op, /*in_place=*/false);
-    ctx.ran(Collective::ReduceScatter, algo);
-    if (algo == Algorithm::Native) {
-      NativeCollectives* native = ctx.native();
+    if (uses_native_collectives(algo)) {
       // Native reductions must not write into their input: an output that is our block of the
       // input receives the result through scratch.
       const bool aliased = a.out.overlaps(a.in);
@@ -79,16 +106,17 @@ detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
       const size_t per_row = a.in.dim() == 0 || a.in.size(0) == 0
                                  ? 0
                                  : static_cast<size_t>(a.in.numel() / a.in.size(0));
-      std::vector<size_t> counts;
-      for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
-      ctx.wait_native(native->reduce_scatter(a.in.raw_data(), out, counts, a.spec.dtype,
-                                             a.spec.op),
+      ctx.wait_native(native_reduce_scatter(ctx.group(), algo, a.in.raw_data(), out,
+                                            equal ? std::vector<int64_t>{} : sizes, per_row,
+                                            static_cast<size_t>(a.out.numel()), a.spec.dtype,
+                                            a.spec.op),
                       {input, output});
       if (aliased && a.out.nbytes() > 0) std::memcpy(a.out.raw_data(), out, a.out.nbytes());
       a.finish(output, op, world);
       return std::vector<Tensor>{};
     }
     if (algo != Algorithm::Ring) detail::no_such_algorithm(Collective::ReduceScatter, algo);
+    ctx.ran(Collective::ReduceScatter, algo);
     detail::Blocks blocks = detail::contiguous_blocks(sizes, row_bytes(a.in));
     detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
                                 static_cast<char*>(a.out.raw_data()), blocks, a.spec);
@@ -115,10 +143,9 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
   const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes());
   const bool as_is = natively_reducible(input.dtype(), op);
-  auto start = [&](NativeCollectives& native) {
+  auto start = [&](NativeCollectives&) {
     output.bump_version();
-    group.impl().count_run(Collective::AllReduce, Algorithm::Native);
-    return native.all_reduce(input.raw_data(), output.raw_data(),
+    return native_all_reduce(group.impl(), algo, input.raw_data(), output.raw_data(),
                              static_cast<size_t>(input.numel()), input.dtype(), op);
   };
   auto post = [&](std::unique_ptr<OpContext> ctx) {
@@ -127,7 +154,7 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   return detail::issue(group, {
       .name = "all_reduce",
       .what = detail::OpSummary::of(input, op),
-      .native_start = detail::native_start_if(algo == Algorithm::Native && as_is, start),
+      .native_start = detail::native_start_if(uses_native_collectives(algo) && as_is, start),
       // The direct exchange posts all of its messages in one go.
       .post = algo == Algorithm::Direct && as_is ? detail::OnePost(post)
                                                   : detail::OnePost(),
@@ -138,11 +165,14 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
     const size_t count = static_cast<size_t>(input.numel());
     const char* in = static_cast<const char*>(a.in.raw_data());
     char* out = static_cast<char*>(a.out.raw_data());
-    ctx.ran(Collective::AllReduce, algo);
+    if (!uses_native_collectives(algo)) ctx.ran(Collective::AllReduce, algo);
     switch (algo) {
       case Algorithm::Native:
-        ctx.wait_native(ctx.native()->all_reduce(in, out, count, a.spec.dtype, a.spec.op),
-                        {input, output});
+      case Algorithm::Persistent:
+      case Algorithm::Exchange:
+        ctx.wait_native(
+            native_all_reduce(ctx.group(), algo, in, out, count, a.spec.dtype, a.spec.op),
+            {input, output});
         break;
       case Algorithm::Tree: detail::tree_all_reduce(ctx, in, out, count, a.spec); break;
       case Algorithm::Direct: detail::direct_all_reduce(ctx, in, out, count, a.spec); break;
@@ -217,22 +247,23 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   const int world = group.size();
   const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
   const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
-  auto start_native = [&](NativeCollectives& native) {
-    std::vector<size_t> counts;
-    for (int64_t rows : sizes) counts.push_back(static_cast<size_t>(rows) * per_row);
+  auto start_native = [&](NativeCollectives&) {
     output.bump_version();
-    group.impl().count_run(Collective::ReduceScatter, Algorithm::Native);
-    return native.reduce_scatter(input.raw_data(), output.raw_data(), counts, input.dtype(), op);
+    return native_reduce_scatter(group.impl(), algo, input.raw_data(), output.raw_data(), sizes,
+                                 per_row, static_cast<size_t>(output.numel()), input.dtype(),
+                                 op);
   };
   return detail::issue(group, {
       .name = "reduce_scatter",
       .what = detail::OpSummary::of(input, op).with_splits(sizes),
-      .native_start = detail::native_start_if(algo == Algorithm::Native &&
+      .native_start = detail::native_start_if(uses_native_collectives(algo) &&
                                                   natively_reducible(input.dtype(), op) &&
                                                   !output.overlaps(input),
                                               start_native),
       .keep = {&input, &output},
-      .body = [&] { return reduce_scatter_body(input, output, op, sizes, world, algo); }});
+      .body = [&] {
+        return reduce_scatter_body(input, output, op, sizes, /*equal=*/false, world, algo);
+      }});
 }
 
 Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, ReduceOp op) {
@@ -261,24 +292,23 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
   if (output.overlaps(input))  // only our own block of the input may be the output
     v.no_overlap(input, "input", output, "output", input.narrow(0, group.rank() * rows, rows));
   const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
-  auto start = [&](NativeCollectives& native) {
+  auto start = [&](NativeCollectives&) {
     output.bump_version();
-    group.impl().count_run(Collective::ReduceScatter, Algorithm::Native);
-    return native.reduce_scatter_equal(input.raw_data(), output.raw_data(),
-                                       static_cast<size_t>(output.numel()), input.dtype(), op);
+    return native_reduce_scatter(group.impl(), algo, input.raw_data(), output.raw_data(), {}, 0,
+                                 static_cast<size_t>(output.numel()), input.dtype(), op);
   };
   // Described and fingerprinted as reduce_scatter_v with equal blocks, the same call.
   return detail::issue(group, {
       .name = "reduce_scatter",
       .what = detail::OpSummary::of(input, op).with_equal_splits(world, rows),
-      .native_start = detail::native_start_if(algo == Algorithm::Native &&
+      .native_start = detail::native_start_if(uses_native_collectives(algo) &&
                                                   natively_reducible(input.dtype(), op) &&
                                                   !output.overlaps(input),
                                               start),
       .keep = {&input, &output},
       .body = [&] {
-        return reduce_scatter_body(input, output, op, std::vector<int64_t>(world, rows), world,
-                                   algo);
+        return reduce_scatter_body(input, output, op, std::vector<int64_t>(world, rows),
+                                   /*equal=*/true, world, algo);
       }});
 }
 

@@ -1,8 +1,12 @@
 // The algorithm table is the dispatch: for every collective, each algorithm the table lists
-// (Native only where the transport has collectives of its own) is forced in turn, and the
-// group's run counts (GroupImpl::runs) must show that exactly that algorithm ran, once per op,
-// for every form of the collective; without an override, the automatic choice ran. Results are
-// checked too, by the same helpers as the other suites.
+// (the transport's own ways only where it has collectives of its own) is forced in turn, and
+// the group's run counts (GroupImpl::runs) must show that exactly that algorithm ran, once per
+// op, for every form of the collective; without an override, the automatic choice ran. A
+// transport's persistent or exchange way falls to the next for a form or group it does not
+// fit (algorithm_table.h): then every op ran one of the transport's ways, and the one forced
+// ran for each op that fits it. Results are checked too, by the same helpers as the other
+// suites. The automatic choice per collective, size, group size and transport is recorded in
+// a table below, as it was before the transport's ways became entries of the table.
 //
 // Local worlds set the override once around run_checked, as every rank thread shares it; under
 // mpiexec (and the UCX launcher) each process sets its own, and every op is waited for before
@@ -11,6 +15,7 @@
 #include "spmd_case.h"
 
 #include <ferry/collectives/engine/group_impl.h>
+#include <ferry/runtime/config.h>
 
 #include <catch2/catch.hpp>
 
@@ -105,31 +110,72 @@ int run_forms(Collective c, Ctx& ctx, const Group& g) {
   return ops;
 }
 
-// Runs every form of `c` and checks that `expected` ran each of its ops and nothing else did.
+// How many of run_forms' ops of `c` the transport's way `a` takes on `g` when forced: each,
+// for MPI's call; for its persistent requests, the forms with equal blocks (small here, and all
+// blocks on one rank but the all-to-alls' with lists); for
+// its exchange, every form but a reduce's, a gather's, a scatter's or a barrier's, in groups of
+// 2-4 ranks (broadcast: 2). None when the way is switched off.
+int fitting_ops(Collective c, Algorithm a, int ops, const Group& g) {
+  const int W = g.size();
+  if (a == Algorithm::Native || !ferry::uses_native_collectives(a)) return ops;
+  if (a == Algorithm::Persistent) {
+    if (!ferry::config().mpi_persistent) return 0;
+    switch (c) {
+      case Collective::AllReduce: return ops;
+      case Collective::Broadcast: return ops;
+      case Collective::Barrier: return ops;
+      // The equal form; the v-forms have none, but their one block on one rank is equal.
+      case Collective::ReduceScatter: return W == 1 ? ops : 1;
+      case Collective::AllGather: return W == 1 ? ops : 1;
+      case Collective::AllToAll: return 1;       // equal blocks; split lists, lists, layouts not
+      default: return 0;
+    }
+  }
+  if (!ferry::config().mpi_exchange || W < 2 || W > 4) return 0;
+  if (c == Collective::Broadcast) return W == 2 ? ops : 0;
+  return ops;
+}
+
+// Runs every form of `c` and checks that `expected` ran each of its ops and nothing else did
+// (a transport's way that does not fit an op: it ran, the rest ran the transport's others).
 void expect_dispatch(Collective c, Algorithm expected, Ctx& ctx, const Group& g) {
   ferry::detail::GroupImpl& impl = g.impl();
   std::vector<uint64_t> before(ferry::kAlgorithmCount);
   for (size_t a = 0; a < ferry::kAlgorithmCount; ++a)
     before[a] = impl.runs(c, static_cast<Algorithm>(a));
   const int ops = run_forms(c, ctx, g);
+  const bool way = ferry::uses_native_collectives(expected);
+  const uint64_t fit = static_cast<uint64_t>(fitting_ops(c, expected, ops, g));
+  uint64_t ways_ran = 0;
   for (size_t a = 0; a < ferry::kAlgorithmCount; ++a) {
     const Algorithm algo = static_cast<Algorithm>(a);
     const uint64_t ran = impl.runs(c, algo) - before[a];
-    const uint64_t want = algo == expected ? static_cast<uint64_t>(ops) : 0;
+    if (way && ferry::uses_native_collectives(algo)) {
+      ways_ran += ran;
+      if (algo != expected) continue;
+    }
+    const uint64_t want = algo == expected ? fit : 0;
     ctx.expect(ran == want, [&] {
       return std::string(ferry::collective_name(c)) + " on rank " + std::to_string(g.rank()) +
-             ": expected " + ferry::algorithm_name(expected) + " to run " +
-             std::to_string(ops) + " ops, but " + ferry::algorithm_name(algo) + " ran " +
-             std::to_string(ran);
+             " with " + ferry::algorithm_name(expected) + " chosen for " + std::to_string(ops) +
+             " ops: expected " + ferry::algorithm_name(algo) + " to run " +
+             std::to_string(want) + ", given " + std::to_string(ran);
     });
   }
+  if (way)
+    ctx.expect(ways_ran == static_cast<uint64_t>(ops), [&] {
+      return std::string(ferry::collective_name(c)) + " on rank " + std::to_string(g.rank()) +
+             ": expected the transport's ways to run " + std::to_string(ops) + " ops, given " +
+             std::to_string(ways_ran);
+    });
 }
 
-// The algorithms a test can force for `c` on `g`: Native only with native collectives.
+// The algorithms a test can force for `c` on `g`: the transport's own ways only with native
+// collectives.
 std::vector<Algorithm> forcible(Collective c, bool native) {
   std::vector<Algorithm> out;
   for (Algorithm a : ferry::algorithms_for(c))
-    if (a != Algorithm::Native || native) out.push_back(a);
+    if (!ferry::uses_native_collectives(a) || native) out.push_back(a);
   return out;
 }
 
@@ -143,9 +189,27 @@ Algorithm automatic_for(Collective c, const Group& g) {
   return ferry::choose_algorithm(c, 37 * sizeof(float), g.size(), g.impl().native() != nullptr);
 }
 
-// Under mpiexec or the UCX launcher: one process per rank, each with its own override.
-void spmd_dispatch(Collective c, Group& g, Ctx& ctx) {
+// Under mpiexec or the UCX launcher: one process per rank, each with its own override. On a
+// group of its own, so that the persistent requests other cases made on the world group (a
+// group has at most 64) leave room for this case's.
+void spmd_dispatch(Collective c, Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
   expect_dispatch(c, automatic_for(c, g), ctx, g);
+  if (c == Collective::AllReduce) {
+    // The automatic choice above the small sizes, which the transport takes as the table says.
+    ferry::detail::GroupImpl& impl = g.impl();
+    for (int64_t rows : {int64_t{4096}, int64_t{16384}}) {  // 16 KiB, 64 KiB
+      const Algorithm want = ferry::choose_algorithm(c, static_cast<size_t>(rows) * 4, g.size(),
+                                                     impl.native() != nullptr);
+      const uint64_t before = impl.runs(c, want);
+      run_case(ctx, g, start_all_reduce, small_case(DType::Float32, rows, ReduceOp::Sum, 0, 9));
+      ctx.expect(impl.runs(c, want) == before + 1, [&] {
+        return std::string("all_reduce of ") + std::to_string(rows * 4) + " B on rank " +
+               std::to_string(g.rank()) + ": expected " + ferry::algorithm_name(want) +
+               " to run";
+      });
+    }
+  }
   for (Algorithm a : forcible(c, g.impl().native() != nullptr)) {
     ScopedAlgorithm o(spec_of(c, a));
     expect_dispatch(c, a, ctx, g);
@@ -193,3 +257,93 @@ FT_DISPATCH_CASE(Collective::Broadcast, "broadcast")
 FT_DISPATCH_CASE(Collective::Gather, "gather")
 FT_DISPATCH_CASE(Collective::Scatter, "scatter")
 FT_DISPATCH_CASE(Collective::Barrier, "barrier")
+
+// The automatic choice per collective × bytes (as each op asks: per rank's input; all_gather
+// its block; the forms with size lists ask with 0) × group size × transport. The rows without
+// native collectives (local, UCX) are the table's rules as they were; the rows with them (MPI)
+// are the ways MPI's collectives took before the table chose them, in the order they tried
+// them: a persistent request up to 8 KiB staged each way, the exchange in groups of 2-4 ranks
+// (broadcast: 2), else the non-blocking call. Both must stay as they are unless a measurement
+// says otherwise.
+TEST_CASE("algorithm table: the automatic choice per collective, size and transport",
+          "[algorithms][dispatch]") {
+  // The rows are for the defaults; a way switched off drops its rows (checked by the MPI
+  // suites that run with it off).
+  const bool defaults = ferry::config().mpi_persistent && ferry::config().mpi_exchange;
+  ferry::set_algorithm_override("");
+  using C = Collective;
+  using A = Algorithm;
+  struct Row {
+    C c;
+    size_t bytes;
+    int world;
+    A local;  // local and UCX
+    A mpi;
+  };
+  const A P = A::Persistent, X = A::Exchange, N = A::Native;
+  const Row rows[] = {
+      {C::AllReduce, 8, 2, A::Direct, P},
+      {C::AllReduce, 8, 8, A::Direct, P},
+      {C::AllReduce, 8, 9, A::RecursiveDoubling, P},
+      {C::AllReduce, 4096, 3, A::Direct, P},
+      {C::AllReduce, 8192, 2, A::RecursiveDoubling, P},
+      {C::AllReduce, 8193, 2, A::RecursiveDoubling, X},
+      {C::AllReduce, 64 << 10, 1, A::RecursiveDoubling, N},
+      {C::AllReduce, 64 << 10, 2, A::Ring, X},
+      {C::AllReduce, 64 << 10, 4, A::Ring, X},
+      {C::AllReduce, 64 << 10, 5, A::Ring, N},
+      {C::AllReduce, 4 << 20, 3, A::Ring, X},
+      {C::AllReduce, 4 << 20, 8, A::Ring, N},
+      {C::Reduce, 8, 2, A::Tree, N},
+      {C::Reduce, 4 << 20, 8, A::Tree, N},
+      {C::ReduceScatter, 8, 2, A::Ring, P},
+      {C::ReduceScatter, 64 << 10, 3, A::Ring, X},
+      {C::ReduceScatter, 4 << 20, 8, A::Ring, N},
+      {C::AllGather, 8, 8, A::Ring, P},
+      {C::AllGather, 4096, 2, A::Ring, P},
+      {C::AllGather, 4096, 3, A::Ring, X},
+      {C::AllGather, 4096, 5, A::Ring, N},
+      {C::AllGather, 64 << 10, 2, A::Ring, X},
+      {C::AllGather, 4 << 20, 8, A::Ring, N},
+      {C::AllToAll, 0, 3, A::Pairwise, P},  // split lists: no persistent form, the next takes it
+      {C::AllToAll, 8, 2, A::Pairwise, P},
+      {C::AllToAll, 64 << 10, 4, A::Pairwise, X},
+      {C::AllToAll, 4 << 20, 8, A::Pairwise, N},
+      {C::Broadcast, 8, 3, A::Tree, P},
+      {C::Broadcast, 64 << 10, 2, A::Tree, X},
+      {C::Broadcast, 64 << 10, 3, A::Tree, N},
+      {C::Broadcast, 4 << 20, 8, A::Tree, N},
+      {C::Gather, 0, 4, A::Linear, N},
+      {C::Scatter, 0, 4, A::Linear, N},
+      {C::Barrier, 0, 2, A::Dissemination, P},
+      {C::Barrier, 0, 8, A::Dissemination, P},
+  };
+  for (const Row& r : rows) {
+    INFO(ferry::collective_name(r.c) << ", " << r.bytes << " B, " << r.world << " ranks");
+    CHECK(ferry::algorithm_name(ferry::choose_algorithm(r.c, r.bytes, r.world, false)) ==
+          std::string(ferry::algorithm_name(r.local)));
+    if (defaults)
+      CHECK(ferry::algorithm_name(ferry::choose_algorithm(r.c, r.bytes, r.world, true)) ==
+            std::string(ferry::algorithm_name(r.mpi)));
+  }
+}
+
+// An override of one of the transport's own ways is refused when the world group is made on a
+// transport without collectives of its own: at init, before any op.
+TEST_CASE("algorithm table: a transport's own way refused at init without one",
+          "[algorithms][dispatch]") {
+  for (const char* spec : {"all_reduce:native", "broadcast:persistent", "all_gather:exchange"}) {
+    INFO(spec);
+    ScopedAlgorithm o(spec);
+    try {
+      ferry::run_ranks(2, [](Group&) {});  // each rank makes its world group, and stops there
+      FAIL("a local world accepted " << spec);
+    } catch (const ferry::InvalidArgument& e) {
+      const std::string msg = e.what();
+      INFO(msg);
+      CHECK(msg.find(spec) != std::string::npos);
+      CHECK(msg.find("local") != std::string::npos);
+      CHECK(msg.find("expected one of") != std::string::npos);
+    }
+  }
+}

@@ -225,11 +225,12 @@ void run_ops_of(ferry::Collective coll, Ctx& ctx, const Group& g, DType dt, int6
 
 }  // namespace
 
-// The point-to-point algorithms of `c` (all but Native, which the local transport lacks).
+// The point-to-point algorithms of `c` (all but the transport's own ways, which the local
+// transport lacks).
 std::vector<ferry::Algorithm> point_to_point_algorithms(ferry::Collective c) {
   std::vector<ferry::Algorithm> p2p;
   for (ferry::Algorithm a : ferry::algorithms_for(c))
-    if (a != ferry::Algorithm::Native) p2p.push_back(a);
+    if (!ferry::uses_native_collectives(a)) p2p.push_back(a);
   return p2p;
 }
 
@@ -264,27 +265,39 @@ TEST_CASE("algorithm overrides: restore; table and bad specs", "[outstanding][al
     CHECK(algos.front() == ferry::Algorithm::Native);
     const ferry::Algorithm automatic = ferry::choose_algorithm(coll, 1 << 20, 4, false);
     CHECK(std::find(algos.begin() + 1, algos.end(), automatic) != algos.end());
-    CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == ferry::Algorithm::Native);
+    CHECK_FALSE(ferry::uses_native_collectives(automatic));
+    CHECK(ferry::uses_native_collectives(ferry::choose_algorithm(coll, 1 << 20, 4, true)));
     {
       ScopedAlgorithm o(name + ":" + ferry::algorithm_name(algos.back()));
       CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, false) == algos.back());
       CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == algos.back());
       CHECK(ferry::algorithm_table().find(name) != std::string::npos);
     }
-    {
-      // Native where the transport has no collectives of its own: refused at issue, naming the
-      // collective and the choices it has there.
-      ScopedAlgorithm o(name + ":native");
-      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == ferry::Algorithm::Native);
-      try {
-        ferry::choose_algorithm(coll, 1 << 20, 4, false);
-        FAIL("native accepted without native collectives");
-      } catch (const ferry::InvalidArgument& e) {
-        const std::string msg = e.what();
-        INFO(msg);
-        CHECK(msg.find(name + ":native") != std::string::npos);
-        CHECK(msg.find(ferry::algorithm_name(algos.back())) != std::string::npos);
+    // The transport's own ways where the transport has no collectives of its own: refused
+    // (at init by the world group, and at issue for an override set later), naming the
+    // collective and the choices it has there.
+    for (ferry::Algorithm way : algos) {
+      if (!ferry::uses_native_collectives(way)) continue;
+      const std::string spec = name + ":" + ferry::algorithm_name(way);
+      INFO(spec);
+      ScopedAlgorithm o(spec);
+      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == way);
+      for (int refusal = 0; refusal < 2; ++refusal) {
+        try {
+          if (refusal == 0)
+            ferry::choose_algorithm(coll, 1 << 20, 4, false);
+          else
+            ferry::detail::check_algorithm_overrides(false, "local");
+          FAIL("a way of the transport's own accepted without native collectives");
+        } catch (const ferry::InvalidArgument& e) {
+          const std::string msg = e.what();
+          INFO(msg);
+          CHECK(msg.find(spec) != std::string::npos);
+          CHECK(msg.find(ferry::algorithm_name(algos.back())) != std::string::npos);
+          CHECK(msg.find(ferry::algorithm_name(way)) != std::string::npos);
+        }
       }
+      CHECK_NOTHROW(ferry::detail::check_algorithm_overrides(true, "mpi"));
     }
     // "" restored the automatic rule.
     CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, false) == automatic);
@@ -309,8 +322,8 @@ TEST_CASE("algorithm overrides: restore; table and bad specs", "[outstanding][al
   } catch (const ferry::InvalidArgument& e) {
     const std::string msg = e.what();
     INFO(msg);
-    CHECK(msg.find("broadcast has no algorithm 'ring'; expected one of native, tree") !=
-          std::string::npos);
+    CHECK(msg.find("broadcast has no algorithm 'ring'; expected one of native, persistent, "
+                   "exchange, tree") != std::string::npos);
   }
   CHECK_THROWS_AS(ferry::set_algorithm_override("all_reduce"), ferry::InvalidArgument);
   ferry::set_algorithm_override("");

@@ -52,13 +52,19 @@ for tool in "$@"; do
       fi
       expect 0 "FERRY_TIMEOUT  *2.5 s" env FERRY_TIMEOUT=2.5 "$tool" --no-algorithms
       expect 0 "FERRY_SECRET  *(set)" env FERRY_SECRET=abc "$tool" --no-algorithms
-      # The table: per collective its algorithms and automatic choice; an override shows.
-      expect 0 "^all_reduce  *native|ring|tree|recursive_doubling|direct  *direct if <= 4 KiB" \
+      # The table: per collective its algorithms and both automatic choices (without and with
+      # collectives of the transport's own); an override shows.
+      expect 0 "^all_reduce  *native|persistent|exchange|ring|tree|recursive_doubling|direct  *direct if <= 4 KiB" \
         "$tool"
-      expect 0 "^barrier  *native|dissemination  *dissemination  *-" "$tool"
-      expect 0 "^broadcast  *native|tree  *tree  *native" env FERRY_ALGO=broadcast:native "$tool"
+      expect 0 "^barrier  *native|persistent|dissemination  *dissemination  *persistent; else native  *-" \
+        "$tool"
+      expect 0 "^broadcast  *native|persistent|exchange|tree  *tree  *persistent if <= 8 KiB; exchange if 2 ranks; else native  *native" \
+        env FERRY_ALGO=broadcast:native "$tool"
+      # Switched off, a way's rows leave the automatic choice.
+      expect 0 "^barrier  *native|persistent|dissemination  *dissemination  *native  *-" \
+        env FERRY_MPI_PERSISTENT=0 "$tool"
       # An algorithm the collective does not have: named, with what was given and the choices.
-      expect 1 "broadcast has no algorithm 'ring'; expected one of native, tree" \
+      expect 1 "broadcast has no algorithm 'ring'; expected one of native, persistent, exchange, tree" \
         env FERRY_ALGO=broadcast:ring "$tool" ;;
   esac
 done
