@@ -15,9 +15,36 @@ namespace ferry::torchrec {
 
 namespace detail {
 
+// A KJT's per-key lists come from the thread's spare vectors and go back there with the KJT:
+// every exchange builds a few KJTs, and each list would otherwise be an allocation of its own.
+namespace {
+using SpareLists = ferry::detail::ThreadSpares<std::vector<int64_t>, 16>;
+
+std::vector<int64_t> spare_list(size_t n, int64_t value) {
+  std::vector<int64_t> v = SpareLists::take();
+  v.assign(n, value);
+  return v;
+}
+
+void give_back(std::vector<int64_t>& v) {
+  v.clear();
+  SpareLists::give(std::move(v));
+}
+}  // namespace
+
 // Immutable after construction except the lazily derived members, which only go from unset to
 // set under `mu` (so references handed out stay valid).
 struct KjtState {
+  KjtState() = default;
+  KjtState(const KjtState&) = delete;
+  KjtState& operator=(const KjtState&) = delete;
+  ~KjtState() {
+    give_back(stride_per_key);
+    give_back(lengths_offset_per_key);
+    if (length_per_key) give_back(*length_per_key);
+    if (offset_per_key) give_back(*offset_per_key);
+  }
+
   std::vector<std::string> keys;
   int64_t first_duplicate = -1;  // position of a repeated key, -1 if none
   bool allow_duplicate_keys = false;
@@ -168,9 +195,9 @@ std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where,
       s->stride = num_lengths / K;
     }
     FERRY_CHECK(s->stride >= 0, InvalidArgument, where, ": stride ", s->stride, " is negative");
-    s->stride_per_key.assign(static_cast<size_t>(K), s->stride);
+    s->stride_per_key = detail::spare_list(static_cast<size_t>(K), s->stride);
   }
-  s->lengths_offset_per_key.assign(static_cast<size_t>(K) + 1, 0);
+  s->lengths_offset_per_key = detail::spare_list(static_cast<size_t>(K) + 1, 0);
   for (int64_t k = 0; k < K; ++k)
     s->lengths_offset_per_key[k + 1] = s->lengths_offset_per_key[k] + s->stride_per_key[k];
   const int64_t expected = s->lengths_offset_per_key.back();
@@ -343,10 +370,11 @@ const std::vector<int64_t>& KeyedJaggedTensor::offset_per_key() const {
     if (s_->offset_per_key) return *s_->offset_per_key;
   }
   const std::vector<int64_t>& lpk = length_per_key();
-  std::vector<int64_t> opk(lpk.size() + 1, 0);
+  std::vector<int64_t> opk = detail::spare_list(lpk.size() + 1, 0);
   for (size_t k = 0; k < lpk.size(); ++k) opk[k + 1] = opk[k] + lpk[k];
   std::lock_guard<std::mutex> lock(s_->mu);
-  if (!s_->offset_per_key) s_->offset_per_key = opk;
+  if (!s_->offset_per_key) s_->offset_per_key = std::move(opk);
+  else detail::give_back(opk);
   return *s_->offset_per_key;
 }
 
@@ -354,7 +382,7 @@ const std::vector<int64_t>& KeyedJaggedTensor::length_per_key() const {
   std::lock_guard<std::mutex> lock(s_->mu);
   if (!s_->length_per_key) {
     const auto& lo = s_->lengths_offset_per_key;
-    std::vector<int64_t> lpk(s_->keys.size(), 0);
+    std::vector<int64_t> lpk = detail::spare_list(s_->keys.size(), 0);
     if (s_->offsets.defined()) {  // two reads per key
       const Tensor& o = s_->offsets;
       for (size_t k = 0; k < lpk.size(); ++k)
