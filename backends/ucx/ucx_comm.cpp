@@ -18,7 +18,6 @@
 namespace ferry::detail {
 namespace {
 
-constexpr uint64_t kFullMask = ~uint64_t{0};
 constexpr auto kAbandonWait = std::chrono::milliseconds(200);
 
 bool is_peer_status(ucs_status_t s) {
