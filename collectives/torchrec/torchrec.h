@@ -56,8 +56,9 @@
 //                            over a Group (binary_metrics.h).
 //   sharding/                ShardedEmbeddingBagCollection, ShardedEmbeddingCollection (input
 //                            dist -> lookup -> output dist per sharding type: dp_sharding.h,
-//                            tw_cw_sharding.h, rw_sharding.h, twrw_sharding.h), their options,
-//                            state (sharded_tables.h).
+//                            twcw_sharding.h over tw_sharding.h and cw_sharding.h,
+//                            rw_sharding.h, twrw_sharding.h), their options, state
+//                            (sharded_tables.h).
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
 // same; docs/torchrec/file-map.md maps torchrec's files to these, and docs/torchrec/*.md list
@@ -108,7 +109,7 @@
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_collection.h>
 #include <ferry/collectives/torchrec/sharding/sharded_tables.h>
-#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/twcw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/twrw_sharding.h>
 #include <ferry/collectives/torchrec/sparse/bucketize.h>
 #include <ferry/collectives/torchrec/sparse/jagged_tensor.h>

@@ -4,7 +4,7 @@
 #include <ferry/collectives/torchrec/comm/topology.h>
 #include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
-#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/twcw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/twrw_sharding.h>
 #include <ferry/runtime/error.h>
 
