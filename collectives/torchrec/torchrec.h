@@ -24,16 +24,17 @@
 //   sparse/                  the jagged types (JaggedTensor, KeyedJaggedTensor, KeyedTensor),
 //                            the KJT's wire form (kjt_dist.h) and row-wise bucketization and the
 //                            pooled-embedding column permutation (bucketize.h).
-//   dist/kjt_all_to_all.h    KJTAllToAll and its two awaitables (dist_data.py): the input dist.
-//   dist/embeddings_awaitable.h            PooledEmbeddingsAwaitable, SequenceEmbeddingsAwaitable.
-//   dist/pooled_embeddings_all_to_all.h    PooledEmbeddingsAllToAll,
-//                                          VariableBatchPooledEmbeddingsAllToAll,
-//                                          permute_pooled_embs_callback (column-wise).
-//   dist/sequence_embeddings_all_to_all.h  SequenceEmbeddingsAllToAll (+ the per-sample recat).
-//   dist/pooled_embeddings_reduce_scatter.h  PooledEmbeddingsReduceScatter,
-//                                          VariableBatchPooledEmbeddingsReduceScatter,
-//                                          PooledEmbeddingsAllGather.
-//   dist/inference_dists.h   KJTOneToAll, EmbeddingsAllToOne, EmbeddingsAllToOneReduce,
+//   dist_data/               torchrec's dist_data.py, one module per file:
+//     kjt_all_to_all.h       KJTAllToAll and its two awaitables: the input dist.
+//     embeddings_awaitable.h PooledEmbeddingsAwaitable, SequenceEmbeddingsAwaitable.
+//     pooled_embeddings_all_to_all.h    PooledEmbeddingsAllToAll,
+//                            VariableBatchPooledEmbeddingsAllToAll,
+//                            permute_pooled_embs_callback (column-wise).
+//     sequence_embeddings_all_to_all.h  SequenceEmbeddingsAllToAll (+ the per-sample recat).
+//     pooled_embeddings_reduce_scatter.h  PooledEmbeddingsReduceScatter,
+//                            VariableBatchPooledEmbeddingsReduceScatter,
+//                            PooledEmbeddingsAllGather.
+//     inference_dists.h      KJTOneToAll, EmbeddingsAllToOne, EmbeddingsAllToOneReduce,
 //                            SeqEmbeddingsAllToOne (single process; "devices" = local ranks).
 //   modules/                 the unsharded embedding modules (EmbeddingBagCollection,
 //                            EmbeddingCollection), their configs, tables, lookups (also the
@@ -77,12 +78,12 @@
 #include <ferry/collectives/torchrec/datasets/criteo_tsv.h>
 #include <ferry/collectives/torchrec/datasets/prefetching_source.h>
 #include <ferry/collectives/torchrec/datasets/synthetic_criteo.h>
-#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
-#include <ferry/collectives/torchrec/dist/inference_dists.h>
-#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h>
-#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/embeddings_awaitable.h>
+#include <ferry/collectives/torchrec/dist_data/inference_dists.h>
+#include <ferry/collectives/torchrec/dist_data/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_reduce_scatter.h>
+#include <ferry/collectives/torchrec/dist_data/sequence_embeddings_all_to_all.h>
 #include <ferry/collectives/torchrec/metrics/auc.h>
 #include <ferry/collectives/torchrec/metrics/binary_metrics.h>
 #include <ferry/collectives/torchrec/model_parallel/model_parallel.h>

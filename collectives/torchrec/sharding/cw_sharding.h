@@ -4,7 +4,7 @@
 // the pooled output arrives in rank order and must be put back in (feature, column) order.
 #pragma once
 
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_all_to_all.h>
 #include <ferry/collectives/torchrec/sharding/tw_sharding.h>
 
 #include <string>

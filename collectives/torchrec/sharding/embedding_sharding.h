@@ -15,7 +15,7 @@
 #pragma once
 
 #include <ferry/autograd/variable.h>
-#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/kjt_all_to_all.h>
 #include <ferry/collectives/torchrec/modules/vbe_pooling.h>
 #include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>

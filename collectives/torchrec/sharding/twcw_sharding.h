@@ -18,8 +18,8 @@
 // rows): the collection makes one group per distinct shard width.
 #pragma once
 
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
-#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/sequence_embeddings_all_to_all.h>
 #include <ferry/collectives/torchrec/sharding/cw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
