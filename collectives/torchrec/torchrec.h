@@ -40,7 +40,8 @@
 //                            EmbeddingCollection), their configs, tables, lookups (also the
 //                            sharded modules' local kernels), sparse row gradients and fused
 //                            sparse optimizers.
-//   planner/                 sharding plans (sharding_plan.h, plan_helpers.h, plan_agreement.h),
+//   planner/                 the plan types (types.h), plans written by hand (sharding_plan.h),
+//                            the agreement of a plan across ranks (plan_agreement.h),
 //                            the planner's cost model (cost_model.h), the planner (planner.h) and
 //                            the plan printer (plan_printer.h).
 //   train_pipeline/          TrainPipelineBase, TrainPipelineSparseDist (exhaustion agreed).
@@ -100,10 +101,10 @@
 #include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>
 #include <ferry/collectives/torchrec/planner/cost_model.h>
 #include <ferry/collectives/torchrec/planner/plan_agreement.h>
-#include <ferry/collectives/torchrec/planner/plan_helpers.h>
 #include <ferry/collectives/torchrec/planner/plan_printer.h>
 #include <ferry/collectives/torchrec/planner/planner.h>
 #include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 #include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
