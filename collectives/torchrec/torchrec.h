@@ -17,10 +17,11 @@
 //   comm/qcomm_codec.h       the codec protocol, NoOpQuantizedCommCodec, QuantizedCommCodecs,
 //   comm/fbgemm_qcomm_codec.h  CommOp; the FBGEMM codecs, QCommsConfig, the codec registry;
 //   comm/codec_telemetry.h   per-codec round-trip error (a ferry addition).
-//   comm/topology.h          comm.py: get_local_size / rank, group rank, intra- and cross-node
-//                            groups; comm/collective_utils.h: is_leader,
-//                            invoke_on_rank_and_broadcast_result, run_on_leader (results
-//                            carried by comm/serialization.h).
+//   comm/collective_utils.h  is_leader, invoke_on_rank_and_broadcast_result, run_on_leader
+//                            (results carried by utils/serialization.h).
+//   utils/                   what every other folder may use, below all of them:
+//     topology.h             comm.py: get_local_size / rank, group rank, intra- and cross-node
+//                            groups; serialization.h: the byte form of broadcast results.
 //   sparse/                  the jagged types (JaggedTensor, KeyedJaggedTensor, KeyedTensor),
 //                            the KJT's wire form (kjt_dist.h) and row-wise bucketization and the
 //                            pooled-embedding column permutation (bucketize.h).
@@ -74,7 +75,6 @@
 #include <ferry/collectives/torchrec/comm/fbgemm_qcomm_codec.h>
 #include <ferry/collectives/torchrec/comm/lazy_awaitable.h>
 #include <ferry/collectives/torchrec/comm/qcomm_codec.h>
-#include <ferry/collectives/torchrec/comm/topology.h>
 #include <ferry/collectives/torchrec/datasets/caching_source.h>
 #include <ferry/collectives/torchrec/datasets/criteo_tsv.h>
 #include <ferry/collectives/torchrec/datasets/prefetching_source.h>
@@ -119,3 +119,4 @@
 #include <ferry/collectives/torchrec/sparse/keyed_tensor.h>
 #include <ferry/collectives/torchrec/sparse/kjt_dist.h>
 #include <ferry/collectives/torchrec/train_pipeline/train_pipeline.h>
+#include <ferry/collectives/torchrec/utils/topology.h>

@@ -1,6 +1,6 @@
 #include <ferry/collectives/torchrec/planner/sharding_plan.h>
 
-#include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/collectives/torchrec/utils/topology.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>

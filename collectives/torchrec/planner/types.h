@@ -31,7 +31,7 @@
 // collectively, once, when the sharded modules are built.
 #pragma once
 
-#include <ferry/collectives/torchrec/comm/serialization.h>
+#include <ferry/collectives/torchrec/utils/serialization.h>
 
 #include <cstdint>
 #include <map>
