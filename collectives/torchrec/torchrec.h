@@ -17,29 +17,32 @@
 //   comm/qcomm_codec.h       the codec protocol, NoOpQuantizedCommCodec, QuantizedCommCodecs,
 //   comm/fbgemm_qcomm_codec.h  CommOp; the FBGEMM codecs, QCommsConfig, the codec registry;
 //   comm/codec_telemetry.h   per-codec round-trip error (a ferry addition).
-//   comm/topology.h          comm.py: get_local_size / rank, group rank, intra- and cross-node
-//                            groups; comm/collective_utils.h: is_leader,
-//                            invoke_on_rank_and_broadcast_result, run_on_leader (results
-//                            carried by comm/serialization.h).
+//   comm/collective_utils.h  is_leader, invoke_on_rank_and_broadcast_result, run_on_leader
+//                            (results carried by utils/serialization.h).
+//   utils/                   what every other folder may use, below all of them:
+//     topology.h             comm.py: get_local_size / rank, group rank, intra- and cross-node
+//                            groups; serialization.h: the byte form of broadcast results.
 //   sparse/                  the jagged types (JaggedTensor, KeyedJaggedTensor, KeyedTensor),
 //                            the KJT's wire form (kjt_dist.h) and row-wise bucketization and the
 //                            pooled-embedding column permutation (bucketize.h).
-//   dist/kjt_all_to_all.h    KJTAllToAll and its two awaitables (dist_data.py): the input dist.
-//   dist/embeddings_awaitable.h            PooledEmbeddingsAwaitable, SequenceEmbeddingsAwaitable.
-//   dist/pooled_embeddings_all_to_all.h    PooledEmbeddingsAllToAll,
-//                                          VariableBatchPooledEmbeddingsAllToAll,
-//                                          permute_pooled_embs_callback (column-wise).
-//   dist/sequence_embeddings_all_to_all.h  SequenceEmbeddingsAllToAll (+ the per-sample recat).
-//   dist/pooled_embeddings_reduce_scatter.h  PooledEmbeddingsReduceScatter,
-//                                          VariableBatchPooledEmbeddingsReduceScatter,
-//                                          PooledEmbeddingsAllGather.
-//   dist/inference_dists.h   KJTOneToAll, EmbeddingsAllToOne, EmbeddingsAllToOneReduce,
+//   dist_data/               torchrec's dist_data.py, one module per file:
+//     kjt_all_to_all.h       KJTAllToAll and its two awaitables: the input dist.
+//     embeddings_awaitable.h PooledEmbeddingsAwaitable, SequenceEmbeddingsAwaitable.
+//     pooled_embeddings_all_to_all.h    PooledEmbeddingsAllToAll,
+//                            VariableBatchPooledEmbeddingsAllToAll,
+//                            permute_pooled_embs_callback (column-wise).
+//     sequence_embeddings_all_to_all.h  SequenceEmbeddingsAllToAll (+ the per-sample recat).
+//     pooled_embeddings_reduce_scatter.h  PooledEmbeddingsReduceScatter,
+//                            VariableBatchPooledEmbeddingsReduceScatter,
+//                            PooledEmbeddingsAllGather.
+//     inference_dists.h      KJTOneToAll, EmbeddingsAllToOne, EmbeddingsAllToOneReduce,
 //                            SeqEmbeddingsAllToOne (single process; "devices" = local ranks).
 //   modules/                 the unsharded embedding modules (EmbeddingBagCollection,
 //                            EmbeddingCollection), their configs, tables, lookups (also the
 //                            sharded modules' local kernels), sparse row gradients and fused
 //                            sparse optimizers.
-//   planner/                 sharding plans (sharding_plan.h, plan_helpers.h, plan_agreement.h),
+//   planner/                 the plan types (types.h), plans written by hand (sharding_plan.h),
+//                            the agreement of a plan across ranks (plan_agreement.h),
 //                            the planner's cost model (cost_model.h), the planner (planner.h) and
 //                            the plan printer (plan_printer.h).
 //   train_pipeline/          TrainPipelineBase, TrainPipelineSparseDist (exhaustion agreed).
@@ -56,8 +59,9 @@
 //                            over a Group (binary_metrics.h).
 //   sharding/                ShardedEmbeddingBagCollection, ShardedEmbeddingCollection (input
 //                            dist -> lookup -> output dist per sharding type: dp_sharding.h,
-//                            tw_cw_sharding.h, rw_sharding.h, twrw_sharding.h), their options,
-//                            state (sharded_tables.h).
+//                            twcw_sharding.h over tw_sharding.h and cw_sharding.h,
+//                            rw_sharding.h, twrw_sharding.h), their options, state
+//                            (sharded_tables.h).
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
 // same; docs/torchrec/file-map.md maps torchrec's files to these, and docs/torchrec/*.md list
@@ -71,17 +75,16 @@
 #include <ferry/collectives/torchrec/comm/fbgemm_qcomm_codec.h>
 #include <ferry/collectives/torchrec/comm/lazy_awaitable.h>
 #include <ferry/collectives/torchrec/comm/qcomm_codec.h>
-#include <ferry/collectives/torchrec/comm/topology.h>
 #include <ferry/collectives/torchrec/datasets/caching_source.h>
 #include <ferry/collectives/torchrec/datasets/criteo_tsv.h>
 #include <ferry/collectives/torchrec/datasets/prefetching_source.h>
 #include <ferry/collectives/torchrec/datasets/synthetic_criteo.h>
-#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
-#include <ferry/collectives/torchrec/dist/inference_dists.h>
-#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h>
-#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/embeddings_awaitable.h>
+#include <ferry/collectives/torchrec/dist_data/inference_dists.h>
+#include <ferry/collectives/torchrec/dist_data/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_reduce_scatter.h>
+#include <ferry/collectives/torchrec/dist_data/sequence_embeddings_all_to_all.h>
 #include <ferry/collectives/torchrec/metrics/auc.h>
 #include <ferry/collectives/torchrec/metrics/binary_metrics.h>
 #include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
@@ -98,17 +101,17 @@
 #include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>
 #include <ferry/collectives/torchrec/planner/cost_model.h>
 #include <ferry/collectives/torchrec/planner/plan_agreement.h>
-#include <ferry/collectives/torchrec/planner/plan_helpers.h>
 #include <ferry/collectives/torchrec/planner/plan_printer.h>
 #include <ferry/collectives/torchrec/planner/planner.h>
 #include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 #include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_collection.h>
 #include <ferry/collectives/torchrec/sharding/sharded_tables.h>
-#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/twcw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/twrw_sharding.h>
 #include <ferry/collectives/torchrec/sparse/bucketize.h>
 #include <ferry/collectives/torchrec/sparse/jagged_tensor.h>
@@ -116,3 +119,4 @@
 #include <ferry/collectives/torchrec/sparse/keyed_tensor.h>
 #include <ferry/collectives/torchrec/sparse/kjt_dist.h>
 #include <ferry/collectives/torchrec/train_pipeline/train_pipeline.h>
+#include <ferry/collectives/torchrec/utils/topology.h>

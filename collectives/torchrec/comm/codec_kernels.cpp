@@ -1,5 +1,5 @@
 #include <ferry/collectives/torchrec/comm/codec_kernels.h>
-#include <ferry/collectives/torchrec/comm/isa_clones.h>
+#include <ferry/collectives/torchrec/utils/isa_clones.h>
 
 #include <algorithm>
 #include <bit>

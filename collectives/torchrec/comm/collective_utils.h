@@ -20,7 +20,7 @@
 #pragma once
 
 #include <ferry/collectives/group.h>
-#include <ferry/collectives/torchrec/comm/serialization.h>
+#include <ferry/collectives/torchrec/utils/serialization.h>
 
 #include <cstdint>
 #include <functional>

@@ -30,7 +30,7 @@
 #include <ferry/collectives/ddp/gradient_reducer.h>
 #include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/model_parallel/shard_model.h>
-#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 #include <ferry/runtime/awaitable.h>
 
 #include <functional>

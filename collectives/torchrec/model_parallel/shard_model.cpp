@@ -1,8 +1,8 @@
 #include <ferry/collectives/torchrec/model_parallel/shard_model.h>
 
-#include <ferry/collectives/torchrec/comm/topology.h>
 #include <ferry/collectives/torchrec/model_parallel/sharded_collection_module.h>
 #include <ferry/collectives/torchrec/planner/planner.h>
+#include <ferry/collectives/torchrec/utils/topology.h>
 #include <ferry/runtime/error.h>
 
 #include <set>

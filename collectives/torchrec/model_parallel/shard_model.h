@@ -36,7 +36,7 @@
 #include <ferry/collectives/torchrec/modules/embedding_config.h>
 #include <ferry/collectives/torchrec/modules/fused_optimizer.h>
 #include <ferry/collectives/torchrec/planner/cost_model.h>
-#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 #include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 
 #include <cstdint>

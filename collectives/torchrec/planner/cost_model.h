@@ -41,7 +41,7 @@
 // times (no latency term, no overlap, no codec compression).
 #pragma once
 
-#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 
 #include <cstdint>
 #include <map>

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <ferry/collectives/group.h>
-#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 
 #include <cstdint>
 

@@ -24,7 +24,7 @@
 #pragma once
 
 #include <ferry/collectives/torchrec/planner/cost_model.h>
-#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 
 #include <cstdint>
 #include <map>

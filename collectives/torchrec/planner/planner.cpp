@@ -1,8 +1,8 @@
 #include <ferry/collectives/torchrec/planner/planner.h>
 
 #include <ferry/collectives/torchrec/comm/collective_utils.h>
-#include <ferry/collectives/torchrec/planner/plan_helpers.h>
 #include <ferry/collectives/torchrec/planner/plan_printer.h>
+#include <ferry/collectives/torchrec/planner/sharding_plan.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 

@@ -36,7 +36,7 @@
 
 #include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/planner/cost_model.h>
-#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 
 #include <map>
 #include <string>

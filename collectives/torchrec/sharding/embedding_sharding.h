@@ -1,8 +1,10 @@
 // The per-sharding-type pieces of the sharded embedding collections (torchrec's
 // EmbeddingSharding: input dist -> local lookup -> output dist), as one internal interface and a
 // few helpers. The implementations live one per file:
-//   tw_cw_sharding.h   table_wise, column_wise, table_column_wise (shards as whole "tables" on
-//                      their ranks: KJTAllToAll of their features, pooled / sequence all-to-all)
+//   twcw_sharding.h    table_wise, column_wise, table_column_wise (shards as whole "tables" on
+//                      their ranks: KJTAllToAll of their features, pooled / sequence all-to-all),
+//                      over the shard units of tw_sharding.h and the column order of
+//                      cw_sharding.h
 //   rw_sharding.h      row_wise (bucketize, KJTAllToAll, reduce-scatter / sequence all-to-all
 //                      with the unbucketize permutation)
 //   twrw_sharding.h    table_row_wise (bucketize per node, staggered KJTAllToAll, intra-node
@@ -13,7 +15,7 @@
 #pragma once
 
 #include <ferry/autograd/variable.h>
-#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/kjt_all_to_all.h>
 #include <ferry/collectives/torchrec/modules/vbe_pooling.h>
 #include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>

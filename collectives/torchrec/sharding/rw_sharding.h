@@ -18,8 +18,8 @@
 //                VariableBatchPooledEmbeddingsReduceScatter, MEAN divided after it as above.
 #pragma once
 
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h>
-#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_reduce_scatter.h>
+#include <ferry/collectives/torchrec/dist_data/sequence_embeddings_all_to_all.h>
 #include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 

@@ -1,11 +1,11 @@
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 
 #include <ferry/autograd/ops.h>
-#include <ferry/collectives/torchrec/comm/topology.h>
 #include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
-#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/twcw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/twrw_sharding.h>
+#include <ferry/collectives/torchrec/utils/topology.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
-#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/twcw_sharding.h>
 #include <ferry/runtime/error.h>
 
 #include <set>

@@ -1,9 +1,9 @@
 #include <ferry/collectives/torchrec/sharding/sharded_tables.h>
 
 #include <ferry/collectives/collectives.h>
-#include <ferry/collectives/torchrec/comm/topology.h>
 #include <ferry/collectives/torchrec/modules/vbe_pooling.h>
 #include <ferry/collectives/torchrec/planner/plan_agreement.h>
+#include <ferry/collectives/torchrec/utils/topology.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>

@@ -22,7 +22,7 @@
 #include <ferry/collectives/torchrec/modules/embedding_config.h>
 #include <ferry/collectives/torchrec/modules/embedding_table.h>
 #include <ferry/collectives/torchrec/modules/fused_optimizer.h>
-#include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/planner/types.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <cstdint>

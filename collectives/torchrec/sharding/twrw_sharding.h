@@ -15,8 +15,8 @@
 // The intra- and cross-node groups are intra_and_cross_node_pg(world, L).
 #pragma once
 
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_reduce_scatter.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
 

@@ -29,7 +29,7 @@
 
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/group.h>
-#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/kjt_all_to_all.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <functional>

@@ -1,6 +1,6 @@
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 
-#include <ferry/collectives/torchrec/comm/isa_clones.h>
+#include <ferry/collectives/torchrec/utils/isa_clones.h>
 #include <ferry/runtime/error.h>
 
 #include <cstring>

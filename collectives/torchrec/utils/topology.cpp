@@ -1,4 +1,4 @@
-#include <ferry/collectives/torchrec/comm/topology.h>
+#include <ferry/collectives/torchrec/utils/topology.h>
 
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>

@@ -22,8 +22,8 @@
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
-#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
-#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/embeddings_awaitable.h>
+#include <ferry/collectives/torchrec/dist_data/kjt_all_to_all.h>
 
 #include <cstdint>
 #include <optional>

@@ -1,4 +1,4 @@
-#include <ferry/collectives/torchrec/dist/kjt_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/kjt_all_to_all.h>
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>

@@ -1,95 +1,11 @@
-#include <ferry/collectives/torchrec/sharding/tw_cw_sharding.h>
+#include <ferry/collectives/torchrec/sharding/twcw_sharding.h>
 
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 
 #include <algorithm>
-#include <numeric>
 
 namespace ferry::torchrec {
-
-namespace detail {
-
-std::vector<ShardUnit> shard_units(const ShardedTables& tables, const std::vector<int>& table_ids,
-                                   int64_t width) {
-  const int me = tables.world().rank();
-  std::vector<ShardUnit> units;
-  int first_feature = 0;
-  for (const ShardedTable& t : tables.tables()) {
-    const int nf = static_cast<int>(t.config.feature_names.size());
-    if (std::find(table_ids.begin(), table_ids.end(), t.index) != table_ids.end()) {
-      size_t local = 0;  // t.shards / t.tables hold this rank's shards in spec order
-      for (const ShardMetadata& m : t.sharding.sharding_spec) {
-        std::shared_ptr<EmbeddingTable> mine;
-        if (m.placement == me) mine = t.tables.at(local++);
-        if (width > 0 && m.cols() != width) continue;
-        for (int f = 0; f < nf; ++f)
-          units.push_back({first_feature + f, t.config.feature_names[static_cast<size_t>(f)],
-                           m.placement, m.col_offset(), m.cols(), t.config.pooling, mine});
-      }
-    }
-    first_feature += nf;
-  }
-  std::stable_sort(units.begin(), units.end(),
-                   [](const ShardUnit& a, const ShardUnit& b) { return a.rank < b.rank; });
-  return units;
-}
-
-namespace {
-
-std::vector<int64_t> units_per_rank(const std::vector<ShardUnit>& units, int W) {
-  std::vector<int64_t> n(static_cast<size_t>(W), 0);
-  for (const auto& u : units) ++n[static_cast<size_t>(u.rank)];
-  return n;
-}
-
-std::vector<int64_t> dims_per_rank(const std::vector<ShardUnit>& units, int W) {
-  std::vector<int64_t> n(static_cast<size_t>(W), 0);
-  for (const auto& u : units) n[static_cast<size_t>(u.rank)] += u.width;
-  return n;
-}
-
-// [rank][unit of that rank]: the units' widths (the VBE all-to-all's dims per rank per feature).
-std::vector<std::vector<int64_t>> unit_widths_per_rank(const std::vector<ShardUnit>& units, int W) {
-  std::vector<std::vector<int64_t>> out(static_cast<size_t>(W));
-  for (const auto& u : units) out[static_cast<size_t>(u.rank)].push_back(u.width);
-  return out;
-}
-
-std::vector<std::string> unit_keys(const std::vector<ShardUnit>& units) {
-  std::vector<std::string> keys;
-  for (const auto& u : units) keys.push_back(u.key);
-  return keys;
-}
-
-// Unique wire names of the units: "<feature>@<column offset>".
-std::vector<std::string> unit_names(const std::vector<ShardUnit>& units) {
-  std::vector<std::string> keys;
-  for (const auto& u : units) keys.push_back(u.key + "@" + std::to_string(u.col_offset));
-  return keys;
-}
-
-DType tables_dtype(const ShardedTables& tables, const std::vector<int>& ids) {
-  return ids.empty() ? DType::Float32
-                     : tables.tables()[static_cast<size_t>(ids.front())].config.data_type;
-}
-
-// The column permutation putting the units' blocks (in rank order) in (feature, column) order.
-EmbeddingsCallback column_order_callback(const std::vector<ShardUnit>& units) {
-  std::vector<int64_t> order(units.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    const auto& ua = units[static_cast<size_t>(a)];
-    const auto& ub = units[static_cast<size_t>(b)];
-    return ua.feature != ub.feature ? ua.feature < ub.feature : ua.col_offset < ub.col_offset;
-  });
-  std::vector<int64_t> dims;
-  for (const auto& u : units) dims.push_back(u.width);
-  return permute_pooled_embs_callback(PermutePooledEmbeddingsSplit(dims, order));
-}
-
-}  // namespace
-}  // namespace detail
 
 TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTables& tables,
                                                          std::vector<int> table_ids,

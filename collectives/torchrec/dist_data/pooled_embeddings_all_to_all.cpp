@@ -1,4 +1,4 @@
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_all_to_all.h>
 
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>

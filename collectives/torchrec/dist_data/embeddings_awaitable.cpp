@@ -1,4 +1,4 @@
-#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
+#include <ferry/collectives/torchrec/dist_data/embeddings_awaitable.h>
 
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>

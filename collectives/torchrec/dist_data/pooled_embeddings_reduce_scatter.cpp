@@ -1,4 +1,4 @@
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_reduce_scatter.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_reduce_scatter.h>
 
 #include <ferry/runtime/error.h>
 

@@ -1,4 +1,4 @@
-#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/sequence_embeddings_all_to_all.h>
 
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 #include <ferry/runtime/error.h>

@@ -1,4 +1,4 @@
-#include <ferry/collectives/torchrec/dist/inference_dists.h>
+#include <ferry/collectives/torchrec/dist_data/inference_dists.h>
 
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>

@@ -1,6 +1,8 @@
-// table_wise, column_wise and table_column_wise sharding (torchrec's tw_sharding / cw_sharding /
-// twcw_sharding): every shard -- a whole table for table_wise, a column range for the others --
-// acts as a table of its own on the rank it is placed on.
+// table_column_wise sharding (torchrec's twcw_sharding), and with it table_wise and column_wise:
+// every shard -- a whole table for table_wise, a column range for the others -- acts as a table
+// of its own on the rank it is placed on. One EmbeddingSharding serves the three types, so a
+// collection's tables of any of them share one input and one output all-to-all; the shard units
+// they share are in tw_sharding.h, the column-range additions in cw_sharding.h.
 //
 //   input dist   the collection's KJT permuted to one key per (shard, feature of its table),
 //                ordered by the shard's rank (a feature repeats once per column shard), then
@@ -16,8 +18,9 @@
 // rows): the collection makes one group per distinct shard width.
 #pragma once
 
-#include <ferry/collectives/torchrec/dist/pooled_embeddings_all_to_all.h>
-#include <ferry/collectives/torchrec/dist/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/pooled_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/dist_data/sequence_embeddings_all_to_all.h>
+#include <ferry/collectives/torchrec/sharding/cw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
 #include <memory>
@@ -25,21 +28,6 @@
 #include <vector>
 
 namespace ferry::torchrec {
-
-namespace detail {
-// One (shard, feature) pair: the unit a table-wise / column-wise input dist moves.
-struct ShardUnit {
-  int feature = 0;       // position in the collection's feature list
-  std::string key;       // the feature name
-  int rank = 0;          // where the shard lives
-  int64_t col_offset = 0, width = 0;
-  PoolingType pooling = PoolingType::Sum;
-  std::shared_ptr<EmbeddingTable> table;  // on this rank only
-};
-// The units of the given tables' shards of width `width` (0: any), sorted by rank (stable).
-std::vector<ShardUnit> shard_units(const ShardedTables& tables, const std::vector<int>& table_ids,
-                                   int64_t width);
-}  // namespace detail
 
 class TwCwPooledEmbeddingSharding : public PooledEmbeddingSharding {
  public:

@@ -16,7 +16,7 @@
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
-#include <ferry/collectives/torchrec/dist/embeddings_awaitable.h>
+#include <ferry/collectives/torchrec/dist_data/embeddings_awaitable.h>
 #include <ferry/collectives/torchrec/sparse/bucketize.h>
 
 #include <cstdint>
