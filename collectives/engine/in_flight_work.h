@@ -24,10 +24,11 @@
 
 namespace ferry::detail {
 
-// The memory of the tensors an op started at issue reads or writes (at most an input and an
-// output), kept alive until it finished. Held inline and without Tensor handles, whose copies
-// allocate: that would cost a small op more than its transport call.
-using KeptBuffers = std::array<std::shared_ptr<const void>, 2>;
+// The memory of the tensors an op started at issue reads or writes, kept alive until it
+// finished: an input and an output, or up to three of each for an all-to-all of several parts
+// (a KJT's lengths, values and weights). Held inline, so that keeping them costs no allocation.
+inline constexpr size_t kMaxKeptBuffers = 6;
+using KeptBuffers = std::array<std::shared_ptr<const void>, kMaxKeptBuffers>;
 
 // What a failure of an op started at issue means beyond the op.
 enum class OnFailure {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <ferry/collectives/engine/in_flight_work.h>
+#include <ferry/collectives/engine/op_body.h>
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/engine/op_description.h>
 #include <ferry/collectives/group.h>
@@ -54,9 +55,8 @@ class FunctionRef<R(Args...)> {
   R (*call_)(void*, Args...) = nullptr;
 };
 
-// The op's body runs on the group's worker (or on a thread waiting for it); what it returns
-// becomes Work::outputs().
-using OpBody = std::function<std::vector<Tensor>(OpContext&)>;
+// The op's body (op_body.h) runs on the group's worker (or on a thread waiting for it); what
+// it returns becomes Work::outputs().
 
 using NativeStart = FunctionRef<std::unique_ptr<NativeRequest>(NativeCollectives&)>;
 using OnePost = FunctionRef<std::unique_ptr<InFlight>(std::unique_ptr<OpContext>)>;
@@ -81,7 +81,7 @@ struct Op {
   // transport without its own collectives.
   OnePost post{};
   // The tensors a start or post reads or writes, kept alive until the op finished.
-  std::array<const Tensor*, 2> keep{};
+  std::array<const Tensor*, kMaxKeptBuffers> keep{};
   // Builds the run-to-completion body; called only when the op is queued, so that an op
   // started at issue does not pay for it.
   FunctionRef<OpBody()> body{};

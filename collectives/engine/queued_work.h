@@ -2,10 +2,13 @@
 // (internal).
 #pragma once
 
+#include <ferry/collectives/engine/fingerprint.h>
+#include <ferry/collectives/engine/op_body.h>
 #include <ferry/collectives/engine/op_description.h>
 #include <ferry/collectives/group.h>
 #include <ferry/runtime/work.h>
 
+#include <memory>
 #include <string>
 
 namespace ferry::detail {
@@ -20,11 +23,20 @@ void poison_after_wait_timeout(GroupImpl& group, const std::string& why);
 // issue, is in_flight_work.h's. What describes it, lets a waiter run it and poisons the group
 // after a user's wait expired lives here rather than in std::functions of WorkState, each of
 // which would cost an allocation per op.
+//
+// It also holds what the worker runs (the op's body, kept inline: op_body.h), so that queueing
+// an op allocates nothing beyond the Work, which the issuing thread's pool recycles.
 class QueuedWork final : public WorkState {
  public:
-  explicit QueuedWork(OpDescription op) : WorkState(std::string()), op_(std::move(op)) {
+  QueuedWork(OpDescription op, GroupImpl& group, const Fingerprint& fingerprint, bool checked,
+             OpBody body)
+      : WorkState(std::string()), op_(std::move(op)), group_(&group), fingerprint_(fingerprint),
+        checked_(checked), body_(std::move(body)) {
     self_timed = true;
   }
+
+  // Queues the op on its group's worker, which then holds a reference to `work` until it ran.
+  static void enqueue(const std::shared_ptr<QueuedWork>& work);
 
   std::string description() const override { return op_.format(); }
   // The group's worker runs every queued op (a waiter may take one first), dropped ones too.
@@ -35,7 +47,16 @@ class QueuedWork final : public WorkState {
   void wait_timed_out(const std::string& why) override;
 
  private:
+  // Runs the body on the worker or a helping waiter, completes or fails the Work, and drops the
+  // queue's reference.
+  void run();
+
   OpDescription op_;  // formatted only when a message needs it
+  GroupImpl* group_;  // the op's group, alive while it has queued ops (its worker runs them)
+  Fingerprint fingerprint_;
+  bool checked_;  // FERRY_CHECK=1: compare fingerprints with the peers before starting
+  OpBody body_;   // emptied before the op completes (see run)
+  std::shared_ptr<QueuedWork> queued_;  // the queue's reference, until run
 };
 
 }  // namespace ferry::detail

@@ -6,6 +6,7 @@
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
 
+#include <array>
 #include <cstring>
 
 namespace ferry {
@@ -90,39 +91,67 @@ char* span_of(const Tensor& t, const BlockLayout& layout, size_t& bytes) {
   return at;
 }
 
-// The pairwise exchange of one part through its layouts, posted in the order
-// pairwise_all_to_all posts it (so that the messages match whichever form a rank runs). A
-// block that is one contiguous span goes as plain bytes; only a strided one builds its layout.
-void post_laid_out(OpContext& ctx, const Tensor& input, const std::vector<BlockLayout>& send,
-                   Tensor& output, const std::vector<BlockLayout>& recv) {
+// One part's tensors and layouts, by reference: the single-part call passes its arguments
+// through without copying its layout lists (W + 1 allocations per side and copy).
+struct PartRef {
+  const Tensor& input;
+  const std::vector<BlockLayout>& send_layouts;
+  const Tensor& output;
+  const std::vector<BlockLayout>& recv_layouts;
+};
+
+// The most parts an op posted at issue may have: its Work keeps two tensors per part alive
+// (KeptBuffers). The KJT all-to-all moves two or three (lengths, values, weights).
+constexpr size_t kMaxPostedParts = detail::kMaxKeptBuffers / 2;
+
+// A block through its layout: as plain bytes when it is one contiguous span of its tensor, else
+// through the layout in bytes (built only then).
+void recv_block(OpContext& ctx, int from, uint32_t tag, const Tensor& t, const BlockLayout& l) {
+  size_t bytes = 0;
+  if (char* at = span_of(t, l, bytes)) {
+    ctx.recv(from, tag, at, bytes);
+  } else {
+    ctx.recv(from, tag, byte_layout(t, l));
+  }
+}
+void send_block(OpContext& ctx, int to, uint32_t tag, const Tensor& t, const BlockLayout& l) {
+  size_t bytes = 0;
+  if (const char* at = span_of(t, l, bytes)) {
+    ctx.send(to, tag, at, bytes);
+  } else {
+    ctx.send(to, tag, byte_layout(t, l));
+  }
+}
+
+// The pairwise exchange of every part through its layouts, posted in the order
+// pairwise_all_to_all posts it (each step's peers, part by part, part p on tag p), so that the
+// messages match whichever form a rank runs.
+void post_laid_out(OpContext& ctx, const PartRef* parts, size_t num_parts) {
   const int n = ctx.size(), r = ctx.rank();
   for (int s = 1; s < n; ++s) {
     const int to = (r + s) % n, from = (r - s + n) % n;
-    size_t bytes = 0;
-    if (char* at = span_of(output, recv[static_cast<size_t>(from)], bytes)) {
-      ctx.recv(from, 0, at, bytes);
-    } else {
-      ctx.recv(from, 0, byte_layout(output, recv[static_cast<size_t>(from)]));
-    }
-    if (char* at = span_of(input, send[static_cast<size_t>(to)], bytes)) {
-      ctx.send(to, 0, at, bytes);
-    } else {
-      ctx.send(to, 0, byte_layout(input, send[static_cast<size_t>(to)]));
+    for (size_t p = 0; p < num_parts; ++p) {
+      const uint32_t tag = static_cast<uint32_t>(p);
+      recv_block(ctx, from, tag, parts[p].output, parts[p].recv_layouts[static_cast<size_t>(from)]);
+      send_block(ctx, to, tag, parts[p].input, parts[p].send_layouts[static_cast<size_t>(to)]);
     }
   }
-  // The own block, while the peers' are under way (no other block overlaps it).
-  size_t in_bytes = 0, out_bytes = 0;
-  const char* from = span_of(input, send[static_cast<size_t>(r)], in_bytes);
-  char* to = span_of(output, recv[static_cast<size_t>(r)], out_bytes);
-  if (from != nullptr && to != nullptr) {
-    if (in_bytes > 0) std::memcpy(to, from, in_bytes);
-  } else if (from != nullptr) {
-    unpack_layout(from, byte_layout(output, recv[static_cast<size_t>(r)]));
-  } else if (to != nullptr) {
-    pack_layout(byte_layout(input, send[static_cast<size_t>(r)]), to);
-  } else {
-    copy_layout(byte_layout(input, send[static_cast<size_t>(r)]),
-                byte_layout(output, recv[static_cast<size_t>(r)]));
+  // The own blocks, while the peers' are under way (no other block overlaps them).
+  for (size_t p = 0; p < num_parts; ++p) {
+    const BlockLayout& send = parts[p].send_layouts[static_cast<size_t>(r)];
+    const BlockLayout& recv = parts[p].recv_layouts[static_cast<size_t>(r)];
+    size_t in_bytes = 0, out_bytes = 0;
+    const char* from = span_of(parts[p].input, send, in_bytes);
+    char* to = span_of(parts[p].output, recv, out_bytes);
+    if (from != nullptr && to != nullptr) {
+      if (in_bytes > 0) std::memcpy(to, from, in_bytes);
+    } else if (from != nullptr) {
+      unpack_layout(from, byte_layout(parts[p].output, recv));
+    } else if (to != nullptr) {
+      pack_layout(byte_layout(parts[p].input, send), to);
+    } else {
+      copy_layout(byte_layout(parts[p].input, send), byte_layout(parts[p].output, recv));
+    }
   }
 }
 
@@ -223,15 +252,6 @@ std::string part_name(size_t num_parts, size_t p, const char* tensor) {
   return name;
 }
 
-// One part's tensors and layouts, by reference: the single-part call passes its arguments
-// through without copying its layout lists (W + 1 allocations per side and copy).
-struct PartRef {
-  const Tensor& input;
-  const std::vector<BlockLayout>& send_layouts;
-  const Tensor& output;
-  const std::vector<BlockLayout>& recv_layouts;
-};
-
 Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& group) {
   detail::Validator v("all_to_all_single", group);
   if (num_parts == 0) v.fail("needs at least one part");
@@ -265,22 +285,26 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
   // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
   const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
-  // One part posts every message at once on a transport without collectives of its own: it
-  // starts at issue, reading the layouts as they are (the Work keeps its two tensors alive).
-  Tensor first_output = parts[0].output;
+  // On a transport without collectives of its own the parts post every message at once: the
+  // op starts at issue, reading the layouts as they are (the Work keeps the parts' tensors
+  // alive), and nothing of them is copied for a queued body.
+  const bool postable = num_parts <= kMaxPostedParts && algo == Algorithm::Pairwise;
+  std::array<const Tensor*, detail::kMaxKeptBuffers> keep{};
+  for (size_t p = 0; postable && p < num_parts; ++p) {
+    keep[2 * p] = &parts[p].input;
+    keep[2 * p + 1] = &parts[p].output;
+  }
   auto post = [&](std::unique_ptr<OpContext> ctx) {
-    first_output.bump_version();
+    for (size_t p = 0; p < num_parts; ++p) Tensor(parts[p].output).bump_version();
     ctx->ran(Collective::AllToAll, Algorithm::Pairwise);
-    post_laid_out(*ctx, parts[0].input, parts[0].send_layouts, first_output,
-                  parts[0].recv_layouts);
+    post_laid_out(*ctx, parts, num_parts);
     return detail::posted_exchange(std::move(ctx));
   };
   return detail::issue(group, {
       .name = "all_to_all_single",
       .what = summary,
-      .post = num_parts == 1 && algo == Algorithm::Pairwise ? detail::OnePost(post)
-                                                            : detail::OnePost(),
-      .keep = {&parts[0].input, &first_output},
+      .post = postable ? detail::OnePost(post) : detail::OnePost(),
+      .keep = keep,
       .body = [&] {
     // Built only for a queued op: every part's layouts in bytes, its tensors kept alive.
     std::vector<std::vector<ByteLayout>> send, recv;  // [part][rank]

@@ -265,8 +265,13 @@ struct KjtA2aState {
         lp += stride_per_rank[seg / K];
         vp += seg_values[seg];
       }
-    std::vector<LayoutAllToAllPart> parts;  // uniform stride: every label in one collective
-    parts.reserve(labels.size());
+    // Uniform stride: every label in one collective. Its parts' layout lists are the ones this
+    // thread's previous call left, emptied but with their capacity: a training step builds them
+    // without allocating (the collective reads them during the call only).
+    std::vector<LayoutAllToAllPart> parts =
+        uniform ? ferry::detail::ThreadSpares<std::vector<LayoutAllToAllPart>>::take()
+                : std::vector<LayoutAllToAllPart>();
+    parts.resize(uniform ? labels.size() : 0);
     for (size_t l = 0; l < labels.size(); ++l) {
       int64_t n = 0;
       for (int64_t c : output_splits[l]) n += c;
@@ -277,27 +282,31 @@ struct KjtA2aState {
         if (options.progress_in_background) phase2.back().progress_in_background();
         continue;
       }
-      LayoutAllToAllPart part{send[l], std::vector<BlockLayout>(W), out.back(),
-                              std::vector<BlockLayout>(W)};
+      LayoutAllToAllPart& part = parts[l];
+      part.input = send[l];
+      part.output = out.back();
+      part.send_layouts.resize(static_cast<size_t>(W));
+      part.recv_layouts.resize(static_cast<size_t>(W));
       int64_t off = 0;
       for (int j = 0; j < W; ++j) {
-        part.send_layouts[j].push_back(StridedRun{off, 1, input_splits[l][j], 0});
+        part.send_layouts[j].assign(1, StridedRun{off, 1, input_splits[l][j], 0});
         off += input_splits[l][j];
       }
       for (int s = 0; s < W; ++s) {
-        part.recv_layouts[s].reserve(static_cast<size_t>(K));
+        BlockLayout& from_s = part.recv_layouts[s];
+        from_s.clear();
         for (int64_t t = 0; t < K; ++t) {
           const size_t seg = static_cast<size_t>(s * K + t);
-          part.recv_layouts[s].push_back(
-              l == 0 ? StridedRun{seg_lpos[seg], 1, stride_per_rank[s], 0}
-                     : StridedRun{seg_vpos[seg], 1, seg_values[seg], 0});
+          from_s.push_back(l == 0 ? StridedRun{seg_lpos[seg], 1, stride_per_rank[s], 0}
+                                  : StridedRun{seg_vpos[seg], 1, seg_values[seg], 0});
         }
       }
-      parts.push_back(std::move(part));
     }
     if (uniform) {
       phase2.push_back(all_to_all_single(parts, group));
       if (options.progress_in_background) phase2.back().progress_in_background();
+      for (LayoutAllToAllPart& part : parts) part.input = part.output = Tensor();
+      ferry::detail::ThreadSpares<std::vector<LayoutAllToAllPart>>::give(std::move(parts));
     }
   }
 
