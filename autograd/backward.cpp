@@ -47,12 +47,12 @@ void accumulate(Tensor& pending, Tensor g) {
   pending = pending.defined() ? sum_of(pending, g) : std::move(g);
 }
 
-// `what` is called only to word the error: building strings per node would dominate the cost
-// of small ops.
-template <class What>
-void check_gradient(const Tensor& g, const Shape& shape, DType dtype, const std::string& op,
+// `op` and `what` are called only to word the error: building strings per node would dominate
+// the cost of small ops.
+template <class Op, class What>
+void check_gradient(const Tensor& g, const Shape& shape, DType dtype, const Op& op,
                     const What& what) {
-  FERRY_CHECK(g.shape() == shape && g.dtype() == dtype, InvalidArgument, op,
+  FERRY_CHECK(g.shape() == shape && g.dtype() == dtype, InvalidArgument, op(),
               ": backward returned a gradient of ", dtype_name(g.dtype()), shape_str(g.shape()),
               " for ", what(), ", which is ", dtype_name(dtype), shape_str(shape),
               " (a gradient must have exactly its input's shape and dtype)");
@@ -64,7 +64,7 @@ Tensor run_hooks(const std::vector<GradHook>& hooks, Tensor grad, const Shape& s
   for (const GradHook& hook : hooks) {
     Tensor replaced = hook(grad);
     if (replaced.defined()) {
-      check_gradient(replaced, shape, dtype, "gradient hook", who);
+      check_gradient(replaced, shape, dtype, [] { return "gradient hook"; }, who);
       grad = std::move(replaced);
     }
   }
@@ -235,11 +235,13 @@ class Pass {
     if (edge.node) {
       if (!g.defined()) return;
       const OutputSlot& slot = edge.node->outputs()[edge.output_index];
-      check_gradient(g, slot.shape, slot.dtype, node.name(), [&] { return str("input ", i); });
+      check_gradient(g, slot.shape, slot.dtype, [&] { return node.name(); },
+                     [&] { return str("input ", i); });
       accumulate(edge.node->pending(edge.output_index), std::move(g));
     } else if (edge.leaf) {
       if (g.defined()) {
-        check_gradient(g, edge.leaf->value.shape(), edge.leaf->value.dtype(), node.name(), [&] {
+        check_gradient(g, edge.leaf->value.shape(), edge.leaf->value.dtype(),
+                       [&] { return node.name(); }, [&] {
           return str("input ", i, " (", Variable(edge.leaf).describe(), ")");
         });
         accumulate(edge.leaf->pending, std::move(g));

@@ -14,6 +14,17 @@ namespace ferry {
 Context::Context() = default;
 Context::~Context() = default;
 
+void Context::clear() {
+  fn_ = nullptr;
+  num_inputs_ = 0;
+  needs_input_grad_.clear();
+  non_differentiable_.clear();
+  materialize_grads_ = true;
+  to_save_.clear();
+  saved_.clear();
+  attributes_.clear();
+}
+
 void Context::save_for_backward(const std::vector<Tensor>& tensors) {
   to_save_.insert(to_save_.end(), tensors.begin(), tensors.end());
 }
@@ -42,17 +53,64 @@ void Context::mark_non_differentiable(size_t output_index) {
 
 namespace detail {
 
-// A recorded call's context lives in the per-thread object pool (object_pool.h): a training
-// step records the same calls every time, and each context was a malloc.
+// A recorded call's context lives in the per-thread object pool (object_pool.h), and a dropped
+// one is kept emptied by its thread (up to kKeptContexts) for the next recorded call: a training
+// step records the same calls every time, and each context, its list of which inputs need a
+// gradient and its saved tensors were a malloc each.
+constexpr size_t kKeptContexts = 64;
+
+void destroy_context(Context* c) noexcept {
+  c->~Context();
+  pool_give(c, sizeof(Context));
+}
+
+// The calling thread's kept contexts. Trivially destructible state, so that a context dropped
+// while the thread's statics are being destroyed finds the list gone and is simply freed.
+class KeptContexts {
+ public:
+  static Context* take() {
+    KeptContexts* kept = this_thread();
+    return kept == nullptr || kept->count_ == 0 ? nullptr : kept->items_[--kept->count_];
+  }
+  // False when the list is full or gone: the caller frees the context.
+  static bool give(Context* c) {
+    KeptContexts* kept = this_thread();
+    if (kept == nullptr || kept->count_ == kKeptContexts) return false;
+    kept->items_[kept->count_++] = c;
+    return true;
+  }
+
+ private:
+  enum class State : unsigned char { kNotYet, kAlive, kGone };
+  KeptContexts() { state() = State::kAlive; }
+  ~KeptContexts() {
+    state() = State::kGone;
+    while (count_ > 0) destroy_context(items_[--count_]);
+  }
+  static State& state() {
+    static thread_local State s = State::kNotYet;
+    return s;
+  }
+  static KeptContexts* this_thread() {
+    if (kPoolBypassed || state() == State::kGone) return nullptr;  // AddressSanitizer: no reuse
+    static thread_local KeptContexts kept;
+    return &kept;
+  }
+
+  Context* items_[kKeptContexts];
+  size_t count_ = 0;
+};
+
 struct PooledContextDelete {
   void operator()(Context* c) const noexcept {
-    c->~Context();
-    pool_give(c, sizeof(Context));
+    c->clear();
+    if (!KeptContexts::give(c)) destroy_context(c);
   }
 };
 using PooledContext = std::unique_ptr<Context, PooledContextDelete>;
 
 PooledContext make_pooled_context() {
+  if (Context* kept = KeptContexts::take()) return PooledContext(kept);
   void* block = pool_take(sizeof(Context));
   try {
     return PooledContext(new (block) Context());
@@ -65,7 +123,9 @@ PooledContext make_pooled_context() {
 class FunctionNode final : public Node {
  public:
   FunctionNode(std::shared_ptr<Function> fn, PooledContext ctx, size_t num_outputs)
-      : Node(fn->name(), num_outputs), fn_(std::move(fn)), ctx_(std::move(ctx)) {}
+      : Node(std::string(), num_outputs), fn_(std::move(fn)), ctx_(std::move(ctx)) {}
+
+  std::string name() const override { return fn_->name(); }
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
     return fn_->backward(*ctx_, grad_outputs);
@@ -89,18 +149,19 @@ bool same_tensor(const Tensor& a, const Tensor& b) {
          a.dtype() == b.dtype();
 }
 
-// Names a saved tensor after the input or output it is, for the in-place modification error.
-std::string owner_of(const Tensor& t, const std::vector<Variable>& inputs,
-                     const std::vector<Tensor>& outputs, const std::string& op) {
+// A saved tensor, to be named after the input or output it is if it is ever reported as
+// modified in place (the name is made only then).
+SavedTensor save_argument(const Function* fn, const Tensor& t, const std::vector<Variable>& inputs,
+                          const std::vector<Tensor>& outputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].defined() && same_tensor(t, inputs[i].value())) {
-      return inputs[i].name().empty() ? str("input ", i, " of ", op) : inputs[i].describe();
-    }
+    if (inputs[i].defined() && same_tensor(t, inputs[i].value()))
+      return SavedTensor::argument_of(fn, t, false, static_cast<int64_t>(i), &inputs[i]);
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
-    if (same_tensor(t, outputs[k])) return str("output ", k, " of ", op);
+    if (same_tensor(t, outputs[k]))
+      return SavedTensor::argument_of(fn, t, true, static_cast<int64_t>(k), nullptr);
   }
-  return "a tensor saved by " + op;
+  return SavedTensor::argument_of(fn, t, false, -1, nullptr);
 }
 
 }  // namespace
@@ -151,12 +212,9 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
     return plain;
   }
 
-  if (!ctx->to_save_.empty()) {
-    const std::string op = ctx->op();
-    for (const Tensor& t : ctx->to_save_)
-      ctx->saved_.emplace_back(t, detail::owner_of(t, inputs, outputs, op));
-    ctx->to_save_.clear();
-  }
+  for (const Tensor& t : ctx->to_save_)
+    ctx->saved_.push_back(detail::save_argument(fn.get(), t, inputs, outputs));
+  ctx->to_save_.clear();
   const std::vector<bool> non_differentiable = std::move(ctx->non_differentiable_);
   auto node = detail::make_pooled<detail::FunctionNode>(fn, std::move(ctx), outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {

@@ -36,6 +36,7 @@ class Function;
 namespace detail {
 class SavedTensor;
 class FunctionNode;
+struct PooledContextDelete;
 }  // namespace detail
 
 class Context {
@@ -70,7 +71,10 @@ class Context {
 
  private:
   friend class detail::FunctionNode;
+  friend struct detail::PooledContextDelete;
   friend std::vector<Variable> apply(std::shared_ptr<Function>, const std::vector<Variable>&);
+  // Back to a new context's state, keeping the lists' capacity (for the next recorded call).
+  void clear();
   // The op's name, for error messages: asked of the function only when one is written (a
   // name longer than 15 characters costs an allocation, and most calls need none).
   std::string op() const;

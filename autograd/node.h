@@ -64,7 +64,9 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  const std::string& name() const { return name_; }
+  // The op's name, for messages: made when asked (a FunctionNode asks its Function), since a
+  // name longer than 15 characters would cost every recorded call an allocation.
+  virtual std::string name() const { return name_; }
   uint64_t sequence() const { return sequence_; }
 
   // Computes the gradients of the inputs (one per edge; undefined = none) from the gradients of

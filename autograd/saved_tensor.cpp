@@ -1,5 +1,6 @@
 #include <ferry/autograd/saved_tensor.h>
 
+#include <ferry/autograd/function.h>
 #include <ferry/autograd/node.h>
 #include <ferry/runtime/error.h>
 
@@ -22,9 +23,29 @@ SavedTensor SavedTensor::output_of(const char* op, Tensor tensor) {
   return s;
 }
 
+SavedTensor SavedTensor::argument_of(const Function* fn, Tensor tensor, bool is_output,
+                                     int64_t index, const Variable* input) {
+  SavedTensor s;
+  s.tensor_ = std::move(tensor);
+  s.version_ = s.tensor_.defined() ? s.tensor_.version() : 0;
+  s.fn_ = fn;
+  s.index_ = index;
+  s.is_output_ = is_output;
+  if (input != nullptr) s.variable_ = input->impl_ptr();
+  return s;
+}
+
 std::string SavedTensor::describe_owner() const {
   if (described_) return owner_;
   if (output_of_ != nullptr) return str("the output of ", output_of_);
+  if (fn_ != nullptr) {
+    const std::string op = fn_->name();
+    if (index_ < 0) return "a tensor saved by " + op;
+    if (!is_output_) {
+      if (auto v = variable_.lock(); v && !v->name.empty()) return "variable '" + v->name + "'";
+    }
+    return str(is_output_ ? "output " : "input ", index_, " of ", op);
+  }
   if (auto v = variable_.lock()) {
     if (!v->name.empty()) return "variable '" + v->name + "'";
     if (v->producer) return str("output ", v->output_index, " of ", v->producer->name());

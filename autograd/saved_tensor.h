@@ -8,6 +8,10 @@
 #include <string>
 #include <string_view>
 
+namespace ferry {
+class Function;
+}
+
 namespace ferry::detail {
 
 class SavedTensor {
@@ -22,6 +26,11 @@ class SavedTensor {
   // An op's own output, named "the output of <op>" only if the error is raised; `op` is a
   // string literal (it is kept as a pointer).
   static SavedTensor output_of(const char* op, Tensor tensor);
+  // A tensor a Function saved, named only if the error is raised: "input i of <fn>" (or the
+  // input's own name, if the variable has one), "output k of <fn>", or "a tensor saved by <fn>"
+  // when `index` is negative. `fn` must outlive the SavedTensor (its node owns both).
+  static SavedTensor argument_of(const Function* fn, Tensor tensor, bool is_output,
+                                 int64_t index, const Variable* input);
 
   // The tensor; throws InvalidArgument naming `op` and the owner if it was modified in place
   // since it was saved (its version moved on) or if it was released.
@@ -37,6 +46,9 @@ class SavedTensor {
   std::string owner_;                     // a full description, when described_
   std::weak_ptr<VariableImpl> variable_;  // the variable saved, by SavedTensor(const Variable&)
   const char* output_of_ = nullptr;       // set by output_of()
+  const Function* fn_ = nullptr;          // set by argument_of(), with the two below
+  int64_t index_ = -1;
+  bool is_output_ = false;
   bool described_ = false;
   bool released_ = false;
 };
