@@ -25,6 +25,7 @@
 
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -36,9 +37,11 @@ class Awaitable {
   using Callback = std::function<T(T)>;
 
   Awaitable() = default;
-  // `wait_impl` produces the value when waited for.
-  explicit Awaitable(std::function<T()> wait_impl)
-      : state_(std::make_shared<State>(std::move(wait_impl))) {}
+  // `wait_impl` (any callable returning T) produces the value when waited for. It is kept
+  // inside the awaitable's shared state: one allocation for both.
+  template <class F, class = std::enable_if_t<std::is_invocable_r_v<T, std::decay_t<F>&>>>
+  explicit Awaitable(F&& wait_impl)
+      : state_(std::make_shared<StateOf<std::decay_t<F>>>(std::forward<F>(wait_impl))) {}
 
   // Composes with a Work: wait() waits for `work` (under its deadline, rethrowing its error),
   // then returns result().
@@ -72,9 +75,15 @@ class Awaitable {
 
  private:
   struct State {
-    explicit State(std::function<T()> w) : wait_impl(std::move(w)) {}
-    std::function<T()> wait_impl;
+    virtual ~State() = default;
+    virtual T wait_impl() = 0;
     std::vector<Callback> callbacks;
+  };
+  template <class F>
+  struct StateOf final : State {
+    explicit StateOf(F f) : fn(std::move(f)) {}
+    T wait_impl() override { return fn(); }
+    F fn;
   };
   std::shared_ptr<State> state_;
 };

@@ -93,7 +93,8 @@ struct Exchange {
   // of the contiguous places above, one message per part and peer (part p is step p).
   std::vector<std::vector<ByteLayout>> send_layout, recv_layout;
 };
-void pairwise_all_to_all(OpContext& ctx, const Exchange& x);
+// Moves the peers' layouts into their messages (each is used once), so `x` is spent.
+void pairwise_all_to_all(OpContext& ctx, Exchange& x);
 // The same exchange of contiguous blocks, posted without waiting (the op's Work waits): block
 // k of `send` (bytes send_bytes[k] at send_offset[k]) goes to rank k, the block from rank k
 // lands at recv + recv_offset[k]; the own block is copied here. The arrays hold one entry per

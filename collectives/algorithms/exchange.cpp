@@ -3,10 +3,11 @@
 #include <ferry/collectives/algorithms/algorithms.h>
 
 #include <cstring>
+#include <utility>
 
 namespace ferry::detail {
 
-void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
+void pairwise_all_to_all(OpContext& ctx, Exchange& x) {
   const int n = ctx.size(), r = ctx.rank();
   // All pairs are posted at once, in pairwise order so that no rank is everyone's first target.
   const bool laid_out = !x.send_layout.empty();
@@ -14,8 +15,8 @@ void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
     const int to = (r + s) % n, from = (r - s + n) % n;
     if (laid_out) {
       for (size_t p = 0; p < x.send_layout.size(); ++p) {
-        ctx.recv(from, static_cast<uint32_t>(p), x.recv_layout[p][from]);
-        ctx.send(to, static_cast<uint32_t>(p), x.send_layout[p][to]);
+        ctx.recv(from, static_cast<uint32_t>(p), std::move(x.recv_layout[p][from]));
+        ctx.send(to, static_cast<uint32_t>(p), std::move(x.send_layout[p][to]));
       }
     } else {
       ctx.recv(from, 0, x.recv[from], x.recv_bytes[from]);

@@ -48,10 +48,12 @@ class LazyAwaitable {
   // Waits for `inner` (which applies its own callbacks) on first use; callbacks added here run
   // after them.
   explicit LazyAwaitable(Awaitable<T> inner)
-      : LazyAwaitable(std::function<T()>([inner]() mutable { return inner.wait(); })) {}
-  // `wait_impl` computes the value on first use (torchrec's _wait_impl).
-  explicit LazyAwaitable(std::function<T()> wait_impl)
-      : state_(std::make_shared<State>(Awaitable<T>(std::move(wait_impl)))) {}
+      : LazyAwaitable([inner]() mutable { return inner.wait(); }) {}
+  // `wait_impl` (any callable returning T) computes the value on first use (torchrec's
+  // _wait_impl).
+  template <class F, class = std::enable_if_t<std::is_invocable_r_v<T, std::decay_t<F>&>>>
+  explicit LazyAwaitable(F&& wait_impl)
+      : state_(std::make_shared<State>(Awaitable<T>(std::forward<F>(wait_impl)))) {}
 
   // The result: waited for (and passed through the callbacks) on the first use only.
   T wait() { return value(); }
@@ -98,7 +100,7 @@ template <class T>
 class LazyNoWait : public LazyAwaitable<T> {
  public:
   explicit LazyNoWait(T obj)
-      : LazyAwaitable<T>(std::function<T()>([obj = std::move(obj)] { return obj; })) {}
+      : LazyAwaitable<T>([obj = std::move(obj)] { return obj; }) {}
 };
 
 // The value a GetItemLazyAwaitable of a T gives for a Key: T::at(key) (std::vector, std::map,

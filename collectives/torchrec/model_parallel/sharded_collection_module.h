@@ -58,8 +58,8 @@ class ShardedCollectionModule : public ShardedEmbeddingModule {
     // The collection's own LazyAwaitable runs its callbacks on first use; this one only
     // converts its value.
     auto inner = collection_->compute_and_output_dist(ctx, dist_input);
-    return LazyAwaitable<EmbeddingModuleOutput>(std::function<EmbeddingModuleOutput()>(
-        [inner]() mutable { return EmbeddingModuleOutput(inner.value()); }));
+    return LazyAwaitable<EmbeddingModuleOutput>(
+        [inner]() mutable { return EmbeddingModuleOutput(inner.value()); });
   }
 
  private:

@@ -115,7 +115,7 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
     std::vector<std::vector<detail::VbeBlock>> blocks;
     for (const auto& c : ctx.shardings) blocks.push_back(c->vbe_blocks);
     const auto inverse = ctx.inverse_rows;
-    return LazyAwaitable<PooledEmbeddings>(std::function<PooledEmbeddings()>(
+    return LazyAwaitable<PooledEmbeddings>(
         [outs = std::move(outs), blocks, inverse, parts = output_parts_]() mutable {
           const std::vector<int64_t>& dims = parts->dims;
           std::vector<Variable> flats;
@@ -136,9 +136,9 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
           out.values = detail::gather_vbe_output(flats.size() == 1 ? flats.front() : cat(flats, 0),
                                                  all, dims, inverse);
           return out;
-        }));
+        });
   }
-  return LazyAwaitable<PooledEmbeddings>(std::function<PooledEmbeddings()>(
+  return LazyAwaitable<PooledEmbeddings>(
       [outs = std::move(outs), parts = output_parts_]() mutable {
         const auto& shardings = parts->shardings;
         std::vector<std::pair<OutputBlock, Variable>> pieces;
@@ -176,7 +176,7 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
         out.length_per_key = parts->dims;
         out.values = cols.size() == 1 ? cols.front() : cat(cols, 1);
         return out;
-      }));
+      });
 }
 
 PooledEmbeddings ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features,

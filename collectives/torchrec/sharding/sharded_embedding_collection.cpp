@@ -97,7 +97,7 @@ LazyAwaitable<SequenceEmbeddings> ShardedEmbeddingCollection::compute_and_output
   const auto shardings = shardings_;
   const std::vector<std::string> keys = tables_.features();
   const std::vector<Tensor> lengths = ctx.lengths_per_feature;
-  return LazyAwaitable<SequenceEmbeddings>(std::function<SequenceEmbeddings()>(
+  return LazyAwaitable<SequenceEmbeddings>(
       [outs, shardings, keys, lengths]() mutable {
         std::vector<std::pair<OutputBlock, Variable>> pieces;
         for (size_t i = 0; i < outs.size(); ++i) {
@@ -116,7 +116,7 @@ LazyAwaitable<SequenceEmbeddings> ShardedEmbeddingCollection::compute_and_output
           out.values_per_key.push_back(cols.size() == 1 ? cols.front() : cat(cols, 1));
         }
         return out;
-      }));
+      });
 }
 
 SequenceEmbeddings ShardedEmbeddingCollection::forward(const KeyedJaggedTensor& features) const {
