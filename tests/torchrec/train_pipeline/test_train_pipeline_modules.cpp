@@ -521,4 +521,34 @@ TEST_CASE("train pipeline: a model the pipeline cannot route is refused at const
   CHECK(errors[0].find("two pipelined modules are named \"a\"") != std::string::npos);
   CHECK(errors[1].find("an input is given for \"b\", which is no pipelined module (pipelined: "
                        "\"a\")") != std::string::npos);
+
+  // A module whose ranks are not the dmp's: its input dists would not match the agreement's
+  // ranks. Each rank's module runs on that rank alone, the dmp on both.
+  std::vector<std::string> other_group(2);
+  run_ranks(2, [&](Group& world) {
+    Group alone = world.split(world.rank(), 0);
+    auto ebc = std::make_shared<ShardedEmbeddingBagCollection>(
+        bag_configs(0), false,
+        plan_of(bag_configs(0), {table_wise(0), table_wise(0), table_wise(0)}, 1), alone);
+    DistributedModelParallel dmp({}, {std::make_shared<ShardedEbcModule>(ebc, "a")}, world,
+                                 [](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
+                                   return std::make_unique<Sgd>(std::move(p), SgdOptions{});
+                                 });
+    PipelineModel pm;
+    pm.dmp = &dmp;
+    pm.dense_step = [](const Batch&, const SparseOutputs&) { return DenseStepResult{}; };
+    std::string got;
+    try {
+      TrainPipelineBase pipeline(pm);
+    } catch (const InvalidArgument& e) {
+      got = e.what();
+    }
+    std::lock_guard lock(mu);
+    other_group[static_cast<size_t>(world.rank())] = got;
+  });
+  for (const std::string& e : other_group) {
+    INFO(e);
+    CHECK(e.find("module \"a\" runs on") != std::string::npos);
+    CHECK(e.find("expected the DistributedModelParallel's") != std::string::npos);
+  }
 }
