@@ -147,10 +147,11 @@ int64_t sharding_total(const std::vector<int64_t>& v);
 // The batch of `key` in the VBE input the context holds.
 int64_t vbe_batch(const ShardingBatchContext& ctx, const std::string& key);
 // VBE: the flat indices into a padded lookup output [B_max, C] (pad_variable_stride of the
-// received `dist`, keys t with `widths` in column order) that lay it out destination-major:
-// for every destination rank s, key t, sample b < B(s, t), column d -- where key t's samples are
-// its sources' batches in rank order (stride_per_key_per_rank[t][s]; stagger 1). Also returns
-// B(s, t) as [s][t].
+// received `dist`, keys t with `widths` in column order) that lay it out source by source in the
+// order the KJT received them: for every source position s, key t, sample b < B(s, t), column d
+// -- where key t's samples are its sources' batches in that order (stride_per_key_per_rank[t][s]:
+// rank order with stagger 1, so each block goes back to its rank; table_row_wise's staggered
+// order otherwise). Also returns B(s, t) as [s][t].
 std::vector<int64_t> vbe_destination_index(const KeyedJaggedTensor& dist,
                                            const std::vector<int64_t>& widths, int W,
                                            std::vector<std::vector<int64_t>>& batch_per_rank);

@@ -28,6 +28,26 @@ std::vector<RowWiseFeature> row_wise_features(const ShardedTables& tables,
   return out;
 }
 
+Tensor vbe_row_wise_blocks(const std::vector<RowWiseFeature>& features, ShardingBatchContext& ctx,
+                           DType dtype) {
+  ctx.vbe_blocks.clear();
+  std::vector<double> divisor;
+  bool mean = false;
+  int64_t start = 0;
+  for (const RowWiseFeature& f : features) {
+    const int64_t B = vbe_batch(ctx, f.key);
+    ctx.vbe_blocks.push_back({f.feature, 0, f.dim, start, f.dim});
+    start += B * f.dim;
+    const Tensor lengths = (*ctx.vbe_input)[f.key].lengths();
+    for (int64_t b = 0; b < B; ++b) {
+      const double n = f.pooling == PoolingType::Mean ? lengths.get_flat(b) : 1.0;
+      divisor.insert(divisor.end(), static_cast<size_t>(f.dim), n > 0 ? n : 1.0);
+    }
+    mean = mean || f.pooling == PoolingType::Mean;
+  }
+  return mean ? from_vector(divisor).to(dtype) : Tensor();
+}
+
 }  // namespace detail
 
 namespace {
@@ -112,24 +132,9 @@ Awaitable<Variable> RwPooledEmbeddingSharding::vbe_output_dist(
   const Variable send = detail::flat_select(
       padded, detail::vbe_destination_index(dist, dims_, world_.size(), batch_per_rank));
   Awaitable<Variable> out = vbe_rs_.forward(send, batch_per_rank, dims_);
-  // My rows: feature t over my batch of it; MEAN: divided by my full bag lengths.
-  ctx->vbe_blocks.clear();
-  std::vector<double> divisor;
-  bool mean = false;
-  int64_t start = 0;
-  for (size_t t = 0; t < features_.size(); ++t) {
-    const int64_t B = detail::vbe_batch(*ctx, keys_[t]);
-    ctx->vbe_blocks.push_back({features_[t].feature, 0, dims_[t], start, dims_[t]});
-    start += B * dims_[t];
-    const Tensor lengths = (*ctx->vbe_input)[keys_[t]].lengths();
-    for (int64_t b = 0; b < B; ++b) {
-      const double n = pooling_[t] == PoolingType::Mean ? lengths.get_flat(b) : 1.0;
-      divisor.insert(divisor.end(), static_cast<size_t>(dims_[t]), n > 0 ? n : 1.0);
-    }
-    mean = mean || pooling_[t] == PoolingType::Mean;
-  }
-  if (mean) {
-    const Variable d(from_vector(divisor).to(dtype_));
+  const Tensor divisor = detail::vbe_row_wise_blocks(features_, *ctx, dtype_);
+  if (divisor.defined()) {
+    const Variable d(divisor);
     out.then([d](Variable y) { return div(y, d); });
   }
   return out;

@@ -40,6 +40,13 @@ struct RowWiseFeature {
 };
 std::vector<RowWiseFeature> row_wise_features(const ShardedTables& tables,
                                               const std::vector<int>& table_ids, int num_blocks);
+// VBE output of row-wise partial sums (row_wise, table_row_wise): this rank's rows of every
+// feature in `features` order, each over this rank's batch of it, laid out one after the other.
+// Records their blocks in ctx.vbe_blocks and returns, when a feature pools by MEAN, the divisor
+// of every output element (its bag's full length, known only on the rank that owns the sample;
+// 1 for SUM and empty bags); undefined otherwise.
+Tensor vbe_row_wise_blocks(const std::vector<RowWiseFeature>& features, ShardingBatchContext& ctx,
+                           DType dtype);
 }  // namespace detail
 
 class RwPooledEmbeddingSharding : public PooledEmbeddingSharding {

@@ -66,7 +66,7 @@ detail::InputCheckStatus ShardedEmbeddingBagCollection::input_check_status(
 
 void ShardedEmbeddingBagCollection::raise_input_check(
     const std::vector<int64_t>& all_words, const detail::InputCheckStatus& mine) const {
-  tables_.raise_input_status(all_words, mine, kInputDist, /*allow_vbe=*/true);
+  tables_.raise_input_status(all_words, mine, kInputDist);
 }
 
 ShardedInputDistAwaitable ShardedEmbeddingBagCollection::input_dist_checked(

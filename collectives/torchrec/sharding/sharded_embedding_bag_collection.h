@@ -38,13 +38,13 @@
 // fused. Not supported: the UVM / QUANT kernels (run as FUSED).
 //
 // Variable batch per feature (VBE: a KJT with stride_per_key_per_rank and inverse_indices), as
-// torchrec: data_parallel, table_wise, column_wise, table_column_wise and row_wise tables pool
-// every feature over its own batch (the KJT all-to-all carries the strides; the output dists
-// are VariableBatchPooledEmbeddingsAllToAll / VariableBatchPooledEmbeddingsReduceScatter) and
-// the output is expanded by the inverse indices to [B_out, sum dims], equal to
-// EmbeddingBagCollection::forward on the same KJT. table_row_wise refuses VBE (InvalidArgument
-// naming the op, the rank and the sharding type, on every rank), as does a VBE KJT without
-// inverse_indices.
+// torchrec: the tables of every sharding type pool every feature over its own batch (the KJT
+// all-to-all carries the strides; the output dists are VariableBatchPooledEmbeddingsAllToAll,
+// VariableBatchPooledEmbeddingsReduceScatter, or table_row_wise's reduce-scatter within the
+// node then all-to-all across) and the output is expanded by the inverse indices to
+// [B_out, sum dims], equal to EmbeddingBagCollection::forward on the same KJT. A VBE KJT without
+// inverse_indices is refused (InvalidArgument naming the op and the rank, on every rank).
+// Ranks may have different batch sizes (an uneven last batch) with every sharding type.
 //
 // Per-sample weights that require grad (weighted collections): pass them to forward /
 // input_dist as a Variable; for every sharding type the caller receives d L_r / d w of its own

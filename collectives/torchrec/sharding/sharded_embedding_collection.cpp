@@ -67,7 +67,7 @@ detail::InputCheckStatus ShardedEmbeddingCollection::input_check_status(
 
 void ShardedEmbeddingCollection::raise_input_check(const std::vector<int64_t>& all_words,
                                                    const detail::InputCheckStatus& mine) const {
-  tables_.raise_input_status(all_words, mine, kInputDist, /*allow_vbe=*/false);
+  tables_.raise_input_status(all_words, mine, kInputDist);
 }
 
 ShardedInputDistAwaitable ShardedEmbeddingCollection::input_dist_checked(

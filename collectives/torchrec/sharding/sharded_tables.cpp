@@ -114,7 +114,7 @@ void ShardedTables::check_input(const KeyedJaggedTensor& kjt, bool weighted, con
     all_gather(from_vector(mine.words), out, world_).wait();
     all = out.to_vector<int64_t>();
   }
-  raise_input_status(all, mine, where, allow_vbe);
+  raise_input_status(all, mine, where);
 }
 
 InputCheckStatus ShardedTables::input_status(const KeyedJaggedTensor& kjt, bool weighted,
@@ -123,15 +123,12 @@ InputCheckStatus ShardedTables::input_status(const KeyedJaggedTensor& kjt, bool 
   const int64_t weights_status = weights_problem(kjt, weighted, weights);
   const int64_t grad_flag = weights.defined() && weights.requires_grad() ? 1 : 0;
   // {code, feature, sample, id, weights require grad}; code 0 ok, 1 missing feature,
-  // 2 id out of range, 3 weights missing, 4 variable stride per key (not supported), 5/6 as
-  // weights_status.
+  // 2 id out of range, 3 weights missing, 4 variable stride per key (a sequence collection),
+  // 5/6 as weights_status, 7 VBE without valid inverse indices.
   std::vector<int64_t> status{0, 0, 0, 0, grad_flag};
-  bool has_twrw = false;
-  for (const auto& t : tables_)
-    has_twrw = has_twrw || t.sharding.sharding_type == ShardingType::TABLE_ROW_WISE;
   std::string vbe_error;  // this rank's own inverse-indices problem, in full
   if (kjt.variable_stride_per_key()) {
-    if (!allow_vbe || has_twrw) {
+    if (!allow_vbe) {
       status = {4, 0, 0, 0, grad_flag};
     } else {
       try {
@@ -183,8 +180,7 @@ InputCheckStatus ShardedTables::input_status(const KeyedJaggedTensor& kjt, bool 
 }
 
 void ShardedTables::raise_input_status(const std::vector<int64_t>& all,
-                                       const InputCheckStatus& mine, const char* where,
-                                       bool allow_vbe) const {
+                                       const InputCheckStatus& mine, const char* where) const {
   constexpr int kWords = InputCheckStatus::kWords;
   FERRY_CHECK(all.size() % kWords == 0, InvalidArgument, where, ": the input check's words "
               "must be ", kWords, " per rank, got ", all.size());
@@ -217,24 +213,17 @@ void ShardedTables::raise_input_status(const std::vector<int64_t>& all,
       os << "per_sample_weights must have the KJT's weights' dtype and one element per value ("
          << s[3] << "), got " << s[2] << " elements";
     } else {
-      // VBE goes through every pooled sharding type but table_row_wise, whose output dist has
-      // no variable-batch form here (torchrec's has one), and through no sequence sharding:
-      // say so, with the sharding types the batch would have gone through.
+      // VBE goes through every pooled sharding type and through no sequence sharding (as in
+      // torchrec): say so, with the sharding types the batch would have gone through.
       std::string types;
       for (const auto& t : tables_) {
         const std::string name(to_string(t.sharding.sharding_type));
         if (types.find(name) == std::string::npos) types += (types.empty() ? "" : ", ") + name;
       }
-      if (allow_vbe)
-        os << "a variable stride per key (VBE, stride_per_key_per_rank) is not supported by "
-              "table_row_wise sharding (its output dist has no variable-batch form here); "
-              "sharding types of this collection: "
-           << types;
-      else
-        os << "a variable stride per key (VBE, stride_per_key_per_rank) is not supported by a "
-              "sharded EmbeddingCollection (torchrec raises too); sharding types of this "
-              "collection: "
-           << types;
+      os << "a variable stride per key (VBE, stride_per_key_per_rank) is not supported by a "
+            "sharded EmbeddingCollection (torchrec raises too); sharding types of this "
+            "collection: "
+         << types;
     }
     FERRY_THROW(InvalidArgument, os.str());
   }

@@ -103,8 +103,8 @@ class ShardedTables {
   // per-sample weights Variable, if given) do not match the KJT's weights (dtype, one per value;
   // only a weighted collection takes them), or the ranks disagree on whether the weights require
   // grad (their gradient goes back through a collective: all ranks or none).
-  // allow_vbe: a variable stride per key is accepted (pooled collections) unless a table is
-  // table_row_wise; it then needs valid inverse_indices. Otherwise VBE is refused.
+  // allow_vbe: a variable stride per key is accepted (pooled collections, every sharding type);
+  // it then needs valid inverse_indices. Otherwise VBE is refused.
   void check_input(const KeyedJaggedTensor& kjt, bool weighted, const char* where,
                    const Variable& weights = Variable(), bool allow_vbe = false) const;
   // The check's two halves, for a caller that carries the words on a collective it issues
@@ -114,7 +114,7 @@ class ShardedTables {
                                 const Variable& weights, bool allow_vbe,
                                 const char* where) const;
   void raise_input_status(const std::vector<int64_t>& all, const InputCheckStatus& mine,
-                          const char* where, bool allow_vbe) const;
+                          const char* where) const;
 
   // Full tables "<prefix>.<table>.weight", gathered (collective: every rank calls it).
   std::map<std::string, Tensor> state_dict() const;

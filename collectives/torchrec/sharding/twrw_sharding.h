@@ -7,11 +7,17 @@
 //                (torchrec's staggered shuffle), KJTAllToAll(splits = features of node(r),
 //                stagger = G): the received samples come in (local rank, node) source order,
 //                so the block for local rank j holds the samples of ranks j, L + j, 2L + j, ...
-//   lookup       SUM over the rank's row block -> partial sums [W*B, D_h]
-//   output dist  intra-node PooledEmbeddingsReduceScatter (L blocks of G*B rows), waited, then
-//                cross-node PooledEmbeddingsAllToAll (dims per node) -> [B, sum over nodes of
-//                D_h], node-major; MEAN: divided by the full bag length on the owning rank, as
-//                row_wise. Every rank must have the same batch size.
+//                (local rank j's cross-node group), node by node
+//   lookup       SUM over the rank's row block -> partial sums, one row per received sample
+//   output dist  intra-node PooledEmbeddingsReduceScatter (block j to local rank j), waited,
+//                then cross-node PooledEmbeddingsAllToAll (dims per node) -> [B, sum over
+//                nodes of D_h], node-major; MEAN: divided by the full bag length on the owning
+//                rank, as row_wise. Ranks with different batch sizes (an uneven last batch):
+//                reduce_scatter_v within the node (block j: the batches of local rank j's
+//                cross group, summed) and the all-to-all with the cross group's batch sizes.
+//                A variable batch per feature (VBE): VariableBatchPooledEmbeddingsReduceScatter
+//                within the node and VariableBatchPooledEmbeddingsAllToAll across, as torchrec's
+//                TwRwPooledEmbeddingDist.
 // The intra- and cross-node groups are intra_and_cross_node_pg(world, L).
 #pragma once
 
@@ -38,6 +44,10 @@ class TwRwPooledEmbeddingSharding : public PooledEmbeddingSharding {
       const std::shared_ptr<ShardingBatchContext>& ctx) const override;
 
  private:
+  Awaitable<Variable> vbe_output_dist(const std::vector<FeatureLookup>& lookups,
+                                      const KeyedJaggedTensor& dist,
+                                      const std::shared_ptr<ShardingBatchContext>& ctx) const;
+
   Group world_, intra_, cross_;
   int L_ = 1, G_ = 1;
   bool weighted_;
@@ -51,9 +61,12 @@ class TwRwPooledEmbeddingSharding : public PooledEmbeddingSharding {
   std::vector<int64_t> send_permute_;  // bucketized key index of each key sent, rank order
   std::vector<std::string> my_keys_;
   std::vector<int64_t> my_feature_pos_;  // positions in features_ of the features of my node
+  std::vector<int64_t> my_dims_;          // their dims
   std::shared_ptr<KJTAllToAll> input_a2a_;
   PooledEmbeddingsReduceScatter intra_rs_;
   std::shared_ptr<PooledEmbeddingsAllToAll> cross_a2a_;
+  VariableBatchPooledEmbeddingsReduceScatter vbe_intra_rs_;  // VBE output dist
+  std::shared_ptr<VariableBatchPooledEmbeddingsAllToAll> vbe_cross_a2a_;
 };
 
 }  // namespace ferry::torchrec

@@ -2,8 +2,8 @@
 // ShardedEmbeddingCollection with the unsharded collections trained on the concatenated global
 // batch: for every sharding type, W = 1..4, weighted and unweighted, SUM and MEAN, forward outputs
 // and the tables after k fused-optimizer steps (SGD, element-wise Adagrad), float64, relative error
-// <= 1e-12 (forward bit-identical where the summation order is the same); mixed plans; the staged
-// API; state (gathered, local shards, resharding from W = 4 to 2 and 3); bad input on every rank.
+// <= 1e-12 (forward bit-identical where the summation order is the same); mixed plans; ranks with
+// different batch sizes (W = 2, 4, every sharding type); the staged API; state (gathered, local shards, resharding from W = 4 to 2 and 3); bad input on every rank.
 // SPMD cases: local worlds in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-*
 // suites.
 #include <ferry/autograd/ops.h>
@@ -139,6 +139,19 @@ std::vector<IdBatch> batches_of(const std::vector<TableSpec>& specs, int64_t B, 
   return out;
 }
 
+// Every rank's batch size in the equivalence tests: 3, or (uneven, as an uneven last batch
+// makes them) 3, 2, 1, 3, ... by rank.
+std::vector<int64_t> batch_sizes(int W, bool uneven) {
+  std::vector<int64_t> out;
+  for (int r = 0; r < W; ++r) out.push_back(uneven ? 3 - r % 3 : 3);
+  return out;
+}
+int64_t rows_before(const std::vector<int64_t>& sizes, int rank) {
+  int64_t n = 0;
+  for (int r = 0; r < rank; ++r) n += sizes[static_cast<size_t>(r)];
+  return n;
+}
+
 // A fixed "target" G for the loss, [rows, cols], from (salt, first row).
 Tensor target(int64_t rows, int64_t cols, int64_t first_row, uint64_t salt) {
   std::vector<double> v;
@@ -230,12 +243,14 @@ bool same_order(const ModuleShardingPlan& plan) {
 }
 
 // The EBC equivalence: k steps of the sharded collection on each rank's batch vs the unsharded
-// one on the global batch (rank-major) with the mean loss.
+// one on the global batch (rank-major) with the loss the sharded step trains: the mean over the
+// ranks of each rank's mean loss (with equal batches, the mean over the global batch).
 void ebc_equivalence(const Group& g, const std::vector<TableSpec>& specs,
                      const ModuleShardingPlan& plan, int L, bool weighted, PoolingType pooling,
-                     bool adagrad, const std::string& what, int steps = 2) {
+                     bool adagrad, const std::string& what, int steps = 2, bool uneven = false) {
   const int W = g.size(), me = g.rank();
-  const int64_t B = 3;
+  const std::vector<int64_t> sizes = batch_sizes(W, uneven);
+  const int64_t B = sizes[static_cast<size_t>(me)], first = rows_before(sizes, me);
   const auto configs = bag_configs(specs, pooling);
   const FusedOptimizerConfig opt = optimizer(adagrad);
   ShardedEmbeddingBagCollection sharded(configs, weighted, plan, g, {.local_size = L}, opt, kSeed);
@@ -243,21 +258,29 @@ void ebc_equivalence(const Group& g, const std::vector<TableSpec>& specs,
   int64_t cols = 0;
   for (int64_t d : ref.length_per_key()) cols += d;
   for (int step = 0; step < steps; ++step) {
-    const auto batches = batches_of(specs, B, W, step);
+    std::vector<IdBatch> batches;
+    for (int r = 0; r < W; ++r)
+      batches.push_back(make_batch(specs, sizes[static_cast<size_t>(r)], r, step));
     const KeyedJaggedTensor local = to_kjt({batches[static_cast<size_t>(me)]}, weighted);
     const KeyedJaggedTensor global = to_kjt(batches, weighted);
     PooledEmbeddings ys = sharded.forward(local);
     PooledEmbeddings yr = ref.forward(global);
     expect(ys.keys == yr.keys && ys.length_per_key == yr.length_per_key, g, what + ": keys");
-    const Tensor mine = yr.values.value().narrow(0, me * B, B);
+    const Tensor mine = yr.values.value().narrow(0, first, B);
     const std::string at = str(what, " step ", step, " forward");
     if (step == 0 && same_order(plan))
       expect_same(ys.values.value(), mine, g, at);
     else
       expect_rel(ys.values.value(), mine, g, at);
-    loss_of(ys.values, target(B, cols, me * B, 3), B).backward();
+    loss_of(ys.values, target(B, cols, first, 3), B).backward();
     if (has_type(plan, ShardingType::DATA_PARALLEL)) sharded.step_data_parallel();
-    loss_of(yr.values, target(W * B, cols, 0, 3), W * B).backward();
+    Variable lr;
+    for (int r = 0; r < W; ++r) {
+      const int64_t n = sizes[static_cast<size_t>(r)], at = rows_before(sizes, r);
+      const Variable l = loss_of(narrow(yr.values, 0, at, n), target(n, cols, at, 3), W * n);
+      lr = lr.defined() ? add(lr, l) : l;
+    }
+    lr.backward();
   }
   const auto got = sharded.state_dict();
   const auto want = ref.state_dict();
@@ -270,16 +293,19 @@ void ebc_equivalence(const Group& g, const std::vector<TableSpec>& specs,
 // The EC equivalence (no weights, no pooling).
 void ec_equivalence(const Group& g, const std::vector<TableSpec>& specs,
                     const ModuleShardingPlan& plan, int L, bool adagrad, const std::string& what,
-                    int steps = 2) {
+                    int steps = 2, bool uneven = false) {
   const int W = g.size(), me = g.rank();
-  const int64_t B = 3;
+  const std::vector<int64_t> sizes = batch_sizes(W, uneven);
+  const int64_t B = sizes[static_cast<size_t>(me)];
   const auto configs = seq_configs(specs);
   const FusedOptimizerConfig opt = optimizer(adagrad);
   ShardedEmbeddingCollection sharded(configs, plan, g, {.local_size = L}, opt, kSeed);
   EmbeddingCollection ref(configs, kSeed, opt);
   const int64_t D = configs.front().embedding_dim;
   for (int step = 0; step < steps; ++step) {
-    const auto batches = batches_of(specs, B, W, step);
+    std::vector<IdBatch> batches;
+    for (int r = 0; r < W; ++r)
+      batches.push_back(make_batch(specs, sizes[static_cast<size_t>(r)], r, step));
     const KeyedJaggedTensor local = to_kjt({batches[static_cast<size_t>(me)]}, false);
     const KeyedJaggedTensor global = to_kjt(batches, false);
     SequenceEmbeddings ys = sharded.forward(local);
@@ -287,15 +313,12 @@ void ec_equivalence(const Group& g, const std::vector<TableSpec>& specs,
     expect(ys.keys == yr.keys, g, what + ": keys");
     Variable ls, lr;
     for (size_t f = 0; f < ys.keys.size(); ++f) {
-      // My ids of feature f sit after the ids of the ranks before me in the global KJT.
-      int64_t before = 0, mine = 0;
-      for (int r = 0; r < W; ++r) {
-        int64_t n = 0;
-        for (const auto& bag : batches[static_cast<size_t>(r)].ids[f]) n += static_cast<int64_t>(bag.size());
-        if (r < me) before += n;
-        if (r == me) mine = n;
-      }
-      const int64_t total = yr.values_per_key[f].value().size(0);
+      // Rank r's ids of feature f sit after the ids of the ranks before it in the global KJT.
+      std::vector<int64_t> ids(static_cast<size_t>(W), 0);
+      for (int r = 0; r < W; ++r)
+        for (const auto& bag : batches[static_cast<size_t>(r)].ids[f])
+          ids[static_cast<size_t>(r)] += static_cast<int64_t>(bag.size());
+      const int64_t before = rows_before(ids, me), mine = ids[static_cast<size_t>(me)];
       // Copies of the rows: bit-identical while the tables are (step 0); later the tables
       // differ by the rounding of the gradient averaging.
       const Tensor want = yr.values_per_key[f].value().narrow(0, before, mine);
@@ -306,9 +329,13 @@ void ec_equivalence(const Group& g, const std::vector<TableSpec>& specs,
                    str(what, " step ", step, " forward ", ys.keys[f]));
       expect_same(ys.lengths_per_key[f], local[ys.keys[f]].lengths(), g, what + ": lengths");
       const Variable a = loss_of(ys.values_per_key[f], target(mine, D, before, f), B);
-      const Variable b = loss_of(yr.values_per_key[f], target(total, D, 0, f), W * B);
       ls = ls.defined() ? add(ls, a) : a;
-      lr = lr.defined() ? add(lr, b) : b;
+      for (int r = 0; r < W; ++r) {  // the mean over the ranks of each rank's loss
+        const int64_t n = ids[static_cast<size_t>(r)], at = rows_before(ids, r);
+        const Variable b = loss_of(narrow(yr.values_per_key[f], 0, at, n), target(n, D, at, f),
+                                   W * sizes[static_cast<size_t>(r)]);
+        lr = lr.defined() ? add(lr, b) : b;
+      }
     }
     ls.backward();
     if (has_type(plan, ShardingType::DATA_PARALLEL)) sharded.step_data_parallel();
@@ -370,6 +397,25 @@ DG_CASE("sharded EC: data_parallel, table_wise, column_wise, table_column_wise, 
     ec_equivalence(g, specs, construct_module_sharding_plan(shapes(specs), gens, W, L), L, true,
                    str("EC mixed W=", W));
   }
+}
+
+DG_CASE("sharded EBC / EC: ranks with different batch sizes (an uneven last batch) equal the "
+        "unsharded collections, every sharding type and a mixed plan",
+        "[torchrec][sharded][uneven]", 2, 4) {
+  const int W = g.size(), L = local_size_for(W);
+  for (ShardingType type : kBagTypes) {
+    const ModuleShardingPlan plan = uniform_plan(bag_specs(), type, W, L);
+    for (bool mean : {false, true})
+      ebc_equivalence(g, bag_specs(), plan, L, /*weighted=*/mean,
+                      mean ? PoolingType::Mean : PoolingType::Sum, /*adagrad=*/false,
+                      str("uneven ", to_string(type), " W=", W, mean ? " weighted MEAN" : " SUM"),
+                      2, /*uneven=*/true);
+    if (type != ShardingType::TABLE_ROW_WISE)  // no sequence table_row_wise (as torchrec)
+      ec_equivalence(g, seq_specs(), uniform_plan(seq_specs(), type, W, L), L, false,
+                     str("uneven EC ", to_string(type), " W=", W), 2, /*uneven=*/true);
+  }
+  ebc_equivalence(g, mixed_specs(), mixed_plan(W, L, false), L, true, PoolingType::Mean, true,
+                  str("uneven mixed W=", W), 2, /*uneven=*/true);
 }
 
 DG_CASE("sharded EBC: the staged API (input_dist, both waits, compute_and_output_dist) with "

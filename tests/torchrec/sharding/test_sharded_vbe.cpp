@@ -1,11 +1,12 @@
 // Variable batch per feature (VBE) through ShardedEmbeddingBagCollection: every rank gives each
 // feature its own batch (stride_per_key_per_rank) and inverse_indices expanding it to B_out output
-// samples. For data_parallel, table_wise, column_wise, table_column_wise and row_wise, W = 1..4,
-// SUM and MEAN, weighted and not, float64: the forward equals the unsharded EmbeddingBagCollection
-// on the concatenation of every rank's VBE batch (rank r's rows), and after k fused SGD steps with
-// each rank's mean loss the tables equal the unsharded ones trained with the mean loss over all W *
-// B_out rows (relative 1e-12). table_row_wise, a VBE KJT without inverse_indices and VBE into a
-// sharded EmbeddingCollection are refused on every rank, naming op, rank and sharding type.
+// samples. For every sharding type (table_row_wise through its reduce-scatter within the node and
+// variable-batch all-to-all across), W = 1..4, SUM and MEAN, weighted and not, float64: the
+// forward equals the unsharded EmbeddingBagCollection on the concatenation of every rank's VBE
+// batch (rank r's rows), and after k fused SGD steps with each rank's mean loss the tables equal
+// the unsharded ones trained with the mean loss over all W * B_out rows (relative 1e-12). A VBE
+// KJT without inverse_indices and VBE into a sharded EmbeddingCollection are refused on every
+// rank, naming op, rank and sharding type.
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "tests/torchrec/comm_test_helpers.h"
@@ -155,7 +156,7 @@ DG_CASE("ShardedEmbeddingBagCollection with a variable batch per feature (VBE) e
   const int L = W % 2 == 0 ? W / 2 : W;
   for (ShardingType type : {ShardingType::DATA_PARALLEL, ShardingType::TABLE_WISE,
                             ShardingType::COLUMN_WISE, ShardingType::TABLE_COLUMN_WISE,
-                            ShardingType::ROW_WISE})
+                            ShardingType::ROW_WISE, ShardingType::TABLE_ROW_WISE})
     for (PoolingType pooling : {PoolingType::Sum, PoolingType::Mean})
       for (bool weighted : {false, true})
         vbe_equivalence(g, small_plan(type, W, L), L, weighted, pooling,
@@ -173,7 +174,8 @@ DG_CASE("ShardedEmbeddingBagCollection VBE, a mixed plan and weights requiring g
       W, L);
   vbe_equivalence(g, mixed, L, true, PoolingType::Mean, true, "mixed");
   // The weights' gradient through a VBE input dist equals the unsharded one on the rank's batch.
-  for (ShardingType type : {ShardingType::TABLE_WISE, ShardingType::ROW_WISE}) {
+  for (ShardingType type :
+       {ShardingType::TABLE_WISE, ShardingType::ROW_WISE, ShardingType::TABLE_ROW_WISE}) {
     ShardedEmbeddingBagCollection sharded(small_configs(PoolingType::Sum), true, small_plan(type, W, L), g,
                                           {.local_size = L}, std::nullopt, kSeed);
     EmbeddingBagCollection ref(small_configs(PoolingType::Sum), true, kSeed);
@@ -189,17 +191,10 @@ DG_CASE("ShardedEmbeddingBagCollection VBE, a mixed plan and weights requiring g
   }
 }
 
-DG_CASE("ShardedEmbeddingBagCollection VBE refused for table_row_wise and without inverse indices",
-        "[torchrec][sharded][vbe]", 1, 2, 4) {
+DG_CASE("ShardedEmbeddingBagCollection VBE refused without inverse indices, and by a sharded "
+        "EmbeddingCollection", "[torchrec][sharded][vbe]", 1, 2, 4) {
   const int W = g.size(), me = g.rank();
   const int L = W % 2 == 0 ? W / 2 : W;
-  ShardedEmbeddingBagCollection twrw(small_configs(PoolingType::Sum), false,
-                                     small_plan(ShardingType::TABLE_ROW_WISE, W, L), g,
-                                     {.local_size = L}, std::nullopt, kSeed);
-  expect_invalid([&] { twrw.forward(to_kjt({make_batch(me, 0)}, false)); },
-                 {"ShardedEmbeddingBagCollection::input_dist", "rank 0's input", "table_row_wise",
-                  "VBE"},
-                 g, "VBE with table_row_wise");
   ShardedEmbeddingBagCollection tw(small_configs(PoolingType::Sum), false,
                                    small_plan(ShardingType::TABLE_WISE, W, L), g, {.local_size = L},
                                    std::nullopt, kSeed);

@@ -1,5 +1,6 @@
-// Train pipelines over several sharded modules: two EmbeddingBagCollections (one mixed, one all
-// data_parallel), two EmbeddingCollections (one fed a derived KJT through PipelineModel::inputs)
+// Train pipelines over several sharded modules: three EmbeddingBagCollections (one table-wise,
+// row-wise and column-wise, one all data_parallel, one node-wise: table_row_wise and
+// table_column_wise), two EmbeddingCollections (one fed a derived KJT through PipelineModel::inputs)
 // and a plain ShardedModule the pipelines do not pipeline. Sparse-dist is bit-identical to base;
 // every module's next input dist is in flight during the current step (started before the dense
 // step, received after it); the input checks ride on the agreement (as many collectives per step
@@ -144,7 +145,7 @@ class Counter : public ShardedModule {
 
 struct Multi {
   Group world;
-  std::shared_ptr<ShardedEmbeddingBagCollection> ebc_a, ebc_dp;
+  std::shared_ptr<ShardedEmbeddingBagCollection> ebc_a, ebc_dp, ebc_node;
   std::shared_ptr<ShardedEmbeddingCollection> ec, ec2;
   std::shared_ptr<Counter> counter;
   std::vector<std::shared_ptr<Traced>> traced;
@@ -189,6 +190,10 @@ std::unique_ptr<Multi> build_multi(Group& world, MultiOptions o) {
       bag_configs(3), false,
       plan_of(bag_configs(3), {data_parallel(), data_parallel(), data_parallel()}, W), world, so,
       fused, 12);
+  m->ebc_node = std::make_shared<ShardedEmbeddingBagCollection>(
+      bag_configs(0), false,
+      plan_of(bag_configs(0), {table_row_wise(0), table_column_wise(0), table_row_wise(0)}, W),
+      world, so, fused, 15);
   m->ec = std::make_shared<ShardedEmbeddingCollection>(
       ec_configs(), plan_of(ec_configs(), {table_wise(0), row_wise(), data_parallel()}, W), world,
       so, fused, 13);
@@ -199,6 +204,7 @@ std::unique_ptr<Multi> build_multi(Group& world, MultiOptions o) {
   std::vector<std::shared_ptr<ShardedModule>> modules{
       std::make_shared<ShardedEbcModule>(m->ebc_a, "sparse.ebc_a"),
       std::make_shared<ShardedEbcModule>(m->ebc_dp, "sparse.ebc_dp"), m->counter,
+      std::make_shared<ShardedEbcModule>(m->ebc_node, "sparse.ebc_node"),
       std::make_shared<ShardedEcModule>(m->ec, "sparse.ec"),
       std::make_shared<ShardedEcModule>(m->ec2, "sparse.ec2")};
   if (o.traced) {
@@ -241,6 +247,8 @@ std::unique_ptr<Multi> build_multi(Group& world, MultiOptions o) {
                                  d.length_per_key.end());
     Variable logits = self->dlrm->forward_with_embeddings(Variable(b.dense), pooled);
     Variable loss = bce_with_logits(logits, b.labels);
+    const Variable node = s.pooled("sparse.ebc_node").values;
+    loss = loss + sum(node * node) * (0.01 / static_cast<double>(b.size()));
     for (const char* name : {"sparse.ec", "sparse.ec2"})
       for (const Variable& v : s.sequence(name).values_per_key)
         loss = loss + sum(v * v) * (0.01 / static_cast<double>(b.size()));
@@ -259,6 +267,7 @@ std::vector<Tensor> snapshot(const Multi& m) {
   };
   add(m.ebc_a->local_state_dict());
   add(m.ebc_dp->local_state_dict());
+  add(m.ebc_node->local_state_dict());
   add(m.ec->local_state_dict());
   add(m.ec2->local_state_dict());
   for (const Variable& p : m.dlrm->dense_parameters()) out.push_back(p.value().clone());
@@ -283,8 +292,8 @@ long position(const std::vector<Event>& log, Kind kind, int module, int64_t batc
 
 }  // namespace
 
-TEST_CASE("train pipeline: several EBCs and ECs (table-wise, row-wise, column-wise, "
-          "data-parallel) and a plain sharded module: sparse-dist is bit-identical to base",
+TEST_CASE("train pipeline: several EBCs and ECs (all six sharding types among them) and a plain "
+          "sharded module: sparse-dist is bit-identical to base",
           "[train_pipeline]") {
   const SyntheticCriteo d = data(16 * 4 * 5);
   for (int W = 1; W <= 4; ++W) {
@@ -369,7 +378,7 @@ TEST_CASE("train pipeline: during each step of the sparse-dist pipeline every mo
   for (const std::string& p : problems) all_problems += p + "\n";
   INFO(all_problems);
   CHECK(problems.empty());
-  CHECK(modules_seen[1] == 4);  // both bag and both sequence collections, not the plain one
+  CHECK(modules_seen[1] == 5);  // the bag and the sequence collections, not the plain one
   CHECK(steps[1] == 6);
   CHECK(overlapped_steps[1] == steps[1] - 1);  // every step but the last (no next batch)
   CHECK(overlapped_steps[0] == 0);
@@ -521,4 +530,34 @@ TEST_CASE("train pipeline: a model the pipeline cannot route is refused at const
   CHECK(errors[0].find("two pipelined modules are named \"a\"") != std::string::npos);
   CHECK(errors[1].find("an input is given for \"b\", which is no pipelined module (pipelined: "
                        "\"a\")") != std::string::npos);
+
+  // A module whose ranks are not the dmp's: its input dists would not match the agreement's
+  // ranks. Each rank's module runs on that rank alone, the dmp on both.
+  std::vector<std::string> other_group(2);
+  run_ranks(2, [&](Group& world) {
+    Group alone = world.split(world.rank(), 0);
+    auto ebc = std::make_shared<ShardedEmbeddingBagCollection>(
+        bag_configs(0), false,
+        plan_of(bag_configs(0), {table_wise(0), table_wise(0), table_wise(0)}, 1), alone);
+    DistributedModelParallel dmp({}, {std::make_shared<ShardedEbcModule>(ebc, "a")}, world,
+                                 [](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
+                                   return std::make_unique<Sgd>(std::move(p), SgdOptions{});
+                                 });
+    PipelineModel pm;
+    pm.dmp = &dmp;
+    pm.dense_step = [](const Batch&, const SparseOutputs&) { return DenseStepResult{}; };
+    std::string got;
+    try {
+      TrainPipelineBase pipeline(pm);
+    } catch (const InvalidArgument& e) {
+      got = e.what();
+    }
+    std::lock_guard lock(mu);
+    other_group[static_cast<size_t>(world.rank())] = got;
+  });
+  for (const std::string& e : other_group) {
+    INFO(e);
+    CHECK(e.find("module \"a\" runs on") != std::string::npos);
+    CHECK(e.find("expected the DistributedModelParallel's") != std::string::npos);
+  }
 }
