@@ -44,6 +44,13 @@ class UcxRequest final : public Request {
   void cancel() override {
     if (!done()) comm_->cancel(op_);
   }
+  void start_cancel() override {
+    if (!done()) comm_->start_cancel(op_);
+  }
+  void cancel_by(Clock::time_point limit) override {
+    if (!done()) comm_->cancel(op_, limit);
+  }
+  bool let_go() const override { return !done() || !op_->not_let_go; }
   void rethrow_if_failed() override {
     if (done() && op_->error) std::rethrow_exception(op_->error);
   }

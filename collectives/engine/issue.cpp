@@ -130,12 +130,22 @@ Work queue(GroupImpl& g, const Group& group, const Op& op, bool checked) {
     OpBody body = std::move(body_in);
     std::exception_ptr error;
     bool tell_peers = true;
+    bool kept = false;  // a receive could not be withdrawn (OpContext::buffers_kept)
     try {
       gp->throw_if_poisoned(op);
       FERRY_LOG(Trace, "coll", state->description(), " starts");
       std::vector<Tensor> outputs;
       {
         OpContext ctx(*gp, op, seq, Clock::now() + default_timeout());
+        // Runs before the context goes, whether the body returned or threw.
+        struct NoteKept {
+          OpContext& ctx;
+          bool& kept;
+          ~NoteKept() {
+            ctx.withdraw();
+            kept = ctx.buffers_kept();
+          }
+        } note{ctx, kept};
         if (checked) exchange_fingerprints(ctx, fingerprint);
         ctx.set_fingerprint(fingerprint);
         outputs = body(ctx);
@@ -155,6 +165,8 @@ Work queue(GroupImpl& g, const Group& group, const Op& op, bool checked) {
       // peers waiting on this rank would wait until their deadline, so give up on the group.
       error = std::current_exception();
     }
+    // The transport may still write into the body's tensors: they live as long as the process.
+    if (kept) keep_until_exit(std::make_shared<OpBody>(std::move(body)));
     const std::string why = error_message(error);
     gp->poison(error, why);
     if (tell_peers) gp->transport().abandon_group(gp->id(), why);
