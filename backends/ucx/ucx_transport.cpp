@@ -2,6 +2,7 @@
 
 #include <ferry/backends/ucx/ucx_comm.h>
 #include <ferry/backends/ucx/ucx_peer_blob.h>
+#include <ferry/backends/ucx/ucx_settings.h>
 #include <ferry/backends/ucx/ucx_tag.h>
 #include <ferry/backends/ucx/ucx_worker.h>
 #include <ferry/runtime/error.h>
@@ -176,7 +177,8 @@ std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
   FERRY_CHECK(size <= detail::kUcxMaxRanks, InvalidArgument, "make_ucx_transport: at most ",
               detail::kUcxMaxRanks, " ranks fit the UCX transport's tags, given ", size);
   auto worker = std::make_unique<detail::UcxWorker>(size);
-  std::unique_ptr<detail::UcxWorker> side_worker = worker->sibling();
+  std::unique_ptr<detail::UcxWorker> side_worker;
+  detail::with_small_shm_receive_pools([&] { side_worker = worker->sibling(); });
   const std::string host = detail::host_name();
   std::vector<std::string> blobs = all_gather(detail::encode_ucx_peer_blob(
       detail::UcxPeerBlob{host, detail::self_process_id(), detail::cma_self_token(),
