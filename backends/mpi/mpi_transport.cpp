@@ -8,6 +8,7 @@
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
+#include <algorithm>
 #include <numeric>
 
 namespace ferry {
@@ -51,8 +52,9 @@ class MpiP2PRequest final : public Request {
     if (withdrawn_ || pending_->test()) return;
     withdrawn_ = true;
     MPI_Cancel(pending_->handle());
-    confirm_by_ = Clock::now() + (is_send() ? Clock::duration(kSendCancelConfirm)
-                                            : Clock::duration(kRecvCancelConfirm));
+    withdrawn_at_ = Clock::now();
+    confirm_by_ = withdrawn_at_ + (is_send() ? Clock::duration(kSendCancelConfirm)
+                                             : Clock::duration(kRecvCancelConfirm));
   }
   void cancel_by(Clock::time_point limit) override {
     start_cancel();
@@ -60,7 +62,10 @@ class MpiP2PRequest final : public Request {
     // A send that MPI already delivered completes instead. One that neither happens to (a
     // send to a rank that never receives) stays posted: it is kept, with its communicators,
     // for the rest of the process, and so is a receive's buffer (let_go).
-    if (pending_->wait_until(std::min(confirm_by_, limit))) {
+    // Never below a send's confirm time, even when `limit` has passed: MPI confirms a cancel
+    // only inside a later call.
+    const auto floor = withdrawn_at_ + Clock::duration(kSendCancelConfirm);
+    if (pending_->wait_until(std::min(confirm_by_, std::max(limit, floor)))) {
       confirmed_ = true;
       return;
     }
@@ -78,6 +83,7 @@ class MpiP2PRequest final : public Request {
   bool withdrawn_ = false;
   bool confirmed_ = false;  // the cancel was confirmed (or the request finished meanwhile)
   bool kept_ = false;       // MPI would not let go: kept posted for the rest of the process
+  Clock::time_point withdrawn_at_{};
   Clock::time_point confirm_by_{};
 };
 

@@ -164,7 +164,11 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op, Clock::time_point limit) 
     const auto grace = op->is_send       ? Clock::duration(kCancelSendWait)
                        : op->peer_quiet ? Clock::duration(kCancelStuckGrace)
                                         : Clock::duration(kCancelRecvGrace);
-    grace_end = std::min(op->withdrawn_at + grace, limit);
+    // Never below the shortest grace, even when `limit` has passed: UCX may need a progress
+    // call to confirm a withdrawal, and cutting off a live peer for want of one would fail
+    // every later op with it.
+    const auto floor = op->withdrawn_at + std::min(grace, Clock::duration(kCancelStuckGrace));
+    grace_end = std::min(op->withdrawn_at + grace, std::max(limit, floor));
   }
   auto ucx_let_go = [&] { return op->done.load(std::memory_order_acquire); };
   if (worker_->wait_until(ucx_let_go, grace_end)) return;
