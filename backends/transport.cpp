@@ -3,10 +3,18 @@
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/tensor.h>
 
+#include <mutex>
 #include <vector>
 
 namespace ferry {
 namespace {
+
+void keep_for_life(Tensor t) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<Tensor>();  // never destroyed, on purpose
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(t));
+}
 
 // isend_layout / irecv_layout of a transport without layouts of its own: a layout that is one
 // contiguous span goes as plain bytes; any other through a contiguous staging buffer, packed
@@ -31,6 +39,15 @@ class StagedRequest final : public Request {
     return unpack_if(inner_->wait_until(deadline));
   }
   void cancel() override { inner_->cancel(); }
+  void start_cancel() override { inner_->start_cancel(); }
+  void cancel_by(Clock::time_point limit) override { inner_->cancel_by(limit); }
+  bool let_go() const override { return inner_->let_go(); }
+  ~StagedRequest() override {
+    if (!inner_) return;
+    inner_->cancel();
+    // The transport may still write into the staging: it lives as long as the process.
+    if (!inner_->let_go()) keep_for_life(std::move(staging_));
+  }
   void rethrow_if_failed() override { inner_->rethrow_if_failed(); }
 
  private:

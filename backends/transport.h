@@ -53,9 +53,23 @@ class Request {
   virtual bool test() = 0;
   // Blocks (without spinning for long) until finished or `deadline`; false on expiry.
   virtual bool wait_until(Clock::time_point deadline) = 0;
-  // Withdraws an unfinished request: afterwards the transport no longer touches its buffer.
-  // Used when a deadline expired. No effect on a finished request.
+  // Withdraws an unfinished request: afterwards the transport no longer touches its buffer
+  // (unless let_go() says otherwise). Used when a deadline expired. No effect on a finished
+  // request. A transfer already under way is given a grace to finish first (the transport's).
   virtual void cancel() = 0;
+  // The two halves of cancel, for withdrawing several requests at once (cancel_all): asks the
+  // transport to let go without waiting for it to confirm; then cancel_by waits as cancel does,
+  // its grace counted from start_cancel and ending at `limit` at the latest. The graces of
+  // several requests then overlap instead of adding up.
+  virtual void start_cancel() {}
+  virtual void cancel_by(Clock::time_point limit) {
+    (void)limit;
+    cancel();
+  }
+  // After a cancel: false when the transport could not confirm that it let go of the buffer
+  // (MPI cannot withdraw a receive whose data is moving): it may still write into it whenever
+  // the peer goes on, so that memory must never be freed or reused.
+  virtual bool let_go() const { return true; }
   // After the request finished: throws its error (MismatchError, PeerFailure, TransportError).
   virtual void rethrow_if_failed() = 0;
   // A receive posted by Transport::irecv_staged that wrote its bytes straight into the layout
@@ -70,6 +84,23 @@ class Request {
   int peer_;
   bool is_send_;
 };
+
+// Withdraws every request in `requests` (null entries skipped) as cancel() does, but with their
+// waits overlapping: each is asked to let go first, then each is waited for, so that k transfers
+// under way cost one grace rather than k; no wait goes past `limit`. Returns whether the
+// transport let go of every buffer (Request::let_go).
+template <class Requests>
+bool cancel_all(Requests& requests, Clock::time_point limit = Clock::time_point::max()) {
+  for (auto& r : requests)
+    if (r) r->start_cancel();
+  bool all = true;
+  for (auto& r : requests) {
+    if (!r) continue;
+    r->cancel_by(limit);
+    all = all && r->let_go();
+  }
+  return all;
+}
 
 class Transport {
  public:

@@ -104,10 +104,14 @@ CloseWatch::CloseWatch(std::shared_ptr<Transport> transport)
 
 CloseWatch::~CloseWatch() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& r : recvs_)
-    if (r) r->cancel();
-  for (auto& s : sends_)
-    if (s) s->cancel();
+  // All at once: a send to a stopped peer costs its transport's grace once, not once per peer.
+  cancel_all(sends_);
+  if (!cancel_all(recvs_)) {
+    // A payload still being written into (a receive the transport could not withdraw) is
+    // never freed.
+    static auto* kept = new std::vector<std::vector<std::vector<char>>>();
+    kept->push_back(std::move(got_));
+  }
 }
 
 void CloseWatch::poll_locked(int peer) {
@@ -259,8 +263,30 @@ void CloseWatch::notify(const std::vector<GroupProgress>& mine, Clock::time_poin
   } catch (...) {
     return;  // best effort
   }
-  for (auto& s : sends_)
-    if (s) (void)s->wait_until(deadline);
+  // A notice is small: a transport hands it over at once (eagerly) unless the peer's queue is
+  // full because that peer does not drain it (stopped, or stuck outside ferry), and then it
+  // would wait until `deadline` for nothing. So the wait also ends once no send has completed
+  // for kNoticeStall: the rest go to peers not taking messages (their own deadlines end them).
+  constexpr auto kNoticeStall = std::chrono::milliseconds(50);
+  constexpr auto kSlice = std::chrono::milliseconds(5);
+  size_t left = sends_.size() + 1;
+  auto last_progress = Clock::now();
+  for (;;) {
+    Request* waiting = nullptr;
+    size_t now_left = 0;
+    for (auto& s : sends_) {
+      if (!s || s->test()) continue;
+      ++now_left;
+      if (waiting == nullptr) waiting = s.get();
+    }
+    const auto now = Clock::now();
+    if (now_left < left) {
+      left = now_left;
+      last_progress = now;
+    }
+    if (waiting == nullptr || now >= deadline || now - last_progress >= kNoticeStall) return;
+    (void)waiting->wait_until(std::min(deadline, now + kSlice));
+  }
 }
 
 bool CloseWatch::peer_world_failed() {

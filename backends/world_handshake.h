@@ -80,7 +80,8 @@ class CloseWatch {
   std::string close(const std::vector<GroupProgress>& mine, Clock::time_point deadline);
   // A rank whose world is poisoned ends without the handshake but still tells every peer that
   // it finalized (so that a peer in the handshake, or waiting for it, does not wait for its
-  // deadline); waits for its sends at most until `deadline`, failures ignored.
+  // deadline); waits for its sends at most until `deadline`, and no longer than 50 ms after the
+  // last of them completed (the rest go to peers not taking messages); failures ignored.
   void notify(const std::vector<GroupProgress>& mine, Clock::time_point deadline);
   // After close() returned: whether a peer's message came from notify(), so that every rank,
   // whether its own world failed or it only heard of it, ends the job's way after a failure

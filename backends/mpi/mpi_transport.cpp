@@ -8,6 +8,7 @@
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
+#include <algorithm>
 #include <numeric>
 
 namespace ferry {
@@ -44,29 +45,46 @@ class MpiP2PRequest final : public Request {
   bool wait_until(Clock::time_point deadline) override { return pending_->wait_until(deadline); }
   void rethrow_if_failed() override { pending_->rethrow_if_failed(); }
 
-  void cancel() override {
+  void cancel() override { cancel_by(Clock::time_point::max()); }
+  void start_cancel() override {
     // Once: a request the caller withdrew is withdrawn again by the destructor, and a second
     // wait for the same unanswered send would cost the caller its confirm time twice.
     if (withdrawn_ || pending_->test()) return;
     withdrawn_ = true;
     MPI_Cancel(pending_->handle());
+    withdrawn_at_ = Clock::now();
+    confirm_by_ = withdrawn_at_ + (is_send() ? Clock::duration(kSendCancelConfirm)
+                                             : Clock::duration(kRecvCancelConfirm));
+  }
+  void cancel_by(Clock::time_point limit) override {
+    start_cancel();
+    if (!withdrawn_ || confirmed_ || kept_) return;  // finished before it was withdrawn
     // A send that MPI already delivered completes instead. One that neither happens to (a
     // send to a rank that never receives) stays posted: it is kept, with its communicators,
-    // for the rest of the process.
-    const auto confirm = is_send() ? Clock::duration(kSendCancelConfirm)
-                                   : Clock::duration(kRecvCancelConfirm);
-    if (!pending_->wait_until(Clock::now() + confirm)) {
-      FERRY_LOG(Info, "transport", pending_->describe(),
-                ": MPI could not withdraw it; it stays posted until the process ends");
-      keep_forever(pending_);
-      keep_forever(comms_);
+    // for the rest of the process, and so is a receive's buffer (let_go).
+    // Never below a send's confirm time, even when `limit` has passed: MPI confirms a cancel
+    // only inside a later call.
+    const auto floor = withdrawn_at_ + Clock::duration(kSendCancelConfirm);
+    if (pending_->wait_until(std::min(confirm_by_, std::max(limit, floor)))) {
+      confirmed_ = true;
+      return;
     }
+    kept_ = true;
+    FERRY_LOG(Info, "transport", pending_->describe(),
+              ": MPI could not withdraw it; it stays posted until the process ends");
+    keep_forever(pending_);
+    keep_forever(comms_);
   }
+  bool let_go() const override { return is_send() || !kept_; }
 
  private:
   std::shared_ptr<MpiGroupComms> comms_;
   std::shared_ptr<MpiPending> pending_;
   bool withdrawn_ = false;
+  bool confirmed_ = false;  // the cancel was confirmed (or the request finished meanwhile)
+  bool kept_ = false;       // MPI would not let go: kept posted for the rest of the process
+  Clock::time_point withdrawn_at_{};
+  Clock::time_point confirm_by_{};
 };
 
 class MpiTransport final : public Transport {

@@ -92,6 +92,12 @@ struct UcxOp {
   UcxLeg legs[2];
   CmaState cma;
   std::exception_ptr forced;      // the error to report whatever UCX says (peer failed, ...)
+  // When the op was withdrawn (start_cancel): its grace counts from then. Under the lock.
+  Clock::time_point withdrawn_at{};
+  bool peer_quiet = false;  // nothing more was expected from `peer` when it was withdrawn
+  // A withdrawn receive that UCX would not let go of even after its endpoint was closed: its
+  // buffer may still be written (Request::let_go). Set before `done`.
+  bool not_let_go = false;
   std::exception_ptr error;       // the outcome; written before `done`
   std::atomic<bool> done{false};  // the caller may look at `error`
 };
@@ -130,8 +136,12 @@ class UcxComm final : public UcxSleepHook {
   // Posts `op` (peer, tag, is_send, bytes set) on `data`. Never throws for a failed peer: the
   // op then finishes at once with PeerFailure.
   void post(const std::shared_ptr<UcxOp>& op, void* data);
-  // Withdraws an unfinished op (see UcxRequest::cancel for what that guarantees).
-  void cancel(const std::shared_ptr<UcxOp>& op);
+  // Withdraws an unfinished op (see UcxRequest::cancel for what that guarantees), waiting for a
+  // receive whose data is moving until its grace ends or `limit`, whichever comes first.
+  void cancel(const std::shared_ptr<UcxOp>& op, Clock::time_point limit = Clock::time_point::max());
+  // The first half of cancel: asks UCX to let go of the op's receive and starts its grace,
+  // without waiting (Request::start_cancel).
+  void start_cancel(const std::shared_ptr<UcxOp>& op);
   // Tells every live peer that this rank gave up on `group`; waits briefly for the messages to
   // leave.
   void abandon_group(uint32_t group, const std::string& why);

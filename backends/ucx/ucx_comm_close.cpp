@@ -134,31 +134,44 @@ void UcxComm::begin_closing() {
   closing_ = true;
 }
 
-void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
+void UcxComm::start_cancel(const std::shared_ptr<UcxOp>& op) {
   if (op->done.load(std::memory_order_acquire)) return;
+  auto lock = worker_->lock();
+  if (op->done.load(std::memory_order_relaxed) || op->withdrawn_at != Clock::time_point{}) return;
+  op->withdrawn_at = Clock::now();
+  const char* why = op->is_send ? "the sender withdrew it" : "the receiver withdrew it";
+  op->forced = std::make_exception_ptr(TransportError(
+      str("ferry: ucx transport on rank ", rank_, ": ", op_str(*op), " withdrawn: ", why)));
+  op->peer_quiet = watch_.stopped(op->peer);
+  unanswered_[op->peer] = true;
+  // A receive is withdrawn from UCX; a CMA read under way is waited for in cancel. A CMA send
+  // keeps waiting for its acknowledgement, which cleans it up if it ever comes.
+  if (!op->is_send) {
+    for (UcxLeg& leg : op->legs)
+      if (leg.held && !leg.is_send && leg.request != nullptr)
+        ucp_request_cancel(worker_->worker(), leg.request);
+  }
+}
+
+void UcxComm::cancel(const std::shared_ptr<UcxOp>& op, Clock::time_point limit) {
+  if (op->done.load(std::memory_order_acquire)) return;
+  start_cancel(op);
   const int peer = op->peer;
-  bool quiet_peer = false;  // nothing more is expected from `peer`
+  Clock::time_point grace_end;
   {
     auto lock = worker_->lock();
     if (op->done.load(std::memory_order_relaxed)) return;
-    const char* why = op->is_send ? "the sender withdrew it" : "the receiver withdrew it";
-    op->forced = std::make_exception_ptr(TransportError(str(
-        "ferry: ucx transport on rank ", rank_, ": ", op_str(*op), " withdrawn: ", why)));
-    quiet_peer = watch_.stopped(peer);
-    unanswered_[peer] = true;
-    // A receive is withdrawn from UCX; a CMA read under way is waited for below. A CMA send
-    // keeps waiting for its acknowledgement, which cleans it up if it ever comes.
-    if (!op->is_send) {
-      for (UcxLeg& leg : op->legs)
-        if (leg.held && !leg.is_send && leg.request != nullptr)
-          ucp_request_cancel(worker_->worker(), leg.request);
-    }
+    const auto grace = op->is_send       ? Clock::duration(kCancelSendWait)
+                       : op->peer_quiet ? Clock::duration(kCancelStuckGrace)
+                                        : Clock::duration(kCancelRecvGrace);
+    // Never below the shortest grace, even when `limit` has passed: UCX may need a progress
+    // call to confirm a withdrawal, and cutting off a live peer for want of one would fail
+    // every later op with it.
+    const auto floor = op->withdrawn_at + std::min(grace, Clock::duration(kCancelStuckGrace));
+    grace_end = std::min(op->withdrawn_at + grace, std::max(limit, floor));
   }
   auto ucx_let_go = [&] { return op->done.load(std::memory_order_acquire); };
-  const auto grace = op->is_send  ? Clock::duration(kCancelSendWait)
-                     : quiet_peer ? Clock::duration(kCancelStuckGrace)
-                                  : Clock::duration(kCancelRecvGrace);
-  if (worker_->wait_until(ucx_let_go, Clock::now() + grace)) return;
+  if (worker_->wait_until(ucx_let_go, grace_end)) return;
   auto lock = worker_->lock();
   if (op->done.load(std::memory_order_relaxed)) return;
   if (!op->is_send && !op->cma.reading) {
@@ -193,8 +206,9 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op) {
   }
   if (!op->is_send) {
     std::fprintf(stderr, "ferry: ucx transport on rank %d: %s could not be withdrawn even after "
-                 "its endpoint was closed; its buffer may still be written\n", rank_,
-                 op_str(*op).c_str());
+                 "its endpoint was closed; its buffer may still be written, so it is kept for "
+                 "the rest of the process\n", rank_, op_str(*op).c_str());
+    op->not_let_go = true;
   }
   // A send UCX still holds stays registered (and its peer may still read the buffer if it ever
   // posts the matching receive); the caller only learns that it was withdrawn.

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cctype>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace ferry::detail {
 namespace {
@@ -92,6 +94,27 @@ void apply_ucx_defaults(ucp_config_t* config) {
     FERRY_LOG(Info, "ucx", "UCX ", d.name, "=", d.value, " (ferry's default; set ", env,
               " to change it)");
   }
+}
+
+void with_small_shm_receive_pools(const std::function<void()>& make) {
+  // 64 buffers: the interface takes one per element of its receive queue at once (64, UCX's
+  // FIFO_SIZE; a smaller step only makes the pool grow, a shared-memory file each time, until it
+  // has them), and a diagnosis brings one message per peer.
+  std::vector<std::string> set;
+  for (const char* tl : {"posix", "sysv"}) {
+    if (!transport_wanted(tl)) continue;  // UCX warns about variables of unused transports
+    std::string env = std::string("UCX_") + tl + "_RX_BUFS_GROW";
+    for (char& c : env) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (std::getenv(env.c_str()) != nullptr) continue;  // the user's
+    if (setenv(env.c_str(), "64", /*overwrite=*/0) == 0) set.push_back(env);
+  }
+  struct Restore {
+    const std::vector<std::string>& set;
+    ~Restore() {
+      for (const std::string& env : set) unsetenv(env.c_str());
+    }
+  } restore{set};
+  make();
 }
 
 }  // namespace ferry::detail

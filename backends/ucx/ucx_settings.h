@@ -8,6 +8,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace ferry::detail {
@@ -32,5 +33,14 @@ void apply_ucx_transport_defaults();
 // Applies ferry's UCP-level defaults to `config` (from ucp_config_read). Throws TransportError
 // when UCX rejects one.
 void apply_ucx_defaults(ucp_config_t* config);
+
+// Runs `make` (which creates the side channel's worker, ucx_transport.cpp) with small receive
+// pools for the shared-memory transports, unless the user set their sizes: the channel carries a
+// few bytes per peer, once, and UCX's default pools (512 buffers of 8 KiB per transport) made
+// the side worker cost each process 4.2 MB of resident memory (1.1 MB with these). UCT reads
+// these sizes from the environment when a worker opens its interfaces, so they are set there for
+// the call and removed after it, at the moment ferry sets its other UCX variables (the
+// transport is being made; no other worker is created meanwhile).
+void with_small_shm_receive_pools(const std::function<void()>& make);
 
 }  // namespace ferry::detail

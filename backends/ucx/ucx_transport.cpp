@@ -2,6 +2,7 @@
 
 #include <ferry/backends/ucx/ucx_comm.h>
 #include <ferry/backends/ucx/ucx_peer_blob.h>
+#include <ferry/backends/ucx/ucx_settings.h>
 #include <ferry/backends/ucx/ucx_tag.h>
 #include <ferry/backends/ucx/ucx_worker.h>
 #include <ferry/runtime/error.h>
@@ -44,6 +45,13 @@ class UcxRequest final : public Request {
   void cancel() override {
     if (!done()) comm_->cancel(op_);
   }
+  void start_cancel() override {
+    if (!done()) comm_->start_cancel(op_);
+  }
+  void cancel_by(Clock::time_point limit) override {
+    if (!done()) comm_->cancel(op_, limit);
+  }
+  bool let_go() const override { return !done() || !op_->not_let_go; }
   void rethrow_if_failed() override {
     if (done() && op_->error) std::rethrow_exception(op_->error);
   }
@@ -169,7 +177,8 @@ std::shared_ptr<Transport> make_ucx_transport(int rank, int size,
   FERRY_CHECK(size <= detail::kUcxMaxRanks, InvalidArgument, "make_ucx_transport: at most ",
               detail::kUcxMaxRanks, " ranks fit the UCX transport's tags, given ", size);
   auto worker = std::make_unique<detail::UcxWorker>(size);
-  std::unique_ptr<detail::UcxWorker> side_worker = worker->sibling();
+  std::unique_ptr<detail::UcxWorker> side_worker;
+  detail::with_small_shm_receive_pools([&] { side_worker = worker->sibling(); });
   const std::string host = detail::host_name();
   std::vector<std::string> blobs = all_gather(detail::encode_ucx_peer_blob(
       detail::UcxPeerBlob{host, detail::self_process_id(), detail::cma_self_token(),

@@ -72,6 +72,7 @@ InFlightWork::~InFlightWork() {
       pending->wait_to_the_end(*g, op, seq, deadline);
       pending->finish();
     } catch (...) {
+      if (pending->buffers_kept()) keep_for_life(std::move(keep));  // may still be written into
       after_failure(g, std::current_exception(), pending->on_failure(), keep);
     }
   });
@@ -203,6 +204,7 @@ void InFlightWork::drive_to_the_end(GroupImpl& group) {
 
 void InFlightWork::fail_op(std::exception_ptr error) {
   const OnFailure policy = pending_->on_failure();
+  if (pending_->buffers_kept()) keep_for_life(std::move(keep_));  // may still be written into
   auto group = op_.group.lock();
   error = after_failure(group.get(), std::move(error), policy, keep_);
   release();

@@ -60,6 +60,9 @@ class InFlight {
   // payloads) and returns the op's outputs.
   virtual std::vector<Tensor> finish() = 0;
   virtual OnFailure on_failure() const = 0;
+  // After a failure: whether a receive could not be withdrawn (OpContext::buffers_kept), so
+  // that the op's buffers must be kept for the rest of the process.
+  virtual bool buffers_kept() const { return false; }
   // Whether a wait polls it for a few microseconds before setting up the full wait: a native
   // request mostly finishes within microseconds of being waited for. A point-to-point exchange
   // goes straight to its wait, which tells a withdrawn message from a peer's announced failure.

@@ -46,7 +46,7 @@ void OpContext::set_fingerprint(const Fingerprint& f) {
 }
 
 OpContext::~OpContext() {
-  for (auto& r : pending_) r->cancel();
+  withdraw();
   if (timeline_on()) {
     // An op that ends by an exception (timeout, peer failure) is marked, so the trace shows
     // where a job stopped.
@@ -92,8 +92,7 @@ void OpContext::wait_all() {
       if (group_.poisoned()) abort_poisoned();
       rethrow_first_failure();
       if (const std::string gone = departed_peer(); !gone.empty()) {
-        for (auto& other : pending_) other->cancel();
-        pending_.clear();
+        withdraw();
         FERRY_THROW(PeerFailure, op_, " (seq ", seq_, ") on ", group_.describe(), ": ", gone);
       }
     }
@@ -153,11 +152,33 @@ void OpContext::wait_native(std::unique_ptr<NativeRequest> request, std::vector<
   }
 }
 
-void OpContext::keep_for_life(std::vector<Tensor> keep) {
+void OpContext::withdraw() {
+  if (pending_.empty()) return;
+  // Together, so that the transports' graces for transfers under way overlap, and not past the
+  // op's deadline: an op that times out must fail at its deadline, with every receive withdrawn
+  // by then (a transfer a live peer left half done is cut off rather than waited for).
+  const bool let_go = cancel_all(pending_, deadline_);
+  pending_.clear();
+  if (let_go || buffers_kept_) return;
+  // A receive the transport could not withdraw may still be written into whenever its peer
+  // goes on: its memory must never be freed or reused. The group's scratch is kept here; the
+  // caller's tensors by whoever holds them (buffers_kept).
+  buffers_kept_ = true;
+  if (leak_scratch_on_abandon_) group_.scratch().leak();
+  log_line(LogLevel::Warn, "coll", str(op_, " (seq ", seq_, ") on ", group_.describe(),
+                                       ": a receive could not be withdrawn; its buffer is kept "
+                                       "for the rest of the process"));
+}
+
+void keep_until_exit(std::shared_ptr<const void> keep) {
   static std::mutex mu;
-  static auto* kept = new std::vector<std::vector<Tensor>>();  // never destroyed, on purpose
+  static auto* kept = new std::vector<std::shared_ptr<const void>>();  // never destroyed
   std::lock_guard<std::mutex> lock(mu);
   kept->push_back(std::move(keep));
+}
+
+void OpContext::keep_for_life(std::vector<Tensor> keep) {
+  keep_until_exit(std::make_shared<std::vector<Tensor>>(std::move(keep)));
 }
 
 void OpContext::abandon_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep) {
@@ -200,13 +221,11 @@ void OpContext::rethrow_first_failure() {
       // collectives than this op's seq: the group notes it for the progress check.
       if (group_.transport().peer_ended(r->peer())) group_.note_member_ended(r->peer());
       auto error = std::current_exception();
-      for (auto& other : pending_) other->cancel();
-      pending_.clear();
+      withdraw();
       rethrow_with_prefix(error, str(op_, " (seq ", seq_, ") on ", group_.describe(), ": "));
     } catch (...) {
       auto error = std::current_exception();
-      for (auto& other : pending_) other->cancel();
-      pending_.clear();
+      withdraw();
       rethrow_with_prefix(error, str(op_, " (seq ", seq_, ") on ", group_.describe(), ": "));
     }
   }
@@ -265,7 +284,9 @@ OpContext::Diagnosis OpContext::diagnose(const std::function<void()>& meanwhile)
   // Our own fingerprint must reach the peers still listening before it is withdrawn (a
   // receiver may copy it only when it next looks): until the window closes at most.
   for (size_t i = peer_of.size(); i < requests.size(); ++i) requests[i]->wait_until(until);
-  for (auto& r : requests) r->cancel();  // our sends and `theirs` must not be touched later
+  // Our sends and `theirs` must not be touched later.
+  if (!cancel_all(requests, until))
+    keep_until_exit(std::make_shared<std::vector<Fingerprint>>(std::move(theirs)));
   return d;
 }
 
@@ -290,8 +311,7 @@ std::string OpContext::explain(const Diagnosis& d, const std::string& tail) cons
 }
 
 void OpContext::abort_poisoned() {
-  for (auto& r : pending_) r->cancel();
-  pending_.clear();
+  withdraw();
   group_.throw_if_poisoned(str(op_, " (seq ", seq_, ")"));
   FERRY_THROW(Error, "abort_poisoned on a group that is not poisoned (internal error)");
 }
@@ -360,11 +380,7 @@ void OpContext::fail_timeout() {
       " the group is poisoned (every rank must issue the same collectives in the same order)";
   std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
                         deadline_text(), ";");
-  msg += explain(diagnose([this] {
-                   for (auto& r : pending_) r->cancel();
-                   pending_.clear();
-                 }),
-                 tail);
+  msg += explain(diagnose([this] { withdraw(); }), tail);
   if (!silent.empty()) msg += str(" waiting for data from ", ranks(silent), ";");
   if (!not_taking.empty()) msg += str(" waiting for ", ranks(not_taking), " to take our data;");
   msg += tail;

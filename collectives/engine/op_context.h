@@ -32,6 +32,10 @@ class OwnDeadlineExpired final : public TimeoutError {
 // same message (an uncaught one is named by its type), anything else is returned as it is.
 std::exception_ptr public_error(std::exception_ptr error);
 
+// Keeps memory a transport may still write into (a receive it could not withdraw) until the
+// process ends: it must never be freed or reused.
+void keep_until_exit(std::shared_ptr<const void> keep);
+
 // From the object pool (object_pool.h) when allocated: an op posted at issue keeps its context
 // in flight.
 class OpContext : public Pooled {
@@ -92,6 +96,14 @@ class OpContext : public Pooled {
   // tensors it reads or writes) and the group's scratch are kept for the rest of the process,
   // and the TimeoutError says that the job must end.
   void wait_native(std::unique_ptr<NativeRequest> request, std::vector<Tensor> keep);
+  // Withdraws every request still pending (all at once, bounded by the op's deadline). Also
+  // done by the destructor; an owner of buffers the requests write into calls it first, so
+  // that buffers_kept() is known before those buffers go.
+  void withdraw();
+  // True once a withdrawn receive could not be confirmed let go of (Request::let_go): the
+  // transport may still write into its buffer, so whoever owns the op's buffers keeps them for
+  // the rest of the process (the group's scratch is kept already).
+  bool buffers_kept() const { return buffers_kept_; }
   // For an op that uses none of the group's scratch (one started at issue, waited on by a
   // caller's thread): giving it up must not touch the scratch the worker may be using.
   void uses_no_scratch() { leak_scratch_on_abandon_ = false; }
@@ -123,6 +135,7 @@ class OpContext : public Pooled {
   std::string deadline_text() const;
   static constexpr auto kCheckEvery = std::chrono::milliseconds(50);
   bool leak_scratch_on_abandon_ = true;
+  bool buffers_kept_ = false;
   // After a timeout: what the peers answered about the op they are in (diagnose()).
   struct Diagnosis {
     std::vector<int> silent;                             // no answer: finished, or never came

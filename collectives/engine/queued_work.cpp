@@ -30,12 +30,22 @@ void QueuedWork::run() {
   const char* const op = op_.op;
   std::exception_ptr error;
   bool tell_peers = true;
+  bool kept = false;  // a receive could not be withdrawn (OpContext::buffers_kept)
   try {
     g->throw_if_poisoned(op);
     FERRY_LOG(Trace, "coll", description(), " starts");
     std::vector<Tensor> outputs;
     {
       OpContext ctx(*g, op, op_.seq, Clock::now() + default_timeout());
+      // Runs before the context goes, whether the body returned or threw.
+      struct NoteKept {
+        OpContext& ctx;
+        bool& kept;
+        ~NoteKept() {
+          ctx.withdraw();
+          kept = ctx.buffers_kept();
+        }
+      } note{ctx, kept};
       if (checked_) exchange_fingerprints(ctx, fingerprint_);
       ctx.set_fingerprint(fingerprint_);
       outputs = body_(ctx);
@@ -55,7 +65,12 @@ void QueuedWork::run() {
     // peers waiting on this rank would wait until their deadline, so give up on the group.
     error = std::current_exception();
   }
-  body_.reset();
+  // The transport may still write into the body's tensors: they live as long as the process.
+  if (kept) {
+    keep_until_exit(std::make_shared<OpBody>(std::move(body_)));
+  } else {
+    body_.reset();
+  }
   const std::string why = error_message(error);
   g->poison(error, why);
   if (tell_peers) g->transport().abandon_group(g->id(), why);

@@ -28,6 +28,12 @@ class DirectAllReduceInFlight final : public InFlight, public Pooled {
                           const char* in, char* out, size_t count, ReduceSpec spec)
       : ctx_(std::move(ctx)), gathered_(std::move(gathered)), in_(in), out_(out), count_(count),
         spec_(spec) {}
+  ~DirectAllReduceInFlight() override {
+    // The receives write into `gathered_`: withdrawn before it goes, and it stays for the rest
+    // of the process if one could not be.
+    ctx_->withdraw();
+    if (ctx_->buffers_kept()) (void)gathered_.release();
+  }
 
   bool test() override { return ctx_->test_all(); }
   bool poll_until(Clock::time_point deadline) override { return poll_posted(*ctx_, deadline); }
@@ -41,6 +47,7 @@ class DirectAllReduceInFlight final : public InFlight, public Pooled {
     return {};
   }
   OnFailure on_failure() const override { return OnFailure::kPoisonTellPeers; }
+  bool buffers_kept() const override { return ctx_->buffers_kept(); }
 
  private:
   std::unique_ptr<OpContext> ctx_;    // the posted exchange; destroying it withdraws it
@@ -63,6 +70,7 @@ class PostedExchange final : public InFlight, public Pooled {
   }
   std::vector<Tensor> finish() override { return {}; }
   OnFailure on_failure() const override { return OnFailure::kPoisonTellPeers; }
+  bool buffers_kept() const override { return ctx_->buffers_kept(); }
 
  private:
   std::unique_ptr<OpContext> ctx_;  // destroying it withdraws what is still posted

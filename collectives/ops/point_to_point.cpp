@@ -33,19 +33,21 @@ class RequestInFlight final : public detail::InFlight {
   }
   detail::OnFailure on_failure() const override { return detail::OnFailure::kOpOnly; }
 
-  // The buffer must not be written after the caller gave up on it.
-  void cancel() { request_->cancel(); }
-  // Dropped: withdraws the message (as MPI requires MPI_Wait on every request). A message not
-  // withdrawn (MPI cannot always cancel a send that has started) may still be read or written by
-  // the transport, so its buffer lives for the rest of the process.
-  void let_go() {
-    if (request_->test()) return;
+  // The buffer must not be written after the caller gave up on it. A message the transport
+  // could not withdraw (MPI cannot always cancel a send that has started, nor a receive whose
+  // data is moving) may still be read or written, so its buffer lives for the rest of the
+  // process.
+  void cancel() {
     request_->cancel();
-    if (request_->test()) return;
+    if (request_->test() && request_->let_go()) return;
     static std::mutex mu;
     static auto* kept = new std::vector<Tensor>();  // never freed, on purpose
     std::lock_guard<std::mutex> lock(mu);
     kept->push_back(tensor_);
+  }
+  // Dropped: withdraws the message (as MPI requires MPI_Wait on every request).
+  void let_go() {
+    if (!request_->test()) cancel();
   }
 
  private:
