@@ -517,6 +517,15 @@ int run_main(int argc, char** argv) {
                 result.check.passed ? "passed" : "FAILED", result.auc,
                 result.auc >= result.threshold ? ">=" : "<", result.threshold,
                 result.ok ? "the sharded DLRM learned" : "FAILED");
+    if (result.check.passed && result.auc < result.threshold) {
+      // The usual cause: a larger batch at the same learning rate and epochs makes fewer steps.
+      const long long global_batch = o.batch * world_size;
+      std::printf("ferry-dlrm: this run made %lld optimizer steps (%d epochs of %lld samples, "
+                  "global batch %lld); the model learns by the step, so a larger batch needs "
+                  "more of them to clear the threshold: raise --epochs or --train-samples\n",
+                  static_cast<long long>(o.epochs) * (o.train_samples / global_batch), o.epochs,
+                  static_cast<long long>(o.train_samples), global_batch);
+    }
   }
   finalize();
   return result.ok ? 0 : 1;
