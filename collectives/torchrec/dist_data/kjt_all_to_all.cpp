@@ -70,16 +70,57 @@ int64_t slot_of(const std::string& label) {
 
 namespace detail {
 
-struct KjtA2aState {
+// The lists a KJTAllToAll call fills, kept by the calling thread from one call to the next
+// (ThreadSpares): a training step's call then refills them instead of allocating them again.
+struct KjtA2aLists {
+  std::vector<std::string> labels;
+  std::vector<Tensor> send;                         // per label
+  std::vector<std::vector<int64_t>> input_splits;   // [label][dest]
+  std::vector<std::string> keys_out;
+  std::vector<const int64_t*> records;              // per source: its phase-1 record
+  std::vector<std::vector<int64_t>> output_splits;  // [label][source]
+  std::vector<int64_t> stride_per_rank;
+  std::vector<int64_t> seg_values;  // [s K + t]: values rank s sends me for my t-th key
+  std::vector<int64_t> seg_lpos;    // [s K + t]: where that segment's lengths start in the result
+  std::vector<int64_t> seg_vpos;    // [s K + t]: where its values start
+  std::vector<Tensor> out;          // per label: the result's (uniform stride) or the staging
+  std::vector<Work> phase2;
+
+  // Empties every list (the nested ones inside their outer list), keeping the capacity.
+  void clear() {
+    labels.clear();
+    send.clear();
+    for (auto& l : input_splits) l.clear();
+    keys_out.clear();
+    records.clear();
+    for (auto& l : output_splits) l.clear();
+    stride_per_rank.clear();
+    seg_values.clear();
+    seg_lpos.clear();
+    seg_vpos.clear();
+    out.clear();
+    phase2.clear();
+  }
+};
+
+struct KjtA2aState : KjtA2aLists {
   KjtA2aState(Group g, std::vector<int64_t> key_splits, int64_t key_stagger, KJTAllToAllOptions o,
               KeyedJaggedTensor kjt)
-      : group(std::move(g)),
+      : KjtA2aLists(ferry::detail::ThreadSpares<KjtA2aLists>::take()),
+        group(std::move(g)),
         splits(std::move(key_splits)),
         stagger(key_stagger),
         options(o),
         input(std::move(kjt)),
         W(group.size()),
         me(group.rank()) {}
+  ~KjtA2aState() {
+    KjtA2aLists& lists = *this;
+    lists.clear();
+    ferry::detail::ThreadSpares<KjtA2aLists>::give(std::move(lists));
+  }
+  KjtA2aState(const KjtA2aState&) = delete;
+  KjtA2aState& operator=(const KjtA2aState&) = delete;
 
   Group group;
   std::vector<int64_t> splits;
@@ -88,13 +129,9 @@ struct KjtA2aState {
   KeyedJaggedTensor input;
   int W = 1, me = 0;
 
-  // sender side
-  std::vector<std::string> labels;
-  std::vector<Tensor> send;                        // per label
-  std::vector<std::vector<int64_t>> input_splits;  // [label][dest]
-  std::string local_error;                         // why this rank's input was rejected
+  // sender side (the lists are KjtA2aLists')
+  std::string local_error;  // why this rank's input was rejected
   std::exception_ptr local_exception;
-  std::vector<std::string> keys_out;
 
   // phase 1
   Tensor record_out;
@@ -103,12 +140,9 @@ struct KjtA2aState {
   std::exception_ptr phase1_error;
 
   // settled by phase 1
-  std::vector<std::vector<int64_t>> output_splits;  // [label][source]
-  std::vector<int64_t> stride_per_rank;
   std::optional<std::vector<int64_t>> recat;
 
   // phase 2
-  std::vector<Work> phase2;
   std::optional<KeyedJaggedTensor> result;
   std::exception_ptr phase2_error;
 
@@ -174,10 +208,12 @@ struct KjtA2aState {
 
     // Counts: consistent with the splits, and within bounds at every receiver.
     const bool vbe = input.variable_stride_per_key();
-    std::vector<int64_t> slots;
-    for (const std::string& l : labels) slots.push_back(slot_of(l));
+    int64_t slots[kSlots];
+    const size_t num_labels = labels.size();
+    for (size_t l = 0; l < num_labels; ++l) slots[l] = slot_of(labels[l]);
     for (int j = 0; j < W; ++j) {
-      for (int64_t slot : slots) {
+      for (size_t l = 0; l < num_labels; ++l) {
+        const int64_t slot = slots[l];
         int64_t total = 0;
         for (int s = 0; s < W; ++s) {
           const int64_t c = rec[s][kHeader + slot * W + j];
@@ -225,9 +261,10 @@ struct KjtA2aState {
   }
 
   void settle(const std::vector<const int64_t*>& rec) {
-    output_splits.assign(labels.size(), std::vector<int64_t>(static_cast<size_t>(W)));
+    output_splits.resize(labels.size());
     for (size_t l = 0; l < labels.size(); ++l) {
       const int64_t slot = slot_of(labels[l]);
+      output_splits[l].resize(static_cast<size_t>(W));
       for (int s = 0; s < W; ++s) output_splits[l][s] = rec[s][kHeader + slot * W + me];
     }
     if (!input.variable_stride_per_key())
@@ -248,14 +285,10 @@ struct KjtA2aState {
   // its recat position in the result: nothing is staged and nothing is reassembled (the local
   // transport copies each byte once; MPI and UCX unpack their receive once). With a variable
   // stride per key the received buffers go through kjt_dist_init.
-  std::vector<int64_t> seg_values;  // [s K + t]: values rank s sends me for my t-th key
-  std::vector<int64_t> seg_lpos;    // [s K + t]: where that segment's lengths start in the result
-  std::vector<Tensor> out;          // per label: the result's (uniform stride) or the staging
-
   void issue_phase2() {
     const bool uniform = !input.variable_stride_per_key();
     const int64_t K = splits[me];
-    std::vector<int64_t> seg_vpos(static_cast<size_t>(W * K));
+    seg_vpos.assign(static_cast<size_t>(W * K), 0);
     seg_lpos.assign(static_cast<size_t>(W * K), 0);
     int64_t lp = 0, vp = 0;
     if (uniform && recat)
@@ -413,7 +446,8 @@ void phase1_wait(const std::shared_ptr<detail::KjtA2aState>& st) {
       st->phase1.wait();
       const int64_t words = record_words(st->W, st->keys_total());
       const int64_t* all = st->record_out.data<int64_t>();
-      std::vector<const int64_t*> rec;
+      std::vector<const int64_t*>& rec = st->records;
+      rec.clear();
       for (int s = 0; s < st->W; ++s) rec.push_back(all + s * words);
       st->check_records(rec);
       st->settle(rec);
@@ -464,11 +498,11 @@ KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) 
   auto st = ferry::detail::make_pooled<KjtA2aState>(group_, splits_, stagger_, options_, input);
   const int W = st->W;
 
-  st->labels = kjt_dist_labels(input);
+  kjt_dist_labels_into(input, st->labels);
   int64_t status = kOk;
   try {
-    st->input_splits = kjt_dist_splits(input, splits_);
-    st->send = kjt_dist_tensors(input);
+    kjt_dist_splits_into(input, splits_, st->input_splits);
+    kjt_dist_tensors_into(input, st->send);
     int64_t k0 = 0;
     for (int j = 0; j < st->me; ++j) k0 += splits_[j];
     st->keys_out.assign(input.keys().begin() + k0, input.keys().begin() + k0 + splits_[st->me]);
@@ -487,7 +521,8 @@ KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) 
   // The phase-1 record: what an all_to_all would carry to each destination (its counts and my
   // stride) plus, for the checks, every other destination's counts and the fingerprints.
   const int64_t words = record_words(W, st->keys_total());
-  std::vector<int64_t> rec(static_cast<size_t>(words), 0);
+  Tensor record = zeros({words}, DType::Int64);
+  int64_t* rec = record.data<int64_t>();
   Fnv keys_fp, splits_fp;
   for (const std::string& k : input.keys()) keys_fp.str(k);
   keys_fp.i64(input.num_keys());
@@ -507,10 +542,10 @@ KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) 
   }
   if (status == kOk) {
     const std::vector<int64_t>& per_key = input.length_per_key();
-    std::copy(per_key.begin(), per_key.end(), rec.begin() + kHeader + kSlots * W);
+    std::copy(per_key.begin(), per_key.end(), rec + kHeader + kSlots * W);
   }
   st->record_out = empty({W * words}, DType::Int64);
-  st->phase1 = all_gather(from_vector(rec), st->record_out, group_);
+  st->phase1 = all_gather(record, st->record_out, group_);
   if (options_.progress_in_background) st->phase1.progress_in_background();
   return KJTAllToAllSplitsAwaitable(st);
 }

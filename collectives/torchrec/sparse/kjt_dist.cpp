@@ -7,15 +7,18 @@ namespace ferry::torchrec {
 
 using detail::list_str;
 
-std::vector<std::string> kjt_dist_labels(const KeyedJaggedTensor& kjt) {
-  std::vector<std::string> labels{"lengths", "values"};
+namespace detail {
+
+void kjt_dist_labels_into(const KeyedJaggedTensor& kjt, std::vector<std::string>& labels) {
+  labels.resize(2);
+  labels[0] = "lengths";
+  labels[1] = "values";
   if (kjt.variable_stride_per_key()) labels.emplace_back("strides");
   if (kjt.has_weights()) labels.emplace_back("weights");
-  return labels;
 }
 
-std::vector<std::vector<int64_t>> kjt_dist_splits(const KeyedJaggedTensor& kjt,
-                                                  const std::vector<int64_t>& key_splits) {
+void kjt_dist_splits_into(const KeyedJaggedTensor& kjt, const std::vector<int64_t>& key_splits,
+                          std::vector<std::vector<int64_t>>& splits) {
   constexpr const char* where = "kjt_dist_splits";
   int64_t total = 0;
   for (int64_t s : key_splits) {
@@ -28,13 +31,13 @@ std::vector<std::vector<int64_t>> kjt_dist_splits(const KeyedJaggedTensor& kjt,
               " keys ", detail::keys_str(kjt.keys()));
   const std::vector<int64_t>& lpk = kjt.length_per_key();
   const std::vector<int64_t>& spk = kjt.stride_per_key();
-  std::vector<std::vector<int64_t>> out;
-  out.reserve(4);  // lengths, values, and the strides and weights when present
-  out.resize(2);
-  std::vector<int64_t>& lengths = out[0];
-  std::vector<int64_t>& values = out[1];
-  lengths.reserve(key_splits.size());
-  values.reserve(key_splits.size());
+  // lengths, values, and the strides and weights when present
+  const size_t labels = 2 + (kjt.variable_stride_per_key() ? 1 : 0) + (kjt.has_weights() ? 1 : 0);
+  splits.resize(labels);
+  std::vector<int64_t>& lengths = splits[0];
+  std::vector<int64_t>& values = splits[1];
+  lengths.clear();
+  values.clear();
   int64_t k = 0;
   for (int64_t s : key_splits) {
     int64_t nl = 0, nv = 0;
@@ -45,17 +48,39 @@ std::vector<std::vector<int64_t>> kjt_dist_splits(const KeyedJaggedTensor& kjt,
     lengths.push_back(nl);
     values.push_back(nv);
   }
-  if (kjt.variable_stride_per_key()) out.push_back(key_splits);
-  if (kjt.has_weights()) out.push_back(out[1]);
-  return out;
+  size_t next = 2;
+  if (kjt.variable_stride_per_key()) splits[next++] = key_splits;
+  if (kjt.has_weights()) splits[next] = values;
+}
+
+void kjt_dist_tensors_into(const KeyedJaggedTensor& kjt, std::vector<Tensor>& tensors) {
+  tensors.clear();
+  tensors.push_back(kjt.lengths());
+  tensors.push_back(kjt.values());
+  if (kjt.variable_stride_per_key())
+    tensors.push_back(index_tensor(kjt.stride_per_key(), DType::Int64, "kjt_dist_tensors"));
+  if (kjt.has_weights()) tensors.push_back(kjt.weights());
+}
+
+}  // namespace detail
+
+std::vector<std::string> kjt_dist_labels(const KeyedJaggedTensor& kjt) {
+  std::vector<std::string> labels;
+  detail::kjt_dist_labels_into(kjt, labels);
+  return labels;
+}
+
+std::vector<std::vector<int64_t>> kjt_dist_splits(const KeyedJaggedTensor& kjt,
+                                                  const std::vector<int64_t>& key_splits) {
+  std::vector<std::vector<int64_t>> splits;
+  detail::kjt_dist_splits_into(kjt, key_splits, splits);
+  return splits;
 }
 
 std::vector<Tensor> kjt_dist_tensors(const KeyedJaggedTensor& kjt) {
-  std::vector<Tensor> out{kjt.lengths(), kjt.values()};
-  if (kjt.variable_stride_per_key())
-    out.push_back(detail::index_tensor(kjt.stride_per_key(), DType::Int64, "kjt_dist_tensors"));
-  if (kjt.has_weights()) out.push_back(kjt.weights());
-  return out;
+  std::vector<Tensor> tensors;
+  detail::kjt_dist_tensors_into(kjt, tensors);
+  return tensors;
 }
 
 std::optional<std::vector<int64_t>> get_recat(int64_t local_split, int64_t num_splits,

@@ -47,6 +47,15 @@ std::vector<std::vector<int64_t>> kjt_dist_splits(const KeyedJaggedTensor& kjt,
 // [weights]. Flat, contiguous, 1-D; shares storage with the KJT where it can.
 std::vector<Tensor> kjt_dist_tensors(const KeyedJaggedTensor& kjt);
 
+namespace detail {
+// The three above into lists the caller keeps from call to call (a KJT all-to-all per training
+// step): their contents are replaced, their capacity reused.
+void kjt_dist_labels_into(const KeyedJaggedTensor& kjt, std::vector<std::string>& labels);
+void kjt_dist_splits_into(const KeyedJaggedTensor& kjt, const std::vector<int64_t>& key_splits,
+                          std::vector<std::vector<int64_t>>& splits);
+void kjt_dist_tensors_into(const KeyedJaggedTensor& kjt, std::vector<Tensor>& tensors);
+}  // namespace detail
+
 // torchrec's _get_recat: the segment permutation that turns [source][local key] order into
 // [local key][source] order, sources taken in stagger order. nullopt when local_split == 0.
 // recat[t * W + i] = t + order[i] * local_split, order = [x + (W/stagger)*y for x < W/stagger
