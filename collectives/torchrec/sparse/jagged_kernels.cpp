@@ -36,14 +36,19 @@ void check_index_tensor(const Tensor& t, const char* where, const char* what) {
 }
 
 std::vector<int64_t> index_vector(const Tensor& t) {
-  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+  std::vector<int64_t> out;
+  index_vector_into(t, out);
+  return out;
+}
+
+void index_vector_into(const Tensor& t, std::vector<int64_t>& out) {
+  out.resize(static_cast<size_t>(t.numel()));
   if (t.dtype() == DType::Int64) {
     if (!out.empty()) std::memcpy(out.data(), t.data<int64_t>(), out.size() * sizeof(int64_t));
   } else {
     const int32_t* p = t.data<int32_t>();
     for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
   }
-  return out;
 }
 
 namespace {
@@ -111,10 +116,13 @@ Tensor lengths_from_offsets(const Tensor& offsets) {
 
 JaggedParts permute_segments(const JaggedParts& in, const std::vector<int64_t>& segment_sizes,
                              const std::vector<int64_t>& order, const char* where) {
-  const std::vector<int64_t> lengths = index_vector(in.lengths);
+  // Scratch of this thread's, reused from call to call (an input dist permutes every batch).
+  thread_local std::vector<int64_t> lengths, lstart, vstart;
+  index_vector_into(in.lengths, lengths);
   const size_t nseg = segment_sizes.size();
   // Segment i: length entries [lstart[i], lstart[i+1]), value rows [vstart[i], vstart[i+1]).
-  std::vector<int64_t> lstart(nseg + 1, 0), vstart(nseg + 1, 0);
+  lstart.assign(nseg + 1, 0);
+  vstart.assign(nseg + 1, 0);
   {
     int64_t pos = 0, rows = 0;
     for (size_t i = 0; i < nseg; ++i) {
@@ -145,13 +153,7 @@ JaggedParts permute_segments(const JaggedParts& in, const std::vector<int64_t>& 
     out_len += lstart[i + 1] - lstart[i];
     out_rows += vstart[i + 1] - vstart[i];
   }
-  std::vector<int64_t> new_lengths;
-  new_lengths.reserve(static_cast<size_t>(out_len));
-  for (int64_t i : order)
-    new_lengths.insert(new_lengths.end(), lengths.begin() + lstart[i], lengths.begin() + lstart[i + 1]);
-
   JaggedParts out;
-  out.lengths = index_tensor(new_lengths, in.lengths.dtype(), where);
   auto move_rows = [&](const Tensor& src) {
     Tensor dst = empty(with_rows(src.shape(), out_rows), src.dtype());
     const size_t rb = row_bytes(src);
@@ -164,6 +166,18 @@ JaggedParts permute_segments(const JaggedParts& in, const std::vector<int64_t>& 
     }
     return dst;
   };
+  // The lengths move segment by segment in their own dtype, as the values' rows do.
+  out.lengths = empty({out_len}, in.lengths.dtype());
+  {
+    const size_t eb = in.lengths.element_size();
+    const auto* s = static_cast<const unsigned char*>(in.lengths.raw_data());
+    auto* d = static_cast<unsigned char*>(out.lengths.raw_data());
+    for (int64_t i : order) {
+      const size_t n = static_cast<size_t>(lstart[i + 1] - lstart[i]) * eb;
+      if (n) std::memcpy(d, s + static_cast<size_t>(lstart[i]) * eb, n);
+      d += n;
+    }
+  }
   out.values = move_rows(in.values);
   if (in.weights.defined()) out.weights = move_rows(in.weights);
   return out;

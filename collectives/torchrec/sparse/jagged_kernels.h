@@ -22,6 +22,8 @@ std::string keys_str(const std::vector<std::string>& keys, size_t limit = 16);
 void check_index_tensor(const Tensor& t, const char* where, const char* what);
 // Elements of a 1-D int32 / int64 tensor as int64.
 std::vector<int64_t> index_vector(const Tensor& t);
+// The same into `out` (its capacity reused).
+void index_vector_into(const Tensor& t, std::vector<int64_t>& out);
 // A new 1-D tensor of `dtype` (Int32 or Int64) holding v; throws InvalidArgument naming `where`
 // when a value does not fit int32.
 Tensor index_tensor(const std::vector<int64_t>& v, DType dtype, const char* where);
