@@ -55,9 +55,6 @@ class FunctionRef<R(Args...)> {
   R (*call_)(void*, Args...) = nullptr;
 };
 
-// The op's body (op_body.h) runs on the group's worker (or on a thread waiting for it); what
-// it returns becomes Work::outputs().
-
 using NativeStart = FunctionRef<std::unique_ptr<NativeRequest>(NativeCollectives&)>;
 using OnePost = FunctionRef<std::unique_ptr<InFlight>(std::unique_ptr<OpContext>)>;
 

@@ -1,4 +1,5 @@
-// detail::OpBody: a queued op's run-to-completion body (internal).
+// detail::OpBody: a queued op's run-to-completion body (internal). It runs on the group's
+// worker (or on a thread waiting for the op); what it returns becomes Work::outputs().
 //
 // A std::function would put every body's captures on the heap (libstdc++ keeps only trivially
 // copyable callables of up to 16 bytes inline), one allocation per queued op, made on the
