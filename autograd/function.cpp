@@ -174,7 +174,9 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   constexpr size_t kOnStack = 8;
   const Variable* ptrs_on_stack[kOnStack];
   std::vector<const Variable*> ptrs_on_heap;
-  std::vector<Tensor> input_values;
+  // The inputs' values, in a list this thread's earlier calls kept (emptied, with its capacity):
+  // a training step makes tens of calls.
+  std::vector<Tensor> input_values = detail::ThreadSpares<std::vector<Tensor>, 8>::take();
   input_values.reserve(inputs.size());
   for (const Variable& v : inputs) input_values.push_back(v.defined() ? v.value() : Tensor());
   const bool recording = detail::should_record(inputs);
@@ -204,6 +206,8 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
     NoGradGuard no_grad;  // what forward calls is not differentiated
     outputs = fn->forward(c, input_values);
   }
+  input_values.clear();
+  detail::ThreadSpares<std::vector<Tensor>, 8>::give(std::move(input_values));
 
   if (!recording) {
     std::vector<Variable> plain;
