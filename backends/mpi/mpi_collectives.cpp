@@ -1,5 +1,6 @@
 #include <ferry/backends/mpi/mpi_collectives.h>
 
+#include <ferry/backends/mpi/mpi_block_lists.h>
 #include <ferry/backends/mpi/mpi_call_key.h>
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_exchange.h>
@@ -9,7 +10,6 @@
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
-#include <climits>
 
 namespace ferry::detail {
 namespace {
@@ -223,7 +223,8 @@ class MpiCollectives final : public NativeCollectives {
       if (path == NativePath::Exchange)
         return exchange_->all_to_all_v("all_to_all", send, send_bytes, recv, recv_bytes);
       auto r = start("all_to_all");
-      lists_by_address(*r, send, send_bytes, recv, recv_bytes, "all_to_all");
+      start_lists_by_address(r->pending(), comms_->coll, size_, send, send_bytes, recv,
+                           recv_bytes, "all_to_all");
       return r;
     });
   }
@@ -312,7 +313,7 @@ class MpiCollectives final : public NativeCollectives {
     std::vector<int>& c = r->pending().ints(recv.size());
     std::vector<int>& d = r->pending().ints(recv.size());
     char* base = nullptr;
-    if (relative_to_lowest(recv, recv_bytes, c, d, base, "gather")) {
+    if (displacements_from_lowest(recv, recv_bytes, c, d, base, "gather")) {
       const void* send = in == recv[static_cast<size_t>(root)] ? MPI_IN_PLACE : in;
       check_started(*r, MPI_Igatherv(send, b, MPI_BYTE, base, c.data(), d.data(), MPI_BYTE, root,
                                      comms_->coll, r->pending().handle()),
@@ -324,7 +325,8 @@ class MpiCollectives final : public NativeCollectives {
     std::vector<size_t> send_bytes(recv.size(), 0);
     send[static_cast<size_t>(root)] = in;
     send_bytes[static_cast<size_t>(root)] = bytes;
-    lists_by_address(*r, send, send_bytes, recv, recv_bytes, "gather");
+    start_lists_by_address(r->pending(), comms_->coll, size_, send, send_bytes, recv,
+                           recv_bytes, "gather");
     return r;
   }
 
@@ -356,7 +358,7 @@ class MpiCollectives final : public NativeCollectives {
     char* base = nullptr;
     std::vector<void*> as_mutable(send.size());
     for (size_t k = 0; k < send.size(); ++k) as_mutable[k] = const_cast<void*>(send[k]);
-    if (relative_to_lowest(as_mutable, send_bytes, c, d, base, "scatter")) {
+    if (displacements_from_lowest(as_mutable, send_bytes, c, d, base, "scatter")) {
       void* recv = out == send[static_cast<size_t>(root)] ? MPI_IN_PLACE : out;
       check_started(*r, MPI_Iscatterv(base, c.data(), d.data(), MPI_BYTE, recv, b, MPI_BYTE, root,
                                       comms_->coll, r->pending().handle()),
@@ -367,7 +369,8 @@ class MpiCollectives final : public NativeCollectives {
     std::vector<size_t> recv_bytes(send.size(), 0);
     recv[static_cast<size_t>(root)] = out;
     recv_bytes[static_cast<size_t>(root)] = bytes;
-    lists_by_address(*r, send, send_bytes, recv, recv_bytes, "scatter");
+    start_lists_by_address(r->pending(), comms_->coll, size_, send, send_bytes, recv,
+                           recv_bytes, "scatter");
     return r;
   }
 
@@ -546,11 +549,7 @@ class MpiCollectives final : public NativeCollectives {
     if (code != MPI_SUCCESS) check_mpi(code, call, r.pending().describe());  // named on failure only
   }
 
-  int fit(size_t n, const char* op, const char* unit) const {
-    FERRY_CHECK(n <= static_cast<size_t>(INT_MAX), InvalidArgument, op, " on the mpi transport: ",
-                "at most 2^31-1 ", unit, " per block, given ", n);
-    return static_cast<int>(n);
-  }
+  int fit(size_t n, const char* op, const char* unit) const { return fit_mpi_int(n, op, unit); }
 
   void fill(std::vector<int>& to, const std::vector<size_t>& from, const char* op) const {
     for (size_t k = 0; k < from.size(); ++k) to[k] = fit(from[k], op, "bytes");
@@ -561,57 +560,6 @@ class MpiCollectives final : public NativeCollectives {
     for (size_t k = 0; k < bytes.size(); ++k)
       if (bytes[k] != bytes[0] || offset[k] != k * bytes[0]) return false;
     return true;
-  }
-
-  // Byte displacements of `bufs` from the lowest of them (returned in `base`); false when they
-  // do not fit MPI's int displacements.
-  bool relative_to_lowest(const std::vector<void*>& bufs, const std::vector<size_t>& bytes,
-                          std::vector<int>& counts, std::vector<int>& displs, char*& base,
-                          const char* op) const {
-    base = nullptr;
-    for (size_t k = 0; k < bufs.size(); ++k) {
-      counts[k] = fit(bytes[k], op, "bytes");
-      char* p = static_cast<char*>(bufs[k]);
-      if (bytes[k] > 0 && (base == nullptr || p < base)) base = p;
-    }
-    for (size_t k = 0; k < bufs.size(); ++k) {
-      if (bytes[k] == 0) continue;
-      const size_t d = static_cast<size_t>(static_cast<char*>(bufs[k]) - base);
-      if (d > static_cast<size_t>(INT_MAX)) return false;
-      displs[k] = static_cast<int>(d);
-    }
-    return true;
-  }
-
-  // MPI_Ialltoallw over MPI_BOTTOM with one absolute-address datatype per buffer.
-  void lists_by_address(MpiCollectiveRequest& r, const std::vector<const void*>& send,
-                        const std::vector<size_t>& send_bytes, const std::vector<void*>& recv,
-                        const std::vector<size_t>& recv_bytes, const char* op) {
-    const size_t n = static_cast<size_t>(size_);
-    std::vector<int>& sc = r.pending().ints(n);
-    std::vector<int>& rc = r.pending().ints(n);
-    std::vector<int>& zeros = r.pending().ints(n);
-    // Datatypes and count arrays must stay untouched until the request finishes: they live
-    // (and the datatypes are freed) with it.
-    std::vector<MPI_Datatype>& st = r.pending().datatypes(n, MPI_BYTE);
-    std::vector<MPI_Datatype>& rt = r.pending().datatypes(n, MPI_BYTE);
-    const std::string where = r.pending().describe();
-    for (size_t k = 0; k < n; ++k) {
-      fit(send_bytes[k], op, "bytes");
-      fit(recv_bytes[k], op, "bytes");
-      if (send_bytes[k] > 0) {
-        st[k] = absolute_bytes(send[k], send_bytes[k], where);
-        sc[k] = 1;
-      }
-      if (recv_bytes[k] > 0) {
-        rt[k] = absolute_bytes(recv[k], recv_bytes[k], where);
-        rc[k] = 1;
-      }
-    }
-    const int code = MPI_Ialltoallw(MPI_BOTTOM, sc.data(), zeros.data(), st.data(), MPI_BOTTOM,
-                                    rc.data(), zeros.data(), rt.data(), comms_->coll,
-                                    r.pending().handle());
-    check_started(r, code, "MPI_Ialltoallw");
   }
 
   std::shared_ptr<MpiWorld> world_;
