@@ -1,4 +1,5 @@
 #include <ferry/collectives/torchrec/models/dot_interaction.h>
+#include <ferry/collectives/torchrec/models/dot_interaction_lanes.h>
 
 #include <ferry/autograd/function.h>
 #include <ferry/runtime/error.h>
@@ -6,11 +7,10 @@
 
 #include <Eigen/Core>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +18,9 @@
 namespace ferry::torchrec {
 
 namespace {
+
+using detail::feature_row;
+using detail::first_pair;
 
 // Vector-register-sized chunks: an Eigen array of this fixed length compiles to one SIMD
 // instruction per operation (16 floats = one AVX-512 register, two AVX2 ones), where a loop over
@@ -44,12 +47,6 @@ std::vector<const T*>& scratch_pointers(size_t size) {
   return buffer;
 }
 
-// X_k of sample b: the dense output for k = 0, embedding k - 1 otherwise.
-template <class T>
-const T* feature_row(const T* dense, const T* sparse, int64_t b, int64_t k, int64_t F,
-                     int64_t D) {
-  return k == 0 ? dense + b * D : sparse + (b * F + (k - 1)) * D;
-}
 
 // Rows of the Gram matrix (forward) or of dX (backward) computed together: their accumulators
 // are independent, so the adds of kRows rows overlap instead of each waiting for the one before
@@ -65,70 +62,17 @@ void store_rows(T* out, int64_t stride, const Lanes<T>& a0, const Lanes<T>& a1,
   for (int64_t r = 0; r < kRows; ++r) Eigen::Map<Lanes<T>>{out + r * stride} = *acc[r];
 }
 
-// Where row i's pairs (i, i+1), ..., (i, n-1) start in a sample's pair columns.
-int64_t first_pair(int64_t i, int64_t n) { return i * (n - 1) - i * (i - 1) / 2; }
 
 // xt[d * np + k] = X_k[d] of sample b for k < n = F + 1 (columns n.. stay as they are: zero).
 template <class T>
-void transpose_sample(const T* dense, const T* sparse, int64_t b, int64_t F, int64_t D,
-                      const T*, T* xt, int64_t np) {
+void transpose_sample(const T* dense, const T* sparse, int64_t b, int64_t F, int64_t D, T* xt,
+                      int64_t np) {
   for (int64_t k = 0; k <= F; ++k) {
     const T* x = feature_row(dense, sparse, b, k, F, D);
     for (int64_t d = 0; d < D; ++d) xt[d * np + k] = x[d];
   }
 }
 
-#if defined(__AVX2__)
-// The same for float rows of a multiple of 8 values, in 8 x 8 tiles through registers: the
-// element-wise copy above is a quarter of the forward's time, one scattered store per value.
-// Columns n.. are written too, from zero_row (D zeros).
-void transpose_8x8(__m256 (&r)[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  // s0 = columns 0 and 4 of rows 0-3, s1 = columns 1 and 5, ...; s4-s7 the same of rows 4-7.
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
-template <>
-void transpose_sample<float>(const float* dense, const float* sparse, int64_t b, int64_t F,
-                             int64_t D, const float* zero_row, float* xt, int64_t np) {
-  if (D % 8 != 0 || np % 8 != 0) {
-    for (int64_t k = 0; k <= F; ++k) {
-      const float* x = feature_row(dense, sparse, b, k, F, D);
-      for (int64_t d = 0; d < D; ++d) xt[d * np + k] = x[d];
-    }
-    return;
-  }
-  for (int64_t k0 = 0; k0 < np; k0 += 8) {
-    const float* rows[8];
-    for (int64_t q = 0; q < 8; ++q)
-      rows[q] = k0 + q <= F ? feature_row(dense, sparse, b, k0 + q, F, D) : zero_row;
-    for (int64_t d0 = 0; d0 < D; d0 += 8) {
-      __m256 r[8];
-      for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(rows[q] + d0);
-      transpose_8x8(r);
-      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(xt + (d0 + q) * np + k0, r[q]);
-    }
-  }
-}
-#endif
 
 template <class T>
 void forward_kernel(const T* dense, const T* sparse, T* out, int64_t B, int64_t F, int64_t D) {
@@ -143,7 +87,7 @@ void forward_kernel(const T* dense, const T* sparse, T* out, int64_t B, int64_t 
   std::fill(xt, xt + D * np, T(0));
   std::fill(zero_row, zero_row + D, T(0));
   for (int64_t b = 0; b < B; ++b) {
-    transpose_sample(dense, sparse, b, F, D, zero_row, xt, np);
+    transpose_sample(dense, sparse, b, F, D, xt, np);
     T* o = out + b * width;
     std::copy(dense + b * D, dense + (b + 1) * D, o);
     for (int64_t i0 = 0; i0 + 1 < n; i0 += kRows) {
@@ -267,6 +211,12 @@ class DotInteraction final : public Function {
     const int64_t B = in[0].size(0), n = f_ + 1;
     Tensor out = empty({B, d_ + n * (n - 1) / 2}, in[0].dtype());
     visit(in[0].dtype(), [&]<class T>() {
+      if constexpr (std::is_same_v<T, float>) {
+        if (detail::lanes_fit(d_)) {
+          detail::forward_lanes(in[0].data<float>(), in[1].data<float>(), out.data<float>(), B, f_, d_);
+          return;
+        }
+      }
       forward_kernel<T>(in[0].data<T>(), in[1].data<T>(), out.data<T>(), B, f_, d_);
     });
     ctx.save_for_backward({in[0], in[1]});
@@ -280,6 +230,13 @@ class DotInteraction final : public Function {
     Tensor d_dense = empty(dense.shape(), dense.dtype());
     Tensor d_sparse = empty(sparse.shape(), sparse.dtype());
     visit(dense.dtype(), [&]<class T>() {
+      if constexpr (std::is_same_v<T, float>) {
+        if (detail::lanes_fit(d_)) {
+          detail::backward_lanes(dense.data<float>(), sparse.data<float>(), grads[0].data<float>(),
+                         d_dense.data<float>(), d_sparse.data<float>(), dense.size(0), f_, d_);
+          return;
+        }
+      }
       backward_kernel<T>(dense.data<T>(), sparse.data<T>(), grads[0].data<T>(),
                          d_dense.data<T>(), d_sparse.data<T>(), dense.size(0), f_, d_);
     });
