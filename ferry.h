@@ -7,6 +7,7 @@
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/dtype.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/intra_op.h>
 #include <ferry/runtime/log.h>
 #include <ferry/runtime/tensor.h>
 #include <ferry/runtime/version.h>

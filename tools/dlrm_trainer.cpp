@@ -416,6 +416,10 @@ Options parse(int argc, char** argv) {
                      "columns) instead of the embedded synthetic data", &o.data, "PATH")
       .string_option("--test-data", "evaluate on this Criteo TSV file (default: --data)",
                      &o.test_data, "PATH")
+      .int_option("--threads", "threads per rank for the GEMMs, the embedding lookups and "
+                  "their backward, and the interaction (default 1; pays only with idle cores, "
+                  "one rank per host: where ranks fill the cores, helpers take cores from them)",
+                  &o.threads, 1, 256)
       .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: no "
                   "loader: each batch is made when the step asks for it)", &o.prefetch, 0, 64)
       .choice_option("--loader", "where the synthetic batches are made: a loader thread; a "
@@ -466,6 +470,7 @@ const char* where_batches_are_made(const Options& o) {
 
 int run_main(int argc, char** argv) {
   Options o = parse(argc, argv);
+  set_intra_op_threads(o.threads);
   Group launched = init();
   const bool one_process_per_rank = launched.size() > 1;
   const int world_size = one_process_per_rank ? launched.size() : o.world_size;

@@ -32,6 +32,7 @@ struct Options {
   std::string data;        // Criteo TSV file to train on; empty: the embedded synthetic data
   std::string test_data;   // Criteo TSV file to evaluate on; empty: `data`
   int prefetch = 2;        // batches the loader thread prepares ahead (0: no loader thread)
+  int threads = 1;         // intra-op threads per rank (set_intra_op_threads)
   // Where the synthetic batches are drawn: "thread" (a loader thread, `prefetch` ahead),
   // "waits" (in the rank's own waits for collectives), or "auto": "waits" when this host's
   // ranks fill its cores (a loader thread would take a core from a rank), else "thread".

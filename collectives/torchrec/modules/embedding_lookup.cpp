@@ -5,6 +5,7 @@
 
 #include <ferry/autograd/function.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/intra_op.h>
 #include <ferry/runtime/object_pool.h>
 
 #include <Eigen/Core>
@@ -200,6 +201,10 @@ Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> cvec(const T* p, int64_t n)
 // fbgemm's TBE kernels do on the CPU too).
 constexpr int64_t kPrefetchAhead = 8;
 
+// Items (or tables) per block when intra-op threads split a lookup or its backward: each costs
+// tens of microseconds at a training batch, so a block of two is worth a helper thread.
+constexpr int64_t kItemsPerChunk = 2;
+
 // Asks for the cache lines of the row of an item's id j, if it has one in this block.
 template <class T>
 void prefetch_row(const T* W, std::span<const int64_t> rows, int64_t j, int64_t C) {
@@ -243,15 +248,20 @@ void pool_item(const Plan& p, const Plan::Item& it, const T* W, int64_t C, const
   }
 }
 
+// Items write their own columns of out: with intra-op threads, blocks of items run at once.
 template <class T>
 void pooled_forward(const Plan& p, const T* w, T* out) {
-  for (const Plan::Item& it : p.items) {
-    const EmbeddingTable& t = *p.tables[it.table];
-    const T* W = t.weight().value().template data<T>();
-    const int64_t C = t.shard().num_cols;
-    detail::with_row_length(
-        C, [&]<int kCols>() { pool_item<T, kCols>(p, it, W, C, w, out, p.total_cols); });
-  }
+  const auto items = static_cast<int64_t>(p.items.size());
+  ferry::detail::parallel_for(items, kItemsPerChunk, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k) {
+      const Plan::Item& it = p.items[static_cast<size_t>(k)];
+      const EmbeddingTable& t = *p.tables[it.table];
+      const T* W = t.weight().value().template data<T>();
+      const int64_t C = t.shard().num_cols;
+      detail::with_row_length(
+          C, [&]<int kCols>() { pool_item<T, kCols>(p, it, W, C, w, out, p.total_cols); });
+    }
+  });
 }
 
 // gbar of bag b of item `it`: the upstream block, divided by n into buf (C values) for MEAN.
@@ -317,8 +327,8 @@ void for_each_gradient_row(const Plan& p, const Plan::Item& it, const T* g, std:
 template <class T>
 void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
                      const std::vector<bool>& table_needs) {
-  std::vector<T> buf;
   if (dw != nullptr) {
+    std::vector<T> buf;
     for (const Plan::Item& it : p.items) {
       const T* W = p.tables[it.table]->weight().value().template data<T>();
       const int64_t C = p.tables[it.table]->shard().num_cols;
@@ -330,25 +340,37 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
     }
   }
   // All per-sample-weight gradients are computed: now the tables may change (fused steps).
-  for (size_t slot = 0; slot < p.tables.size(); ++slot) {
-    if (!table_needs[slot]) continue;
-    deliver_table_gradient<T>(p, slot, [&](size_t s, auto&& row_of) {
-      for (const Plan::Item& it : p.items) {
-        if (it.table != s) continue;
-        const int64_t C = p.tables[s]->shard().num_cols;
-        detail::with_row_length(C, [&]<int kCols>() {
-          for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
-            auto acc = detail::row<T, kCols>(row_of(r), C);
-            if (w != nullptr) {
-              acc += w[i] * detail::row<T, kCols>(gb, C);
-            } else {
-              acc += detail::row<T, kCols>(gb, C);
-            }
+  // Each table's rows are accumulated and stepped apart from the others', so with intra-op
+  // threads blocks of fused tables run at once. Tables that are not fused (their gradient added
+  // to the table's own, for an optimizer run later) are not a step's hot path: they stay on the
+  // calling thread.
+  bool all_fused = true;
+  for (size_t slot = 0; slot < p.tables.size(); ++slot)
+    all_fused = all_fused && (!table_needs[slot] || p.tables[slot]->is_fused());
+  const auto tables = static_cast<int64_t>(p.tables.size());
+  ferry::detail::parallel_for(tables, all_fused ? kItemsPerChunk : tables,
+                              [&](int64_t first, int64_t last) {
+    thread_local std::vector<T> buf;  // a bag's gradient divided for MEAN, kept for the next call
+    for (auto slot = static_cast<size_t>(first); slot < static_cast<size_t>(last); ++slot) {
+      if (!table_needs[slot]) continue;
+      deliver_table_gradient<T>(p, slot, [&](size_t s, auto&& row_of) {
+        for (const Plan::Item& it : p.items) {
+          if (it.table != s) continue;
+          const int64_t C = p.tables[s]->shard().num_cols;
+          detail::with_row_length(C, [&]<int kCols>() {
+            for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
+              auto acc = detail::row<T, kCols>(row_of(r), C);
+              if (w != nullptr) {
+                acc += w[i] * detail::row<T, kCols>(gb, C);
+              } else {
+                acc += detail::row<T, kCols>(gb, C);
+              }
+            });
           });
-        });
-      }
-    });
-  }
+        }
+      });
+    }
+  });
 }
 
 class PooledLookup final : public Function {
