@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/modules/vbe_pooling.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
@@ -141,7 +142,7 @@ void check_input(const ShardedTables& tables, const KeyedJaggedTensor& kjt, bool
     // The caller's weights Variable: local facts, raised on this rank alone when the collective
     // check is off (the verdict raises them on every rank otherwise).
     const InputProblem weights_status = weights_problem(kjt, weighted, weights);
-    FERRY_CHECK(weights_status == kOk, InvalidArgument, where, " on rank ", world.rank(),
+    FERRY_CHECK(weights_status == kOk, InvalidArgument, detail::where(where, world),
                 weights_status == kWeightsUnweighted
                     ? ": per_sample_weights given to an unweighted collection"
                     : ": per_sample_weights must have the KJT's weights' dtype and one element "

@@ -6,8 +6,8 @@
 // zero tensor of the whole table and an all_reduce sums them (every element is held by exactly
 // one shard). Every rank runs the same collectives in table order, whatever it holds.
 #include <ferry/collectives/collectives.h>
-#include <ferry/collectives/torchrec/comm/comm_op_base.h>
 #include <ferry/collectives/torchrec/sharding/sharded_state_dict.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
@@ -120,8 +120,8 @@ void load_optimizer_state_dict(const ShardedTables& tables, DataParallelOptimize
   const Group& world = tables.world();
   const auto find = [&](const std::string& key) -> const Tensor& {
     auto it = state.find(key);
-    FERRY_CHECK(it != state.end() && it->second.defined(), InvalidArgument, w, " on rank ",
-                world.rank(), ": the state has no \"", key, "\" (", emb_optim_type_name(type),
+    FERRY_CHECK(it != state.end() && it->second.defined(), InvalidArgument,
+                where(w.c_str(), world), ": the state has no \"", key, "\" (", emb_optim_type_name(type),
                 " keeps it)");
     return it->second;
   };
@@ -160,7 +160,7 @@ void load_optimizer_state_dict(const ShardedTables& tables, DataParallelOptimize
       const int64_t saved_end =
           j + 1 < saved_blocks.size() ? saved_blocks[j + 1] : t.config.embedding_dim;
       FERRY_CHECK(it != saved_blocks.end() && saved_end == m.col_offset() + m.cols(),
-                  InvalidArgument, w, " on rank ", world.rank(), ": table \"", t.config.name,
+                  InvalidArgument, where(w.c_str(), world), ": table \"", t.config.name,
                   "\": its EXACT_ROWWISE_ADAGRAD state was saved for column blocks starting at ",
                   list_str(saved_blocks), ", which do not include this plan's block [",
                   m.col_offset(), ", ", m.col_offset() + m.cols(),
