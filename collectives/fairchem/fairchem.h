@@ -170,7 +170,7 @@ TrimmedTensor trim_tensor(const Tensor& t, std::vector<int64_t> sizes = {}, int6
 //  - Non-canonical sizes in gather_from / _sum_grad (the per-rank sizes along dim are not the
 //    canonical partition of their total) raise InvalidArgument on every rank, before the data
 //    moves, naming the sizes given and expected; fairchem gives a silently wrong gradient on one
-//    rank and a shape error on another (test case TC6). The ranks must also agree on the size
+//    rank and a shape error on another (tests/families/test_fairchem.cpp). The ranks must also agree on the size
 //    of every other dim (also InvalidArgument on every rank).
 //  - ReduceFrom is out of place (G3) in every case; G1/G2 overwrite the caller's tensor.
 //  - Nothing is padded on the wire: after the size exchange (one all_gather of two int64 per

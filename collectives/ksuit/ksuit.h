@@ -18,7 +18,7 @@
 //
 // all_reduce_sum_grad / all_reduce_mean_grad: ksuit calls the plain in-place dist.all_reduce, not
 // the differentiable torch.distributed.nn one, although its comment calls it differentiable. Under
-// PyTorch 1.13 (observed; TC11 in tests/families) autograd does not see that collective, so the
+// PyTorch 1.13 (observed; tests/families/test_ksuit.cpp) autograd does not see that collective, so the
 // backward is the identity (mean: G/W). That observed behaviour is what these implement: it is the
 // gradient the original computes, and it is the correct one for a loss computed identically on
 // every rank and counted once (R, like fairchem's ReduceFrom). The true P adjoint (dx = sum_r G_r)

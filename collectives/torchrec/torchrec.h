@@ -60,8 +60,10 @@
 //   sharding/                ShardedEmbeddingBagCollection, ShardedEmbeddingCollection (input
 //                            dist -> lookup -> output dist per sharding type: dp_sharding.h,
 //                            twcw_sharding.h over tw_sharding.h and cw_sharding.h,
-//                            rw_sharding.h, twrw_sharding.h), their options, state
-//                            (sharded_tables.h).
+//                            rw_sharding.h, twrw_sharding.h) over what both share
+//                            (sharded_collection_base.h): the shards (sharded_tables.h), the
+//                            options, the input check, the state dicts, the data_parallel
+//                            tables.
 //
 // Names are the original's (snake_case functions, CamelCase types), so ported code reads the
 // same; docs/torchrec/file-map.md maps torchrec's files to these, and docs/torchrec/*.md list
@@ -110,7 +112,7 @@
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_collection.h>
-#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
+#include <ferry/collectives/torchrec/sharding/sharded_collection_base.h>
 #include <ferry/collectives/torchrec/sharding/twcw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/twrw_sharding.h>
 #include <ferry/collectives/torchrec/sparse/bucketize.h>

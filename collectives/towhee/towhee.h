@@ -12,7 +12,7 @@
 //
 // Departures from the original:
 //  - towhee slices the gradient with `args.local_rank`, which is wrong on more than one node
-//    (TC12, W=4 on 2 nodes: ranks 2 and 3 get rows 0-1 and 2-3). ferry uses the rank inside
+//    (W=4 on 2 nodes: ranks 2 and 3 get rows 0-1 and 2-3). ferry uses the rank inside
 //    `group`, so every rank gets its own rows. There is no `args`: W is group.size(), and the
 //    group may be any group, not only the world.
 //  - Equal batch sizes are checked instead of assumed: before the data moves, every rank's

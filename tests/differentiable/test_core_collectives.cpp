@@ -1,7 +1,7 @@
 // The core differentiable collectives (collectives/differentiable/differentiable.h): every op
 // through the distributed gradcheck at world sizes 1-4 with even, uneven and zero-size blocks,
 // under the objective of its convention; exact values for the tie rule of max/min and for
-// TC11's contrast; and the argument checks. SPMD cases: local worlds here, mpiexec / UCX in
+// the contrast of the two all_reduce adjoints; and the argument checks. SPMD cases: local worlds here, mpiexec / UCX in
 // tests/mpi and tests/ucx.
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/differentiable/differentiable.h>
@@ -230,8 +230,8 @@ DG_CASE("every core op on sub-groups (the halves of the world, interleaved ranks
         w * 2, objective(GradcheckObjective::Sum, /*replicated_inputs=*/true));
 }
 
-DG_CASE("TC11's contrast: the P all_reduce gives dx = sum_r G_r on both ranks",
-        "[core][all_reduce][spec]", 2) {
+DG_CASE("all_reduce adjoints contrasted: the P all_reduce gives dx = sum_r G_r on both ranks",
+        "[core][all_reduce][worked]", 2) {
   Variable x(g.rank() == 0 ? tensor<double>({1, 2}) : tensor<double>({2, 3}), true, "x");
   Variable y = all_reduce(x, g);
   expect(equal(y.value(), tensor<double>({3, 5})), g, "y is " + y.value().to_string());

@@ -1,6 +1,6 @@
 // Helpers shared by the SPMD cases of the compatibility families (ksuit, towhee, poptorch
 // cross-replica): the gradcheck call with the objective of an op's convention, the groups each op
-// is checked on, and the per-rank values of the worked numeric cases (TC10-TC12, TC23). A family's
+// is checked on, and the per-rank values of the hand-computed two- and four-rank cases. A family's
 // test file takes them all with `using namespace compat;`.
 #pragma once
 

@@ -1,4 +1,4 @@
-// fairchem's graph-parallel setup and model-parallel regions (cases TC1-TC8): every region op
+// fairchem's graph-parallel setup and model-parallel regions: every region op
 // through the distributed gradcheck under the objective of its adjoint convention, their worked
 // numeric values, and the errors ferry raises where fairchem hangs or goes wrong. SPMD cases: on
 // local worlds here, under mpiexec in tests/mpi (where the world has 2 or 3 ranks whatever sizes a
@@ -182,7 +182,7 @@ DG_CASE("regions on graph-parallel sub-groups (world 4, gp 2: two GP groups)",
 DG_CASE("scale_backward_grad: identity forward, gradient times the GP size",
         "[model_parallel]", 1, 2, 3, 4) {
   // Not an adjoint (a deliberate rescale compensating DDP's mean), so exact values, not a
-  // gradcheck. TC7: G = [3, 4] -> [3W, 4W]; a 2-D gradient along the way.
+  // gradcheck. G = [3, 4] -> [3W, 4W]; a 2-D gradient along the way.
   Variable x(t64({1.0, 2.0}), true, "x");
   Variable y = scale_backward_grad(x, g);
   expect_equal(y.value(), t64({1.0, 2.0}), g, "forward");
@@ -195,9 +195,9 @@ DG_CASE("scale_backward_grad: identity forward, gradient times the GP size",
   expect(m.grad().defined() && m.grad().shape() == Shape({2, 0}), g, "empty gradient");
 }
 
-// ---- the worked numeric cases TC1-TC8 ----
+// ---- hand-computed values, one case per region op ----
 
-DG_CASE("TC1: graph-parallel layout, clamp and strict policies", "[model_parallel][graph_parallel]",
+DG_CASE("graph-parallel layout, clamp and strict policies", "[model_parallel][graph_parallel]",
         1, 2, 3, 4) {
   const int w = g.size();
   const int r = g.rank();
@@ -225,7 +225,7 @@ DG_CASE("TC1: graph-parallel layout, clamp and strict policies", "[model_paralle
          g, "strict setup with gp 8 > W did not raise InvalidArgument");
 }
 
-TEST_CASE("TC2: canonical partition, pad and trim", "[model_parallel][partition]") {
+TEST_CASE("canonical partition, pad and trim", "[model_parallel][partition]") {
   CHECK(canonical_partition(5, 4) == std::vector<int64_t>{2, 1, 1, 1});
   CHECK(canonical_partition(3, 2) == std::vector<int64_t>{2, 1});
   CHECK(canonical_partition(1, 3) == std::vector<int64_t>{1, 0, 0});
@@ -263,25 +263,25 @@ TEST_CASE("TC2: canonical partition, pad and trim", "[model_parallel][partition]
   CHECK_THROWS_AS(pad_tensor(full({}, 1.0), 0, 1), InvalidArgument);
 }
 
-DG_CASE("TC3, TC4: scatter_to gives every rank the full gradient", "[model_parallel]", 2) {
+DG_CASE("scatter_to gives every rank the full gradient, even and uneven", "[model_parallel]", 2) {
   const int r = g.rank();
-  {  // TC3, even
+  {  // even
     Variable x(t64({2, 3, 5, 7}), true, "x");
     Variable y = scatter_to_model_parallel_region(x, g, 0);
-    expect_equal(y.value(), r == 0 ? t64({2, 3}) : t64({5, 7}), g, "TC3 y");
+    expect_equal(y.value(), r == 0 ? t64({2, 3}) : t64({5, 7}), g, "even y");
     y.backward(r == 0 ? t64({1, 10}) : t64({100, 1000}));
-    expect_equal(x.grad(), t64({1, 10, 100, 1000}), g, "TC3 dx");
+    expect_equal(x.grad(), t64({1, 10, 100, 1000}), g, "even dx");
   }
-  {  // TC4, uneven
+  {  // uneven
     Variable x(t64({0, 1, 2}), true, "x");
     Variable y = scatter_to_model_parallel_region(x, g, 0);
-    expect_equal(y.value(), r == 0 ? t64({0, 1}) : t64({2}), g, "TC4 y");
+    expect_equal(y.value(), r == 0 ? t64({0, 1}) : t64({2}), g, "uneven y");
     y.backward(r == 0 ? t64({1, 2}) : t64({3}));
-    expect_equal(x.grad(), t64({1, 2, 3}), g, "TC4 dx");
+    expect_equal(x.grad(), t64({1, 2, 3}), g, "uneven dx");
   }
 }
 
-DG_CASE("TC5: gather_from keeps my slice of my gradient, _sum_grad sums them",
+DG_CASE("gather_from keeps my slice of my gradient, _sum_grad sums them",
         "[model_parallel]", 2) {
   const int r = g.rank();
   const Tensor x_values = r == 0 ? t64({1, 2}) : t64({3});
@@ -299,7 +299,7 @@ DG_CASE("TC5: gather_from keeps my slice of my gradient, _sum_grad sums them",
   expect_equal(xs.grad(), r == 0 ? t64({50, 70}) : t64({90}), g, "sum_grad dx");
 }
 
-DG_CASE("TC6: non-canonical sizes raise a clear error on every rank, the group stays usable",
+DG_CASE("non-canonical sizes raise a clear error on every rank, the group stays usable",
         "[model_parallel][errors]", 2) {
   const int r = g.rank();
   for (bool sum_grad : {false, true}) {
@@ -320,7 +320,7 @@ DG_CASE("TC6: non-canonical sizes raise a clear error on every rank, the group s
                "gather after the error");
 }
 
-DG_CASE("TC7: reduce_from (out of place), copy_to, scale_backward_grad", "[model_parallel]", 2) {
+DG_CASE("reduce_from (out of place), copy_to, scale_backward_grad", "[model_parallel]", 2) {
   const int r = g.rank();
   {
     Variable x(r == 0 ? t64({1, 2}) : t64({3, 4}), true, "x");
@@ -344,7 +344,7 @@ DG_CASE("TC7: reduce_from (out of place), copy_to, scale_backward_grad", "[model
   }
 }
 
-DG_CASE("TC8: scatter -> local energy -> reduce_from gives dE/dx = [7, 5, 11] on both ranks",
+DG_CASE("scatter -> local energy -> reduce_from gives dE/dx = [7, 5, 11] on both ranks",
         "[model_parallel]", 2) {
   const int r = g.rank();
   Variable x(t64({2, 3, 5}), true, "x");

@@ -1,6 +1,6 @@
 // ksuit's gathers and reductions (collectives/ksuit/ksuit.h): the differentiable ones through the
 // distributed gradcheck under the objective of their convention, at world sizes 1-4 and on a
-// sub-group; TC10, TC11; the nograd forms and the sampler reordering of the clipped gather; the
+// sub-group; hand-computed gathers and reductions at W = 2; the nograd forms and the sampler reordering of the clipped gather; the
 // argument checks.
 #include <ferry/collectives/ksuit/ksuit.h>
 
@@ -59,9 +59,9 @@ namespace {
 
 using Gather = std::function<Variable(const Variable&, const Group&)>;
 
-// One of TC10's gathers on x of rank k = xs[k], seeded with G of rank k = gs[k]: y is the
+// One of the hand-computed gathers on x of rank k = xs[k], seeded with G of rank k = gs[k]: y is the
 // concatenation `y`, dx of rank k is dxs[k].
-void tc10_case(const Group& g, const std::string& what, const Gather& gather,
+void check_gather_case(const Group& g, const std::string& what, const Gather& gather,
                const std::vector<Tensor>& xs, const Tensor& y_want, const std::vector<Tensor>& gs,
                const std::vector<Tensor>& dxs) {
   Variable x(pick(g, xs), true, "x");
@@ -85,17 +85,17 @@ void tc10(const Group& g) {
   // all_gather_grad (and _autograd, the same along dim 0) sum the ranks' G at my rows, the
   // overwrite form takes my rows of my own G only.
   const std::vector<Tensor> summed = {tensor<double>({11, 22}), tensor<double>({33, 44})};
-  tc10_case(g, "all_gather_grad", grad, x, y, G, summed);
-  tc10_case(g, "all_gather_grad_autograd", autograd, x, y, G, summed);
-  tc10_case(g, "all_gather_grad_overwrite", overwrite, x, y, G,
+  check_gather_case(g, "all_gather_grad", grad, x, y, G, summed);
+  check_gather_case(g, "all_gather_grad_autograd", autograd, x, y, G, summed);
+  check_gather_case(g, "all_gather_grad_overwrite", overwrite, x, y, G,
             {tensor<double>({1, 2}), tensor<double>({30, 40})});
   // Scalars x0 = 5, x1 = 7 -> y = [5,7] (ksuit unsqueezes them). G0 = [1,0], G1 = [0,1]: dx = 1
   // on both; the overwrite form, with G0 = [1,2], G1 = [10,20]: dx0 = 1, dx1 = 20.
   const std::vector<Tensor> s = {full({}, 5, DType::Float64), full({}, 7, DType::Float64)};
   const Tensor one = full({}, 1, DType::Float64);
-  tc10_case(g, "scalars, all_gather_grad", grad, s, tensor<double>({5, 7}),
+  check_gather_case(g, "scalars, all_gather_grad", grad, s, tensor<double>({5, 7}),
             {tensor<double>({1, 0}), tensor<double>({0, 1})}, {one, one});
-  tc10_case(g, "scalars, all_gather_grad_overwrite", overwrite, s, tensor<double>({5, 7}),
+  check_gather_case(g, "scalars, all_gather_grad_overwrite", overwrite, s, tensor<double>({5, 7}),
             {tensor<double>({1, 2}), tensor<double>({10, 20})},
             {one, full({}, 20, DType::Float64)});
   // Only slot 0 used: loss_r = (r+1) * sum(slot 0), x = [1,2] on both -> dx0 = [3,3],
@@ -178,16 +178,16 @@ void nograd_gathers(const Group& g) {
 
 }  // namespace
 
-DG_CASE("TC10: ksuit all_gather_grad(_autograd) and all_gather_grad_overwrite at W = 2",
-        "[ksuit][spec]", 2) {
+DG_CASE("ksuit all_gather_grad(_autograd) and all_gather_grad_overwrite: hand-computed values at W = 2",
+        "[ksuit][worked]", 2) {
   tc10(g);
 }
 
-DG_CASE("TC11: ksuit all_reduce_{sum,mean}_{grad,nograd} at W = 2", "[ksuit][spec]", 2) {
+DG_CASE("ksuit all_reduce_{sum,mean}_{grad,nograd}: hand-computed values at W = 2", "[ksuit][worked]", 2) {
   tc11(g);
 }
 
-DG_CASE("ksuit all_gather_nograd(_clipped) at W = 2", "[ksuit][spec]", 2) {
+DG_CASE("ksuit all_gather_nograd(_clipped) at W = 2", "[ksuit][worked]", 2) {
   nograd_gathers(g);
 }
 

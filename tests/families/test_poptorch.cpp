@@ -1,6 +1,6 @@
 // poptorch-experimental-addons' cross-replica ops (collectives/poptorch/poptorch.h): every op
 // through the distributed gradcheck under the objective of its convention, at world sizes 1-4 and
-// on a sub-group; TC23's numbers; R == 1; the argument checks.
+// on a sub-group; hand-computed values at R = 2; R == 1; the argument checks.
 #include <ferry/collectives/poptorch/poptorch.h>
 
 #include <ferry/autograd/ops.h>
@@ -148,12 +148,12 @@ void at_one_replica(const Group& g) {
 
 }  // namespace
 
-DG_CASE("TC23: poptorch cross-replica ops at R = 2", "[poptorch][cross_replica][spec]", 2) {
+DG_CASE("poptorch cross-replica ops: hand-computed values at R = 2", "[poptorch][cross_replica][worked]", 2) {
   tc23(g);
 }
 
 DG_CASE("poptorch at R = 1: identities, the all_gather gives (1, *shape)",
-        "[poptorch][cross_replica][spec]", 1) {
+        "[poptorch][cross_replica][worked]", 1) {
   at_one_replica(g);
 }
 

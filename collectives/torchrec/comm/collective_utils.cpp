@@ -1,6 +1,7 @@
 #include <ferry/collectives/torchrec/comm/collective_utils.h>
 
 #include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/tensor.h>
 
@@ -66,8 +67,8 @@ Status status_of(const std::exception_ptr& error) {
 void check_invoke_args(const Group& group, int rank) {
   FERRY_CHECK(group.valid(), InvalidArgument, "torchrec ", kOp,
               ": the group is null (this process is not a member)");
-  FERRY_CHECK(rank >= 0 && rank < group.size(), InvalidArgument, "torchrec ", kOp, " on rank ",
-              group.rank(), " of ", group.describe(), ": source rank ", rank,
+  FERRY_CHECK(rank >= 0 && rank < group.size(), InvalidArgument, "torchrec ",
+              detail::where(kOp, group), ": source rank ", rank,
               " is not a group rank in [0, ", group.size(), ")");
 }
 
@@ -103,8 +104,8 @@ std::vector<uint8_t> run_on_source_and_broadcast(
   }
   if (status != kOk) {
     throw_as(status,
-             ::ferry::detail::str("ferry: torchrec ", kOp, " on rank ", group.rank(), " of ",
-                                  group.describe(), ": the function failed on the source, group "
+             ::ferry::detail::str("ferry: torchrec ", detail::where(kOp, group),
+                                  ": the function failed on the source, group "
                                   "rank ", rank, " (world rank ", group.world_rank(rank), "): ",
                                   std::string(bytes.begin(), bytes.end())));
   }

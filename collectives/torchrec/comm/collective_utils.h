@@ -54,7 +54,7 @@ void check_invoke_args(const Group& group, int rank);
 // relative to other collectives on the group, with the same `rank` and result type. The result
 // type must be Serializable (serialization.h) or void (then every member returns once the source
 // finished, with its error if it failed). The source returns func's own result; the others a
-// deserialized copy. A group of one member calls func with no communication (TC24). Throws
+// deserialized copy. A group of one member calls func with no communication. Throws
 // InvalidArgument for a null group or `rank` outside [0, group.size()).
 template <class F, class... Args>
   requires std::invocable<F&, Args&...>

@@ -4,8 +4,6 @@
 #include <ferry/collectives/torchrec/comm/comm_switches.h>
 #include <ferry/runtime/error.h>
 
-#include <numeric>
-#include <sstream>
 
 namespace ferry::torchrec::detail {
 
@@ -84,23 +82,6 @@ Awaitable<Variable> run_comm_op_single(std::shared_ptr<TorchrecCommOp> op,
   Awaitable<std::vector<Variable>> all = run(std::move(op), inputs, sync);
   if (sync) return NoWait<Variable>(all.wait()[0]);
   return Awaitable<Variable>([all]() mutable { return all.wait()[0]; });
-}
-
-std::string where(const char* op, const Group& group) {
-  return ferry::detail::str(op, " on rank ", group.rank(), " of group ", group.id(), " (size ",
-                            group.size(), ")");
-}
-
-std::string list_str(const std::vector<int64_t>& values) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < values.size(); ++i) os << (i ? ", " : "") << values[i];
-  os << "]";
-  return os.str();
-}
-
-int64_t sum_of(const std::vector<int64_t>& values) {
-  return std::accumulate(values.begin(), values.end(), int64_t{0});
 }
 
 void check_input(const Variable& x, const Group& group, const char* op) {

@@ -10,6 +10,7 @@
 #include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/comm/codec_pass.h>
 #include <ferry/collectives/torchrec/comm/qcomm_codec.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/awaitable.h>
 
 #include <cstdint>
@@ -105,10 +106,7 @@ Awaitable<Variable> run_comm_op_single(std::shared_ptr<TorchrecCommOp> op,
 
 // ---- argument checks: InvalidArgument naming the op, the rank and the values ----
 
-// "alltoall_pooled on rank 1 of group 3 (size 2)"
-std::string where(const char* op, const Group& group);
-std::string list_str(const std::vector<int64_t>& values);  // "[1, 2, 3]"
-int64_t sum_of(const std::vector<int64_t>& values);
+// Their text: where(op, group), list_str, sum_of (utils/format.h).
 
 // A valid group and a defined float32 / float64 input.
 void check_input(const Variable& x, const Group& group, const char* op);

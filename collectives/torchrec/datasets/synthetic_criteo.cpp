@@ -149,11 +149,77 @@ constexpr size_t kPoissonHead = 8;  // CDF entries compared without a branch
 uint64_t word(uint64_t base, uint64_t j) { return mix(base + (j + 1) * kGamma); }
 double uniform(uint64_t w) { return static_cast<double>(w >> 11) * 0x1.0p-53; }  // [0, 1)
 
+// Dense: Marsaglia's polar method, a point drawn in the square until it falls inside the unit
+// disc (probability pi / 4) gives two independent N(0, 1) for one log and one sqrt; one word per
+// point, 32 bits per coordinate. Writes the w.size() features to out; returns sum_j w_j out_j.
+double draw_dense(uint64_t base, uint64_t dense_at, uint64_t pairs, const std::vector<double>& w,
+                  float* out) {
+  const uint64_t num_dense = w.size();
+  double logit = 0;
+  for (uint64_t p = 0; p < pairs; ++p) {
+    double x = 0, y = 0, r2 = 1;
+    for (uint64_t a = 0; r2 >= 1 || r2 == 0; ++a) {
+      const uint64_t v = word(base, dense_at + a * pairs + p);
+      x = (static_cast<double>(static_cast<uint32_t>(v)) + 0.5) * 0x1.0p-31 - 1;
+      y = (static_cast<double>(v >> 32) + 0.5) * 0x1.0p-31 - 1;
+      r2 = x * x + y * y;
+    }
+    const double f = std::sqrt(-2.0 * std::log(r2) / r2);
+    const double xy[2] = {x * f, y * f};
+    for (uint64_t j = 2 * p; j < std::min<uint64_t>(2 * p + 2, num_dense); ++j) {
+      const auto v = static_cast<float>(xy[j - 2 * p]);
+      out[j] = v;
+      logit += w[j] * static_cast<double>(v);
+    }
+  }
+  return logit;
+}
+
+// The number of CDF entries the uniform u reaches. The first entries are counted without a
+// branch (a loop's exit would be mispredicted at every draw), the rare long bags by the loop.
+size_t poisson_count(double u, const std::vector<double>& cdf) {
+  size_t extra = 0;
+  const size_t head = std::min(cdf.size(), kPoissonHead);
+  for (size_t k = 0; k < head; ++k) extra += u >= cdf[k] ? 1 : 0;
+  if (extra == kPoissonHead) {
+    while (extra < cdf.size() && u >= cdf[extra]) ++extra;
+  }
+  return extra;
+}
+
 // A loader thread's buffers, kept from batch to batch so that building a batch touches no fresh
 // memory but its output tensors.
 thread_local std::vector<std::vector<int64_t>> batch_ids;  // per table
 
 }  // namespace
+
+double SyntheticCriteo::draw_bag(size_t t, uint64_t base, uint64_t id_word, size_t length,
+                                 int64_t* out) const {
+  const detail::PowerLawRanks& ranks = ranks_[t];
+  const std::vector<RankRow>& rows = rows_[t];
+  const int32_t* guide = ranks.guide().data();
+  const size_t last_cell = ranks.guide().size() - 2;
+  const auto tabulated = static_cast<int32_t>(rows.size());
+  double effect = 0;
+  for (size_t k = 0; k < length; ++k) {
+    // Most draws fall in a cell of the rank guide that holds no edge: decided here without a
+    // call, the rest searched by rank().
+    const double u = uniform(word(base, id_word + k));
+    const size_t cell = std::min(static_cast<size_t>(u * ranks.cells()), last_cell);
+    int64_t rank = guide[cell];
+    if (rank != guide[cell + 1] || rank >= tabulated) rank = ranks.rank(u);
+    if (rank < tabulated) {
+      const RankRow& row = rows[static_cast<size_t>(rank)];
+      out[k] = row.id;
+      effect += row.effect;
+    } else {  // the untabulated tail of a large table
+      const int64_t id = id_of_rank(static_cast<int64_t>(t), rank);
+      out[k] = id;
+      effect += table_effect(static_cast<int64_t>(t), id);
+    }
+  }
+  return effect;
+}
 
 void SyntheticCriteo::generate(Split split, int64_t first, int64_t count, float* dense,
                                float* labels, int64_t* lengths, int64_t lengths_stride,
@@ -174,77 +240,22 @@ void SyntheticCriteo::generate(Split split, int64_t first, int64_t count, float*
   const uint64_t ids_at = 1 + num_tables;
   const uint64_t dense_at = ids_at + num_tables * max_length;
   const bool extra_ids = c.mean_pooling_factor > 1;
-  const size_t num_cdf = extra_cdf_.size();
   const uint64_t split_seed = mix(c.seed) ^ mix(static_cast<uint64_t>(split) + 17);
   for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
     const uint64_t base =
         mix(split_seed ^ mix((static_cast<uint64_t>(first) + i) * 0x2545f4914f6cdd1dULL));
-    // Dense: Marsaglia's polar method, a point drawn in the square until it falls inside the
-    // unit disc (probability pi / 4) gives two independent N(0, 1) for one log and one sqrt; one
-    // word per point, 32 bits per coordinate.
-    float* dense_out = dense + i * num_dense;
-    double logit = 0;
-    for (uint64_t p = 0; p < pairs; ++p) {
-      double x = 0, y = 0, r2 = 1;
-      for (uint64_t a = 0; r2 >= 1 || r2 == 0; ++a) {
-        const uint64_t v = word(base, dense_at + a * pairs + p);
-        x = (static_cast<double>(static_cast<uint32_t>(v)) + 0.5) * 0x1.0p-31 - 1;
-        y = (static_cast<double>(v >> 32) + 0.5) * 0x1.0p-31 - 1;
-        r2 = x * x + y * y;
-      }
-      const double f = std::sqrt(-2.0 * std::log(r2) / r2);
-      const double xy[2] = {x * f, y * f};
-      for (uint64_t j = 2 * p; j < std::min<uint64_t>(2 * p + 2, num_dense); ++j) {
-        const auto v = static_cast<float>(xy[j - 2 * p]);
-        dense_out[j] = v;
-        logit += w_[j] * static_cast<double>(v);
-      }
-    }
+    const double logit = draw_dense(base, dense_at, pairs, w_, dense + i * num_dense);
     double sparse_logit = 0;
     for (size_t t = 0; t < num_tables; ++t) {
-      const detail::PowerLawRanks& ranks = ranks_[t];
-      const std::vector<RankRow>& rows = rows_[t];
       // The Poisson count of extra ids by inversion of its tabulated CDF (cut where the bag
       // reaches max_pooling_factor): one uniform, a few comparisons.
-      size_t extra = 0;
-      if (extra_ids) {
-        const double u = uniform(word(base, 1 + t));
-        // The first entries counted without a branch (a loop's exit would be mispredicted at
-        // every draw), the rare long bags by the loop.
-        const size_t head = std::min(num_cdf, kPoissonHead);
-        for (size_t k = 0; k < head; ++k) extra += u >= extra_cdf_[k] ? 1 : 0;
-        if (extra == kPoissonHead) {
-          while (extra < num_cdf && u >= extra_cdf_[extra]) ++extra;
-        }
-      }
+      const size_t extra = extra_ids ? poisson_count(uniform(word(base, 1 + t)), extra_cdf_) : 0;
       const size_t length = extra + 1;
       lengths[t * static_cast<size_t>(lengths_stride) + i] = static_cast<int64_t>(length);
       std::vector<int64_t>& bag = ids[t];
       const size_t at = bag.size();
       bag.resize(at + length);
-      int64_t* out = bag.data() + at;
-      const int32_t* guide = ranks.guide().data();
-      const size_t last_cell = ranks.guide().size() - 2;
-      const auto tabulated = static_cast<int32_t>(rows.size());
-      const uint64_t id_word = ids_at + t * max_length;
-      double effect = 0;
-      for (size_t k = 0; k < length; ++k) {
-        // Most draws fall in a cell of the rank guide that holds no edge: decided here without
-        // a call, the rest searched by rank().
-        const double u = uniform(word(base, id_word + k));
-        const size_t cell = std::min(static_cast<size_t>(u * ranks.cells()), last_cell);
-        int64_t rank = guide[cell];
-        if (rank != guide[cell + 1] || rank >= tabulated) rank = ranks.rank(u);
-        if (rank < tabulated) {
-          const RankRow& row = rows[static_cast<size_t>(rank)];
-          out[k] = row.id;
-          effect += row.effect;
-        } else {  // the untabulated tail of a large table
-          const int64_t id = id_of_rank(static_cast<int64_t>(t), rank);
-          out[k] = id;
-          effect += table_effect(static_cast<int64_t>(t), id);
-        }
-      }
+      const double effect = draw_bag(t, base, ids_at + t * max_length, length, bag.data() + at);
       sparse_logit += effect / static_cast<double>(length);
     }
     const double p = sigmoid(c.bias + logit + sparse_logit * sparse_factor_);

@@ -157,6 +157,9 @@ class SyntheticCriteo {
   void generate(Split split, int64_t first, int64_t count, float* dense, float* labels,
                 int64_t* lengths, int64_t lengths_stride, std::vector<int64_t>* ids,
                 double* probability, double* dense_logit) const;
+  // The `length` ids of table t's bag in a sample's stream (words from `id_word` on, `base` its
+  // state) written to out; returns the sum of their table effects.
+  double draw_bag(size_t t, uint64_t base, uint64_t id_word, size_t length, int64_t* out) const;
   // The batch of dense, labels, lengths [num_sparse * count] and every table's ids.
   Batch assemble(Tensor dense, Tensor labels, Tensor lengths,
                  const std::vector<std::vector<int64_t>>& ids, int64_t count) const;

@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/torchrec/model_parallel/sharded_collection_module.h>
 #include <ferry/collectives/torchrec/planner/planner.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/collectives/torchrec/utils/topology.h>
 #include <ferry/runtime/error.h>
 
@@ -63,11 +64,10 @@ ShardingPlan plan_of(const std::vector<EmbeddingBagCollectionSlot>& bags,
 template <class Slot>
 void check_slot(const Slot& slot, std::set<std::string>& paths, const Group& group,
                 const char* kind) {
-  FERRY_CHECK(paths.insert(slot.module_path).second, InvalidArgument, kWhere, " on rank ",
-              group.rank(), ": two embedding collections have the module path \"",
+  FERRY_CHECK(paths.insert(slot.module_path).second, InvalidArgument, where(kWhere, group),
+              ": two embedding collections have the module path \"",
               slot.module_path, "\" (the second one is an ", kind, ")");
-  FERRY_CHECK(slot.install != nullptr, InvalidArgument, kWhere, " on rank ", group.rank(),
-              ": the slot \"", slot.module_path, "\" has no install callback");
+  FERRY_CHECK(slot.install != nullptr, InvalidArgument, where(kWhere, group), ": the slot \"", slot.module_path, "\" has no install callback");
 }
 
 }  // namespace
@@ -86,8 +86,7 @@ ShardedCollections shard_collections(ShardableModel& model, const Group& group,
   out.plan = plan_of(bags, sequences, group, options);
   std::set<std::string> planned;
   for (const auto& [path, module_plan] : out.plan.plan()) planned.insert(path);
-  FERRY_CHECK(planned == paths, InvalidArgument, kWhere, " on rank ", group.rank(),
-              ": the plan holds the modules ", module_list(planned), ", the model has ",
+  FERRY_CHECK(planned == paths, InvalidArgument, where(kWhere, group), ": the plan holds the modules ", module_list(planned), ", the model has ",
               module_list(paths), "; a plan must hold exactly the model's collections");
   for (const EmbeddingBagCollectionSlot& slot : bags) {
     auto sharded = std::make_shared<ShardedEmbeddingBagCollection>(

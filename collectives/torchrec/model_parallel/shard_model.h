@@ -33,11 +33,12 @@
 #pragma once
 
 #include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/modules/embedding_config.h>
 #include <ferry/collectives/torchrec/modules/fused_optimizer.h>
 #include <ferry/collectives/torchrec/planner/cost_model.h>
 #include <ferry/collectives/torchrec/planner/types.h>
-#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
+#include <ferry/collectives/torchrec/sharding/sharded_embedding_options.h>
 
 #include <cstdint>
 #include <functional>

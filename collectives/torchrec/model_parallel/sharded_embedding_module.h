@@ -19,7 +19,7 @@
 #include <ferry/collectives/torchrec/modules/embedding_bag_collection.h>
 #include <ferry/collectives/torchrec/modules/embedding_collection.h>
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
-#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
+#include <ferry/collectives/torchrec/sharding/sharded_input_check.h>
 
 #include <cstdint>
 #include <variant>

@@ -27,6 +27,7 @@
 
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/torchrec/modules/embedding_config.h>
+#include <ferry/collectives/torchrec/modules/embedding_module_base.h>
 #include <ferry/collectives/torchrec/modules/embedding_table.h>
 #include <ferry/collectives/torchrec/modules/fused_optimizer.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
@@ -49,7 +50,7 @@ struct PooledEmbeddings {
   KeyedTensor keyed_tensor() const;  // plain data (shares values' tensor)
 };
 
-class EmbeddingBagCollection {
+class EmbeddingBagCollection : public EmbeddingModuleBase {
  public:
   // Validates the configs (validate_tables) and initialises every table from `seed`
   // (init_table_weight). With `fused`, every table gets that fused optimizer.
@@ -62,28 +63,14 @@ class EmbeddingBagCollection {
 
   const std::vector<EmbeddingBagConfig>& embedding_bag_configs() const { return configs_; }
   bool is_weighted() const { return is_weighted_; }
-  // The output's keys and dims, in order.
-  const std::vector<std::string>& feature_names() const { return features_; }
+  // The output's dims, in the order of its keys (feature_names()).
   const std::vector<int64_t>& length_per_key() const { return dims_; }
-
-  // By config order, or by name (throws InvalidArgument naming the tables).
-  const std::vector<std::shared_ptr<EmbeddingTable>>& tables() const { return tables_; }
-  const std::shared_ptr<EmbeddingTable>& table(const std::string& name) const;
-  // Every table's weight Variable (they receive no dense gradient; see EmbeddingTable).
-  std::vector<Variable> parameters() const;
-  void set_fused_optimizer(const FusedOptimizerConfig& config);
-  void set_bounds_check_mode(BoundsCheckMode mode);
-
-  // torchrec's names: "embedding_bags.<table>.weight" -> the table (shared, not copied).
-  std::map<std::string, Tensor> state_dict() const;
-  // Copies the tensors of a state_dict in (every table must be present with its shape).
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  // Tables, parameters, optimizer and bounds settings, state dict ("embedding_bags.<table>.
+  // weight"): EmbeddingModuleBase.
 
  private:
   std::vector<EmbeddingBagConfig> configs_;
   bool is_weighted_;
-  std::vector<std::shared_ptr<EmbeddingTable>> tables_;
-  std::vector<std::string> features_;
   std::vector<int64_t> dims_;
 };
 

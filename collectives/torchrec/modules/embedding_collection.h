@@ -15,6 +15,7 @@
 
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/torchrec/modules/embedding_config.h>
+#include <ferry/collectives/torchrec/modules/embedding_module_base.h>
 #include <ferry/collectives/torchrec/modules/embedding_table.h>
 #include <ferry/collectives/torchrec/modules/fused_optimizer.h>
 #include <ferry/collectives/torchrec/sparse/jagged_tensor.h>
@@ -40,7 +41,7 @@ struct SequenceEmbeddings {
   std::map<std::string, JaggedTensor> to_dict() const;
 };
 
-class EmbeddingCollection {
+class EmbeddingCollection : public EmbeddingModuleBase {
  public:
   EmbeddingCollection(std::vector<EmbeddingConfig> tables, uint64_t seed = 0,
                       std::optional<FusedOptimizerConfig> fused = std::nullopt);
@@ -49,21 +50,11 @@ class EmbeddingCollection {
 
   const std::vector<EmbeddingConfig>& embedding_configs() const { return configs_; }
   int64_t embedding_dim() const { return configs_.front().embedding_dim; }
-  const std::vector<std::string>& feature_names() const { return features_; }
-  const std::vector<std::shared_ptr<EmbeddingTable>>& tables() const { return tables_; }
-  const std::shared_ptr<EmbeddingTable>& table(const std::string& name) const;
-  std::vector<Variable> parameters() const;
-  void set_fused_optimizer(const FusedOptimizerConfig& config);
-  void set_bounds_check_mode(BoundsCheckMode mode);
-
-  // torchrec's names: "embeddings.<table>.weight".
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  // Tables, parameters, optimizer and bounds settings, state dict ("embeddings.<table>.weight"):
+  // EmbeddingModuleBase.
 
  private:
   std::vector<EmbeddingConfig> configs_;
-  std::vector<std::shared_ptr<EmbeddingTable>> tables_;
-  std::vector<std::string> features_;
 };
 
 }  // namespace ferry::torchrec

@@ -2,19 +2,10 @@
 
 #include <ferry/runtime/error.h>
 
-#include <sstream>
 
 namespace ferry::torchrec {
 
 namespace detail {
-
-std::string embedding_keys_str(const std::vector<std::string>& keys) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < keys.size(); ++i) os << (i ? ", " : "") << '"' << keys[i] << '"';
-  os << "]";
-  return os.str();
-}
 
 // Every feature must be a key of the KJT.
 void check_features_present(const char* where, const std::vector<std::string>& features,
@@ -24,7 +15,7 @@ void check_features_present(const char* where, const std::vector<std::string>& f
     bool found = false;
     for (const auto& k : keys) found = found || k == f;
     FERRY_CHECK(found, InvalidArgument, where, ": feature \"", f,
-                "\" is configured but missing from the KJT's keys ", embedding_keys_str(keys));
+                "\" is configured but missing from the KJT's keys ", keys_str(keys, kEveryEntry));
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <ferry/collectives/torchrec/modules/embedding_table.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 
 #include <map>
 #include <memory>
@@ -11,8 +12,6 @@
 
 namespace ferry::torchrec::detail {
 
-// ["a", "b"]
-std::string embedding_keys_str(const std::vector<std::string>& keys);
 // Throws InvalidArgument "<where>: feature \"f\" is configured but missing from the KJT's keys
 // [...]" for the first feature that is not a key of the KJT.
 void check_features_present(const char* where, const std::vector<std::string>& features,

@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/comm/collective_utils.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/tensor.h>
 
@@ -12,15 +13,6 @@
 namespace ferry::torchrec {
 
 namespace {
-
-std::string join(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
 
 // Lines of ShardingPlan::to_string keyed by (module, table).
 std::map<std::pair<std::string, std::string>, std::string> lines_of(const std::string& text) {
@@ -112,9 +104,9 @@ void check_plan_agreement(const ShardingPlan& plan, const Group& group) {
     at += n;
   }
   const int first = differ.front();
-  FERRY_THROW(MismatchError, "torchrec plan: the plans differ across ranks (checked on rank ",
-              group.rank(), " of ", group.describe(), "): ranks ", join(differ),
-              " differ from rank ", ref_rank, "'s plan (held by ranks ", join(same), "); rank ",
+  FERRY_THROW(MismatchError, "torchrec plan: the plans differ across ranks (checked ",
+              detail::where("check_plan_agreement", group), "): ranks ", detail::compact_list_str(differ),
+              " differ from rank ", ref_rank, "'s plan (held by ranks ", detail::compact_list_str(same), "); rank ",
               first, ": ",
               first_difference(per_rank[static_cast<size_t>(ref_rank)], ref_rank,
                                per_rank[static_cast<size_t>(first)], first));

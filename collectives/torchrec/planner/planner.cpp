@@ -168,25 +168,12 @@ bool sorted_less(std::vector<double> a, std::vector<double> b) {
 
 std::string bytes_text(int64_t b) { return std::to_string(b) + " bytes (" + format_bytes(b) + ")"; }
 
-}  // namespace
-
-EmbeddingShardingPlanner::EmbeddingShardingPlanner(Topology topology)
-    : topology_(std::move(topology)) {
-  topology_.validate();
-}
-
-ShardingPlan EmbeddingShardingPlanner::plan(const std::vector<PlannerTable>& tables,
-                                            const std::string& module_path) const {
-  return plan(std::map<std::string, std::vector<PlannerTable>>{{module_path, tables}});
-}
-
-ShardingPlan EmbeddingShardingPlanner::plan(
-    const std::map<std::string, std::vector<PlannerTable>>& modules) const {
-  const Topology& topo = topology_;
-  const int W = topo.world_size;
-  const std::vector<double> zero_load(static_cast<size_t>(W), 0.0);
-  const std::vector<int64_t> zero_mem(static_cast<size_t>(W), 0);
-
+// Every module's tables with their candidate shardings, costed on an empty machine, largest
+// first; the rest of the key makes the order total, hence the same on every rank.
+std::vector<Pending> pending_tables(const std::map<std::string, std::vector<PlannerTable>>& modules,
+                                    const Topology& topo) {
+  const std::vector<double> zero_load(static_cast<size_t>(topo.world_size), 0.0);
+  const std::vector<int64_t> zero_mem(static_cast<size_t>(topo.world_size), 0);
   std::vector<Pending> work;
   for (const auto& [path, tables] : modules) {
     std::set<std::string> names;
@@ -208,67 +195,101 @@ ShardingPlan EmbeddingShardingPlanner::plan(
       work.push_back(std::move(w));
     }
   }
-  // Largest first; the rest of the key makes the order total, hence the same on every rank.
   std::sort(work.begin(), work.end(), [](const Pending& a, const Pending& b) {
     if (a.full_memory != b.full_memory) return a.full_memory > b.full_memory;
     if (a.min_total != b.min_total) return a.min_total > b.min_total;
     if (*a.module != *b.module) return *a.module < *b.module;
     return a.table->name < b.table->name;
   });
+  return work;
+}
+
+// The chosen sharding of one table, its cost per rank and the ranks' loads after it.
+struct Placement {
+  std::optional<ParameterSharding> sharding;
+  std::vector<RankCost> cost;
+  double score = 0;
+  std::vector<double> load;
+};
+
+// The candidate of `w` that fits the memory left and gives the lowest bound on the final
+// makespan (the busiest rank, or the average once the tables after it -- `remaining_lb` seconds
+// at least -- are spread evenly); ties go to the more even load. No sharding when none fits.
+Placement best_placement(const Pending& w, double remaining_lb, const std::vector<double>& load,
+                         const std::vector<int64_t>& memory, const Topology& topo) {
+  const PlannerTable& t = *w.table;
+  Placement best;
+  for (const auto& c : w.candidates) {
+    auto s = realize(c, t, topo, load, memory, topo.memory_budget);
+    if (!s) continue;
+    auto cost = estimate_table_cost(*s, t, topo);
+    bool fits = true;
+    std::vector<double> next = load;
+    double mx = 0, sum = 0;
+    for (size_t r = 0; r < cost.size(); ++r) {
+      if (memory[r] + cost[r].memory_bytes > topo.memory_budget) fits = false;
+      next[r] += cost[r].seconds;
+      mx = std::max(mx, next[r]);
+      sum += next[r];
+    }
+    if (!fits) continue;
+    const double score = std::max(mx, (sum + remaining_lb) / topo.world_size);
+    const bool better = !best.sharding || less(score, best.score) ||
+                        (!less(best.score, score) && sorted_less(next, best.load));
+    if (better) best = {std::move(s), std::move(cost), score, std::move(next)};
+  }
+  return best;
+}
+
+// InvalidArgument: table `w` fits on no rank; `placed` tables of `total` were placed.
+[[noreturn]] void raise_does_not_fit(const Pending& w, const std::vector<int64_t>& memory,
+                                     const Topology& topo, size_t placed, size_t total) {
+  const PlannerTable& t = *w.table;
+  int cap_rank = 0;
+  for (int r = 1; r < topo.world_size; ++r)
+    if (memory[static_cast<size_t>(r)] < memory[static_cast<size_t>(cap_rank)]) cap_rank = r;
+  FERRY_THROW(InvalidArgument, "torchrec planner: module '", *w.module, "', table '", t.name,
+              "' (", t.rows, " rows x ", t.dim, " dim, ", bytes_text(w.full_memory),
+              " with optimizer state) does not fit: its smallest per-rank footprint among the "
+              "allowed shardings is ", bytes_text(w.min_footprint),
+              ", the largest remaining capacity is ",
+              bytes_text(topo.memory_budget - memory[static_cast<size_t>(cap_rank)]),
+              " on rank ", cap_rank, " (budget ", bytes_text(topo.memory_budget), " per rank, ",
+              placed, " of ", total, " tables placed)");
+}
+
+}  // namespace
+
+EmbeddingShardingPlanner::EmbeddingShardingPlanner(Topology topology)
+    : topology_(std::move(topology)) {
+  topology_.validate();
+}
+
+ShardingPlan EmbeddingShardingPlanner::plan(const std::vector<PlannerTable>& tables,
+                                            const std::string& module_path) const {
+  return plan(std::map<std::string, std::vector<PlannerTable>>{{module_path, tables}});
+}
+
+ShardingPlan EmbeddingShardingPlanner::plan(
+    const std::map<std::string, std::vector<PlannerTable>>& modules) const {
+  const Topology& topo = topology_;
+  const int W = topo.world_size;
+  const std::vector<Pending> work = pending_tables(modules, topo);
   std::vector<double> remaining_lb(work.size() + 1, 0.0);  // sum of min_total of tables [k+1, n)
   for (size_t k = work.size(); k-- > 0;) remaining_lb[k] = remaining_lb[k + 1] + work[k].min_total;
 
-  std::vector<double> load = zero_load;
-  std::vector<int64_t> memory = zero_mem;
+  // Greedy, largest table first: each goes where it raises the bound on the makespan least.
+  std::vector<double> load(static_cast<size_t>(W), 0.0);
+  std::vector<int64_t> memory(static_cast<size_t>(W), 0);
   std::map<std::string, ModuleShardingPlan> result;
   for (const auto& [path, tables] : modules) result[path];
   for (size_t k = 0; k < work.size(); ++k) {
     const Pending& w = work[k];
-    const PlannerTable& t = *w.table;
-    std::optional<ParameterSharding> best;
-    std::vector<RankCost> best_cost;
-    double best_score = 0;
-    std::vector<double> best_load;
-    for (const auto& c : w.candidates) {
-      auto s = realize(c, t, topo, load, memory, topo.memory_budget);
-      if (!s) continue;
-      auto cost = estimate_table_cost(*s, t, topo);
-      bool fits = true;
-      std::vector<double> next = load;
-      double mx = 0, sum = 0;
-      for (size_t r = 0; r < cost.size(); ++r) {
-        if (memory[r] + cost[r].memory_bytes > topo.memory_budget) fits = false;
-        next[r] += cost[r].seconds;
-        mx = std::max(mx, next[r]);
-        sum += next[r];
-      }
-      if (!fits) continue;
-      const double score = std::max(mx, (sum + remaining_lb[k + 1]) / W);
-      const bool better = !best || less(score, best_score) ||
-                          (!less(best_score, score) && sorted_less(next, best_load));
-      if (better) {
-        best = std::move(s);
-        best_cost = std::move(cost);
-        best_score = score;
-        best_load = std::move(next);
-      }
-    }
-    if (!best) {
-      int cap_rank = 0;
-      for (int r = 1; r < W; ++r)
-        if (memory[static_cast<size_t>(r)] < memory[static_cast<size_t>(cap_rank)]) cap_rank = r;
-      FERRY_THROW(InvalidArgument, "torchrec planner: module '", *w.module, "', table '", t.name,
-                  "' (", t.rows, " rows x ", t.dim, " dim, ", bytes_text(w.full_memory),
-                  " with optimizer state) does not fit: its smallest per-rank footprint among the "
-                  "allowed shardings is ", bytes_text(w.min_footprint),
-                  ", the largest remaining capacity is ",
-                  bytes_text(topo.memory_budget - memory[static_cast<size_t>(cap_rank)]),
-                  " on rank ", cap_rank, " (budget ", bytes_text(topo.memory_budget),
-                  " per rank, ", k, " of ", work.size(), " tables placed)");
-    }
-    for (size_t r = 0; r < best_cost.size(); ++r) memory[r] += best_cost[r].memory_bytes;
-    load = std::move(best_load);
-    result[*w.module][t.name] = std::move(*best);
+    Placement best = best_placement(w, remaining_lb[k + 1], load, memory, topo);
+    if (!best.sharding) raise_does_not_fit(w, memory, topo, k, work.size());
+    for (size_t r = 0; r < best.cost.size(); ++r) memory[r] += best.cost[r].memory_bytes;
+    load = std::move(best.load);
+    result[*w.module][w.table->name] = std::move(*best.sharding);
   }
 
   ShardingPlan plan(std::move(result));

@@ -1,5 +1,6 @@
 #include <ferry/collectives/torchrec/planner/types.h>
 
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
@@ -36,15 +37,6 @@ constexpr KernelName kKernelNames[] = {
     {EmbeddingComputeKernel::QUANT_UVM, "quant_uvm"},
     {EmbeddingComputeKernel::QUANT_UVM_CACHING, "quant_uvm_caching"},
 };
-
-std::string join(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
 
 std::string shard_text(const ShardMetadata& s) {
   std::ostringstream os;
@@ -117,7 +109,7 @@ const std::vector<EmbeddingComputeKernel>& all_compute_kernels() {
 
 std::string ParameterSharding::describe() const {
   std::string s = std::string(to_string(sharding_type)) + " " +
-                  std::string(to_string(compute_kernel)) + " ranks " + join(ranks) + " shards";
+                  std::string(to_string(compute_kernel)) + " ranks " + detail::compact_list_str(ranks) + " shards";
   if (sharding_spec.empty()) return s + " none";
   for (const auto& shard : sharding_spec) {
     s += ' ';
@@ -299,13 +291,13 @@ void validate_parameter_sharding(const ParameterSharding& p, const TableShape& t
   if (p.sharding_type == ShardingType::DATA_PARALLEL) {
     c.check(p.sharding_spec.empty(), "data_parallel has no shards, got ", p.sharding_spec.size());
     c.check(p.ranks == iota_ranks(0, world_size), "data_parallel ranks must be every rank ",
-            join(iota_ranks(0, world_size)), ", got ", join(p.ranks));
+            detail::compact_list_str(iota_ranks(0, world_size)), ", got ", detail::compact_list_str(p.ranks));
     c.check(p.compute_kernel == EmbeddingComputeKernel::DENSE,
             "data_parallel needs the dense compute kernel, got ", to_string(p.compute_kernel));
     return;
   }
   // Generic: ranks match the placements, shapes well formed, shards inside, exact tiling.
-  c.check(p.ranks.size() == p.sharding_spec.size(), "ranks ", join(p.ranks), " has ",
+  c.check(p.ranks.size() == p.sharding_spec.size(), "ranks ", detail::compact_list_str(p.ranks), " has ",
           p.ranks.size(), " entries for ", p.sharding_spec.size(), " shards");
   int64_t area = 0;
   for (size_t j = 0; j < p.sharding_spec.size(); ++j) {
@@ -345,7 +337,7 @@ void validate_parameter_sharding(const ParameterSharding& p, const TableShape& t
       check_column_shards(c, p, t);
       const int node = p.ranks.front() / local_size;
       for (int r : p.ranks)
-        c.check(r / local_size == node, "table_column_wise ranks ", join(p.ranks),
+        c.check(r / local_size == node, "table_column_wise ranks ", detail::compact_list_str(p.ranks),
                 " span more than one node (local size ", local_size, "): rank ", r,
                 " is on node ", r / local_size, ", rank ", p.ranks.front(), " on node ", node);
       break;

@@ -27,9 +27,8 @@ std::vector<FeatureLookup> dp_lookups(const detail::ShardedTables& tables,
   return out;
 }
 
-DistFeaturesAwaitable no_dist(const KeyedJaggedTensor& kjt,
-                              const std::shared_ptr<ShardingBatchContext>& ctx) {
-  ctx->batch_size = kjt.stride();
+DistFeaturesAwaitable no_dist(const KeyedJaggedTensor& kjt, EmbeddingShardingContext& ctx) {
+  ctx.batch_size = kjt.stride();
   return NoWait<Awaitable<KeyedJaggedTensor>>(NoWait<KeyedJaggedTensor>(kjt));
 }
 }  // namespace
@@ -39,12 +38,12 @@ DpPooledEmbeddingSharding::DpPooledEmbeddingSharding(const detail::ShardedTables
     : weighted_(is_weighted), lookups_(dp_lookups(tables, table_ids, blocks_)) {}
 
 DistFeaturesAwaitable DpPooledEmbeddingSharding::input_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
-  return no_dist(kjt, ctx);
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<PooledShardingContext>& ctx) const {
+  return no_dist(kjt, *ctx);
 }
 
 Awaitable<Variable> DpPooledEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<PooledShardingContext>& ctx) const {
   // The caller's own weights (no dist, no CommOpGradientScaling: torchrec disables it here).
   const Variable w = !weighted_ ? Variable()
                      : ctx->weights.defined() ? ctx->weights
@@ -67,12 +66,12 @@ DpSequenceEmbeddingSharding::DpSequenceEmbeddingSharding(const detail::ShardedTa
     : lookups_(dp_lookups(tables, table_ids, blocks_)) {}
 
 DistFeaturesAwaitable DpSequenceEmbeddingSharding::input_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
-  return no_dist(kjt, ctx);
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<SequenceShardingContext>& ctx) const {
+  return no_dist(kjt, *ctx);
 }
 
 Awaitable<std::vector<Variable>> DpSequenceEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>&) const {
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<SequenceShardingContext>&) const {
   return NoWait<std::vector<Variable>>(sequence_embedding_lookup(lookups_, kjt));
 }
 

@@ -1,5 +1,6 @@
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
+#include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/comm/comm_switches.h>
 #include <ferry/collectives/torchrec/sharding/weights_dist.h>
 
@@ -10,7 +11,7 @@
 namespace ferry::torchrec::detail {
 
 DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJaggedTensor& send,
-                                        const std::shared_ptr<ShardingBatchContext>& ctx) {
+                                        const std::shared_ptr<EmbeddingShardingContext>& ctx) {
   KJTAllToAllSplitsAwaitable phase1 = a2a(send);
   const int W = a2a.group().size();
   return DistFeaturesAwaitable([phase1, ctx, W]() mutable {
@@ -23,7 +24,7 @@ DistFeaturesAwaitable launch_input_dist(const KJTAllToAll& a2a, const KeyedJagge
 }
 
 Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group& group,
-                        const ShardingBatchContext& ctx) {
+                        const PooledShardingContext& ctx) {
   if (!weighted) return Variable();
   if (!ctx.weights.defined()) return Variable(kjt.weights());
   FERRY_CHECK(ctx.dist.has_value(), InvalidArgument,
@@ -35,9 +36,25 @@ Variable lookup_weights(const KeyedJaggedTensor& kjt, bool weighted, const Group
 
 void route_weights(const KeyedJaggedTensor& kjt,
                    const std::function<KeyedJaggedTensor(const KeyedJaggedTensor&)>& rearrange,
-                   ShardingBatchContext& ctx) {
+                   PooledShardingContext& ctx) {
   if (!ctx.weights.defined()) return;
   ctx.send_index = value_sources(kjt, rearrange);
+}
+
+Awaitable<std::vector<Variable>> sequence_output_dist(const SequenceEmbeddingsAllToAll& a2a,
+                                                      const Variable& local,
+                                                      const KeyedJaggedTensor& dist,
+                                                      const SequenceShardingContext& ctx) {
+  const auto& sp = ctx.stride_per_rank;
+  const bool uneven = std::any_of(sp.begin(), sp.end(), [&](int64_t s) { return s != sp.front(); });
+  Awaitable<Variable> back = a2a.forward(
+      local, dist.lengths(), ctx.dist->input_splits("values"), ctx.dist->output_splits("values"),
+      ctx.unbucketize_permute, uneven ? std::optional<std::vector<int64_t>>(sp) : std::nullopt,
+      uneven ? std::optional<Tensor>(sequence_sparse_features_recat(*ctx.dist)) : std::nullopt);
+  const std::vector<int64_t> sizes = ctx.sent_length_per_key;
+  return Awaitable<std::vector<Variable>>([back, sizes]() mutable {
+    return split(back.wait(), sizes, 0);
+  });
 }
 
 KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
@@ -82,7 +99,7 @@ Tensor mean_divisor(const KeyedJaggedTensor& kjt, const std::vector<std::string>
   for (PoolingType p : pooling) any = any || p == PoolingType::Mean;
   if (!any) return Tensor();
   const int64_t B = kjt.stride();
-  const int64_t cols = sharding_total(dims);
+  const int64_t cols = sum_of(dims);
   Tensor out = ones({B, cols}, dtype);
   int64_t c0 = 0;
   for (size_t f = 0; f < features.size(); ++f) {
@@ -126,7 +143,7 @@ std::vector<std::pair<OutputBlock, Variable>> sorted_pieces(
   return pieces;
 }
 
-int64_t vbe_batch(const ShardingBatchContext& ctx, const std::string& key) {
+int64_t vbe_batch(const PooledShardingContext& ctx, const std::string& key) {
   const KeyedJaggedTensor& k = *ctx.vbe_input;
   return k.stride_per_key()[static_cast<size_t>(k.key_index(key))];
 }
@@ -162,12 +179,6 @@ std::vector<int64_t> vbe_destination_index(const KeyedJaggedTensor& dist,
         for (int64_t d = 0; d < widths[t]; ++d)
           index.push_back((first[t][static_cast<size_t>(s)] + b) * C + col[t] + d);
   return index;
-}
-
-int64_t sharding_total(const std::vector<int64_t>& v) {
-  int64_t s = 0;
-  for (int64_t x : v) s += x;
-  return s;
 }
 
 Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(

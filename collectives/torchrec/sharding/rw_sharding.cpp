@@ -28,7 +28,7 @@ std::vector<RowWiseFeature> row_wise_features(const ShardedTables& tables,
   return out;
 }
 
-Tensor vbe_row_wise_blocks(const std::vector<RowWiseFeature>& features, ShardingBatchContext& ctx,
+Tensor vbe_row_wise_blocks(const std::vector<RowWiseFeature>& features, PooledShardingContext& ctx,
                            DType dtype) {
   ctx.vbe_blocks.clear();
   std::vector<double> divisor;
@@ -84,11 +84,12 @@ RwPooledEmbeddingSharding::RwPooledEmbeddingSharding(const detail::ShardedTables
 }
 
 DistFeaturesAwaitable RwPooledEmbeddingSharding::input_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<PooledShardingContext>& ctx) const {
   ctx->batch_size = kjt.stride();
   // VBE divides after its reduce-scatter from the caller's KJT (vbe_output_dist).
   if (!kjt.variable_stride_per_key())
-    ctx->mean_divisor = detail::mean_divisor(detail::select_features(kjt, keys_), keys_, dims_,
+    context_as<RwPooledShardingContext>(*ctx, "RwPooledEmbeddingSharding::input_dist")
+        .mean_divisor = detail::mean_divisor(detail::select_features(kjt, keys_), keys_, dims_,
                                              pooling_, dtype_);
   const auto send = [this](const KeyedJaggedTensor& k) {
     return bucketize_kjt_before_all2all(detail::select_features(k, keys_), world_.size(),
@@ -101,7 +102,7 @@ DistFeaturesAwaitable RwPooledEmbeddingSharding::input_dist(
 }
 
 Awaitable<Variable> RwPooledEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& dist, const std::shared_ptr<PooledShardingContext>& ctx) const {
   std::vector<FeatureLookup> lookups;
   for (size_t t = 0; t < features_.size(); ++t)
     lookups.push_back({.table = features_[t].table,
@@ -112,9 +113,13 @@ Awaitable<Variable> RwPooledEmbeddingSharding::compute_and_output_dist(
   Variable partial =
       pooled_embedding_lookup(lookups, dist, detail::lookup_weights(dist, weighted_, world_, *ctx));
   Awaitable<Variable> out = output_rs_.forward(partial, ctx->stride_per_rank);
-  if (ctx->mean_divisor.defined()) {
+  const Tensor& mean_divisor =
+      context_as<RwPooledShardingContext>(*ctx,
+                                          "RwPooledEmbeddingSharding::compute_and_output_dist")
+          .mean_divisor;
+  if (mean_divisor.defined()) {
     // MEAN: the full bag's sum divided by the full bag length, here on the owning rank.
-    const Variable divisor(ctx->mean_divisor);
+    const Variable divisor(mean_divisor);
     out.then([divisor](Variable y) { return div(y, divisor); });
   }
   return out;
@@ -122,7 +127,7 @@ Awaitable<Variable> RwPooledEmbeddingSharding::compute_and_output_dist(
 
 Awaitable<Variable> RwPooledEmbeddingSharding::vbe_output_dist(
     const std::vector<FeatureLookup>& lookups, const KeyedJaggedTensor& dist,
-    const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const std::shared_ptr<PooledShardingContext>& ctx) const {
   // Every rank holds a row block of every feature: partial sums for every source's samples,
   // laid out destination-major, reduce-scattered per feature with each rank's batches.
   const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
@@ -155,7 +160,7 @@ RwSequenceEmbeddingSharding::RwSequenceEmbeddingSharding(const detail::ShardedTa
 }
 
 DistFeaturesAwaitable RwSequenceEmbeddingSharding::input_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<SequenceShardingContext>& ctx) const {
   ctx->batch_size = kjt.stride();
   const KeyedJaggedTensor mine = detail::select_features(kjt, keys_);
   ctx->sent_length_per_key = mine.length_per_key();
@@ -167,23 +172,14 @@ DistFeaturesAwaitable RwSequenceEmbeddingSharding::input_dist(
 }
 
 Awaitable<std::vector<Variable>> RwSequenceEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& dist, const std::shared_ptr<SequenceShardingContext>& ctx) const {
   std::vector<FeatureLookup> lookups;
   for (size_t t = 0; t < features_.size(); ++t)
     lookups.push_back({.table = features_[t].table,
                        .feature = features_[t].key,
                        .key_index = static_cast<int64_t>(t)});
   Variable local = cat(sequence_embedding_lookup(lookups, dist), 0);
-  const auto& sp = ctx->stride_per_rank;
-  const bool uneven = std::any_of(sp.begin(), sp.end(), [&](int64_t s) { return s != sp.front(); });
-  Awaitable<Variable> back = output_a2a_.forward(
-      local, dist.lengths(), ctx->dist->input_splits("values"), ctx->dist->output_splits("values"),
-      ctx->unbucketize_permute, uneven ? std::optional<std::vector<int64_t>>(sp) : std::nullopt,
-      uneven ? std::optional<Tensor>(sequence_sparse_features_recat(*ctx->dist)) : std::nullopt);
-  const std::vector<int64_t> sizes = ctx->sent_length_per_key;
-  return Awaitable<std::vector<Variable>>([back, sizes]() mutable {
-    return split(back.wait(), sizes, 0);
-  });
+  return detail::sequence_output_dist(output_a2a_, local, dist, *ctx);
 }
 
 }  // namespace ferry::torchrec

@@ -29,6 +29,13 @@
 
 namespace ferry::torchrec {
 
+// A row-wise pooled group's batch (row_wise, table_row_wise): with MEAN pooling, the divisors
+// [B, group cols] of this rank's samples, the full bag lengths, applied after the output dist
+// (undefined without MEAN and with VBE, which divides by its own).
+struct RwPooledShardingContext : PooledShardingContext {
+  Tensor mean_divisor;
+};
+
 namespace detail {
 // The row-wise features of the given tables, in config order.
 struct RowWiseFeature {
@@ -45,7 +52,7 @@ std::vector<RowWiseFeature> row_wise_features(const ShardedTables& tables,
 // Records their blocks in ctx.vbe_blocks and returns, when a feature pools by MEAN, the divisor
 // of every output element (its bag's full length, known only on the rank that owns the sample;
 // 1 for SUM and empty bags); undefined otherwise.
-Tensor vbe_row_wise_blocks(const std::vector<RowWiseFeature>& features, ShardingBatchContext& ctx,
+Tensor vbe_row_wise_blocks(const std::vector<RowWiseFeature>& features, PooledShardingContext& ctx,
                            DType dtype);
 }  // namespace detail
 
@@ -53,16 +60,20 @@ class RwPooledEmbeddingSharding : public PooledEmbeddingSharding {
  public:
   RwPooledEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids,
                             bool is_weighted);
-  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
-                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  std::shared_ptr<PooledShardingContext> create_context() const override {
+    return std::make_shared<RwPooledShardingContext>();
+  }
+  DistFeaturesAwaitable input_dist(
+      const KeyedJaggedTensor& kjt,
+      const std::shared_ptr<PooledShardingContext>& ctx) const override;
   Awaitable<Variable> compute_and_output_dist(
       const KeyedJaggedTensor& dist_features,
-      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+      const std::shared_ptr<PooledShardingContext>& ctx) const override;
 
  private:
   Awaitable<Variable> vbe_output_dist(const std::vector<FeatureLookup>& lookups,
                                       const KeyedJaggedTensor& dist,
-                                      const std::shared_ptr<ShardingBatchContext>& ctx) const;
+                                      const std::shared_ptr<PooledShardingContext>& ctx) const;
 
   Group world_;
   bool weighted_;
@@ -79,11 +90,12 @@ class RwPooledEmbeddingSharding : public PooledEmbeddingSharding {
 class RwSequenceEmbeddingSharding : public SequenceEmbeddingSharding {
  public:
   RwSequenceEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids);
-  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
-                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  DistFeaturesAwaitable input_dist(
+      const KeyedJaggedTensor& kjt,
+      const std::shared_ptr<SequenceShardingContext>& ctx) const override;
   Awaitable<std::vector<Variable>> compute_and_output_dist(
       const KeyedJaggedTensor& dist_features,
-      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+      const std::shared_ptr<SequenceShardingContext>& ctx) const override;
 
  private:
   Group world_;

@@ -57,10 +57,9 @@
 #include <ferry/collectives/torchrec/comm/lazy_awaitable.h>
 #include <ferry/collectives/torchrec/modules/embedding_bag_collection.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
-#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
+#include <ferry/collectives/torchrec/sharding/sharded_collection_base.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,21 +67,7 @@
 
 namespace ferry::torchrec {
 
-// One batch's state between the stages (torchrec's EmbeddingBagCollectionContext): the batch
-// size and each sharding group's context. Fill it with input_dist, pass it on unchanged.
-struct ShardedEmbeddingContext {
-  int64_t batch_size = 0;
-  // VBE: each feature's inverse-index row (the output's B_out samples), by collection feature.
-  std::vector<std::vector<int64_t>> inverse_rows;
-  std::vector<std::shared_ptr<ShardingBatchContext>> shardings;
-  std::vector<Tensor> lengths_per_feature;  // sequence collections: each feature's lengths
-};
-
-// What input_dist returns: the outer wait finishes phase 1 of every group's input dist (and
-// issues phase 2); the inner wait gives one KJT per sharding group.
-using ShardedInputDistAwaitable = Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>;
-
-class ShardedEmbeddingBagCollection {
+class ShardedEmbeddingBagCollection : public ShardedCollectionBase {
  public:
   // Collective over `world` (plan agreement; the intra/cross-node groups when a table is
   // table_row_wise). `plan`: this module's plan (table name -> ParameterSharding).
@@ -100,14 +85,8 @@ class ShardedEmbeddingBagCollection {
   ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
                                        const KeyedJaggedTensor& features,
                                        const Variable& per_sample_weights = Variable()) const;
-  // The collective input check with its exchange left to the caller: this rank's status words
-  // (detail::InputCheckStatus::kWords of them; zeros when options.check_inputs is off), then the
-  // verdict over every rank's words in rank order, which throws the same InvalidArgument on
-  // every rank when any rank's batch is bad; then input_dist_checked, which is input_dist
-  // without its own check (and without per-sample weights).
-  detail::InputCheckStatus input_check_status(const KeyedJaggedTensor& features) const;
-  void raise_input_check(const std::vector<int64_t>& all_words,
-                         const detail::InputCheckStatus& mine) const;
+  // input_dist without its own check and without per-sample weights, for a caller that ran
+  // the check's halves (input_check_status, raise_input_check: ShardedCollectionBase).
   ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
                                                const KeyedJaggedTensor& features) const;
   LazyAwaitable<PooledEmbeddings> compute_and_output_dist(
@@ -118,42 +97,18 @@ class ShardedEmbeddingBagCollection {
 
   const std::vector<EmbeddingBagConfig>& embedding_bag_configs() const { return configs_; }
   bool is_weighted() const { return is_weighted_; }
-  const std::vector<std::string>& feature_names() const { return tables_.features(); }
-  const std::vector<int64_t>& length_per_key() const { return tables_.feature_dims(); }
-  const Group& world() const { return tables_.world(); }
-  const ModuleShardingPlan& plan() const { return plan_; }
-
-  // This rank's shards: table name -> its EmbeddingTables (shard order of the plan).
-  std::map<std::string, std::vector<std::shared_ptr<EmbeddingTable>>> local_tables() const;
-  // data_parallel tables (every rank holds them whole): their weights are the parameters a DDP
-  // reducer would average; their sparse gradients are averaged by
-  // reduce_data_parallel_gradients() (collective) and stepped by step_data_parallel().
-  std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables() const;
-  std::vector<Variable> data_parallel_parameters() const;
-  void reduce_data_parallel_gradients() const;
-  void step_data_parallel();
-
-  // Item 6: full tables gathered on every rank (collective), "embedding_bags.<t>.weight".
-  std::map<std::string, Tensor> state_dict() const;
-  // This rank's shards with offsets (local).
-  std::map<std::string, std::vector<LocalShard>> local_state_dict() const;
-  // A full-table state (EmbeddingBagCollection::state_dict or state_dict() above, from any plan
-  // and world size) cut into this rank's shards (local).
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  // The fused optimizers' state as whole tables (collective) and back into any plan and world
-  // size (local): see ShardedTables::optimizer_state_dict in sharded_tables.h for the keys.
-  std::map<std::string, Tensor> optimizer_state_dict() const;
-  void load_optimizer_state_dict(const std::map<std::string, Tensor>& state);
+  const std::vector<int64_t>& length_per_key() const {
+    return sharded_tables().feature_dims();
+  }
+  // Shards, data_parallel tables, state dicts: ShardedCollectionBase.
 
  private:
   std::vector<EmbeddingBagConfig> configs_;
   bool is_weighted_;
-  ModuleShardingPlan plan_;
   ShardedInputDistAwaitable start_input_dist(ShardedEmbeddingContext& ctx,
                                              const KeyedJaggedTensor& features,
                                              const Variable& per_sample_weights) const;
 
-  detail::ShardedTables tables_;
   std::vector<std::shared_ptr<PooledEmbeddingSharding>> shardings_;
   // What every output awaitable needs (the keys, their dims, the shardings), made once and
   // shared by them: copying it into each step's awaitable was a dozen allocations a step.

@@ -18,10 +18,10 @@
 #include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/comm/lazy_awaitable.h>
 #include <ferry/collectives/torchrec/modules/embedding_collection.h>
-#include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
+#include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
+#include <ferry/collectives/torchrec/sharding/sharded_collection_base.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,7 +29,7 @@
 
 namespace ferry::torchrec {
 
-class ShardedEmbeddingCollection {
+class ShardedEmbeddingCollection : public ShardedCollectionBase {
  public:
   ShardedEmbeddingCollection(std::vector<EmbeddingConfig> tables, const ModuleShardingPlan& plan,
                              Group world, ShardedEmbeddingOptions options = {},
@@ -38,11 +38,8 @@ class ShardedEmbeddingCollection {
 
   ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
                                        const KeyedJaggedTensor& features) const;
-  // The collective input check with its exchange left to the caller (a train pipeline carries
-  // the words on its agreement on the next batch), as ShardedEmbeddingBagCollection's.
-  detail::InputCheckStatus input_check_status(const KeyedJaggedTensor& features) const;
-  void raise_input_check(const std::vector<int64_t>& all_words,
-                         const detail::InputCheckStatus& mine) const;
+  // input_dist without its own check, for a caller that ran the check's halves
+  // (input_check_status, raise_input_check: ShardedCollectionBase).
   ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
                                                const KeyedJaggedTensor& features) const;
   LazyAwaitable<SequenceEmbeddings> compute_and_output_dist(
@@ -50,27 +47,10 @@ class ShardedEmbeddingCollection {
   SequenceEmbeddings forward(const KeyedJaggedTensor& features) const;
 
   const std::vector<EmbeddingConfig>& embedding_configs() const { return configs_; }
-  const std::vector<std::string>& feature_names() const { return tables_.features(); }
-  const Group& world() const { return tables_.world(); }
-  const ModuleShardingPlan& plan() const { return plan_; }
-
-  std::map<std::string, std::vector<std::shared_ptr<EmbeddingTable>>> local_tables() const;
-  std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables() const;
-  void reduce_data_parallel_gradients() const;
-  void step_data_parallel();
-
-  std::map<std::string, Tensor> state_dict() const;  // collective; "embeddings.<t>.weight"
-  std::map<std::string, std::vector<LocalShard>> local_state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  // The fused optimizers' state as whole tables (collective) and back into any plan and world
-  // size (local): see ShardedTables::optimizer_state_dict in sharded_tables.h for the keys.
-  std::map<std::string, Tensor> optimizer_state_dict() const;
-  void load_optimizer_state_dict(const std::map<std::string, Tensor>& state);
+  // Shards, data_parallel tables, state dicts ("embeddings.<t>.weight"): ShardedCollectionBase.
 
  private:
   std::vector<EmbeddingConfig> configs_;
-  ModuleShardingPlan plan_;
-  detail::ShardedTables tables_;
   std::vector<std::shared_ptr<SequenceEmbeddingSharding>> shardings_;
 };
 

@@ -1,13 +1,13 @@
 // The fused optimizers' state of a sharded collection as whole tables, and back: what a
 // checkpoint needs to resume training on another plan or world size with the same optimizer
-// trajectory (ShardedTables::optimizer_state_dict / load_optimizer_state_dict).
+// trajectory (optimizer_state_dict / load_optimizer_state_dict in sharded_state_dict.h).
 //
 // Gathering follows the weights' state_dict: each rank writes its shards' state into a
 // zero tensor of the whole table and an all_reduce sums them (every element is held by exactly
 // one shard). Every rank runs the same collectives in table order, whatever it holds.
 #include <ferry/collectives/collectives.h>
-#include <ferry/collectives/torchrec/comm/comm_op_base.h>
-#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
+#include <ferry/collectives/torchrec/sharding/sharded_state_dict.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
@@ -54,19 +54,21 @@ void place(const Tensor& state, const ShardMetadata& m, int64_t block, Tensor& f
 
 }  // namespace
 
-std::map<std::string, Tensor> ShardedTables::optimizer_state_dict() const {
+std::map<std::string, Tensor> optimizer_state_dict(const ShardedTables& tables,
+                                                   const DataParallelOptimizers& dp) {
   std::map<std::string, Tensor> out;
-  if (!fused_) return out;
-  const EmbOptimType type = fused_->optimizer;
-  for (const ShardedTable& t : tables_) {
-    const std::string key = prefix_ + "." + t.config.name + ".weight.";
+  if (!tables.fused()) return out;
+  const EmbOptimType type = tables.fused()->optimizer;
+  const Group& world = tables.world();
+  for (const ShardedTable& t : tables.tables()) {
+    const std::string key = tables.state_prefix() + "." + t.config.name + ".weight.";
     const int64_t R = t.config.num_embeddings, D = t.config.embedding_dim;
     const DType dtype = t.config.data_type;
     if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL) {
       // Identical on every rank (stepped by the collective step_data_parallel): no gather.
-      auto it = dp_optimizers_.find(t.config.name);
-      if (it == dp_optimizers_.end()) continue;
-      const SparseOptimizer& opt = it->second;
+      const SparseOptimizer* dp_opt = dp.find(t.config.name);
+      if (dp_opt == nullptr) continue;
+      const SparseOptimizer& opt = *dp_opt;
       out[key + "step"] = int64_tensor({opt.step_count()});
       if (has_momentum1(type)) {
         out[key + "momentum1"] =
@@ -83,7 +85,7 @@ std::map<std::string, Tensor> ShardedTables::optimizer_state_dict() const {
       if (const SparseOptimizer* opt = table->fused_optimizer())
         step = std::max(step, opt->step_count());
     Tensor steps = int64_tensor({step});
-    if (world_.size() > 1) all_reduce(steps, world_, ReduceOp::Max).wait();
+    if (world.size() > 1) all_reduce(steps, world, ReduceOp::Max).wait();
     out[key + "step"] = steps;
 
     const std::vector<int64_t> blocks = column_blocks(t);
@@ -97,7 +99,7 @@ std::map<std::string, Tensor> ShardedTables::optimizer_state_dict() const {
         if (opt == nullptr || t.shards[s].rows() == 0 || t.shards[s].cols() == 0) continue;
         place(state_of(*opt), t.shards[s], block_index(blocks, t.shards[s].col_offset()), full);
       }
-      if (world_.size() > 1) all_reduce(full, world_).wait();
+      if (world.size() > 1) all_reduce(full, world).wait();
       out[key + name] = full;
     };
     if (has_momentum1(type)) {
@@ -110,21 +112,23 @@ std::map<std::string, Tensor> ShardedTables::optimizer_state_dict() const {
   return out;
 }
 
-void ShardedTables::load_optimizer_state_dict(const std::map<std::string, Tensor>& state) {
-  if (!fused_) return;
-  const std::string w = where_ + "::load_optimizer_state_dict";
-  const EmbOptimType type = fused_->optimizer;
+void load_optimizer_state_dict(const ShardedTables& tables, DataParallelOptimizers& dp_optimizers,
+                               const std::map<std::string, Tensor>& state) {
+  if (!tables.fused()) return;
+  const std::string w = tables.name() + "::load_optimizer_state_dict";
+  const EmbOptimType type = tables.fused()->optimizer;
+  const Group& world = tables.world();
   const auto find = [&](const std::string& key) -> const Tensor& {
     auto it = state.find(key);
-    FERRY_CHECK(it != state.end() && it->second.defined(), InvalidArgument, w, " on rank ",
-                world_.rank(), ": the state has no \"", key, "\" (", emb_optim_type_name(type),
+    FERRY_CHECK(it != state.end() && it->second.defined(), InvalidArgument,
+                where(w.c_str(), world), ": the state has no \"", key, "\" (", emb_optim_type_name(type),
                 " keeps it)");
     return it->second;
   };
-  for (const ShardedTable& t : tables_) {
+  for (const ShardedTable& t : tables.tables()) {
     const bool dp = t.sharding.sharding_type == ShardingType::DATA_PARALLEL;
     if (!dp && t.sharding.compute_kernel == EmbeddingComputeKernel::DENSE) continue;
-    const std::string key = prefix_ + "." + t.config.name + ".weight.";
+    const std::string key = tables.state_prefix() + "." + t.config.name + ".weight.";
     if (dp && state.find(key + "step") == state.end()) continue;  // saved before its first step
     const Tensor& step_t = find(key + "step");
     FERRY_CHECK(step_t.numel() == 1, InvalidArgument, w, ": \"", key, "step\" must hold one value");
@@ -156,7 +160,7 @@ void ShardedTables::load_optimizer_state_dict(const std::map<std::string, Tensor
       const int64_t saved_end =
           j + 1 < saved_blocks.size() ? saved_blocks[j + 1] : t.config.embedding_dim;
       FERRY_CHECK(it != saved_blocks.end() && saved_end == m.col_offset() + m.cols(),
-                  InvalidArgument, w, " on rank ", world_.rank(), ": table \"", t.config.name,
+                  InvalidArgument, where(w.c_str(), world), ": table \"", t.config.name,
                   "\": its EXACT_ROWWISE_ADAGRAD state was saved for column blocks starting at ",
                   list_str(saved_blocks), ", which do not include this plan's block [",
                   m.col_offset(), ", ", m.col_offset() + m.cols(),
@@ -167,17 +171,10 @@ void ShardedTables::load_optimizer_state_dict(const std::map<std::string, Tensor
     };
     const std::string what = w + ": table \"" + t.config.name + "\"";
     if (dp) {
-      auto it = dp_optimizers_.find(t.config.name);
-      if (it == dp_optimizers_.end())
-        it = dp_optimizers_
-                 .emplace(t.config.name, SparseOptimizer(*fused_, t.config.num_embeddings,
-                                                         t.config.embedding_dim,
-                                                         t.config.data_type))
-                 .first;
       Tensor s1, s2;
       shard_state(ShardMetadata{{0, 0}, {t.config.num_embeddings, t.config.embedding_dim}, 0},
                   s1, s2);
-      it->second.load_state(step, s1, s2, what);
+      dp_optimizers.get(t.config, *tables.fused()).load_state(step, s1, s2, what);
       continue;
     }
     for (size_t s = 0; s < t.shards.size(); ++s) {

@@ -53,6 +53,20 @@ std::vector<std::string> unit_keys(const std::vector<ShardUnit>& units) {
   return keys;
 }
 
+std::vector<FeatureLookup> unit_lookups(const std::vector<ShardUnit>& units, int rank,
+                                        bool pooled) {
+  std::vector<FeatureLookup> lookups;
+  for (const auto& u : units)
+    if (u.rank == rank) {
+      FeatureLookup l{.table = u.table,
+                      .feature = u.key,
+                      .key_index = static_cast<int64_t>(lookups.size())};
+      if (pooled) l.pooling = u.pooling;
+      lookups.push_back(std::move(l));
+    }
+  return lookups;
+}
+
 DType tables_dtype(const ShardedTables& tables, const std::vector<int>& ids) {
   return ids.empty() ? DType::Float32
                      : tables.tables()[static_cast<size_t>(ids.front())].config.data_type;

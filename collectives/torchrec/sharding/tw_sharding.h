@@ -8,6 +8,7 @@
 // dims per rank are their widths summed.
 #pragma once
 
+#include <ferry/collectives/torchrec/modules/embedding_lookup.h>
 #include <ferry/collectives/torchrec/sharding/embedding_sharding.h>
 
 #include <memory>
@@ -38,6 +39,10 @@ std::vector<int64_t> dims_per_rank(const std::vector<ShardUnit>& units, int W);
 std::vector<std::vector<int64_t>> unit_widths_per_rank(const std::vector<ShardUnit>& units, int W);
 // The units' feature names, in unit order (the keys the input dist selects).
 std::vector<std::string> unit_keys(const std::vector<ShardUnit>& units);
+// The lookups of the units on `rank`, the i-th reading key i of the received KJT; `pooled`:
+// each pools by its feature's pooling.
+std::vector<FeatureLookup> unit_lookups(const std::vector<ShardUnit>& units, int rank,
+                                        bool pooled);
 // The element type of the given tables (Float32 for none).
 DType tables_dtype(const ShardedTables& tables, const std::vector<int>& ids);
 }  // namespace detail

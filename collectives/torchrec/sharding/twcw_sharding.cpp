@@ -31,7 +31,7 @@ TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTa
 }
 
 DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<PooledShardingContext>& ctx) const {
   ctx->batch_size = kjt.stride();
   const auto send = [this](const KeyedJaggedTensor& k) {
     return detail::select_features(k, send_keys_, send_names_);
@@ -41,15 +41,9 @@ DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(
 }
 
 Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& dist, const std::shared_ptr<PooledShardingContext>& ctx) const {
   const int me = world_.rank();
-  std::vector<FeatureLookup> lookups;
-  for (const auto& u : units_)
-    if (u.rank == me)
-      lookups.push_back({.table = u.table,
-                         .feature = u.key,
-                         .key_index = static_cast<int64_t>(lookups.size()),
-                         .pooling = u.pooling});
+  const std::vector<FeatureLookup> lookups = detail::unit_lookups(units_, me, /*pooled=*/true);
   const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
   if (ctx->vbe_input) {
     // VBE: the rows of every (destination, unit) in destination-major order; the output's
@@ -78,7 +72,7 @@ Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
     }
     return vbe_a2a_.forward(send, batch_per_rank, pre_a2a);
   }
-  const int64_t n = detail::sharding_total(ctx->stride_per_rank);
+  const int64_t n = detail::sum_of(ctx->stride_per_rank);
   Variable local = lookups.empty() ? detail::empty_local(zeros({n, 0}, dtype_))
                                    : pooled_embedding_lookup(lookups, dist, weights);
   return output_a2a_.forward(local, ctx->stride_per_rank);
@@ -99,7 +93,7 @@ TwCwSequenceEmbeddingSharding::TwCwSequenceEmbeddingSharding(const detail::Shard
 }
 
 DistFeaturesAwaitable TwCwSequenceEmbeddingSharding::input_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<SequenceShardingContext>& ctx) const {
   ctx->batch_size = kjt.stride();
   KeyedJaggedTensor send = detail::select_features(kjt, send_keys_, send_names_);
   ctx->sent_length_per_key = send.length_per_key();
@@ -107,26 +101,12 @@ DistFeaturesAwaitable TwCwSequenceEmbeddingSharding::input_dist(
 }
 
 Awaitable<std::vector<Variable>> TwCwSequenceEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
-  const int me = world_.rank();
-  std::vector<FeatureLookup> lookups;
-  for (const auto& u : units_)
-    if (u.rank == me)
-      lookups.push_back({.table = u.table,
-                         .feature = u.key,
-                         .key_index = static_cast<int64_t>(lookups.size())});
+    const KeyedJaggedTensor& dist, const std::shared_ptr<SequenceShardingContext>& ctx) const {
+  const std::vector<FeatureLookup> lookups =
+      detail::unit_lookups(units_, world_.rank(), /*pooled=*/false);
   Variable local = lookups.empty() ? detail::empty_local(zeros({0, width_}, dtype_))
                                    : cat(sequence_embedding_lookup(lookups, dist), 0);
-  const auto& sp = ctx->stride_per_rank;
-  const bool uneven = std::any_of(sp.begin(), sp.end(), [&](int64_t s) { return s != sp.front(); });
-  Awaitable<Variable> back = output_a2a_.forward(
-      local, dist.lengths(), ctx->dist->input_splits("values"), ctx->dist->output_splits("values"),
-      std::nullopt, uneven ? std::optional<std::vector<int64_t>>(sp) : std::nullopt,
-      uneven ? std::optional<Tensor>(sequence_sparse_features_recat(*ctx->dist)) : std::nullopt);
-  const std::vector<int64_t> sizes = ctx->sent_length_per_key;
-  return Awaitable<std::vector<Variable>>([back, sizes]() mutable {
-    return split(back.wait(), sizes, 0);
-  });
+  return detail::sequence_output_dist(output_a2a_, local, dist, *ctx);
 }
 
 }  // namespace ferry::torchrec

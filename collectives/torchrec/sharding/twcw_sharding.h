@@ -34,11 +34,12 @@ class TwCwPooledEmbeddingSharding : public PooledEmbeddingSharding {
   // table_ids: tables (config positions) sharded table_wise, column_wise or table_column_wise.
   TwCwPooledEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids,
                               bool is_weighted);
-  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
-                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  DistFeaturesAwaitable input_dist(
+      const KeyedJaggedTensor& kjt,
+      const std::shared_ptr<PooledShardingContext>& ctx) const override;
   Awaitable<Variable> compute_and_output_dist(
       const KeyedJaggedTensor& dist_features,
-      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+      const std::shared_ptr<PooledShardingContext>& ctx) const override;
 
  private:
   Group world_;
@@ -58,11 +59,12 @@ class TwCwSequenceEmbeddingSharding : public SequenceEmbeddingSharding {
   // The shards of width `width` of the given tables.
   TwCwSequenceEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids,
                                 int64_t width);
-  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
-                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  DistFeaturesAwaitable input_dist(
+      const KeyedJaggedTensor& kjt,
+      const std::shared_ptr<SequenceShardingContext>& ctx) const override;
   Awaitable<std::vector<Variable>> compute_and_output_dist(
       const KeyedJaggedTensor& dist_features,
-      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+      const std::shared_ptr<SequenceShardingContext>& ctx) const override;
 
  private:
   Group world_;

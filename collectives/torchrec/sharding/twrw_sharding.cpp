@@ -71,11 +71,12 @@ TwRwPooledEmbeddingSharding::TwRwPooledEmbeddingSharding(const detail::ShardedTa
 }
 
 DistFeaturesAwaitable TwRwPooledEmbeddingSharding::input_dist(
-    const KeyedJaggedTensor& kjt, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& kjt, const std::shared_ptr<PooledShardingContext>& ctx) const {
   ctx->batch_size = kjt.stride();
   // VBE divides after its output dist, from the caller's KJT (vbe_output_dist).
   if (!kjt.variable_stride_per_key())
-    ctx->mean_divisor = detail::mean_divisor(detail::select_features(kjt, keys_), keys_, dims_,
+    context_as<RwPooledShardingContext>(*ctx, "TwRwPooledEmbeddingSharding::input_dist")
+        .mean_divisor = detail::mean_divisor(detail::select_features(kjt, keys_), keys_, dims_,
                                              pooling_, dtype_);
   const auto send = [this](const KeyedJaggedTensor& k) {
     return bucketize_kjt_before_all2all(detail::select_features(k, keys_), L_, block_sizes_,
@@ -88,7 +89,7 @@ DistFeaturesAwaitable TwRwPooledEmbeddingSharding::input_dist(
 }
 
 Awaitable<Variable> TwRwPooledEmbeddingSharding::compute_and_output_dist(
-    const KeyedJaggedTensor& dist, const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const KeyedJaggedTensor& dist, const std::shared_ptr<PooledShardingContext>& ctx) const {
   std::vector<FeatureLookup> lookups;
   for (size_t i = 0; i < my_keys_.size(); ++i)
     lookups.push_back({.table = features_[static_cast<size_t>(my_feature_pos_[i])].table,
@@ -99,7 +100,7 @@ Awaitable<Variable> TwRwPooledEmbeddingSharding::compute_and_output_dist(
   const std::vector<int64_t>& sp = ctx->stride_per_rank;  // every rank's batch, rank order
   const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
   Variable partial = lookups.empty()
-                         ? detail::empty_local(zeros({detail::sharding_total(sp), 0}, dtype_))
+                         ? detail::empty_local(zeros({detail::sum_of(sp), 0}, dtype_))
                          : pooled_embedding_lookup(lookups, dist, weights);
   // Block j of the partial sums holds the samples of local rank j's cross group (ranks j,
   // L + j, ...), node by node. With equal batches every block has G*B rows; otherwise (torchrec's
@@ -120,7 +121,10 @@ Awaitable<Variable> TwRwPooledEmbeddingSharding::compute_and_output_dist(
   }
   Awaitable<Variable> intra = intra_rs_.forward(partial, intra_splits);
   const std::shared_ptr<PooledEmbeddingsAllToAll> cross = cross_a2a_;
-  const Tensor divisor = ctx->mean_divisor;
+  const Tensor divisor =
+      context_as<RwPooledShardingContext>(*ctx,
+                                          "TwRwPooledEmbeddingSharding::compute_and_output_dist")
+          .mean_divisor;
   return Awaitable<Variable>([intra, cross, divisor, cross_batches]() mutable {
     Variable y = cross->forward(intra.wait(), cross_batches).wait();
     if (divisor.defined()) y = div(y, Variable(divisor));  // MEAN: full bag length, owner rank
@@ -130,7 +134,7 @@ Awaitable<Variable> TwRwPooledEmbeddingSharding::compute_and_output_dist(
 
 Awaitable<Variable> TwRwPooledEmbeddingSharding::vbe_output_dist(
     const std::vector<FeatureLookup>& lookups, const KeyedJaggedTensor& dist,
-    const std::shared_ptr<ShardingBatchContext>& ctx) const {
+    const std::shared_ptr<PooledShardingContext>& ctx) const {
   // The partial sums laid out by source in the received order (local rank major, node minor),
   // each source's features over its batch of them: block j of L (the sources j*G .. j*G + G-1)
   // is what local rank j's cross group needs, the same layout on every rank of the node.

@@ -37,16 +37,20 @@ class TwRwPooledEmbeddingSharding : public PooledEmbeddingSharding {
   // intra / cross: this rank's groups of intra_and_cross_node_pg(world, tables.local_size()).
   TwRwPooledEmbeddingSharding(const detail::ShardedTables& tables, std::vector<int> table_ids,
                               bool is_weighted, Group intra, Group cross);
-  DistFeaturesAwaitable input_dist(const KeyedJaggedTensor& kjt,
-                                   const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+  std::shared_ptr<PooledShardingContext> create_context() const override {
+    return std::make_shared<RwPooledShardingContext>();
+  }
+  DistFeaturesAwaitable input_dist(
+      const KeyedJaggedTensor& kjt,
+      const std::shared_ptr<PooledShardingContext>& ctx) const override;
   Awaitable<Variable> compute_and_output_dist(
       const KeyedJaggedTensor& dist_features,
-      const std::shared_ptr<ShardingBatchContext>& ctx) const override;
+      const std::shared_ptr<PooledShardingContext>& ctx) const override;
 
  private:
   Awaitable<Variable> vbe_output_dist(const std::vector<FeatureLookup>& lookups,
                                       const KeyedJaggedTensor& dist,
-                                      const std::shared_ptr<ShardingBatchContext>& ctx) const;
+                                      const std::shared_ptr<PooledShardingContext>& ctx) const;
 
   Group world_, intra_, cross_;
   int L_ = 1, G_ = 1;

@@ -3,6 +3,7 @@
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/node.h>
 #include <ferry/collectives/collectives.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <memory>
@@ -117,7 +118,7 @@ class DistWeights : public Function {
         buf.set_flat(in_pos_[o], grad.get_flat(static_cast<int64_t>(o)));
     Tensor sent = buf;
     if (group_.size() > 1) {
-      const int64_t n_sent = std::accumulate(send_splits_.begin(), send_splits_.end(), int64_t{0});
+      const int64_t n_sent = detail::sum_of(send_splits_);
       sent = zeros({n_sent}, dt);
       // Each received value's gradient goes back to its source: the forward's splits swapped.
       all_to_all_single(buf, sent, send_splits_, recv_splits_, group_).wait();

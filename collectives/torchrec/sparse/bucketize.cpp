@@ -202,14 +202,14 @@ Tensor move_blocks(const Tensor& embs, int64_t width, const std::vector<int64_t>
 Tensor permute_pooled_embs(const Tensor& embs, const std::vector<int64_t>& dims,
                            const std::vector<int64_t>& permute) {
   check_permutation(dims, permute);
-  return move_blocks(embs, std::accumulate(dims.begin(), dims.end(), int64_t{0}), dims, permutation_blocks(dims, permute));
+  return move_blocks(embs, detail::sum_of(dims), dims, permutation_blocks(dims, permute));
 }
 
 PermutePooledEmbeddingsSplit::PermutePooledEmbeddingsSplit(std::vector<int64_t> embs_dims,
                                                            std::vector<int64_t> permute)
     : dims_(std::move(embs_dims)), permute_(std::move(permute)) {
   check_permutation(dims_, permute_);
-  width_ = std::accumulate(dims_.begin(), dims_.end(), int64_t{0});
+  width_ = detail::sum_of(dims_);
   forward_ = permutation_blocks(dims_, permute_);
   // The inverse moves every block back where it came from.
   for (const detail::ColumnBlock& b : forward_) {

@@ -5,27 +5,8 @@
 
 #include <cstring>
 #include <limits>
-#include <sstream>
 
 namespace ferry::torchrec::detail {
-
-std::string list_str(const std::vector<int64_t>& v, size_t limit) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < v.size() && i < limit; ++i) os << (i ? ", " : "") << v[i];
-  if (v.size() > limit) os << ", ... (" << v.size() << " entries)";
-  os << ']';
-  return os.str();
-}
-
-std::string keys_str(const std::vector<std::string>& keys, size_t limit) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < keys.size() && i < limit; ++i) os << (i ? ", " : "") << '"' << keys[i] << '"';
-  if (keys.size() > limit) os << ", ... (" << keys.size() << " keys)";
-  os << ']';
-  return os.str();
-}
 
 void check_index_tensor(const Tensor& t, const char* where, const char* what) {
   FERRY_CHECK(t.defined(), InvalidArgument, where, ": ", what, " is undefined");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ferry/collectives/torchrec/sparse/bucketize.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/tensor.h>
 
 #include <cstdint>
@@ -12,10 +13,6 @@
 #include <vector>
 
 namespace ferry::torchrec::detail {
-
-// "[1, 2, 3]" (at most `limit` entries, then ", ...").
-std::string list_str(const std::vector<int64_t>& v, size_t limit = 16);
-std::string keys_str(const std::vector<std::string>& keys, size_t limit = 16);
 
 // Throws InvalidArgument "<where>: <what> must be a 1-D int32 or int64 tensor, got ..." unless
 // `t` is defined, 1-D and int32/int64.

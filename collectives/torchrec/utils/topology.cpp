@@ -1,5 +1,6 @@
 #include <ferry/collectives/torchrec/utils/topology.h>
 
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
@@ -163,7 +164,7 @@ std::pair<Group, Group> intra_and_cross_node_pg(const Group& world, int local_si
     local_size = get_local_size(w);
   } else {
     FERRY_CHECK(local_size >= 1 && w % local_size == 0, InvalidArgument,
-                "torchrec intra_and_cross_node_pg on rank ", r, " of ", world.describe(),
+                "torchrec ", detail::where("intra_and_cross_node_pg", world),
                 ": local size ", local_size, " must be >= 1 and divide the group size ", w);
   }
   const NodeGroupCache::Key key{world.weak_impl(), local_size};

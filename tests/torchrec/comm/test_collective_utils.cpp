@@ -1,4 +1,4 @@
-// torchrec collective utils (TC24): is_leader, invoke_on_rank_and_broadcast_result (group ranks as
+// torchrec collective utils: is_leader, invoke_on_rank_and_broadcast_result (group ranks as
 // the source, on sub-groups too; failures reach every member), run_on_leader, and the serialization
 // of results. Rank bodies record; Catch2 checks on the main thread.
 #include <ferry/collectives/collectives.h>
@@ -114,7 +114,7 @@ TEST_CASE("serialization: bytes that do not match the type", "[collective_utils]
   CHECK_THROWS_AS(deserialize<std::vector<int64_t>>(bad_vec), MismatchError);
 }
 
-TEST_CASE("TC24: is_leader", "[collective_utils][TC24]") {
+TEST_CASE("collective utils: is_leader", "[collective_utils]") {
   CHECK(is_leader(Group()));
   CHECK(!is_leader(Group(), 1));
   std::vector<int> leader0(3), leader1(3);
@@ -126,7 +126,7 @@ TEST_CASE("TC24: is_leader", "[collective_utils][TC24]") {
   CHECK(leader1 == std::vector<int>{0, 1, 0});
 }
 
-TEST_CASE("TC24: a one-member group calls func without communicating", "[collective_utils][TC24]") {
+TEST_CASE("collective utils: a one-member group calls func without communicating", "[collective_utils]") {
   int calls = 0;
   uint64_t seq_before = 99, seq_after = 99;
   std::string got;

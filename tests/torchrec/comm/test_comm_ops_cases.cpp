@@ -1,4 +1,4 @@
-// Worked torchrec cases (TC13, TC16, TC18; the docs examples of torchrec's PooledEmbeddingsAllToAll
+// Hand-computed two-rank torchrec cases (pooled all-to-all, reduce-scatter, all-gather; the docs examples of torchrec's PooledEmbeddingsAllToAll
 // and VariableBatchPooledEmbeddingsAllToAll) and hand-computed cases for alltoall_sequence and
 // alltoallv, each forward and backward with gradient division on and off, on the ranks they
 // specify. SPMD cases: local worlds here, mpiexec / ferry-run in the torchrec-mpi-* /
@@ -18,7 +18,7 @@ using trtest::forward_backward;
 using trtest::mat;
 using trtest::with_gradient_division;
 
-DG_CASE("torchrec TC13: alltoall_pooled, equal batch, division on and off", "[torchrec][tc13]",
+DG_CASE("torchrec worked case: alltoall_pooled, equal batch, division on and off", "[torchrec][worked]",
         2) {
   const bool r0 = g.rank() == 0;
   const Tensor x = r0 ? mat({1, 2, 3, 4}, 2, 2) : mat({5, 6}, 2, 1);
@@ -28,10 +28,10 @@ DG_CASE("torchrec TC13: alltoall_pooled, equal batch, division on and off", "[to
   for (bool division : {true, false}) {
     with_gradient_division(g, division, [&] {
       const auto r = forward_backward(op, x, grad);
-      expect_equal(r.outputs[0], r0 ? mat({1, 2, 5}, 1, 3) : mat({3, 4, 6}, 1, 3), g, "TC13 Y");
+      expect_equal(r.outputs[0], r0 ? mat({1, 2, 5}, 1, 3) : mat({3, 4, 6}, 1, 3), g, "alltoall_pooled Y");
       const Tensor dx = division ? (r0 ? mat({5, 10, 20, 25}, 2, 2) : mat({15, 30}, 2, 1))
                                  : (r0 ? mat({10, 20, 40, 50}, 2, 2) : mat({30, 60}, 2, 1));
-      expect_equal(r.input_grads[0], dx, g, division ? "TC13 dX (division on)" : "TC13 dX (off)");
+      expect_equal(r.input_grads[0], dx, g, division ? "alltoall_pooled dX (division on)" : "alltoall_pooled dX (off)");
     });
   }
 }
@@ -54,7 +54,7 @@ DG_CASE("torchrec alltoall_pooled, PooledEmbeddingsAllToAll's docs example: dims
                g, "docs example output");
 }
 
-DG_CASE("torchrec TC16: reduce_scatter_base_pooled", "[torchrec][tc16]", 2) {
+DG_CASE("torchrec worked case: reduce_scatter_base_pooled", "[torchrec][worked]", 2) {
   const bool r0 = g.rank() == 0;
   const Tensor x = r0 ? mat({1, 2, 3, 4}, 2, 2) : mat({10, 20, 30, 40}, 2, 2);
   const Tensor grad = r0 ? mat({1, 1}, 1, 2) : mat({2, 2}, 1, 2);
@@ -62,15 +62,15 @@ DG_CASE("torchrec TC16: reduce_scatter_base_pooled", "[torchrec][tc16]", 2) {
   for (bool division : {true, false}) {
     with_gradient_division(g, division, [&] {
       const auto r = forward_backward(op, x, grad);
-      expect_equal(r.outputs[0], r0 ? mat({11, 22}, 1, 2) : mat({33, 44}, 1, 2), g, "TC16 Y");
+      expect_equal(r.outputs[0], r0 ? mat({11, 22}, 1, 2) : mat({33, 44}, 1, 2), g, "reduce_scatter_base_pooled Y");
       expect_equal(r.input_grads[0],
                    division ? mat({0.5, 0.5, 1, 1}, 2, 2) : mat({1, 1, 2, 2}, 2, 2), g,
-                   "TC16 dX");
+                   "reduce_scatter_base_pooled dX");
     });
   }
 }
 
-DG_CASE("torchrec TC18: all_gather_base_pooled and reduce_scatter_pooled", "[torchrec][tc18]",
+DG_CASE("torchrec worked case: all_gather_base_pooled and reduce_scatter_pooled", "[torchrec][worked]",
         2) {
   const bool r0 = g.rank() == 0;
   {
@@ -78,9 +78,9 @@ DG_CASE("torchrec TC18: all_gather_base_pooled and reduce_scatter_pooled", "[tor
     const Tensor grad = r0 ? mat({1, 2, 3, 4}, 2, 2) : mat({10, 20, 30, 40}, 2, 2);
     const auto r = forward_backward(
         [&](const Variable& v) { return all_gather_base_pooled(v, g).wait(); }, x, grad);
-    expect_equal(r.outputs[0], mat({1, 2, 3, 4}, 2, 2), g, "TC18 all-gather Y");
+    expect_equal(r.outputs[0], mat({1, 2, 3, 4}, 2, 2), g, "all_gather_base_pooled Y");
     expect_equal(r.input_grads[0], r0 ? mat({5.5, 11}, 1, 2) : mat({16.5, 22}, 1, 2), g,
-                 "TC18 all-gather dX");
+                 "all_gather_base_pooled dX");
   }
   {
     const std::vector<Tensor> inputs =
@@ -93,9 +93,9 @@ DG_CASE("torchrec TC18: all_gather_base_pooled and reduce_scatter_pooled", "[tor
         },
         inputs, {grad});
     expect_equal(r.outputs[0], r0 ? mat({11, 22}, 1, 2) : mat({33, 44}, 1, 2), g,
-                 "TC18 reduce-scatter Y");
-    expect_equal(r.input_grads[0], mat({0.5, 1}, 1, 2), g, "TC18 d inputs[0]");
-    expect_equal(r.input_grads[1], mat({1.5, 2}, 1, 2), g, "TC18 d inputs[1]");
+                 "reduce_scatter_pooled Y");
+    expect_equal(r.input_grads[0], mat({0.5, 1}, 1, 2), g, "reduce_scatter_pooled d inputs[0]");
+    expect_equal(r.input_grads[1], mat({1.5, 2}, 1, 2), g, "reduce_scatter_pooled d inputs[1]");
   }
 }
 

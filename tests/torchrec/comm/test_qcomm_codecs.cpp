@@ -1,4 +1,4 @@
-// The codec protocol on tensors (TC22 and more): shapes, dtypes, sizes, loss_scale, round-trip
+// The codec protocol on tensors (hand-computed values and more): shapes, dtypes, sizes, loss_scale, round-trip
 // error bounds per precision, NaN / inf, FP8 row-wise padding and bad input.
 #include <ferry/collectives/torchrec/torchrec.h>
 
@@ -73,7 +73,7 @@ TEST_CASE("FP32 codec: encode and decode return their input", "[codecs]") {
   CHECK(codec.create_context()->row_dim == kRowDimDefault);
 }
 
-TEST_CASE("FP16 codec: TC22 values with and without loss scale, shape kept", "[codecs]") {
+TEST_CASE("FP16 codec: hand-computed values with and without loss scale, shape kept", "[codecs]") {
   const Tensor x = from_vector<float>({1.0f, 70000.0f, -1e6f, 0.1f}, {2, 2});
   FbgemmQuantizedCommCodec plain(CommType::FP16);
   const Tensor wire = plain.encode(x);
@@ -154,7 +154,7 @@ TEST_CASE("calc_quantized_size is exact: fbgemm's aligned rows", "[codecs]") {
   FbgemmQuantizedCommCodec int8(CommType::INT8);
   QuantizationContext ctx = *int8.create_context();
   CHECK(ctx.row_dim == 32);
-  CHECK(int8.calc_quantized_size(64, &ctx) == 80);  // 2 rows of 32 + 8 (TC22)
+  CHECK(int8.calc_quantized_size(64, &ctx) == 80);  // 2 rows of 32 + 8 (a scale and bias per row)
   CHECK(int8.calc_quantized_size(0, &ctx) == 0);
   ctx.row_dim = 30;  // aligned to 32 codes + 8
   CHECK(int8.calc_quantized_size(60, &ctx) == 80);

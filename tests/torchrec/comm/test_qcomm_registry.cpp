@@ -1,4 +1,4 @@
-// QCommsConfig -> codecs, the registry's keys and fallbacks (TC22 and more), the enum names, and
+// QCommsConfig -> codecs, the registry's keys and fallbacks, the enum names, and
 // the per-codec telemetry.
 #include <ferry/collectives/torchrec/torchrec.h>
 
@@ -78,7 +78,7 @@ TEST_CASE("get_qcomm_codecs: precisions, FP8 row dims and layouts", "[registry]"
   CHECK(fbgemm(get_qcomm_codecs(config).forward).loss_scale() == 128.0);
 }
 
-TEST_CASE("get_qcomm_codecs_registry: keys and the fallbacks of TC22", "[registry]") {
+TEST_CASE("get_qcomm_codecs_registry: keys and the per-comm fallbacks", "[registry]") {
   CHECK_FALSE(get_qcomm_codecs_registry(QCommsConfig{}).has_value());
 
   QCommsConfig config;

@@ -1,4 +1,4 @@
-// The embedding dists (dist_data.py's output dists): forward on worked cases (TC13, TC16, TC18,
+// The embedding dists (dist_data.py's output dists): forward on hand-computed two-rank cases (pooled all-to-all, reduce-scatter, all-gather,
 // torchrec's docstring examples of the two pooled all-to-alls) and hand-computed ones, callbacks in
 // order, every module's backward through the distributed gradcheck (float64, W = 1..4), the
 // input-dist -> lookup -> output-dist round trip of sequence sharding (table-wise, unequal batches,
@@ -95,7 +95,7 @@ V values_of(const KeyedJaggedTensor& kjt) { return kjt.values().to_vector<int64_
 
 // ---- PooledEmbeddingsAllToAll ----
 
-DG_CASE("embedding dists: PooledEmbeddingsAllToAll on TC13 (equal default batch), division on "
+DG_CASE("embedding dists: PooledEmbeddingsAllToAll on the two-rank worked case (equal default batch), division on "
         "and off",
         "[torchrec][dists][pooled_a2a]", 2) {
   const bool r0 = g.rank() == 0;
@@ -106,10 +106,10 @@ DG_CASE("embedding dists: PooledEmbeddingsAllToAll on TC13 (equal default batch)
   for (bool division : {true, false}) {
     with_gradient_division(g, division, [&] {
       const auto r = forward_backward(op, x, grad);
-      expect_equal(r.outputs[0], r0 ? mat({1, 2, 5}, 1, 3) : mat({3, 4, 6}, 1, 3), g, "TC13 Y");
+      expect_equal(r.outputs[0], r0 ? mat({1, 2, 5}, 1, 3) : mat({3, 4, 6}, 1, 3), g, "pooled all-to-all Y");
       const Tensor dx = division ? (r0 ? mat({5, 10, 20, 25}, 2, 2) : mat({15, 30}, 2, 1))
                                  : (r0 ? mat({10, 20, 40, 50}, 2, 2) : mat({30, 60}, 2, 1));
-      expect_equal(r.input_grads[0], dx, g, "TC13 dX");
+      expect_equal(r.input_grads[0], dx, g, "pooled all-to-all dX");
     });
   }
 }
@@ -234,7 +234,7 @@ DG_CASE("embedding dists: VariableBatchPooledEmbeddingsAllToAll, torchrec's docs
 
 // ---- reduce-scatter / all-gather ----
 
-DG_CASE("embedding dists: PooledEmbeddingsReduceScatter on TC16 (base) and unequal splits (v)",
+DG_CASE("embedding dists: PooledEmbeddingsReduceScatter on the two-rank worked case (base) and unequal splits (v)",
         "[torchrec][dists][reduce_scatter]", 2) {
   const bool r0 = g.rank() == 0;
   const PooledEmbeddingsReduceScatter dist(g);
@@ -242,8 +242,8 @@ DG_CASE("embedding dists: PooledEmbeddingsReduceScatter on TC16 (base) and unequ
   const Tensor grad = r0 ? mat({1, 1}, 1, 2) : mat({2, 2}, 1, 2);
   for (const std::optional<V>& splits : {std::optional<V>(), std::optional<V>(V{1, 1})}) {
     const auto r = forward_backward([&](const Variable& v) { return dist(v, splits).wait(); }, x, grad);
-    expect_equal(r.outputs[0], r0 ? mat({11, 22}, 1, 2) : mat({33, 44}, 1, 2), g, "TC16 Y");
-    expect_equal(r.input_grads[0], mat({0.5, 0.5, 1, 1}, 2, 2), g, "TC16 dX (division on)");
+    expect_equal(r.outputs[0], r0 ? mat({11, 22}, 1, 2) : mat({33, 44}, 1, 2), g, "reduce-scatter Y");
+    expect_equal(r.input_grads[0], mat({0.5, 0.5, 1, 1}, 2, 2), g, "reduce-scatter dX (division on)");
   }
   // Unequal splits [2, 1]: rank 0 gets rows 0-1 summed, rank 1 row 2.
   const Tensor x3 = r0 ? mat({1, 2, 3}, 3, 1) : mat({10, 20, 30}, 3, 1);
@@ -282,7 +282,7 @@ DG_CASE("embedding dists: reduce-scatter, variable-batch reduce-scatter and all-
 }
 
 DG_CASE("embedding dists: VariableBatchPooledEmbeddingsReduceScatter and "
-        "PooledEmbeddingsAllGather (TC18) by hand",
+        "PooledEmbeddingsAllGather by hand",
         "[torchrec][dists][reduce_scatter][all_gather]", 2) {
   const bool r0 = g.rank() == 0;
   // dims [2, 1]; rank 0 needs 1 sample of f0 and 0 of f1 (2 elements), rank 1 1 of each (3).
@@ -296,8 +296,8 @@ DG_CASE("embedding dists: VariableBatchPooledEmbeddingsReduceScatter and "
   const Tensor xa = r0 ? mat({1, 2}, 1, 2) : mat({3, 4}, 1, 2);
   const Tensor ga = r0 ? mat({1, 2, 3, 4}, 2, 2) : mat({10, 20, 30, 40}, 2, 2);
   const auto r = forward_backward([&](const Variable& v) { return ag(v).wait(); }, xa, ga);
-  expect_equal(r.outputs[0], mat({1, 2, 3, 4}, 2, 2), g, "TC18 AG Y");
-  expect_equal(r.input_grads[0], r0 ? mat({5.5, 11}, 1, 2) : mat({16.5, 22}, 1, 2), g, "TC18 AG dX");
+  expect_equal(r.outputs[0], mat({1, 2, 3, 4}, 2, 2), g, "all-gather Y");
+  expect_equal(r.input_grads[0], r0 ? mat({5.5, 11}, 1, 2) : mat({16.5, 22}, 1, 2), g, "all-gather dX");
 }
 
 // ---- SequenceEmbeddingsAllToAll: input dist -> lookup -> output dist ----

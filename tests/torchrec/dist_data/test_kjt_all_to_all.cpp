@@ -1,5 +1,5 @@
 // KJTAllToAll across ranks (SPMD: local threads here, MPI / UCX processes in
-// test_torchrec_spmd): the worked case TC19 (torchrec's docs example), recat and stagger,
+// test_torchrec_spmd): torchrec's docs example, recat and stagger,
 // weights, unequal batches, variable stride per key, W = 1, both phases asynchronous, properties on
 // seeded random KJTs (the reverse exchange through the exposed splits gives the input back, ids
 // preserved, per-key order), row-wise bucketization end to end, and bad input failing on every
@@ -25,8 +25,8 @@ namespace {
 
 using Keys = std::vector<std::string>;
 
-// TC19 (ids A0..A4 = 100..104, B = 200.., C = 300..), weights = id / 1000 when weighted.
-KeyedJaggedTensor tc19(int rank, bool weighted) {
+// torchrec's KJTAllToAll docs example (ids A0..A4 = 100..104, B = 200.., C = 300..), weights = id / 1000 when weighted.
+KeyedJaggedTensor docs_example(int rank, bool weighted) {
   V values = rank == 0 ? V{100, 101, 102, 200, 201, 300, 301} : V{103, 104, 202, 203, 204, 302, 303};
   V lengths = rank == 0 ? V{1, 0, 2, 0, 1, 1, 1, 1, 0} : V{1, 1, 0, 0, 1, 2, 1, 1, 0};
   Tensor w;
@@ -156,12 +156,12 @@ std::pair<V, V> reverse_exchange(const KeyedJaggedTensor& out, const KJTAllToAll
 
 }  // namespace
 
-KJT_CASE("KJTAllToAll: TC19, the docs example, exactly", "[kjt_a2a][spec]", 2, 3) {
+KJT_CASE("KJTAllToAll: the docs example, exactly", "[kjt_a2a][worked]", 2, 3) {
   Group sub = first_ranks(g, 2);
   if (!sub.valid()) return;
   for (bool weighted : {false, true}) {
     KJTAllToAll a2a(sub, {2, 1});
-    KJTAllToAllSplitsAwaitable p1 = a2a(tc19(sub.rank(), weighted));
+    KJTAllToAllSplitsAwaitable p1 = a2a(docs_example(sub.rank(), weighted));
     KJTAllToAllTensorsAwaitable p2 = p1.wait();
     // phase 1: per destination [lengths, values] = [6, 5] to rank 0, [3, 2] to rank 1
     need_eq(p2.input_splits("lengths"), V{6, 3}, sub, "lengths input splits");
@@ -267,7 +267,7 @@ KJT_CASE("KJTAllToAll: a finished exchange keeps nothing alive once its awaitabl
 
 KJT_CASE("KJTAllToAll: W = 1 returns the input", "[kjt_a2a]", 1, 2) {
   Group one = g.split(g.rank(), 0);
-  const KeyedJaggedTensor in = tc19(0, true);
+  const KeyedJaggedTensor in = docs_example(0, true);
   KJTAllToAllTensorsAwaitable p2 = KJTAllToAll(one, {3})(in).wait();
   const KeyedJaggedTensor out = p2.wait();
   need(out.values().shares_storage_with(in.values()), one, "the very same KJT");
@@ -294,15 +294,15 @@ KJT_CASE("KJTAllToAll: both phases return before the peers arrive", "[kjt_a2a][a
   std::optional<KJTAllToAllSplitsAwaitable> p1, p1b;
   std::optional<KJTAllToAllTensorsAwaitable> p2;
   if (sub.rank() == 0) {
-    p1.emplace(a2a(tc19(0, false)));
-    p1b.emplace(a2a(tc19(0, true)));  // batch i+1 launched too
+    p1.emplace(a2a(docs_example(0, false)));
+    p1b.emplace(a2a(docs_example(0, true)));  // batch i+1 launched too
     send(token, 1, sub, /*tag=*/1).wait();
     p2.emplace(p1->wait());  // phase 1 needs rank 1's launch (it came); phase 2 is only issued
     send(token, 1, sub, /*tag=*/2).wait();
   } else {
     recv(token, 0, sub, /*tag=*/1).wait();
-    p1.emplace(a2a(tc19(1, false)));
-    p1b.emplace(a2a(tc19(1, true)));
+    p1.emplace(a2a(docs_example(1, false)));
+    p1b.emplace(a2a(docs_example(1, true)));
     recv(token, 0, sub, /*tag=*/2).wait();
     p2.emplace(p1->wait());
   }

@@ -1,4 +1,4 @@
-// bucketize_kjt_before_all2all (TC21 and more) and the pooled-embedding column permutation.
+// bucketize_kjt_before_all2all (a hand-computed case and more) and the pooled-embedding column permutation.
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "tests/torchrec/jagged_test_util.h"
 
@@ -11,7 +11,7 @@ using namespace ferry::torchrec;
 using namespace ferry::torchrec::testing;
 using Catch::Matchers::Contains;
 
-TEST_CASE("bucketize: TC21 exactly", "[bucketize][spec]") {
+TEST_CASE("bucketize: a hand-computed two-bucket case, exactly", "[bucketize][worked]") {
   // W = 2, feature F of hash size 10 -> block 5; lengths [2, 1], values [7, 3, 5]
   const KeyedJaggedTensor in = KeyedJaggedTensor::from_lengths_sync({"F"}, i64({7, 3, 5}), i64({2, 1}));
   BucketizedKjt out = bucketize_kjt_before_all2all(in, 2, V{5}, true);

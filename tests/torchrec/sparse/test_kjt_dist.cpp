@@ -55,7 +55,7 @@ std::vector<KeyedJaggedTensor> simulate_a2a(const std::vector<KeyedJaggedTensor>
 }
 
 // ids: A0..A4 = 100..104, B0..B4 = 200..204, C0..C3 = 300..303
-KeyedJaggedTensor tc19_rank0(bool weighted = false) {
+KeyedJaggedTensor docs_example_rank0(bool weighted = false) {
   V values{100, 101, 102, 200, 201, 300, 301};
   Tensor w;
   if (weighted) {
@@ -66,7 +66,7 @@ KeyedJaggedTensor tc19_rank0(bool weighted = false) {
   return KeyedJaggedTensor::from_lengths_sync({"A", "B", "C"}, i64(values),
                                               i64({1, 0, 2, 0, 1, 1, 1, 1, 0}), w);
 }
-KeyedJaggedTensor tc19_rank1(bool weighted = false) {
+KeyedJaggedTensor docs_example_rank1(bool weighted = false) {
   V values{103, 104, 202, 203, 204, 302, 303};
   Tensor w;
   if (weighted) {
@@ -89,8 +89,8 @@ TEST_CASE("get_recat: worked orders with and without stagger, and a bad stagger"
   CHECK_THROWS_WITH(get_recat(2, 4, 3), Contains("stagger 3 must be >= 1 and divide num_splits 4"));
 }
 
-TEST_CASE("KJT dist: TC19, the KJTAllToAll docs example", "[kjt_dist]") {
-  const KeyedJaggedTensor r0 = tc19_rank0(), r1 = tc19_rank1();
+TEST_CASE("KJT dist: the KJTAllToAll docs example", "[kjt_dist]") {
+  const KeyedJaggedTensor r0 = docs_example_rank0(), r1 = docs_example_rank1();
   CHECK(kjt_dist_labels(r0) == std::vector<std::string>{"lengths", "values"});
   // phase 1 rows: r0 sends [6, 5, 3] to rank 0 and [3, 2, 3] to rank 1 (stride appended by the op)
   CHECK(kjt_dist_splits(r0, {2, 1}) == std::vector<V>{{6, 3}, {5, 2}});
@@ -113,7 +113,7 @@ TEST_CASE("KJT dist: TC19, the KJTAllToAll docs example", "[kjt_dist]") {
 }
 
 TEST_CASE("KJT dist: weights move with values", "[kjt_dist]") {
-  const KeyedJaggedTensor r0 = tc19_rank0(true), r1 = tc19_rank1(true);
+  const KeyedJaggedTensor r0 = docs_example_rank0(true), r1 = docs_example_rank1(true);
   CHECK(kjt_dist_labels(r0) == std::vector<std::string>{"lengths", "values", "weights"});
   CHECK(kjt_dist_splits(r0, {2, 1}) == std::vector<V>{{6, 3}, {5, 2}, {5, 2}});
   for (const KeyedJaggedTensor& out : simulate_a2a({r0, r1}, {2, 1})) {
@@ -225,7 +225,7 @@ TEST_CASE("KJT dist: random KJTs keep every key's bags, in source order", "[kjt_
 }
 
 TEST_CASE("KJT dist: errors", "[kjt_dist][validation]") {
-  const KeyedJaggedTensor r0 = tc19_rank0();
+  const KeyedJaggedTensor r0 = docs_example_rank0();
   CHECK_THROWS_WITH(kjt_dist_splits(r0, {2, 2}), Contains("kjt_dist_splits: key splits [2, 2] sum to 4 "
                                                           "but the KJT has 3 keys"));
   CHECK_THROWS_WITH(kjt_dist_splits(r0, {4, -1}), Contains("negative count"));

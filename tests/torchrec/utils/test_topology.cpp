@@ -1,4 +1,4 @@
-// torchrec topology helpers (TC24): local size / rank from the launcher's environment, group rank,
+// torchrec topology helpers: local size / rank from the launcher's environment, group rank,
 // number of groups, intra- and cross-node groups and their cache. Rank bodies record what they saw;
 // Catch2 checks it on the main thread afterwards (its macros are not thread-safe).
 #include <ferry/collectives/collectives.h>
@@ -59,7 +59,7 @@ std::vector<NodeView> node_views(int world_size, int local_size = 0) {
 
 }  // namespace
 
-TEST_CASE("TC24: W=8, LOCAL_WORLD_SIZE=4", "[topology][TC24]") {
+TEST_CASE("topology: W=8, LOCAL_WORLD_SIZE=4 gives two nodes of four", "[topology]") {
   EnvGuard env;
   env.set("LOCAL_WORLD_SIZE", "4");
   CHECK(get_local_size(8) == 4);
@@ -89,7 +89,7 @@ TEST_CASE("TC24: W=8, LOCAL_WORLD_SIZE=4", "[topology][TC24]") {
   }
 }
 
-TEST_CASE("TC24: defaults without any launcher variable", "[topology][TC24]") {
+TEST_CASE("topology: defaults without any launcher variable", "[topology]") {
   EnvGuard env;
   CHECK(get_local_size(4) == 4);  // 8 does not divide 4: one node
   CHECK(get_num_groups(4) == 1);

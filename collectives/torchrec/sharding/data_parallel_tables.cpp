@@ -1,6 +1,6 @@
-// The averaging of the data_parallel tables' gradients (ShardedTables::
-// reduce_data_parallel_gradients): each rank holds the sparse row gradient of its own batch;
-// the result on every rank is the sum over the ranks / W, the rows touched on any rank.
+// The averaging of the data_parallel tables' gradients (reduce_data_parallel_gradients) and their
+// optimizers' steps. Each rank holds the sparse row gradient of its own batch; the average on
+// every rank is the sum over the ranks / W, the rows touched on any rank.
 //
 // Two ways, chosen per table and step from the row counts every rank announces (one small
 // all_gather for all tables):
@@ -13,7 +13,8 @@
 //           more rows than the table has.
 // Both give the same rows; their sums may differ in the last bit (another summation order).
 #include <ferry/collectives/collectives.h>
-#include <ferry/collectives/torchrec/sharding/sharded_tables.h>
+#include <ferry/collectives/torchrec/sharding/data_parallel_tables.h>
+#include <ferry/runtime/error.h>
 
 #include <map>
 
@@ -108,9 +109,17 @@ void combine(const Gathered& g, EmbeddingTable& table, int W) {
 
 }  // namespace
 
-void ShardedTables::reduce_data_parallel_gradients() const {
-  const std::vector<std::shared_ptr<EmbeddingTable>> tables = data_parallel_tables();
-  const int W = world_.size();
+std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables(const ShardedTables& tables) {
+  std::vector<std::shared_ptr<EmbeddingTable>> out;
+  for (const auto& t : tables.tables())
+    if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL) out.push_back(t.tables.front());
+  return out;
+}
+
+void reduce_data_parallel_gradients(const ShardedTables& sharded) {
+  const std::vector<std::shared_ptr<EmbeddingTable>> tables = data_parallel_tables(sharded);
+  const Group& world = sharded.world();
+  const int W = world.size();
   const int64_t T = static_cast<int64_t>(tables.size());
   if (T == 0) return;
   if (W == 1) return;  // the average of one rank's gradient is itself
@@ -119,7 +128,7 @@ void ShardedTables::reduce_data_parallel_gradients() const {
   for (int64_t t = 0; t < T; ++t)
     mine.set_flat(t, tables[static_cast<size_t>(t)]->sparse_grad().num_rows());
   Tensor counts = empty({W * T}, DType::Int64);
-  all_gather(mine, counts, world_).wait();
+  all_gather(mine, counts, world).wait();
 
   std::vector<std::shared_ptr<EmbeddingTable>> dense;
   std::vector<size_t> sparse;  // indices into tables
@@ -146,14 +155,39 @@ void ShardedTables::reduce_data_parallel_gradients() const {
     for (int64_t c : g.counts) value_counts.push_back(c * D);
     g.rows = empty({total}, DType::Int64);
     g.values = empty({total * D}, table->dtype());
-    works.push_back(all_gather_v(my_rows, g.rows, g.counts, world_));
-    works.push_back(all_gather_v(my_values, g.values, value_counts, world_));
+    works.push_back(all_gather_v(my_rows, g.rows, g.counts, world));
+    works.push_back(all_gather_v(my_values, g.values, value_counts, world));
     sparse.push_back(static_cast<size_t>(t));
     gathered.push_back(std::move(g));
   }
-  if (!dense.empty()) reduce_dense(dense, world_);
+  if (!dense.empty()) reduce_dense(dense, world);
   wait_all(works);
   for (size_t k = 0; k < sparse.size(); ++k) combine(gathered[k], *tables[sparse[k]], W);
+}
+
+void DataParallelOptimizers::step(const ShardedTables& tables) {
+  FERRY_CHECK(tables.fused().has_value(), InvalidArgument, tables.name(),
+              "::step_data_parallel: the collection has no optimizer config");
+  reduce_data_parallel_gradients(tables);
+  for (const auto& t : tables.tables())
+    if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL)
+      t.tables.front()->step(get(t.config, *tables.fused()));
+}
+
+SparseOptimizer& DataParallelOptimizers::get(const EmbeddingBagConfig& config,
+                                             const FusedOptimizerConfig& fused) {
+  auto it = optimizers_.find(config.name);
+  if (it == optimizers_.end())
+    it = optimizers_
+             .emplace(config.name, SparseOptimizer(fused, config.num_embeddings,
+                                                   config.embedding_dim, config.data_type))
+             .first;
+  return it->second;
+}
+
+const SparseOptimizer* DataParallelOptimizers::find(const std::string& table) const {
+  auto it = optimizers_.find(table);
+  return it == optimizers_.end() ? nullptr : &it->second;
 }
 
 }  // namespace ferry::torchrec::detail

@@ -1,4 +1,4 @@
-// The data_parallel tables' gradient average (sharding/data_parallel_reduce.cpp) on both of its
+// The data_parallel tables' gradient average (sharding/data_parallel_tables.h) on both of its
 // paths: a large table touched by few ids (the touched rows are all-gathered) and a tiny table
 // whose rows every rank touches (the dense buffer is all-reduced), with one rank touching no
 // row of the large table at all. After a fused-SGD step the tables equal the unsharded
