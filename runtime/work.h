@@ -69,6 +69,14 @@ class WorkState {
   virtual void wait_timed_out(const std::string& why) { (void)why; }
 
  protected:
+  // complete() and fail() without the completion hooks, which the caller runs with
+  // run_completion_hooks() once it let go of its own locks: a hook may test or wait for this
+  // same op (a Work::then callback), which takes them again. Waiters are woken at once.
+  void mark_completed(std::vector<Tensor> outputs);
+  void mark_failed(std::exception_ptr error);
+  // Runs (once) the hooks added before completion; nothing when none are due.
+  void run_completion_hooks();
+
   std::string description_;
   std::function<std::string()> describe_;
   mutable std::mutex mu_;
@@ -77,9 +85,6 @@ class WorkState {
   std::exception_ptr error_;
   std::vector<Tensor> outputs_;
   std::vector<std::function<void()>> completion_hooks_;
-
- private:
-  void run_completion_hooks();
 };
 
 }  // namespace detail
