@@ -38,14 +38,14 @@ class AllToAllSingleOp final : public ReqWaitOp {
     y_ = receive_buffer(inputs[0], output_splits_);
     return ferry::all_to_all_single(inputs[0], y_, output_splits_, input_splits_, group_);
   }
-  std::vector<Tensor> finish() override { return {std::move(y_)}; }
+  std::vector<Tensor> finish() override { return detail::only(std::move(y_)); }
 
   // The transpose of a permutation of rows: the same exchange with the splits swapped.
   Work launch_gradient(const std::vector<Tensor>& grad_outputs) override {
     dx_ = receive_buffer(grad_outputs[0], input_splits_);
     return ferry::all_to_all_single(grad_outputs[0], dx_, input_splits_, output_splits_, group_);
   }
-  std::vector<Tensor> finish_gradient() override { return {std::move(dx_)}; }
+  std::vector<Tensor> finish_gradient() override { return detail::only(std::move(dx_)); }
 
  private:
   // Receiving `splits` rows in all (equal form: as many rows as `sent`).

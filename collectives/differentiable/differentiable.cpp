@@ -33,8 +33,8 @@ class CollectiveOp : public ReqWaitOp {
   CollectiveOp(const char* name, Group group) : name_(name), group_(std::move(group)) {}
   std::string name() const override { return name_; }
   std::string describe() const override { return where(name_, group_); }
-  std::vector<Tensor> finish() override { return {std::move(y_)}; }
-  std::vector<Tensor> finish_gradient() override { return {std::move(dx_)}; }
+  std::vector<Tensor> finish() override { return detail::only(std::move(y_)); }
+  std::vector<Tensor> finish_gradient() override { return detail::only(std::move(dx_)); }
 
  protected:
   int rank() const { return group_.rank(); }
@@ -118,7 +118,7 @@ class AllReduceOp final : public CollectiveOp {
   }
   std::vector<Tensor> finish_gradient() override {
     if (op_ == ReduceOp::Max || op_ == ReduceOp::Min)
-      return {kernels::mul(std::exchange(dx_, Tensor()), winners_)};
+      return detail::only(kernels::mul(std::exchange(dx_, Tensor()), winners_));
     return CollectiveOp::finish_gradient();
   }
 
@@ -170,7 +170,7 @@ class AllGatherVOp final : public CollectiveOp {
   std::vector<Tensor> finish() override {
     Work done = std::exchange(gathering_, Work());
     rows_ = done.output(1).to_vector<int64_t>();
-    return {done.output(0)};
+    return detail::only(done.output(0));
   }
   Work launch_gradient(const std::vector<Tensor>& g) override {
     const int64_t before = std::accumulate(rows_.begin(), rows_.begin() + rank(), int64_t{0});

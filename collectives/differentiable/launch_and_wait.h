@@ -51,6 +51,15 @@ class LaunchAndWait final : public Function {
   Op op_;
 };
 
+// A step's one tensor as its list of results, moved in: a braced list would copy it (an atomic
+// increment and decrement of its storage's count, twice per call and op).
+inline std::vector<Tensor> only(Tensor t) {
+  std::vector<Tensor> list;
+  list.reserve(1);
+  list.push_back(std::move(t));
+  return list;
+}
+
 // Runs an `Op` built from `args` on `inputs` as one node (recorded when grad mode is on and an
 // input requires grad); returns one Variable per output of its finish().
 template <class Op, class... Args>
