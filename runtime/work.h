@@ -124,9 +124,10 @@ class Work {
   // error. Runs on the thread that completes the op: the group's worker thread for the
   // collectives (MPI's own collectives started at issue included: they are handed to it),
   // ferry's process-wide progress thread for ops that must be tested to move (send, recv), or
-  // the calling thread, before then() returns, when the op is complete already. So it must be
-  // short and must not wait for another op of the same group (the worker that would run it is
-  // the one running the callback). A wait() on the op may return before its callbacks ran. An
+  // the calling thread, before then() returns, when the op is complete already; in every case
+  // after that thread let go of the op's own locks, so it may test or wait for this Work. It
+  // must be short and must not wait for another op of the same group (the worker that would
+  // run it is the one running the callback). A wait() on the op may return before its callbacks ran. An
   // exception it throws is caught and logged (WARN), not propagated. Several callbacks may be
   // added; each runs once. Returns *this, for chaining.
   Work then(std::function<void(Work)> callback) const;
