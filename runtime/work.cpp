@@ -11,23 +11,31 @@ namespace ferry {
 namespace detail {
 
 void WorkState::complete(std::vector<Tensor> outputs) {
+  mark_completed(std::move(outputs));
+  run_completion_hooks();
+}
+
+void WorkState::fail(std::exception_ptr error) {
+  mark_failed(std::move(error));
+  run_completion_hooks();
+}
+
+void WorkState::mark_completed(std::vector<Tensor> outputs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     outputs_ = std::move(outputs);
     done_ = true;
   }
   cv_.notify_all();
-  run_completion_hooks();
 }
 
-void WorkState::fail(std::exception_ptr error) {
+void WorkState::mark_failed(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::move(error);
     done_ = true;
   }
   cv_.notify_all();
-  run_completion_hooks();
 }
 
 void WorkState::on_completion(std::function<void()> fn) {

@@ -69,6 +69,14 @@ class WorkState {
   virtual void wait_timed_out(const std::string& why) { (void)why; }
 
  protected:
+  // complete() and fail() without the completion hooks, which the caller runs with
+  // run_completion_hooks() once it let go of its own locks: a hook may test or wait for this
+  // same op (a Work::then callback), which takes them again. Waiters are woken at once.
+  void mark_completed(std::vector<Tensor> outputs);
+  void mark_failed(std::exception_ptr error);
+  // Runs (once) the hooks added before completion; nothing when none are due.
+  void run_completion_hooks();
+
   std::string description_;
   std::function<std::string()> describe_;
   mutable std::mutex mu_;
@@ -77,9 +85,6 @@ class WorkState {
   std::exception_ptr error_;
   std::vector<Tensor> outputs_;
   std::vector<std::function<void()>> completion_hooks_;
-
- private:
-  void run_completion_hooks();
 };
 
 }  // namespace detail
@@ -119,9 +124,10 @@ class Work {
   // error. Runs on the thread that completes the op: the group's worker thread for the
   // collectives (MPI's own collectives started at issue included: they are handed to it),
   // ferry's process-wide progress thread for ops that must be tested to move (send, recv), or
-  // the calling thread, before then() returns, when the op is complete already. So it must be
-  // short and must not wait for another op of the same group (the worker that would run it is
-  // the one running the callback). A wait() on the op may return before its callbacks ran. An
+  // the calling thread, before then() returns, when the op is complete already; in every case
+  // after that thread let go of the op's own locks, so it may test or wait for this Work. It
+  // must be short and must not wait for another op of the same group (the worker that would
+  // run it is the one running the callback). A wait() on the op may return before its callbacks ran. An
   // exception it throws is caught and logged (WARN), not propagated. Several callbacks may be
   // added; each runs once. Returns *this, for chaining.
   Work then(std::function<void(Work)> callback) const;

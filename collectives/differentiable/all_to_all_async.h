@@ -4,12 +4,13 @@
 //   Variable h = mlp(other);             // runs while x's rows move
 //   Variable y = req.wait();             // the rows of every rank
 //
-// The same values and gradients as the blocking ferry::all_to_all_single (differentiable.h),
-// bit for bit: forward sends block j of x to rank j; backward is the all_to_all of the output
-// gradients with the splits swapped (the P adjoint: each rank's loss counts). What differs is
-// when the data moves: the forward collective is launched here and completed by wait(); in
-// backward the gradient collective is launched by the Wait node and completed by the Req node,
-// so the nodes recorded between launch and wait run while it is in flight.
+// The same op as the blocking ferry::all_to_all_single (differentiable.h), hence the same
+// values and gradients bit for bit: forward sends block j of x to rank j; backward is the
+// all_to_all of the output gradients with the splits swapped (the P adjoint: each rank's loss
+// counts). What differs is when the data moves: the forward collective is launched here and
+// completed by wait(); in backward the gradient collective is launched by the Wait node and
+// completed by the Req node, so the nodes recorded between launch and wait run while it is in
+// flight. The blocking form runs the same steps inside one node.
 //
 // Arguments as for the blocking op: x is float32 or float64 with at least one dimension.
 // Equal form: x's rows a multiple of W, y of x's shape. Split form (torch.distributed order):

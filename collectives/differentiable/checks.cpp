@@ -20,6 +20,12 @@ void check_has_rows(const Variable& x, const Group& group, const char* op) {
               shape_str(x.shape()));
 }
 
+void check_rows_divisible(const Variable& x, const Group& group, const char* op) {
+  FERRY_CHECK(x.size(0) % group.size() == 0, InvalidArgument, op, " on rank ", group.rank(),
+              ": the input's rows (", x.size(0), ") must be a multiple of the group size (",
+              group.size(), "), given shape ", shape_str(x.shape()));
+}
+
 int64_t shape_fingerprint(const Shape& shape, int64_t skip_dim) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };

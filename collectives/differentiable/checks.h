@@ -15,6 +15,9 @@ void check_differentiable_input(const Variable& x, const Group& group, const cha
 // `x` has at least one dimension (ops that cut or gather rows along dim 0).
 void check_has_rows(const Variable& x, const Group& group, const char* op);
 
+// `x`'s rows are a multiple of the group size (ops that cut them into one block per rank).
+void check_rows_divisible(const Variable& x, const Group& group, const char* op);
+
 // A fingerprint of every dim of `shape` but `skip_dim` (and of the number of dims), so that
 // ranks can check with one int64 each that they agree on the dims a gather does not
 // concatenate. skip_dim = -1 covers every dim.

@@ -142,7 +142,7 @@ namespace {
 using detail::ReqWaitCore;
 
 // The nodes of a request: each runs one step of the shared core, and every one is a collective
-// node (a rank whose loss ignores the outputs still runs it).
+// node when the op's gradient communicates (a rank whose loss ignores the outputs still runs it).
 class RequestNode : public Function {
  public:
   RequestNode(std::shared_ptr<ReqWaitCore> core, DType dtype, const char* suffix)
@@ -153,7 +153,7 @@ class RequestNode : public Function {
     std::call_once(named_, [this] { name_ = core_->op().name() + suffix_; });
     return name_;
   }
-  bool is_collective() const override { return true; }
+  bool is_collective() const override { return core_->op().gradient_communicates(); }
 
  protected:
   // The placeholder linking the Req node to the nodes that consume it: one element of a

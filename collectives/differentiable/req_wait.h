@@ -1,7 +1,8 @@
 // Asynchronous differentiable collectives: torchrec's Req/Wait pattern on ferry's tape.
 //
-// A blocking differentiable collective (differentiable.h) launches and completes its collective
-// inside one tape node, so nothing overlaps it. Here an op is split in two nodes:
+// Every differentiable collective is one ReqWaitOp (below). Its blocking form
+// (differentiable.h) launches and completes it inside one tape node, so nothing overlaps it.
+// Here it is split in two nodes:
 //
 //   forward   Req node  launches the collective and returns at once (its one output is a
 //                       1-element placeholder that links the two nodes on the tape);
@@ -11,8 +12,9 @@
 //             ...       the nodes recorded between Req and Wait run while it is in flight;
 //             Req node  completes it and returns the input gradients.
 //
-// While a collective is in flight and nobody waits for it, the process's progress thread keeps
-// it moving (runtime/progress.h), so both this rank's data and its peers' arrive meanwhile.
+// While a collective is in flight and nobody waits for it, something keeps it moving
+// (Work::progress_in_background: its group's worker for a collective, the process's progress
+// thread otherwise), so both this rank's data and its peers' arrive meanwhile.
 //
 // An op supplies the four steps as a ReqWaitOp; launch_async records the Req node and returns
 // the request. The op object is what the steps share (torchrec's Request: the op info, the
@@ -21,9 +23,9 @@
 // Contract (every rank of the op's group):
 //  - Launch the requests of a group in the same order on every rank, and wait for each request
 //    once (a second wait throws InvalidArgument). Requests may be waited in any order.
-//  - Both nodes are collective nodes: a rank whose loss ignores the outputs still runs them in
-//    backward (with zero gradients), as for the blocking ops, provided the loss was recorded
-//    after the Wait.
+//  - Both nodes are collective nodes (unless the op's gradient does not communicate): a rank
+//    whose loss ignores the outputs still runs them in backward (with zero gradients), as for
+//    the blocking ops, provided the loss was recorded after the Wait.
 //  - A request dropped before its wait (every copy destroyed while recording) still completes:
 //    its forward collective moves on in the background, and a Wait node recorded at the drop
 //    launches its gradient collective (of zero gradients) in backward, so the peers do not hang.
@@ -68,6 +70,11 @@ class ReqWaitOp {
   // Req, backward, once the gradient Work completed: one gradient per input of launch
   // (undefined: none), each of its input's shape and dtype.
   virtual std::vector<Tensor> finish_gradient() = 0;
+  // Whether the gradient step communicates. When it does (the usual case), the op's nodes run
+  // in every backward, with zero gradients on a rank whose loss ignores the outputs, so that
+  // the peers are not left waiting; an op whose gradient is computed locally (a replicated
+  // adjoint) says false, and its nodes run only where a gradient reaches them.
+  virtual bool gradient_communicates() const { return true; }
 };
 
 // How far a request went. `completed` flags are set by whoever saw the collective finish: a

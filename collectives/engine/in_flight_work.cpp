@@ -6,6 +6,7 @@
 #include <ferry/runtime/log.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace ferry::detail {
 namespace {
@@ -78,13 +79,44 @@ InFlightWork::~InFlightWork() {
   });
 }
 
+void InFlightWork::DriveLock::refuse_second_lock() const {
+  if (work_.driver_.load(std::memory_order_relaxed) == std::this_thread::get_id()) {
+    FERRY_THROW(Error, work_.description(),
+                ": tested or waited for by the thread that is driving it already");
+  }
+}
+
+void InFlightWork::DriveLock::lock() {
+  refuse_second_lock();
+  work_.drive_mu_.lock();
+  work_.driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  held_ = true;
+}
+
+bool InFlightWork::DriveLock::try_lock() {
+  refuse_second_lock();
+  if (!work_.drive_mu_.try_lock()) return false;
+  work_.driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  held_ = true;
+  return true;
+}
+
+void InFlightWork::DriveLock::unlock() {
+  if (!held_) return;
+  const bool due = std::exchange(work_.hooks_due_, false);
+  held_ = false;
+  work_.driver_.store(std::thread::id(), std::memory_order_relaxed);
+  work_.drive_mu_.unlock();
+  if (due) work_.run_completion_hooks();
+}
+
 std::unique_ptr<InFlight> InFlightWork::take_pending() {
-  std::lock_guard<std::mutex> drive(drive_mu_);
+  DriveLock drive(*this);
+  drive.lock();
   return std::move(pending_);
 }
 
-bool InFlightWork::lock_drive(std::unique_lock<std::mutex>& drive, Clock::time_point deadline,
-                              bool& completed) {
+bool InFlightWork::lock_drive(DriveLock& drive, Clock::time_point deadline, bool& completed) {
   // try_lock in a loop around a bounded wait for the completion flag, rather than a timed lock:
   // the completion wakes the waiter at once, and the lock is one every tool understands.
   Clock::duration slice = kFirstDriveSlice;
@@ -104,8 +136,8 @@ bool InFlightWork::lock_drive(std::unique_lock<std::mutex>& drive, Clock::time_p
 
 bool InFlightWork::is_completed() const {
   if (WorkState::is_completed()) return true;
-  std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
-  if (!drive.owns_lock() || !pending_) return WorkState::is_completed();
+  DriveLock drive(*this);
+  if (!drive.try_lock() || !pending_) return WorkState::is_completed();
   auto* self = const_cast<InFlightWork*>(this);
   try {
     if (!pending_->test()) return false;
@@ -118,7 +150,7 @@ bool InFlightWork::is_completed() const {
 }
 
 bool InFlightWork::wait_until(Clock::time_point deadline, bool may_help) {
-  std::unique_lock<std::mutex> drive(drive_mu_, std::defer_lock);
+  DriveLock drive(*this);
   bool completed = false;
   if (!lock_drive(drive, deadline, completed)) return completed;
   if (!pending_) {  // settled already
@@ -156,7 +188,8 @@ bool InFlightWork::hand_off_progress(const std::shared_ptr<WorkState>& self) {
   auto group = op_.group.lock();
   if (!group) return false;
   group->executor().enqueue([work = std::static_pointer_cast<InFlightWork>(self), g = group.get()] {
-    std::lock_guard<std::mutex> drive(work->drive_mu_);
+    DriveLock drive(*work);
+    drive.lock();
     if (work->pending_) work->drive_to_the_end(*g);
   });
   return true;
@@ -170,12 +203,14 @@ void InFlightWork::wait_timed_out(const std::string& why) {
   // wait sees the poison within one slice) and tells the peers, so that they fail at once rather
   // than at their deadline. A native collective cannot be withdrawn: it stays in flight for a
   // later wait (or the group's end) to finish.
-  std::lock_guard<std::mutex> drive(drive_mu_);
+  DriveLock drive(*this);
+  drive.lock();
   if (pending_ && pending_->on_failure() == OnFailure::kPoisonTellPeers) drive_to_the_end(*group);
 }
 
 void InFlightWork::finish_before_group_ends(GroupImpl& group) {
-  std::lock_guard<std::mutex> drive(drive_mu_);
+  DriveLock drive(*this);
+  drive.lock();
   if (pending_) drive_to_the_end(group);
 }
 
@@ -189,7 +224,8 @@ void InFlightWork::settle() {
   }
   release();
   FERRY_LOG(Trace, "coll", description(), " done");
-  complete(std::move(outputs));
+  mark_completed(std::move(outputs));
+  hooks_due_ = true;
 }
 
 void InFlightWork::drive_to_the_end(GroupImpl& group) {
@@ -208,7 +244,8 @@ void InFlightWork::fail_op(std::exception_ptr error) {
   auto group = op_.group.lock();
   error = after_failure(group.get(), std::move(error), policy, keep_);
   release();
-  fail(error);
+  mark_failed(error);
+  hooks_due_ = true;
 }
 
 void InFlightWork::release() {

@@ -16,10 +16,12 @@
 #include <ferry/runtime/work.h>
 
 #include <array>
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ferry::detail {
@@ -89,19 +91,43 @@ class InFlightWork : public WorkState, public InFlightNative {
   void finish_before_group_ends(GroupImpl& group) override;
 
  protected:
+  // The drive lock: held by the one thread that tests or waits on the op. An op that completes
+  // under it only notes that its completion hooks are due; they run once the lock is let go, so
+  // that a hook (a Work::then callback) may test or wait for this same Work, which takes the
+  // lock again.
+  class DriveLock {
+   public:
+    explicit DriveLock(const InFlightWork& work) : work_(const_cast<InFlightWork&>(work)) {}
+    DriveLock(const DriveLock&) = delete;
+    DriveLock& operator=(const DriveLock&) = delete;
+    ~DriveLock() { unlock(); }
+    void lock();
+    bool try_lock();
+    bool owns_lock() const { return held_; }
+    // Lets go, then runs the hooks of an op that completed meanwhile.
+    void unlock();
+
+   private:
+    // Throws when the calling thread holds the lock already: locking a std::mutex twice from
+    // one thread is undefined behaviour, which this turns into an error naming the op.
+    void refuse_second_lock() const;
+
+    InFlightWork& work_;
+    bool held_ = false;
+  };
+
   // For a Work with its own way of letting go (a send or a recv is withdrawn when dropped):
   // the op still in flight, taken under the drive lock; null once settled.
   std::unique_ptr<InFlight> take_pending();
-  std::mutex& drive_mutex() const { return drive_mu_; }
   InFlight* pending() const { return pending_.get(); }  // drive lock held
   std::shared_ptr<GroupImpl> group_of_op() const { return op_.group.lock(); }
 
  private:
-  // Takes the drive lock, or returns early: true with `drive` locked, or false when the op
+  // Takes the drive lock, or returns early: true with `drive` held, or false when the op
   // completed meanwhile (`completed`) or `deadline` passed.
-  bool lock_drive(std::unique_lock<std::mutex>& drive, Clock::time_point deadline,
-                  bool& completed);
-  // The op finished: its outcome becomes the Work's. Drive lock held.
+  bool lock_drive(DriveLock& drive, Clock::time_point deadline, bool& completed);
+  // The op finished: its outcome becomes the Work's (its hooks run when the lock is let go).
+  // Drive lock held.
   void settle();
   // Waits under the op's deadline, as the worker's path does. Drive lock held.
   void drive_to_the_end(GroupImpl& group);
@@ -112,6 +138,8 @@ class InFlightWork : public WorkState, public InFlightNative {
   OpDescription op_;  // formatted only when a message needs it
   Clock::time_point deadline_;
   mutable std::mutex drive_mu_;  // held by the one thread testing or waiting on pending_
+  std::atomic<std::thread::id> driver_{};  // the thread holding drive_mu_, if any
+  bool hooks_due_ = false;       // completed under the drive lock; guarded by it
   std::unique_ptr<InFlight> pending_;
   KeptBuffers keep_;  // released before the Work completes (see release)
 };

@@ -77,7 +77,8 @@ class RequestWork final : public detail::InFlightWork {
   bool hand_off_progress(const std::shared_ptr<WorkState>&) override { return false; }
   void wait_timed_out(const std::string& why) override {
     if (auto group = group_of_op()) detail::poison_after_wait_timeout(*group, why);
-    std::lock_guard<std::mutex> drive(drive_mutex());
+    DriveLock drive(*this);
+    drive.lock();
     if (pending() != nullptr) static_cast<RequestInFlight*>(pending())->cancel();
   }
 

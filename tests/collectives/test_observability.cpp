@@ -169,8 +169,13 @@ TEST_CASE("Work::then: the callback runs once, after the op, with its result", "
     int calls = 0;
     double seen = 0;
     bool failed = false;
+    // The callback mostly runs on the thread that drove the op to completion (the group's
+    // worker, for the direct exchange too, which it drives under the Work's drive lock), and
+    // it tests and waits for that same Work: the lock must have been let go by then (a second
+    // lock from one thread is an error, not a deadlock or undefined behaviour).
     all_reduce(t, g).then([&](Work w) {
       try {
+        if (!w.is_completed()) failed = true;
         w.wait();  // complete: returns at once
       } catch (...) {
         failed = true;

@@ -277,6 +277,54 @@ DG_CASE("all_to_all_single_async: a rank whose loss ignores the output still run
   }
 }
 
+namespace {
+
+// An identity whose gradient may be declared local (as the replicated adjoints' are).
+class LocalIdentity final : public ReqWaitOp {
+ public:
+  explicit LocalIdentity(bool communicates) : communicates_(communicates) {}
+  std::string name() const override { return "local_identity"; }
+  std::string describe() const override { return "local_identity"; }
+  bool gradient_communicates() const override { return communicates_; }
+  Work launch(const std::vector<Tensor>& in) override {
+    y_ = in[0].clone();
+    return Work();
+  }
+  std::vector<Tensor> finish() override { return {std::move(y_)}; }
+  Work launch_gradient(const std::vector<Tensor>& g) override {
+    dx_ = g[0].clone();
+    return Work();
+  }
+  std::vector<Tensor> finish_gradient() override { return {std::move(dx_)}; }
+
+ private:
+  bool communicates_;
+  Tensor y_, dx_;
+};
+
+}  // namespace
+
+TEST_CASE("a Req/Wait op whose gradient does not communicate runs its nodes only where a "
+          "gradient reaches them", "[req_wait]") {
+  for (const bool communicates : {true, false}) {
+    Variable x(ones({2}, DType::Float64), true, "x");
+    Variable other(ones({2}, DType::Float64), true, "other");
+    auto req = launch_async(std::make_shared<LocalIdentity>(communicates), {x});
+    Variable y = req.wait()[0];
+    sum(other).backward();  // ignores y, recorded after the Wait node
+    INFO("gradient_communicates: " << communicates);
+    // A collective op is forced to run (zeros); a local one is left out, as a plain op is.
+    CHECK(req.stage().gradient_waited == communicates);
+    CHECK(x.grad().defined() == communicates);
+    // Where the gradient does reach them, both run.
+    Variable z(ones({2}, DType::Float64), true, "z");
+    auto used = launch_async(std::make_shared<LocalIdentity>(communicates), {z});
+    sum(mul(used.wait()[0], 3.0)).backward();
+    CHECK(used.stage().gradient_waited);
+    CHECK(equal(z.grad(), full({2}, 3.0, DType::Float64)));
+  }
+}
+
 DG_CASE("all_to_all_single_async: a backward before the wait runs the request (zero gradient) "
         "and the late wait is refused", "[req_wait][all_to_all]", 1, 2, 3) {
   Variable x(rank_input({g.size(), 2}, g.rank()), true, "x");

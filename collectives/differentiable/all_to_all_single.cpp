@@ -1,7 +1,12 @@
+// The differentiable all_to_all_single, written once as a Req/Wait op: the blocking form
+// (differentiable.h) launches and waits for it in one node, the asynchronous one
+// (all_to_all_async.h) in a Req node and a Wait node.
 #include <ferry/collectives/differentiable/all_to_all_async.h>
+#include <ferry/collectives/differentiable/differentiable.h>
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/differentiable/checks.h>
+#include <ferry/collectives/differentiable/launch_and_wait.h>
 #include <ferry/runtime/error.h>
 
 #include <numeric>
@@ -25,22 +30,22 @@ class AllToAllSingleOp final : public ReqWaitOp {
 
   std::string name() const override { return "all_to_all_single"; }
   std::string describe() const override {
-    return detail::str("all_to_all_single_async on rank ", group_.rank(), " of group ",
-                       group_.id(), " (size ", group_.size(), ")");
+    return detail::str("all_to_all_single on rank ", group_.rank(), " of group ", group_.id(),
+                       " (size ", group_.size(), ")");
   }
 
   Work launch(const std::vector<Tensor>& inputs) override {
     y_ = receive_buffer(inputs[0], output_splits_);
     return ferry::all_to_all_single(inputs[0], y_, output_splits_, input_splits_, group_);
   }
-  std::vector<Tensor> finish() override { return {std::move(y_)}; }
+  std::vector<Tensor> finish() override { return detail::only(std::move(y_)); }
 
   // The transpose of a permutation of rows: the same exchange with the splits swapped.
   Work launch_gradient(const std::vector<Tensor>& grad_outputs) override {
     dx_ = receive_buffer(grad_outputs[0], input_splits_);
     return ferry::all_to_all_single(grad_outputs[0], dx_, input_splits_, output_splits_, group_);
   }
-  std::vector<Tensor> finish_gradient() override { return {std::move(dx_)}; }
+  std::vector<Tensor> finish_gradient() override { return detail::only(std::move(dx_)); }
 
  private:
   // Receiving `splits` rows in all (equal form: as many rows as `sent`).
@@ -56,14 +61,32 @@ class AllToAllSingleOp final : public ReqWaitOp {
   Tensor dx_;  // the gradient's, until finish_gradient does
 };
 
-void check_splits(const std::vector<int64_t>& splits, const char* name, const Group& group) {
-  FERRY_CHECK(splits.size() == static_cast<size_t>(group.size()), InvalidArgument,
-              "all_to_all_single_async on rank ", group.rank(), ": ", name,
-              " must have one entry per rank (", group.size(), "), given ", splits.size());
+// What both forms check before anything moves; `op` names the form called.
+void check_equal(const Variable& x, const Group& group, const char* op) {
+  detail::check_differentiable_input(x, group, op);
+  detail::check_has_rows(x, group, op);
+  detail::check_rows_divisible(x, group, op);
+}
+
+void check_splits(const std::vector<int64_t>& splits, const char* name, const Group& group,
+                  const char* op) {
+  FERRY_CHECK(splits.size() == static_cast<size_t>(group.size()), InvalidArgument, op,
+              " on rank ", group.rank(), ": ", name, " must have one entry per rank (",
+              group.size(), "), given ", splits.size());
   for (size_t k = 0; k < splits.size(); ++k) {
-    FERRY_CHECK(splits[k] >= 0, InvalidArgument, "all_to_all_single_async on rank ",
-                group.rank(), ": ", name, "[", k, "] must be >= 0, given ", splits[k]);
+    FERRY_CHECK(splits[k] >= 0, InvalidArgument, op, " on rank ", group.rank(), ": ", name, "[",
+                k, "] must be >= 0, given ", splits[k]);
   }
+}
+
+// The split form's checks; the raw op checks that the input splits add up to x's rows.
+void check_split(const Variable& x, const std::vector<int64_t>& output_split_sizes,
+                 const std::vector<int64_t>& input_split_sizes, const Group& group,
+                 const char* op) {
+  detail::check_differentiable_input(x, group, op);
+  detail::check_has_rows(x, group, op);
+  check_splits(output_split_sizes, "output_split_sizes", group, op);
+  check_splits(input_split_sizes, "input_split_sizes", group, op);
 }
 
 AsyncRequest<Variable> launch(const Variable& x, std::vector<int64_t> output_splits,
@@ -76,20 +99,29 @@ AsyncRequest<Variable> launch(const Variable& x, std::vector<int64_t> output_spl
 
 }  // namespace
 
+Variable all_to_all_single(const Variable& x, const Group& group) {
+  check_equal(x, group, "all_to_all_single");
+  return detail::launch_and_wait<AllToAllSingleOp>({x}, group, std::vector<int64_t>{},
+                                                   std::vector<int64_t>{})[0];
+}
+
+Variable all_to_all_single(const Variable& x, const std::vector<int64_t>& output_split_sizes,
+                           const std::vector<int64_t>& input_split_sizes, const Group& group) {
+  check_split(x, output_split_sizes, input_split_sizes, group, "all_to_all_single");
+  return detail::launch_and_wait<AllToAllSingleOp>({x}, group, output_split_sizes,
+                                                   input_split_sizes)[0];
+}
+
 AsyncRequest<Variable> all_to_all_single_async(const Variable& x, const Group& group) {
-  detail::check_differentiable_input(x, group, "all_to_all_single_async");
-  detail::check_has_rows(x, group, "all_to_all_single_async");
-  return launch(x, {}, {}, group);  // the raw op checks that the rows divide by W
+  check_equal(x, group, "all_to_all_single_async");
+  return launch(x, {}, {}, group);
 }
 
 AsyncRequest<Variable> all_to_all_single_async(const Variable& x,
                                                const std::vector<int64_t>& output_split_sizes,
                                                const std::vector<int64_t>& input_split_sizes,
                                                const Group& group) {
-  detail::check_differentiable_input(x, group, "all_to_all_single_async");
-  detail::check_has_rows(x, group, "all_to_all_single_async");
-  check_splits(output_split_sizes, "output_split_sizes", group);
-  check_splits(input_split_sizes, "input_split_sizes", group);
+  check_split(x, output_split_sizes, input_split_sizes, group, "all_to_all_single_async");
   return launch(x, output_split_sizes, input_split_sizes, group);
 }
 
