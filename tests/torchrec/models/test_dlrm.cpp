@@ -187,14 +187,18 @@ TEST_CASE("dot_interaction: float32 sums each value from zero in ascending order
   // The float kernels take eight samples at a time when D is a multiple of 8 and one sample's
   // rows at a time otherwise; both must give these bits. Batches of 1, 13 and 19 leave a partial
   // group of eight; D = 24 and 32 take more than one register of values, F = 1 a single pair.
-  for (auto [f, d, b] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+  for (const auto& shape : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {26, 16, 13}, {20, 24, 19}, {8, 32, 9}, {1, 8, 1}, {5, 12, 11}}) {
+    // Plain variables: clang before 16 (the sanitizer builds') cannot capture a structured
+    // binding in a lambda.
+    const int64_t f = std::get<0>(shape), d = std::get<1>(shape), b = std::get<2>(shape);
     CAPTURE(f, d, b);
     const int64_t n = f + 1, width = d + n * (n - 1) / 2;
     const Tensor dense = normal({b, d}, 0, 1, 21), sparse = normal({b, f * d}, 0, 1, 22);
     const Tensor grad = normal({b, width}, 0, 1, 23);
     auto x = [&](int64_t s, int64_t k, int64_t v) {
-      return k == 0 ? dense.data<float>()[s * d + v] : sparse.data<float>()[(s * f + k - 1) * d + v];
+      return k == 0 ? dense.data<float>()[s * d + v]
+                    : sparse.data<float>()[(s * f + k - 1) * d + v];
     };
     std::vector<float> out(static_cast<size_t>(b * width)), dx(static_cast<size_t>(b * n * d));
     for (int64_t s = 0; s < b; ++s) {
