@@ -80,7 +80,15 @@ TrainPipeline::Proposal TrainPipeline::propose_next(BatchSource& source, StepTim
   times.data += seconds_since(t0);
   t0 = Clock::now();
   // {has a batch, module 0's check words, module 1's, ...}: one exchange for all of them.
-  std::vector<int64_t> mine{p.batch.has_value() ? 1 : 0};
+  const auto per_rank = static_cast<int64_t>(1 + modules_.size() * kCheckWords);
+  const Group& group = model_.dmp->group();
+  if (!agreement_mine_.defined()) {
+    agreement_mine_ = empty({per_rank}, DType::Int64);
+    agreement_all_ = empty({group.size() * per_rank}, DType::Int64);
+  }
+  int64_t* mine = agreement_mine_.data<int64_t>();
+  mine[0] = p.batch.has_value() ? 1 : 0;
+  p.modules = std::move(spare_modules_);
   p.modules.resize(modules_.size());
   for (size_t m = 0; m < modules_.size(); ++m) {
     ModuleBatch& mb = p.modules[m];
@@ -90,11 +98,12 @@ TrainPipeline::Proposal TrainPipeline::propose_next(BatchSource& source, StepTim
     } else {
       mb.check = {std::vector<int64_t>(kCheckWords, 0), ""};
     }
-    mine.insert(mine.end(), mb.check.words.begin(), mb.check.words.end());
+    std::copy(mb.check.words.begin(), mb.check.words.end(), mine + 1 + m * kCheckWords);
   }
-  const Group& group = model_.dmp->group();
-  p.all = empty({group.size() * static_cast<int64_t>(mine.size())}, DType::Int64);
-  p.agreement = all_gather(from_vector(mine), p.all, group);
+  // The previous agreement was waited for (agreed, reset) before this one is proposed, so its
+  // buffers are free.
+  p.all = agreement_all_;
+  p.agreement = all_gather(agreement_mine_, p.all, group);
   times.agreement += seconds_since(t0);
   return p;
 }
@@ -106,17 +115,17 @@ std::optional<TrainPipeline::InFlight> TrainPipeline::agreed(Proposal& p, StepTi
   times.agreement += t;
   times.comm_wait += t;
   const size_t per_rank = 1 + modules_.size() * kCheckWords;
-  const std::vector<int64_t> all = p.all.to_vector<int64_t>();
-  const size_t ranks = all.size() / per_rank;
+  const int64_t* all = p.all.data<int64_t>();
+  const size_t ranks = static_cast<size_t>(p.all.numel()) / per_rank;
   for (size_t r = 0; r < ranks; ++r)
     if (all[r * per_rank] == 0) return std::nullopt;  // some rank has no batch: nobody starts one
   for (size_t m = 0; m < modules_.size(); ++m) {
-    std::vector<int64_t> words;
+    module_words_.clear();
     for (size_t r = 0; r < ranks; ++r) {
-      const auto first = all.begin() + static_cast<std::ptrdiff_t>(r * per_rank + 1 + m * kCheckWords);
-      words.insert(words.end(), first, first + kCheckWords);
+      const int64_t* first = all + r * per_rank + 1 + m * kCheckWords;
+      module_words_.insert(module_words_.end(), first, first + kCheckWords);
     }
-    modules_[m]->raise_input_check(words, p.modules[m].check);
+    modules_[m]->raise_input_check(module_words_, p.modules[m].check);
   }
   InFlight f;
   f.batch = std::move(*p.batch);
@@ -243,8 +252,8 @@ std::optional<TrainStepOutput> TrainPipelineSparseDist::progress(BatchSource& so
   if (!filled_) {
     // Fill: the first batch's input dists, completed.
     filled_ = true;
-    if (std::optional<InFlight> first = agree_next(source, times)) {
-      current_ = std::make_unique<InFlight>(std::move(*first));
+    current_ = agree_next(source, times);
+    if (current_) {
       start(*current_, times);
       advance(*current_, 3, times);
       proposal_ = propose_next(source, times);
@@ -256,12 +265,11 @@ std::optional<TrainStepOutput> TrainPipelineSparseDist::progress(BatchSource& so
   }
   // Batch i's input dists have completed: start batch i+1's if every rank has one (agreed while
   // the previous step computed), and propose batch i+2.
-  std::unique_ptr<InFlight> next;
+  std::optional<InFlight> next;
   if (proposal_) {
-    std::optional<InFlight> agreed_next = agreed(*proposal_, times);
+    next = agreed(*proposal_, times);
     proposal_.reset();
-    if (agreed_next) {
-      next = std::make_unique<InFlight>(std::move(*agreed_next));
+    if (next) {
       start(*next, times);
       proposal_ = propose_next(source, times);
     }
@@ -271,6 +279,8 @@ std::optional<TrainStepOutput> TrainPipelineSparseDist::progress(BatchSource& so
     if (next) advance(*next, 2, times);
   });
   if (next) advance(*next, 3, times);
+  spare_modules_ = std::move(current_->modules);  // emptied; the next proposal refills it
+  spare_modules_.clear();
   current_ = std::move(next);  // empty when the data ended: the next call returns nullopt
   times.total = seconds_since(step_start);
   out.times = times;

@@ -197,6 +197,12 @@ class TrainPipeline {
   std::vector<std::string> names_;
   std::vector<std::function<KeyedJaggedTensor(const Batch&)>> inputs_;  // per module, or empty
   SparseOutputs outputs_;  // the names, and the step's outputs while it runs (kept capacity)
+  // Buffers a step's agreement refills instead of allocating: this rank's words, every rank's
+  // (the all_gather's output, free again once agree() waited for it), one module's words of
+  // every rank, and the module list of the last batch done with.
+  Tensor agreement_mine_, agreement_all_;
+  std::vector<int64_t> module_words_;
+  std::vector<ModuleBatch> spare_modules_;
   int64_t step_ = 0;
   bool ended_ = false;
 };
@@ -218,7 +224,7 @@ class TrainPipelineSparseDist : public TrainPipeline {
   std::string name() const override { return "sparse_dist"; }
 
  private:
-  std::unique_ptr<InFlight> current_;
+  std::optional<InFlight> current_;
   std::optional<Proposal> proposal_;  // the batch after `current_`'s successor, agreeing
   bool filled_ = false;
 };
