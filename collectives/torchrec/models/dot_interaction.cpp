@@ -8,12 +8,11 @@
 
 #include <Eigen/Core>
 
-
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace ferry::torchrec {
@@ -48,7 +47,6 @@ std::vector<const T*>& scratch_pointers(size_t size) {
   return buffer;
 }
 
-
 // Rows of the Gram matrix (forward) or of dX (backward) computed together: their accumulators
 // are independent, so the adds of kRows rows overlap instead of each waiting for the one before
 // it (one row alone is a chain of D dependent adds), and every chunk of xt or X loaded from
@@ -63,7 +61,6 @@ void store_rows(T* out, int64_t stride, const Lanes<T>& a0, const Lanes<T>& a1,
   for (int64_t r = 0; r < kRows; ++r) Eigen::Map<Lanes<T>>{out + r * stride} = *acc[r];
 }
 
-
 // xt[d * np + k] = X_k[d] of sample b for k < n = F + 1 (columns n.. stay as they are: zero).
 template <class T>
 void transpose_sample(const T* dense, const T* sparse, int64_t b, int64_t F, int64_t D, T* xt,
@@ -73,7 +70,6 @@ void transpose_sample(const T* dense, const T* sparse, int64_t b, int64_t F, int
     for (int64_t d = 0; d < D; ++d) xt[d * np + k] = x[d];
   }
 }
-
 
 template <class T>
 void forward_kernel(const T* dense, const T* sparse, T* out, int64_t B, int64_t F, int64_t D) {
