@@ -9,6 +9,7 @@
 #include <ferry/autograd/optimizer.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/torchrec.h>
+#include "tests/torchrec/train_pipeline/pipeline_test_helpers.h"
 
 #include <map>
 #include <memory>
@@ -210,17 +211,9 @@ inline std::unique_ptr<Multi> build_multi(Group& world, MultiOptions o) {
   for (int f = 0; f < kFeatures; ++f) keys.push_back(feature(f));
   m->arch = std::make_unique<SparseArch>(keys, kDim,
                                          [](const KeyedJaggedTensor&) { return Variable(); });
-  DlrmConfig dc;
-  dc.dense_in_features = 13;
-  dc.dense_arch_layer_sizes = {16, kDim};
-  dc.over_arch_layer_sizes = {16, 1};
-  dc.seed = 5;
-  m->dlrm = std::make_unique<DLRM>(*m->arch, dc);
-  m->dmp = std::make_unique<DistributedModelParallel>(
-      m->dlrm->dense_parameters(), modules, world,
-      [](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
-        return std::make_unique<Sgd>(std::move(p), SgdOptions{.lr = 0.05, .momentum = 0.9});
-      });
+  m->dlrm = std::make_unique<DLRM>(*m->arch, small_dlrm_config(kDim));
+  m->dmp = std::make_unique<DistributedModelParallel>(m->dlrm->dense_parameters(), modules, world,
+                                                      momentum_sgd);
   PipelineModel pm;
   pm.dmp = m->dmp.get();
   // ec2 reads cat_5 and cat_2 only, in that order: its input dist finds them by name.

@@ -30,15 +30,11 @@ TEST_CASE("train pipeline: a bad id for an EmbeddingCollection raises its error 
   for (int pipelined = 0; pipelined < 2; ++pipelined) {
     INFO((pipelined ? "sparse-dist" : "base"));
     const SyntheticCriteo d = data(16 * W * 6);
-    std::mutex mu;
-    std::vector<std::string> errors(W);
-    std::vector<int64_t> trained(W, -1);
-    std::vector<double> after(W, -1);
+    std::vector<testing::RefusalSeen> seen(W);
     run_ranks(W, [&](Group& world) {
       std::unique_ptr<Multi> m = build_multi(world, {.pipelined = pipelined == 1});
       SyntheticCriteoSource source(d, Split::Train, shard(world));
-      int64_t n = 0, given = 0;
-      std::string error;
+      int64_t given = 0;
       class Bad : public BatchSource {
        public:
         Bad(BatchSource& in, bool bad, int64_t* given) : in_(&in), bad_(bad), given_(given) {}
@@ -59,26 +55,17 @@ TEST_CASE("train pipeline: a bad id for an EmbeddingCollection raises its error 
         bool bad_;
         int64_t* given_;
       } bad(source, world.rank() == 1, &given);
-      try {
-        while (m->pipeline->progress(bad)) ++n;
-      } catch (const InvalidArgument& e) {
-        error = e.what();
-      }
-      Tensor one = full({1}, 1.0, DType::Float64);
-      all_reduce(one, world).wait();
-      std::lock_guard lock(mu);
-      errors[static_cast<size_t>(world.rank())] = error;
-      trained[static_cast<size_t>(world.rank())] = n;
-      after[static_cast<size_t>(world.rank())] = one.item();
+      seen[static_cast<size_t>(world.rank())] = testing::run_until_refused(*m->pipeline, bad, world);
     });
     for (int r = 0; r < W; ++r) {
-      const std::string& e = errors[static_cast<size_t>(r)];
+      const testing::RefusalSeen& s = seen[static_cast<size_t>(r)];
+      const std::string& e = s.error;
       INFO("rank " << r << ": " << e);
       CHECK(e.find("ShardedEmbeddingCollection::input_dist: rank 1's input") != std::string::npos);
       CHECK(e.find("table \"e_0\", feature \"cat_1\", sample ") != std::string::npos);
       CHECK(e.find("id 115 is out of range [0, 110)") != std::string::npos);
-      CHECK(trained[static_cast<size_t>(r)] == (pipelined ? 1 : 2));
-      CHECK(after[static_cast<size_t>(r)] == W);
+      CHECK(s.trained == (pipelined ? 1 : 2));
+      CHECK(s.after == W);
     }
   }
 }
