@@ -2,6 +2,12 @@
 // namespace ferry::fairchem: the family's one public header. Three parts, as in the original
 // module: the graph-parallel and data-parallel groups, the partition of an axis across a
 // graph-parallel group (with pad / trim), and the model-parallel regions.
+//
+// gp_utils changed in behaviour over fairchem's history; ferry follows its current form (the one
+// since April 2025): out-of-place ReduceFrom, a `_split` that always copies, GatherFromModelParallel-
+// RegionSumGrad and ScaleBackwardGrad, a cleanup_gp that resets the groups. Where this header
+// compares, "earlier gp_utils" means the forms before that: until mid-2024 ceil-size chunks, then
+// numpy's array_split rule, both with an in-place ReduceFrom and gathers along dims 0 and 1 only.
 #pragma once
 
 #include <ferry/autograd/variable.h>
@@ -42,8 +48,9 @@ namespace ferry::fairchem {
 //    The registry that enforces this is keyed by the identity of the world group's state on this
 //    rank (each local-transport thread has its own), so threads and distinct parent groups never
 //    collide. The registration ends with cleanup(), destruction, or moving into another object.
-//  - cleanup() resets the object (G3 semantics: initialized() becomes false); cleanup() of an
-//    object that is not initialized raises InvalidArgument (G3 asserts both groups are set).
+//  - cleanup() resets the object (as current gp_utils' cleanup_gp: initialized() becomes false);
+//    cleanup() of an object that is not initialized raises InvalidArgument (cleanup_gp asserts
+//    both groups are set).
 
 enum class GpSizePolicy {
   Clamp,   // setup_gp: a GP size above W is lowered to W
@@ -94,16 +101,16 @@ class GraphParallel {
 // The canonical partition of one axis across the ranks of a graph-parallel group, and fairchem's
 // pad / trim helpers, without fairchem's global group.
 //
-// Generation followed: G2/G3 (numpy array_split rule), any dim, negative dims allowed. Where
-// fairchem reads the GP world size from its globals, the *_to_multiple forms take `parts`
-// explicitly; pad_tensor without a target and trim_tensor read it from the default layout (see
+// Partition followed: numpy's array_split rule (gp_utils' since mid-2024), any dim, negative dims
+// allowed. Where fairchem reads the GP world size from its globals, the *_to_multiple forms take
+// `parts` explicitly; pad_tensor without a target and trim_tensor read it from the default layout (see
 // "module functions" below), as fairchem's do.
 //
 // Departures from fairchem, on purpose:
-//  - pad_tensor fills the padding with ZEROS; G1-G3 leave it uninitialised (garbage that no
-//    correct caller ever reads, but that makes results depend on memory contents).
+//  - pad_tensor fills the padding with ZEROS; every gp_utils leaves it uninitialised (garbage
+//    that no correct caller ever reads, but that makes results depend on memory contents).
 //  - trim_tensor returns the trimmed tensor and the adjusted sizes instead of decrementing the
-//    caller's sizes in place, and works along any dim (G1-G3: dims 0 and 1 only).
+//    caller's sizes in place, and works along any dim (gp_utils: dims 0 and 1 only).
 //  - Bad arguments (dim out of range, a target smaller than the current size, parts < 1, a sizes
 //    list that would go negative) raise InvalidArgument instead of a shape/allocation error.
 
@@ -142,7 +149,7 @@ TrimmedTensor trim_tensor(const Tensor& t, std::vector<int64_t> sizes = {}, int6
 //
 // fairchem's model-parallel regions (gp_utils, Megatron style) as differentiable ferry functions.
 //
-// Generation followed: G3 semantics (out-of-place ReduceFrom, scatter returns an independent
+// Semantics followed: current gp_utils' (out-of-place ReduceFrom, scatter returns an independent
 // copy, GatherFromModelParallelRegionSumGrad and ScaleBackwardGrad exist, canonical array_split
 // partition) along ANY dim, negative dims counting from the back; `dim` defaults to -1 like
 // fairchem's wrappers (fairchem's models pass 0).
@@ -172,7 +179,8 @@ TrimmedTensor trim_tensor(const Tensor& t, std::vector<int64_t> sizes = {}, int6
 //    moves, naming the sizes given and expected; fairchem gives a silently wrong gradient on one
 //    rank and a shape error on another (tests/families/test_fairchem.cpp). The ranks must also agree on the size
 //    of every other dim (also InvalidArgument on every rank).
-//  - ReduceFrom is out of place (G3) in every case; G1/G2 overwrite the caller's tensor.
+//  - ReduceFrom is out of place (as in current gp_utils) in every case; earlier gp_utils overwrite
+//    the caller's tensor.
 //  - Nothing is padded on the wire: after the size exchange (one all_gather of two int64 per
 //    rank: the size along dim and a fingerprint of the other dims) the gathers move exactly
 //    the elements that exist (an all_gather_v, of the flattened tensors for dims other than 0),

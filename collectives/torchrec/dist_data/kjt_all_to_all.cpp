@@ -146,11 +146,7 @@ struct KjtA2aState : KjtA2aLists {
   std::optional<KeyedJaggedTensor> result;
   std::exception_ptr phase2_error;
 
-  int64_t keys_total() const {
-    int64_t n = 0;
-    for (int64_t k : splits) n += k;
-    return n;
-  }
+  int64_t keys_total() const { return detail::sum_of(splits); }
 
   int64_t flags() const {
     int64_t f = 0;
@@ -163,33 +159,48 @@ struct KjtA2aState : KjtA2aLists {
 
   // The checks every rank runs on the gathered records; they see the same records, so they throw
   // the same error everywhere.
-  void check_records(const std::vector<const int64_t*>& rec) {
+  void check_records(const std::vector<const int64_t*>& rec) const {
+    check_record_kinds(rec);
+    check_statuses(rec);
+    check_agreement(rec);
+    check_label_counts(rec);
+    check_per_key_counts(rec);
+  }
+
+  // Every record is a KJTAllToAll's: a different collective on the group would show here.
+  void check_record_kinds(const std::vector<const int64_t*>& rec) const {
     for (int s = 0; s < W; ++s)
-      FERRY_CHECK(rec[s][kMagicWord] == kMagic, MismatchError, kWhere, ": rank ", s,
+      FERRY_CHECK(rec[s][kMagicWord] == kMagic, MismatchError, detail::where(kWhere, group),
+                  ": rank ", s,
                   " sent a phase-1 record that is not a KJTAllToAll's (a different collective "
                   "on this group?)");
+  }
+
+  // A rank whose input was rejected locally fails the call everywhere: its own message there,
+  // the reason it gave on every other rank.
+  void check_statuses(const std::vector<const int64_t*>& rec) const {
     for (int s = 0; s < W; ++s) {
       if (rec[s][kStatus] == kOk) continue;
       if (s == me) {
         FERRY_THROW(InvalidArgument, local_error,
                     " (every rank of the group fails this KJTAllToAll; no data moved)");
       }
-      FERRY_THROW(InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+      FERRY_THROW(InvalidArgument, detail::where(kWhere, group), ": rank ", s,
                   " rejected its input: ", status_text(rec[s][kStatus]),
                   "; every rank fails this call and no data moved");
     }
-    auto differing = [&](Word w) {
-      std::vector<int64_t> bad;
-      for (int s = 1; s < W; ++s)
-        if (rec[s][w] != rec[0][w]) bad.push_back(s);
-      return bad;
-    };
+  }
+
+  // Every rank gave the same keys, splits, layout and limit as rank 0.
+  void check_agreement(const std::vector<const int64_t*>& rec) const {
     // `here` describes this rank's side; it is formatted only for an error (formatting it on
     // every call cost more than the rest of phase 1's bookkeeping).
     auto mismatch = [&](Word w, const char* what, const auto& here) {
-      std::vector<int64_t> bad = differing(w);
+      std::vector<int64_t> bad;
+      for (int s = 1; s < W; ++s)
+        if (rec[s][w] != rec[0][w]) bad.push_back(s);
       if (bad.empty()) return;
-      FERRY_THROW(MismatchError, kWhere, " on rank ", me, ": ranks ", list_str(bad),
+      FERRY_THROW(MismatchError, detail::where(kWhere, group), ": ranks ", list_str(bad),
                   " disagree with rank 0 about ", what, " (here: ", here(),
                   "); every rank fails this call and no data moved");
     };
@@ -205,8 +216,10 @@ struct KjtA2aState : KjtA2aLists {
     });
     mismatch(kLimit, "max_recv_elements",
              [&] { return std::to_string(options.max_recv_elements); });
+  }
 
-    // Counts: consistent with the splits, and within bounds at every receiver.
+  // Counts per label: consistent with the splits, and within bounds at every receiver.
+  void check_label_counts(const std::vector<const int64_t*>& rec) const {
     const bool vbe = input.variable_stride_per_key();
     int64_t slots[kSlots];
     const size_t num_labels = labels.size();
@@ -217,32 +230,36 @@ struct KjtA2aState : KjtA2aLists {
         int64_t total = 0;
         for (int s = 0; s < W; ++s) {
           const int64_t c = rec[s][kHeader + slot * W + j];
-          FERRY_CHECK(c >= 0, InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+          FERRY_CHECK(c >= 0, InvalidArgument, detail::where(kWhere, group), ": rank ", s,
                       " would send a negative ", kSlotLabel[slot], " count ", c, " to rank ", j);
           if (slot == kLengths && !vbe)
-            FERRY_CHECK(c == rec[s][kStride] * splits[j], MismatchError, kWhere, " on rank ", me,
-                        ": rank ", s, " would send ", c, " lengths to rank ", j, ", not its stride ",
-                        rec[s][kStride], " x ", splits[j], " keys");
+            FERRY_CHECK(c == rec[s][kStride] * splits[j], MismatchError,
+                        detail::where(kWhere, group), ": rank ", s, " would send ", c,
+                        " lengths to rank ", j, ", not its stride ", rec[s][kStride], " x ",
+                        splits[j], " keys");
           if (slot == kStrides)
-            FERRY_CHECK(c == splits[j], MismatchError, kWhere, " on rank ", me, ": rank ", s,
+            FERRY_CHECK(c == splits[j], MismatchError, detail::where(kWhere, group), ": rank ", s,
                         " would send ", c, " strides to rank ", j, ", not ", splits[j]);
-          FERRY_CHECK(!__builtin_add_overflow(total, c, &total), InvalidArgument, kWhere,
-                      " on rank ", me, ": the ", kSlotLabel[slot], " counts rank ", j,
-                      " would receive overflow int64");
+          FERRY_CHECK(!__builtin_add_overflow(total, c, &total), InvalidArgument,
+                      detail::where(kWhere, group), ": the ", kSlotLabel[slot], " counts rank ",
+                      j, " would receive overflow int64");
         }
         if (slot == kWeights)
           for (int s = 0; s < W; ++s)
             FERRY_CHECK(rec[s][kHeader + kWeights * W + j] == rec[s][kHeader + kValues * W + j],
-                        MismatchError, kWhere, " on rank ", me, ": rank ", s,
+                        MismatchError, detail::where(kWhere, group), ": rank ", s,
                         " would send a different number of weights and values to rank ", j);
-        FERRY_CHECK(total <= options.max_recv_elements, InvalidArgument, kWhere, " on rank ", me,
-                    ": rank ", j, " would receive ", total, " ", kSlotLabel[slot],
-                    " elements, more than max_recv_elements ", options.max_recv_elements,
-                    "; every rank fails this call and no data moved");
+        FERRY_CHECK(total <= options.max_recv_elements, InvalidArgument,
+                    detail::where(kWhere, group), ": rank ", j, " would receive ", total, " ",
+                    kSlotLabel[slot], " elements, more than max_recv_elements ",
+                    options.max_recv_elements, "; every rank fails this call and no data moved");
       }
     }
-    // Per-key value counts: non-negative, and summing to the values each destination gets (the
-    // receivers place the values by them).
+  }
+
+  // Per-key value counts: non-negative, and summing to the values each destination gets (the
+  // receivers place the values by them).
+  void check_per_key_counts(const std::vector<const int64_t*>& rec) const {
     for (int s = 0; s < W; ++s) {
       const int64_t* per_key = rec[s] + kHeader + kSlots * W;
       int64_t k = 0;
@@ -250,12 +267,13 @@ struct KjtA2aState : KjtA2aLists {
         int64_t sum = 0;
         for (int64_t e = k + splits[j]; k < e; ++k) {
           FERRY_CHECK(per_key[k] >= 0 && !__builtin_add_overflow(sum, per_key[k], &sum),
-                      InvalidArgument, kWhere, " on rank ", me, ": rank ", s,
+                      InvalidArgument, detail::where(kWhere, group), ": rank ", s,
                       " sent a bad value count ", per_key[k], " for key ", k);
         }
-        FERRY_CHECK(sum == rec[s][kHeader + kValues * W + j], MismatchError, kWhere, " on rank ", me,
-                    ": rank ", s, "'s per-key value counts for rank ", j, " sum to ", sum,
-                    ", not the ", rec[s][kHeader + kValues * W + j], " values it sends there");
+        FERRY_CHECK(sum == rec[s][kHeader + kValues * W + j], MismatchError,
+                    detail::where(kWhere, group), ": rank ", s,
+                    "'s per-key value counts for rank ", j, " sum to ", sum, ", not the ",
+                    rec[s][kHeader + kValues * W + j], " values it sends there");
       }
     }
   }
@@ -306,9 +324,7 @@ struct KjtA2aState : KjtA2aLists {
                 : std::vector<LayoutAllToAllPart>();
     parts.resize(uniform ? labels.size() : 0);
     for (size_t l = 0; l < labels.size(); ++l) {
-      int64_t n = 0;
-      for (int64_t c : output_splits[l]) n += c;
-      out.push_back(empty({n}, send[l].dtype()));
+      out.push_back(empty({detail::sum_of(output_splits[l])}, send[l].dtype()));
       if (!uniform) {
         phase2.push_back(all_to_all_single(send[l], out.back(), output_splits[l],
                                            input_splits[l], group));
@@ -349,16 +365,16 @@ struct KjtA2aState : KjtA2aLists {
   // lengths, its length_per_key known from the segments.
   KeyedJaggedTensor placed_result() {
     const int64_t K = splits[me];
-    int64_t stride = 0;
-    for (int64_t b : stride_per_rank) stride += b;
+    const int64_t stride = detail::sum_of(stride_per_rank);
     std::vector<int64_t> length_per_key(static_cast<size_t>(K), 0);
     for (int s = 0; s < W; ++s)
       for (int64_t t = 0; t < K; ++t) {
         const size_t seg = static_cast<size_t>(s * K + t);
         const detail::LengthsSum got =
             detail::sum_lengths(out[0], seg_lpos[seg], seg_lpos[seg] + stride_per_rank[s]);
-        FERRY_CHECK(!got.negative && got.sum == seg_values[seg], InvalidArgument, kWhere,
-                    " on rank ", me, ": rank ", s, "'s lengths for key ", keys_out[t], " sum to ",
+        FERRY_CHECK(!got.negative && got.sum == seg_values[seg], InvalidArgument,
+                    detail::where(kWhere, group), ": rank ", s, "'s lengths for key ",
+                    keys_out[t], " sum to ",
                     got.sum, got.negative ? " with a negative length" : "",
                     ", but its per-key count was ", seg_values[seg]);
         length_per_key[static_cast<size_t>(t)] += seg_values[seg];
@@ -507,12 +523,10 @@ KJTAllToAllSplitsAwaitable KJTAllToAll::forward(const KeyedJaggedTensor& input) 
     for (int j = 0; j < st->me; ++j) k0 += splits_[j];
     st->keys_out.assign(input.keys().begin() + k0, input.keys().begin() + k0 + splits_[st->me]);
   } catch (const std::exception& e) {
-    int64_t total = 0;
-    for (int64_t s : splits_) total += s;
-    status = total != input.num_keys() ? kKeySplits : kBadInput;
+    status = sum_of(splits_) != input.num_keys() ? kKeySplits : kBadInput;
     std::string what = e.what();
     if (what.rfind("ferry: ", 0) == 0) what.erase(0, 7);
-    st->local_error = std::string(kWhere) + " on rank " + std::to_string(st->me) + ": " + what;
+    st->local_error = detail::where(kWhere, group_) + ": " + what;
     st->local_exception = std::current_exception();
     st->input_splits.assign(st->labels.size(), std::vector<int64_t>(W, 0));
   }

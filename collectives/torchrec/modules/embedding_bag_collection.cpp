@@ -54,7 +54,7 @@ PooledEmbeddings EmbeddingBagCollection::forward(const KeyedJaggedTensor& featur
     return out;
   }
   // VBE (vbe_pooling.h): pool each feature over its own batch, expand by the inverse indices.
-  const auto inverse = detail::inverse_rows(features, names, where, 0);
+  const auto inverse = detail::inverse_rows(features, names, where);
   const Variable padded =
       pooled_embedding_lookup(lookups, detail::pad_variable_stride(features), weights);
   const int64_t C = padded.value().size(1);

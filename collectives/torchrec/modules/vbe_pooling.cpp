@@ -1,6 +1,7 @@
 #include <ferry/collectives/torchrec/modules/vbe_pooling.h>
 
 #include <ferry/autograd/ops.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
@@ -25,17 +26,20 @@ KeyedJaggedTensor pad_variable_stride(const KeyedJaggedTensor& kjt) {
                                               kjt.weights_or_none(), bmax);
 }
 
-std::vector<std::vector<int64_t>> inverse_rows(const KeyedJaggedTensor& kjt,
-                                               const std::vector<std::string>& features,
-                                               const char* where, int rank) {
+namespace {
+
+// The inverse-index rows; `at()` starts an error's message (formatted only for an error).
+template <class At>
+std::vector<std::vector<int64_t>> inverse_rows_at(const KeyedJaggedTensor& kjt,
+                                                  const std::vector<std::string>& features,
+                                                  const At& at) {
   const auto& inv = kjt.inverse_indices();
-  FERRY_CHECK(inv.has_value() && inv->indices.defined(), InvalidArgument, where, " on rank ",
-              rank,
+  FERRY_CHECK(inv.has_value() && inv->indices.defined(), InvalidArgument, at(),
               ": a KJT with a variable stride per key (VBE) needs inverse_indices (torchrec "
               "expands the pooled rows with them); this one has none");
   FERRY_CHECK(inv->indices.dim() == 2 &&
                   inv->indices.size(0) == static_cast<int64_t>(inv->keys.size()),
-              InvalidArgument, where, " on rank ", rank,
+              InvalidArgument, at(),
               ": inverse_indices must be [keys, B] with one row per key (", inv->keys.size(),
               " keys)");
   const int64_t B = inv->indices.size(1);
@@ -45,20 +49,34 @@ std::vector<std::vector<int64_t>> inverse_rows(const KeyedJaggedTensor& kjt,
   std::vector<std::vector<int64_t>> out;
   for (const std::string& f : features) {
     auto r = row.find(f);
-    FERRY_CHECK(r != row.end(), InvalidArgument, where, " on rank ", rank, ": feature \"", f,
+    FERRY_CHECK(r != row.end(), InvalidArgument, at(), ": feature \"", f,
                 "\" has no row in the KJT's inverse_indices");
     const int64_t batch = kjt.stride_per_key()[static_cast<size_t>(index.at(f))];
     std::vector<int64_t> v(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       v[static_cast<size_t>(b)] = static_cast<int64_t>(inv->indices.get_flat(r->second * B + b));
       FERRY_CHECK(v[static_cast<size_t>(b)] >= 0 && v[static_cast<size_t>(b)] < batch,
-                  InvalidArgument, where, " on rank ", rank, ": feature \"", f,
-                  "\": inverse index ", v[static_cast<size_t>(b)], " of output sample ", b,
+                  InvalidArgument, at(), ": feature \"", f, "\": inverse index ",
+                  v[static_cast<size_t>(b)], " of output sample ", b,
                   " is outside the feature's batch [0, ", batch, ")");
     }
     out.push_back(std::move(v));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> inverse_rows(const KeyedJaggedTensor& kjt,
+                                               const std::vector<std::string>& features,
+                                               const char* op) {
+  return inverse_rows_at(kjt, features, [op] { return op; });
+}
+
+std::vector<std::vector<int64_t>> inverse_rows(const KeyedJaggedTensor& kjt,
+                                               const std::vector<std::string>& features,
+                                               const char* op, const Group& group) {
+  return inverse_rows_at(kjt, features, [&] { return where(op, group); });
 }
 
 Variable flat_select(const Variable& x, const std::vector<int64_t>& index) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <ferry/autograd/variable.h>
+#include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <cstdint>
@@ -39,11 +40,15 @@ struct VbeBlock {
 };
 
 // The inverse-index rows of `features` (by name) from the KJT's inverse_indices: one vector of
-// B_out entries per feature, checked against each feature's batch (InvalidArgument naming
-// `where`, the rank, the feature and the index). Throws when the KJT has none.
+// B_out entries per feature, checked against each feature's batch (InvalidArgument naming `op`,
+// the feature and the index). Throws when the KJT has none.
 std::vector<std::vector<int64_t>> inverse_rows(const KeyedJaggedTensor& kjt,
                                                const std::vector<std::string>& features,
-                                               const char* where, int rank);
+                                               const char* op);
+// The same for a sharded collection: its errors also name the rank and `group`.
+std::vector<std::vector<int64_t>> inverse_rows(const KeyedJaggedTensor& kjt,
+                                               const std::vector<std::string>& features,
+                                               const char* op, const Group& group);
 
 // The output [B_out, sum(dims)] (columns: the features in order, dims[f] each) gathered from
 // `flat` (1-D) through the blocks (which must tile every feature's columns) and the inverse

@@ -141,7 +141,7 @@ ShardedInputDistAwaitable ShardedEmbeddingBagCollection::start_input_dist(
   const bool vbe = features.variable_stride_per_key();
   ctx.inverse_rows.clear();
   if (vbe) ctx.inverse_rows = detail::inverse_rows(features, feature_names(), input_dist_op(),
-                                                   world().rank());
+                                                   world());
   // Only weights that require grad need a route back; constant ones are the KJT's weights.
   const Variable trained = per_sample_weights.defined() && per_sample_weights.requires_grad()
                                ? per_sample_weights

@@ -43,7 +43,7 @@ std::vector<int64_t> layout_problem(const ShardedTables& tables, const KeyedJagg
   if (kjt.variable_stride_per_key()) {
     if (!allow_vbe) return {kVariableStride, 0, 0, 0, grad_flag};
     try {
-      inverse_rows(kjt, tables.features(), where, tables.world().rank());
+      inverse_rows(kjt, tables.features(), where, tables.world());
     } catch (const InvalidArgument& e) {
       vbe_error = e.what();
       return {kBadInverseIndices, 0, 0, 0, grad_flag};

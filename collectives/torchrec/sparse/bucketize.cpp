@@ -12,15 +12,10 @@ using detail::list_str;
 
 namespace {
 constexpr const char* kBucketize = "bucketize_kjt_before_all2all";
-}
 
-BucketizedKjt bucketize_kjt_before_all2all(
-    const KeyedJaggedTensor& kjt, int64_t num_buckets, const std::vector<int64_t>& block_sizes,
-    bool output_permute, bool bucketize_pos,
-    const std::optional<std::vector<std::vector<int64_t>>>& block_bucketize_row_pos,
-    bool keep_original_indices) {
-  const int64_t N = num_buckets;
-  const int64_t K = kjt.num_keys();
+void check_bucketize_arguments(
+    int64_t N, int64_t K, const std::vector<int64_t>& block_sizes,
+    const std::optional<std::vector<std::vector<int64_t>>>& block_bucketize_row_pos) {
   FERRY_CHECK(N >= 1, InvalidArgument, kBucketize, ": num_buckets ", N, " must be >= 1");
   FERRY_CHECK(static_cast<int64_t>(block_sizes.size()) == K, InvalidArgument, kBucketize,
               ": block_sizes ", list_str(block_sizes), " has ", block_sizes.size(),
@@ -39,76 +34,95 @@ BucketizedKjt bucketize_kjt_before_all2all(
                   list_str(pos), " must be ", N + 1, " non-decreasing row offsets from 0");
     }
   }
+}
 
-  const std::vector<int64_t> lengths = detail::index_vector(kjt.lengths());
-  const std::vector<int64_t>& spk = kjt.stride_per_key();
+// Every value's bucket, the id stored for it and its position inside its bag; the bucketized
+// bag sizes, index p * L + e (bucket p, bag e of the L input bags).
+struct ValueBuckets {
+  std::vector<int64_t> bucket, new_id, in_bag_pos;
+  std::vector<int64_t> out_lengths;
+};
+
+ValueBuckets assign_buckets(
+    const KeyedJaggedTensor& kjt, int64_t N, const std::vector<int64_t>& block_sizes,
+    const std::vector<int64_t>& lengths,
+    const std::optional<std::vector<std::vector<int64_t>>>& block_bucketize_row_pos,
+    bool keep_original_indices) {
+  const int64_t K = kjt.num_keys();
   const int64_t L = static_cast<int64_t>(lengths.size());
-  const Tensor& values = kjt.values();
-  const int64_t* v = values.numel() ? values.data<int64_t>() : nullptr;
-  const int64_t nv = values.numel();
-
-  // Pass 1: every value's bucket and stored id; the bucketized bag sizes, index p * L + e.
-  std::vector<int64_t> bucket(static_cast<size_t>(nv)), new_id(static_cast<size_t>(nv)),
-      in_bag_pos(static_cast<size_t>(nv));
-  std::vector<int64_t> out_lengths(static_cast<size_t>(N * L), 0);
-  {
-    int64_t i = 0, e = 0;
-    for (int64_t t = 0; t < K; ++t) {
-      const int64_t bs = block_sizes[t];
-      for (int64_t b = 0; b < spk[t]; ++b, ++e) {
-        for (int64_t j = 0; j < lengths[e]; ++j, ++i) {
-          const int64_t id = v[i];
-          FERRY_CHECK(id >= 0, InvalidArgument, kBucketize, ": key ", kjt.keys()[t],
-                      " has the negative id ", id);
-          int64_t p, stored;
-          if (block_bucketize_row_pos) {
-            const std::vector<int64_t>& pos = (*block_bucketize_row_pos)[t];
-            FERRY_CHECK(id < pos.back(), InvalidArgument, kBucketize, ": key ", kjt.keys()[t],
-                        " has the id ", id, " outside its ", pos.back(),
-                        " rows (block_bucketize_row_pos ", list_str(pos), ")");
-            p = 0;
-            while (p + 1 < N && pos[p + 1] <= id) ++p;  // last bucket whose start <= id
-            stored = id - pos[p];
-          } else {
-            p = id < bs * N ? id / bs : id % N;
-            stored = id % bs;
-          }
-          bucket[i] = p;
-          new_id[i] = keep_original_indices ? id : stored;
-          in_bag_pos[i] = j;
-          ++out_lengths[p * L + e];
+  const std::vector<int64_t>& spk = kjt.stride_per_key();
+  const int64_t nv = kjt.values().numel();
+  const int64_t* v = nv ? kjt.values().data<int64_t>() : nullptr;
+  ValueBuckets out{std::vector<int64_t>(static_cast<size_t>(nv)),
+                   std::vector<int64_t>(static_cast<size_t>(nv)),
+                   std::vector<int64_t>(static_cast<size_t>(nv)),
+                   std::vector<int64_t>(static_cast<size_t>(N * L), 0)};
+  int64_t i = 0, e = 0;
+  for (int64_t t = 0; t < K; ++t) {
+    const int64_t bs = block_sizes[t];
+    for (int64_t b = 0; b < spk[t]; ++b, ++e) {
+      for (int64_t j = 0; j < lengths[e]; ++j, ++i) {
+        const int64_t id = v[i];
+        FERRY_CHECK(id >= 0, InvalidArgument, kBucketize, ": key ", kjt.keys()[t],
+                    " has the negative id ", id);
+        int64_t p, stored;
+        if (block_bucketize_row_pos) {
+          const std::vector<int64_t>& pos = (*block_bucketize_row_pos)[t];
+          FERRY_CHECK(id < pos.back(), InvalidArgument, kBucketize, ": key ", kjt.keys()[t],
+                      " has the id ", id, " outside its ", pos.back(),
+                      " rows (block_bucketize_row_pos ", list_str(pos), ")");
+          p = 0;
+          while (p + 1 < N && pos[p + 1] <= id) ++p;  // last bucket whose start <= id
+          stored = id - pos[p];
+        } else {
+          p = id < bs * N ? id / bs : id % N;
+          stored = id % bs;
         }
+        out.bucket[i] = p;
+        out.new_id[i] = keep_original_indices ? id : stored;
+        out.in_bag_pos[i] = j;
+        ++out.out_lengths[p * L + e];
       }
     }
   }
+  return out;
+}
 
-  // Pass 2: place every value after the earlier ones of its bucketized bag.
-  std::vector<int64_t> fill(static_cast<size_t>(N * L), 0);
-  {
-    int64_t acc = 0;
-    for (int64_t q = 0; q < N * L; ++q) {
-      fill[q] = acc;
-      acc += out_lengths[q];
-    }
+// Places every value after the earlier ones of its bucketized bag: the bucketized values, and
+// `where[i]`, the position original value i went to.
+Tensor place_values(const ValueBuckets& vb, const std::vector<int64_t>& lengths,
+                    std::vector<int64_t>& where) {
+  const int64_t L = static_cast<int64_t>(lengths.size());
+  const int64_t nv = static_cast<int64_t>(vb.bucket.size());
+  std::vector<int64_t> fill(vb.out_lengths.size(), 0);
+  int64_t acc = 0;
+  for (size_t q = 0; q < fill.size(); ++q) {
+    fill[q] = acc;
+    acc += vb.out_lengths[q];
   }
   Tensor out_values = empty({nv}, DType::Int64);
   int64_t* ov = nv ? out_values.data<int64_t>() : nullptr;
-  std::vector<int64_t> where(static_cast<size_t>(nv));
-  {
-    int64_t i = 0;
-    for (int64_t e = 0; e < L; ++e)
-      for (int64_t j = 0; j < lengths[e]; ++j, ++i) {
-        const int64_t dst = fill[bucket[i] * L + e]++;
-        ov[dst] = new_id[i];
-        where[i] = dst;
-      }
-  }
+  where.assign(static_cast<size_t>(nv), 0);
+  int64_t i = 0;
+  for (int64_t e = 0; e < L; ++e)
+    for (int64_t j = 0; j < lengths[e]; ++j, ++i) {
+      const int64_t dst = fill[vb.bucket[i] * L + e]++;
+      ov[dst] = vb.new_id[i];
+      where[i] = dst;
+    }
+  return out_values;
+}
 
+// The weights in bucketized order: each id's position in its original bag with bucketize_pos,
+// else the input's weights moved with their values (undefined for an unweighted input).
+Tensor bucketized_weights(const KeyedJaggedTensor& kjt, const ValueBuckets& vb,
+                          const std::vector<int64_t>& where, bool bucketize_pos) {
+  const int64_t nv = static_cast<int64_t>(where.size());
   Tensor out_weights;
   if (bucketize_pos) {
     out_weights = empty({nv}, DType::Float32);
     float* w = nv ? out_weights.data<float>() : nullptr;
-    for (int64_t i = 0; i < nv; ++i) w[where[i]] = static_cast<float>(in_bag_pos[i]);
+    for (int64_t i = 0; i < nv; ++i) w[where[i]] = static_cast<float>(vb.in_bag_pos[i]);
   } else if (kjt.has_weights()) {
     const Tensor& win = kjt.weights();
     out_weights = empty({nv}, win.dtype());
@@ -119,12 +133,17 @@ BucketizedKjt bucketize_kjt_before_all2all(
       for (int64_t i = 0; i < nv; ++i) std::memcpy(dst + where[i] * es, src + i * es, es);
     }
   }
+  return out_weights;
+}
 
+// The result: the input's keys and strides repeated for every bucket, bucket-major.
+KeyedJaggedTensor bucketized_kjt(const KeyedJaggedTensor& kjt, int64_t N, Tensor values,
+                                 Tensor weights, const std::vector<int64_t>& out_lengths) {
   KjtInit init;
   for (int64_t p = 0; p < N; ++p)
     for (const std::string& k : kjt.keys()) init.keys.push_back(k);
-  init.values = out_values;
-  init.weights = out_weights;
+  init.values = std::move(values);
+  init.weights = std::move(weights);
   init.lengths = detail::index_tensor(out_lengths, kjt.lengths().dtype(), kBucketize);
   init.allow_duplicate_keys = true;
   if (kjt.variable_stride_per_key()) {
@@ -135,7 +154,25 @@ BucketizedKjt bucketize_kjt_before_all2all(
   } else {
     init.stride = kjt.stride();
   }
-  BucketizedKjt out{KeyedJaggedTensor::from_init(std::move(init), kBucketize), std::nullopt};
+  return KeyedJaggedTensor::from_init(std::move(init), kBucketize);
+}
+}  // namespace
+
+BucketizedKjt bucketize_kjt_before_all2all(
+    const KeyedJaggedTensor& kjt, int64_t num_buckets, const std::vector<int64_t>& block_sizes,
+    bool output_permute, bool bucketize_pos,
+    const std::optional<std::vector<std::vector<int64_t>>>& block_bucketize_row_pos,
+    bool keep_original_indices) {
+  check_bucketize_arguments(num_buckets, kjt.num_keys(), block_sizes, block_bucketize_row_pos);
+  const std::vector<int64_t> lengths = detail::index_vector(kjt.lengths());
+  const ValueBuckets vb = assign_buckets(kjt, num_buckets, block_sizes, lengths,
+                                         block_bucketize_row_pos, keep_original_indices);
+  std::vector<int64_t> where;
+  Tensor values = place_values(vb, lengths, where);
+  Tensor weights = bucketized_weights(kjt, vb, where, bucketize_pos);
+  BucketizedKjt out{bucketized_kjt(kjt, num_buckets, std::move(values), std::move(weights),
+                                   vb.out_lengths),
+                    std::nullopt};
   if (output_permute) out.unbucketize_permute = from_vector(where);
   return out;
 }

@@ -1,103 +1,22 @@
 #include <ferry/collectives/torchrec/sparse/keyed_jagged_tensor.h>
 
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/collectives/torchrec/sparse/kjt_state.h>
 #include <ferry/runtime/error.h>
-#include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
 #include <mutex>
 #include <ostream>
-#include <string_view>
 #include <unordered_map>
 #include <utility>
 
 namespace ferry::torchrec {
-
-namespace detail {
-
-// A KJT's per-key lists come from the thread's spare vectors and go back there with the KJT:
-// every exchange builds a few KJTs, and each list would otherwise be an allocation of its own.
-namespace {
-using SpareLists = ferry::detail::ThreadSpares<std::vector<int64_t>, 16>;
-
-std::vector<int64_t> spare_list(size_t n, int64_t value) {
-  std::vector<int64_t> v = SpareLists::take();
-  v.assign(n, value);
-  return v;
-}
-
-void give_back(std::vector<int64_t>& v) {
-  v.clear();
-  SpareLists::give(std::move(v));
-}
-}  // namespace
-
-// Immutable after construction except the lazily derived members, which only go from unset to
-// set under `mu` (so references handed out stay valid).
-struct KjtState {
-  KjtState() = default;
-  KjtState(const KjtState&) = delete;
-  KjtState& operator=(const KjtState&) = delete;
-  ~KjtState() {
-    give_back(stride_per_key);
-    give_back(lengths_offset_per_key);
-    if (length_per_key) give_back(*length_per_key);
-    if (offset_per_key) give_back(*offset_per_key);
-  }
-
-  std::vector<std::string> keys;
-  int64_t first_duplicate = -1;  // position of a repeated key, -1 if none
-  bool allow_duplicate_keys = false;
-  Tensor values, weights;
-  int64_t stride = 0;
-  bool variable = false;
-  std::vector<std::vector<int64_t>> stride_per_key_per_rank;  // given (variable stride per key)
-  std::vector<int64_t> stride_per_key;
-  std::vector<int64_t> lengths_offset_per_key;
-  std::optional<InverseIndices> inverse_indices;
-
-  mutable std::mutex mu;
-  mutable Tensor lengths, offsets;  // at least one set at construction
-  mutable std::optional<std::vector<int64_t>> length_per_key, offset_per_key;
-  // Derived on first use: every exchange builds a KJT, and these cost an allocation per key.
-  mutable std::optional<std::unordered_map<std::string, int64_t>> index;  // key -> first position
-  mutable std::optional<std::vector<std::vector<int64_t>>> uniform_stride_per_key_per_rank;
-};
-
-}  // namespace detail
 
 namespace {
 
 using detail::list_str;
 
 constexpr const char* kCtor = "KeyedJaggedTensor";
-
-void validate_offsets(const std::vector<int64_t>& o, int64_t num_values, const char* where) {
-  FERRY_CHECK(o[0] == 0, InvalidArgument, where, ": offsets must start with 0, got ", list_str(o));
-  for (size_t i = 1; i < o.size(); ++i)
-    FERRY_CHECK(o[i] >= o[i - 1], InvalidArgument, where, ": offsets decrease at ", i, " (",
-                o[i - 1], " -> ", o[i], ") in ", list_str(o));
-  FERRY_CHECK(o.back() == num_values, InvalidArgument, where, ": offsets end at ", o.back(),
-              " but values has ", num_values, " elements");
-}
-
-// The first key equal to an earlier one: {the earlier position, its position}, or {-1, -1}. A
-// quadratic scan for the usual handful of keys (no allocation), a hash map beyond that.
-std::pair<int64_t, int64_t> first_repeated_key(const std::vector<std::string>& keys) {
-  const int64_t K = static_cast<int64_t>(keys.size());
-  if (K <= 32) {
-    for (int64_t k = 1; k < K; ++k)
-      for (int64_t i = 0; i < k; ++i)
-        if (keys[i] == keys[k]) return {i, k};
-    return {-1, -1};
-  }
-  std::unordered_map<std::string_view, int64_t> seen;
-  for (int64_t k = 0; k < K; ++k) {
-    auto [it, fresh] = seen.emplace(keys[k], k);
-    if (!fresh) return {it->second, k};
-  }
-  return {-1, -1};
-}
 
 // key -> first position, built on first use.
 const std::unordered_map<std::string, int64_t>& index_of(const detail::KjtState& s) {
@@ -109,179 +28,21 @@ const std::unordered_map<std::string, int64_t>& index_of(const detail::KjtState&
   return *s.index;
 }
 
-// `checked_length_per_key`: the caller's per-key value counts, which it has checked against the
-// lengths itself (detail::kjt_with_checked_lengths); the pass over the lengths is then skipped.
-std::shared_ptr<detail::KjtState> build(KjtInit in, const char* where,
-                                        std::vector<int64_t>* checked_length_per_key = nullptr) {
-  auto s = ferry::detail::make_pooled<detail::KjtState>();
-  const int64_t K = static_cast<int64_t>(in.keys.size());
-
-  // keys
-  s->allow_duplicate_keys = in.allow_duplicate_keys;
-  const auto [first, repeat] = first_repeated_key(in.keys);
-  if (repeat >= 0) {
-    s->first_duplicate = repeat;
-    FERRY_CHECK(in.allow_duplicate_keys, InvalidArgument, where, ": key \"", in.keys[repeat],
-                "\" appears twice (positions ", first, " and ", repeat, ") in keys ",
-                detail::keys_str(in.keys), "; keys must be unique");
-  }
-  s->keys = std::move(in.keys);
-
-  // values, weights
-  FERRY_CHECK(in.values.defined(), InvalidArgument, where, ": values is undefined");
-  FERRY_CHECK(in.values.dtype() == DType::Int64, InvalidArgument, where,
-              ": values (ids) must be int64, got ", dtype_name(in.values.dtype()));
-  FERRY_CHECK(in.values.dim() == 1, InvalidArgument, where, ": values must be 1-D, got shape ",
-              shape_str(in.values.shape()));
-  const int64_t n = in.values.numel();
-  if (in.weights.defined()) {
-    FERRY_CHECK(in.weights.dtype() == DType::Float32 || in.weights.dtype() == DType::Float64,
-                InvalidArgument, where, ": weights must be float32 or float64, got ",
-                dtype_name(in.weights.dtype()));
-    FERRY_CHECK(in.weights.dim() == 1, InvalidArgument, where, ": weights must be 1-D, got shape ",
-                shape_str(in.weights.shape()));
-    FERRY_CHECK(in.weights.numel() == n, InvalidArgument, where, ": weights has ",
-                in.weights.numel(), " elements but values has ", n);
-  }
-  s->values = std::move(in.values);
-  s->weights = std::move(in.weights);
-
-  // lengths / offsets: dtype and shape first, to know how many length entries there are
-  FERRY_CHECK(in.lengths.defined() || in.offsets.defined(), InvalidArgument, where,
-              ": give lengths or offsets (both are undefined)");
-  int64_t num_lengths = -1;
-  if (in.lengths.defined()) {
-    detail::check_index_tensor(in.lengths, where, "lengths");
-    num_lengths = in.lengths.numel();
-  }
-  if (in.offsets.defined()) {
-    detail::check_index_tensor(in.offsets, where, "offsets");
-    FERRY_CHECK(in.offsets.numel() >= 1, InvalidArgument, where,
-                ": offsets needs at least one entry (the leading 0)");
-    FERRY_CHECK(num_lengths < 0 || in.offsets.numel() == num_lengths + 1, InvalidArgument, where,
-                ": ", num_lengths, " lengths need ", num_lengths + 1, " offsets, got ",
-                in.offsets.numel());
-    num_lengths = in.offsets.numel() - 1;
-  }
-
-  // strides
-  if (in.stride_per_key_per_rank) {
-    auto& sppkr = *in.stride_per_key_per_rank;
-    FERRY_CHECK(static_cast<int64_t>(sppkr.size()) == K, InvalidArgument, where,
-                ": stride_per_key_per_rank has ", sppkr.size(), " entries for ", K, " keys");
-    s->variable = true;
-    int64_t max_stride = 0;
-    for (int64_t k = 0; k < K; ++k) {
-      FERRY_CHECK(!sppkr[k].empty(), InvalidArgument, where, ": stride_per_key_per_rank of key \"",
-                  s->keys[k], "\" is empty (one stride per rank expected)");
-      int64_t sum = 0;
-      for (int64_t v : sppkr[k]) {
-        FERRY_CHECK(v >= 0, InvalidArgument, where, ": stride_per_key_per_rank of key \"",
-                    s->keys[k], "\" has a negative stride: ", list_str(sppkr[k]));
-        sum += v;
-      }
-      s->stride_per_key.push_back(sum);
-      max_stride = std::max(max_stride, sum);
-    }
-    s->stride = in.stride.value_or(max_stride);
-    s->stride_per_key_per_rank = std::move(sppkr);
-  } else {
-    if (in.stride) {
-      s->stride = *in.stride;
-    } else if (K > 0) {
-      FERRY_CHECK(num_lengths % K == 0, InvalidArgument, where, ": ", num_lengths,
-                  " lengths are not a multiple of the ", K, " keys ", detail::keys_str(s->keys),
-                  " (give stride_per_key_per_rank for a variable batch per key)");
-      s->stride = num_lengths / K;
-    }
-    FERRY_CHECK(s->stride >= 0, InvalidArgument, where, ": stride ", s->stride, " is negative");
-    s->stride_per_key = detail::spare_list(static_cast<size_t>(K), s->stride);
-  }
-  s->lengths_offset_per_key = detail::spare_list(static_cast<size_t>(K) + 1, 0);
-  for (int64_t k = 0; k < K; ++k)
-    s->lengths_offset_per_key[k + 1] = s->lengths_offset_per_key[k] + s->stride_per_key[k];
-  const int64_t expected = s->lengths_offset_per_key.back();
-  FERRY_CHECK(num_lengths == expected, InvalidArgument, where, ": ", num_lengths,
-              " lengths given but ", K, " keys with ",
-              s->variable ? std::string("strides per key ") + list_str(s->stride_per_key)
-                          : "stride " + std::to_string(s->stride),
-              " need ", expected);
-
-  // contents
-  if (checked_length_per_key != nullptr) {
-    std::vector<int64_t>& lpk = *checked_length_per_key;
-    int64_t sum = 0;
-    for (int64_t c : lpk) sum += c;
-    FERRY_CHECK(in.lengths.defined() && !in.offsets.defined() &&
-                    static_cast<int64_t>(lpk.size()) == K && sum == n,
-                InvalidArgument, where, ": checked per-key counts ", list_str(lpk), " (sum ", sum,
-                ") do not fit ", K, " keys, lengths without offsets and ", n, " values");
-    s->length_per_key = std::move(lpk);
-  } else if (in.lengths.defined()) {
-    // One pass over the lengths as stored: every KJT an exchange builds pays for this check, so it
-    // reads them in place (the int64 copy is made only for an error's message or the offsets).
-    const detail::LengthsSum total = detail::sum_lengths(in.lengths, 0, num_lengths);
-    const int64_t sum = total.sum;
-    int64_t negative_at = -1;
-    if (total.negative) {
-      const std::vector<int64_t> l = detail::index_vector(in.lengths);
-      negative_at = std::find_if(l.begin(), l.end(), [](int64_t x) { return x < 0; }) - l.begin();
-    }
-    if (negative_at >= 0) {
-      // name the key and sample of the bad entry
-      const int64_t i = negative_at;
-      const auto k = std::upper_bound(s->lengths_offset_per_key.begin(),
-                                      s->lengths_offset_per_key.end(), i) -
-                     s->lengths_offset_per_key.begin() - 1;
-      FERRY_THROW(InvalidArgument, where, ": lengths[", i, "] = ",
-                  detail::index_vector(in.lengths)[i], " is negative (key \"", s->keys[k],
-                  "\", sample ", i - s->lengths_offset_per_key[k], ")");
-    }
-    FERRY_CHECK(sum == n, InvalidArgument, where, ": lengths ",
-                list_str(detail::index_vector(in.lengths)), " sum to ", sum, " but values has ", n,
-                " elements");
-    if (in.offsets.defined()) {
-      const std::vector<int64_t> l = detail::index_vector(in.lengths);
-      const std::vector<int64_t> o = detail::index_vector(in.offsets);
-      validate_offsets(o, n, where);
-      for (size_t i = 0; i < l.size(); ++i)
-        FERRY_CHECK(o[i + 1] - o[i] == l[i], InvalidArgument, where, ": lengths[", i, "] = ", l[i],
-                    " disagrees with offsets ", o[i], " -> ", o[i + 1]);
-    }
-  } else {
-    validate_offsets(detail::index_vector(in.offsets), n, where);
-  }
-  s->lengths = std::move(in.lengths);
-  s->offsets = std::move(in.offsets);
-
-  if (in.inverse_indices) {
-    const Tensor& t = in.inverse_indices->indices;
-    FERRY_CHECK(t.defined() && (t.dtype() == DType::Int32 || t.dtype() == DType::Int64) &&
-                    t.dim() == 2,
-                InvalidArgument, where, ": inverse_indices must be a 2-D int32/int64 tensor, got ",
-                t.defined() ? shape_str(t.shape()) + " " + dtype_name(t.dtype()) : "undefined");
-    FERRY_CHECK(t.size(0) == static_cast<int64_t>(in.inverse_indices->keys.size()),
-                InvalidArgument, where, ": inverse_indices has ", t.size(0), " rows for ",
-                in.inverse_indices->keys.size(), " keys");
-    s->inverse_indices = std::move(in.inverse_indices);
-  }
-  return s;
-}
-
 }  // namespace
 
 KeyedJaggedTensor::KeyedJaggedTensor() : KeyedJaggedTensor(empty()) {}
 
-KeyedJaggedTensor::KeyedJaggedTensor(KjtInit init) : s_(build(std::move(init), kCtor)) {}
+KeyedJaggedTensor::KeyedJaggedTensor(KjtInit init)
+    : s_(detail::build_kjt_state(std::move(init), kCtor)) {}
 
 KeyedJaggedTensor KeyedJaggedTensor::from_init(KjtInit init, const char* where) {
-  return KeyedJaggedTensor(build(std::move(init), where));
+  return KeyedJaggedTensor(detail::build_kjt_state(std::move(init), where));
 }
 
 KeyedJaggedTensor detail::kjt_with_checked_lengths(KjtInit init,
                                                    std::vector<int64_t> length_per_key,
                                                    const char* where) {
-  return KeyedJaggedTensor(build(std::move(init), where, &length_per_key));
+  return KeyedJaggedTensor(detail::build_kjt_state(std::move(init), where, &length_per_key));
 }
 
 KeyedJaggedTensor KeyedJaggedTensor::from_lengths_sync(
@@ -318,7 +79,7 @@ KeyedJaggedTensor KeyedJaggedTensor::empty(bool weighted, DType weights_dtype, D
   KjtInit init{.values = ferry::empty({0}, DType::Int64),
                .lengths = ferry::empty({0}, lengths_dtype), .stride = 0};
   if (weighted) init.weights = ferry::empty({0}, weights_dtype);
-  return KeyedJaggedTensor(build(std::move(init), "KeyedJaggedTensor::empty"));
+  return KeyedJaggedTensor(detail::build_kjt_state(std::move(init), "KeyedJaggedTensor::empty"));
 }
 
 // ---- accessors ----

@@ -432,8 +432,10 @@ KJT_CASE("KJTAllToAll: bad input fails on every rank before the payload moves", 
                                             : good;
     return KJTAllToAll(g, V(W, 1))(in);
   });
-  // keys in a different order on the last rank
-  expect_fails_everywhere<MismatchError>(g, "key order", "ranks [" + std::to_string(last) + "] disagree with rank 0 about the keys", [&] {
+  // keys in a different order on the last rank: every rank's message says where it ran
+  const std::string here = "KJTAllToAll on rank " + std::to_string(me) + " of group " +
+                           std::to_string(g.id()) + " (size " + std::to_string(W) + "): ";
+  expect_fails_everywhere<MismatchError>(g, "key order", here + "ranks [" + std::to_string(last) + "] disagree with rank 0 about the keys", [&] {
     Keys k = keys;
     if (me == last) std::swap(k[0], k[1]);
     return KJTAllToAll(g, V(W, 1))(KeyedJaggedTensor::from_lengths_sync(k, i64(values), i64(V(W, 1))));

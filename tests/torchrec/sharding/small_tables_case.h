@@ -38,28 +38,32 @@ inline std::vector<TableShape> small_shapes() {
   return out;
 }
 
-// Every table of `type`: table_wise / column shards rotated over the ranks (a rank may hold two
-// column shards of one table), node-wise types on node i % (W / L).
-inline ModuleShardingPlan small_plan(ShardingType type, int W, int L) {
+// The plan generator of `type` for table i of a world of W ranks with L per node: table_wise /
+// column shards rotated over the ranks (up to 3 column shards; a rank may hold two of one
+// table), node-wise types on node i % (W / L).
+inline ParameterShardingGenerator table_generator(ShardingType type, size_t i, int W, int L) {
   const int G = W / L;
-  std::map<std::string, ParameterShardingGenerator> gens;
-  for (size_t i = 0; i < small_tables().size(); ++i) {
-    const int k = static_cast<int>(i);
-    const std::string& n = small_tables()[i].name;
-    switch (type) {
-      case ShardingType::DATA_PARALLEL: gens[n] = data_parallel(); break;
-      case ShardingType::TABLE_WISE: gens[n] = table_wise(k % W); break;
-      case ShardingType::COLUMN_WISE: {
-        std::vector<int> ranks;
-        for (int j = 0; j < std::min(3, W + 1); ++j) ranks.push_back((k + j) % W);
-        gens[n] = column_wise(ranks);
-        break;
-      }
-      case ShardingType::TABLE_COLUMN_WISE: gens[n] = table_column_wise(k % G); break;
-      case ShardingType::ROW_WISE: gens[n] = row_wise(); break;
-      case ShardingType::TABLE_ROW_WISE: gens[n] = table_row_wise(k % G); break;
+  const int k = static_cast<int>(i);
+  switch (type) {
+    case ShardingType::DATA_PARALLEL: return data_parallel();
+    case ShardingType::TABLE_WISE: return table_wise(k % W);
+    case ShardingType::COLUMN_WISE: {
+      std::vector<int> ranks;
+      for (int j = 0; j < std::min(3, W + 1); ++j) ranks.push_back((k + j) % W);
+      return column_wise(ranks);
     }
+    case ShardingType::TABLE_COLUMN_WISE: return table_column_wise(k % G);
+    case ShardingType::ROW_WISE: return row_wise();
+    case ShardingType::TABLE_ROW_WISE: return table_row_wise(k % G);
   }
+  return data_parallel();
+}
+
+// Every table of `type` (table_generator).
+inline ModuleShardingPlan small_plan(ShardingType type, int W, int L) {
+  std::map<std::string, ParameterShardingGenerator> gens;
+  for (size_t i = 0; i < small_tables().size(); ++i)
+    gens[small_tables()[i].name] = table_generator(type, i, W, L);
   return construct_module_sharding_plan(small_shapes(), gens, W, L);
 }
 

@@ -8,6 +8,7 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/run_ranks.h>
 #include <ferry/collectives/torchrec/torchrec.h>
+#include "tests/torchrec/train_pipeline/pipeline_test_helpers.h"
 
 #include <catch2/catch.hpp>
 
@@ -110,18 +111,11 @@ std::unique_ptr<Model> build(const ModuleShardingPlan& plan, Group& world, bool 
   ShardedEmbeddingBagCollection* sebc = m->sebc.get();
   m->sparse = std::make_unique<SparseArch>(
       keys, kDim, [sebc](const KeyedJaggedTensor& kjt) { return sebc->forward(kjt); });
-  DlrmConfig dc;
-  dc.dense_in_features = 13;
-  dc.dense_arch_layer_sizes = {16, kDim};
-  dc.over_arch_layer_sizes = {16, 1};
-  dc.seed = 5;
-  m->dlrm = std::make_unique<DLRM>(*m->sparse, dc);
+  m->dlrm = std::make_unique<DLRM>(*m->sparse, testing::small_dlrm_config(kDim));
   m->dmp = std::make_unique<DistributedModelParallel>(
       m->dlrm->dense_parameters(),
       std::vector<std::shared_ptr<ShardedModule>>{std::make_shared<ShardedEbcModule>(m->sebc)},
-      world, [](std::vector<Variable> p) -> std::unique_ptr<Optimizer> {
-        return std::make_unique<Sgd>(std::move(p), SgdOptions{.lr = 0.05, .momentum = 0.9});
-      });
+      world, testing::momentum_sgd);
   PipelineModel pm;
   pm.dmp = m->dmp.get();
   DLRM* dlrm = m->dlrm.get();
@@ -314,10 +308,7 @@ TEST_CASE("train pipeline: a bad batch on one rank raises the same error on ever
   for (int pipelined = 0; pipelined < 2; ++pipelined) {
     INFO((pipelined ? "sparse-dist" : "base"));
     const SyntheticCriteo d = data(16 * W * 6);
-    std::mutex mu;
-    std::vector<std::string> errors(W);
-    std::vector<int64_t> steps(W, -1);
-    std::vector<double> after(W, -1);
+    std::vector<testing::RefusalSeen> seen(W);
     run_ranks(W, [&](Group& world) {
       const ModuleShardingPlan plan = plan_for("mixed", W);
       std::unique_ptr<Model> m = build(plan, world, pipelined == 1);
@@ -327,31 +318,19 @@ TEST_CASE("train pipeline: a bad batch on one rank raises the same error on ever
       so.world_size = W;
       SyntheticCriteoSource source(d, Split::Train, so);
       OutOfRange bad(source, world.rank() == 1 ? 2 : 1000, configs()[2].num_embeddings);
-      int64_t trained = 0;
-      std::string error;
-      try {
-        while (m->pipeline->progress(bad)) ++trained;
-      } catch (const InvalidArgument& e) {
-        error = e.what();
-      }
-      Tensor one = full({1}, 1.0, DType::Float64);
-      all_reduce(one, world).wait();
-      std::lock_guard lock(mu);
-      errors[static_cast<size_t>(world.rank())] = error;
-      steps[static_cast<size_t>(world.rank())] = trained;
-      after[static_cast<size_t>(world.rank())] = one.item();
+      seen[static_cast<size_t>(world.rank())] = testing::run_until_refused(*m->pipeline, bad, world);
     });
     for (int r = 0; r < W; ++r) {
-      INFO("rank " << r << ": " << errors[static_cast<size_t>(r)]);
-      CHECK(errors[static_cast<size_t>(r)].find("rank 1's input") != std::string::npos);
-      CHECK(errors[static_cast<size_t>(r)].find("t_2") != std::string::npos);
-      CHECK(errors[static_cast<size_t>(r)].find("cat_2") != std::string::npos);
-      CHECK(errors[static_cast<size_t>(r)].find("id 300 is out of range [0, 300)") !=
-            std::string::npos);
+      const testing::RefusalSeen& s = seen[static_cast<size_t>(r)];
+      INFO("rank " << r << ": " << s.error);
+      CHECK(s.error.find("rank 1's input") != std::string::npos);
+      CHECK(s.error.find("t_2") != std::string::npos);
+      CHECK(s.error.find("cat_2") != std::string::npos);
+      CHECK(s.error.find("id 300 is out of range [0, 300)") != std::string::npos);
       // The base pipeline checks batch 2 before its step; the sparse-dist one one step earlier,
       // when batch 2's input dist would start beside batch 1's step.
-      CHECK(steps[static_cast<size_t>(r)] == (pipelined ? 1 : 2));
-      CHECK(after[static_cast<size_t>(r)] == W);
+      CHECK(s.trained == (pipelined ? 1 : 2));
+      CHECK(s.after == W);
     }
   }
 }
