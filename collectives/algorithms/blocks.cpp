@@ -21,11 +21,25 @@ Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes) {
   return b;
 }
 
+// Built in place, without a list of rows first: a queued ring all_reduce or all_gather makes
+// these at every call, and the rows list was one allocation more than the two it needs.
 Blocks even_blocks(size_t count, int parts, size_t elem_bytes) {
-  std::vector<int64_t> rows(parts);
-  for (int k = 0; k < parts; ++k)
-    rows[k] = static_cast<int64_t>(count / parts + (static_cast<size_t>(k) < count % parts));
-  return contiguous_blocks(rows, elem_bytes);
+  Blocks b;
+  b.offset.reserve(static_cast<size_t>(parts));
+  b.bytes.reserve(static_cast<size_t>(parts));
+  size_t at = 0;
+  for (int k = 0; k < parts; ++k) {
+    const size_t rows = count / static_cast<size_t>(parts) +
+                        (static_cast<size_t>(k) < count % static_cast<size_t>(parts));
+    b.offset.push_back(at);
+    b.bytes.push_back(rows * elem_bytes);
+    at += b.bytes.back();
+  }
+  return b;
+}
+
+Blocks equal_blocks(int parts, size_t block_bytes) {
+  return even_blocks(static_cast<size_t>(parts), parts, block_bytes);
 }
 
 }  // namespace ferry::detail
