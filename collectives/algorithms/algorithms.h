@@ -28,6 +28,20 @@ Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes);
 Blocks even_blocks(size_t count, int parts, size_t elem_bytes);
 // `parts` blocks of `block_bytes` each.
 Blocks equal_blocks(int parts, size_t block_bytes);
+// even_blocks(count, parts, elem_bytes) in lists taken from the running thread's spares
+// (ThreadSpares, object_pool.h) and given back, emptied, when it goes: a queued op runs on its
+// group's worker, so its block lists are refilled at each call instead of allocated.
+class SpareEvenBlocks {
+ public:
+  SpareEvenBlocks(size_t count, int parts, size_t elem_bytes);
+  ~SpareEvenBlocks();
+  SpareEvenBlocks(const SpareEvenBlocks&) = delete;
+  SpareEvenBlocks& operator=(const SpareEvenBlocks&) = delete;
+  const Blocks& get() const { return blocks_; }
+
+ private:
+  Blocks blocks_;
+};
 
 struct ReduceSpec {
   DType dtype;  // a dtype `combine` accepts

@@ -237,9 +237,9 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
       .body = [&] {
         return detail::OpBody([input = Tensor(input), output, rows, world,
                                algo](OpContext& ctx) mutable {
-    gather_blocks(ctx, output, input,
-                  detail::equal_blocks(world, static_cast<size_t>(rows) * row_bytes(input)),
-                  algo);
+    const detail::SpareEvenBlocks blocks(static_cast<size_t>(world), world,
+                                         static_cast<size_t>(rows) * row_bytes(input));
+    gather_blocks(ctx, output, input, blocks.get(), algo);
     return std::vector<Tensor>{};
   }); }});
 }
