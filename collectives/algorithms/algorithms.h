@@ -26,6 +26,22 @@ struct Blocks {
 Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes);
 // `count` elements cut into `parts` nearly equal blocks (the first count % parts get one more).
 Blocks even_blocks(size_t count, int parts, size_t elem_bytes);
+// `parts` blocks of `block_bytes` each.
+Blocks equal_blocks(int parts, size_t block_bytes);
+// even_blocks(count, parts, elem_bytes) in lists taken from the running thread's spares
+// (ThreadSpares, object_pool.h) and given back, emptied, when it goes: a queued op runs on its
+// group's worker, so its block lists are refilled at each call instead of allocated.
+class SpareEvenBlocks {
+ public:
+  SpareEvenBlocks(size_t count, int parts, size_t elem_bytes);
+  ~SpareEvenBlocks();
+  SpareEvenBlocks(const SpareEvenBlocks&) = delete;
+  SpareEvenBlocks& operator=(const SpareEvenBlocks&) = delete;
+  const Blocks& get() const { return blocks_; }
+
+ private:
+  Blocks blocks_;
+};
 
 struct ReduceSpec {
   DType dtype;  // a dtype `combine` accepts
@@ -89,12 +105,8 @@ struct Exchange {
   std::vector<size_t> send_bytes;
   std::vector<char*> recv;
   std::vector<size_t> recv_bytes;
-  // When not empty, [part][rank]: the blocks are read (written) through these layouts instead
-  // of the contiguous places above, one message per part and peer (part p is step p).
-  std::vector<std::vector<ByteLayout>> send_layout, recv_layout;
 };
-// Moves the peers' layouts into their messages (each is used once), so `x` is spent.
-void pairwise_all_to_all(OpContext& ctx, Exchange& x);
+void pairwise_all_to_all(OpContext& ctx, const Exchange& x);
 // The same exchange of contiguous blocks, posted without waiting (the op's Work waits): block
 // k of `send` (bytes send_bytes[k] at send_offset[k]) goes to rank k, the block from rank k
 // lands at recv + recv_offset[k]; the own block is copied here. The arrays hold one entry per

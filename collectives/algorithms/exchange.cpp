@@ -7,29 +7,17 @@
 
 namespace ferry::detail {
 
-void pairwise_all_to_all(OpContext& ctx, Exchange& x) {
+void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   const int n = ctx.size(), r = ctx.rank();
   // All pairs are posted at once, in pairwise order so that no rank is everyone's first target.
-  const bool laid_out = !x.send_layout.empty();
   for (int s = 1; s < n; ++s) {
     const int to = (r + s) % n, from = (r - s + n) % n;
-    if (laid_out) {
-      for (size_t p = 0; p < x.send_layout.size(); ++p) {
-        ctx.recv(from, static_cast<uint32_t>(p), std::move(x.recv_layout[p][from]));
-        ctx.send(to, static_cast<uint32_t>(p), std::move(x.send_layout[p][to]));
-      }
-    } else {
-      ctx.recv(from, 0, x.recv[from], x.recv_bytes[from]);
-      ctx.send(to, 0, x.send[to], x.send_bytes[to]);
-    }
+    ctx.recv(from, 0, x.recv[from], x.recv_bytes[from]);
+    ctx.send(to, 0, x.send[to], x.send_bytes[to]);
   }
   // Our own block moves while the peers' are under way (no other block overlaps it).
-  if (laid_out) {
-    for (size_t p = 0; p < x.send_layout.size(); ++p)
-      copy_layout(x.send_layout[p][r], x.recv_layout[p][r]);
-  } else if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r]) {
+  if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r])
     std::memcpy(x.recv[r], x.send[r], x.recv_bytes[r]);
-  }
   ctx.wait_all();
 }
 

@@ -32,6 +32,11 @@ class OpBody {
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, OpBody>>>
   OpBody(F&& f) {  // NOLINT: implicit, as a lambda is passed where a body is expected
     using Fn = std::decay_t<F>;
+    // A lambda that copies a `const Tensor&` parameter holds a const Tensor, which moves by
+    // copying: such a body went to the heap unnoticed, one allocation per queued op. Capture
+    // it as `x = Tensor(x)` instead.
+    static_assert(sizeof(Fn) > kInlineBytes || std::is_nothrow_move_constructible_v<Fn>,
+                  "an op body that fits inline must move without throwing (no const captures)");
     if constexpr (fits_inline<Fn>()) {
       fn_ = ::new (static_cast<void*>(storage_)) Fn(std::forward<F>(f));
       ops_ = &kInlineOps<Fn>;

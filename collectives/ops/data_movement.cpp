@@ -44,15 +44,16 @@ std::unique_ptr<NativeRequest> native_all_gather(detail::GroupImpl& g, Algorithm
 }
 
 // Gathers `blocks` into `out`; our own block is read from `own`, which may be its place in `out`.
+// `input` and `output` are what a native call keeps alive should it never finish.
 void all_gather_blocks(OpContext& ctx, const char* own, char* out, const detail::Blocks& blocks,
-                       Algorithm algo, std::vector<Tensor> keep) {
+                       Algorithm algo, const Tensor& input, const Tensor& output) {
   if (!uses_native_collectives(algo)) ctx.ran(Collective::AllGather, algo);
   switch (algo) {
     case Algorithm::Native:
     case Algorithm::Persistent:
     case Algorithm::Exchange:
       ctx.wait_native(native_all_gather(ctx.group(), algo, own, out, &blocks, 0),
-                      std::move(keep));
+                      {input, output});
       break;
     // The algorithms send our block from `own` and copy it into place meanwhile.
     case Algorithm::Direct: detail::direct_all_gather(ctx, out, blocks, own); break;
@@ -63,7 +64,7 @@ void all_gather_blocks(OpContext& ctx, const char* own, char* out, const detail:
 
 void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
                    const detail::Blocks& blocks, Algorithm algo) {
-  all_gather_blocks(ctx, bytes_of(input), bytes_of(output), blocks, algo, {input, output});
+  all_gather_blocks(ctx, bytes_of(input), bytes_of(output), blocks, algo, input, output);
   output.bump_version();
 }
 
@@ -106,6 +107,34 @@ std::unique_ptr<NativeRequest> native_all_to_all_single(
         return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
                                         output.raw_data(), out_b.bytes, out_b.offset, path);
       });
+}
+
+// Where each rank's block of `t` lies: `splits` rows each (equal blocks when empty), for the
+// pairwise exchange. Inline lists: a call of a few ranks allocates nothing for them.
+using BlockPlaces = detail::SmallVector<size_t, 16>;
+void place_blocks(const std::vector<int64_t>& splits, const Tensor& t, int world,
+                  BlockPlaces& offset, BlockPlaces& bytes) {
+  const size_t rb = row_bytes(t);
+  size_t at = 0;
+  for (int k = 0; k < world; ++k) {
+    const int64_t rows = splits.empty() ? t.size(0) / world : splits[static_cast<size_t>(k)];
+    offset.push_back(at);
+    bytes.push_back(static_cast<size_t>(rows) * rb);
+    at += bytes.back();
+  }
+}
+
+// all_to_all_single's pairwise exchange, every message posted at once (over `ctx`, which waits
+// for them).
+void post_split_all_to_all(OpContext& ctx, const Tensor& input, Tensor& output,
+                           const std::vector<int64_t>& in_splits,
+                           const std::vector<int64_t>& out_splits) {
+  BlockPlaces send_offset, send_bytes, recv_offset, recv_bytes;
+  place_blocks(in_splits, input, ctx.size(), send_offset, send_bytes);
+  place_blocks(out_splits, output, ctx.size(), recv_offset, recv_bytes);
+  ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
+  detail::post_pairwise_all_to_all(ctx, bytes_of(input), send_offset.begin(), send_bytes.begin(),
+                                   bytes_of(output), recv_offset.begin(), recv_bytes.begin());
 }
 
 }  // namespace
@@ -164,7 +193,9 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
       .what = detail::OpSummary::of(input)
                             .rows_may_differ(elements_per_row(input))
                             .with_splits(sizes),
-      .body = [&] { return detail::OpBody([input, output, sizes, algo](OpContext& ctx) mutable {
+      .body = [&] { return detail::OpBody([input = Tensor(input), output,
+                                           sizes = std::vector<int64_t>(sizes),
+                                           algo](OpContext& ctx) mutable {
     gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, row_bytes(input)),
                   algo);
     return std::vector<Tensor>{};
@@ -204,11 +235,11 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
       .native_start = detail::native_start_if(uses_native_collectives(algo), start),
       .keep = {&input, &output},
       .body = [&] {
-        return detail::OpBody([input, output, rows, world, algo](OpContext& ctx) mutable {
-    gather_blocks(ctx, output, input,
-                  detail::contiguous_blocks(std::vector<int64_t>(world, rows),
-                                            row_bytes(input)),
-                  algo);
+        return detail::OpBody([input = Tensor(input), output, rows, world,
+                               algo](OpContext& ctx) mutable {
+    const detail::SpareEvenBlocks blocks(static_cast<size_t>(world), world,
+                                         static_cast<size_t>(rows) * row_bytes(input));
+    gather_blocks(ctx, output, input, blocks.get(), algo);
     return std::vector<Tensor>{};
   }); }});
 }
@@ -223,7 +254,7 @@ Work all_gather_v(const Tensor& input, const Group& group) {
       .what = detail::OpSummary::of(input)
                             .rows_may_differ(elements_per_row(input))
                             .with_note(" with exchanged sizes"),
-      .body = [&] { return detail::OpBody([input, world](OpContext& ctx) {
+      .body = [&] { return detail::OpBody([input = Tensor(input), world](OpContext& ctx) {
     // Phase 1: every rank's (rows, elements per row), so the output can be sized and a rank
     // whose rows have another shape is named instead of corrupting the gather.
     Tensor meta = empty({2 * static_cast<int64_t>(world)}, DType::Int64);
@@ -233,7 +264,7 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     m[2 * ctx.rank() + 1] = row_numel;
     // A step of the op, not its gather: the transport's own call where there is one, else
     // the one-round direct exchange (16 bytes a rank), whatever the table gives the gather.
-    const detail::Blocks meta_blocks = detail::contiguous_blocks(std::vector<int64_t>(world, 1), 16);
+    const detail::Blocks meta_blocks = detail::equal_blocks(world, 16);
     char* own_meta = bytes_of(meta) + meta_blocks.offset[ctx.rank()];
     if (ctx.native() != nullptr)  // its fastest way: not recorded as the op's algorithm
       ctx.wait_native(ctx.native()->all_gather(own_meta, bytes_of(meta), meta_blocks.bytes,
@@ -299,9 +330,6 @@ Work all_to_all_single(const Tensor& input, Tensor output,
                        out_own));
   v.no_overlap(input, "input", output, "output");
   const bool equal = input_split_sizes.empty() && output_split_sizes.empty();
-  auto splits_or_equal = [&](const std::vector<int64_t>& splits, const Tensor& t) {
-    return splits.empty() ? std::vector<int64_t>(world, t.size(0) / world) : splits;
-  };
   // Equal blocks: every rank gives as many elements; split lists: only the rows' shape agrees
   // (the transports check each block's byte count).
   detail::OpSummary summary = detail::OpSummary::of(input);
@@ -318,26 +346,8 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   // The pairwise exchange posts every message at once: on a transport without collectives of
   // its own it starts at issue, with its blocks' places computed on the stack.
   auto post = [&](std::unique_ptr<OpContext> ctx) {
-    const size_t rb = row_bytes(input);
-    detail::SmallVector<size_t, 16> send_offset, send_bytes, recv_offset, recv_bytes;
-    auto place = [&](const std::vector<int64_t>& splits, const Tensor& t,
-                     detail::SmallVector<size_t, 16>& offset,
-                     detail::SmallVector<size_t, 16>& bytes) {
-      size_t at = 0;
-      for (int k = 0; k < world; ++k) {
-        const int64_t rows = splits.empty() ? t.size(0) / world : splits[static_cast<size_t>(k)];
-        offset.push_back(at);
-        bytes.push_back(static_cast<size_t>(rows) * rb);
-        at += bytes.back();
-      }
-    };
-    place(input_split_sizes, input, send_offset, send_bytes);
-    place(output_split_sizes, output, recv_offset, recv_bytes);
     output.bump_version();
-    ctx->ran(Collective::AllToAll, Algorithm::Pairwise);
-    detail::post_pairwise_all_to_all(*ctx, bytes_of(input), send_offset.begin(),
-                                     send_bytes.begin(), bytes_of(output), recv_offset.begin(),
-                                     recv_bytes.begin());
+    post_split_all_to_all(*ctx, input, output, input_split_sizes, output_split_sizes);
     return detail::posted_exchange(std::move(ctx));
   };
   return detail::issue(group, {
@@ -347,11 +357,11 @@ Work all_to_all_single(const Tensor& input, Tensor output,
       .post = algo == Algorithm::Pairwise ? detail::OnePost(post) : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
-    // The split lists are built only for a queued op.
-    std::vector<int64_t> in_splits = splits_or_equal(input_split_sizes, input);
-    std::vector<int64_t> out_splits = splits_or_equal(output_split_sizes, output);
-    return detail::OpBody([input, output, in_splits, out_splits, world, equal,
-                         algo](OpContext& ctx) mutable {
+    // The caller's split lists, copied for a queued op (equal blocks: empty lists, no copy).
+    return detail::OpBody([input = Tensor(input), output,
+                           in_splits = std::vector<int64_t>(input_split_sizes),
+                           out_splits = std::vector<int64_t>(output_split_sizes), equal,
+                           algo](OpContext& ctx) mutable {
     if (uses_native_collectives(algo)) {  // the same call as when started at issue
       ctx.wait_native(native_all_to_all_single(ctx.group(), algo, input, output, in_splits,
                                                out_splits, equal),
@@ -360,18 +370,10 @@ Work all_to_all_single(const Tensor& input, Tensor output,
       return std::vector<Tensor>{};
     }
     if (algo != Algorithm::Pairwise) detail::no_such_algorithm(Collective::AllToAll, algo);
-    ctx.ran(Collective::AllToAll, algo);
-    const size_t rb = row_bytes(input);
-    detail::Blocks in_b = detail::contiguous_blocks(in_splits, rb);
-    detail::Blocks out_b = detail::contiguous_blocks(out_splits, rb);
-    detail::Exchange x;
-    for (int k = 0; k < world; ++k) {
-      x.send.push_back(bytes_of(input) + in_b.offset[k]);
-      x.send_bytes.push_back(in_b.bytes[k]);
-      x.recv.push_back(bytes_of(output) + out_b.offset[k]);
-      x.recv_bytes.push_back(out_b.bytes[k]);
-    }
-    detail::pairwise_all_to_all(ctx, x);
+    // The messages of the form posted at issue, in the same order: they match whichever form
+    // each rank runs.
+    post_split_all_to_all(ctx, input, output, in_splits, out_splits);
+    ctx.wait_all();
     output.bump_version();
     return std::vector<Tensor>{};
   }); }});
@@ -405,7 +407,8 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
   return detail::issue(group, {
       .name = "all_to_all",
       .what = detail::OpSummary::of_lists(dtype),
-      .body = [&] { return detail::OpBody([inputs, outputs = std::vector<Tensor>(outputs),
+      .body = [&] { return detail::OpBody([inputs = std::vector<Tensor>(inputs),
+                                           outputs = std::vector<Tensor>(outputs),
                          algo](OpContext& ctx) mutable {
     detail::Exchange x;
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -455,7 +458,8 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
       .name = "gather",
       .what = detail::OpSummary::of(input).with_root(root).sizes_may_differ(),
       .body = [&] {
-        return detail::OpBody([input, outputs = std::vector<Tensor>(outputs), root, is_root,
+        return detail::OpBody([input = Tensor(input), outputs = std::vector<Tensor>(outputs),
+                               root, is_root,
                          algo](OpContext& ctx) mutable {
     ctx.ran(Collective::Gather, algo);
     std::vector<char*> recv;
@@ -502,7 +506,8 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
       .name = "scatter",
       .what = detail::OpSummary::of(output).with_root(root).sizes_may_differ(),
       .body = [&] {
-        return detail::OpBody([inputs, output, root, is_root, algo](OpContext& ctx) mutable {
+        return detail::OpBody([inputs = std::vector<Tensor>(inputs), output, root, is_root,
+                               algo](OpContext& ctx) mutable {
     ctx.ran(Collective::Scatter, algo);
     std::vector<const char*> send;
     std::vector<size_t> send_bytes;

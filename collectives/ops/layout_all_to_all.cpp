@@ -155,6 +155,112 @@ void post_laid_out(OpContext& ctx, const PartRef* parts, size_t num_parts) {
   }
 }
 
+// Every part's blocks for a queued pairwise exchange, copied out of the caller's layouts (which
+// may be gone by the time the op runs) into two lists however many parts and ranks there are:
+// a block that is one contiguous span of its tensor is kept as that span, any other as its runs
+// in bytes. A list of byte layouts per part and side cost 2 + 2W allocations per part.
+class QueuedBlocks {
+ public:
+  // Appends every block of `layouts` over `t`; blocks are numbered in the order added.
+  void add(const Tensor& t, const std::vector<BlockLayout>& layouts) {
+    const size_t elem = t.element_size();
+    char* base = static_cast<char*>(const_cast<void*>(t.raw_data()));
+    for (const BlockLayout& l : layouts) {
+      Block b{base, nullptr, 0, runs_.size(), 0};
+      b.span = span_of(t, l, b.bytes);
+      if (b.span == nullptr) {
+        for (const StridedRun& r : l) {
+          if (r.count == 0 || r.length == 0) continue;
+          runs_.push_back(ByteRun{static_cast<size_t>(r.offset) * elem,
+                                  static_cast<size_t>(r.count),
+                                  static_cast<size_t>(r.length) * elem,
+                                  static_cast<size_t>(r.stride) * elem});
+          b.runs += 1;
+        }
+      }
+      blocks_.push_back(b);
+    }
+  }
+  // Room for `blocks` blocks and the runs of `layouts` (an upper bound: a contiguous block
+  // keeps none), so that each list is allocated once.
+  void reserve(size_t blocks, size_t runs) {
+    blocks_.reserve(blocks);
+    runs_.reserve(runs);
+  }
+  static size_t runs_in(const std::vector<BlockLayout>& layouts) {
+    size_t n = 0;
+    for (const BlockLayout& l : layouts) n += l.size();
+    return n;
+  }
+
+  void send(OpContext& ctx, int to, uint32_t tag, size_t block) const {
+    const Block& b = blocks_[block];
+    if (b.span != nullptr) {
+      ctx.send(to, tag, b.span, b.bytes);
+    } else {
+      ctx.send(to, tag, layout(b));
+    }
+  }
+  void recv(OpContext& ctx, int from, uint32_t tag, size_t block) const {
+    const Block& b = blocks_[block];
+    if (b.span != nullptr) {
+      ctx.recv(from, tag, b.span, b.bytes);
+    } else {
+      ctx.recv(from, tag, layout(b));
+    }
+  }
+  // Copies block `from` into block `to` (a rank's own block), as post_laid_out does.
+  void copy(size_t from, size_t to) const {
+    const Block& f = blocks_[from];
+    const Block& t = blocks_[to];
+    if (f.span != nullptr && t.span != nullptr) {
+      if (f.bytes > 0) std::memcpy(t.span, f.span, f.bytes);
+    } else if (f.span != nullptr) {
+      unpack_layout(f.span, layout(t));
+    } else if (t.span != nullptr) {
+      pack_layout(layout(f), t.span);
+    } else {
+      copy_layout(layout(f), layout(t));
+    }
+  }
+
+ private:
+  struct Block {
+    char* base;    // the tensor's bytes
+    char* span;    // where the block lies when contiguous, else null
+    size_t bytes;  // its size when contiguous
+    size_t first;  // else its runs: runs_[first, first + runs)
+    size_t runs;
+  };
+  ByteLayout layout(const Block& b) const {
+    ByteLayout l;
+    l.base = b.base;
+    l.runs.assign(runs_.begin() + static_cast<std::ptrdiff_t>(b.first),
+                  runs_.begin() + static_cast<std::ptrdiff_t>(b.first + b.runs));
+    return l;
+  }
+  std::vector<Block> blocks_;
+  std::vector<ByteRun> runs_;
+};
+
+// The queued form of post_laid_out, over blocks numbered [part][side][rank] (side 0 sends, 1
+// receives), with the messages in the same order: the forms match whichever one a rank runs.
+void run_queued_laid_out(OpContext& ctx, const QueuedBlocks& blocks, size_t num_parts) {
+  const size_t n = static_cast<size_t>(ctx.size()), r = static_cast<size_t>(ctx.rank());
+  auto send_block = [n](size_t part, size_t rank) { return (2 * part) * n + rank; };
+  auto recv_block = [n](size_t part, size_t rank) { return (2 * part + 1) * n + rank; };
+  for (size_t s = 1; s < n; ++s) {
+    const size_t to = (r + s) % n, from = (r + n - s) % n;
+    for (size_t p = 0; p < num_parts; ++p) {
+      const uint32_t tag = static_cast<uint32_t>(p);
+      blocks.recv(ctx, static_cast<int>(from), tag, recv_block(p, from));
+      blocks.send(ctx, static_cast<int>(to), tag, send_block(p, to));
+    }
+  }
+  for (size_t p = 0; p < num_parts; ++p) blocks.copy(send_block(p, r), recv_block(p, r));
+  ctx.wait_all();
+}
+
 // On a transport with its own collectives (MPI), all parts move in one native call: per peer,
 // one span per part. A side whose blocks are contiguous spans of its tensor goes as it is (a
 // KJT's send side); the other side's blocks are packed into a staging buffer per part before
@@ -306,36 +412,48 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
       .post = postable ? detail::OnePost(post) : detail::OnePost(),
       .keep = keep,
       .body = [&] {
-    // Built only for a queued op: every part's layouts in bytes, its tensors kept alive.
-    std::vector<std::vector<ByteLayout>> send, recv;  // [part][rank]
     std::vector<Tensor> keep;
-    send.reserve(num_parts);
-    recv.reserve(num_parts);
     keep.reserve(2 * num_parts);
     for (size_t p = 0; p < num_parts; ++p) {
-      send.push_back(byte_layouts(parts[p].input, parts[p].send_layouts));
-      recv.push_back(byte_layouts(parts[p].output, parts[p].recv_layouts));
       keep.push_back(parts[p].input);
       keep.push_back(parts[p].output);
     }
+    if (algo == Algorithm::Pairwise) {
+      QueuedBlocks blocks;
+      size_t runs = 0;
+      for (size_t p = 0; p < num_parts; ++p)
+        runs += QueuedBlocks::runs_in(parts[p].send_layouts) +
+                QueuedBlocks::runs_in(parts[p].recv_layouts);
+      blocks.reserve(2 * num_parts * static_cast<size_t>(group.size()), runs);
+      for (size_t p = 0; p < num_parts; ++p) {
+        blocks.add(parts[p].input, parts[p].send_layouts);
+        blocks.add(parts[p].output, parts[p].recv_layouts);
+      }
+      return detail::OpBody([keep = std::move(keep), blocks = std::move(blocks),
+                             num_parts](OpContext& ctx) mutable {
+        ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
+        run_queued_laid_out(ctx, blocks, num_parts);
+        for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
+        return std::vector<Tensor>{};
+      });
+    }
+    // The transport's own collective: every part's layouts in bytes, [part][rank].
+    std::vector<std::vector<ByteLayout>> send, recv;
+    send.reserve(num_parts);
+    recv.reserve(num_parts);
+    for (size_t p = 0; p < num_parts; ++p) {
+      send.push_back(byte_layouts(parts[p].input, parts[p].send_layouts));
+      recv.push_back(byte_layouts(parts[p].output, parts[p].recv_layouts));
+    }
     return detail::OpBody([keep = std::move(keep), send = std::move(send),
                            recv = std::move(recv), algo](OpContext& ctx) mutable {
-    if (uses_native_collectives(algo)) {
-      ctx.wait_native(detail::call_native(ctx.group(), Collective::AllToAll, algo,
-                                          [&](NativeCollectives& native, NativePath& path) {
-                                            return std::make_unique<NativeLayoutExchange>(
-                                                native, path, send, std::move(recv), keep);
-                                          }),
-                      {});
-    } else if (algo == Algorithm::Pairwise) {
-      ctx.ran(Collective::AllToAll, algo);
-      detail::Exchange x;
-      x.send_layout = std::move(send);
-      x.recv_layout = std::move(recv);
-      detail::pairwise_all_to_all(ctx, x);
-    } else {
-      detail::no_such_algorithm(Collective::AllToAll, algo);
-    }
+    if (!uses_native_collectives(algo)) detail::no_such_algorithm(Collective::AllToAll, algo);
+    ctx.wait_native(detail::call_native(ctx.group(), Collective::AllToAll, algo,
+                                        [&](NativeCollectives& native, NativePath& path) {
+                                          return std::make_unique<NativeLayoutExchange>(
+                                              native, path, send, std::move(recv), keep);
+                                        }),
+                    {});
     for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
     return std::vector<Tensor>{};
   }); }});

@@ -159,7 +159,8 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
       .post = algo == Algorithm::Direct && as_is ? detail::OnePost(post)
                                                   : detail::OnePost(),
       .keep = {&input, &output},
-      .body = [&] { return detail::OpBody([input, output, op, world, algo](OpContext& ctx) mutable {
+      .body = [&] { return detail::OpBody([input = Tensor(input), output, op, world,
+                                           algo](OpContext& ctx) mutable {
     const bool in_place = input.raw_data() == output.raw_data();
     Accumulation a(ctx, input, output, op, in_place);
     const size_t count = static_cast<size_t>(input.numel());
@@ -205,7 +206,7 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
       .name = "reduce",
       .what = detail::OpSummary::of(input, op).with_root(root),
       .body = [&] {
-        return detail::OpBody([input, output, op, root, world, is_root,
+        return detail::OpBody([input = Tensor(input), output, op, root, world, is_root,
                                algo](OpContext& ctx) mutable {
     Tensor out_arg = is_root ? output : Tensor();
     Accumulation a(ctx, input, out_arg, op, is_root && input.raw_data() == output.raw_data());
@@ -351,7 +352,8 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   return detail::issue(group, {
       .name = "reduce_scatter",
       .what = summary,
-      .body = [&] { return detail::OpBody([inputs, output, op, sizes](OpContext& ctx) mutable {
+      .body = [&] { return detail::OpBody([inputs = std::vector<Tensor>(inputs), output, op,
+                                           sizes = std::move(sizes)](OpContext& ctx) mutable {
     ctx.ran(Collective::ReduceScatter, Algorithm::Ring);
     std::vector<const char*> in_block;
     in_block.reserve(inputs.size());
