@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -69,14 +70,21 @@ std::function<void()> raw_split_all_to_all(Group& g) {
 }
 
 // alltoall_pooled's forward layouts: X's row blocks out, columns of [B, W D] in.
-std::function<void()> raw_layout_all_to_all(Group& g) {
-  const Tensor in = ferry::ones({kWorld * kB, kD});
-  const Tensor out = ferry::empty({kB, kWorld * kD});
+std::pair<std::vector<ferry::BlockLayout>, std::vector<ferry::BlockLayout>> pooled_layouts() {
   std::vector<ferry::BlockLayout> send, recv;
   for (int k = 0; k < kWorld; ++k) {
     send.push_back({ferry::StridedRun{k * kB * kD, 1, kB * kD, 0}});
     recv.push_back({ferry::StridedRun{k * kD, kB, kD, kWorld * kD}});
   }
+  return {send, recv};
+}
+
+// The raw all-to-all with those layouts.
+std::function<void()> raw_layout_all_to_all(Group& g) {
+  const Tensor in = ferry::ones({kWorld * kB, kD});
+  const Tensor out = ferry::empty({kB, kWorld * kD});
+  const std::vector<ferry::BlockLayout> send = pooled_layouts().first;
+  const std::vector<ferry::BlockLayout> recv = pooled_layouts().second;
   return [=] { ferry::all_to_all_single(in, send, out, recv, g).wait(); };
 }
 
@@ -242,11 +250,8 @@ std::function<ferry::Work()> issue_split_all_to_all(Group& g) {
 std::function<ferry::Work()> issue_layout_all_to_all(Group& g) {
   const Tensor in = ferry::ones({kWorld * kB, kD});
   const Tensor out = ferry::empty({kB, kWorld * kD});
-  std::vector<ferry::BlockLayout> send, recv;
-  for (int k = 0; k < kWorld; ++k) {
-    send.push_back({ferry::StridedRun{k * kB * kD, 1, kB * kD, 0}});
-    recv.push_back({ferry::StridedRun{k * kD, kB, kD, kWorld * kD}});
-  }
+  const std::vector<ferry::BlockLayout> send = pooled_layouts().first;
+  const std::vector<ferry::BlockLayout> recv = pooled_layouts().second;
   return [=] { return ferry::all_to_all_single(in, send, out, recv, g); };
 }
 
