@@ -156,6 +156,169 @@ struct Outcome {
   bool ok = false;
 };
 
+// Rank 0: prints the plan and the learning threshold (from the generator's best and dense-only
+// AUCs, or --min-auc) and returns it; the other ranks return 0.
+double print_plan_and_threshold(const Options& o, const SyntheticCriteo& data,
+                                const ShardingPlan& plan, int W, bool printer) {
+  if (!printer) return 0;
+  double threshold = 0;
+  const std::string plan_text =
+      format_plan(plan, {{"sparse.ebc", planner_tables(o)}}, topology(o, W));
+  std::printf("%s\n", plan_text.c_str());
+  if (o.data.empty()) {
+    const double bayes = data.bayes_auc(8192), dense_only = data.dense_only_auc(8192);
+    threshold = o.min_auc >= 0 ? o.min_auc : dense_only + 0.25 * (bayes - dense_only);
+    std::printf("generator: Bayes AUC %.4f, dense-only AUC %.4f -> learning threshold %.4f\n",
+                bayes, dense_only, threshold);
+  } else {
+    // Real data has no known best AUC: better than chance unless --min-auc says otherwise.
+    threshold = o.min_auc >= 0 ? o.min_auc : 0.5;
+    std::printf("data: %s -> learning threshold %.4f\n", o.data.c_str(), threshold);
+  }
+  std::fflush(stdout);
+  return threshold;
+}
+
+// --metrics: the CSV file with its header line (null without the option).
+std::FILE* open_metrics(const Options& o) {
+  if (o.metrics.empty()) return nullptr;
+  std::FILE* csv = std::fopen(o.metrics.c_str(), "w");
+  if (csv == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + o.metrics);
+  std::fprintf(csv, "epoch,step,pipeline,world_size,batch,data_ms,agreement_ms,input_dist_ms,"
+                    "lookup_output_dist_ms,dense_forward_ms,backward_ms,grad_all_reduce_ms,"
+                    "optimizer_ms,sparse_optimizer_ms,comm_wait_ms,total_ms,loss\n");
+  return csv;
+}
+
+// What one epoch's steps add up to on this rank.
+struct EpochSteps {
+  double loss_sum = 0;
+  int64_t steps = 0;
+  double seconds = 0;
+};
+
+// Runs `train` through the pipeline once: every step's loss into step_losses, its stage
+// times into last_epoch (and the --metrics CSV), a progress bar on a terminal.
+EpochSteps train_epoch(const Options& o, ShardedDlrm& m, BatchSource& train, int epoch,
+                       int64_t steps_per_epoch, int W, bool show_progress, std::FILE* csv,
+                       std::vector<StepTimes>& last_epoch,
+                       std::vector<double>& step_losses) {
+  EpochSteps r;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::optional<TrainStepOutput> out = m.pipeline->progress(train)) {
+    r.loss_sum += out->loss;
+    step_losses.push_back(out->loss);
+    ++r.steps;
+    last_epoch.push_back(out->times);
+    if (csv != nullptr) {
+      const StepTimes& t = out->times;
+      std::fprintf(csv, "%d,%lld,%s,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.6f\n",
+                   epoch, static_cast<long long>(out->step), m.pipeline->name().c_str(), W,
+                   static_cast<long long>(o.batch), 1e3 * t.data, 1e3 * t.agreement,
+                   1e3 * t.input_dist, 1e3 * t.lookup_output_dist, 1e3 * t.dense_forward,
+                   1e3 * t.backward, 1e3 * t.grad_all_reduce, 1e3 * t.optimizer,
+                   1e3 * t.sparse_optimizer, 1e3 * t.comm_wait, 1e3 * t.total, out->loss);
+    }
+    if (show_progress) {
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const int width = 30;
+      const int filled = static_cast<int>(width * r.steps / std::max<int64_t>(1, steps_per_epoch));
+      std::printf("\repoch %d [%s%s] %lld/%lld steps, %.0f samples/s, loss %.4f ", epoch,
+                  std::string(static_cast<size_t>(filled), '=').c_str(),
+                  std::string(static_cast<size_t>(width - filled), ' ').c_str(),
+                  static_cast<long long>(r.steps), static_cast<long long>(steps_per_epoch),
+                  static_cast<double>(r.steps * W * o.batch) / secs, r.loss_sum / r.steps);
+      std::fflush(stdout);
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+// Rank 0's last lines: the last epoch's median step by stage beside the compute limit, and the
+// --svg picture.
+void print_step_summary(const Options& o, const ShardedDlrm& m, int W,
+                        const std::vector<StepTimes>& last_epoch, double limit_ms,
+                        const std::vector<double>& step_losses,
+                        const std::vector<int64_t>& epoch_end_steps,
+                        const std::vector<EpochRecord>& records, double auc_threshold) {
+  // Medians over the last epoch's steps (rank 0), skipping the first (pipeline fill).
+  auto med = [&](double StepTimes::*field) {
+    std::vector<double> v;
+    for (size_t i = last_epoch.size() > 1 ? 1 : 0; i < last_epoch.size(); ++i)
+      v.push_back(1e3 * (last_epoch[i].*field));
+    return median(v);
+  };
+  const double total = med(&StepTimes::total);
+  std::printf("step time (rank 0, %s pipeline, median of the last epoch): %.2f ms = data %.2f + "
+              "agreement %.2f + input dist %.2f + lookup/output dist %.2f + dense fwd %.2f + "
+              "backward %.2f + grad all_reduce %.2f + dense optimizer %.2f + data_parallel "
+              "tables %.2f ms; waiting on "
+              "communication %.2f ms (%.0f%%)\n",
+              m.pipeline->name().c_str(), total, med(&StepTimes::data),
+              med(&StepTimes::agreement), med(&StepTimes::input_dist),
+              med(&StepTimes::lookup_output_dist), med(&StepTimes::dense_forward),
+              med(&StepTimes::backward), med(&StepTimes::grad_all_reduce),
+              med(&StepTimes::optimizer), med(&StepTimes::sparse_optimizer),
+              med(&StepTimes::comm_wait),
+              total > 0 ? 100.0 * med(&StepTimes::comm_wait) / total : 0.0);
+  std::printf("compute limit of the step on this machine: %.2f ms (its GEMMs, interaction and "
+              "embedding rows at the speed measured for them): the step is %.1fx the limit; "
+              "ferry-dlrm --bench times the step alone\n",
+              limit_ms, limit_ms > 0 ? total / limit_ms : 0.0);
+  if (!o.svg.empty()) {
+    RunPicture picture;
+    picture.title = "ferry-dlrm: " + std::to_string(W) + " ranks, " + m.pipeline->name() +
+                    " pipeline, sharding " + o.sharding + ", batch " +
+                    std::to_string(o.batch) + " per rank";
+    picture.step_loss = step_losses;
+    picture.epoch_end_steps = epoch_end_steps;
+    picture.epochs = records;
+    picture.auc_threshold = auc_threshold;
+    picture.stages = {{"data", med(&StepTimes::data)},
+                      {"agreement", med(&StepTimes::agreement)},
+                      {"input dist", med(&StepTimes::input_dist)},
+                      {"lookup + output dist", med(&StepTimes::lookup_output_dist)},
+                      {"dense forward", med(&StepTimes::dense_forward)},
+                      {"backward", med(&StepTimes::backward)},
+                      {"grad all_reduce", med(&StepTimes::grad_all_reduce)},
+                      {"dense optimizer", med(&StepTimes::optimizer)},
+                      {"data_parallel tables", med(&StepTimes::sparse_optimizer)}};
+    picture.step_ms = total;
+    picture.compute_limit_ms = limit_ms;
+    write_svg(o.svg, picture);
+    std::printf("wrote %s\n", o.svg.c_str());
+  }
+}
+
+void print_check(const Options& o, const CheckResult& check, int W) {
+  std::printf("equivalence with unsharded single-process training (%d steps, global batch %lld): "
+              "max rel. diff logits %.2e, tables %.2e, dense %.2e (tolerance %.0e): %s\n",
+              o.check_steps, static_cast<long long>(o.check_batch * W), check.logits,
+              check.tables, check.dense, check.tolerance, check.passed ? "passed" : "FAILED");
+  std::fflush(stdout);
+}
+
+// After the first epoch, rank 0 says whether the later epochs read their batches from memory
+// (once, so that the first epoch's slower steps are not a surprise).
+void print_data_cache(const Options& o, const BatchSource& train, const BatchSource& test) {
+  const auto* kept = dynamic_cast<const CachingSource*>(&train);
+  const auto* kept_test = dynamic_cast<const CachingSource*>(&test);
+  if (kept != nullptr && kept->serving_from_memory()) {
+    char test_part[64] = "";
+    if (kept_test != nullptr && kept_test->serving_from_memory())
+      std::snprintf(test_part, sizeof test_part, ", test %.1f MiB",
+                    static_cast<double>(kept_test->cached_bytes()) / (1 << 20));
+    std::printf("data: the later epochs read this rank's batches from memory (train %.1f "
+                "MiB%s; --data-cache-mb)\n",
+                static_cast<double>(kept->cached_bytes()) / (1 << 20), test_part);
+  } else if (kept != nullptr && kept->over_budget()) {
+    std::printf("data: the train split's batches exceed --data-cache-mb %lld: every epoch "
+                "makes them again\n", static_cast<long long>(o.data_cache_mb));
+  }
+}
+
 Outcome run(const Options& o, Group& world) {
   const int W = world.size();
   const bool printer = world.rank() == 0;
@@ -164,32 +327,12 @@ Outcome run(const Options& o, Group& world) {
   const ShardingPlan plan = make_plan(o, W);
   const ModuleShardingPlan module_plan = *plan.get_plan_for_module("sparse.ebc");
   Outcome outcome;
-  if (printer) {
-    std::printf("%s\n", format_plan(plan, {{"sparse.ebc", planner_tables(o)}}, topology(o, W)).c_str());
-    if (o.data.empty()) {
-      const double bayes = data.bayes_auc(8192), dense_only = data.dense_only_auc(8192);
-      outcome.threshold = o.min_auc >= 0 ? o.min_auc : dense_only + 0.25 * (bayes - dense_only);
-      std::printf("generator: Bayes AUC %.4f, dense-only AUC %.4f -> learning threshold %.4f\n",
-                  bayes, dense_only, outcome.threshold);
-    } else {
-      // Real data has no known best AUC: better than chance unless --min-auc says otherwise.
-      outcome.threshold = o.min_auc >= 0 ? o.min_auc : 0.5;
-      std::printf("data: %s -> learning threshold %.4f\n", o.data.c_str(), outcome.threshold);
-    }
-    std::fflush(stdout);
-  }
+  outcome.threshold = print_plan_and_threshold(o, data, plan, W, printer);
   outcome.threshold = sum_over_ranks(outcome.threshold, world);
 
   // The equivalence check against single-process training.
   outcome.check = equivalence_check(o, data, module_plan, world);
-  if (printer) {
-    std::printf("equivalence with unsharded single-process training (%d steps, global batch %lld): "
-                "max rel. diff logits %.2e, tables %.2e, dense %.2e (tolerance %.0e): %s\n",
-                o.check_steps, static_cast<long long>(o.check_batch * W), outcome.check.logits,
-                outcome.check.tables, outcome.check.dense, outcome.check.tolerance,
-                outcome.check.passed ? "passed" : "FAILED");
-    std::fflush(stdout);
-  }
+  if (printer) print_check(o, outcome.check, W);
 
   std::unique_ptr<ShardedDlrm> m = build(o, module_plan, world);
   ShardOptions so;
@@ -200,14 +343,7 @@ Outcome run(const Options& o, Group& world) {
   BatchSource& train = *train_source;
   std::unique_ptr<BatchSource> test_source = make_source(o, data, Split::Test, so);
   const int64_t steps_per_epoch = train.num_batches();
-  std::FILE* csv = nullptr;
-  if (printer && !o.metrics.empty()) {
-    csv = std::fopen(o.metrics.c_str(), "w");
-    if (csv == nullptr) throw InvalidArgument("ferry-dlrm: cannot write " + o.metrics);
-    std::fprintf(csv, "epoch,step,pipeline,world_size,batch,data_ms,agreement_ms,input_dist_ms,"
-                      "lookup_output_dist_ms,dense_forward_ms,backward_ms,grad_all_reduce_ms,"
-                      "optimizer_ms,sparse_optimizer_ms,comm_wait_ms,total_ms,loss\n");
-  }
+  std::FILE* csv = printer ? open_metrics(o) : nullptr;
   std::vector<StepTimes> last_epoch;
   std::vector<EpochRecord> records;
   std::vector<double> step_losses;       // this rank's loss of every step, for the picture
@@ -231,38 +367,11 @@ Outcome run(const Options& o, Group& world) {
     train.reset();
     m->pipeline->reset();
     last_epoch.clear();
-    double loss_sum = 0;
-    int64_t steps = 0;
-    const auto start = std::chrono::steady_clock::now();
-    while (std::optional<TrainStepOutput> out = m->pipeline->progress(train)) {
-      loss_sum += out->loss;
-      step_losses.push_back(out->loss);
-      ++steps;
-      last_epoch.push_back(out->times);
-      if (csv != nullptr) {
-        const StepTimes& t = out->times;
-        std::fprintf(csv, "%d,%lld,%s,%d,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.6f\n",
-                     epoch, static_cast<long long>(out->step), m->pipeline->name().c_str(), W,
-                     static_cast<long long>(o.batch), 1e3 * t.data, 1e3 * t.agreement,
-                     1e3 * t.input_dist, 1e3 * t.lookup_output_dist, 1e3 * t.dense_forward,
-                     1e3 * t.backward, 1e3 * t.grad_all_reduce, 1e3 * t.optimizer,
-                     1e3 * t.sparse_optimizer, 1e3 * t.comm_wait, 1e3 * t.total, out->loss);
-      }
-      if (printer && tty) {
-        const double secs =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        const int width = 30;
-        const int filled = static_cast<int>(width * steps / std::max<int64_t>(1, steps_per_epoch));
-        std::printf("\repoch %d [%s%s] %lld/%lld steps, %.0f samples/s, loss %.4f ", epoch,
-                    std::string(static_cast<size_t>(filled), '=').c_str(),
-                    std::string(static_cast<size_t>(width - filled), ' ').c_str(),
-                    static_cast<long long>(steps), static_cast<long long>(steps_per_epoch),
-                    static_cast<double>(steps * W * o.batch) / secs, loss_sum / steps);
-        std::fflush(stdout);
-      }
-    }
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const EpochSteps done = train_epoch(o, *m, train, epoch, steps_per_epoch, W, printer && tty,
+                                        csv, last_epoch, step_losses);
+    const double loss_sum = done.loss_sum;
+    const int64_t steps = done.steps;
+    const double secs = done.seconds;
     const double train_loss = sum_over_ranks(loss_sum, world) /
                               std::max(1.0, sum_over_ranks(static_cast<double>(steps), world));
     const BinaryMetrics test = evaluate(*m, *test_source, world);
@@ -281,21 +390,7 @@ Outcome run(const Options& o, Group& world) {
                   static_cast<double>(steps * W * o.batch) / secs, train_loss, test.log_loss,
                   test.auc, 100.0 * test.accuracy);
       if (epoch == first_epoch && epoch < o.epochs) {
-        // Said once, so that the first epoch's slower steps are not a surprise.
-        const auto* kept = dynamic_cast<const CachingSource*>(train_source.get());
-        const auto* kept_test = dynamic_cast<const CachingSource*>(test_source.get());
-        if (kept != nullptr && kept->serving_from_memory()) {
-          char test_part[64] = "";
-          if (kept_test != nullptr && kept_test->serving_from_memory())
-            std::snprintf(test_part, sizeof test_part, ", test %.1f MiB",
-                          static_cast<double>(kept_test->cached_bytes()) / (1 << 20));
-          std::printf("data: the later epochs read this rank's batches from memory (train %.1f "
-                      "MiB%s; --data-cache-mb)\n",
-                      static_cast<double>(kept->cached_bytes()) / (1 << 20), test_part);
-        } else if (kept != nullptr && kept->over_budget()) {
-          std::printf("data: the train split's batches exceed --data-cache-mb %lld: every epoch "
-                      "makes them again\n", static_cast<long long>(o.data_cache_mb));
-        }
+        print_data_cache(o, *train_source, *test_source);
       }
       std::fflush(stdout);
     }
@@ -307,53 +402,8 @@ Outcome run(const Options& o, Group& world) {
   const double limit_ms =
       step_compute_limit(o, *m, bag * static_cast<double>(o.batch * o.tables), world).total_ms();
   if (printer && !last_epoch.empty()) {
-    // Medians over the last epoch's steps (rank 0), skipping the first (pipeline fill).
-    auto med = [&](double StepTimes::*field) {
-      std::vector<double> v;
-      for (size_t i = last_epoch.size() > 1 ? 1 : 0; i < last_epoch.size(); ++i)
-        v.push_back(1e3 * (last_epoch[i].*field));
-      return median(v);
-    };
-    const double total = med(&StepTimes::total);
-    std::printf("step time (rank 0, %s pipeline, median of the last epoch): %.2f ms = data %.2f + "
-                "agreement %.2f + input dist %.2f + lookup/output dist %.2f + dense fwd %.2f + "
-                "backward %.2f + grad all_reduce %.2f + dense optimizer %.2f + data_parallel "
-                "tables %.2f ms; waiting on "
-                "communication %.2f ms (%.0f%%)\n",
-                m->pipeline->name().c_str(), total, med(&StepTimes::data),
-                med(&StepTimes::agreement), med(&StepTimes::input_dist),
-                med(&StepTimes::lookup_output_dist), med(&StepTimes::dense_forward),
-                med(&StepTimes::backward), med(&StepTimes::grad_all_reduce),
-                med(&StepTimes::optimizer), med(&StepTimes::sparse_optimizer),
-                med(&StepTimes::comm_wait),
-                total > 0 ? 100.0 * med(&StepTimes::comm_wait) / total : 0.0);
-    std::printf("compute limit of the step on this machine: %.2f ms (its GEMMs, interaction and "
-                "embedding rows at the speed measured for them): the step is %.1fx the limit; "
-                "ferry-dlrm --bench times the step alone\n",
-                limit_ms, limit_ms > 0 ? total / limit_ms : 0.0);
-    if (!o.svg.empty()) {
-      RunPicture picture;
-      picture.title = "ferry-dlrm: " + std::to_string(W) + " ranks, " + m->pipeline->name() +
-                      " pipeline, sharding " + o.sharding + ", batch " +
-                      std::to_string(o.batch) + " per rank";
-      picture.step_loss = step_losses;
-      picture.epoch_end_steps = epoch_end_steps;
-      picture.epochs = records;
-      picture.auc_threshold = outcome.threshold;
-      picture.stages = {{"data", med(&StepTimes::data)},
-                        {"agreement", med(&StepTimes::agreement)},
-                        {"input dist", med(&StepTimes::input_dist)},
-                        {"lookup + output dist", med(&StepTimes::lookup_output_dist)},
-                        {"dense forward", med(&StepTimes::dense_forward)},
-                        {"backward", med(&StepTimes::backward)},
-                        {"grad all_reduce", med(&StepTimes::grad_all_reduce)},
-                        {"dense optimizer", med(&StepTimes::optimizer)},
-                        {"data_parallel tables", med(&StepTimes::sparse_optimizer)}};
-      picture.step_ms = total;
-      picture.compute_limit_ms = limit_ms;
-      write_svg(o.svg, picture);
-      std::printf("wrote %s\n", o.svg.c_str());
-    }
+    print_step_summary(o, *m, W, last_epoch, limit_ms, step_losses, epoch_end_steps, records,
+                       outcome.threshold);
   }
   outcome.ok = outcome.check.passed && outcome.auc >= outcome.threshold;
   return outcome;
