@@ -265,28 +265,35 @@ void run_queued_laid_out(OpContext& ctx, const QueuedBlocks& blocks, size_t num_
 // one span per part. A side whose blocks are contiguous spans of its tensor goes as it is (a
 // KJT's send side); the other side's blocks are packed into a staging buffer per part before
 // the call, or unpacked out of one once it succeeded. One call instead of one per part in turn:
-// the KJT all-to-all's two or three labels used to pay a round trip each.
+// the KJT all-to-all's two or three labels used to pay a round trip each. The block a rank
+// keeps does not go through the call: it is copied from its send layout straight into its
+// receive layout once the call succeeded (through the call it would be copied into staging
+// and out again: two passes over it instead of one).
 class NativeLayoutExchange final : public NativeRequest {
  public:
-  // `send` and `recv` are [part][rank]; the request keeps the receive layouts it unpacks into.
-  // `path` is the way the table chose; it holds the way taken once constructed.
-  NativeLayoutExchange(NativeCollectives& native, NativePath& path,
-                       const std::vector<std::vector<ByteLayout>>& send,
+  // `send` and `recv` are [part][rank]; the request keeps them (it copies the kept blocks and
+  // unpacks into the receive layouts). `me` is this rank. `path` is the way the table chose; it
+  // holds the way taken once constructed.
+  NativeLayoutExchange(NativeCollectives& native, NativePath& path, int me,
+                       std::vector<std::vector<ByteLayout>> send,
                        std::vector<std::vector<ByteLayout>> recv, std::vector<Tensor> keep)
-      : keep_(std::move(keep)), recv_(std::move(recv)) {
-    const size_t parts = send.size(), world = send.empty() ? 0 : send[0].size();
+      : keep_(std::move(keep)), send_(std::move(send)), recv_(std::move(recv)),
+        me_(static_cast<size_t>(me)) {
+    const size_t parts = send_.size(), world = send_.empty() ? 0 : send_[0].size();
     std::vector<std::vector<ByteSpan>> out(world), in(world);
     for (size_t k = 0; k < world; ++k) {
       out[k].reserve(parts);
       in[k].reserve(parts);
     }
     for (size_t p = 0; p < parts; ++p) {
-      if (Tensor staging = spans_of(send[p], out); staging.defined()) {
-        for (size_t k = 0; k < world; ++k) pack_layout(send[p][k], out[k].back().data);
+      if (Tensor staging = spans_of(send_[p], out, me_); staging.defined()) {
+        for (size_t k = 0; k < world; ++k)
+          if (k != me_) pack_layout(send_[p][k], out[k].back().data);
         keep_.push_back(std::move(staging));
       }
-      if (Tensor staging = spans_of(recv_[p], in); staging.defined()) {
-        for (size_t k = 0; k < world; ++k) unpack_.push_back({in[k].back().data, p, k});
+      if (Tensor staging = spans_of(recv_[p], in, me_); staging.defined()) {
+        for (size_t k = 0; k < world; ++k)
+          if (k != me_) unpack_.push_back({in[k].back().data, p, k});
         keep_.push_back(std::move(staging));
       }
     }
@@ -301,13 +308,18 @@ class NativeLayoutExchange final : public NativeRequest {
   void give_up() override { inner_->give_up(); }
 
  private:
-  // Appends each block's span to spans[k]: where it lies when every block is one contiguous
-  // span, else in a staging buffer (returned) that holds the blocks one after another.
+  // Appends each block's span to spans[k] (an empty one for the block `kept`, this rank's):
+  // where it lies when every other block is one contiguous span, else in a staging buffer
+  // (returned) that holds those blocks one after another.
   static Tensor spans_of(const std::vector<ByteLayout>& layouts,
-                         std::vector<std::vector<ByteSpan>>& spans) {
+                         std::vector<std::vector<ByteSpan>>& spans, size_t kept) {
     bool contiguous = true;
     size_t total = 0;
     for (size_t k = 0; k < layouts.size(); ++k) {
+      if (k == kept) {
+        spans[k].push_back(ByteSpan{nullptr, 0});
+        continue;
+      }
       char* at = contiguous_span(layouts[k]);
       contiguous = contiguous && at != nullptr;
       spans[k].push_back(ByteSpan{at, layouts[k].bytes()});
@@ -317,6 +329,7 @@ class NativeLayoutExchange final : public NativeRequest {
     Tensor staging = empty({static_cast<int64_t>(total)}, DType::UInt8);
     char* at = static_cast<char*>(staging.raw_data());
     for (size_t k = 0; k < layouts.size(); ++k) {
+      if (k == kept) continue;
       spans[k].back().data = at;
       at += spans[k].back().bytes;
     }
@@ -333,6 +346,7 @@ class NativeLayoutExchange final : public NativeRequest {
         return true;
       }
       for (const Unpack& u : unpack_) unpack_layout(u.from, recv_[u.part][u.rank]);
+      for (size_t p = 0; p < send_.size(); ++p) copy_layout(send_[p][me_], recv_[p][me_]);
     }
     return finished;
   }
@@ -342,7 +356,8 @@ class NativeLayoutExchange final : public NativeRequest {
     size_t part, rank;
   };
   std::vector<Tensor> keep_;  // the parts' tensors and the staging, alive until done
-  std::vector<std::vector<ByteLayout>> recv_;
+  std::vector<std::vector<ByteLayout>> send_, recv_;
+  size_t me_;
   std::vector<Unpack> unpack_;
   std::unique_ptr<NativeRequest> inner_;
   bool unpacked_ = false;
@@ -451,7 +466,8 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
     ctx.wait_native(detail::call_native(ctx.group(), Collective::AllToAll, algo,
                                         [&](NativeCollectives& native, NativePath& path) {
                                           return std::make_unique<NativeLayoutExchange>(
-                                              native, path, send, std::move(recv), keep);
+                                              native, path, ctx.rank(), std::move(send),
+                                              std::move(recv), keep);
                                         }),
                     {});
     for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();

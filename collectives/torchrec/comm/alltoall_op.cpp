@@ -77,15 +77,18 @@ std::vector<Tensor> AllToAllCommOp::finish() {
 
 Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
   // With a codec the division stays after decoding, as in the original: dividing before
-  // encoding would change what is quantized.
-  placed_gradient_ = placement_ && backward_pass_->passthrough();
+  // encoding would change what is quantized. Without one, an op that can divide while it lays
+  // out its send buffer does so (one pass over the gradient) rather than send through its
+  // placement and divide what arrived (two passes); dividing on the sending rank gives the
+  // same bits, since each value is divided alike wherever that happens.
+  divided_before_send_ =
+      divides_in_gradient_send() && backward_pass_->passthrough() && gradient_divides();
+  placed_gradient_ = placement_ && backward_pass_->passthrough() && !divided_before_send_;
   if (placed_gradient_) {
     placed_ = empty(input_shape_, grad_outputs[0].dtype());
     return ferry::all_to_all_single(grad_outputs[0], placement_->recv, placed_,
                                     placement_->send, group());
   }
-  divided_before_send_ =
-      divides_in_gradient_send() && backward_pass_->passthrough() && gradient_divides();
   return exchange(*backward_pass_, gradient_send(grad_outputs, divided_before_send_), recv_,
                   backward_pass_->wire_or_values(gradient_send_wire_, recv_),
                   backward_pass_->wire_or_values(gradient_recv_wire_, send_), received_);
