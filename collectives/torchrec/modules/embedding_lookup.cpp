@@ -265,14 +265,15 @@ void pooled_forward(const Plan& p, const T* w, T* out) {
 }
 
 // gbar of bag b of item `it`: the upstream block, divided by n into buf (C values) for MEAN.
-template <class T>
+// kCols as in pool_item: a fixed length divides in whole registers (the same quotients).
+template <class T, int kCols>
 const T* bag_gradient(const Plan& p, const Plan::Item& it, int64_t b, const T* g, T* buf,
                       int64_t C) {
   const T* src = g + b * p.total_cols + it.col_start;
   if (it.pooling != PoolingType::Mean) return src;
   const int64_t n = p.divisor(it, b);
   const T tn = static_cast<T>(n > 0 ? n : 1);
-  vec(buf, C) = cvec(src, C) / tn;
+  detail::row<T, kCols>(buf, C) = detail::row<T, kCols>(src, C) / tn;
   return buf;
 }
 
@@ -306,7 +307,7 @@ void deliver_table_gradient(const Plan& p, size_t slot, Visit&& visit) {
 
 // Calls f(i, r, gbar) for every occurrence i of `it` whose id is in the table's block (local
 // row r), in bag and occurrence order, gbar being its bag's gradient (bag_gradient).
-template <class T, class F>
+template <class T, int kCols, class F>
 void for_each_gradient_row(const Plan& p, const Plan::Item& it, const T* g, std::vector<T>& buf,
                            F&& f) {
   const int64_t C = p.tables[it.table]->shard().num_cols;
@@ -316,7 +317,7 @@ void for_each_gradient_row(const Plan& p, const Plan::Item& it, const T* g, std:
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t lo = offsets[b], hi = offsets[b + 1];
     if (lo == hi) continue;
-    const T* gb = bag_gradient(p, it, b, g, buf.data(), C);
+    const T* gb = bag_gradient<T, kCols>(p, it, b, g, buf.data(), C);
     for (int64_t i = lo; i < hi; ++i) {
       const int64_t r = it.rows[static_cast<size_t>(i - base)];
       if (r >= 0) f(i, r, gb);
@@ -332,7 +333,7 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
     for (const Plan::Item& it : p.items) {
       const T* W = p.tables[it.table]->weight().value().template data<T>();
       const int64_t C = p.tables[it.table]->shard().num_cols;
-      for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
+      for_each_gradient_row<T, 0>(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
         T s = 0;
         for (int64_t d = 0; d < C; ++d) s += gb[d] * W[r * C + d];
         dw[i] += s;
@@ -358,7 +359,8 @@ void pooled_backward(const Plan& p, const T* g, const T* w, T* dw,
           if (it.table != s) continue;
           const int64_t C = p.tables[s]->shard().num_cols;
           detail::with_row_length(C, [&]<int kCols>() {
-            for_each_gradient_row(p, it, g, buf, [&](int64_t i, int64_t r, const T* gb) {
+            for_each_gradient_row<T, kCols>(p, it, g, buf, [&](int64_t i, int64_t r,
+                                                             const T* gb) {
               auto acc = detail::row<T, kCols>(row_of(r), C);
               if (w != nullptr) {
                 acc += w[i] * detail::row<T, kCols>(gb, C);
