@@ -40,6 +40,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -267,6 +268,13 @@ void print_step_summary(const Options& o, const ShardedDlrm& m, int W,
               "embedding rows at the speed measured for them): the step is %.1fx the limit; "
               "ferry-dlrm --bench times the step alone\n",
               limit_ms, limit_ms > 0 ? total / limit_ms : 0.0);
+  // More ranks than cores: a rank's step also holds the time its core ran the others, which
+  // the line above counts as waiting on communication. Said, so the multiple is not misread.
+  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores > 0 && o.ranks_on_host > cores)
+    std::printf("(%d ranks share this machine's %d cores, so each step includes the other ranks' "
+                "turns on its core; --bench --world-size %d times a step with a core per rank)\n",
+                o.ranks_on_host, cores, cores);
   if (!o.svg.empty()) {
     RunPicture picture;
     picture.title = "ferry-dlrm: " + std::to_string(W) + " ranks, " + m.pipeline->name() +
