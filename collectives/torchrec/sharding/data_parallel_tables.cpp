@@ -3,7 +3,7 @@
 // every rank is the sum over the ranks / W, the rows touched on any rank.
 //
 // Two ways, chosen per table and step from the row counts every rank announces (one small
-// all_gather for all tables):
+// all_gather for all tables), except for small tables, which always go dense (kAlwaysDense):
 //   sparse  every rank's touched rows and their gradients are all-gathered and summed in rank
 //           order: the bytes are those of the rows touched, so a large table touched by few
 //           ids costs little (torchrec puts only small tables in data_parallel, but a plan may
@@ -16,6 +16,8 @@
 #include <ferry/collectives/torchrec/sharding/data_parallel_tables.h>
 #include <ferry/runtime/error.h>
 
+#include <algorithm>
+#include <array>
 #include <map>
 
 namespace ferry::torchrec::detail {
@@ -30,44 +32,89 @@ void install_average(EmbeddingTable& table, const std::vector<int64_t>& rows, co
   table.receive_gradient(avg);
 }
 
+// A table whose dense buffer holds at most this many bytes goes the dense way at every step
+// without asking the ranks' row counts: the count round is a collective of its own (a
+// synchronisation of the ranks), and an all_reduce this small costs about what such a round does
+// whatever the rows. torchrec's usual data_parallel tables (the small ones) all fall here, so their
+// step is one all_reduce.
+constexpr int64_t kAlwaysDenseBytes = 64 << 10;
+
+bool always_dense(const EmbeddingTable& t) {
+  return t.total_rows() * (t.total_cols() + 1) * static_cast<int64_t>(dtype_size(t.dtype())) <=
+         kAlwaysDenseBytes;
+}
+
+// Table rows [R, D + 1] (the gradient, then 1 where this rank touched the row) of `g` into
+// `buf`, zeroed first.
+template <class T>
+void pack_dense(const SparseRowGradient& g, int64_t R, int64_t D, T* buf) {
+  std::fill(buf, buf + R * (D + 1), T(0));
+  if (g.empty()) return;
+  const int64_t* r = g.rows().data<int64_t>();
+  const T* v = g.values().data<T>();
+  for (int64_t i = 0; i < g.num_rows(); ++i) {
+    T* dst = buf + r[i] * (D + 1);
+    std::copy(v + i * D, v + (i + 1) * D, dst);
+    dst[D] = T(1);
+  }
+}
+
+// The rows some rank touched (flag not 0), ascending, and their summed gradients, out of a
+// reduced [R, D + 1] buffer.
+template <class T>
+void unpack_dense(const T* buf, int64_t R, int64_t D, DType dtype, std::vector<int64_t>& rows,
+                  Tensor& values) {
+  rows.clear();
+  for (int64_t r = 0; r < R; ++r)
+    if (buf[r * (D + 1) + D] != T(0)) rows.push_back(r);
+  values = empty({static_cast<int64_t>(rows.size()), D}, dtype);
+  T* out = values.data<T>();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const T* src = buf + rows[i] * (D + 1);
+    std::copy(src, src + D, out + static_cast<int64_t>(i) * D);
+  }
+}
+
 // Averages the tables' gradients through one all_reduce per dtype of dense buffers.
 void reduce_dense(const std::vector<std::shared_ptr<EmbeddingTable>>& tables, const Group& world) {
   const int W = world.size();
-  std::map<DType, int64_t> elements;
+  // One buffer per dtype (float32 first), each table's rows one after the other.
+  std::array<Tensor, 2> flat;
+  std::array<int64_t, 2> elements{0, 0};
+  auto kind = [](DType d) { return d == DType::Float64 ? 1 : 0; };
   for (const auto& table : tables)
-    elements[table->dtype()] += table->total_rows() * (table->total_cols() + 1);
-  std::map<DType, Tensor> flat;
-  std::map<DType, int64_t> used;
-  for (const auto& [dtype, n] : elements) flat[dtype] = zeros({n}, dtype);
-  std::vector<Tensor> bufs;
+    elements[kind(table->dtype())] += table->total_rows() * (table->total_cols() + 1);
+  for (int k = 0; k < 2; ++k)
+    if (elements[k] > 0) flat[k] = empty({elements[k]}, k == 1 ? DType::Float64 : DType::Float32);
+  std::array<int64_t, 2> used{0, 0};
+  std::vector<int64_t> offsets;
+  offsets.reserve(tables.size());
   for (const auto& table : tables) {
     const int64_t R = table->total_rows(), D = table->total_cols();
-    const DType dtype = table->dtype();
-    Tensor buf = flat[dtype].narrow(0, used[dtype], R * (D + 1)).reshape({R, D + 1});
-    used[dtype] += R * (D + 1);
-    const SparseRowGradient& g = table->sparse_grad();
-    if (!g.empty()) {
-      const std::vector<int64_t> rows = g.rows().to_vector<int64_t>();
-      for (size_t i = 0; i < rows.size(); ++i) {
-        buf.select(rows[i]).narrow(0, 0, D).copy_(g.values().select(static_cast<int64_t>(i)));
-        buf.set_flat(rows[i] * (D + 1) + D, 1.0);
-      }
+    const int k = kind(table->dtype());
+    offsets.push_back(used[k]);
+    if (k == 1) {
+      pack_dense(table->sparse_grad(), R, D, flat[k].data<double>() + used[k]);
+    } else {
+      pack_dense(table->sparse_grad(), R, D, flat[k].data<float>() + used[k]);
     }
-    bufs.push_back(buf);
+    used[k] += R * (D + 1);
   }
-  std::vector<Work> works;
-  for (auto& [dtype, t] : flat) works.push_back(all_reduce(t, world));
-  wait_all(works);
-  for (size_t k = 0; k < tables.size(); ++k) {
-    const Tensor& buf = bufs[k];
-    const int64_t R = tables[k]->total_rows(), D = tables[k]->total_cols();
-    std::vector<int64_t> rows;
-    for (int64_t r = 0; r < R; ++r)
-      if (buf.get_flat(r * (D + 1) + D) != 0.0) rows.push_back(r);
-    Tensor values = empty({static_cast<int64_t>(rows.size()), D}, tables[k]->dtype());
-    for (size_t i = 0; i < rows.size(); ++i)
-      values.select(static_cast<int64_t>(i)).copy_(buf.select(rows[i]).narrow(0, 0, D));
-    install_average(*tables[k], rows, values, W);
+  std::array<Work, 2> works;
+  for (int k = 0; k < 2; ++k)
+    if (flat[k].defined()) works[k] = all_reduce(flat[k], world);
+  for (Work& w : works) w.wait();  // a default Work is complete
+  std::vector<int64_t> rows;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const int64_t R = tables[t]->total_rows(), D = tables[t]->total_cols();
+    const int k = kind(tables[t]->dtype());
+    Tensor values;
+    if (k == 1) {
+      unpack_dense(flat[k].data<double>() + offsets[t], R, D, DType::Float64, rows, values);
+    } else {
+      unpack_dense(flat[k].data<float>() + offsets[t], R, D, DType::Float32, rows, values);
+    }
+    install_average(*tables[t], rows, values, W);
   }
 }
 
@@ -107,22 +154,12 @@ void combine(const Gathered& g, EmbeddingTable& table, int W) {
   install_average(table, rows, sums, W);
 }
 
-}  // namespace
-
-std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables(const ShardedTables& tables) {
-  std::vector<std::shared_ptr<EmbeddingTable>> out;
-  for (const auto& t : tables.tables())
-    if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL) out.push_back(t.tables.front());
-  return out;
-}
-
-void reduce_data_parallel_gradients(const ShardedTables& sharded) {
-  const std::vector<std::shared_ptr<EmbeddingTable>> tables = data_parallel_tables(sharded);
-  const Group& world = sharded.world();
+// The tables that need the ranks' row counts to choose their way, and `dense`, those that go
+// the dense way whatever they are.
+void reduce_by_counts(const std::vector<std::shared_ptr<EmbeddingTable>>& tables,
+                      std::vector<std::shared_ptr<EmbeddingTable>> dense, const Group& world) {
   const int W = world.size();
   const int64_t T = static_cast<int64_t>(tables.size());
-  if (T == 0) return;
-  if (W == 1) return;  // the average of one rank's gradient is itself
   // Every rank's touched row count of every table: [W, T].
   Tensor mine = empty({T}, DType::Int64);
   for (int64_t t = 0; t < T; ++t)
@@ -130,7 +167,6 @@ void reduce_data_parallel_gradients(const ShardedTables& sharded) {
   Tensor counts = empty({W * T}, DType::Int64);
   all_gather(mine, counts, world).wait();
 
-  std::vector<std::shared_ptr<EmbeddingTable>> dense;
   std::vector<size_t> sparse;  // indices into tables
   std::vector<Gathered> gathered;
   std::vector<Work> works;
@@ -163,6 +199,30 @@ void reduce_data_parallel_gradients(const ShardedTables& sharded) {
   if (!dense.empty()) reduce_dense(dense, world);
   wait_all(works);
   for (size_t k = 0; k < sparse.size(); ++k) combine(gathered[k], *tables[sparse[k]], W);
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables(const ShardedTables& tables) {
+  std::vector<std::shared_ptr<EmbeddingTable>> out;
+  for (const auto& t : tables.tables())
+    if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL) out.push_back(t.tables.front());
+  return out;
+}
+
+void reduce_data_parallel_gradients(const ShardedTables& sharded) {
+  const std::vector<std::shared_ptr<EmbeddingTable>> tables = data_parallel_tables(sharded);
+  const Group& world = sharded.world();
+  const int W = world.size();
+  if (tables.empty()) return;
+  if (W == 1) return;  // the average of one rank's gradient is itself
+  std::vector<std::shared_ptr<EmbeddingTable>> dense, undecided;
+  for (const auto& table : tables) (always_dense(*table) ? dense : undecided).push_back(table);
+  if (undecided.empty()) {
+    reduce_dense(dense, world);
+    return;
+  }
+  reduce_by_counts(undecided, dense, world);
 }
 
 void DataParallelOptimizers::step(const ShardedTables& tables) {
