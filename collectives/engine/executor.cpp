@@ -42,6 +42,17 @@ bool Executor::run_one_here() {
   return true;
 }
 
+bool Executor::run_here_if_idle(const std::function<void()>& task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_ || !tasks_.empty()) return false;
+    running_ = true;
+    unfinished_.fetch_add(1, std::memory_order_relaxed);
+  }
+  run(task);
+  return true;
+}
+
 bool Executor::idle() { return unfinished_.load(std::memory_order_acquire) == 0; }
 
 void Executor::drain() {

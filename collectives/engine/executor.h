@@ -31,6 +31,10 @@ class Executor {
   // op runs without the two thread hand-offs (~20 us each here) of waking the worker.
   bool run_one_here();
 
+  // Runs `task` on the calling thread at once, as if it had been queued and taken at once,
+  // when nothing is queued or running (returns true); otherwise does nothing (returns false).
+  // For a group of one rank, whose ops wait for nobody: no hand-off to the worker.
+  bool run_here_if_idle(const std::function<void()>& task);
   // Nothing queued and nothing running.
   bool idle();
 

@@ -112,11 +112,28 @@ Work post_now(GroupImpl& g, const Group& group, const Op& op,
 
 // Called with the issue lock held: the sequence number and the queue position are taken
 // together, so that two threads issuing on one group at once do not queue seq 6 ahead of seq 5.
+// A group of one rank runs a small op at once on this thread when its worker is idle: the op
+// waits for no peer, and handing it to the worker costs two thread wake-ups, more than copying
+// kInlineBytes (about a twentieth of a one-rank DLRM step at batch 128, spent on the agreement's
+// all_gather and the gradients' all_reduce). A larger op still goes to the worker, which copies
+// it on another core while this thread goes on. The issue lock is held meanwhile, which keeps
+// the order; nothing can be waiting on the op's Work yet, so no completion hook runs under it.
+constexpr int64_t kInlineBytes = 64 << 10;
+
+bool runs_inline(const Group& group, const Op& op, bool checked) {
+  if (group.size() != 1 || checked || !op.what.has_tensor || op.what.lists) return false;
+  int64_t elements = 1;
+  for (int d = 0; d < op.what.ndim && d < OpSummary::kDims; ++d) elements *= op.what.dims[d];
+  return op.what.ndim <= OpSummary::kDims &&
+         elements * static_cast<int64_t>(dtype_size(op.what.dtype)) <= kInlineBytes;
+}
+
 Work queue(GroupImpl& g, const Group& group, const Op& op, bool checked) {
   const uint64_t seq = g.take_sequence_number();
   auto state = std::allocate_shared<QueuedWork>(
       PoolAllocator<QueuedWork>(), OpDescription(op.name, seq, op.what, group), g,
       Fingerprint::of(op.name, seq, g.id(), op.what), checked, op.body());
+  if (runs_inline(group, op, checked) && QueuedWork::run_here_if_idle(state)) return Work(state);
   QueuedWork::enqueue(state);
   return Work(state);
 }

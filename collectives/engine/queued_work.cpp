@@ -20,6 +20,14 @@ void QueuedWork::enqueue(const std::shared_ptr<QueuedWork>& work) {
   task->group_->executor().enqueue([task] { task->run(); });
 }
 
+bool QueuedWork::run_here_if_idle(const std::shared_ptr<QueuedWork>& work) {
+  QueuedWork* task = work.get();
+  task->queued_ = work;
+  if (task->group_->executor().run_here_if_idle([task] { task->run(); })) return true;
+  task->queued_.reset();
+  return false;
+}
+
 void QueuedWork::run() {
   // The task lets go of everything it holds (the body's tensor handles, its context) before
   // the op completes: a waiter that sees the op finished then holds the only handles to its

@@ -37,6 +37,9 @@ class QueuedWork final : public WorkState {
 
   // Queues the op on its group's worker, which then holds a reference to `work` until it ran.
   static void enqueue(const std::shared_ptr<QueuedWork>& work);
+  // Runs the op on the calling thread at once if its group's worker has nothing queued or
+  // running (Executor::run_here_if_idle), and says whether it did; otherwise nothing happens.
+  static bool run_here_if_idle(const std::shared_ptr<QueuedWork>& work);
 
   std::string description() const override { return op_.format(); }
   // The group's worker runs every queued op (a waiter may take one first), dropped ones too.
