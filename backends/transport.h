@@ -67,8 +67,9 @@ class Request {
     cancel();
   }
   // After a cancel: false when the transport could not confirm that it let go of the buffer
-  // (MPI cannot withdraw a receive whose data is moving): it may still write into it whenever
-  // the peer goes on, so that memory must never be freed or reused.
+  // (MPI cannot withdraw a receive whose data is moving, and MPICH cannot withdraw a send): it
+  // may still write into a receive's buffer, or read a send's, whenever the peer goes on, so
+  // that memory must never be freed or reused.
   virtual bool let_go() const { return true; }
   // After the request finished: throws its error (MismatchError, PeerFailure, TransportError).
   virtual void rethrow_if_failed() = 0;

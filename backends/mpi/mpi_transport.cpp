@@ -28,9 +28,11 @@ const char* thread_level_name(int level) {
 // How long cancel() waits for MPI to confirm that a request is withdrawn. A receive that
 // matched nothing goes at once; one whose data is already moving cannot be withdrawn, and MPI
 // writes into its buffer when the data comes, so it is given a while to finish. A send's buffer
-// is only ever read: a short wait lets an MPI that can withdraw sends do so (MPICH over UCX
-// cannot), and a send to a stopped rank does not push the caller's TimeoutError past its
-// deadline by a second for every such send.
+// is only read: a short wait lets an MPI that can withdraw sends do so (MPICH over UCX cannot),
+// and a send to a stopped rank does not push the caller's TimeoutError past its deadline by a
+// second for every such send. A send still posted after it is kept like a receive (let_go):
+// MPI reads its buffer whenever the peer takes the message, which must not find it freed or
+// reused (the peer would be sent whatever the memory then holds).
 constexpr auto kRecvCancelConfirm = std::chrono::seconds(1);
 constexpr auto kSendCancelConfirm = std::chrono::milliseconds(20);
 
@@ -61,7 +63,7 @@ class MpiP2PRequest final : public Request {
     if (!withdrawn_ || confirmed_ || kept_) return;  // finished before it was withdrawn
     // A send that MPI already delivered completes instead. One that neither happens to (a
     // send to a rank that never receives) stays posted: it is kept, with its communicators,
-    // for the rest of the process, and so is a receive's buffer (let_go).
+    // for the rest of the process, and so is its buffer, a send's as a receive's (let_go).
     // Never below a send's confirm time, even when `limit` has passed: MPI confirms a cancel
     // only inside a later call.
     const auto floor = withdrawn_at_ + Clock::duration(kSendCancelConfirm);
@@ -70,12 +72,13 @@ class MpiP2PRequest final : public Request {
       return;
     }
     kept_ = true;
-    FERRY_LOG(Info, "transport", pending_->describe(),
-              ": MPI could not withdraw it; it stays posted until the process ends");
+    FERRY_LOG(Info, "transport", pending_->describe(), ": MPI could not withdraw it; it stays ",
+              "posted until the process ends, and its buffer (which MPI may still ",
+              is_send() ? "read" : "write", ") is kept");
     keep_forever(pending_);
     keep_forever(comms_);
   }
-  bool let_go() const override { return is_send() || !kept_; }
+  bool let_go() const override { return !kept_; }
 
  private:
   std::shared_ptr<MpiGroupComms> comms_;

@@ -95,8 +95,9 @@ struct UcxOp {
   // When the op was withdrawn (start_cancel): its grace counts from then. Under the lock.
   Clock::time_point withdrawn_at{};
   bool peer_quiet = false;  // nothing more was expected from `peer` when it was withdrawn
-  // A withdrawn receive that UCX would not let go of even after its endpoint was closed: its
-  // buffer may still be written (Request::let_go). Set before `done`.
+  // A withdrawn receive that UCX would not let go of even after its endpoint was closed, or a
+  // withdrawn send it still holds: its buffer may still be written, or read (Request::let_go).
+  // Set before `done`.
   bool not_let_go = false;
   std::exception_ptr error;       // the outcome; written before `done`
   std::atomic<bool> done{false};  // the caller may look at `error`

@@ -208,10 +208,11 @@ void UcxComm::cancel(const std::shared_ptr<UcxOp>& op, Clock::time_point limit) 
     std::fprintf(stderr, "ferry: ucx transport on rank %d: %s could not be withdrawn even after "
                  "its endpoint was closed; its buffer may still be written, so it is kept for "
                  "the rest of the process\n", rank_, op_str(*op).c_str());
-    op->not_let_go = true;
   }
-  // A send UCX still holds stays registered (and its peer may still read the buffer if it ever
-  // posts the matching receive); the caller only learns that it was withdrawn.
+  // A send UCX still holds stays registered, and its peer may still read the buffer (by CMA, or
+  // UCX's rendezvous) if it ever posts the matching receive: freed and reused meanwhile, the
+  // peer would be sent whatever the memory then holds. Its buffer is kept as a receive's is.
+  op->not_let_go = true;
   finish(*op, op->forced);
 }
 

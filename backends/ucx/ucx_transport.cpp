@@ -41,7 +41,8 @@ class UcxRequest final : public Request {
   // A receive is withdrawn from UCX (or, if its data is already moving, waited for briefly and
   // then let go of by closing the endpoint to its peer with force: afterwards nothing lands in
   // its buffer); a send that UCX already started cannot be withdrawn: the request then reports
-  // it as withdrawn, and the peer (which gave up on the group too, or died) never takes it.
+  // it as withdrawn and its buffer as not let go of. The peer (which gave up on the group too,
+  // or died) should never take it, but memory UCX may still read must not be reused.
   void cancel() override {
     if (!done()) comm_->cancel(op_);
   }

@@ -157,17 +157,35 @@ void OpContext::withdraw() {
   // Together, so that the transports' graces for transfers under way overlap, and not past the
   // op's deadline: an op that times out must fail at its deadline, with every receive withdrawn
   // by then (a transfer a live peer left half done is cut off rather than waited for).
-  const bool let_go = cancel_all(pending_, deadline_);
-  pending_.clear();
-  if (let_go || buffers_kept_) return;
+  if (cancel_all(pending_, deadline_)) {
+    pending_.clear();
+    return;
+  }
   // A receive the transport could not withdraw may still be written into whenever its peer
-  // goes on: its memory must never be freed or reused. The group's scratch is kept here; the
-  // caller's tensors by whoever holds them (buffers_kept).
+  // goes on, and a send (MPI cannot cancel one) may still be read from, so sent to the peer
+  // with whatever the memory then holds: that memory must never be freed or reused. The
+  // group's scratch and what the op held are kept here; the caller's tensors by whoever holds
+  // them (buffers_kept).
+  bool send = false, receive = false;
+  for (auto& r : pending_) {
+    if (r->let_go()) continue;
+    (r->is_send() ? send : receive) = true;
+  }
+  pending_.clear();
+  if (!held_.empty()) {
+    keep_until_exit(std::make_shared<std::vector<std::shared_ptr<const void>>>(held_.begin(),
+                                                                              held_.end()));
+    held_.clear();
+  }
+  if (buffers_kept_) return;
   buffers_kept_ = true;
   if (leak_scratch_on_abandon_) group_.scratch().leak();
-  log_line(LogLevel::Warn, "coll", str(op_, " (seq ", seq_, ") on ", group_.describe(),
-                                       ": a receive could not be withdrawn; its buffer is kept "
-                                       "for the rest of the process"));
+  const char* what = send && receive ? "a send and a receive" : send ? "a send" : "a receive";
+  log_line(LogLevel::Warn, "coll",
+           str(op_, " (seq ", seq_, ") on ", group_.describe(), ": ", what,
+               " could not be withdrawn (the transport may still ",
+               send && receive ? "read and write" : send ? "read" : "write",
+               " its memory); the op's buffers are kept for the rest of the process"));
 }
 
 void keep_until_exit(std::shared_ptr<const void> keep) {
@@ -251,9 +269,13 @@ OpContext::Diagnosis OpContext::diagnose(const std::function<void()>& meanwhile)
                                                 sizeof(Fingerprint)));
     peer_of.push_back(k);
   }
+  // Sent from our own slot of `theirs`, which is kept with it should a send not be withdrawn
+  // (the context, and its fingerprint_, may be on a stack that is about to unwind).
+  theirs[static_cast<size_t>(me)] = fingerprint_;
   for (int k = 0; k < n; ++k) {
     if (k == me) continue;
-    requests.push_back(group_.transport().isend(group_.members()[k], tag, &fingerprint_,
+    requests.push_back(group_.transport().isend(group_.members()[k], tag,
+                                                &theirs[static_cast<size_t>(me)],
                                                 sizeof(Fingerprint)));
   }
   const auto until = Clock::now() + window;
@@ -284,7 +306,7 @@ OpContext::Diagnosis OpContext::diagnose(const std::function<void()>& meanwhile)
   // Our own fingerprint must reach the peers still listening before it is withdrawn (a
   // receiver may copy it only when it next looks): until the window closes at most.
   for (size_t i = peer_of.size(); i < requests.size(); ++i) requests[i]->wait_until(until);
-  // Our sends and `theirs` must not be touched later.
+  // Our sends and `theirs` must not be touched later (moved, its elements stay in place).
   if (!cancel_all(requests, until))
     keep_until_exit(std::make_shared<std::vector<Fingerprint>>(std::move(theirs)));
   return d;

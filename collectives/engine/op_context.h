@@ -53,7 +53,9 @@ class OpContext : public Pooled {
   uint64_t seq() const { return seq_; }
 
   // `peer` is a group rank; `step` tells the messages of one op apart (a pair of ranks that
-  // exchanges several messages in one op gives each its own step).
+  // exchanges several messages in one op gives each its own step). Every buffer passed here
+  // must outlive the op even when it fails: the caller's tensors (kept by the op's Work), the
+  // group's scratch, or memory the op allocated itself and handed to hold() first.
   void send(int peer, uint32_t step, const void* data, size_t bytes);
   void recv(int peer, uint32_t step, void* data, size_t bytes);
   // The same through a layout (byte_layout.h): the message's bytes are not contiguous.
@@ -79,6 +81,15 @@ class OpContext : public Pooled {
 
   char* scratch(int slot, size_t bytes) { return group_.scratch().get(slot, bytes); }
 
+  // Memory the op allocated itself (an output, a size exchange's buffer) that its sends read or
+  // its receives write: held until the context goes, and for the rest of the process when a
+  // request could not be withdrawn (buffers_kept), since the transport may still touch it after
+  // the op's body unwound. Inline up to kInlineHeld: an op that holds a few allocates nothing
+  // for it.
+  void hold(const Tensor& t) { held_.push_back(t.keep_alive()); }
+  void hold(std::shared_ptr<const void> memory) { held_.push_back(std::move(memory)); }
+  static constexpr size_t kInlineHeld = 4;
+
   // The op's fingerprint (fingerprint.h): its hash goes into the tag of every later message,
   // and the timeout diagnosis compares it with the peers'. exchange_fingerprints posts its
   // messages at step kFingerprintStep before this is called (with no hash in their tags, so
@@ -100,9 +111,10 @@ class OpContext : public Pooled {
   // done by the destructor; an owner of buffers the requests write into calls it first, so
   // that buffers_kept() is known before those buffers go.
   void withdraw();
-  // True once a withdrawn receive could not be confirmed let go of (Request::let_go): the
-  // transport may still write into its buffer, so whoever owns the op's buffers keeps them for
-  // the rest of the process (the group's scratch is kept already).
+  // True once a withdrawn send or receive could not be confirmed let go of (Request::let_go):
+  // the transport may still write into a receive's buffer or read a send's, so whoever owns the
+  // op's buffers keeps them for the rest of the process (the group's scratch and what the op
+  // held are kept already).
   bool buffers_kept() const { return buffers_kept_; }
   // For an op that uses none of the group's scratch (one started at issue, waited on by a
   // caller's thread): giving it up must not touch the scratch the worker may be using.
@@ -164,6 +176,7 @@ class OpContext : public Pooled {
   // Inline: an op of a few ranks posts a few requests, and a list of them allocated per op
   // cost more than the small op's transfer.
   SmallVector<std::unique_ptr<Request>, 8> pending_;
+  SmallVector<std::shared_ptr<const void>, kInlineHeld> held_;  // hold()
 };
 
 }  // namespace ferry::detail

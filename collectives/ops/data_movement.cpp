@@ -257,7 +257,10 @@ Work all_gather_v(const Tensor& input, const Group& group) {
       .body = [&] { return detail::OpBody([input = Tensor(input), world](OpContext& ctx) {
     // Phase 1: every rank's (rows, elements per row), so the output can be sized and a rank
     // whose rows have another shape is named instead of corrupting the gather.
+    // Held by the context, as the output below: allocated here, they would otherwise be freed
+    // as the body unwinds after a failure, while a receive not withdrawn may still write them.
     Tensor meta = empty({2 * static_cast<int64_t>(world)}, DType::Int64);
+    ctx.hold(meta);
     int64_t* m = meta.data<int64_t>();
     const int64_t row_numel = shape_numel(with_rows(input.shape(), 1));
     m[2 * ctx.rank()] = input.size(0);
@@ -284,6 +287,7 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     }
     ctx.next_phase();
     Tensor output = empty(with_rows(input.shape(), total), input.dtype());
+    ctx.hold(output);
     gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, row_bytes(input)),
                   // Chosen only now that the total, which every rank agrees on, is known.
                   all_gather_algorithm(world, ctx.native() != nullptr, output.nbytes()));

@@ -2,12 +2,13 @@
 // never issues it, makes every other rank fail with TimeoutError within FERRY_TIMEOUT (1.5 s
 // here), naming the op, its sequence number and the absent rank, and saying the job must end;
 // the group is poisoned and later calls fail at once. Ranks that pass different sizes get a
-// MismatchError rather than wrong bytes.
+// MismatchError rather than wrong bytes. A send MPI cannot withdraw keeps its buffer.
 //
 // Run as its own mpiexec job (mpiexec -n 2|3 test_timeout_mpi): a timed-out MPI collective can
 // never be completed, so the communicators are left behind and the job ends with
 // ferry::finalize() (exit status 0 when every check passed on every rank).
 #include <ferry/ferry.h>
+#include <ferry/runtime/log_sink.h>
 #include "job_checks.h"
 
 #include <mpi.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -178,6 +180,49 @@ int main() {
                  contains(msg, std::to_string(block * 4) + " bytes"),
              w + "the message says why: " + msg);
     c.expect(mismatch_group.poisoned() == (e != nullptr), w + "a failed op poisons the group");
+  }
+
+  {  // A rank skips an all_to_all_single run as the pairwise exchange over MPI's point-to-point
+     // messages, with 1 MiB blocks (sent by rendezvous: a send stays posted until the peer
+     // takes it). MPICH cannot withdraw a send, and would read its buffer whenever the absent
+     // rank took the message: the others keep their buffers for the rest of the process, and a
+     // WARN line says so, instead of letting the input be freed and reused under MPI.
+    const std::string scenario = "rank " + std::to_string(W - 1) +
+                                 " skips a pairwise all_to_all_single of 1 MiB blocks";
+    set_algorithm_override("all_to_all:pairwise");
+    Group a2a_group = world.split(0, me);
+    if (me == W - 1) {
+      wait_for_the_others(c, control, me, scenario);
+    } else {
+      std::mutex mu;
+      std::string kept_line;
+      detail::set_log_observer([&](LogLevel level, const char*, const std::string& text) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (level == LogLevel::Warn && contains(text, "could not be withdrawn")) kept_line = text;
+      });
+      const int64_t block = 256 * 1024;  // floats: 1 MiB
+      Tensor in = ones({block * W}), out = zeros({block * W});
+      std::exception_ptr e;
+      {
+        Work work = all_to_all_single(in, out, a2a_group);
+        try {
+          work.wait();
+        } catch (...) {
+          e = std::current_exception();
+        }
+      }
+      detail::set_log_observer(nullptr);
+      const std::string w = scenario + " on rank " + std::to_string(me) + ": ";
+      c.expect(kind_of(e) == "TimeoutError",
+               w + "expected TimeoutError, got " + kind_of(e) + ": " + (e ? error_message(e) : ""));
+      c.expect(contains(kept_line, "a send") && contains(kept_line, "kept"),
+               w + "a WARN line says a send could not be withdrawn and its buffers are kept: '" +
+                   kept_line + "'");
+      // Kept: a handle besides ours lives on (for the rest of the process).
+      c.expect(!in.owns_storage_alone(), w + "the input MPI may still read is kept");
+      tell_absent_rank(control, W - 1);
+    }
+    set_algorithm_override("");
   }
 
   bool ok = every_rank_passed(c, control, "timeout");
