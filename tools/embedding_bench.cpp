@@ -84,62 +84,67 @@ int main(int argc, char** argv) {
     return 0;
   });
   if (status != 0) return status;
-  const DType dt = dtype_from_name(dtype);
-  std::mt19937_64 gen(1);
-  std::vector<int64_t> ids, lengths, offsets{0};
-  std::vector<std::string> keys;
-  for (int64_t f = 0; f < features; ++f) {
-    std::string key = "f";
-    key += std::to_string(f);
-    keys.push_back(key);
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t n = 1 + static_cast<int64_t>(gen() % static_cast<uint64_t>(2 * pooling - 1));
-      lengths.push_back(n);
-      offsets.push_back(offsets.back() + n);
-      for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int64_t>(gen() % static_cast<uint64_t>(rows)));
+  // The run itself under guarded_main too: a ferry error (a bad environment, say) is one line
+  // and exit status 1, not an abort.
+  return cli::guarded_main("ferry-embedding-bench", [&] {
+    const DType dt = dtype_from_name(dtype);
+    std::mt19937_64 gen(1);
+    std::vector<int64_t> ids, lengths, offsets{0};
+    std::vector<std::string> keys;
+    for (int64_t f = 0; f < features; ++f) {
+      std::string key = "f";
+      key += std::to_string(f);
+      keys.push_back(key);
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t n = 1 + static_cast<int64_t>(gen() % static_cast<uint64_t>(2 * pooling - 1));
+        lengths.push_back(n);
+        offsets.push_back(offsets.back() + n);
+        for (int64_t i = 0; i < n; ++i)
+          ids.push_back(static_cast<int64_t>(gen() % static_cast<uint64_t>(rows)));
+      }
     }
-  }
-  auto kjt = KeyedJaggedTensor::from_lengths_sync(keys, from_vector(ids), from_vector(lengths));
-  auto table = std::make_shared<EmbeddingTable>("t", uniform({rows, dim}, -0.1, 0.1, 3, dt));
-  std::vector<FeatureLookup> lookups;
-  for (const auto& k : keys) lookups.push_back({.table = table, .feature = k});
-  const double n_ids = static_cast<double>(ids.size()) * iters;
+    auto kjt = KeyedJaggedTensor::from_lengths_sync(keys, from_vector(ids), from_vector(lengths));
+    auto table = std::make_shared<EmbeddingTable>("t", uniform({rows, dim}, -0.1, 0.1, 3, dt));
+    std::vector<FeatureLookup> lookups;
+    for (const auto& k : keys) lookups.push_back({.table = table, .feature = k});
+    const double n_ids = static_cast<double>(ids.size()) * iters;
 
-  double fwd = 0;
-  Tensor ref;
-  {
-    NoGradGuard no_grad;
-    pooled_embedding_lookup(lookups, kjt);  // warm up
+    double fwd = 0;
+    Tensor ref;
+    {
+      NoGradGuard no_grad;
+      pooled_embedding_lookup(lookups, kjt);  // warm up
+      auto t0 = std::chrono::steady_clock::now();
+      for (int it = 0; it < iters; ++it) ref = pooled_embedding_lookup(lookups, kjt).value();
+      fwd = seconds_since(t0);
+    }
+    double checksum = 0;
+    double eig = dt == DType::Float32
+                     ? eigen_loop<float>(table->weight().value(), ids, offsets, features, batch,
+                                         iters, checksum)
+                     : eigen_loop<double>(table->weight().value(), ids, offsets, features, batch,
+                                          iters, checksum);
+    double ours = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) ours += ref.get_flat(i);
+    if (std::abs(ours - checksum) > 1e-3 * (1 + std::abs(checksum))) {
+      std::fprintf(stderr, "checksum mismatch: lookup %g, Eigen %g\n", ours, checksum);
+      return 1;
+    }
+    table->set_fused_optimizer({.optimizer = EmbOptimType::Sgd, .learning_rate = 1e-3});
+    Tensor up = ones({batch, features * dim}, dt);
     auto t0 = std::chrono::steady_clock::now();
-    for (int it = 0; it < iters; ++it) ref = pooled_embedding_lookup(lookups, kjt).value();
-    fwd = seconds_since(t0);
-  }
-  double checksum = 0;
-  double eig = dt == DType::Float32
-                   ? eigen_loop<float>(table->weight().value(), ids, offsets, features, batch,
-                                       iters, checksum)
-                   : eigen_loop<double>(table->weight().value(), ids, offsets, features, batch,
-                                        iters, checksum);
-  double ours = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) ours += ref.get_flat(i);
-  if (std::abs(ours - checksum) > 1e-3 * (1 + std::abs(checksum))) {
-    std::fprintf(stderr, "checksum mismatch: lookup %g, Eigen %g\n", ours, checksum);
-    return 1;
-  }
-  table->set_fused_optimizer({.optimizer = EmbOptimType::Sgd, .learning_rate = 1e-3});
-  Tensor up = ones({batch, features * dim}, dt);
-  auto t0 = std::chrono::steady_clock::now();
-  for (int it = 0; it < iters; ++it) backward(pooled_embedding_lookup(lookups, kjt), up);
-  const double fb = seconds_since(t0);
+    for (int it = 0; it < iters; ++it) backward(pooled_embedding_lookup(lookups, kjt), up);
+    const double fb = seconds_since(t0);
 
-  std::printf("rows %lld dim %lld batch %lld features %lld mean pooling %.1f dtype %s iters %d\n",
-              static_cast<long long>(rows), static_cast<long long>(dim),
-              static_cast<long long>(batch), static_cast<long long>(features),
-              static_cast<double>(ids.size()) / static_cast<double>(batch * features),
-              dtype.c_str(), iters);
-  std::printf("%-34s %12.3e ids/s\n", "lookup forward (no tape)", n_ids / fwd);
-  std::printf("%-34s %12.3e ids/s\n", "Eigen gather-and-sum loop", n_ids / eig);
-  std::printf("%-34s %12.3e ids/s\n", "lookup forward + backward (fused SGD)", n_ids / fb);
-  std::printf("ratio lookup / Eigen: %.2f\n", eig / fwd);
-  return 0;
+    std::printf("rows %lld dim %lld batch %lld features %lld mean pooling %.1f dtype %s iters %d\n",
+                static_cast<long long>(rows), static_cast<long long>(dim),
+                static_cast<long long>(batch), static_cast<long long>(features),
+                static_cast<double>(ids.size()) / static_cast<double>(batch * features),
+                dtype.c_str(), iters);
+    std::printf("%-34s %12.3e ids/s\n", "lookup forward (no tape)", n_ids / fwd);
+    std::printf("%-34s %12.3e ids/s\n", "Eigen gather-and-sum loop", n_ids / eig);
+    std::printf("%-34s %12.3e ids/s\n", "lookup forward + backward (fused SGD)", n_ids / fb);
+    std::printf("ratio lookup / Eigen: %.2f\n", eig / fwd);
+    return 0;
+  });
 }

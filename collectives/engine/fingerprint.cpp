@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <memory>
 
 namespace ferry::detail {
 
@@ -156,16 +157,22 @@ std::string mismatch_message(const OpContext& ctx, const Fingerprint& mine,
 void exchange_fingerprints(OpContext& ctx, const Fingerprint& mine) {
   const int n = ctx.size(), me = ctx.rank();
   if (n == 1) return;
-  std::vector<Fingerprint> theirs(static_cast<size_t>(n));
+  // Every rank's fingerprint, this rank's sent from its own slot: the op holds the list
+  // (OpContext::hold), since a send or receive that cannot be withdrawn after a failure may be
+  // read or written after this function and the op's Work are gone.
+  const std::shared_ptr<Fingerprint[]> all = std::make_shared<Fingerprint[]>(static_cast<size_t>(n));
+  ctx.hold(std::shared_ptr<const void>(all));
+  Fingerprint* theirs = all.get();
+  theirs[me] = mine;
   for (int k = 0; k < n; ++k)
     if (k != me) ctx.recv(k, OpContext::kFingerprintStep, &theirs[k], sizeof(Fingerprint));
   for (int k = 0; k < n; ++k)
-    if (k != me) ctx.send(k, OpContext::kFingerprintStep, &mine, sizeof(Fingerprint));
+    if (k != me) ctx.send(k, OpContext::kFingerprintStep, &theirs[me], sizeof(Fingerprint));
   ctx.wait_all();
   std::vector<std::pair<int, Fingerprint>> differ;
   for (int k = 0; k < n; ++k) {
     if (k == me) continue;
-    const Fingerprint& f = theirs[static_cast<size_t>(k)];
+    const Fingerprint& f = theirs[k];
     FERRY_CHECK(f.magic == Fingerprint::kMagic, MismatchError, mine.op, " (seq ", mine.seq,
                 ") on rank ", me, ": rank ", k, " sent no collective fingerprint (FERRY_CHECK ",
                 "must be set alike on every rank)");

@@ -3,11 +3,12 @@
 # std::terminate, no abort, no core dump. Runs the tools into ferry errors: a bad FERRY_BACKEND,
 # --resume of a file that is not a checkpoint, and (with ferry-run and UCX) a peer killed
 # mid-training, whose survivor must report the PeerFailure, not abort.
-# Usage: error_exit_check.sh FERRY_DLRM FERRY_TRAIN FERRY_BENCH FERRY_RUN [ucx] [mpi]
+# Usage: error_exit_check.sh FERRY_DLRM FERRY_TRAIN FERRY_BENCH FERRY_RUN FERRY_EMBEDDING_BENCH
+#        [ucx] [mpi]
 set -uo pipefail
-dlrm="$1" train="$2" bench="$3" run="$4"
+dlrm="$1" train="$2" bench="$3" run="$4" embedding_bench="$5"
 ucx="" mpi=""
-for a in "${@:5}"; do
+for a in "${@:6}"; do
   case "$a" in ucx) ucx=ucx ;; mpi) mpi=mpi ;; esac
 done
 fail=0
@@ -28,6 +29,8 @@ expect() {  # expect STATUS PATTERN command...
 }
 expect 1 "^ferry-dlrm: rank 0: .*FERRY_BACKEND" env FERRY_BACKEND=nosuch "$dlrm" --epochs 1
 expect 1 "^ferry-train: rank 0: .*FERRY_BACKEND" env FERRY_BACKEND=nosuch "$train" --epochs 1
+expect 1 "^ferry-embedding-bench: rank 0: .*FERRY_BACKEND" env FERRY_BACKEND=nosuch \
+  "$embedding_bench" --iters 1 --rows 1000
 # ferry-bench reads the environment as part of its command line: status 2.
 expect 2 "^ferry-bench: environment: .*FERRY_BACKEND" env FERRY_BACKEND=nosuch "$bench" --iters 1
 expect 1 "^ferry-dlrm: rank [01]: checkpoint load /dev/null: rank 0: /dev/null is not a checkpoint directory" \
