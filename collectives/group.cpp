@@ -91,4 +91,9 @@ Group Group::split(int color, int key) const {
                                        std::move(native)));
 }
 
+std::string detail::where(const char* op, const Group& group) {
+  return str(op, " on rank ", group.rank(), " of group ", group.id(), " (size ", group.size(),
+             ")");
+}
+
 }  // namespace ferry

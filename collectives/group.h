@@ -60,4 +60,10 @@ class Group {
   std::shared_ptr<detail::GroupImpl> impl_;
 };
 
+namespace detail {
+// Where an op runs, in the one form every argument error and op description uses:
+// "all_reduce on rank 1 of group 0 (size 2)".
+std::string where(const char* op, const Group& group);
+}  // namespace detail
+
 }  // namespace ferry

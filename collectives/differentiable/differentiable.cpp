@@ -21,18 +21,12 @@ namespace {
 // once a step returned nothing but the caller holds them (autograd keeps a gradient nobody
 // else holds as grad() without copying it).
 
-// "all_reduce on rank 1 of group 0 (size 2)"
-std::string where(const char* op, const Group& group) {
-  return detail::str(op, " on rank ", group.rank(), " of group ", group.id(), " (size ",
-                     group.size(), ")");
-}
-
 // The ops whose state is a group and two buffers: the forward's output and the gradient's.
 class CollectiveOp : public ReqWaitOp {
  public:
   CollectiveOp(const char* name, Group group) : name_(name), group_(std::move(group)) {}
   std::string name() const override { return name_; }
-  std::string describe() const override { return where(name_, group_); }
+  std::string describe() const override { return detail::where(name_, group_); }
   std::vector<Tensor> finish() override { return detail::only(std::move(y_)); }
   std::vector<Tensor> finish_gradient() override { return detail::only(std::move(dx_)); }
 

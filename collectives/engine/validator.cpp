@@ -10,8 +10,7 @@ Validator::Validator(const char* op, const Group& group) : op_(op), group_(group
 }
 
 std::string Validator::prefix() const {
-  return str(op_, " on rank ", group_.rank(), " of group ", group_.id(), " (size ",
-             group_.size(), "): ");
+  return where(op_, group_) + ": ";
 }
 
 void Validator::fail(const std::string& what) const {

@@ -40,11 +40,6 @@ std::string keys_str(const std::vector<std::string>& keys, size_t limit) {
                    [](std::ostream& os, const std::string& k) { os << '"' << k << '"'; });
 }
 
-std::string where(const char* op, const Group& group) {
-  return ferry::detail::str(op, " on rank ", group.rank(), " of group ", group.id(), " (size ",
-                            group.size(), ")");
-}
-
 int64_t sum_of(const std::vector<int64_t>& values) {
   return std::accumulate(values.begin(), values.end(), int64_t{0});
 }

@@ -1,5 +1,5 @@
 // The text pieces torchrec's error messages and plan descriptions share: lists, keys, and
-// where an op ran. One form each, so that every message reads the same.
+// where an op ran (the engine's where). One form each, so that every message reads the same.
 #pragma once
 
 #include <ferry/collectives/group.h>
@@ -22,8 +22,9 @@ std::string list_str(const std::vector<int64_t>& values, size_t limit = 16);
 std::string compact_list_str(const std::vector<int>& values);
 // "[\"a\", \"b\"]"; after `limit` keys ", ... (N keys)".
 std::string keys_str(const std::vector<std::string>& keys, size_t limit = 16);
-// "<op> on rank R of group G (size W)": the start of an error about one op's call on one rank.
-std::string where(const char* op, const Group& group);
+// "<op> on rank R of group G (size W)": the start of an error about one op's call on one rank,
+// the engine's own form (group.h), so that torchrec's errors read as the raw collectives' do.
+using ferry::detail::where;
 // The sum of `values` (0 for none).
 int64_t sum_of(const std::vector<int64_t>& values);
 
