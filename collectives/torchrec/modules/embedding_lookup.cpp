@@ -97,7 +97,9 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
   p.tables.reserve(lookups.size());
   p.table_versions.reserve(lookups.size());
   p.row_storage.reserve(static_cast<size_t>(kjt.values().numel()));  // enough unless keys repeat
-  std::vector<size_t> rows_at;  // each item's first row in row_storage
+  // Each item's first row in row_storage: scratch of this thread's, emptied by every call.
+  thread_local std::vector<size_t> rows_at;
+  rows_at.clear();
   rows_at.reserve(lookups.size());
   for (const FeatureLookup& l : lookups) {
     FERRY_CHECK(l.table != nullptr, InvalidArgument, op, ": feature \"", l.feature,
@@ -538,7 +540,17 @@ Variable pooled_embedding_lookup(const std::vector<FeatureLookup>& lookups,
                 "value (",
                 kjt.values().numel(), "), got ", shape_str(w.shape()), " ", dtype_name(w.dtype()));
   }
-  std::vector<Variable> inputs;
+  // The inputs in a list an earlier call on this thread emptied (its capacity kept): a
+  // collection has tens of tables, and a new list grew through as many allocations per call.
+  std::vector<Variable> inputs = ferry::detail::ThreadSpares<std::vector<Variable>>::take();
+  struct GiveBack {
+    std::vector<Variable>& list;
+    ~GiveBack() {
+      list.clear();
+      ferry::detail::ThreadSpares<std::vector<Variable>>::give(std::move(list));
+    }
+  } give_back{inputs};
+  inputs.reserve(plan.tables.size() + 1);
   for (const auto& t : plan.tables) inputs.push_back(t->weight());
   if (weighted) inputs.push_back(per_sample_weights);
   auto fn = ferry::detail::make_pooled<PooledLookup>(std::move(plan), weighted);
