@@ -69,11 +69,15 @@ void register_collective_node(const std::shared_ptr<Node>& node) {
 
 std::vector<std::shared_ptr<Node>> unrun_collective_nodes() {
   std::vector<std::shared_ptr<Node>> nodes;
+  unrun_collective_nodes(nodes);
+  return nodes;
+}
+
+void unrun_collective_nodes(std::vector<std::shared_ptr<Node>>& out) {
   for (const auto& weak : t_collective_nodes) {
     auto node = weak.lock();
-    if (node && !node->has_run() && !node->released()) nodes.push_back(std::move(node));
+    if (node && !node->has_run() && !node->released()) out.push_back(std::move(node));
   }
-  return nodes;
 }
 
 void keep_until_backward(std::shared_ptr<Node> node) {

@@ -4,9 +4,11 @@
 #include <ferry/autograd/record.h>
 #include <ferry/autograd/saved_tensor.h>
 #include <ferry/autograd/variable.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/tensor.h>
 
 #include <string>
+#include <vector>
 
 namespace ferry::detail {
 
@@ -18,5 +20,16 @@ const Tensor& value_of(const char* op, const Variable& v, const char* what);
 SavedTensor save_if(bool wanted, const Variable& v);
 // Saves an op's own output (named as such if it is modified in place); `op` is a string literal.
 SavedTensor save_output(const char* op, const Tensor& y);
+
+// The lists of tensors a thread hands from call to call: apply()'s input values, and the
+// gradient lists backward has delivered (backward.cpp gives each back once it is emptied).
+using TensorListSpares = ThreadSpares<std::vector<Tensor>, 8>;
+// A list of n undefined gradients for a backward closure to fill and return, from those
+// spares: a training step's backward then allocates no list per node.
+inline std::vector<Tensor> grad_list(size_t n) {
+  std::vector<Tensor> out = TensorListSpares::take();
+  out.resize(n);
+  return out;
+}
 
 }  // namespace ferry::detail

@@ -4,6 +4,7 @@
 #include <ferry/collectives/torchrec/modules/row_kernels.h>
 
 #include <ferry/autograd/function.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/intra_op.h>
 #include <ferry/runtime/object_pool.h>
@@ -398,7 +399,8 @@ class PooledLookup final : public Function {
 
   std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& grads) override {
     const size_t nt = plan_.tables.size();
-    std::vector<bool> table_needs(nt);
+    thread_local std::vector<bool> table_needs;  // refilled by every call; capacity kept
+    table_needs.assign(nt, false);
     for (size_t s = 0; s < nt; ++s) table_needs[s] = ctx.needs_input_grad(s);
     const bool weights_need = weighted_ && ctx.needs_input_grad(nt);
     if (weights_need) check_tables_unchanged();
@@ -409,7 +411,7 @@ class PooledLookup final : public Function {
       pooled_backward<T>(plan_, g.data<T>(), weighted_ ? weights_.data<T>() : nullptr,
                          weights_need ? dw.data<T>() : nullptr, table_needs);
     });
-    std::vector<Tensor> out(nt + (weighted_ ? 1 : 0));
+    std::vector<Tensor> out = ferry::detail::grad_list(nt + (weighted_ ? 1 : 0));
     if (weights_need) out[nt] = dw.dtype() == weights_dtype_ ? dw : dw.to(weights_dtype_);
     return out;
   }

@@ -183,15 +183,20 @@ std::vector<int64_t> vbe_destination_index(const KeyedJaggedTensor& dist,
 
 Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(
     std::vector<DistFeaturesAwaitable> phase1) {
-  return Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>([phase1]() mutable {
-    std::vector<Awaitable<KeyedJaggedTensor>> phase2;
-    for (auto& a : phase1) phase2.push_back(a.wait());
-    return Awaitable<std::vector<KeyedJaggedTensor>>([phase2]() mutable {
-      std::vector<KeyedJaggedTensor> out;
-      for (auto& a : phase2) out.push_back(a.wait());
-      return out;
-    });
-  });
+  // The lists move into the closures: a copy of each was an allocation per step.
+  return Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>(
+      [phase1 = std::move(phase1)]() mutable {
+        std::vector<Awaitable<KeyedJaggedTensor>> phase2;
+        phase2.reserve(phase1.size());
+        for (auto& a : phase1) phase2.push_back(a.wait());
+        return Awaitable<std::vector<KeyedJaggedTensor>>(
+            [phase2 = std::move(phase2)]() mutable {
+              std::vector<KeyedJaggedTensor> out;
+              out.reserve(phase2.size());
+              for (auto& a : phase2) out.push_back(a.wait());
+              return out;
+            });
+      });
 }
 
 }  // namespace ferry::torchrec::detail
