@@ -53,7 +53,8 @@ class LazyAwaitable {
   // _wait_impl).
   template <class F, class = std::enable_if_t<std::is_invocable_r_v<T, std::decay_t<F>&>>>
   explicit LazyAwaitable(F&& wait_impl)
-      : state_(std::make_shared<State>(Awaitable<T>(std::forward<F>(wait_impl)))) {}
+      : state_(std::allocate_shared<State>(awaitable_memory::Allocator<State>(),
+                                           Awaitable<T>(std::forward<F>(wait_impl)))) {}
 
   // The result: waited for (and passed through the callbacks) on the first use only.
   T wait() { return value(); }
