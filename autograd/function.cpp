@@ -1,4 +1,5 @@
 #include <ferry/autograd/function.h>
+#include <ferry/autograd/ops_detail.h>
 
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/node.h>
@@ -30,7 +31,7 @@ void Context::save_for_backward(const std::vector<Tensor>& tensors) {
 }
 
 std::vector<Tensor> Context::saved() const {
-  std::vector<Tensor> tensors;
+  std::vector<Tensor> tensors = detail::TensorListSpares::take();  // a list backward handed back
   tensors.reserve(saved_.size());
   if (saved_.empty()) return tensors;
   const std::string op_name = op();
@@ -213,6 +214,8 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
     std::vector<Variable> plain;
     plain.reserve(outputs.size());
     for (Tensor& t : outputs) plain.push_back(t.defined() ? Variable(std::move(t)) : Variable());
+    outputs.clear();
+    detail::TensorListSpares::give(std::move(outputs));
     return plain;
   }
 

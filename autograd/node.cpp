@@ -1,4 +1,5 @@
 #include <ferry/autograd/node.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/runtime/object_pool.h>
 
 #include <ferry/autograd/grad_mode.h>
@@ -152,6 +153,9 @@ std::vector<Variable> connect(const std::shared_ptr<Node>& node, VariablePtrs in
     outputs.push_back(make_output(node, k, std::move(output_values[k])));
   }
   if (node->is_collective()) register_collective_node(node);
+  // The emptied list of values goes to this thread's spares (a Function's next tensor_list()).
+  output_values.clear();
+  TensorListSpares::give(std::move(output_values));
   return outputs;
 }
 

@@ -24,9 +24,9 @@ SavedTensor save_output(const char* op, const Tensor& y);
 // The lists of tensors a thread hands from call to call: apply()'s input values, and the
 // gradient lists backward has delivered (backward.cpp gives each back once it is emptied).
 using TensorListSpares = ThreadSpares<std::vector<Tensor>, 8>;
-// A list of n undefined gradients for a backward closure to fill and return, from those
-// spares: a training step's backward then allocates no list per node.
-inline std::vector<Tensor> grad_list(size_t n) {
+// A list of n undefined tensors for a backward closure (or a Function's forward or backward)
+// to fill and return, from those spares: a training step then allocates no list per node.
+inline std::vector<Tensor> tensor_list(size_t n) {
   std::vector<Tensor> out = TensorListSpares::take();
   out.resize(n);
   return out;

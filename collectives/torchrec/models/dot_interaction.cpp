@@ -2,6 +2,7 @@
 #include <ferry/collectives/torchrec/models/dot_interaction_lanes.h>
 
 #include <ferry/autograd/function.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/intra_op.h>
 #include <ferry/runtime/object_pool.h>
@@ -227,7 +228,9 @@ class DotInteraction final : public Function {
       });
     });
     ctx.save_for_backward({in[0], in[1]});
-    return {out};
+    std::vector<Tensor> outs = ferry::detail::tensor_list(1);  // no list allocated per call
+    outs[0] = std::move(out);
+    return outs;
   }
 
   std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& grads) override {
@@ -252,8 +255,10 @@ class DotInteraction final : public Function {
         backward_kernel<T>(x0, xs, g, dx0, dxs, b1 - b0, f_, d_);
       });
     });
-    return {ctx.needs_input_grad(0) ? d_dense : Tensor(),
-            ctx.needs_input_grad(1) ? d_sparse : Tensor()};
+    std::vector<Tensor> out = ferry::detail::tensor_list(2);
+    if (ctx.needs_input_grad(0)) out[0] = std::move(d_dense);
+    if (ctx.needs_input_grad(1)) out[1] = std::move(d_sparse);
+    return out;
   }
 
  private:

@@ -411,7 +411,7 @@ class PooledLookup final : public Function {
       pooled_backward<T>(plan_, g.data<T>(), weighted_ ? weights_.data<T>() : nullptr,
                          weights_need ? dw.data<T>() : nullptr, table_needs);
     });
-    std::vector<Tensor> out = ferry::detail::grad_list(nt + (weighted_ ? 1 : 0));
+    std::vector<Tensor> out = ferry::detail::tensor_list(nt + (weighted_ ? 1 : 0));
     if (weights_need) out[nt] = dw.dtype() == weights_dtype_ ? dw : dw.to(weights_dtype_);
     return out;
   }

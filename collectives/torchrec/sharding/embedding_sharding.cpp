@@ -64,7 +64,8 @@ KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
   // config order): no key index to build and no permuted copy. (With a repeated key, key_index
   // raises its ambiguity error as before.)
   const bool as_is = kjt.keys_unique() && kjt.keys() == features;
-  std::vector<int64_t> idx;
+  thread_local std::vector<int64_t> idx;  // scratch, refilled by every call
+  idx.clear();
   if (!as_is) {
     idx.reserve(features.size());
     const std::vector<std::string>& keys = kjt.keys();
