@@ -211,7 +211,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   detail::ThreadSpares<std::vector<Tensor>, 8>::give(std::move(input_values));
 
   if (!recording) {
-    std::vector<Variable> plain;
+    std::vector<Variable> plain = detail::VariableListSpares::take();
     plain.reserve(outputs.size());
     for (Tensor& t : outputs) plain.push_back(t.defined() ? Variable(std::move(t)) : Variable());
     outputs.clear();
@@ -234,4 +234,15 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   return detail::connect(node, detail::VariablePtrs(input_ptrs, inputs.size()), std::move(outputs));
 }
 
+namespace detail {
+
+Variable apply_first(std::shared_ptr<Function> fn, const std::vector<Variable>& inputs) {
+  std::vector<Variable> outputs = ferry::apply(std::move(fn), inputs);
+  Variable first = std::move(outputs.at(0));
+  outputs.clear();
+  VariableListSpares::give(std::move(outputs));
+  return first;
+}
+
+}  // namespace detail
 }  // namespace ferry

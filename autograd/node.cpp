@@ -147,7 +147,7 @@ Variable make_output(const std::shared_ptr<Node>& node, size_t k, Tensor value) 
 std::vector<Variable> connect(const std::shared_ptr<Node>& node, VariablePtrs inputs,
                               std::vector<Tensor> output_values) {
   wire_edges(*node, inputs);
-  std::vector<Variable> outputs;
+  std::vector<Variable> outputs = VariableListSpares::take();  // a list apply_first handed back
   outputs.reserve(output_values.size());
   for (size_t k = 0; k < output_values.size(); ++k) {
     outputs.push_back(make_output(node, k, std::move(output_values[k])));

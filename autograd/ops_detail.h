@@ -1,12 +1,14 @@
 // Shared plumbing of the differentiable ops (internal).
 #pragma once
 
+#include <ferry/autograd/function.h>
 #include <ferry/autograd/record.h>
 #include <ferry/autograd/saved_tensor.h>
 #include <ferry/autograd/variable.h>
 #include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/tensor.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,12 @@ SavedTensor save_output(const char* op, const Tensor& y);
 using TensorListSpares = ThreadSpares<std::vector<Tensor>, 8>;
 // A list of n undefined tensors for a backward closure (or a Function's forward or backward)
 // to fill and return, from those spares: a training step then allocates no list per node.
+// The variable lists the same way: connect() makes its outputs' list from these, and callers
+// that take only the first output (apply_first) hand it back.
+using VariableListSpares = ThreadSpares<std::vector<Variable>>;
+// apply(fn, inputs)[0], the list of outputs handed back to VariableListSpares.
+Variable apply_first(std::shared_ptr<Function> fn, const std::vector<Variable>& inputs);
+
 inline std::vector<Tensor> tensor_list(size_t n) {
   std::vector<Tensor> out = TensorListSpares::take();
   out.resize(n);

@@ -1,5 +1,6 @@
 #include <ferry/collectives/torchrec/comm/alltoall_op.h>
 
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/object_pool.h>
@@ -75,7 +76,11 @@ Work AllToAllCommOp::launch(const std::vector<Tensor>& inputs) {
 }
 
 std::vector<Tensor> AllToAllCommOp::finish() {
-  if (placement_) return {std::exchange(placed_, Tensor())};
+  if (placement_) {
+    std::vector<Tensor> out = ferry::detail::tensor_list(1);  // no list allocated per call
+    out[0] = std::exchange(placed_, Tensor());
+    return out;
+  }
   Tensor values = forward_pass_->decode(received_);
   received_ = Tensor();
   return forward_outputs(values);
@@ -99,9 +104,10 @@ Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
 
 std::vector<Tensor> AllToAllCommOp::finish_gradient() {
   if (placed_gradient_) {
-    Tensor grad = std::exchange(placed_, Tensor());
-    divide_if_enabled(grad);
-    return {grad};
+    std::vector<Tensor> out = ferry::detail::tensor_list(1);
+    out[0] = std::exchange(placed_, Tensor());
+    divide_if_enabled(out[0]);
+    return out;
   }
   Tensor values = backward_pass_->decode(received_);
   received_ = Tensor();

@@ -59,7 +59,7 @@ EmbeddingsCallback permute_pooled_embs_callback(PermutePooledEmbeddingsSplit per
     // The input's list from this thread's spares, emptied again after the call.
     std::vector<Variable> in = ferry::detail::ThreadSpares<std::vector<Variable>>::take();
     in.push_back(std::move(y));
-    Variable out = ferry::apply(fn, in)[0];
+    Variable out = ferry::detail::apply_first(fn, in);
     in.clear();
     ferry::detail::ThreadSpares<std::vector<Variable>>::give(std::move(in));
     return out;

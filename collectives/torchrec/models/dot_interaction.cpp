@@ -227,7 +227,7 @@ class DotInteraction final : public Function {
         forward_kernel<T>(dense, sparse, o, b1 - b0, f_, d_);
       });
     });
-    ctx.save_for_backward({in[0], in[1]});
+    ctx.save_for_backward(in);  // {dense, sparse}: the two inputs, without a new list
     std::vector<Tensor> outs = ferry::detail::tensor_list(1);  // no list allocated per call
     outs[0] = std::move(out);
     return outs;
@@ -284,7 +284,14 @@ Variable dot_interaction(const Variable& dense_out, const Variable& sparse,
               InvalidArgument, "dot_interaction: dense_out and sparse must share a float32 or "
               "float64 dtype (got ", dtype_name(dtype), " and ",
               dtype_name(sparse.value().dtype()), ")");
-  return apply(ferry::detail::make_pooled<DotInteraction>(F, D), {dense_out, sparse})[0];
+  // The inputs' list from this thread's spares, emptied again after the call.
+  std::vector<Variable> in = ferry::detail::VariableListSpares::take();
+  in.push_back(dense_out);
+  in.push_back(sparse);
+  Variable out = ferry::detail::apply_first(ferry::detail::make_pooled<DotInteraction>(F, D), in);
+  in.clear();
+  ferry::detail::VariableListSpares::give(std::move(in));
+  return out;
 }
 
 }  // namespace ferry::torchrec

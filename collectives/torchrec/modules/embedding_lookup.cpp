@@ -394,7 +394,9 @@ class PooledLookup final : public Function {
       pooled_forward<T>(plan_, weighted_ ? weights_.data<T>() : nullptr, out.data<T>());
     });
     if (!weighted_) weights_ = Tensor();
-    return {out};
+    std::vector<Tensor> outs = ferry::detail::tensor_list(1);  // no list allocated per call
+    outs[0] = std::move(out);
+    return outs;
   }
 
   std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& grads) override {
@@ -557,7 +559,7 @@ Variable pooled_embedding_lookup(const std::vector<FeatureLookup>& lookups,
   if (weighted) inputs.push_back(per_sample_weights);
   auto fn = ferry::detail::make_pooled<PooledLookup>(std::move(plan), weighted);
   if (weighted) fn->set_weights_dtype(per_sample_weights.dtype());
-  return ferry::apply(fn, inputs)[0];
+  return ferry::detail::apply_first(fn, inputs);
 }
 
 std::vector<Variable> sequence_embedding_lookup(const std::vector<FeatureLookup>& lookups,
