@@ -469,10 +469,29 @@ Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send
 }
 
 Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group& group) {
+  auto ref = [](const LayoutAllToAllPart& p) {
+    return PartRef{p.input, p.send_layouts, p.output, p.recv_layouts};
+  };
+  // The usual few parts (a KJT's lengths, values and weights) referred to from the stack: a
+  // list per call was an allocation per input dist.
+  switch (parts.size()) {
+    case 1: {
+      const PartRef refs[] = {ref(parts[0])};
+      return layout_all_to_all(refs, 1, group);
+    }
+    case 2: {
+      const PartRef refs[] = {ref(parts[0]), ref(parts[1])};
+      return layout_all_to_all(refs, 2, group);
+    }
+    case 3: {
+      const PartRef refs[] = {ref(parts[0]), ref(parts[1]), ref(parts[2])};
+      return layout_all_to_all(refs, 3, group);
+    }
+    default: break;
+  }
   std::vector<PartRef> refs;
   refs.reserve(parts.size());
-  for (const LayoutAllToAllPart& p : parts)
-    refs.push_back(PartRef{p.input, p.send_layouts, p.output, p.recv_layouts});
+  for (const LayoutAllToAllPart& p : parts) refs.push_back(ref(p));
   return layout_all_to_all(refs.data(), refs.size(), group);
 }
 
