@@ -6,6 +6,7 @@
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
+#include <span>
 
 namespace ferry {
 
@@ -223,7 +224,7 @@ class Pass {
       for (size_t i = 0; i < edges.size(); ++i) {
         deliver(node, edges[i], i, std::move(input_grads[i]));
       }
-      // The emptied list goes to this thread's spares, for the next closure's grad_list()
+      // The emptied list goes to this thread's spares, for the next closure's tensor_list()
       // or apply()'s input values.
       input_grads.clear();
       TensorListSpares::give(std::move(input_grads));
@@ -281,8 +282,10 @@ thread_local Pass::Spare Pass::t_spare;
 }  // namespace
 }  // namespace detail
 
-void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gradients,
-              bool retain_graph) {
+namespace detail {
+
+void run_backward(std::span<const Variable> roots, std::span<const Tensor> gradients,
+                  bool retain_graph) {
   FERRY_CHECK(!roots.empty(), InvalidArgument, "backward: no roots given");
   FERRY_CHECK(gradients.empty() || gradients.size() == roots.size(), InvalidArgument,
               "backward: ", roots.size(), " roots but ", gradients.size(), " gradients");
@@ -311,6 +314,13 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
   // The pass holds what it collected; kept nodes it did not collect will never be forced.
   detail::release_kept_nodes(detail::t_consumed_up_to);
   pass.run(retain_graph);
+}
+
+}  // namespace detail
+
+void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gradients,
+              bool retain_graph) {
+  detail::run_backward(roots, gradients, retain_graph);
 }
 
 }  // namespace ferry

@@ -174,6 +174,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   // the usual few inputs.
   constexpr size_t kOnStack = 8;
   const Variable* ptrs_on_stack[kOnStack];
+  // More (a lookup over tens of tables): a list this thread's earlier calls kept.
   std::vector<const Variable*> ptrs_on_heap;
   // The inputs' values, in a list this thread's earlier calls kept (emptied, with its capacity):
   // a training step makes tens of calls.
@@ -193,6 +194,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   const Variable** input_ptrs = ptrs_on_stack;
   if (recording) {
     if (inputs.size() > kOnStack) {
+      ptrs_on_heap = detail::ThreadSpares<std::vector<const Variable*>>::take();
       ptrs_on_heap.resize(inputs.size());
       input_ptrs = ptrs_on_heap.data();
     }
@@ -231,7 +233,13 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
       node->outputs()[k].differentiable = false;
     }
   }
-  return detail::connect(node, detail::VariablePtrs(input_ptrs, inputs.size()), std::move(outputs));
+  std::vector<Variable> connected =
+      detail::connect(node, detail::VariablePtrs(input_ptrs, inputs.size()), std::move(outputs));
+  if (ptrs_on_heap.capacity() > 0) {
+    ptrs_on_heap.clear();
+    detail::ThreadSpares<std::vector<const Variable*>>::give(std::move(ptrs_on_heap));
+  }
+  return connected;
 }
 
 namespace detail {

@@ -65,6 +65,12 @@ class LazyAwaitable {
     if (!state_->result) state_->result.emplace(state_->awaitable.wait());
     return *state_->result;
   }
+  // The result moved out of the cache (waiting first if nobody has yet), for an owner that is
+  // the awaitable's last user: a use after it sees a moved-from value.
+  T take() {
+    value();
+    return std::move(*state_->result);
+  }
   const T& operator*() { return value(); }
   const T* operator->() { return &value(); }
 

@@ -184,7 +184,20 @@ std::vector<int64_t> vbe_destination_index(const KeyedJaggedTensor& dist,
 
 Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(
     std::vector<DistFeaturesAwaitable> phase1) {
-  // The lists move into the closures: a copy of each was an allocation per step.
+  // The lists move into the closures: a copy of each was an allocation per step. One
+  // sharding group (the usual case) needs no list of its second phase.
+  if (phase1.size() == 1) {
+    return Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>(
+        [first = std::move(phase1.front())]() mutable {
+          return Awaitable<std::vector<KeyedJaggedTensor>>(
+              [second = first.wait()]() mutable {
+                std::vector<KeyedJaggedTensor> out;
+                out.reserve(1);
+                out.push_back(second.wait());
+                return out;
+              });
+        });
+  }
   return Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>(
       [phase1 = std::move(phase1)]() mutable {
         std::vector<Awaitable<KeyedJaggedTensor>> phase2;
