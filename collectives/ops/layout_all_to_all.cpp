@@ -160,8 +160,9 @@ void post_laid_out(OpContext& ctx, const PartRef* parts, size_t num_parts) {
 // may be gone by the time the op runs) into two lists however many parts and ranks there are:
 // a block that is one contiguous span of its tensor is kept as that span, any other as its runs
 // in bytes. A list of byte layouts per part and side cost 2 + 2W allocations per part. The
-// lists (and the parts' tensors, kept alive until the op ran) are ones an earlier op of this
-// thread emptied, with their capacity: a training step's all-to-alls allocate none of them.
+// lists (and the parts' tensors, kept alive until the op ran) are ones an earlier op emptied on
+// this thread, with their capacity: they go back to the thread that drops the op's body, so an
+// issuing thread that also drops its bodies allocates none of them.
 class QueuedBlocks {
  public:
   QueuedBlocks() : lists_(detail::ThreadSpares<Lists>::take()) {}
