@@ -1,10 +1,12 @@
 // The backward pass: which nodes run, in which order, and where their gradients go.
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/node.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/autograd/variable.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
+#include <span>
 
 namespace ferry {
 
@@ -140,11 +142,14 @@ class Pass {
   // Adds the unrun collectives of the current forward, then everything the collected nodes
   // depend on.
   void collect(uint64_t consumed_up_to) {
-    for (auto& node : unrun_collective_nodes()) {
+    std::vector<std::shared_ptr<Node>>& unrun = t_spare.unrun;  // emptied below, capacity kept
+    unrun_collective_nodes(unrun);
+    for (auto& node : unrun) {
       if (node->sequence() > consumed_up_to && node->sequence() < max_root_sequence_) {
         add_node(node);
       }
     }
+    unrun.clear();
     for (size_t i = 0; i < order_.size(); ++i) {
       for (Edge& edge : order_[i]->edges()) {
         if (edge.node) add_node(edge.node);
@@ -219,6 +224,10 @@ class Pass {
       for (size_t i = 0; i < edges.size(); ++i) {
         deliver(node, edges[i], i, std::move(input_grads[i]));
       }
+      // The emptied list goes to this thread's spares, for the next closure's tensor_list()
+      // or apply()'s input values.
+      input_grads.clear();
+      TensorListSpares::give(std::move(input_grads));
     } else {
       for (auto& edge : node.edges()) {
         if (edge.leaf && --edge.leaf->pending_edges == 0) finish_leaf(edge.leaf);
@@ -256,6 +265,7 @@ class Pass {
     std::vector<Node*> nodes;
     std::vector<std::shared_ptr<VariableImpl>> leaves;
     std::vector<Tensor> grads;
+    std::vector<std::shared_ptr<Node>> unrun;  // collect()'s scratch, empty between calls
   };
   static thread_local Spare t_spare;
 
@@ -272,8 +282,10 @@ thread_local Pass::Spare Pass::t_spare;
 }  // namespace
 }  // namespace detail
 
-void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gradients,
-              bool retain_graph) {
+namespace detail {
+
+void run_backward(std::span<const Variable> roots, std::span<const Tensor> gradients,
+                  bool retain_graph) {
   FERRY_CHECK(!roots.empty(), InvalidArgument, "backward: no roots given");
   FERRY_CHECK(gradients.empty() || gradients.size() == roots.size(), InvalidArgument,
               "backward: ", roots.size(), " roots but ", gradients.size(), " gradients");
@@ -302,6 +314,13 @@ void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gra
   // The pass holds what it collected; kept nodes it did not collect will never be forced.
   detail::release_kept_nodes(detail::t_consumed_up_to);
   pass.run(retain_graph);
+}
+
+}  // namespace detail
+
+void backward(const std::vector<Variable>& roots, const std::vector<Tensor>& gradients,
+              bool retain_graph) {
+  detail::run_backward(roots, gradients, retain_graph);
 }
 
 }  // namespace ferry

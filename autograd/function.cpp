@@ -1,4 +1,5 @@
 #include <ferry/autograd/function.h>
+#include <ferry/autograd/ops_detail.h>
 
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/node.h>
@@ -30,7 +31,7 @@ void Context::save_for_backward(const std::vector<Tensor>& tensors) {
 }
 
 std::vector<Tensor> Context::saved() const {
-  std::vector<Tensor> tensors;
+  std::vector<Tensor> tensors = detail::TensorListSpares::take();  // a list backward handed back
   tensors.reserve(saved_.size());
   if (saved_.empty()) return tensors;
   const std::string op_name = op();
@@ -173,6 +174,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   // the usual few inputs.
   constexpr size_t kOnStack = 8;
   const Variable* ptrs_on_stack[kOnStack];
+  // More (a lookup over tens of tables): a list this thread's earlier calls kept.
   std::vector<const Variable*> ptrs_on_heap;
   // The inputs' values, in a list this thread's earlier calls kept (emptied, with its capacity):
   // a training step makes tens of calls.
@@ -192,6 +194,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   const Variable** input_ptrs = ptrs_on_stack;
   if (recording) {
     if (inputs.size() > kOnStack) {
+      ptrs_on_heap = detail::ThreadSpares<std::vector<const Variable*>>::take();
       ptrs_on_heap.resize(inputs.size());
       input_ptrs = ptrs_on_heap.data();
     }
@@ -210,9 +213,11 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   detail::ThreadSpares<std::vector<Tensor>, 8>::give(std::move(input_values));
 
   if (!recording) {
-    std::vector<Variable> plain;
+    std::vector<Variable> plain = detail::VariableListSpares::take();
     plain.reserve(outputs.size());
     for (Tensor& t : outputs) plain.push_back(t.defined() ? Variable(std::move(t)) : Variable());
+    outputs.clear();
+    detail::TensorListSpares::give(std::move(outputs));
     return plain;
   }
 
@@ -228,7 +233,24 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
       node->outputs()[k].differentiable = false;
     }
   }
-  return detail::connect(node, detail::VariablePtrs(input_ptrs, inputs.size()), std::move(outputs));
+  std::vector<Variable> connected =
+      detail::connect(node, detail::VariablePtrs(input_ptrs, inputs.size()), std::move(outputs));
+  if (ptrs_on_heap.capacity() > 0) {
+    ptrs_on_heap.clear();
+    detail::ThreadSpares<std::vector<const Variable*>>::give(std::move(ptrs_on_heap));
+  }
+  return connected;
 }
 
+namespace detail {
+
+Variable apply_first(std::shared_ptr<Function> fn, const std::vector<Variable>& inputs) {
+  std::vector<Variable> outputs = ferry::apply(std::move(fn), inputs);
+  Variable first = std::move(outputs.at(0));
+  outputs.clear();
+  VariableListSpares::give(std::move(outputs));
+  return first;
+}
+
+}  // namespace detail
 }  // namespace ferry

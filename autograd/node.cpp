@@ -1,4 +1,5 @@
 #include <ferry/autograd/node.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/runtime/object_pool.h>
 
 #include <ferry/autograd/grad_mode.h>
@@ -69,11 +70,15 @@ void register_collective_node(const std::shared_ptr<Node>& node) {
 
 std::vector<std::shared_ptr<Node>> unrun_collective_nodes() {
   std::vector<std::shared_ptr<Node>> nodes;
+  unrun_collective_nodes(nodes);
+  return nodes;
+}
+
+void unrun_collective_nodes(std::vector<std::shared_ptr<Node>>& out) {
   for (const auto& weak : t_collective_nodes) {
     auto node = weak.lock();
-    if (node && !node->has_run() && !node->released()) nodes.push_back(std::move(node));
+    if (node && !node->has_run() && !node->released()) out.push_back(std::move(node));
   }
-  return nodes;
 }
 
 void keep_until_backward(std::shared_ptr<Node> node) {
@@ -142,12 +147,15 @@ Variable make_output(const std::shared_ptr<Node>& node, size_t k, Tensor value) 
 std::vector<Variable> connect(const std::shared_ptr<Node>& node, VariablePtrs inputs,
                               std::vector<Tensor> output_values) {
   wire_edges(*node, inputs);
-  std::vector<Variable> outputs;
+  std::vector<Variable> outputs = VariableListSpares::take();  // a list apply_first handed back
   outputs.reserve(output_values.size());
   for (size_t k = 0; k < output_values.size(); ++k) {
     outputs.push_back(make_output(node, k, std::move(output_values[k])));
   }
   if (node->is_collective()) register_collective_node(node);
+  // The emptied list of values goes to this thread's spares (a Function's next tensor_list()).
+  output_values.clear();
+  TensorListSpares::give(std::move(output_values));
   return outputs;
 }
 

@@ -125,6 +125,13 @@ void register_collective_node(const std::shared_ptr<Node>& node);
 uint64_t last_recorded_sequence();
 // The collective nodes of this thread that are alive and have not run a backward yet.
 std::vector<std::shared_ptr<Node>> unrun_collective_nodes();
+// The same, appended to `out` (a caller's list reused from call to call).
+void unrun_collective_nodes(std::vector<std::shared_ptr<Node>>& out);
+
+// ferry::backward over `roots` and `gradients` (empty: all implied; else one per root) as
+// they lie: Variable::backward passes its one root without a list of each.
+void run_backward(std::span<const Variable> roots, std::span<const Tensor> gradients,
+                  bool retain_graph);
 // Keeps a collective node that no variable holds alive until the next backward on this thread
 // (which runs it, if the node was recorded before its roots, or else passes it by): a request
 // dropped before its wait still takes part in its backward collective (req_wait.h).

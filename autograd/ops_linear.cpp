@@ -43,11 +43,10 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias,
         needs[0] ? saved_w.get("linear") : Tensor(),
         activation == Activation::Relu ? saved_y.get("linear") : Tensor(), activation, needs[0],
         needs[1], needs.size() > 2 && needs[2]);
-    std::vector<Tensor> out;
-    out.reserve(3);
-    out.push_back(std::move(d.x));
-    out.push_back(std::move(d.w));
-    if (needs.size() > 2) out.push_back(std::move(d.b));
+    std::vector<Tensor> out = detail::tensor_list(needs.size() > 2 ? 3 : 2);
+    out[0] = std::move(d.x);
+    out[1] = std::move(d.w);
+    if (needs.size() > 2) out[2] = std::move(d.b);
     return out;
   };
   if (has_bias) return detail::record("linear", {&x, &weight, &bias}, std::move(y), backward);

@@ -39,7 +39,7 @@ Variable binary_cross_entropy_with_logits(const Variable& input, const Variable&
   return detail::record(
       kOp, {&input, &target}, std::move(y), [=](const Grads& g, const Needs& needs) {
         const Tensor& x = saved_input.get(kOp);
-        Grads out(2);
+        Grads out = detail::tensor_list(2);
         if (needs[0]) {
           out[0] = kernels::binary_cross_entropy_with_logits_backward(
               g[0], x, saved_target.get(kOp), reduction);

@@ -47,7 +47,9 @@ Variable reshape(const Variable& x, Shape shape) {
   if (!detail::should_record({&x})) return Variable(std::move(y));
   return detail::record("reshape", {&x}, std::move(y),
                         [from = x.shape()](const Grads& g, const Needs&) {
-                          return Grads{g[0].reshape(from)};
+                          Grads out = detail::tensor_list(1);
+                          out[0] = g[0].reshape(from);
+                          return out;
                         });
 }
 

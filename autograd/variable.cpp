@@ -4,6 +4,7 @@
 #include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/error.h>
 
+#include <span>
 #include <utility>
 
 namespace ferry {
@@ -132,7 +133,8 @@ void Variable::retain_grad() {
 }
 
 void Variable::backward(const Tensor& gradient, bool retain_graph) const {
-  ferry::backward(*this, gradient, retain_graph);
+  detail::run_backward(std::span<const Variable>(this, 1),
+                       std::span<const Tensor>(&gradient, 1), retain_graph);
 }
 
 }  // namespace ferry

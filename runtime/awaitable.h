@@ -23,13 +23,55 @@
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/work.h>
 
+#include <cstddef>
 #include <functional>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace ferry {
+
+// Memory for awaitables' shared states (not for direct use). A training step makes and drops
+// tens of awaitables; their states come from the calling thread's free lists of small blocks
+// (the ones tensors' control blocks use) instead of malloc. The functions are the library's,
+// so that code compiled against this header reaches the lists.
+namespace awaitable_memory {
+
+void* take(size_t bytes);
+void give(void* block, size_t bytes) noexcept;
+
+// An allocator over take / give, for std::allocate_shared (over-aligned types go to
+// std::allocator).
+template <class U>
+struct Allocator {
+  using value_type = U;
+  Allocator() = default;
+  template <class V>
+  Allocator(const Allocator<V>&) noexcept {}  // NOLINT: rebinding, as std::allocator
+  U* allocate(size_t n) {
+    if constexpr (alignof(U) > alignof(std::max_align_t)) {
+      return std::allocator<U>().allocate(n);
+    } else {
+      if (n > static_cast<size_t>(-1) / sizeof(U)) throw std::bad_array_new_length();
+      return static_cast<U*>(take(n * sizeof(U)));
+    }
+  }
+  void deallocate(U* p, size_t n) noexcept {
+    if constexpr (alignof(U) > alignof(std::max_align_t)) {
+      std::allocator<U>().deallocate(p, n);
+    } else {
+      give(p, n * sizeof(U));
+    }
+  }
+  template <class V>
+  bool operator==(const Allocator<V>&) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace awaitable_memory
 
 template <class T>
 class Awaitable {
@@ -38,10 +80,12 @@ class Awaitable {
 
   Awaitable() = default;
   // `wait_impl` (any callable returning T) produces the value when waited for. It is kept
-  // inside the awaitable's shared state: one allocation for both.
+  // inside the awaitable's shared state: one block for both, from awaitable_memory.
   template <class F, class = std::enable_if_t<std::is_invocable_r_v<T, std::decay_t<F>&>>>
   explicit Awaitable(F&& wait_impl)
-      : state_(std::make_shared<StateOf<std::decay_t<F>>>(std::forward<F>(wait_impl))) {}
+      : state_(std::allocate_shared<StateOf<std::decay_t<F>>>(
+            awaitable_memory::Allocator<StateOf<std::decay_t<F>>>(),
+            std::forward<F>(wait_impl))) {}
 
   // Composes with a Work: wait() waits for `work` (under its deadline, rethrowing its error),
   // then returns result().

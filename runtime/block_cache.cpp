@@ -147,21 +147,38 @@ BlockCache& cache() {
   return *c;
 }
 
-// Small blocks (up to kSmallMaxBytes): each thread keeps a few of each size, in classes of 64
-// bytes, for its next requests. A small tensor is made and dropped on every collective call
-// (the placeholder linking a request's tape nodes, a 512-byte output), and aligned operator
-// new goes through glibc's memalign, which splits a larger chunk every time: 9% of the
-// caller's time in a 512-byte torchrec all-to-all. A block released by another thread than the
-// one that took it joins the releasing thread's lists. Each thread holds at most
-// kSmallPerClass blocks per class and kSmallMaxHeld bytes, and frees them when it ends.
+// Large blocks come in size classes, eight per power of two (a block is at most 12.5% larger
+// than asked): tensors whose size changes from step to step (a batch's ids, the buffers of an
+// all-to-all of them) then find a block released by the step before, where exact sizes would
+// miss every time and glibc would map, fault in and zero fresh pages for each of them.
+size_t large_class_bytes(size_t nbytes) {
+  size_t power = 1;
+  while (power * 2 <= nbytes) power *= 2;
+  const size_t step = power / 8;
+  return (nbytes + step - 1) / step * step;
+}
+
+// Blocks under detail::kMinCachedBytes: each thread keeps a few of each size class for its next
+// requests. A small tensor is made and dropped on every collective call (the placeholder
+// linking a request's tape nodes, a 512-byte output), and aligned operator new goes through
+// glibc's memalign, which splits a larger chunk every time: 9% of the caller's time in a
+// 512-byte torchrec all-to-all. Tensors of 4 to 128 KiB (a step's activations and gradients at
+// batch 512, a lookup's rows) were a malloc and a free each per step. A block released by
+// another thread than the one that took it joins the releasing thread's lists. Classes are 64
+// bytes apart up to kSmallMaxBytes, then eight per power of two as the large blocks'. Each
+// thread holds at most kSmallPerClass blocks per class, kSmallMaxHeld bytes of blocks up to
+// kSmallMaxBytes and kMediumMaxHeld bytes of the larger ones, and frees them when it ends.
 // (Tensors' shared_ptr control blocks were tried here too, 512 kept of the first class: 15
 // allocations a step fewer, but two ranks over MPI at batch 128 ran 17% slower, the dense
 // forward twice as long, for a reason not found.)
 constexpr size_t kSmallMaxBytes = 4096;
 constexpr size_t kSmallClassBytes = 64;
 constexpr size_t kSmallClasses = kSmallMaxBytes / kSmallClassBytes;
+constexpr size_t kMediumClasses = 5 * 8;  // 4 KiB < n < 128 KiB: five powers of two
+constexpr size_t kClasses = kSmallClasses + kMediumClasses;
 constexpr size_t kSmallPerClass = 8;
 constexpr size_t kSmallMaxHeld = size_t{256} << 10;
+constexpr size_t kMediumMaxHeld = size_t{4} << 20;
 
 class SmallBlocks {
  public:
@@ -176,14 +193,27 @@ class SmallBlocks {
     static thread_local State s = State::kNotYet;
     return s;
   }
-  static size_t class_of(size_t nbytes) {
-    return (nbytes + kSmallClassBytes - 1) / kSmallClassBytes;
+  // The class of a block of `nbytes` (0 < nbytes < kMinCachedBytes) and the bytes its blocks
+  // have.
+  static size_t class_of(size_t nbytes, size_t& bytes) {
+    if (nbytes <= kSmallMaxBytes) {
+      const size_t cls = (nbytes + kSmallClassBytes - 1) / kSmallClassBytes;
+      bytes = cls * kSmallClassBytes;
+      return cls - 1;
+    }
+    bytes = large_class_bytes(nbytes);  // (power, 2 * power], in eighths of power
+    size_t log2 = 12, power = kSmallMaxBytes;
+    while (power * 2 < bytes) {
+      power *= 2;
+      ++log2;
+    }
+    return kSmallClasses + (log2 - 12) * 8 + (bytes - power) / (power / 8) - 1;
   }
 
   // A block for `nbytes` (of its class's size; under ASan only the first nbytes addressable).
   void* take(size_t nbytes) {
-    const size_t cls = class_of(nbytes), bytes = cls * kSmallClassBytes;
-    std::vector<void*>& list = free_[cls - 1];
+    size_t bytes = 0;
+    std::vector<void*>& list = free_[class_of(nbytes, bytes)];
     void* block;
     if (list.empty()) {
       block = ::operator new(bytes, kAlign);
@@ -191,15 +221,16 @@ class SmallBlocks {
     } else {
       block = list.back();
       list.pop_back();
-      held_ -= bytes;
+      held(bytes) -= bytes;
       FERRY_UNPOISON(block, nbytes);
     }
     return block;
   }
   void give(void* block, size_t nbytes) {
-    const size_t cls = class_of(nbytes), bytes = cls * kSmallClassBytes;
-    std::vector<void*>& list = free_[cls - 1];
-    if (list.size() >= kSmallPerClass || held_ + bytes > kSmallMaxHeld) {
+    size_t bytes = 0;
+    std::vector<void*>& list = free_[class_of(nbytes, bytes)];
+    const size_t limit = bytes <= kSmallMaxBytes ? kSmallMaxHeld : kMediumMaxHeld;
+    if (list.size() >= kSmallPerClass || held(bytes) + bytes > limit) {
       FERRY_UNPOISON(block, bytes);
       ::operator delete(block, kAlign);
       return;
@@ -207,23 +238,31 @@ class SmallBlocks {
     if (list.capacity() == 0) list.reserve(kSmallPerClass);
     FERRY_POISON(block, bytes);
     list.push_back(block);
-    held_ += bytes;
+    held(bytes) += bytes;
   }
-  size_t held() const { return held_; }
+  size_t held() const { return small_held_ + medium_held_; }
   void clear() {
-    for (size_t c = 0; c < kSmallClasses; ++c) {
+    for (size_t c = 0; c < kClasses; ++c) {
       for (void* block : free_[c]) {
-        FERRY_UNPOISON(block, (c + 1) * kSmallClassBytes);
+        FERRY_UNPOISON(block, bytes_of(c));
         ::operator delete(block, kAlign);
       }
       free_[c].clear();
     }
-    held_ = 0;
+    small_held_ = medium_held_ = 0;
   }
 
  private:
-  std::vector<void*> free_[kSmallClasses];
-  size_t held_ = 0;
+  size_t& held(size_t bytes) { return bytes <= kSmallMaxBytes ? small_held_ : medium_held_; }
+  // The bytes of the blocks of class `cls`.
+  static size_t bytes_of(size_t cls) {
+    if (cls < kSmallClasses) return (cls + 1) * kSmallClassBytes;
+    const size_t m = cls - kSmallClasses, power = kSmallMaxBytes << (m / 8);
+    return power + (m % 8 + 1) * (power / 8);
+  }
+
+  std::vector<void*> free_[kClasses];
+  size_t small_held_ = 0, medium_held_ = 0;
 };
 
 SmallBlocks& small_blocks() {
@@ -231,22 +270,11 @@ SmallBlocks& small_blocks() {
   return blocks;
 }
 
-// Whether a block of `nbytes` goes through the small lists. FERRY_HOST_CACHE_MB=0 turns them
+// Whether a block of `nbytes` goes through the threads' lists. FERRY_HOST_CACHE_MB=0 turns them
 // off too (to compare with plain allocation, say).
 bool kept_small(size_t nbytes) {
   static const bool on = limit_from_environment() > 0;
-  return nbytes > 0 && nbytes <= kSmallMaxBytes && on;
-}
-
-// Large blocks come in size classes, eight per power of two (a block is at most 12.5% larger
-// than asked): tensors whose size changes from step to step (a batch's ids, the buffers of an
-// all-to-all of them) then find a block released by the step before, where exact sizes would
-// miss every time and glibc would map, fault in and zero fresh pages for each of them.
-size_t large_class_bytes(size_t nbytes) {
-  size_t power = 1;
-  while (power * 2 <= nbytes) power *= 2;
-  const size_t step = power / 8;
-  return (nbytes + step - 1) / step * step;
+  return nbytes > 0 && nbytes < detail::kMinCachedBytes && on;
 }
 
 }  // namespace
@@ -262,7 +290,7 @@ namespace detail {
 
 void* acquire_block(size_t nbytes) {
   if (kept_small(nbytes)) return small_blocks().take(nbytes);
-  if (nbytes < kMinCachedBytes) return ::operator new(nbytes, kAlign);
+  if (nbytes < kMinCachedBytes) return ::operator new(nbytes, kAlign);  // the lists are off
   const size_t bytes = large_class_bytes(nbytes);
   void* block = cache().acquire(bytes);
   FERRY_POISON(static_cast<char*>(block) + nbytes, bytes - nbytes);  // the class's slack
@@ -274,7 +302,9 @@ void release_block(void* block, size_t nbytes) {
     // A thread whose lists are gone (it is ending) frees the block instead.
     if (SmallBlocks::state() != SmallBlocks::State::kGone)
       return small_blocks().give(block, nbytes);
-    FERRY_UNPOISON(block, SmallBlocks::class_of(nbytes) * kSmallClassBytes);
+    size_t bytes = 0;
+    (void)SmallBlocks::class_of(nbytes, bytes);
+    FERRY_UNPOISON(block, bytes);
     return ::operator delete(block, kAlign);
   }
   if (nbytes < kMinCachedBytes) return ::operator delete(block, kAlign);

@@ -11,8 +11,9 @@
 // and a block another core wrote last costs the next write a coherence miss per line); the
 // least recently released go first when the cache is over its limit.
 // The threshold is glibc's own for handing blocks to mmap (128 KiB): smaller ones stay in
-// malloc's heap and are reused without faults anyway. Blocks of up to 4 KiB are kept apart, a
-// few of each size per thread (block_cache.cpp), because aligned allocation in glibc is slow.
+// malloc's heap and are reused without faults anyway. They are kept apart, a few of each size
+// class per thread (block_cache.cpp): aligned allocation in glibc is slow, and a steady
+// training step then makes no malloc call for its smaller tensors either.
 //
 //   FERRY_HOST_CACHE_MB  the most the cache holds, in MiB (default 256; 0 turns it off, and
 //                        the small blocks' lists too)
@@ -33,10 +34,10 @@ namespace detail {
 inline constexpr size_t kMinCachedBytes = size_t{128} << 10;
 inline constexpr size_t kBlockAlignment = 64;  // every block, cached or not
 
-// Blocks under kMinCachedBytes bypass the cache. release_block takes the size acquired.
+// Blocks under kMinCachedBytes bypass the cache (they go to the threads' lists). release_block takes the size acquired.
 void* acquire_block(size_t nbytes);
 void release_block(void* block, size_t nbytes);
-// Bytes of small blocks the calling thread keeps for reuse (tests, FERRY_DEBUG).
+// Bytes of blocks under kMinCachedBytes the calling thread keeps for reuse (tests, FERRY_DEBUG).
 size_t small_block_bytes_kept();
 
 }  // namespace detail

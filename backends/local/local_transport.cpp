@@ -39,14 +39,6 @@ struct LocalOp {
   std::exception_ptr error;          // written before state becomes Done
   std::shared_ptr<LocalOp> partner;  // a Matched receive's send, until the copy is done
 
-  // The op's layout, or its contiguous bytes described in `flat` (no copy of a layout).
-  const ByteLayout& placement(ByteLayout& flat) const {
-    if (laid_out) return layout;
-    char* at = is_send ? const_cast<char*>(static_cast<const char*>(send_data))
-                       : static_cast<char*>(recv_data);
-    flat = ByteLayout{at, {ByteRun{0, 1, bytes, 0}}};
-    return flat;
-  }
   int receiver() const { return is_send ? peer : owner; }
   int sender() const { return is_send ? owner : peer; }
 };
@@ -270,9 +262,14 @@ class LocalWorld {
       return;
     }
     if (send->bytes > 0) {
-      if (send->laid_out || recv->laid_out) {
-        ByteLayout send_flat, recv_flat;
-        copy_layout(send->placement(send_flat), recv->placement(recv_flat));
+      // A side of plain bytes is packed into or unpacked from as it is: describing it as a
+      // layout of one run cost a list per copy.
+      if (send->laid_out && recv->laid_out) {
+        copy_layout(send->layout, recv->layout);
+      } else if (send->laid_out) {
+        pack_layout(send->layout, static_cast<char*>(recv->recv_data));
+      } else if (recv->laid_out) {
+        unpack_layout(static_cast<const char*>(send->send_data), recv->layout);
       } else {
         std::memcpy(recv->recv_data, send->send_data, send->bytes);
       }

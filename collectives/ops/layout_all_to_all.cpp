@@ -5,6 +5,7 @@
 #include <ferry/collectives/engine/engine.h>
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <array>
 #include <cstring>
@@ -158,34 +159,54 @@ void post_laid_out(OpContext& ctx, const PartRef* parts, size_t num_parts) {
 // Every part's blocks for a queued pairwise exchange, copied out of the caller's layouts (which
 // may be gone by the time the op runs) into two lists however many parts and ranks there are:
 // a block that is one contiguous span of its tensor is kept as that span, any other as its runs
-// in bytes. A list of byte layouts per part and side cost 2 + 2W allocations per part.
+// in bytes. A list of byte layouts per part and side cost 2 + 2W allocations per part. The
+// lists (and the parts' tensors, kept alive until the op ran) are ones an earlier op emptied on
+// this thread, with their capacity: they go back to the thread that drops the op's body, so an
+// issuing thread that also drops its bodies allocates none of them.
 class QueuedBlocks {
  public:
+  QueuedBlocks() : lists_(detail::ThreadSpares<Lists>::take()) {}
+  QueuedBlocks(QueuedBlocks&&) = default;
+  QueuedBlocks& operator=(QueuedBlocks&&) = delete;
+  ~QueuedBlocks() {
+    if (lists_.blocks.capacity() == 0 && lists_.runs.capacity() == 0 &&
+        lists_.kept.capacity() == 0)
+      return;  // moved from
+    lists_.blocks.clear();
+    lists_.runs.clear();
+    lists_.kept.clear();
+    detail::ThreadSpares<Lists>::give(std::move(lists_));
+  }
+
+  // Keeps `t` alive as long as the blocks.
+  void keep(const Tensor& t) { lists_.kept.push_back(t); }
+  std::vector<Tensor>& kept() { return lists_.kept; }
+
   // Appends every block of `layouts` over `t`; blocks are numbered in the order added.
   void add(const Tensor& t, const std::vector<BlockLayout>& layouts) {
     const size_t elem = t.element_size();
     char* base = static_cast<char*>(const_cast<void*>(t.raw_data()));
     for (const BlockLayout& l : layouts) {
-      Block b{base, nullptr, 0, runs_.size(), 0};
+      Block b{base, nullptr, 0, lists_.runs.size(), 0};
       b.span = span_of(t, l, b.bytes);
       if (b.span == nullptr) {
         for (const StridedRun& r : l) {
           if (r.count == 0 || r.length == 0) continue;
-          runs_.push_back(ByteRun{static_cast<size_t>(r.offset) * elem,
+          lists_.runs.push_back(ByteRun{static_cast<size_t>(r.offset) * elem,
                                   static_cast<size_t>(r.count),
                                   static_cast<size_t>(r.length) * elem,
                                   static_cast<size_t>(r.stride) * elem});
           b.runs += 1;
         }
       }
-      blocks_.push_back(b);
+      lists_.blocks.push_back(b);
     }
   }
   // Room for `blocks` blocks and the runs of `layouts` (an upper bound: a contiguous block
   // keeps none), so that each list is allocated once.
   void reserve(size_t blocks, size_t runs) {
-    blocks_.reserve(blocks);
-    runs_.reserve(runs);
+    lists_.blocks.reserve(blocks);
+    lists_.runs.reserve(runs);
   }
   static size_t runs_in(const std::vector<BlockLayout>& layouts) {
     size_t n = 0;
@@ -194,7 +215,7 @@ class QueuedBlocks {
   }
 
   void send(OpContext& ctx, int to, uint32_t tag, size_t block) const {
-    const Block& b = blocks_[block];
+    const Block& b = lists_.blocks[block];
     if (b.span != nullptr) {
       ctx.send(to, tag, b.span, b.bytes);
     } else {
@@ -202,7 +223,7 @@ class QueuedBlocks {
     }
   }
   void recv(OpContext& ctx, int from, uint32_t tag, size_t block) const {
-    const Block& b = blocks_[block];
+    const Block& b = lists_.blocks[block];
     if (b.span != nullptr) {
       ctx.recv(from, tag, b.span, b.bytes);
     } else {
@@ -211,8 +232,8 @@ class QueuedBlocks {
   }
   // Copies block `from` into block `to` (a rank's own block), as post_laid_out does.
   void copy(size_t from, size_t to) const {
-    const Block& f = blocks_[from];
-    const Block& t = blocks_[to];
+    const Block& f = lists_.blocks[from];
+    const Block& t = lists_.blocks[to];
     if (f.span != nullptr && t.span != nullptr) {
       if (f.bytes > 0) std::memcpy(t.span, f.span, f.bytes);
     } else if (f.span != nullptr) {
@@ -229,18 +250,22 @@ class QueuedBlocks {
     char* base;    // the tensor's bytes
     char* span;    // where the block lies when contiguous, else null
     size_t bytes;  // its size when contiguous
-    size_t first;  // else its runs: runs_[first, first + runs)
+    size_t first;  // else its runs: lists_.runs[first, first + runs)
     size_t runs;
   };
   ByteLayout layout(const Block& b) const {
     ByteLayout l;
     l.base = b.base;
-    l.runs.assign(runs_.begin() + static_cast<std::ptrdiff_t>(b.first),
-                  runs_.begin() + static_cast<std::ptrdiff_t>(b.first + b.runs));
+    l.runs.assign(lists_.runs.begin() + static_cast<std::ptrdiff_t>(b.first),
+                  lists_.runs.begin() + static_cast<std::ptrdiff_t>(b.first + b.runs));
     return l;
   }
-  std::vector<Block> blocks_;
-  std::vector<ByteRun> runs_;
+  struct Lists {
+    std::vector<Block> blocks;
+    std::vector<ByteRun> runs;
+    std::vector<Tensor> kept;
+  };
+  Lists lists_;
 };
 
 // The queued form of post_laid_out, over blocks numbered [part][side][rank] (side 0 sends, 1
@@ -427,14 +452,12 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
       .post = postable ? detail::OnePost(post) : detail::OnePost(),
       .keep = keep,
       .body = [&] {
-    std::vector<Tensor> keep;
-    keep.reserve(2 * num_parts);
-    for (size_t p = 0; p < num_parts; ++p) {
-      keep.push_back(parts[p].input);
-      keep.push_back(parts[p].output);
-    }
     if (algo == Algorithm::Pairwise) {
       QueuedBlocks blocks;
+      for (size_t p = 0; p < num_parts; ++p) {
+        blocks.keep(parts[p].input);
+        blocks.keep(parts[p].output);
+      }
       size_t runs = 0;
       for (size_t p = 0; p < num_parts; ++p)
         runs += QueuedBlocks::runs_in(parts[p].send_layouts) +
@@ -444,13 +467,19 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
         blocks.add(parts[p].input, parts[p].send_layouts);
         blocks.add(parts[p].output, parts[p].recv_layouts);
       }
-      return detail::OpBody([keep = std::move(keep), blocks = std::move(blocks),
-                             num_parts](OpContext& ctx) mutable {
+      return detail::OpBody([blocks = std::move(blocks), num_parts](OpContext& ctx) mutable {
         ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
         run_queued_laid_out(ctx, blocks, num_parts);
+        std::vector<Tensor>& keep = blocks.kept();
         for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
         return std::vector<Tensor>{};
       });
+    }
+    std::vector<Tensor> keep;
+    keep.reserve(2 * num_parts);
+    for (size_t p = 0; p < num_parts; ++p) {
+      keep.push_back(parts[p].input);
+      keep.push_back(parts[p].output);
     }
     // The transport's own collective: every part's layouts in bytes, [part][rank].
     std::vector<std::vector<ByteLayout>> send, recv;
@@ -485,10 +514,29 @@ Work all_to_all_single(const Tensor& input, const std::vector<BlockLayout>& send
 }
 
 Work all_to_all_single(const std::vector<LayoutAllToAllPart>& parts, const Group& group) {
+  auto ref = [](const LayoutAllToAllPart& p) {
+    return PartRef{p.input, p.send_layouts, p.output, p.recv_layouts};
+  };
+  // The usual few parts (a KJT's lengths, values and weights) referred to from the stack: a
+  // list per call was an allocation per input dist.
+  switch (parts.size()) {
+    case 1: {
+      const PartRef refs[] = {ref(parts[0])};
+      return layout_all_to_all(refs, 1, group);
+    }
+    case 2: {
+      const PartRef refs[] = {ref(parts[0]), ref(parts[1])};
+      return layout_all_to_all(refs, 2, group);
+    }
+    case 3: {
+      const PartRef refs[] = {ref(parts[0]), ref(parts[1]), ref(parts[2])};
+      return layout_all_to_all(refs, 3, group);
+    }
+    default: break;
+  }
   std::vector<PartRef> refs;
   refs.reserve(parts.size());
-  for (const LayoutAllToAllPart& p : parts)
-    refs.push_back(PartRef{p.input, p.send_layouts, p.output, p.recv_layouts});
+  for (const LayoutAllToAllPart& p : parts) refs.push_back(ref(p));
   return layout_all_to_all(refs.data(), refs.size(), group);
 }
 

@@ -109,10 +109,46 @@ TEST_CASE("small blocks: a thread keeps at most 8 of a size class, 64-aligned, u
   }).join();
   CHECK(other == 64);
   CHECK(detail::small_block_bytes_kept() == 8 * 64);
-  // Larger than 4 KiB: not kept here; and never counted as the shared cache's bytes.
-  { Tensor t = empty({1025}, DType::Float32); }
-  CHECK(detail::small_block_bytes_kept() == 8 * 64);
+  // Over 4 KiB and under 128 KiB: classes of eighths of a power of two (4100 bytes take 4608),
+  // kept here too and never counted as the shared cache's bytes.
+  const void* medium = nullptr;
+  {
+    Tensor t = empty({1025}, DType::Float32);
+    medium = t.raw_data();
+    CHECK(reinterpret_cast<uintptr_t>(medium) % detail::kBlockAlignment == 0);
+  }
+  CHECK(detail::small_block_bytes_kept() == 8 * 64 + 4608);
   CHECK(cached_block_bytes() == 0);
+  {
+    Tensor t = empty({4608}, DType::UInt8);  // the same class
+    CHECK(t.raw_data() == medium);
+    CHECK(detail::small_block_bytes_kept() == 8 * 64);
+  }
+  { Tensor t = empty({(128 << 10) - 1}, DType::UInt8); }  // the last class: 128 KiB blocks
+  CHECK(detail::small_block_bytes_kept() == 8 * 64 + 4608 + (128 << 10));
+  CHECK(cached_block_bytes() == 0);
+  release_cached_blocks();
+  CHECK(detail::small_block_bytes_kept() == 0);
+}
+
+TEST_CASE("blocks over 4 KiB: a thread keeps at most 4 MiB of them", "[block_cache]") {
+  release_cached_blocks();
+  {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 8; ++i) many.push_back(empty({64 << 10}, DType::UInt8));
+    for (int i = 0; i < 8; ++i) many.push_back(empty({96 << 10}, DType::UInt8));
+    for (int i = 0; i < 8; ++i) many.push_back(empty({128 << 10}, DType::UInt8));  // shared cache
+  }
+  // 8 x 64 KiB and 8 x 96 KiB (1.25 MiB) fit; the 128 KiB blocks went to the shared cache.
+  CHECK(detail::small_block_bytes_kept() == size_t{8 * 64 + 8 * 96} << 10);
+  CHECK(cached_block_bytes() == size_t{8 * 128} << 10);
+  {
+    std::vector<Tensor> more;
+    for (int i = 1; i <= 40; ++i) more.push_back(empty({(112 << 10) + i}, DType::UInt8));
+  }
+  // 8 of the 120 KiB class (112 KiB + i rounds up to it) fit in the remaining room; 32 were freed.
+  CHECK(detail::small_block_bytes_kept() == size_t{8 * 64 + 8 * 96 + 8 * 120} << 10);
+  CHECK(detail::small_block_bytes_kept() <= size_t{4} << 20);
   release_cached_blocks();
   CHECK(detail::small_block_bytes_kept() == 0);
 }

@@ -150,8 +150,12 @@ std::unique_ptr<BatchSource> make_source(const Options& o, const SyntheticCriteo
 }
 
 Variable ShardedDlrm::logits(const Batch& b, const PooledEmbeddings& pooled) const {
-  return dlrm->forward_with_embeddings(
-      Variable(b.dense), SparseArchOutput{pooled.keys, pooled.length_per_key, pooled.values});
+  embeddings.keys.assign(pooled.keys.begin(), pooled.keys.end());
+  embeddings.length_per_key.assign(pooled.length_per_key.begin(), pooled.length_per_key.end());
+  embeddings.values = pooled.values;
+  Variable out = dlrm->forward_with_embeddings(Variable(b.dense), embeddings);
+  embeddings.values = Variable();  // the step's tensors are not kept past it
+  return out;
 }
 
 

@@ -87,6 +87,10 @@ struct ShardedDlrm {
   std::unique_ptr<torchrec::TrainPipeline> pipeline;
 
   Variable logits(const torchrec::Batch& b, const torchrec::PooledEmbeddings& pooled) const;
+
+  // logits()'s argument for the DLRM, refilled at every step: its lists keep their capacity
+  // (a copy per step was two allocations). Only the rank's own thread calls logits().
+  mutable torchrec::SparseArchOutput embeddings;
 };
 
 std::unique_ptr<ShardedDlrm> build(const Options& o, const torchrec::ModuleShardingPlan& plan,

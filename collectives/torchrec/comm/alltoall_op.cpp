@@ -1,7 +1,9 @@
 #include <ferry/collectives/torchrec/comm/alltoall_op.h>
 
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <utility>
 
@@ -20,9 +22,14 @@ AllToAllCommOp::AllToAllCommOp(const char* name, Group group,
                                const std::optional<QuantizedCommCodecs>& codecs,
                                Division division, std::vector<int64_t> send,
                                std::vector<int64_t> recv)
-    : TorchrecCommOp(name, std::move(group), codecs, division),
-      send_(std::move(send)),
-      recv_(std::move(recv)) {}
+    : AllToAllCommOp(name, std::move(group), codecs, division,
+                     ferry::detail::make_pooled<Splits>(
+                         Splits{std::move(send), std::move(recv)})) {}
+
+AllToAllCommOp::AllToAllCommOp(const char* name, Group group,
+                               const std::optional<QuantizedCommCodecs>& codecs,
+                               Division division, std::shared_ptr<const Splits> splits)
+    : TorchrecCommOp(name, std::move(group), codecs, division), splits_(std::move(splits)) {}
 
 Work AllToAllCommOp::exchange(CodecPass& pass, const Tensor& values,
                               const std::vector<int64_t>& send_values,
@@ -49,12 +56,12 @@ Work AllToAllCommOp::launch(const std::vector<Tensor>& inputs) {
   // Every size either codec will see, before anything is encoded or sent. Without a codec the
   // wire sizes are the value sizes, used as they are (wire_or_values): no lists per call.
   if (!forward_pass_->passthrough()) {
-    forward_send_wire_ = forward_pass_->wire_sizes(send_);
-    forward_recv_wire_ = forward_pass_->wire_sizes(recv_);
+    forward_send_wire_ = forward_pass_->wire_sizes(sends());
+    forward_recv_wire_ = forward_pass_->wire_sizes(receives());
   }
   if (!backward_pass_->passthrough()) {
-    gradient_send_wire_ = backward_pass_->wire_sizes(recv_);
-    gradient_recv_wire_ = backward_pass_->wire_sizes(send_);
+    gradient_send_wire_ = backward_pass_->wire_sizes(receives());
+    gradient_recv_wire_ = backward_pass_->wire_sizes(sends());
   }
   if (forward_pass_->passthrough()) placement_ = placement(inputs);
   if (placement_) {
@@ -63,13 +70,17 @@ Work AllToAllCommOp::launch(const std::vector<Tensor>& inputs) {
     return ferry::all_to_all_single(inputs[0], placement_->send, placed_, placement_->recv,
                                     group());
   }
-  return exchange(*forward_pass_, forward_send(inputs), send_,
-                  forward_pass_->wire_or_values(forward_send_wire_, send_),
-                  forward_pass_->wire_or_values(forward_recv_wire_, recv_), received_);
+  return exchange(*forward_pass_, forward_send(inputs), sends(),
+                  forward_pass_->wire_or_values(forward_send_wire_, sends()),
+                  forward_pass_->wire_or_values(forward_recv_wire_, receives()), received_);
 }
 
 std::vector<Tensor> AllToAllCommOp::finish() {
-  if (placement_) return {std::exchange(placed_, Tensor())};
+  if (placement_) {
+    std::vector<Tensor> out = ferry::detail::tensor_list(1);  // no list allocated per call
+    out[0] = std::exchange(placed_, Tensor());
+    return out;
+  }
   Tensor values = forward_pass_->decode(received_);
   received_ = Tensor();
   return forward_outputs(values);
@@ -89,16 +100,17 @@ Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
     return ferry::all_to_all_single(grad_outputs[0], placement_->recv, placed_,
                                     placement_->send, group());
   }
-  return exchange(*backward_pass_, gradient_send(grad_outputs, divided_before_send_), recv_,
-                  backward_pass_->wire_or_values(gradient_send_wire_, recv_),
-                  backward_pass_->wire_or_values(gradient_recv_wire_, send_), received_);
+  return exchange(*backward_pass_, gradient_send(grad_outputs, divided_before_send_), receives(),
+                  backward_pass_->wire_or_values(gradient_send_wire_, receives()),
+                  backward_pass_->wire_or_values(gradient_recv_wire_, sends()), received_);
 }
 
 std::vector<Tensor> AllToAllCommOp::finish_gradient() {
   if (placed_gradient_) {
-    Tensor grad = std::exchange(placed_, Tensor());
-    divide_if_enabled(grad);
-    return {grad};
+    std::vector<Tensor> out = ferry::detail::tensor_list(1);
+    out[0] = std::exchange(placed_, Tensor());
+    divide_if_enabled(out[0]);
+    return out;
   }
   Tensor values = backward_pass_->decode(received_);
   received_ = Tensor();

@@ -23,6 +23,13 @@ class AllToAllCommOp : public TorchrecCommOp {
  public:
   AllToAllCommOp(const char* name, Group group, const std::optional<QuantizedCommCodecs>& codecs,
                  Division division, std::vector<int64_t> send, std::vector<int64_t> recv);
+  // The sizes of both directions, immutable once made: an op called with the same sizes at
+  // every step shares one instead of building its two lists per call.
+  struct Splits {
+    std::vector<int64_t> send, recv;
+  };
+  AllToAllCommOp(const char* name, Group group, const std::optional<QuantizedCommCodecs>& codecs,
+                 Division division, std::shared_ptr<const Splits> splits);
 
   Work launch(const std::vector<Tensor>& inputs) final;
   std::vector<Tensor> finish() final;
@@ -64,8 +71,8 @@ class AllToAllCommOp : public TorchrecCommOp {
     (void)inputs;
     return nullptr;
   }
-  const std::vector<int64_t>& sends() const { return send_; }
-  const std::vector<int64_t>& receives() const { return recv_; }
+  const std::vector<int64_t>& sends() const { return splits_->send; }
+  const std::vector<int64_t>& receives() const { return splits_->recv; }
   // Contiguous blocks of `sizes` elements one after the other: the layout of a flat buffer.
   static std::vector<BlockLayout> contiguous(const std::vector<int64_t>& sizes);
 
@@ -74,7 +81,7 @@ class AllToAllCommOp : public TorchrecCommOp {
                 const std::vector<int64_t>& send_wire, const std::vector<int64_t>& recv_wire,
                 Tensor& received);
 
-  std::vector<int64_t> send_, recv_;
+  std::shared_ptr<const Splits> splits_;
   std::optional<CodecPass> forward_pass_, backward_pass_;
   std::vector<int64_t> forward_send_wire_, forward_recv_wire_;
   std::vector<int64_t> gradient_send_wire_, gradient_recv_wire_;

@@ -3,6 +3,7 @@
 #include <ferry/collectives/torchrec/comm/alltoall_op.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
 #include <array>
@@ -26,11 +27,22 @@ constexpr const char* kVariableBatch = "variable_batch_alltoall_pooled";
 // blocks land in their columns directly (placement); the layouts below serve encoding codecs.
 class AllToAllPooledOp final : public AllToAllCommOp {
  public:
-  AllToAllPooledOp(Group group, const Codecs& codecs, const All2AllPooledInfo& info,
-                   std::vector<int64_t> send, std::vector<int64_t> recv)
+  // What a call of these sizes on this rank shares with the calls of the same sizes before it:
+  // a trainer calls with the same sizes at every step, and building the lists anew (the info's
+  // copy, the splits, the 2 W + 2 lists of the layouts) cost seven allocations per call.
+  struct Shapes {
+    All2AllPooledInfo info;
+    int rank = -1;
+    std::shared_ptr<const Splits> splits;
+    std::shared_ptr<const Placement> placement;
+  };
+  static std::shared_ptr<const Shapes> shapes_for(const All2AllPooledInfo& info, int me);
+
+  AllToAllPooledOp(Group group, const Codecs& codecs, std::shared_ptr<const Shapes> shapes)
       : AllToAllCommOp(kPooled, std::move(group), codecs, detail::Division::kTorchrec,
-                       std::move(send), std::move(recv)),
-        info_(info) {}
+                       shapes->splits),
+        shapes_(std::move(shapes)),
+        info_(shapes_->info) {}
 
  protected:
   Tensor forward_send(const std::vector<Tensor>& inputs) override {
@@ -39,35 +51,7 @@ class AllToAllPooledOp final : public AllToAllCommOp {
   }
   std::shared_ptr<const Placement> placement(const std::vector<Tensor>& inputs) override {
     input_shape_ = inputs[0].shape();
-    // A trainer calls with the same sizes at every step: the layouts of its last calls on this
-    // thread are kept and handed out again, instead of 2 W + 2 lists built per call.
-    struct Kept {
-      All2AllPooledInfo info;
-      int rank = -1;
-      std::shared_ptr<const Placement> placement;
-    };
-    static thread_local std::array<Kept, 4> kept;
-    static thread_local size_t next = 0;
-    for (const Kept& k : kept) {
-      if (k.placement && k.rank == rank() &&
-          k.info.batch_size_per_rank == info_.batch_size_per_rank &&
-          k.info.dim_sum_per_rank == info_.dim_sum_per_rank)
-        return k.placement;
-    }
-    const int64_t b = info_.batch_size_per_rank[rank()];
-    const int64_t total = sum_of(info_.dim_sum_per_rank);
-    Placement p;
-    p.send = contiguous(sends());  // X's rows, grouped by destination
-    p.recv.reserve(info_.dim_sum_per_rank.size());
-    int64_t col = 0;
-    for (int64_t d : info_.dim_sum_per_rank) {
-      p.recv.push_back({StridedRun{col, b, d, total}});
-      col += d;
-    }
-    p.output_shape = {b, total};
-    Kept& slot = kept[next++ % kept.size()];
-    slot = Kept{info_, rank(), std::make_shared<const Placement>(std::move(p))};
-    return slot.placement;
+    return shapes_->placement;
   }
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
     const int64_t b = info_.batch_size_per_rank[rank()];
@@ -130,9 +114,51 @@ class AllToAllPooledOp final : public AllToAllCommOp {
     }
   }
 
-  All2AllPooledInfo info_;
+  std::shared_ptr<const Shapes> shapes_;
+  const All2AllPooledInfo& info_;  // shapes_->info
   Shape input_shape_;
 };
+
+std::shared_ptr<const AllToAllPooledOp::Shapes> AllToAllPooledOp::shapes_for(
+    const All2AllPooledInfo& info, int me) {
+  // The shapes of the last four distinct calls on this thread, replaced in turn.
+  static thread_local std::array<std::shared_ptr<const Shapes>, 4> kept;
+  static thread_local size_t next = 0;
+  for (const auto& k : kept) {
+    if (k && k->rank == me && k->info.batch_size_per_rank == info.batch_size_per_rank &&
+        k->info.dim_sum_per_rank == info.dim_sum_per_rank)
+      return k;
+  }
+  const std::vector<int64_t>& batch = info.batch_size_per_rank;
+  const std::vector<int64_t>& dims = info.dim_sum_per_rank;
+  auto shapes = std::make_shared<Shapes>();
+  shapes->info = info;
+  shapes->rank = me;
+  Splits splits;
+  splits.send.reserve(batch.size());
+  splits.recv.reserve(batch.size());
+  for (size_t k = 0; k < batch.size(); ++k) {
+    splits.send.push_back(batch[k] * dims[static_cast<size_t>(me)]);
+    splits.recv.push_back(batch[static_cast<size_t>(me)] * dims[k]);
+  }
+  // Forward: X's rows, grouped by destination, are sent as they lie; the block from rank i
+  // lands in its columns of the output [b, sum D].
+  const int64_t b = batch[static_cast<size_t>(me)];
+  const int64_t total = sum_of(dims);
+  Placement p;
+  p.send = contiguous(splits.send);
+  p.recv.reserve(dims.size());
+  int64_t col = 0;
+  for (int64_t d : dims) {
+    p.recv.push_back({StridedRun{col, b, d, total}});
+    col += d;
+  }
+  p.output_shape = {b, total};
+  shapes->splits = std::make_shared<const Splits>(std::move(splits));
+  shapes->placement = std::make_shared<const Placement>(std::move(p));
+  kept[next++ % kept.size()] = shapes;
+  return shapes;
+}
 
 // A flat exchange: no layout on either side.
 class VariableBatchAllToAllPooledOp final : public AllToAllCommOp {
@@ -176,16 +202,21 @@ Awaitable<Variable> alltoall_pooled(const Variable& x, const All2AllPooledInfo& 
               x.size(1), " columns but dim_sum_per_rank[", me, "] is ", dims[me],
               " (dim_sum_per_rank ", list_str(dims), ")");
   if (group.size() == 1) return NoWait<Variable>(x);
-  std::vector<int64_t> send, recv;
-  send.reserve(batch.size());
-  recv.reserve(batch.size());
-  for (int k = 0; k < group.size(); ++k) {
-    send.push_back(batch[k] * dims[me]);
-    recv.push_back(batch[me] * dims[k]);
-  }
+  // The input's list from this thread's spares (emptied again below): one allocation per call
+  // fewer.
+  std::vector<Variable> inputs = ferry::detail::ThreadSpares<std::vector<Variable>>::take();
+  struct GiveBack {
+    std::vector<Variable>& list;
+    ~GiveBack() {
+      list.clear();
+      ferry::detail::ThreadSpares<std::vector<Variable>>::give(std::move(list));
+    }
+  } give_back{inputs};
+  inputs.push_back(x);
   return detail::run_comm_op_single(
-      std::make_shared<AllToAllPooledOp>(group, codecs, info, std::move(send), std::move(recv)),
-      {x});
+      ferry::detail::make_pooled<AllToAllPooledOp>(group, codecs,
+                                                   AllToAllPooledOp::shapes_for(info, me)),
+      inputs);
 }
 
 Awaitable<Variable> variable_batch_alltoall_pooled(const Variable& x,

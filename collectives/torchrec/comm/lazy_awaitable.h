@@ -53,7 +53,8 @@ class LazyAwaitable {
   // _wait_impl).
   template <class F, class = std::enable_if_t<std::is_invocable_r_v<T, std::decay_t<F>&>>>
   explicit LazyAwaitable(F&& wait_impl)
-      : state_(std::make_shared<State>(Awaitable<T>(std::forward<F>(wait_impl)))) {}
+      : state_(std::allocate_shared<State>(awaitable_memory::Allocator<State>(),
+                                           Awaitable<T>(std::forward<F>(wait_impl)))) {}
 
   // The result: waited for (and passed through the callbacks) on the first use only.
   T wait() { return value(); }
@@ -63,6 +64,12 @@ class LazyAwaitable {
     FERRY_CHECK(state_ != nullptr, InvalidArgument, "LazyAwaitable: the awaitable is empty");
     if (!state_->result) state_->result.emplace(state_->awaitable.wait());
     return *state_->result;
+  }
+  // The result moved out of the cache (waiting first if nobody has yet), for an owner that is
+  // the awaitable's last user: a use after it sees a moved-from value.
+  T take() {
+    value();
+    return std::move(*state_->result);
   }
   const T& operator*() { return value(); }
   const T* operator->() { return &value(); }

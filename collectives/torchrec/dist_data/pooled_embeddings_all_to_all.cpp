@@ -2,6 +2,7 @@
 
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 #include <ferry/runtime/error.h>
 
@@ -23,11 +24,16 @@ class PermutePooledEmbs final : public Function {
  public:
   explicit PermutePooledEmbs(PermutePooledEmbeddingsSplit p) : p_(std::move(p)) {}
   std::string name() const override { return "permute_pooled_embs"; }
+  // The lists returned come from the thread's spares: one allocation per call fewer.
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>& in) override {
-    return {p_(in[0])};
+    std::vector<Tensor> out = ferry::detail::tensor_list(1);
+    out[0] = p_(in[0]);
+    return out;
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& grads) override {
-    return {p_.inverse(grads[0])};
+    std::vector<Tensor> out = ferry::detail::tensor_list(1);
+    out[0] = p_.inverse(grads[0]);
+    return out;
   }
   const PermutePooledEmbeddingsSplit& permutation() const { return p_; }
 
@@ -50,7 +56,13 @@ EmbeddingsCallback permute_pooled_embs_callback(PermutePooledEmbeddingsSplit per
                 "permute_pooled_embs_callback: the embeddings have shape ",
                 list_str(y.value().shape()), ", not [B, ", total, "] (dims ", list_str(dims), ")");
     if (identity) return y;  // blocks already in order: nothing to copy
-    return apply(fn, {y})[0];
+    // The input's list from this thread's spares, emptied again after the call.
+    std::vector<Variable> in = ferry::detail::ThreadSpares<std::vector<Variable>>::take();
+    in.push_back(std::move(y));
+    Variable out = ferry::detail::apply_first(fn, in);
+    in.clear();
+    ferry::detail::ThreadSpares<std::vector<Variable>>::give(std::move(in));
+    return out;
   };
 }
 
@@ -97,9 +109,12 @@ PooledEmbeddingsAwaitable PooledEmbeddingsAllToAll::forward(
   FERRY_CHECK(cols == dim_sum_per_rank_[me], InvalidArgument, "PooledEmbeddingsAllToAll.forward on rank ",
               me, ": local_embs has ", cols, " columns, dim_sum_per_rank[", me, "] is ",
               dim_sum_per_rank_[me]);
-  std::vector<int64_t> batches;
+  // The sizes in a scratch info of this thread's, refilled by every call (its lists keep their
+  // capacity): alltoall_pooled reads it during the call only.
+  thread_local All2AllPooledInfo info;
+  std::vector<int64_t>& batches = info.batch_size_per_rank;
   if (batch_size_per_rank) {
-    batches = *batch_size_per_rank;
+    batches.assign(batch_size_per_rank->begin(), batch_size_per_rank->end());
   } else {
     FERRY_CHECK(rows % W == 0, InvalidArgument, "PooledEmbeddingsAllToAll.forward on rank ", me,
                 ": without batch_size_per_rank every rank must own B_global / W samples, but "
@@ -108,10 +123,8 @@ PooledEmbeddingsAwaitable PooledEmbeddingsAllToAll::forward(
     batches.assign(static_cast<size_t>(W), rows / W);
   }
   // The comm op checks the sizes against the input (naming alltoall_pooled).
-  return with_callbacks(
-      alltoall_pooled(local_embs, All2AllPooledInfo(std::move(batches), dim_sum_per_rank_), group_,
-                      codecs_),
-      callbacks_);
+  info.dim_sum_per_rank.assign(dim_sum_per_rank_.begin(), dim_sum_per_rank_.end());
+  return with_callbacks(alltoall_pooled(local_embs, info, group_, codecs_), callbacks_);
 }
 
 // ---- VariableBatchPooledEmbeddingsAllToAll ----

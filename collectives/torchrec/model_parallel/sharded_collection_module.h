@@ -56,10 +56,17 @@ class ShardedCollectionModule : public ShardedEmbeddingModule {
   LazyAwaitable<EmbeddingModuleOutput> compute_and_output_dist(
       ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) override {
     // The collection's own LazyAwaitable runs its callbacks on first use; this one only
-    // converts its value.
+    // converts its value, moved out: this closure holds the only handle to it, and the outer
+    // awaitable caches what it returns (a copy was a list of keys and of dims per step). Only
+    // a wait whose callbacks threw after the move could run it twice: that one raises.
     auto inner = collection_->compute_and_output_dist(ctx, dist_input);
-    return LazyAwaitable<EmbeddingModuleOutput>(
-        [inner]() mutable { return EmbeddingModuleOutput(inner.value()); });
+    return LazyAwaitable<EmbeddingModuleOutput>([inner, taken = false]() mutable {
+      FERRY_CHECK(!taken, InvalidArgument, "compute_and_output_dist: the embeddings were "
+                  "handed to an earlier wait whose callbacks failed");
+      EmbeddingModuleOutput out(inner.take());
+      taken = true;
+      return out;
+    });
   }
 
  private:

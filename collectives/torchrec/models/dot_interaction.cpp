@@ -2,6 +2,7 @@
 #include <ferry/collectives/torchrec/models/dot_interaction_lanes.h>
 
 #include <ferry/autograd/function.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/intra_op.h>
 #include <ferry/runtime/object_pool.h>
@@ -226,8 +227,10 @@ class DotInteraction final : public Function {
         forward_kernel<T>(dense, sparse, o, b1 - b0, f_, d_);
       });
     });
-    ctx.save_for_backward({in[0], in[1]});
-    return {out};
+    ctx.save_for_backward(in);  // {dense, sparse}: the two inputs, without a new list
+    std::vector<Tensor> outs = ferry::detail::tensor_list(1);  // no list allocated per call
+    outs[0] = std::move(out);
+    return outs;
   }
 
   std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& grads) override {
@@ -252,8 +255,10 @@ class DotInteraction final : public Function {
         backward_kernel<T>(x0, xs, g, dx0, dxs, b1 - b0, f_, d_);
       });
     });
-    return {ctx.needs_input_grad(0) ? d_dense : Tensor(),
-            ctx.needs_input_grad(1) ? d_sparse : Tensor()};
+    std::vector<Tensor> out = ferry::detail::tensor_list(2);
+    if (ctx.needs_input_grad(0)) out[0] = std::move(d_dense);
+    if (ctx.needs_input_grad(1)) out[1] = std::move(d_sparse);
+    return out;
   }
 
  private:
@@ -279,7 +284,14 @@ Variable dot_interaction(const Variable& dense_out, const Variable& sparse,
               InvalidArgument, "dot_interaction: dense_out and sparse must share a float32 or "
               "float64 dtype (got ", dtype_name(dtype), " and ",
               dtype_name(sparse.value().dtype()), ")");
-  return apply(ferry::detail::make_pooled<DotInteraction>(F, D), {dense_out, sparse})[0];
+  // The inputs' list from this thread's spares, emptied again after the call.
+  std::vector<Variable> in = ferry::detail::VariableListSpares::take();
+  in.push_back(dense_out);
+  in.push_back(sparse);
+  Variable out = ferry::detail::apply_first(ferry::detail::make_pooled<DotInteraction>(F, D), in);
+  in.clear();
+  ferry::detail::VariableListSpares::give(std::move(in));
+  return out;
 }
 
 }  // namespace ferry::torchrec

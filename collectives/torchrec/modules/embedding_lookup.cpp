@@ -4,6 +4,7 @@
 #include <ferry/collectives/torchrec/modules/row_kernels.h>
 
 #include <ferry/autograd/function.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/intra_op.h>
 #include <ferry/runtime/object_pool.h>
@@ -97,7 +98,9 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
   p.tables.reserve(lookups.size());
   p.table_versions.reserve(lookups.size());
   p.row_storage.reserve(static_cast<size_t>(kjt.values().numel()));  // enough unless keys repeat
-  std::vector<size_t> rows_at;  // each item's first row in row_storage
+  // Each item's first row in row_storage: scratch of this thread's, emptied by every call.
+  thread_local std::vector<size_t> rows_at;
+  rows_at.clear();
   rows_at.reserve(lookups.size());
   for (const FeatureLookup& l : lookups) {
     FERRY_CHECK(l.table != nullptr, InvalidArgument, op, ": feature \"", l.feature,
@@ -393,12 +396,15 @@ class PooledLookup final : public Function {
       pooled_forward<T>(plan_, weighted_ ? weights_.data<T>() : nullptr, out.data<T>());
     });
     if (!weighted_) weights_ = Tensor();
-    return {out};
+    std::vector<Tensor> outs = ferry::detail::tensor_list(1);  // no list allocated per call
+    outs[0] = std::move(out);
+    return outs;
   }
 
   std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& grads) override {
     const size_t nt = plan_.tables.size();
-    std::vector<bool> table_needs(nt);
+    thread_local std::vector<bool> table_needs;  // refilled by every call; capacity kept
+    table_needs.assign(nt, false);
     for (size_t s = 0; s < nt; ++s) table_needs[s] = ctx.needs_input_grad(s);
     const bool weights_need = weighted_ && ctx.needs_input_grad(nt);
     if (weights_need) check_tables_unchanged();
@@ -409,7 +415,7 @@ class PooledLookup final : public Function {
       pooled_backward<T>(plan_, g.data<T>(), weighted_ ? weights_.data<T>() : nullptr,
                          weights_need ? dw.data<T>() : nullptr, table_needs);
     });
-    std::vector<Tensor> out(nt + (weighted_ ? 1 : 0));
+    std::vector<Tensor> out = ferry::detail::tensor_list(nt + (weighted_ ? 1 : 0));
     if (weights_need) out[nt] = dw.dtype() == weights_dtype_ ? dw : dw.to(weights_dtype_);
     return out;
   }
@@ -540,12 +546,22 @@ Variable pooled_embedding_lookup(const std::vector<FeatureLookup>& lookups,
                 "value (",
                 kjt.values().numel(), "), got ", shape_str(w.shape()), " ", dtype_name(w.dtype()));
   }
-  std::vector<Variable> inputs;
+  // The inputs in a list an earlier call on this thread emptied (its capacity kept): a
+  // collection has tens of tables, and a new list grew through as many allocations per call.
+  std::vector<Variable> inputs = ferry::detail::ThreadSpares<std::vector<Variable>>::take();
+  struct GiveBack {
+    std::vector<Variable>& list;
+    ~GiveBack() {
+      list.clear();
+      ferry::detail::ThreadSpares<std::vector<Variable>>::give(std::move(list));
+    }
+  } give_back{inputs};
+  inputs.reserve(plan.tables.size() + 1);
   for (const auto& t : plan.tables) inputs.push_back(t->weight());
   if (weighted) inputs.push_back(per_sample_weights);
   auto fn = ferry::detail::make_pooled<PooledLookup>(std::move(plan), weighted);
   if (weighted) fn->set_weights_dtype(per_sample_weights.dtype());
-  return ferry::apply(fn, inputs)[0];
+  return ferry::detail::apply_first(fn, inputs);
 }
 
 std::vector<Variable> sequence_embedding_lookup(const std::vector<FeatureLookup>& lookups,

@@ -64,7 +64,8 @@ KeyedJaggedTensor select_features(const KeyedJaggedTensor& kjt,
   // config order): no key index to build and no permuted copy. (With a repeated key, key_index
   // raises its ambiguity error as before.)
   const bool as_is = kjt.keys_unique() && kjt.keys() == features;
-  std::vector<int64_t> idx;
+  thread_local std::vector<int64_t> idx;  // scratch, refilled by every call
+  idx.clear();
   if (!as_is) {
     idx.reserve(features.size());
     const std::vector<std::string>& keys = kjt.keys();
@@ -183,15 +184,33 @@ std::vector<int64_t> vbe_destination_index(const KeyedJaggedTensor& dist,
 
 Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>> join_input_dists(
     std::vector<DistFeaturesAwaitable> phase1) {
-  return Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>([phase1]() mutable {
-    std::vector<Awaitable<KeyedJaggedTensor>> phase2;
-    for (auto& a : phase1) phase2.push_back(a.wait());
-    return Awaitable<std::vector<KeyedJaggedTensor>>([phase2]() mutable {
-      std::vector<KeyedJaggedTensor> out;
-      for (auto& a : phase2) out.push_back(a.wait());
-      return out;
-    });
-  });
+  // The lists move into the closures: a copy of each was an allocation per step. One
+  // sharding group (the usual case) needs no list of its second phase.
+  if (phase1.size() == 1) {
+    return Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>(
+        [first = std::move(phase1.front())]() mutable {
+          return Awaitable<std::vector<KeyedJaggedTensor>>(
+              [second = first.wait()]() mutable {
+                std::vector<KeyedJaggedTensor> out;
+                out.reserve(1);
+                out.push_back(second.wait());
+                return out;
+              });
+        });
+  }
+  return Awaitable<Awaitable<std::vector<KeyedJaggedTensor>>>(
+      [phase1 = std::move(phase1)]() mutable {
+        std::vector<Awaitable<KeyedJaggedTensor>> phase2;
+        phase2.reserve(phase1.size());
+        for (auto& a : phase1) phase2.push_back(a.wait());
+        return Awaitable<std::vector<KeyedJaggedTensor>>(
+            [phase2 = std::move(phase2)]() mutable {
+              std::vector<KeyedJaggedTensor> out;
+              out.reserve(phase2.size());
+              for (auto& a : phase2) out.push_back(a.wait());
+              return out;
+            });
+      });
 }
 
 }  // namespace ferry::torchrec::detail

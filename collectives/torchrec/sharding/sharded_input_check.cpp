@@ -6,6 +6,7 @@
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <sstream>
 
@@ -37,7 +38,10 @@ InputProblem weights_problem(const KeyedJaggedTensor& kjt, bool weighted, const 
 
 // The problems of the batch's layout (VBE, weights), in the order they are reported; kOk when
 // there is none. vbe_error gets this rank's own inverse-indices message.
-std::vector<int64_t> layout_problem(const ShardedTables& tables, const KeyedJaggedTensor& kjt,
+// A rank's status words (InputCheckStatus::kWords): returned by value, no list per batch.
+using Words = std::array<int64_t, InputCheckStatus::kWords>;
+
+Words layout_problem(const ShardedTables& tables, const KeyedJaggedTensor& kjt,
                                     bool weighted, const Variable& weights, bool allow_vbe,
                                     const char* where, int64_t grad_flag, std::string& vbe_error) {
   if (kjt.variable_stride_per_key()) {
@@ -58,7 +62,7 @@ std::vector<int64_t> layout_problem(const ShardedTables& tables, const KeyedJagg
 // The first missing feature or id out of range, by feature in config order. Each feature's ids
 // are read straight from the KJT's values (no per-feature views: this runs on every batch). The
 // keys are usually the features in order; otherwise they are looked up by name.
-std::vector<int64_t> id_problem(const ShardedTables& tables, const KeyedJaggedTensor& kjt,
+Words id_problem(const ShardedTables& tables, const KeyedJaggedTensor& kjt,
                                 int64_t grad_flag) {
   const std::vector<std::string>& features = tables.features();
   const std::vector<std::string>& keys = kjt.keys();
@@ -167,9 +171,10 @@ InputCheckStatus input_status(const ShardedTables& tables, const KeyedJaggedTens
                               const char* where) {
   const int64_t grad_flag = weights.defined() && weights.requires_grad() ? 1 : 0;
   InputCheckStatus out;
-  out.words =
+  Words words =
       layout_problem(tables, kjt, weighted, weights, allow_vbe, where, grad_flag, out.vbe_error);
-  if (out.words[0] == kOk) out.words = id_problem(tables, kjt, grad_flag);
+  if (words[0] == kOk) words = id_problem(tables, kjt, grad_flag);
+  out.words.assign(words.begin(), words.end());
   return out;
 }
 

@@ -17,6 +17,7 @@ TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTa
       send_keys_(detail::unit_keys(units_)),
       send_names_(detail::unit_names(units_)),
       dims_per_rank_(detail::dims_per_rank(units_, world_.size())),
+      lookups_(detail::unit_lookups(units_, world_.rank(), /*pooled=*/true)),
       input_a2a_(world_, detail::units_per_rank(units_, world_.size())),
       output_a2a_(world_, dims_per_rank_,
                   units_.empty() ? std::vector<EmbeddingsCallback>{}
@@ -43,7 +44,7 @@ DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(
 Awaitable<Variable> TwCwPooledEmbeddingSharding::compute_and_output_dist(
     const KeyedJaggedTensor& dist, const std::shared_ptr<PooledShardingContext>& ctx) const {
   const int me = world_.rank();
-  const std::vector<FeatureLookup> lookups = detail::unit_lookups(units_, me, /*pooled=*/true);
+  const std::vector<FeatureLookup>& lookups = lookups_;
   const Variable weights = detail::lookup_weights(dist, weighted_, world_, *ctx);
   if (ctx->vbe_input) {
     // VBE: the rows of every (destination, unit) in destination-major order; the output's
@@ -87,6 +88,7 @@ TwCwSequenceEmbeddingSharding::TwCwSequenceEmbeddingSharding(const detail::Shard
       units_(detail::shard_units(tables, table_ids, width)),
       send_keys_(detail::unit_keys(units_)),
       send_names_(detail::unit_names(units_)),
+      lookups_(detail::unit_lookups(units_, world_.rank(), /*pooled=*/false)),
       input_a2a_(world_, detail::units_per_rank(units_, world_.size())),
       output_a2a_(world_, detail::units_per_rank(units_, world_.size()), tables.codecs()) {
   for (const auto& u : units_) blocks_.push_back({u.feature, u.col_offset, u.width});
@@ -102,8 +104,7 @@ DistFeaturesAwaitable TwCwSequenceEmbeddingSharding::input_dist(
 
 Awaitable<std::vector<Variable>> TwCwSequenceEmbeddingSharding::compute_and_output_dist(
     const KeyedJaggedTensor& dist, const std::shared_ptr<SequenceShardingContext>& ctx) const {
-  const std::vector<FeatureLookup> lookups =
-      detail::unit_lookups(units_, world_.rank(), /*pooled=*/false);
+  const std::vector<FeatureLookup>& lookups = lookups_;
   Variable local = lookups.empty() ? detail::empty_local(zeros({0, width_}, dtype_))
                                    : cat(sequence_embedding_lookup(lookups, dist), 0);
   return detail::sequence_output_dist(output_a2a_, local, dist, *ctx);

@@ -49,6 +49,8 @@ class TwCwPooledEmbeddingSharding : public PooledEmbeddingSharding {
   std::vector<std::string> send_keys_;
   std::vector<std::string> send_names_;  // the units' wire names, made once
   std::vector<int64_t> dims_per_rank_;
+  // This rank's lookups, made once: built per call they cost a list and its growth every step.
+  std::vector<FeatureLookup> lookups_;
   KJTAllToAll input_a2a_;
   PooledEmbeddingsAllToAll output_a2a_;
   VariableBatchPooledEmbeddingsAllToAll vbe_a2a_;  // VBE output dist
@@ -73,6 +75,7 @@ class TwCwSequenceEmbeddingSharding : public SequenceEmbeddingSharding {
   std::vector<detail::ShardUnit> units_;
   std::vector<std::string> send_keys_;
   std::vector<std::string> send_names_;  // the units' wire names, made once
+  std::vector<FeatureLookup> lookups_;     // this rank's lookups, made once
   KJTAllToAll input_a2a_;
   SequenceEmbeddingsAllToAll output_a2a_;
 };

@@ -82,15 +82,18 @@ Tensor index_tensor(const std::vector<int64_t>& v, DType dtype, const char* wher
 }
 
 Tensor offsets_from_lengths(const Tensor& lengths, const char* where) {
-  std::vector<int64_t> l = index_vector(lengths);
-  std::vector<int64_t> o(l.size() + 1, 0);
+  // Scratch of this thread's, refilled by every call: a batch's KJT asks once per step.
+  thread_local std::vector<int64_t> l, o;
+  index_vector_into(lengths, l);
+  o.assign(l.size() + 1, 0);
   for (size_t i = 0; i < l.size(); ++i) o[i + 1] = o[i] + l[i];
   return index_tensor(o, lengths.dtype(), where);
 }
 
 Tensor lengths_from_offsets(const Tensor& offsets) {
-  std::vector<int64_t> o = index_vector(offsets);
-  std::vector<int64_t> l(o.empty() ? 0 : o.size() - 1);
+  thread_local std::vector<int64_t> o, l;  // scratch, refilled by every call
+  index_vector_into(offsets, o);
+  l.assign(o.empty() ? 0 : o.size() - 1, 0);
   for (size_t i = 0; i < l.size(); ++i) l[i] = o[i + 1] - o[i];
   return index_tensor(l, offsets.dtype(), "lengths_from_offsets");
 }

@@ -243,7 +243,8 @@ std::vector<KeyedJaggedTensor> KeyedJaggedTensor::split(const std::vector<int64_
 KeyedJaggedTensor KeyedJaggedTensor::permute(const std::vector<int64_t>& indices) const {
   constexpr const char* where = "KeyedJaggedTensor::permute";
   const int64_t K = num_keys();
-  std::vector<bool> seen(static_cast<size_t>(K), false);
+  thread_local std::vector<bool> seen;  // scratch, refilled by every call
+  seen.assign(static_cast<size_t>(K), false);
   bool repeats = false;
   for (size_t i = 0; i < indices.size(); ++i) {
     FERRY_CHECK(indices[i] >= 0 && indices[i] < K, InvalidArgument, where, ": index ", indices[i],
