@@ -129,4 +129,23 @@ class ThreadSpares {
   }
 };
 
+// A list (any container with clear()) from this thread's spares for the length of a scope,
+// emptied and given back at its end: a call that builds one list per call then allocates none.
+template <class List>
+class ScopedSpare {
+ public:
+  ScopedSpare() : list_(ThreadSpares<List>::take()) {}
+  ~ScopedSpare() {
+    list_.clear();
+    ThreadSpares<List>::give(std::move(list_));
+  }
+  ScopedSpare(const ScopedSpare&) = delete;
+  ScopedSpare& operator=(const ScopedSpare&) = delete;
+  List& operator*() { return list_; }
+  List* operator->() { return &list_; }
+
+ private:
+  List list_;
+};
+
 }  // namespace ferry::detail

@@ -204,19 +204,12 @@ Awaitable<Variable> alltoall_pooled(const Variable& x, const All2AllPooledInfo& 
   if (group.size() == 1) return NoWait<Variable>(x);
   // The input's list from this thread's spares (emptied again below): one allocation per call
   // fewer.
-  std::vector<Variable> inputs = ferry::detail::ThreadSpares<std::vector<Variable>>::take();
-  struct GiveBack {
-    std::vector<Variable>& list;
-    ~GiveBack() {
-      list.clear();
-      ferry::detail::ThreadSpares<std::vector<Variable>>::give(std::move(list));
-    }
-  } give_back{inputs};
-  inputs.push_back(x);
+  ferry::detail::ScopedSpare<std::vector<Variable>> inputs;
+  inputs->push_back(x);
   return detail::run_comm_op_single(
       ferry::detail::make_pooled<AllToAllPooledOp>(group, codecs,
                                                    AllToAllPooledOp::shapes_for(info, me)),
-      inputs);
+      *inputs);
 }
 
 Awaitable<Variable> variable_batch_alltoall_pooled(const Variable& x,

@@ -548,20 +548,13 @@ Variable pooled_embedding_lookup(const std::vector<FeatureLookup>& lookups,
   }
   // The inputs in a list an earlier call on this thread emptied (its capacity kept): a
   // collection has tens of tables, and a new list grew through as many allocations per call.
-  std::vector<Variable> inputs = ferry::detail::ThreadSpares<std::vector<Variable>>::take();
-  struct GiveBack {
-    std::vector<Variable>& list;
-    ~GiveBack() {
-      list.clear();
-      ferry::detail::ThreadSpares<std::vector<Variable>>::give(std::move(list));
-    }
-  } give_back{inputs};
-  inputs.reserve(plan.tables.size() + 1);
-  for (const auto& t : plan.tables) inputs.push_back(t->weight());
-  if (weighted) inputs.push_back(per_sample_weights);
+  ferry::detail::ScopedSpare<std::vector<Variable>> inputs;
+  inputs->reserve(plan.tables.size() + 1);
+  for (const auto& t : plan.tables) inputs->push_back(t->weight());
+  if (weighted) inputs->push_back(per_sample_weights);
   auto fn = ferry::detail::make_pooled<PooledLookup>(std::move(plan), weighted);
   if (weighted) fn->set_weights_dtype(per_sample_weights.dtype());
-  return ferry::detail::apply_first(fn, inputs);
+  return ferry::detail::apply_first(fn, *inputs);
 }
 
 std::vector<Variable> sequence_embedding_lookup(const std::vector<FeatureLookup>& lookups,
