@@ -1,8 +1,8 @@
 // A vector that holds its first N elements inline (internal, not installed): the per-call
 // lists of an operation (its pending requests, the copies a transport has due) are short, and
 // a std::vector would allocate for each of them at every call. Past N it moves its elements to
-// the heap and grows as std::vector does. Only what the engine needs: append, iterate, index,
-// clear.
+// the heap and grows as std::vector does. Only what the engine needs: append, drop the
+// last, resize, iterate, index, clear.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +34,15 @@ class SmallVector {
     return *at;
   }
   void push_back(T value) { emplace_back(std::move(value)); }
+  void pop_back() noexcept {
+    size_ -= 1;
+    data_[size_].~T();
+  }
+  // Grows to `n` elements (the new ones value-initialised) or drops those past it.
+  void resize(size_t n) {
+    while (size_ > n) pop_back();
+    while (size_ < n) emplace_back();
+  }
   // Destroys the elements; keeps the storage.
   void clear() noexcept {
     std::destroy(data_, data_ + size_);

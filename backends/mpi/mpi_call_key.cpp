@@ -163,13 +163,35 @@ CallKey all_to_all_key(int rank, int size, size_t block) {
 KeyCheck::KeyCheck(MPI_Comm comm, int rank, int size, uint32_t group_id, const char* op,
                    const CallKey& mine, std::vector<size_t> expected)
     : rank_(rank), size_(size), group_id_(group_id), op_(op), mine_(mine),
-      all_(static_cast<size_t>(CallKey::kInts) * static_cast<size_t>(size)),
       expected_(std::move(expected)) {
-  const int code = MPI_Iallgather(mine_.v, CallKey::kInts, MPI_INT64_T, all_.data(),
-                                  CallKey::kInts, MPI_INT64_T, comm, &request_);
+  constexpr int n = CallKey::kInts;
+  int code = MPI_SUCCESS;
+  const char* call = "MPI_Irecv";
+  if (size_ <= kDirectRanks) {
+    std::copy(mine_.v, mine_.v + n, all_small_ + static_cast<size_t>(rank_) * n);
+    for (int p = 0; p < size_ && code == MPI_SUCCESS; ++p)
+      if (p != rank_)
+        code = MPI_Irecv(all_small_ + static_cast<size_t>(p) * n, n, MPI_INT64_T, p,
+                         kKeyCheckTag, comm, &requests_[posted_++]);
+    for (int p = 0; p < size_ && code == MPI_SUCCESS; ++p)
+      if (p != rank_) {
+        call = "MPI_Isend";
+        code = MPI_Isend(mine_.v, n, MPI_INT64_T, p, kKeyCheckTag, comm, &requests_[posted_++]);
+      }
+  } else {
+    call = "MPI_Iallgather";
+    all_large_.resize(static_cast<size_t>(n) * static_cast<size_t>(size_));
+    code = MPI_Iallgather(mine_.v, n, MPI_INT64_T, all_large_.data(), n, MPI_INT64_T, comm,
+                          &requests_[posted_++]);
+  }
   // The description is put together only for the error: this runs on every collective.
   if (code != MPI_SUCCESS)
-    check_mpi(code, "MPI_Iallgather", str("the key check of ", op_, " on group ", group_id_));
+    check_mpi(code, call, str("the key check of ", op_, " on group ", group_id_));
+}
+
+const int64_t* KeyCheck::key_of(int r) const {
+  const int64_t* all = size_ <= kDirectRanks ? all_small_ : all_large_.data();
+  return all + static_cast<size_t>(r) * CallKey::kInts;
 }
 
 std::string KeyCheck::describe() const {
@@ -185,7 +207,7 @@ bool KeyCheck::test() {
     return true;
   }
   int flag = 0;
-  const int code = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+  const int code = MPI_Testall(posted_, requests_, &flag, MPI_STATUSES_IGNORE);
   if (code != MPI_SUCCESS) {
     error_ = std::make_exception_ptr(TransportError(
         str("ferry: the key check of ", describe(), " failed in MPI: ", mpi_error_string(code))));
@@ -199,7 +221,7 @@ bool KeyCheck::test() {
 }
 
 std::exception_ptr KeyCheck::compare() const {
-  auto key = [&](int r) { return all_.data() + static_cast<size_t>(r) * CallKey::kInts; };
+  auto key = [&](int r) { return key_of(r); };
   std::string differ;
   for (int r = 0; r < size_; ++r) {
     if (std::equal(mine_.v, mine_.v + CallKey::kCompared, key(r))) continue;

@@ -6,9 +6,11 @@
 // returns wrong data without an error (all_reduce of 100 against 101 float32 gave rank 0
 // 4.17e+07 on 2 ranks; on 5 ranks the ranks disagreed; a reduce_scatter whose ranks split
 // differently returned 1 where the sum was 2), hangs, or fails on one rank only. So every
-// collective's key (CallKey) is compared across the ranks with one MPI_Iallgather of kInts
-// int64 per rank on the group's `coll` communicator, and the op reports nothing before the keys
-// agreed:
+// collective's key (CallKey) is compared across the ranks: in groups of up to
+// KeyCheck::kDirectRanks ranks each rank sends its kInts int64 to every peer (point-to-point on
+// the group's `coll` communicator, tag kKeyCheckTag), in larger groups one MPI_Iallgather of
+// them on the same communicator; either way every rank ends up with every key, and the op
+// reports nothing before the keys agreed:
 //  - a persistent request (mpi_persistent.h) compares its key once, when it is created, and is
 //    first started only once the keys agreed;
 //  - every other call (MPI's non-blocking collectives, the point-to-point rounds of
@@ -21,11 +23,12 @@
 // Why in flight beside the op rather than the engine's checked step (FERRY_CHECK=1's exchange
 // of fingerprints on the group's worker before the op starts): the checked step puts a round
 // trip of W - 1 messages each way and two thread hand-offs in front of every op (about 5 us on
-// two ranks), where the comparison beside the op costs one small MPI_Iallgather that overlaps
-// the op's own data movement; and it is the very call the persistent path's key check makes,
+// two ranks), where the comparison beside the op costs one small message per peer that
+// overlaps the op's own data movement; and it is the very exchange the persistent path's key
+// check makes,
 // so ranks whose calls straddle that path's limits (8 KiB on one rank, 8 KiB + 4 on another;
 // the 64th key on one rank and the 65th on another) still compare with each other at once
-// instead of waiting apart until the deadline. One path, one message format.
+// instead of waiting apart until the deadline. One path, one message format per group size.
 //
 // What is not seen: two ranks that start different persistent requests that already exist
 // (every rank compared those keys when they were made; each request then waits for its own
@@ -44,6 +47,7 @@
 #include <vector>
 
 #include <ferry/backends/native_collectives.h>
+#include <ferry/runtime/object_pool.h>
 
 namespace ferry::detail {
 
@@ -79,10 +83,24 @@ CallKey all_to_all_key(int rank, const std::vector<size_t>& send, const std::vec
 // all_to_all with `block` bytes to and from each of `size` ranks.
 CallKey all_to_all_key(int rank, int size, size_t block);
 
-// One comparison of every rank's key, posted by the constructor (MPI_Iallgather on `comm`).
-// Not thread-safe: its owner serializes calls.
+// The MPI tag of the key checks' messages on `coll`: between the engine's algorithms (phase
+// << 24 | step, phase 0 or 1, so below 2^25 - 1 for any step a group can take) and the
+// exchange path's op tags (from 2^25). The MPI transport refuses an algorithm step that would
+// reach it. Each rank posts its checks in its ops' order, and MPI matches messages of one tag
+// between two ranks in the order they were posted, so the n-th check meets the peers' n-th.
+inline constexpr int kKeyCheckTag = (1 << 25) - 1;
+
+// One comparison of every rank's key, posted by the constructor on `comm`. Its messages and
+// buffers live in the object, so a check held in the pool costs no allocation (the caller
+// makes it with make_pooled). Not thread-safe: its owner serializes calls.
 class KeyCheck {
  public:
+  // Up to this many ranks the keys go as point-to-point messages to every peer: where MPICH's
+  // MPI_Iallgather builds a schedule per call (3-4 heap allocations and a realloc each, a
+  // third of an MPI rank's allocations per DLRM step), the messages cost none. Above it, one
+  // MPI_Iallgather (2 (W - 1) messages per rank would cost more than its log2 W rounds).
+  static constexpr int kDirectRanks = 8;
+
   // `op` names the collective in messages (a literal); `expected` as in rooted_key (root only),
   // kept to name the sizes in a message.
   KeyCheck(MPI_Comm comm, int rank, int size, uint32_t group_id, const char* op,
@@ -105,10 +123,16 @@ class KeyCheck {
   int size_;
   uint32_t group_id_;
   const char* op_;
+  const int64_t* key_of(int r) const;
+
   CallKey mine_;
-  std::vector<int64_t> all_;  // kInts per rank
+  // kInts per rank: inline up to kDirectRanks ranks, else in `all_large_`.
+  int64_t all_small_[CallKey::kInts * kDirectRanks] = {};
+  std::vector<int64_t> all_large_;
   std::vector<size_t> expected_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  // A receive and a send per peer, or the one MPI_Iallgather.
+  MPI_Request requests_[2 * (kDirectRanks - 1)] = {};
+  int posted_ = 0;
   bool done_ = false;
   std::exception_ptr error_;
 };
@@ -119,7 +143,7 @@ struct MpiGroupComms;
 // with the comparison's error when the keys differ. The op is then abandoned as a timed-out
 // one is (its communicator marked stuck, the request and whatever MPI may still use kept until
 // the process ends): peers that called something else may never complete it.
-class CheckedRequest final : public NativeRequest {
+class CheckedRequest final : public NativeRequest, public Pooled {
  public:
   CheckedRequest(std::shared_ptr<KeyCheck> check, std::unique_ptr<NativeRequest> op,
                  std::shared_ptr<MpiGroupComms> comms);

@@ -14,7 +14,7 @@
 namespace ferry::detail {
 namespace {
 
-class MpiCollectiveRequest final : public NativeRequest {
+class MpiCollectiveRequest final : public NativeRequest, public Pooled {
  public:
   MpiCollectiveRequest(const char* op, uint32_t group_id) : pending_(op, group_id) {}
   bool test() override { return pending_.test(); }
@@ -512,7 +512,7 @@ class MpiCollectives final : public NativeCollectives {
   template <class Start>
   std::unique_ptr<NativeRequest> checked(const char* op, const CallKey& key, Start&& start_op,
                                          std::vector<size_t> expected = {}) {
-    auto check = std::make_shared<KeyCheck>(comms_->coll, rank_, size_, id_, op, key,
+    auto check = make_pooled<KeyCheck>(comms_->coll, rank_, size_, id_, op, key,
                                             std::move(expected));
     std::unique_ptr<NativeRequest> request;
     try {

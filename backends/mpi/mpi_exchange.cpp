@@ -3,6 +3,7 @@
 #include <ferry/backends/mpi/mpi_exchange_op.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -38,7 +39,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_reduce(const void* in, v
                                                                size_t element_bytes,
                                                                MPI_Op op) {
   if (!enabled_) return nullptr;
-  auto x = std::make_shared<MpiExchange>("all_reduce", group_id_, comm_, tag_for_next_op(), rank_,
+  auto x = make_pooled<MpiExchange>("all_reduce", group_id_, comm_, tag_for_next_op(), rank_,
                                       size_);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
@@ -85,7 +86,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter_v(
     const void* in, void* out, const std::vector<size_t>& counts, MPI_Datatype type,
     size_t element_bytes, MPI_Op op) {
   if (!enabled_) return nullptr;
-  auto r = std::make_shared<MpiExchange>("reduce_scatter", group_id_, comm_, tag_for_next_op(),
+  auto r = make_pooled<MpiExchange>("reduce_scatter", group_id_, comm_, tag_for_next_op(),
                                       rank_, size_);
   const char* src = static_cast<const char*>(in);
   const size_t my_count = counts[static_cast<size_t>(rank_)];
@@ -122,7 +123,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::reduce_scatter_v(
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t bytes, int root) {
   if (!enabled_ || size_ != 2) return nullptr;
-  auto r = std::make_shared<MpiExchange>("broadcast", group_id_, comm_, tag_for_next_op(), rank_,
+  auto r = make_pooled<MpiExchange>("broadcast", group_id_, comm_, tag_for_next_op(), rank_,
                                       size_);
   if (rank_ == root)
     r->send(buf, bytes, MPI_BYTE, 1 - root);
@@ -134,7 +135,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::broadcast(void* buf, size_t 
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather(const void* in, void* out,
                                                                size_t block) {
   if (!enabled_) return nullptr;
-  auto r = std::make_shared<MpiExchange>("all_gather", group_id_, comm_, tag_for_next_op(),
+  auto r = make_pooled<MpiExchange>("all_gather", group_id_, comm_, tag_for_next_op(),
                                          rank_, size_);
   char* dst = static_cast<char*>(out);
   for (int p = 0; p < size_; ++p)
@@ -149,7 +150,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather(const void* in, v
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all(const void* in, void* out,
                                                                size_t block) {
   if (!enabled_) return nullptr;
-  auto r = std::make_shared<MpiExchange>("all_to_all_single", group_id_, comm_, tag_for_next_op(),
+  auto r = make_pooled<MpiExchange>("all_to_all_single", group_id_, comm_, tag_for_next_op(),
                                       rank_, size_);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
@@ -166,7 +167,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather_v(const void* in,
                                                                  const std::vector<size_t>& bytes,
                                                                  const std::vector<size_t>& offset) {
   if (!enabled_) return nullptr;
-  auto r = std::make_shared<MpiExchange>("all_gather", group_id_, comm_, tag_for_next_op(),
+  auto r = make_pooled<MpiExchange>("all_gather", group_id_, comm_, tag_for_next_op(),
                                          rank_, size_);
   char* dst = static_cast<char*>(out);
   const size_t me = static_cast<size_t>(rank_);
@@ -188,7 +189,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
   FERRY_CHECK(send_bytes[me] == recv_bytes[me], InvalidArgument, op, " on group ", group_id_,
               " rank ", rank_, ": the block this rank keeps must be the same size both ways, ",
               "given ", send_bytes[me], " bytes to send and ", recv_bytes[me], " to receive");
-  auto r = std::make_shared<MpiExchange>(op, group_id_, comm_, tag_for_next_op(), rank_, size_);
+  auto r = make_pooled<MpiExchange>(op, group_id_, comm_, tag_for_next_op(), rank_, size_);
   for (int p = 0; p < size_; ++p) {
     const size_t k = static_cast<size_t>(p);
     if (p != rank_) r->recv(recv[k], recv_bytes[k], MPI_BYTE, p);
@@ -207,7 +208,7 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_spans(
   if (!enabled_) return nullptr;
   FERRY_CHECK(!own_spans_differ(send, recv, rank_), InvalidArgument, "all_to_all_single on group ", group_id_,
               " rank ", rank_, ": the spans this rank keeps must be the same sizes both ways");
-  auto r = std::make_shared<MpiExchange>("all_to_all_single", group_id_, comm_,
+  auto r = make_pooled<MpiExchange>("all_to_all_single", group_id_, comm_,
                                          tag_for_next_op(), rank_, size_);
   for (int p = 0; p < size_; ++p)
     if (p != rank_)

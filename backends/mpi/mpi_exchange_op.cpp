@@ -7,6 +7,7 @@
 #include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/progress.h>
 
 namespace ferry::detail {
@@ -34,7 +35,7 @@ SecondRounds& second_rounds() {
 }
 
 // The request the engine holds for one op of this path.
-class ExchangeRequest final : public NativeRequest {
+class ExchangeRequest final : public NativeRequest, public Pooled {
  public:
   explicit ExchangeRequest(std::shared_ptr<MpiExchange> x) : x_(std::move(x)) {}
   ~ExchangeRequest() override {
@@ -158,7 +159,7 @@ void MpiExchange::abandon() {
       if (requests_[i] != MPI_REQUEST_NULL && messages_[i].is_recv) MPI_Cancel(&requests_[i]);
   }
   auto kept = std::make_shared<Abandoned>();
-  kept->requests = std::move(requests_);
+  kept->requests.assign(requests_.begin(), requests_.end());
   kept->scratch = std::move(scratch_);
   keep_forever(std::move(kept));
   requests_.clear();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backends/native_collectives.h>
+#include <ferry/runtime/small_vector.h>
 #include <ferry/runtime/tensor_detail.h>
 
 #include <mpi.h>
@@ -48,10 +49,7 @@ struct Fold {
 class MpiExchange {
  public:
   MpiExchange(const char* op, uint32_t group_id, MPI_Comm comm, int tag, int rank, int ranks)
-      : op_(op), group_id_(group_id), comm_(comm), tag_(tag), rank_(rank), ranks_(ranks) {
-    requests_.reserve(2 * static_cast<size_t>(ranks - 1));
-    messages_.reserve(2 * static_cast<size_t>(ranks - 1));
-  }
+      : op_(op), group_id_(group_id), comm_(comm), tag_(tag), rank_(rank), ranks_(ranks) {}
   MpiExchange(const MpiExchange&) = delete;
   MpiExchange& operator=(const MpiExchange&) = delete;
 
@@ -134,9 +132,13 @@ class MpiExchange {
   int ranks_;
 
   std::mutex mu_;
-  std::vector<MPI_Request> requests_;  // the current round's, until they finished
-  std::vector<Message> messages_;      // one per request, in the same order
-  std::vector<MPI_Status> statuses_;   // of the finished requests, for the received sizes
+  // The lists hold a round's messages inline up to kInlineMessages (a send and a receive per
+  // peer and part: three parts between two ranks, one between four), so that an op costs no
+  // allocation for them; the op itself comes from the pool (make_pooled).
+  static constexpr size_t kInlineMessages = 8;
+  SmallVector<MPI_Request, kInlineMessages> requests_;  // the current round's, until finished
+  SmallVector<Message, kInlineMessages> messages_;      // one per request, in the same order
+  SmallVector<MPI_Status, kInlineMessages> statuses_;   // of the finished ones: received sizes
   size_t first_pending_ = 0;           // requests before it have finished
   std::shared_ptr<Storage> scratch_;
   Fold fold_;

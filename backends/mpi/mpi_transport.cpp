@@ -1,6 +1,7 @@
 // Point-to-point over MPI, and the world group's communicators.
 #include <ferry/backends/mpi/mpi_transport.h>
 
+#include <ferry/backends/mpi/mpi_call_key.h>
 #include <ferry/backends/mpi/mpi_collectives.h>
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_request.h>
@@ -145,6 +146,9 @@ class MpiTransport final : public Transport {
       FERRY_CHECK(tag.slot <= static_cast<uint32_t>(world_->tag_ub()), TransportError,
                   "mpi transport: algorithm step ", tag.slot, " of ", tag_str(tag),
                   " exceeds MPI_TAG_UB ", world_->tag_ub());
+      FERRY_CHECK(tag.slot != static_cast<uint32_t>(kKeyCheckTag), TransportError,
+                  "mpi transport: algorithm step ", tag.slot, " of ", tag_str(tag),
+                  " would take the tag of the collectives' key checks");
       comm = comms->coll;
       mpi_tag = static_cast<int>(tag.slot);
     }

@@ -1,10 +1,11 @@
-// MPI's default mode against calls that differ across ranks (mpiexec -n 2 and -n 5): every
+// MPI's default mode against calls that differ across ranks (mpiexec -n 2, 5 and 9): every
 // case makes the odd ranks give another size, dtype, reduce op, split or root than the even
 // ones, on a sub-group of its own (a failed op poisons its group), and expects MismatchError
 // on every rank, soon, naming the op and what the ranks gave, never a result. The sizes are
 // chosen to take each path MPI's collectives have: persistent requests (at most 8 KiB), the
 // point-to-point rounds (2 to 4 ranks), MPI's non-blocking calls (5 ranks, and reduce, gather,
-// scatter at any size), a key past the persistent requests' 64, and sizes that straddle 8 KiB.
+// scatter at any size), a key past the persistent requests' 64, and sizes that straddle 8 KiB;
+// 9 ranks compare their keys by MPI_Iallgather, fewer by messages to every peer.
 //
 // Exit status 0 when this rank's checks passed (FERRY_TIMEOUT bounds every wait).
 #include <ferry/ferry.h>
