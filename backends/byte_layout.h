@@ -35,4 +35,19 @@ void copy_layout(const ByteLayout& from, const ByteLayout& to);
 void pack_layout(const ByteLayout& from, char* to);
 void unpack_layout(const char* from, const ByteLayout& to);
 
+namespace detail {
+// A layout's runs where they already lie (internal): the engine keeps the runs of many blocks in
+// one list, and copying a block's runs into a ByteLayout of its own cost an allocation per block.
+struct ByteRunsRef {
+  char* base = nullptr;
+  const ByteRun* runs = nullptr;
+  size_t count = 0;
+};
+size_t bytes_of(const ByteRunsRef& l);
+// copy_layout, pack_layout and unpack_layout over runs that lie elsewhere.
+void copy_runs(const ByteRunsRef& from, const ByteRunsRef& to);
+void pack_runs(const ByteRunsRef& from, char* to);
+void unpack_runs(const char* from, const ByteRunsRef& to);
+}  // namespace detail
+
 }  // namespace ferry

@@ -47,6 +47,14 @@ struct ByteSpan {
   size_t bytes = 0;
 };
 
+// `parts` spans for each rank of a group: span p of rank k's list is at[k * parts + p]. One
+// flat list rather than a list per rank: the engine fills it from storage it reuses.
+struct SpanLists {
+  ByteSpan* at = nullptr;
+  size_t parts = 0;
+  ByteSpan* of(size_t rank) const { return at + rank * parts; }
+};
+
 // Which of the transport's own ways carries a call: the algorithm table's choice
 // (collectives/algorithm_table.h), passed with the call. A way the call cannot take (too
 // large for a persistent request, a group size or a form without the exchange, the way
@@ -98,13 +106,13 @@ class NativeCollectives {
                                                     const std::vector<void*>& recv,
                                                     const std::vector<size_t>& recv_bytes,
                                                     NativePath& path) = 0;
-  // Several contiguous spans per peer in one collective (the parts of a layout all-to-all):
-  // send[j] lists the spans that go to rank j, in order; recv[k] the spans that come from rank
-  // k, one for each of the sender's spans to this rank and of the same size (a size that
-  // differs fails as a mismatch). This rank's own spans are copied, span i to span i.
-  virtual std::unique_ptr<NativeRequest> all_to_all_spans(
-      const std::vector<std::vector<ByteSpan>>& send,
-      const std::vector<std::vector<ByteSpan>>& recv, NativePath& path) = 0;
+  // Several contiguous spans per peer in one collective (the parts of a layout all-to-all), as
+  // many to and from every rank: send.of(j) lists the spans that go to rank j, in order;
+  // recv.of(k) the spans that come from rank k, one for each of the sender's spans to this rank
+  // and of the same size (a size that differs fails as a mismatch). This rank's own spans are
+  // copied, span i to span i.
+  virtual std::unique_ptr<NativeRequest> all_to_all_spans(SpanLists send, SpanLists recv,
+                                                          NativePath& path) = 0;
   // On root, recv[k] receives rank k's `in` (recv[root] may be `in`); elsewhere recv is empty.
   virtual std::unique_ptr<NativeRequest> gather(const void* in, size_t bytes,
                                                 const std::vector<void*>& recv,

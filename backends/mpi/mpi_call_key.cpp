@@ -139,10 +139,14 @@ CallKey rooted_key(CallKind kind, size_t own, const std::vector<size_t>* expecte
 
 CallKey all_to_all_key(int rank, const std::vector<size_t>& send,
                        const std::vector<size_t>& recv) {
+  return all_to_all_key(rank, send.size(), send.data(), recv.data());
+}
+
+CallKey all_to_all_key(int rank, size_t size, const size_t* send, const size_t* recv) {
   // No agreed count: ranks may mix the equal form and the lists (the KJT all-to-all does).
   CallKey k = base_key(CallKind::AllToAll, kNone, kBytes, kNone, -1);
   uint64_t sent = 0, received = 0, out = 0, in = 0;
-  for (size_t p = 0; p < send.size(); ++p) {
+  for (size_t p = 0; p < size; ++p) {
     sent += send[p];
     received += recv[p];
     out += pair_term(rank, static_cast<int>(p), send[p]);

@@ -80,6 +80,8 @@ CallKey split_key(CallKind kind, const std::vector<size_t>& sizes, MPI_Datatype 
 CallKey rooted_key(CallKind kind, size_t own, const std::vector<size_t>* expected, int root);
 // all_to_all: bytes this rank sends to each rank and receives from each.
 CallKey all_to_all_key(int rank, const std::vector<size_t>& send, const std::vector<size_t>& recv);
+// The same over `size` ranks' byte counts where they lie.
+CallKey all_to_all_key(int rank, size_t size, const size_t* send, const size_t* recv);
 // all_to_all with `block` bytes to and from each of `size` ranks.
 CallKey all_to_all_key(int rank, int size, size_t block);
 

@@ -8,8 +8,10 @@
 #include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_types.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/small_vector.h>
 
 #include <algorithm>
+#include <span>
 
 namespace ferry::detail {
 namespace {
@@ -229,12 +231,12 @@ class MpiCollectives final : public NativeCollectives {
     });
   }
 
-  std::unique_ptr<NativeRequest> all_to_all_spans(
-      const std::vector<std::vector<ByteSpan>>& send,
-      const std::vector<std::vector<ByteSpan>>& recv, NativePath& path) override {
-    for (const auto* lists : {&send, &recv})
-      for (const std::vector<ByteSpan>& list : *lists)
-        for (const ByteSpan& span : list) fit(span.bytes, "all_to_all_single", "bytes");
+  std::unique_ptr<NativeRequest> all_to_all_spans(SpanLists send, SpanLists recv,
+                                                  NativePath& path) override {
+    const size_t n = static_cast<size_t>(size_);
+    for (SpanLists lists : {send, recv})
+      for (const ByteSpan& span : std::span(lists.at, n * lists.parts))
+        fit(span.bytes, "all_to_all_single", "bytes");
     path = exchange_path(path);  // no persistent request for spans
     // Refused before the key check is posted (as the point-to-point path would).
     FERRY_CHECK(path != NativePath::Exchange || !own_spans_differ(send, recv, rank_),
@@ -243,20 +245,22 @@ class MpiCollectives final : public NativeCollectives {
                 ": the spans this rank keeps must be the same sizes both ways");
     // Compared by each peer's total: MPI_Ialltoallw's datatypes carry no more, and the
     // point-to-point path checks each span's message.
-    std::vector<size_t> send_total(send.size()), recv_total(recv.size());
-    for (size_t k = 0; k < send.size(); ++k)
-      for (const ByteSpan& span : send[k]) send_total[k] += span.bytes;
-    for (size_t k = 0; k < recv.size(); ++k)
-      for (const ByteSpan& span : recv[k]) recv_total[k] += span.bytes;
-    return checked("all_to_all_single", all_to_all_key(rank_, send_total, recv_total),
+    SmallVector<size_t, 8> send_total, recv_total;
+    send_total.resize(n);
+    recv_total.resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      for (const ByteSpan& span : std::span(send.of(k), send.parts)) send_total[k] += span.bytes;
+      for (const ByteSpan& span : std::span(recv.of(k), recv.parts)) recv_total[k] += span.bytes;
+    }
+    return checked("all_to_all_single",
+                   all_to_all_key(rank_, n, send_total.begin(), recv_total.begin()),
                    [&]() -> std::unique_ptr<NativeRequest> {
                      return all_to_all_spans_unchecked(send, recv, path);
                    });
   }
 
-  std::unique_ptr<NativeRequest> all_to_all_spans_unchecked(
-      const std::vector<std::vector<ByteSpan>>& send,
-      const std::vector<std::vector<ByteSpan>>& recv, NativePath path) {
+  std::unique_ptr<NativeRequest> all_to_all_spans_unchecked(SpanLists send, SpanLists recv,
+                                                            NativePath path) {
     if (path == NativePath::Exchange) return exchange_->all_to_all_spans(send, recv);
     // MPI_Ialltoallw over MPI_BOTTOM, one datatype per peer covering its spans. MPI then
     // compares only a peer's total, not each span's size (the exchange path compares each).
@@ -269,11 +273,13 @@ class MpiCollectives final : public NativeCollectives {
     std::vector<MPI_Datatype>& rt = r->pending().datatypes(n, MPI_BYTE);
     const std::string where = r->pending().describe();
     for (size_t k = 0; k < n; ++k) {
-      if (MPI_Datatype t = absolute_spans(send[k], where); t != MPI_DATATYPE_NULL) {
+      if (MPI_Datatype t = absolute_spans(send.of(k), send.parts, where);
+          t != MPI_DATATYPE_NULL) {
         st[k] = t;
         sc[k] = 1;
       }
-      if (MPI_Datatype t = absolute_spans(recv[k], where); t != MPI_DATATYPE_NULL) {
+      if (MPI_Datatype t = absolute_spans(recv.of(k), recv.parts, where);
+          t != MPI_DATATYPE_NULL) {
         rt[k] = t;
         rc[k] = 1;
       }

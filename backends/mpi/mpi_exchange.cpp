@@ -202,25 +202,29 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
   return exchange_request(std::move(r));
 }
 
-std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_spans(
-    const std::vector<std::vector<ByteSpan>>& send,
-    const std::vector<std::vector<ByteSpan>>& recv) {
+std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_spans(SpanLists send,
+                                                                     SpanLists recv) {
   if (!enabled_) return nullptr;
   FERRY_CHECK(!own_spans_differ(send, recv, rank_), InvalidArgument, "all_to_all_single on group ", group_id_,
               " rank ", rank_, ": the spans this rank keeps must be the same sizes both ways");
-  auto r = make_pooled<MpiExchange>("all_to_all_single", group_id_, comm_,
-                                         tag_for_next_op(), rank_, size_);
+  auto r = make_pooled<MpiExchange>("all_to_all_single", group_id_, comm_, tag_for_next_op(),
+                                    rank_, size_);
   for (int p = 0; p < size_; ++p)
     if (p != rank_)
-      for (const ByteSpan& s : recv[static_cast<size_t>(p)])
+      for (size_t i = 0; i < recv.parts; ++i) {
+        const ByteSpan& s = recv.of(static_cast<size_t>(p))[i];
         r->recv(s.data, s.bytes, MPI_BYTE, p, 0, /*post_empty=*/true);
+      }
   for (int p = 0; p < size_; ++p)
     if (p != rank_)
-      for (const ByteSpan& s : send[static_cast<size_t>(p)])
+      for (size_t i = 0; i < send.parts; ++i) {
+        const ByteSpan& s = send.of(static_cast<size_t>(p))[i];
         r->send(s.data, s.bytes, MPI_BYTE, p, 0, /*post_empty=*/true);
+      }
   const auto me = static_cast<size_t>(rank_);
-  for (size_t i = 0; i < send[me].size(); ++i)
-    if (send[me][i].bytes > 0) std::memcpy(recv[me][i].data, send[me][i].data, send[me][i].bytes);
+  for (size_t i = 0; i < send.parts; ++i)
+    if (send.of(me)[i].bytes > 0)
+      std::memcpy(recv.of(me)[i].data, send.of(me)[i].data, send.of(me)[i].bytes);
   return exchange_request(std::move(r));
 }
 

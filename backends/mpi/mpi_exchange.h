@@ -73,12 +73,11 @@ namespace ferry::detail {
 
 // Whether the spans `rank` sends to itself differ in number or size from those it receives from
 // itself (an all_to_all_spans copies them span by span, so they must pair up).
-inline bool own_spans_differ(const std::vector<std::vector<ByteSpan>>& send,
-                             const std::vector<std::vector<ByteSpan>>& recv, int rank) {
+inline bool own_spans_differ(SpanLists send, SpanLists recv, int rank) {
   const auto me = static_cast<size_t>(rank);
-  if (send[me].size() != recv[me].size()) return true;
-  for (size_t i = 0; i < send[me].size(); ++i)
-    if (send[me][i].bytes != recv[me][i].bytes) return true;
+  if (send.parts != recv.parts) return true;
+  for (size_t i = 0; i < send.parts; ++i)
+    if (send.of(me)[i].bytes != recv.of(me)[i].bytes) return true;
   return false;
 }
 
@@ -134,8 +133,7 @@ class ExchangeCollectives {
                                               const std::vector<size_t>& recv_bytes);
   // Several spans per peer (NativeCollectives::all_to_all_spans): one message per span, which
   // match in order on the op's tag; this rank's own spans are copied.
-  std::unique_ptr<NativeRequest> all_to_all_spans(const std::vector<std::vector<ByteSpan>>& send,
-                                                  const std::vector<std::vector<ByteSpan>>& recv);
+  std::unique_ptr<NativeRequest> all_to_all_spans(SpanLists send, SpanLists recv);
 
  private:
   int tag_for_next_op();

@@ -3,6 +3,8 @@
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/runtime/error.h>
 
+#include <span>
+
 namespace ferry::detail {
 
 MPI_Datatype mpi_datatype(DType dtype) {
@@ -43,10 +45,10 @@ MPI_Datatype absolute_bytes(const void* p, size_t bytes, const std::string& wher
 }
 
 // The same over several spans, in order (MPI_DATATYPE_NULL when they hold no bytes).
-MPI_Datatype absolute_spans(const std::vector<ByteSpan>& spans, const std::string& where) {
+MPI_Datatype absolute_spans(const ByteSpan* spans, size_t count, const std::string& where) {
   std::vector<int> lengths;
   std::vector<MPI_Aint> addresses;
-  for (const ByteSpan& span : spans) {
+  for (const ByteSpan& span : std::span(spans, count)) {
     if (span.bytes == 0) continue;
     MPI_Aint address = 0;
     check_mpi(MPI_Get_address(span.data, &address), "MPI_Get_address", where);

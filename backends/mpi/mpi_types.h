@@ -25,6 +25,6 @@ MPI_Op mpi_op(ReduceOp op);
 // the call in errors.
 MPI_Datatype absolute_bytes(const void* p, size_t bytes, const std::string& where);
 // The same over several spans, in order (MPI_DATATYPE_NULL when they hold no bytes).
-MPI_Datatype absolute_spans(const std::vector<ByteSpan>& spans, const std::string& where);
+MPI_Datatype absolute_spans(const ByteSpan* spans, size_t count, const std::string& where);
 
 }  // namespace ferry::detail

@@ -6,6 +6,7 @@
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
 #include <ferry/runtime/object_pool.h>
+#include <ferry/runtime/small_vector.h>
 
 #include <array>
 #include <cstring>
@@ -61,13 +62,6 @@ ByteLayout byte_layout(const Tensor& t, const BlockLayout& layout) {
                                static_cast<size_t>(r.length) * elem,
                                static_cast<size_t>(r.stride) * elem});
   }
-  return out;
-}
-
-std::vector<ByteLayout> byte_layouts(const Tensor& t, const std::vector<BlockLayout>& layouts) {
-  std::vector<ByteLayout> out;
-  out.reserve(layouts.size());
-  for (const BlockLayout& l : layouts) out.push_back(byte_layout(t, l));
   return out;
 }
 
@@ -237,12 +231,23 @@ class QueuedBlocks {
     if (f.span != nullptr && t.span != nullptr) {
       if (f.bytes > 0) std::memcpy(t.span, f.span, f.bytes);
     } else if (f.span != nullptr) {
-      unpack_layout(f.span, layout(t));
+      detail::unpack_runs(f.span, runs(t));
     } else if (t.span != nullptr) {
-      pack_layout(layout(f), t.span);
+      detail::pack_runs(runs(f), t.span);
     } else {
-      copy_layout(layout(f), layout(t));
+      detail::copy_runs(runs(f), runs(t));
     }
+  }
+  // Where a block lies when it is one contiguous span of its tensor, else null; its bytes.
+  char* span(size_t block) const { return lists_.blocks[block].span; }
+  size_t bytes(size_t block) const {
+    const Block& b = lists_.blocks[block];
+    return b.span != nullptr ? b.bytes : detail::bytes_of(runs(b));
+  }
+  // A block that is not one span, from or into one contiguous buffer.
+  void pack(size_t block, char* to) const { detail::pack_runs(runs(lists_.blocks[block]), to); }
+  void unpack(const char* from, size_t block) const {
+    detail::unpack_runs(from, runs(lists_.blocks[block]));
   }
 
  private:
@@ -253,6 +258,9 @@ class QueuedBlocks {
     size_t first;  // else its runs: lists_.runs[first, first + runs)
     size_t runs;
   };
+  detail::ByteRunsRef runs(const Block& b) const {
+    return {b.base, lists_.runs.data() + b.first, b.runs};
+  }
   ByteLayout layout(const Block& b) const {
     ByteLayout l;
     l.base = b.base;
@@ -268,12 +276,36 @@ class QueuedBlocks {
   Lists lists_;
 };
 
-// The queued form of post_laid_out, over blocks numbered [part][side][rank] (side 0 sends, 1
-// receives), with the messages in the same order: the forms match whichever one a rank runs.
+// Every part's blocks, numbered [part][side][rank] (side 0 sends, 1 receives; see the two
+// functions below), and the parts' tensors kept, inputs and outputs in turn.
+QueuedBlocks queued_blocks(const PartRef* parts, size_t num_parts, int world) {
+  QueuedBlocks blocks;
+  for (size_t p = 0; p < num_parts; ++p) {
+    blocks.keep(parts[p].input);
+    blocks.keep(parts[p].output);
+  }
+  size_t runs = 0;
+  for (size_t p = 0; p < num_parts; ++p)
+    runs += QueuedBlocks::runs_in(parts[p].send_layouts) +
+            QueuedBlocks::runs_in(parts[p].recv_layouts);
+  blocks.reserve(2 * num_parts * static_cast<size_t>(world), runs);
+  for (size_t p = 0; p < num_parts; ++p) {
+    blocks.add(parts[p].input, parts[p].send_layouts);
+    blocks.add(parts[p].output, parts[p].recv_layouts);
+  }
+  return blocks;
+}
+size_t send_block(size_t world, size_t part, size_t rank) { return (2 * part) * world + rank; }
+size_t recv_block(size_t world, size_t part, size_t rank) {
+  return (2 * part + 1) * world + rank;
+}
+
+// The queued form of post_laid_out, with the messages in the same order: the forms match
+// whichever one a rank runs.
 void run_queued_laid_out(OpContext& ctx, const QueuedBlocks& blocks, size_t num_parts) {
   const size_t n = static_cast<size_t>(ctx.size()), r = static_cast<size_t>(ctx.rank());
-  auto send_block = [n](size_t part, size_t rank) { return (2 * part) * n + rank; };
-  auto recv_block = [n](size_t part, size_t rank) { return (2 * part + 1) * n + rank; };
+  auto send_block = [n](size_t part, size_t rank) { return ferry::send_block(n, part, rank); };
+  auto recv_block = [n](size_t part, size_t rank) { return ferry::recv_block(n, part, rank); };
   for (size_t s = 1; s < n; ++s) {
     const size_t to = (r + s) % n, from = (r + n - s) % n;
     for (size_t p = 0; p < num_parts; ++p) {
@@ -287,42 +319,31 @@ void run_queued_laid_out(OpContext& ctx, const QueuedBlocks& blocks, size_t num_
 }
 
 // On a transport with its own collectives (MPI), all parts move in one native call: per peer,
-// one span per part. A side whose blocks are contiguous spans of its tensor goes as it is (a
-// KJT's send side); the other side's blocks are packed into a staging buffer per part before
-// the call, or unpacked out of one once it succeeded. One call instead of one per part in turn:
+// one span per part. A block that is one contiguous span of its tensor goes as it is (a KJT's
+// send side); the others of a part and side are packed into one staging buffer before the
+// call, or unpacked out of one once it succeeded. One call instead of one per part in turn:
 // the KJT all-to-all's two or three labels used to pay a round trip each. The block a rank
 // keeps does not go through the call: it is copied from its send layout straight into its
 // receive layout once the call succeeded (through the call it would be copied into staging
-// and out again: two passes over it instead of one).
-class NativeLayoutExchange final : public NativeRequest {
+// and out again: two passes over it instead of one). The request owns the blocks (and so the
+// tensors) and comes from the pool, its span lists inline: the op costs no allocation beyond
+// the staging buffers'.
+class NativeLayoutExchange final : public NativeRequest, public detail::Pooled {
  public:
-  // `send` and `recv` are [part][rank]; the request keeps them (it copies the kept blocks and
-  // unpacks into the receive layouts). `me` is this rank. `path` is the way the table chose; it
-  // holds the way taken once constructed.
-  NativeLayoutExchange(NativeCollectives& native, NativePath& path, int me,
-                       std::vector<std::vector<ByteLayout>> send,
-                       std::vector<std::vector<ByteLayout>> recv, std::vector<Tensor> keep)
-      : keep_(std::move(keep)), send_(std::move(send)), recv_(std::move(recv)),
+  // `blocks` as queued_blocks made them; `me` is this rank. `path` is the way the table chose;
+  // it holds the way taken once constructed.
+  NativeLayoutExchange(NativeCollectives& native, NativePath& path, int me, int world,
+                       QueuedBlocks blocks, size_t parts)
+      : blocks_(std::move(blocks)), parts_(parts), world_(static_cast<size_t>(world)),
         me_(static_cast<size_t>(me)) {
-    const size_t parts = send_.size(), world = send_.empty() ? 0 : send_[0].size();
-    std::vector<std::vector<ByteSpan>> out(world), in(world);
-    for (size_t k = 0; k < world; ++k) {
-      out[k].reserve(parts);
-      in[k].reserve(parts);
+    out_.resize(world_ * parts_);
+    in_.resize(world_ * parts_);
+    for (size_t p = 0; p < parts_; ++p) {
+      place(p, /*receive=*/false);
+      place(p, /*receive=*/true);
     }
-    for (size_t p = 0; p < parts; ++p) {
-      if (Tensor staging = spans_of(send_[p], out, me_); staging.defined()) {
-        for (size_t k = 0; k < world; ++k)
-          if (k != me_) pack_layout(send_[p][k], out[k].back().data);
-        keep_.push_back(std::move(staging));
-      }
-      if (Tensor staging = spans_of(recv_[p], in, me_); staging.defined()) {
-        for (size_t k = 0; k < world; ++k)
-          if (k != me_) unpack_.push_back({in[k].back().data, p, k});
-        keep_.push_back(std::move(staging));
-      }
-    }
-    inner_ = native.all_to_all_spans(out, in, path);
+    inner_ = native.all_to_all_spans(SpanLists{out_.begin(), parts_},
+                                     SpanLists{in_.begin(), parts_}, path);
   }
 
   bool test() override { return unpack_if(inner_->test()); }
@@ -333,32 +354,38 @@ class NativeLayoutExchange final : public NativeRequest {
   void give_up() override { inner_->give_up(); }
 
  private:
-  // Appends each block's span to spans[k] (an empty one for the block `kept`, this rank's):
-  // where it lies when every other block is one contiguous span, else in a staging buffer
-  // (returned) that holds those blocks one after another.
-  static Tensor spans_of(const std::vector<ByteLayout>& layouts,
-                         std::vector<std::vector<ByteSpan>>& spans, size_t kept) {
-    bool contiguous = true;
-    size_t total = 0;
-    for (size_t k = 0; k < layouts.size(); ++k) {
-      if (k == kept) {
-        spans[k].push_back(ByteSpan{nullptr, 0});
-        continue;
-      }
-      char* at = contiguous_span(layouts[k]);
-      contiguous = contiguous && at != nullptr;
-      spans[k].push_back(ByteSpan{at, layouts[k].bytes()});
-      total += spans[k].back().bytes;
+  size_t block(size_t part, bool receive, size_t rank) const {
+    return receive ? recv_block(world_, part, rank) : send_block(world_, part, rank);
+  }
+
+  // Sets part p's span for every peer on one side (an empty one for this rank's own block):
+  // where the block lies when it is one span, else in one staging buffer for the side's other
+  // blocks (packed now for a send, unpacked after success for a receive).
+  void place(size_t p, bool receive) {
+    ByteSpan* spans = receive ? in_.begin() : out_.begin();
+    size_t staged = 0;
+    for (size_t k = 0; k < world_; ++k) {
+      ByteSpan& s = spans[k * parts_ + p];
+      const size_t b = block(p, receive, k);
+      s = ByteSpan{blocks_.span(b), blocks_.bytes(b)};
+      if (k == me_) s = ByteSpan{nullptr, 0};
+      else if (s.data == nullptr) staged += s.bytes;
     }
-    if (contiguous) return Tensor();
-    Tensor staging = empty({static_cast<int64_t>(total)}, DType::UInt8);
+    if (staged == 0) return;
+    Tensor staging = empty({static_cast<int64_t>(staged)}, DType::UInt8);
     char* at = static_cast<char*>(staging.raw_data());
-    for (size_t k = 0; k < layouts.size(); ++k) {
-      if (k == kept) continue;
-      spans[k].back().data = at;
-      at += spans[k].back().bytes;
+    blocks_.keep(staging);
+    for (size_t k = 0; k < world_; ++k) {
+      ByteSpan& s = spans[k * parts_ + p];
+      if (k == me_ || s.data != nullptr) continue;
+      s.data = at;
+      at += s.bytes;
+      if (receive) {
+        unpack_.push_back({s.data, block(p, true, k)});
+      } else {
+        blocks_.pack(block(p, false, k), s.data);
+      }
     }
-    return staging;
   }
 
   // Once, and only after success: a failed exchange leaves the outputs alone.
@@ -370,20 +397,22 @@ class NativeLayoutExchange final : public NativeRequest {
       } catch (...) {
         return true;
       }
-      for (const Unpack& u : unpack_) unpack_layout(u.from, recv_[u.part][u.rank]);
-      for (size_t p = 0; p < send_.size(); ++p) copy_layout(send_[p][me_], recv_[p][me_]);
+      for (const Unpack& u : unpack_) blocks_.unpack(u.from, u.block);
+      for (size_t p = 0; p < parts_; ++p)
+        blocks_.copy(send_block(world_, p, me_), recv_block(world_, p, me_));
     }
     return finished;
   }
 
   struct Unpack {
     const char* from;  // in a staging buffer
-    size_t part, rank;
+    size_t block;
   };
-  std::vector<Tensor> keep_;  // the parts' tensors and the staging, alive until done
-  std::vector<std::vector<ByteLayout>> send_, recv_;
-  size_t me_;
-  std::vector<Unpack> unpack_;
+  static constexpr size_t kInlineSpans = 12;  // three parts among four ranks
+  QueuedBlocks blocks_;  // the parts' tensors and the staging, alive until done
+  size_t parts_, world_, me_;
+  detail::SmallVector<ByteSpan, kInlineSpans> out_, in_;
+  detail::SmallVector<Unpack, kInlineSpans> unpack_;
   std::unique_ptr<NativeRequest> inner_;
   bool unpacked_ = false;
 };
@@ -452,21 +481,8 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
       .post = postable ? detail::OnePost(post) : detail::OnePost(),
       .keep = keep,
       .body = [&] {
+    QueuedBlocks blocks = queued_blocks(parts, num_parts, group.size());
     if (algo == Algorithm::Pairwise) {
-      QueuedBlocks blocks;
-      for (size_t p = 0; p < num_parts; ++p) {
-        blocks.keep(parts[p].input);
-        blocks.keep(parts[p].output);
-      }
-      size_t runs = 0;
-      for (size_t p = 0; p < num_parts; ++p)
-        runs += QueuedBlocks::runs_in(parts[p].send_layouts) +
-                QueuedBlocks::runs_in(parts[p].recv_layouts);
-      blocks.reserve(2 * num_parts * static_cast<size_t>(group.size()), runs);
-      for (size_t p = 0; p < num_parts; ++p) {
-        blocks.add(parts[p].input, parts[p].send_layouts);
-        blocks.add(parts[p].output, parts[p].recv_layouts);
-      }
       return detail::OpBody([blocks = std::move(blocks), num_parts](OpContext& ctx) mutable {
         ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
         run_queued_laid_out(ctx, blocks, num_parts);
@@ -475,31 +491,19 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
         return std::vector<Tensor>{};
       });
     }
-    std::vector<Tensor> keep;
-    keep.reserve(2 * num_parts);
-    for (size_t p = 0; p < num_parts; ++p) {
-      keep.push_back(parts[p].input);
-      keep.push_back(parts[p].output);
-    }
-    // The transport's own collective: every part's layouts in bytes, [part][rank].
-    std::vector<std::vector<ByteLayout>> send, recv;
-    send.reserve(num_parts);
-    recv.reserve(num_parts);
-    for (size_t p = 0; p < num_parts; ++p) {
-      send.push_back(byte_layouts(parts[p].input, parts[p].send_layouts));
-      recv.push_back(byte_layouts(parts[p].output, parts[p].recv_layouts));
-    }
-    return detail::OpBody([keep = std::move(keep), send = std::move(send),
-                           recv = std::move(recv), algo](OpContext& ctx) mutable {
+    // The transport's own collective, which takes the blocks along.
+    return detail::OpBody([blocks = std::move(blocks), num_parts, algo](OpContext& ctx) mutable {
     if (!uses_native_collectives(algo)) detail::no_such_algorithm(Collective::AllToAll, algo);
+    // The outputs count as written from here (the blocks, tensors included, go to the request).
+    std::vector<Tensor>& keep = blocks.kept();
+    for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
     ctx.wait_native(detail::call_native(ctx.group(), Collective::AllToAll, algo,
                                         [&](NativeCollectives& native, NativePath& path) {
                                           return std::make_unique<NativeLayoutExchange>(
-                                              native, path, ctx.rank(), std::move(send),
-                                              std::move(recv), keep);
+                                              native, path, ctx.rank(), ctx.size(),
+                                              std::move(blocks), num_parts);
                                         }),
                     {});
-    for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
     return std::vector<Tensor>{};
   }); }});
 }
