@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -95,11 +96,12 @@ class NativeCollectives {
                                                     const std::vector<size_t>& offset,
                                                     NativePath& path) = 0;
   // One buffer each way: block j of `in` (send_bytes[j] at send_offset[j]) goes to rank j,
-  // block k of `out` comes from rank k. `in` and `out` do not overlap.
+  // block k of `out` comes from rank k. `in` and `out` do not overlap. Each list holds one
+  // entry per rank (spans: the engine passes lists it keeps on its stack).
   virtual std::unique_ptr<NativeRequest> all_to_all_single(
-      const void* in, const std::vector<size_t>& send_bytes,
-      const std::vector<size_t>& send_offset, void* out, const std::vector<size_t>& recv_bytes,
-      const std::vector<size_t>& recv_offset, NativePath& path) = 0;
+      const void* in, std::span<const size_t> send_bytes, std::span<const size_t> send_offset,
+      void* out, std::span<const size_t> recv_bytes, std::span<const size_t> recv_offset,
+      NativePath& path) = 0;
   // Lists: send[j] goes to rank j, recv[k] comes from rank k; no buffer overlaps another.
   virtual std::unique_ptr<NativeRequest> all_to_all(const std::vector<const void*>& send,
                                                     const std::vector<size_t>& send_bytes,

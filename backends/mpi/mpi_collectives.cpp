@@ -159,11 +159,11 @@ class MpiCollectives final : public NativeCollectives {
   }
 
   std::unique_ptr<NativeRequest> all_to_all_single(const void* in,
-                                                   const std::vector<size_t>& send_bytes,
-                                                   const std::vector<size_t>& send_offset,
+                                                   std::span<const size_t> send_bytes,
+                                                   std::span<const size_t> send_offset,
                                                    void* out,
-                                                   const std::vector<size_t>& recv_bytes,
-                                                   const std::vector<size_t>& recv_offset,
+                                                   std::span<const size_t> recv_bytes,
+                                                   std::span<const size_t> recv_offset,
                                                    NativePath& path) override {
     // With split lists: the point-to-point path, or else always MPI_Ialltoallv, even when this
     // rank's blocks happen to be equal: another rank's may not be, and every rank must make the
@@ -182,16 +182,17 @@ class MpiCollectives final : public NativeCollectives {
         fit(recv_offset[k], "all_to_all_single", "bytes");
       }
     }
-    const CallKey key = all_to_all_key(rank_, send_bytes, recv_bytes);
+    const CallKey key = all_to_all_key(rank_, n, send_bytes.data(), recv_bytes.data());
     return checked("all_to_all_single", key, [&]() -> std::unique_ptr<NativeRequest> {
       if (path == NativePath::Exchange) {
-        std::vector<const void*> send(n);
-        std::vector<void*> recv(n);
+        SmallVector<const void*, 8> send;
+        SmallVector<void*, 8> recv;
         for (size_t k = 0; k < n; ++k) {
-          send[k] = static_cast<const char*>(in) + send_offset[k];
-          recv[k] = static_cast<char*>(out) + recv_offset[k];
+          send.push_back(static_cast<const char*>(in) + send_offset[k]);
+          recv.push_back(static_cast<char*>(out) + recv_offset[k]);
         }
-        return exchange_->all_to_all_v("all_to_all_single", send, send_bytes, recv, recv_bytes);
+        return exchange_->all_to_all_v("all_to_all_single", {send.begin(), n}, send_bytes,
+                                       {recv.begin(), n}, recv_bytes);
       }
       auto r = start("all_to_all_single");
       std::vector<int>& sc = r->pending().ints(n);
@@ -539,8 +540,8 @@ class MpiCollectives final : public NativeCollectives {
   }
 
   // The point-to-point path copies this rank's own block: it must be the same size both ways.
-  void own_block_alike(const char* op, const std::vector<size_t>& send_bytes,
-                       const std::vector<size_t>& recv_bytes) const {
+  void own_block_alike(const char* op, std::span<const size_t> send_bytes,
+                       std::span<const size_t> recv_bytes) const {
     const size_t me = static_cast<size_t>(rank_);
     FERRY_CHECK(send_bytes[me] == recv_bytes[me], InvalidArgument, op, " on group ", id_,
                 " rank ", rank_, ": the block this rank keeps must be the same size both ways, ",
@@ -557,7 +558,7 @@ class MpiCollectives final : public NativeCollectives {
 
   int fit(size_t n, const char* op, const char* unit) const { return fit_mpi_int(n, op, unit); }
 
-  void fill(std::vector<int>& to, const std::vector<size_t>& from, const char* op) const {
+  void fill(std::vector<int>& to, std::span<const size_t> from, const char* op) const {
     for (size_t k = 0; k < from.size(); ++k) to[k] = fit(from[k], op, "bytes");
   }
 

@@ -182,8 +182,8 @@ std::unique_ptr<NativeRequest> ExchangeCollectives::all_gather_v(const void* in,
 }
 
 std::unique_ptr<NativeRequest> ExchangeCollectives::all_to_all_v(
-    const char* op, const std::vector<const void*>& send, const std::vector<size_t>& send_bytes,
-    const std::vector<void*>& recv, const std::vector<size_t>& recv_bytes) {
+    const char* op, std::span<const void* const> send, std::span<const size_t> send_bytes,
+    std::span<void* const> recv, std::span<const size_t> recv_bytes) {
   if (!enabled_) return nullptr;
   const size_t me = static_cast<size_t>(rank_);
   FERRY_CHECK(send_bytes[me] == recv_bytes[me], InvalidArgument, op, " on group ", group_id_,

@@ -67,6 +67,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace ferry::detail {
@@ -126,11 +127,10 @@ class ExchangeCollectives {
                                               const std::vector<size_t>& offset);
   // send[p] (send_bytes[p] bytes) goes to rank p, recv[k] (recv_bytes[k]) comes from rank k;
   // this rank's own block is copied, and must be the same size both ways.
-  std::unique_ptr<NativeRequest> all_to_all_v(const char* op,
-                                              const std::vector<const void*>& send,
-                                              const std::vector<size_t>& send_bytes,
-                                              const std::vector<void*>& recv,
-                                              const std::vector<size_t>& recv_bytes);
+  std::unique_ptr<NativeRequest> all_to_all_v(const char* op, std::span<const void* const> send,
+                                              std::span<const size_t> send_bytes,
+                                              std::span<void* const> recv,
+                                              std::span<const size_t> recv_bytes);
   // Several spans per peer (NativeCollectives::all_to_all_spans): one message per span, which
   // match in order on the op's tag; this rank's own spans are copied.
   std::unique_ptr<NativeRequest> all_to_all_spans(SpanLists send, SpanLists recv);

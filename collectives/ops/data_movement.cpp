@@ -85,30 +85,6 @@ std::unique_ptr<NativeRequest> native_broadcast(detail::GroupImpl& g, Algorithm 
                              });
 }
 
-// all_to_all_single's one native call: without split lists (`equal`), the transport's form
-// without lists, which no block list is built for.
-std::unique_ptr<NativeRequest> native_all_to_all_single(
-    detail::GroupImpl& g, Algorithm algo, const Tensor& input, Tensor& output,
-    const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits, bool equal) {
-  return detail::call_native(
-      g, Collective::AllToAll, algo, [&](NativeCollectives& native, NativePath& path) {
-        const int world = g.size();
-        if (equal)
-          return native.all_to_all_equal(input.raw_data(), output.raw_data(),
-                                         input.nbytes() / static_cast<size_t>(world), path);
-        auto splits_or_equal = [&](const std::vector<int64_t>& splits, const Tensor& t) {
-          return splits.empty() ? std::vector<int64_t>(world, t.size(0) / world) : splits;
-        };
-        const size_t rb = row_bytes(input);
-        const detail::Blocks in_b =
-            detail::contiguous_blocks(splits_or_equal(in_splits, input), rb);
-        const detail::Blocks out_b =
-            detail::contiguous_blocks(splits_or_equal(out_splits, output), rb);
-        return native.all_to_all_single(input.raw_data(), in_b.bytes, in_b.offset,
-                                        output.raw_data(), out_b.bytes, out_b.offset, path);
-      });
-}
-
 // Where each rank's block of `t` lies: `splits` rows each (equal blocks when empty), for the
 // pairwise exchange. Inline lists: a call of a few ranks allocates nothing for them.
 using BlockPlaces = detail::SmallVector<size_t, 16>;
@@ -122,6 +98,27 @@ void place_blocks(const std::vector<int64_t>& splits, const Tensor& t, int world
     bytes.push_back(static_cast<size_t>(rows) * rb);
     at += bytes.back();
   }
+}
+
+// all_to_all_single's one native call: without split lists (`equal`), the transport's form
+// without lists, which no block list is built for.
+std::unique_ptr<NativeRequest> native_all_to_all_single(
+    detail::GroupImpl& g, Algorithm algo, const Tensor& input, Tensor& output,
+    const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits, bool equal) {
+  return detail::call_native(
+      g, Collective::AllToAll, algo, [&](NativeCollectives& native, NativePath& path) {
+        const int world = g.size();
+        if (equal)
+          return native.all_to_all_equal(input.raw_data(), output.raw_data(),
+                                         input.nbytes() / static_cast<size_t>(world), path);
+        BlockPlaces in_offset, in_bytes, out_offset, out_bytes;
+        place_blocks(in_splits, input, world, in_offset, in_bytes);
+        place_blocks(out_splits, output, world, out_offset, out_bytes);
+        const size_t n = static_cast<size_t>(world);
+        return native.all_to_all_single(input.raw_data(), {in_bytes.begin(), n},
+                                        {in_offset.begin(), n}, output.raw_data(),
+                                        {out_bytes.begin(), n}, {out_offset.begin(), n}, path);
+      });
 }
 
 // all_to_all_single's pairwise exchange, every message posted at once (over `ctx`, which waits
