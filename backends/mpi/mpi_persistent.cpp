@@ -10,6 +10,7 @@
 #include <ferry/backends/mpi/mpi_wait.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/progress.h>
 
 #include <algorithm>
@@ -138,7 +139,7 @@ FirstStarts& first_starts() {
   return *starts;
 }
 
-class PersistentRequest final : public NativeRequest {
+class PersistentRequest final : public NativeRequest, public Pooled {
  public:
   PersistentRequest(std::shared_ptr<PersistentCollectives::Slot> slot, uint64_t ticket)
       : slot_(std::move(slot)), ticket_(ticket) {}

@@ -144,7 +144,7 @@ std::string GroupImpl::poison_reason() const {
   return poison_why_;
 }
 
-void GroupImpl::throw_if_poisoned(const std::string& op) const {
+void GroupImpl::throw_if_poisoned(std::string_view op) const {
   if (!poisoned_.load()) return;
   std::exception_ptr cause;
   std::string why;

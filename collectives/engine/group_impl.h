@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ferry::detail {
@@ -66,7 +67,9 @@ class GroupImpl {
     return {id_, seq_.load(), members_, poisoned(), poisoned() ? ended_member() : -1};
   }
   std::string poison_reason() const;
-  void throw_if_poisoned(const std::string& op) const;
+  // Called on every op's issue and run: a view, so that an op name past the string's inline
+  // capacity ("all_to_all_single") is not copied to the heap on the way.
+  void throw_if_poisoned(std::string_view op) const;
 
   std::mutex& issue_mutex() { return issue_mu_; }
   void track_in_flight(std::weak_ptr<InFlightNative> op);
