@@ -180,6 +180,63 @@ constexpr size_t kSmallPerClass = 8;
 constexpr size_t kSmallMaxHeld = size_t{256} << 10;
 constexpr size_t kMediumMaxHeld = size_t{4} << 20;
 
+// Blocks between threads, as the object pool's depot (object_pool.cpp): a thread that frees
+// what another made (a gradient dropped by a group's worker, an activation by the backward)
+// fills its lists and then freed every further block, while the thread that makes them
+// allocated every one. A full list gives its block to the depot instead, an empty one takes
+// from there; one lock each, on these paths only. At most kDepotMaxHeld bytes; its blocks live
+// until the process ends.
+constexpr size_t kDepotMaxHeld = size_t{16} << 20;
+
+// The bytes of the blocks of class `cls` (SmallBlocks::class_of).
+size_t class_bytes(size_t cls) {
+  if (cls < kSmallClasses) return (cls + 1) * kSmallClassBytes;
+  const size_t m = cls - kSmallClasses, power = kSmallMaxBytes << (m / 8);
+  return power + (m % 8 + 1) * (power / 8);
+}
+
+class SmallDepot {
+ public:
+  // A block of class `cls`, or null.
+  void* take(size_t cls, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<void*>& list = free_[cls];
+    if (list.empty()) return nullptr;
+    void* block = list.back();
+    list.pop_back();
+    held_ -= bytes;
+    return block;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t c = 0; c < kClasses; ++c) {
+      for (void* block : free_[c]) {
+        FERRY_UNPOISON(block, class_bytes(c));
+        ::operator delete(block, kAlign);
+      }
+      free_[c].clear();
+    }
+    held_ = 0;
+  }
+  // False when full (the caller frees the block).
+  bool give(size_t cls, size_t bytes, void* block) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (held_ + bytes > kDepotMaxHeld) return false;
+    free_[cls].push_back(block);
+    held_ += bytes;
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<void*> free_[kClasses];
+  size_t held_ = 0;
+};
+SmallDepot& small_depot() {
+  static auto* d = new SmallDepot();  // never destroyed: threads give blocks back during exit
+  return *d;
+}
+
 class SmallBlocks {
  public:
   enum class State { kNotYet, kAlive, kGone };
@@ -216,7 +273,10 @@ class SmallBlocks {
     std::vector<void*>& list = free_[class_of(nbytes, bytes)];
     void* block;
     if (list.empty()) {
-      block = ::operator new(bytes, kAlign);
+      const size_t cls = class_of(nbytes, bytes);
+      block = small_depot().take(cls, bytes);
+      if (block == nullptr) block = ::operator new(bytes, kAlign);
+      FERRY_UNPOISON(block, bytes);
       FERRY_POISON(static_cast<char*>(block) + nbytes, bytes - nbytes);
     } else {
       block = list.back();
@@ -231,6 +291,8 @@ class SmallBlocks {
     std::vector<void*>& list = free_[class_of(nbytes, bytes)];
     const size_t limit = bytes <= kSmallMaxBytes ? kSmallMaxHeld : kMediumMaxHeld;
     if (list.size() >= kSmallPerClass || held(bytes) + bytes > limit) {
+      FERRY_POISON(block, bytes);
+      if (small_depot().give(class_of(nbytes, bytes), bytes, block)) return;
       FERRY_UNPOISON(block, bytes);
       ::operator delete(block, kAlign);
       return;
@@ -254,12 +316,7 @@ class SmallBlocks {
 
  private:
   size_t& held(size_t bytes) { return bytes <= kSmallMaxBytes ? small_held_ : medium_held_; }
-  // The bytes of the blocks of class `cls`.
-  static size_t bytes_of(size_t cls) {
-    if (cls < kSmallClasses) return (cls + 1) * kSmallClassBytes;
-    const size_t m = cls - kSmallClasses, power = kSmallMaxBytes << (m / 8);
-    return power + (m % 8 + 1) * (power / 8);
-  }
+  static size_t bytes_of(size_t cls) { return class_bytes(cls); }
 
   std::vector<void*> free_[kClasses];
   size_t small_held_ = 0, medium_held_ = 0;
@@ -281,6 +338,7 @@ bool kept_small(size_t nbytes) {
 
 void release_cached_blocks() {
   cache().clear();
+  small_depot().clear();
   if (SmallBlocks::state() == SmallBlocks::State::kAlive) small_blocks().clear();
 }
 

@@ -1,6 +1,7 @@
 #include <ferry/runtime/object_pool.h>
 
 #include <cstdint>
+#include <mutex>
 
 namespace ferry::detail {
 namespace {
@@ -35,6 +36,62 @@ constinit thread_local Lists t_lists{};
   return block;
 }
 
+// Blocks between threads. A thread that frees what others made (a group's worker dropping an
+// op the caller issued, a backward thread dropping the forward's nodes) fills its lists and
+// then had to free every further block, while the thread that makes them found its lists empty
+// and allocated every one: a malloc and a free per object and step, however long the run.
+// Instead a full list hands a batch of its blocks to the depot, and an empty one takes a batch
+// from there, one lock per batch. The depot keeps at most kDepotMaxHeld bytes; its blocks live
+// until the process ends (a thread's lists are freed when it ends, the depot's never).
+constexpr uint32_t kBatch = 32;
+constexpr size_t kDepotMaxHeld = size_t{4} << 20;
+
+struct Depot {
+  std::mutex mu;
+  void* heads[kClasses] = {};
+  size_t held = 0;  // bytes
+};
+Depot& depot() {
+  static auto* d = new Depot();  // never destroyed: threads may give blocks back during exit
+  return *d;
+}
+
+// Moves up to kBatch blocks of class c from the depot to the thread's list; false when none.
+[[maybe_unused]] bool refill(Lists& l, size_t c) {
+  const size_t size = (c + 1) * kClassBytes;
+  Depot& d = depot();
+  std::lock_guard<std::mutex> lock(d.mu);
+  for (uint32_t n = 0; n < kBatch && d.heads[c] != nullptr; ++n) {
+    void* block = d.heads[c];
+    d.heads[c] = *static_cast<void**>(block);
+    d.held -= size;
+    *static_cast<void**>(block) = l.heads[c];
+    l.heads[c] = block;
+    ++l.counts[c];
+    l.held += size;
+  }
+  return l.heads[c] != nullptr;
+}
+
+// Moves kBatch blocks of class c (the list holds at least that many) from the thread's list to
+// the depot; false when the depot is full.
+[[maybe_unused]] bool spill(Lists& l, size_t c) {
+  const size_t size = (c + 1) * kClassBytes;
+  Depot& d = depot();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.held + kBatch * size > kDepotMaxHeld) return false;
+  for (uint32_t n = 0; n < kBatch; ++n) {
+    void* block = l.heads[c];
+    l.heads[c] = *static_cast<void**>(block);
+    --l.counts[c];
+    l.held -= size;
+    *static_cast<void**>(block) = d.heads[c];
+    d.heads[c] = block;
+    d.held += size;
+  }
+  return true;
+}
+
 struct Cleaner {
   ~Cleaner() {
     Lists& l = t_lists;
@@ -60,7 +117,10 @@ void* pool_take(size_t bytes) {
   Lists& l = t_lists;
   if (bytes > kPoolMaxBytes || l.gone) return ::operator new(bytes);
   const size_t c = class_of(bytes);
-  if (l.heads[c] != nullptr) return pop(l, c);
+  if (l.heads[c] != nullptr || refill(l, c)) {
+    if (!l.armed) arm(l);  // the lists hold blocks from the depot
+    return pop(l, c);
+  }
   return ::operator new((c + 1) * kClassBytes);
 #endif
 }
@@ -78,8 +138,10 @@ void pool_give(void* block, size_t bytes) noexcept {
   const size_t c = class_of(bytes);
   const size_t size = (c + 1) * kClassBytes;
   if (l.counts[c] >= kPoolPerClass || l.held + size > kPoolMaxHeld) {
-    ::operator delete(block);
-    return;
+    if (l.counts[c] < kBatch || !spill(l, c)) {
+      ::operator delete(block);
+      return;
+    }
   }
   if (!l.armed) arm(l);
   *static_cast<void**>(block) = l.heads[c];

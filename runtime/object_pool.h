@@ -12,8 +12,11 @@
 // Size classes are 16 bytes apart up to kPoolMaxBytes; larger objects go to operator new. A
 // thread keeps at most kPoolPerClass blocks of a class and 1 MiB in all (a thread that only
 // frees, such as a worker dropping another thread's objects, does not grow without bound) and
-// frees its lists when it ends. Under AddressSanitizer the pool is bypassed, so a use after
-// free is still reported.
+// frees its lists when it ends. What a full list cannot keep goes, a batch at a time, to a
+// process-wide depot (at most 4 MiB), from which a thread whose list is empty takes a batch:
+// so the objects a worker drops reach the thread that makes them, instead of a free on one side
+// and a malloc on the other every step. Under AddressSanitizer the pool is bypassed, so a use
+// after free is still reported.
 //
 // Pooled (a base class) and PoolAllocator (for allocate_shared) put other per-call objects in
 // the same lists; ThreadSpares below keeps whole emptied objects for their buffers.

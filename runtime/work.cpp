@@ -43,7 +43,11 @@ void WorkState::on_completion(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!done_) {
-      completion_hooks_.push_back(std::move(fn));
+      if (!first_hook_) {
+        first_hook_ = std::move(fn);
+      } else {
+        completion_hooks_.push_back(std::move(fn));
+      }
       return;
     }
   }
@@ -51,12 +55,16 @@ void WorkState::on_completion(std::function<void()> fn) {
 }
 
 void WorkState::run_completion_hooks() {
-  std::vector<std::function<void()>> hooks;
+  std::function<void()> first;
+  std::vector<std::function<void()>> more;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    hooks.swap(completion_hooks_);
+    first.swap(first_hook_);
+    more.swap(completion_hooks_);
   }
-  for (auto& hook : hooks) hook();  // outside the lock: a hook may look at this op
+  // Outside the lock: a hook may look at this op.
+  if (first) first();
+  for (auto& hook : more) hook();
 }
 
 bool WorkState::is_completed() const {

@@ -84,6 +84,9 @@ class WorkState {
   bool done_ = false;
   std::exception_ptr error_;
   std::vector<Tensor> outputs_;
+  // The hooks in the order given: nearly every op has one at most, which is held inline (a
+  // list cost an allocation per op); any more go to the list.
+  std::function<void()> first_hook_;
   std::vector<std::function<void()>> completion_hooks_;
 };
 

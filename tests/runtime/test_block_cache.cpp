@@ -131,6 +131,27 @@ TEST_CASE("small blocks: a thread keeps at most 8 of a size class, 64-aligned, u
   CHECK(detail::small_block_bytes_kept() == 0);
 }
 
+TEST_CASE("small blocks a thread cannot keep reach a thread that makes tensors", "[block_cache]") {
+  release_cached_blocks();
+  // One thread makes, another drops (a group's worker dropping the caller's tensors): the
+  // dropping thread keeps 8, the other 4 go to the process's depot, where a third thread, whose
+  // lists are empty, finds one instead of allocating.
+  std::vector<Tensor> made;
+  std::vector<const void*> places;
+  std::thread([&] {
+    for (int i = 0; i < 12; ++i) made.push_back(empty({48}, DType::Float32));  // 192 bytes
+    for (const Tensor& t : made) places.push_back(t.raw_data());
+  }).join();
+  std::thread([&] { made.clear(); }).join();
+  bool reused = false;
+  std::thread([&] {
+    Tensor t = empty({48}, DType::Float32);
+    for (const void* p : places) reused = reused || p == t.raw_data();
+  }).join();
+  CHECK(reused);
+  release_cached_blocks();  // the depot's too
+}
+
 TEST_CASE("blocks over 4 KiB: a thread keeps at most 4 MiB of them", "[block_cache]") {
   release_cached_blocks();
   {
