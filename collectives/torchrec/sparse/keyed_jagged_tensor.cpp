@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <mutex>
 #include <ostream>
-#include <unordered_map>
+#include <map>
+#include <string_view>
 #include <utility>
 
 namespace ferry::torchrec {
@@ -18,14 +19,25 @@ using detail::list_str;
 
 constexpr const char* kCtor = "KeyedJaggedTensor";
 
-// key -> first position, built on first use.
-const std::unordered_map<std::string, int64_t>& index_of(const detail::KjtState& s) {
+using KeyIndex = std::vector<std::pair<std::string_view, int64_t>>;
+
+// (key, position) sorted by key then position, built on first use.
+const KeyIndex& index_of(const detail::KjtState& s) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.index) {
-    s.index.emplace();
-    for (size_t k = 0; k < s.keys.size(); ++k) s.index->emplace(s.keys[k], static_cast<int64_t>(k));
+    KeyIndex& index = s.index.emplace();
+    index.reserve(s.keys.size());
+    for (size_t k = 0; k < s.keys.size(); ++k) index.emplace_back(s.keys[k], static_cast<int64_t>(k));
+    std::sort(index.begin(), index.end());
   }
   return *s.index;
+}
+
+// The first position of `key`, or -1.
+int64_t first_position(const KeyIndex& index, std::string_view key) {
+  auto it = std::lower_bound(index.begin(), index.end(), key,
+                             [](const auto& entry, std::string_view k) { return entry.first < k; });
+  return it != index.end() && it->first == key ? it->second : -1;
 }
 
 }  // namespace
@@ -161,22 +173,22 @@ std::map<std::string, int64_t> KeyedJaggedTensor::index_per_key() const {
   FERRY_CHECK(s_->first_duplicate < 0, InvalidArgument,
               "KeyedJaggedTensor::index_per_key: key \"", s_->keys[s_->first_duplicate],
               "\" repeats in ", detail::keys_str(s_->keys), "; access by key is ambiguous");
-  const auto& index = index_of(*s_);
-  return {index.begin(), index.end()};
+  std::map<std::string, int64_t> out;
+  for (const auto& [key, position] : index_of(*s_)) out.emplace(std::string(key), position);
+  return out;
 }
 
 bool KeyedJaggedTensor::keys_unique() const { return s_->first_duplicate < 0; }
 
 int64_t KeyedJaggedTensor::key_index(const std::string& key) const {
-  const auto& index = index_of(*s_);
-  auto it = index.find(key);
-  FERRY_CHECK(it != index.end(), InvalidArgument, "KeyedJaggedTensor: no key \"", key,
+  const int64_t position = first_position(index_of(*s_), key);
+  FERRY_CHECK(position >= 0, InvalidArgument, "KeyedJaggedTensor: no key \"", key,
               "\" in keys ", detail::keys_str(s_->keys));
   FERRY_CHECK(s_->first_duplicate < 0 || std::count(s_->keys.begin(), s_->keys.end(), key) == 1,
               InvalidArgument,
               "KeyedJaggedTensor: key \"", key, "\" repeats in ", detail::keys_str(s_->keys),
               "; access by key is ambiguous");
-  return it->second;
+  return position;
 }
 
 const KeyedJaggedTensor& KeyedJaggedTensor::sync() const {

@@ -12,7 +12,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ferry::torchrec::detail {
@@ -60,7 +61,9 @@ struct KjtState {
   mutable Tensor lengths, offsets;  // at least one set at construction
   mutable std::optional<std::vector<int64_t>> length_per_key, offset_per_key;
   // Derived on first use: every exchange builds a KJT, and these cost an allocation per key.
-  mutable std::optional<std::unordered_map<std::string, int64_t>> index;  // key -> first position
+  // (key, position) sorted by key, then position: views of `keys`, in one list (a hash map cost
+  // an allocation per key, and a lookup plan asks for every key of every step's batch).
+  mutable std::optional<std::vector<std::pair<std::string_view, int64_t>>> index;
   mutable std::optional<std::vector<std::vector<int64_t>>> uniform_stride_per_key_per_rank;
 };
 
