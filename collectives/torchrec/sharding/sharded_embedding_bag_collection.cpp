@@ -1,5 +1,6 @@
 #include <ferry/collectives/torchrec/sharding/sharded_embedding_bag_collection.h>
 
+#include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
@@ -9,6 +10,7 @@
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace ferry::torchrec {
 
@@ -89,14 +91,82 @@ PooledEmbeddings vbe_output(std::vector<Awaitable<Variable>>& outs,
                                          dims, inverse));
 }
 
-// The groups' outputs split into their blocks, put in (feature, column) order.
+// One block of a sharding group's output and where it goes in the collection's output.
+struct BlockMove {
+  size_t group;       // which group's output
+  int64_t from_col;   // its first column there
+  int64_t to_col;     // and in the collection's output
+  int64_t width;
+};
+
+// The groups' outputs [B, width of group g] put together as one [B, sum of widths] tensor in
+// (feature, column) order: each block is copied once to its place, and backward copies the
+// gradient's blocks back to their groups. (A split of every group's output and a cat of the
+// pieces copied each block twice and made a tensor and a tape node per block: about 40 heap
+// allocations per step with the planner's plan.) The blocks of a group cover its columns, so
+// every column of a gradient is written.
+class AssembleBlocks final : public Function {
+ public:
+  AssembleBlocks(std::vector<BlockMove> moves, int64_t width)
+      : moves_(std::move(moves)), width_(width) {}
+  std::string name() const override { return "pooled_output"; }
+
+  std::vector<Tensor> forward(Context&, const std::vector<Tensor>& groups) override {
+    rows_ = groups[0].size(0);
+    group_widths_.clear();
+    for (const Tensor& g : groups) {
+      FERRY_CHECK(g.dim() == 2 && g.size(0) == rows_ && g.dtype() == groups[0].dtype(),
+                  InvalidArgument, "ShardedEmbeddingBagCollection: the sharding groups' outputs "
+                  "must be [B, width] of one dtype with one B, given ", shape_str(g.shape()),
+                  " ", dtype_name(g.dtype()), " beside ", shape_str(groups[0].shape()), " ",
+                  dtype_name(groups[0].dtype()));
+      group_widths_.push_back(g.size(1));
+    }
+    Tensor out = empty({rows_, width_}, groups[0].dtype());
+    for (const BlockMove& m : moves_)
+      copy_block(groups[m.group], group_widths_[m.group], m.from_col, out, width_, m.to_col,
+                 m.width);
+    return {out};
+  }
+
+  std::vector<Tensor> backward(Context&, const std::vector<Tensor>& grad) override {
+    std::vector<Tensor> out;
+    out.reserve(group_widths_.size());
+    for (int64_t w : group_widths_) out.push_back(empty({rows_, w}, grad[0].dtype()));
+    for (const BlockMove& m : moves_)
+      copy_block(grad[0], width_, m.to_col, out[m.group], group_widths_[m.group], m.from_col,
+                 m.width);
+    return out;
+  }
+
+ private:
+  // Columns [from, from + width) of every row of `src` (rows of src_width) to columns
+  // [to, to + width) of `dst` (rows of dst_width).
+  void copy_block(const Tensor& src, int64_t src_width, int64_t from, Tensor& dst,
+                  int64_t dst_width, int64_t to, int64_t width) const {
+    const size_t e = src.element_size();
+    const char* s = static_cast<const char*>(src.raw_data()) + static_cast<size_t>(from) * e;
+    char* d = static_cast<char*>(dst.raw_data()) + static_cast<size_t>(to) * e;
+    const size_t s_row = static_cast<size_t>(src_width) * e;
+    const size_t d_row = static_cast<size_t>(dst_width) * e;
+    const size_t n = static_cast<size_t>(width) * e;
+    for (int64_t r = 0; r < rows_; ++r, s += s_row, d += d_row) std::memcpy(d, s, n);
+  }
+
+  std::vector<BlockMove> moves_;
+  int64_t width_;
+  int64_t rows_ = 0;
+  std::vector<int64_t> group_widths_;
+};
+
+// The groups' outputs put in (feature, column) order.
 PooledEmbeddings pooled_output(
     std::vector<Awaitable<Variable>>& outs,
     const std::vector<std::shared_ptr<PooledEmbeddingSharding>>& shardings,
     const std::vector<std::string>& keys, const std::vector<int64_t>& dims) {
   if (outs.size() == 1) {
     // One sharding group whose blocks already come in (feature, column) order (table-wise
-    // after its permute, for one): its output is the result, no split and cat to copy.
+    // after its permute, for one): its output is the result, no copy.
     const auto& blocks = shardings[0]->output_blocks();
     const bool in_order = std::is_sorted(
         blocks.begin(), blocks.end(), [](const OutputBlock& a, const OutputBlock& b) {
@@ -104,20 +174,31 @@ PooledEmbeddings pooled_output(
         });
     if (in_order) return keyed(keys, dims, outs[0].wait());
   }
-  std::vector<std::pair<OutputBlock, Variable>> pieces;
+  std::vector<Variable> groups;
+  groups.reserve(outs.size());
+  std::vector<std::pair<OutputBlock, BlockMove>> blocks;
   for (size_t i = 0; i < outs.size(); ++i) {
-    const Variable y = outs[i].wait();
-    const auto& blocks = shardings[i]->output_blocks();
-    std::vector<int64_t> widths;
-    for (const auto& b : blocks) widths.push_back(b.width);
-    const std::vector<Variable> parts =
-        blocks.size() == 1 ? std::vector<Variable>{y} : split(y, widths, 1);
-    for (size_t j = 0; j < blocks.size(); ++j) pieces.emplace_back(blocks[j], parts[j]);
+    groups.push_back(outs[i].wait());
+    int64_t col = 0;
+    for (const OutputBlock& b : shardings[i]->output_blocks()) {
+      blocks.push_back({b, BlockMove{i, col, 0, b.width}});
+      col += b.width;
+    }
   }
-  pieces = detail::sorted_pieces(std::move(pieces));
-  std::vector<Variable> cols;
-  for (auto& p : pieces) cols.push_back(p.second);
-  return keyed(keys, dims, cols.size() == 1 ? cols.front() : cat(cols, 1));
+  std::stable_sort(blocks.begin(), blocks.end(), [](const auto& a, const auto& b) {
+    return a.first.feature != b.first.feature ? a.first.feature < b.first.feature
+                                              : a.first.col_offset < b.first.col_offset;
+  });
+  std::vector<BlockMove> moves;
+  moves.reserve(blocks.size());
+  int64_t width = 0;
+  for (auto& [block, move] : blocks) {
+    move.to_col = width;
+    width += move.width;
+    moves.push_back(move);
+  }
+  return keyed(keys, dims,
+               ferry::apply(std::make_shared<AssembleBlocks>(std::move(moves), width), groups)[0]);
 }
 }  // namespace
 
