@@ -1,8 +1,10 @@
 #include <ferry/collectives/group.h>
 
+#include <ferry/backends/world_handshake.h>
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/engine/group_impl.h>
+#include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
@@ -18,6 +20,12 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   std::iota(members.begin(), members.end(), 0);
   int rank = transport->rank();
   std::shared_ptr<NativeCollectives> native = transport->native_world();
+  // Which ranks share a host, for the shared-memory path (world_handshake.h): learnt now, as
+  // making the world group is collective (after native_world, which gives MPI's world group
+  // its communicators). The local transport's ranks are threads of one process, which need no
+  // segment.
+  if (transport->name() != "local")
+    detail::exchange_host_keys(*transport, Clock::now() + default_timeout());
   // FERRY_ALGO naming a way of the transport's own collectives where it has none stops here,
   // at init, rather than at the first op of that collective.
   detail::check_algorithm_overrides(native != nullptr, transport->name());

@@ -51,6 +51,7 @@ class OpContext : public Pooled {
   int size() const { return group_.size(); }
   const char* op() const { return op_; }
   uint64_t seq() const { return seq_; }
+  Clock::time_point deadline() const { return deadline_; }
 
   // `peer` is a group rank; `step` tells the messages of one op apart (a pair of ranks that
   // exchanges several messages in one op gives each its own step). Every buffer passed here

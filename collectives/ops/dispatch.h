@@ -17,8 +17,26 @@
 
 namespace ferry::detail {
 
-inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes) {
-  return choose_algorithm(c, bytes, group.size(), group.impl().native() != nullptr);
+// Whether the form of a collective that asks has a shared-memory path: all_reduce, barrier and
+// all_to_all_single do; the other forms of a collective the table may give shm (the all-to-alls
+// of lists and of layouts) take the table's choice without it.
+enum class ShmForm : bool { kNone = false, kHas = true };
+
+inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes,
+                              ShmForm form = ShmForm::kNone) {
+  const GroupImpl& g = group.impl();
+  const Algorithm a =
+      choose_algorithm(c, bytes, group.size(), g.native() != nullptr, g.one_host());
+  if (a == Algorithm::SharedMemory && form == ShmForm::kNone)
+    return automatic_algorithm(c, bytes, group.size(), g.native() != nullptr);
+  return a;
+}
+
+// Where the table chose shm for an op that shared memory cannot carry as it is (an all_reduce
+// larger than the segment's slots): the automatic rule's choice for a group not on one host,
+// the override set aside. Every rank agrees, as on the first choice.
+inline Algorithm without_shm(const Group& group, Collective c, size_t bytes) {
+  return automatic_algorithm(c, bytes, group.size(), group.impl().native() != nullptr);
 }
 
 // The table's choice among the transport's own ways, as the transport is told it.

@@ -1,0 +1,277 @@
+#include <ferry/collectives/shm/shm_group.h>
+
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/engine/reduce_kernels.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <sched.h>
+#include <unistd.h>
+
+namespace ferry::detail::shm {
+namespace {
+
+// How long a waiter spins (a core per rank) or yields (ranks outnumber cores) before it sleeps:
+// a peer that runs answers within microseconds; one that does not is better waited for asleep.
+constexpr auto kSpinFor = std::chrono::microseconds(50);
+constexpr auto kYieldFor = std::chrono::microseconds(20);
+// A sleeper wakes at least this often to check its deadline, its peers' processes and the
+// group's poison: a peer's death is noticed within about this long.
+constexpr auto kSleepSlice = std::chrono::milliseconds(10);
+
+}  // namespace
+
+std::shared_ptr<GroupShm> GroupShm::of(GroupImpl& g, const OpRef& op) {
+  std::lock_guard<std::mutex> lock(g.shm_mutex());
+  std::shared_ptr<void>& state = g.shm_state();
+  if (state) return std::static_pointer_cast<GroupShm>(state);
+  const int me = g.rank(), n = g.size();
+  SharedSegment segment = SharedSegment::map_for_group(
+      g, segment_bytes(n), op.seq, op.deadline, [&](void* base) {
+        if (me == 0) {
+          Header* h = header_of(base);
+          h->magic = kMagic;
+          h->ranks = static_cast<uint32_t>(n);
+          h->slot_bytes = static_cast<uint32_t>(kSlotBytes);
+        }
+        Slot* s = slot_of(base, me);
+        s->pid = static_cast<int32_t>(getpid());
+        s->segment_address = reinterpret_cast<uintptr_t>(base);
+      });
+  auto shm = std::shared_ptr<GroupShm>(new GroupShm(g, std::move(segment)));
+  state = shm;
+  return shm;
+}
+
+GroupShm::GroupShm(GroupImpl& g, SharedSegment segment)
+    : group_(&g), segment_(std::move(segment)), rank_(g.rank()), size_(g.size()) {
+  std::vector<int> pids(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) pids[r] = slot(r)->pid;
+  peers_ = PeerProcesses(pids, rank_);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int on_host = std::max(size_, g.transport().ranks_on_host());
+  oversubscribed_ = cores > 0 && on_host > cores;
+  for (Pending& p : ring_) p.recv_offsets.reserve(static_cast<size_t>(size_) + 1);
+  FERRY_LOG(Info, "shm", g.describe(), ": shared-memory ops ready (", size_, " rank(s), ",
+            oversubscribed_ ? "more ranks than cores: waits yield, then sleep"
+                            : "a core per rank: waits spin, then sleep",
+            ")");
+}
+
+GroupShm::~GroupShm() = default;
+
+std::string GroupShm::who(int r) const {
+  return str("rank ", r, " (world rank ", group_->members()[static_cast<size_t>(r)], ", pid ",
+             peers_.pid(r), ")");
+}
+
+void GroupShm::publish(std::atomic<uint32_t>& counter, uint32_t value) {
+  // Sequentially consistent, with the sleeper's increment of `sleepers` before it reads the
+  // counters: either the sleeper sees the new value, or this sees the sleeper and wakes it.
+  counter.store(value, std::memory_order_seq_cst);
+  Header* h = header();
+  if (h->sleepers.load(std::memory_order_seq_cst) != 0) {
+    h->epoch.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&h->epoch);
+  }
+}
+
+void GroupShm::give_up() {
+  Header* h = header();
+  int32_t none = 0;
+  h->gave_up.compare_exchange_strong(none, rank_ + 1);
+  h->epoch.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&h->epoch);
+}
+
+uint32_t GroupShm::begin(const OpRef& op) {
+  const uint32_t n = next_ + 1;
+  // Op n writes data[n % kDepth]: free once every rank is done with op n - kDepth. (For the
+  // first kDepth ops the subtraction wraps to an op number every counter has "reached".)
+  const uint32_t freed = n - kDepth;
+  auto free = [&] {
+    for (int r = 0; r < size_; ++r)
+      if (!reached(slot(r)->done.load(std::memory_order_acquire), freed)) return false;
+    return true;
+  };
+  if (!free() && !wait_for(free, op.deadline, op)) fail_timeout(freed, op);
+  next_ = n;
+  return n;
+}
+
+GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
+  FERRY_CHECK(tail_ - head_ < kRing, Error, "shared memory of ", group_->describe(), ": more than ",
+              kRing, " ops started and not completed (internal error)");
+  Pending& p = ring_[tail_ % kRing];
+  tail_ += 1;
+  p.n = n;
+  p.kind = kind;
+  p.read = false;
+  return p;
+}
+
+uint32_t GroupShm::start_barrier(const OpRef& op) {
+  const uint32_t n = begin(op);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    push(n, Kind::Barrier);
+  }
+  publish(slot(rank_)->arrived, n);
+  return n;
+}
+
+uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
+                                    DType dtype, ReduceOp reduce) {
+  const size_t bytes = count * dtype_size(dtype);
+  FERRY_CHECK(bytes <= kSlotBytes, Error, op.name, ": ", bytes, " B through shared memory, at "
+              "most ", kSlotBytes, " (internal error: the op should have chosen another path)");
+  const uint32_t n = begin(op);
+  if (bytes > 0) std::memcpy(slot(rank_)->data[n % kDepth], in, bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Pending& p = push(n, Kind::AllReduce);
+    p.out = out;
+    p.count = count;
+    p.dtype = dtype;
+    p.reduce = reduce;
+  }
+  publish(slot(rank_)->arrived, n);
+  return n;
+}
+
+void GroupShm::read_all_reduce(const Pending& p) {
+  const size_t bytes = p.count * dtype_size(p.dtype);
+  if (bytes == 0) return;
+  const uint32_t b = p.n % kDepth;
+  // Rank 0's payload, then every other rank's combined in rank order: the direct exchange's
+  // order (algorithms/direct_all_reduce.cpp), so both paths give the same bits on every rank.
+  std::memcpy(p.out, slot(0)->data[b], bytes);
+  for (int r = 1; r < size_; ++r)
+    combine(p.out, p.out, slot(r)->data[b], p.count, p.dtype, p.reduce);
+}
+
+void GroupShm::progress() {
+  while (head_ != tail_) {
+    Pending& p = ring_[head_ % kRing];
+    if (!p.read) {
+      for (int r = 0; r < size_; ++r)
+        if (!reached(slot(r)->arrived.load(std::memory_order_acquire), p.n)) return;
+      try {
+        if (p.kind == Kind::AllReduce) read_all_reduce(p);
+        if (p.kind == Kind::AllToAll) read_all_to_all(p);
+      } catch (...) {
+        give_up();  // this rank will never say done: its peers must not wait for it
+        throw;
+      }
+      p.read = true;
+      publish(slot(rank_)->done, p.n);
+    }
+    // An all_to_all's peers read this rank's buffer: it is the caller's again only once they
+    // all said done.
+    if (p.kind == Kind::AllToAll)
+      for (int r = 0; r < size_; ++r)
+        if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n)) return;
+    head_ += 1;
+    completed_.store(p.n, std::memory_order_release);
+  }
+}
+
+bool GroupShm::test(uint32_t n) {
+  if (reached(completed_.load(std::memory_order_acquire), n)) return true;
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (lock.owns_lock()) progress();  // else another thread is progressing the group's ops
+  return reached(completed_.load(std::memory_order_acquire), n);
+}
+
+bool GroupShm::wait(uint32_t n, Clock::time_point until, const OpRef& op) {
+  return wait_for([&] { return reached(completed_.load(std::memory_order_acquire), n); }, until,
+                  op);
+}
+
+void GroupShm::check_peers(const OpRef& op) {
+  if (group_->poisoned()) {
+    give_up();
+    group_->throw_if_poisoned(op.name);
+  }
+  const int32_t gave_up = header()->gave_up.load(std::memory_order_acquire);
+  if (gave_up != 0 && gave_up - 1 != rank_)
+    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", group_->describe(), ": ",
+                who(gave_up - 1), " gave up on the group (its op failed) while this rank ",
+                "waited in shared memory");
+  const int ended = peers_.first_ended();
+  if (ended >= 0)
+    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", group_->describe(), ": ",
+                who(ended), " ended while this rank waited for it in shared memory");
+}
+
+bool GroupShm::wait_for(FunctionRef<bool()> ready, Clock::time_point until, const OpRef& op) {
+  auto check = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    progress();
+    return ready();
+  };
+  if (check()) return true;
+  const Clock::time_point spin_start = Clock::now();
+  const Clock::duration spin_for = oversubscribed_ ? Clock::duration(kYieldFor)
+                                                   : Clock::duration(kSpinFor);
+  for (int i = 1;; ++i) {
+    if (oversubscribed_) {
+      sched_yield();
+    } else {
+      for (int k = 0; k < 8; ++k) cpu_relax();
+    }
+    if (check()) return true;
+    if (oversubscribed_ || (i & 15) == 0) {
+      const Clock::time_point now = Clock::now();
+      if (now - spin_start >= spin_for || now >= until) break;
+    }
+  }
+  Header* h = header();
+  for (;;) {
+    const Clock::time_point now = Clock::now();
+    if (now >= until) return check();
+    h->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t epoch = h->epoch.load(std::memory_order_seq_cst);
+    bool ok = false;
+    try {
+      ok = check();
+      if (!ok) futex_wait(&h->epoch, epoch, std::min<Clock::duration>(until - now, kSleepSlice));
+    } catch (...) {
+      h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      throw;
+    }
+    h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (ok || check()) return true;
+    // A peer that published and then ended did its part: look again before blaming it.
+    try {
+      check_peers(op);
+    } catch (...) {
+      if (check()) return true;
+      throw;
+    }
+  }
+}
+
+void GroupShm::fail_timeout(uint32_t n, const OpRef& op) {
+  std::string absent, reading;
+  for (int r = 0; r < size_; ++r) {
+    if (!reached(slot(r)->arrived.load(std::memory_order_acquire), n))
+      absent += (absent.empty() ? "" : ", ") + std::to_string(r);
+    else if (!reached(slot(r)->done.load(std::memory_order_acquire), n))
+      reading += (reading.empty() ? "" : ", ") + std::to_string(r);
+  }
+  FERRY_THROW(OwnDeadlineExpired, op.name, " seq ", op.seq, " on ", group_->describe(),
+              " timed out in shared memory (deadline FERRY_TIMEOUT = ", default_timeout().count(),
+              " ms); ", absent.empty() ? "" : "group rank(s) " + absent + " did not arrive",
+              absent.empty() && !reading.empty() ? "group rank(s) " + reading +
+                                                       " did not finish reading"
+                                                 : "",
+              absent.empty() && reading.empty() ? "every rank arrived (a wait too short)" : "");
+}
+
+}  // namespace ferry::detail::shm

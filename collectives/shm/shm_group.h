@@ -1,0 +1,134 @@
+// A group's shared-memory state and the life of its shared-memory ops (internal).
+//
+// One per group whose ranks share a host, made by the group's first shared-memory op (lazily:
+// most groups never run one, and the world group exists before init's handshake has told the
+// ranks who shares a host; every rank's first such op is the same op, so the segment exchange
+// is collective like the op itself). It maps the segment (shared_segment.h; layout in
+// shm_layout.h), numbers the group's shared-memory ops, and keeps this rank's started ops in
+// order until they completed.
+//
+// An op starts on the thread that issues it (under the group's issue lock, or on the group's
+// worker for a queued op): it publishes its part and returns its number. It completes in two
+// steps, in op order, run by whichever thread tests or waits for it or for any later op of the
+// group (so two ops left unwaited never block each other, nor a third that needs their
+// buffers): once every rank published, this rank reads what it needs (sums the payloads, or
+// copies its blocks out of its peers' memory) and says it is done; an all_to_all then also
+// waits until every peer said so, as they read from its buffer. A wait spins briefly, then
+// sleeps on the segment's futex (shm_wait.h), and between sleeps checks its deadline, its
+// peers' processes, a peer that gave up, and the group's poison.
+#pragma once
+
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/engine/issue.h>
+#include <ferry/collectives/shm/shared_segment.h>
+#include <ferry/collectives/shm/shm_layout.h>
+#include <ferry/collectives/shm/shm_wait.h>
+#include <ferry/runtime/dtype.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ferry::detail::shm {
+
+// The op a wait belongs to, for its messages.
+struct OpRef {
+  const char* name;
+  uint64_t seq;
+  Clock::time_point deadline;
+};
+
+class GroupShm {
+ public:
+  // The group's state, made on first use (collective: see the top). Throws as
+  // SharedSegment::map_for_group does.
+  static std::shared_ptr<GroupShm> of(GroupImpl& g, const OpRef& op);
+  ~GroupShm();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Starts a barrier; returns its op number.
+  uint32_t start_barrier(const OpRef& op);
+  // Starts an all_reduce of `count` elements of `dtype` (at most kSlotBytes): `in` is copied
+  // into the segment now; `out` (which may be `in`) receives the reduction, summed in rank
+  // order on every rank (the direct exchange's order: the same bits everywhere).
+  uint32_t start_all_reduce(const OpRef& op, const void* in, void* out, size_t count, DType dtype,
+                            ReduceOp reduce);
+  // Whether every rank can read its peers' memory (process_vm_readv): the all_to_all's
+  // single-copy path. The same answer on every rank (each publishes its probe's result; this
+  // waits for all of them). Throws as a wait does.
+  bool peers_readable(const OpRef& op);
+  // Starts an all_to_all by reading peers' memory (peers_readable() said yes): this rank's
+  // blocks for rank q are `send[q]` (address and bytes in this process); it receives rank p's
+  // block for it into out + recv_offsets[p] .. recv_offsets[p + 1]. Both lists W long
+  // (recv_offsets W + 1); they are copied.
+  uint32_t start_all_to_all(const OpRef& op, const Block* send, char* out,
+                            const uint64_t* recv_offsets);
+
+  // Never blocks: whether op `n` completed (then a later wait returns at once). Throws the
+  // failure of a read (a mismatch, a peer's memory gone).
+  bool test(uint32_t n);
+  // Until op `n` completed (true) or `until` (false). Throws PeerFailure (a peer's process
+  // ended, or it gave up on the group), the group's poison, or a read's failure.
+  bool wait(uint32_t n, Clock::time_point until, const OpRef& op);
+  // The TimeoutError of op `n` at its own deadline, naming the ranks that never arrived.
+  [[noreturn]] void fail_timeout(uint32_t n, const OpRef& op);
+
+ private:
+  GroupShm(GroupImpl& g, SharedSegment segment);
+
+  enum class Kind : uint8_t { Barrier, AllReduce, AllToAll };
+  struct Pending {
+    uint32_t n = 0;
+    Kind kind = Kind::Barrier;
+    bool read = false;  // the first step ran: this rank said done
+    void* out = nullptr;
+    size_t count = 0;
+    DType dtype = DType::Float32;
+    ReduceOp reduce = ReduceOp::Sum;
+    std::vector<uint64_t> recv_offsets;  // all_to_all: W + 1, capacity reserved up front
+  };
+  static constexpr uint32_t kRing = 2 * kDepth;
+
+  Header* header() const { return header_of(segment_.base()); }
+  Slot* slot(int r) const { return slot_of(segment_.base(), r); }
+  // Takes op number n and waits until its buffer is free (every rank done with op n - kDepth).
+  uint32_t begin(const OpRef& op);
+  // Appends op `p` (its number taken by begin) to the ring. mu_ held.
+  Pending& push(uint32_t n, Kind kind);
+  // Advances this rank's started ops as far as the peers allow. mu_ held.
+  void progress();
+  void read_all_reduce(const Pending& p);
+  void read_all_to_all(const Pending& p);
+  // Stores `value` into a counter and wakes the sleepers, if any.
+  void publish(std::atomic<uint32_t>& counter, uint32_t value);
+  // Spins, then sleeps, until `ready()` (asked under mu_ after progress) or `until`.
+  bool wait_for(FunctionRef<bool()> ready, Clock::time_point until, const OpRef& op);
+  // Throws when waiting longer is pointless: a peer ended or gave up, the group is poisoned.
+  void check_peers(const OpRef& op);
+  // Tells the peers that this rank gave up on the group.
+  void give_up();
+  // Reads `bytes` at `address` of group rank r's process into `to` (process_vm_readv).
+  void read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
+  std::string who(int r) const;
+
+  GroupImpl* group_;
+  SharedSegment segment_;
+  PeerProcesses peers_;
+  int rank_;
+  int size_;
+  bool oversubscribed_;  // more ranks on this host than cores: yield and sleep soon
+  std::mutex mu_;        // the ring and the reads; never held while sleeping
+  uint32_t next_ = 0;    // the last op number taken (starts are serialized by the group)
+  int readable_ = -1;    // peers_readable(): -1 not asked yet
+  std::atomic<uint32_t> completed_{0};
+  std::array<Pending, kRing> ring_;
+  uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed
+};
+
+}  // namespace ferry::detail::shm

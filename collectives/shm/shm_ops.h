@@ -1,0 +1,39 @@
+// The shared-memory path of the raw collectives, as ops/ uses it (internal).
+//
+// Each op has two forms, like the other paths: started at issue (the op's `post`, engine/
+// issue.h), which publishes this rank's part on the issuing thread and returns what is in
+// flight, so a small all_reduce pays no hand-off to the group's worker; and run to completion
+// on an OpContext (the op's queued body: behind a queued op, under FERRY_CHECK=1, or on buffers
+// widened for a 16-bit sum). Both record Algorithm::SharedMemory as what ran.
+#pragma once
+
+#include <ferry/collectives/engine/in_flight_work.h>
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/shm/shm_layout.h>
+
+#include <memory>
+
+namespace ferry::detail::shm {
+
+// Whether an all_reduce of `bytes` per rank (in the dtype it is reduced in) fits the segment's
+// slots; a larger one takes the table's choice without shm (shm_fallback in ops/dispatch.h).
+constexpr bool all_reduce_fits(size_t bytes) { return bytes <= kSlotBytes; }
+
+std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
+                                          Tensor& output, ReduceOp op);
+void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
+                ReduceOp op);
+
+std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx);
+void barrier(OpContext& ctx);
+
+// all_to_all_single by single copy: `send[q]` is this rank's block for rank q (its address and
+// bytes), rank p's block for this rank goes to out + recv_offsets[p]. Null when the ranks
+// cannot read each other's memory (every rank gets the same answer): the caller takes the
+// pairwise exchange then, over the same context, and records that.
+std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx, const Block* send,
+                                          char* out, const uint64_t* recv_offsets);
+// Run to completion; false (nothing done) when the ranks cannot read each other's memory.
+bool all_to_all(OpContext& ctx, const Block* send, char* out, const uint64_t* recv_offsets);
+
+}  // namespace ferry::detail::shm
