@@ -77,13 +77,23 @@ constexpr size_t kStaged = 8 * 1024;
 // between the binomial tree and the ring (where they cost about the same on one host with the
 // local transport) and kept when recursive doubling took the tree's place. One rank has nothing
 // to exchange: recursive doubling returns at once.
+//
+// Ranks that share a host take shared memory (collectives/shm/) first where it was measured
+// faster (2 ranks, ferry-bench --vs-mpi, against the rows below it; docs/transports.md): an
+// all_reduce that fits the segment's 16 KiB slots, every barrier, and all_to_all with equal
+// blocks above the persistent requests' 8 KiB (one copy by process_vm_readv instead of a
+// message each way; at 8 B the system call costs more than MPI's persistent request).
 using A = Algorithm;
+constexpr size_t kShmSlot = 16 * 1024;  // collectives/shm/shm_layout.h's kSlotBytes
+constexpr Rule kShmAny{kAnyBytes, kAnyRanks, A::SharedMemory, 1, false, true};
 constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
-    {{{4 * 1024, 8, A::Direct},
+    {{{kShmSlot, kAnyRanks, A::SharedMemory, 1, false, true},
+      {4 * 1024, 8, A::Direct},
       {32 * 1024, kAnyRanks, A::RecursiveDoubling},
       {kAnyBytes, 1, A::RecursiveDoubling},
       {kAnyBytes, kAnyRanks, A::Ring}},
-     {{kStaged, kAnyRanks, A::Persistent},
+     {{kShmSlot, kAnyRanks, A::SharedMemory, 1, false, true},
+      {kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_reduce
     {{{kAnyBytes, kAnyRanks, A::Tree}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // reduce
@@ -95,8 +105,9 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
      {{kStaged, kAnyRanks, A::Persistent, 1, true},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_gather
-    {{{kAnyBytes, kAnyRanks, A::Pairwise}},
+    {{{kStaged, kAnyRanks, A::Pairwise}, kShmAny, {kAnyBytes, kAnyRanks, A::Pairwise}},
      {{kStaged, kAnyRanks, A::Persistent},
+      kShmAny,
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_to_all
     {{{kAnyBytes, kAnyRanks, A::Tree}},
@@ -105,8 +116,8 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // broadcast
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // gather
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // scatter
-    {{{kAnyBytes, kAnyRanks, A::Dissemination}},
-     {{kAnyBytes, kAnyRanks, A::Persistent}, {kAnyBytes, kAnyRanks, A::Native}}},  // barrier
+    {{kShmAny, {kAnyBytes, kAnyRanks, A::Dissemination}},
+     {kShmAny, {kAnyBytes, kAnyRanks, A::Persistent}, {kAnyBytes, kAnyRanks, A::Native}}},  // barrier
 }};
 
 const Automatic& automatic_rules(Collective c) { return kAutomaticRules[static_cast<size_t>(c)]; }

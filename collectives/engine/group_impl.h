@@ -85,6 +85,8 @@ class GroupImpl {
   // outlives the group's ops (declared before the executor, which goes first).
   std::mutex& shm_mutex() { return shm_mu_; }
   std::shared_ptr<void>& shm_state() { return shm_; }
+  // The same state, read without the lock once it is made (set once, never cleared).
+  std::atomic<void*>& shm_fast() { return shm_fast_; }
 
   // How many ops of collective `c` this group ran with algorithm `a`: the record of which
   // algorithm the table's choice dispatched to, read by tests and diagnostics. Per group, so
@@ -123,6 +125,7 @@ class GroupImpl {
   mutable std::atomic<int> one_host_{-1};  // -1 not known yet, else 0 / 1
   std::mutex shm_mu_;
   std::shared_ptr<void> shm_;
+  std::atomic<void*> shm_fast_{nullptr};
 
   ScratchArena scratch_;
   Executor executor_;  // last: destroyed first, so queued ops finish while the rest still lives

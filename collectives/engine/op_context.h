@@ -121,6 +121,16 @@ class OpContext : public Pooled {
   // caller's thread): giving it up must not touch the scratch the worker may be using.
   void uses_no_scratch() { leak_scratch_on_abandon_ = false; }
 
+  // For a path that waits on something else than this context's requests (shared memory,
+  // collectives/shm/): the op's fingerprint, the moment its wait gives up (the deadline less
+  // the diagnosis window), and its timeout with the same diagnosis as wait_all's: the peers'
+  // answers say whether a rank is stuck in another call at this sequence number (then
+  // MismatchError naming both), `waiting_for` (" group rank 1 did not arrive;") says whom this
+  // rank waited for. Throws OwnDeadlineExpired or MismatchError.
+  const Fingerprint& fingerprint() const { return fingerprint_; }
+  Clock::time_point give_up() const { return give_up_; }
+  [[noreturn]] void fail_timeout_waiting_for(const std::string& waiting_for);
+
  private:
   Tag tag(uint32_t step) const;
   // The group ranks the pending requests wait on: receives not yet heard from, and sends a

@@ -58,7 +58,7 @@ bool GroupShm::peers_readable(const OpRef& op) {
     }
   }
   if (!mine)
-    FERRY_LOG(Info, "shm", group_->describe(), ": cannot read peers' memory (", why,
+    FERRY_LOG(Info, "shm", describe_, ": cannot read peers' memory (", why,
               "): all_to_all takes the pairwise exchange");
   publish(slot(rank_)->cma, mine ? 1 : 2);
   auto answered = [&] {
@@ -79,6 +79,7 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const Block* send, char* ou
   FERRY_CHECK(places <= kSlotBytes, InvalidArgument, op.name, ": ", size_, " ranks' block places "
               "do not fit a shared-memory slot (at most ", kSlotBytes / sizeof(Block), " ranks)");
   const uint32_t n = begin(op);
+  sign(n, op);
   std::memcpy(slot(rank_)->data[n % kDepth], send, places);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -86,7 +87,7 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const Block* send, char* ou
     p.out = out;
     p.recv_offsets.assign(recv_offsets, recv_offsets + size_ + 1);
   }
-  publish(slot(rank_)->arrived, n);
+  arrive(n);
   return n;
 }
 
@@ -94,9 +95,9 @@ void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const 
   const int err = cma_read(peers_.pid(r), address, to, bytes);
   if (err == 0) return;
   if (err == ESRCH || peers_.first_ended() == r)
-    FERRY_THROW(PeerFailure, "all_to_all_single (shm op ", p.n, ") on ", group_->describe(), ": ",
+    FERRY_THROW(PeerFailure, "all_to_all_single (shm op ", p.n, ") on ", describe_, ": ",
                 who(r), " ended while this rank read its block");
-  FERRY_THROW(TransportError, "all_to_all_single (shm op ", p.n, ") on ", group_->describe(),
+  FERRY_THROW(TransportError, "all_to_all_single (shm op ", p.n, ") on ", describe_,
               ": reading ", bytes, " B of ", who(r), "'s send buffer failed: ",
               std::strerror(err));
 }
@@ -110,7 +111,7 @@ void GroupShm::read_all_to_all(const Pending& p) {
     const Block& from = reinterpret_cast<const Block*>(slot(r)->data[b])[rank_];
     const uint64_t expected = p.recv_offsets[r + 1] - p.recv_offsets[r];
     if (from.bytes != expected)
-      FERRY_THROW(MismatchError, "all_to_all_single (shm op ", p.n, ") on ", group_->describe(),
+      FERRY_THROW(MismatchError, "all_to_all_single (shm op ", p.n, ") on ", describe_,
                   ": ", who(r), " sends ", from.bytes, " B to this rank, which expects ",
                   expected, " B from it (the ranks' split sizes disagree)");
     if (expected == 0) continue;

@@ -5,6 +5,7 @@
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
+#include <ferry/runtime/progress.h>
 
 #include <algorithm>
 #include <cstring>
@@ -24,9 +25,48 @@ constexpr auto kYieldFor = std::chrono::microseconds(20);
 // group's poison: a peer's death is noticed within about this long.
 constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 
+static_assert(sizeof(Fingerprint) <= kFingerprintBytes);
+
+// The progress thread's view of every group's shared-memory ops (GroupShm::poll_in_background):
+// registered once, holding the groups weakly.
+class ShmPoller final : public BackgroundPoller {
+ public:
+  static ShmPoller& get() {
+    static auto* poller = [] {
+      auto* p = new ShmPoller();  // lives as long as the process, as a poller must
+      add_background_poller(p);
+      return p;
+    }();
+    return *poller;
+  }
+  void watch(std::weak_ptr<GroupShm> g) {
+    std::lock_guard<std::mutex> lock(mu_);
+    groups_.push_back(std::move(g));
+  }
+  bool poll() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool busy = false;
+    std::erase_if(groups_, [&](const std::weak_ptr<GroupShm>& w) {
+      std::shared_ptr<GroupShm> g = w.lock();
+      if (!g) return true;
+      busy = g->poll_in_background() || busy;
+      return false;
+    });
+    return busy;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::weak_ptr<GroupShm>> groups_;
+};
+
 }  // namespace
 
 std::shared_ptr<GroupShm> GroupShm::of(GroupImpl& g, const OpRef& op) {
+  // After the first op, without the group's lock: the pointer is set once and never cleared
+  // while the group lives.
+  if (void* known = g.shm_fast().load(std::memory_order_acquire))
+    return static_cast<GroupShm*>(known)->shared_from_this();
   std::lock_guard<std::mutex> lock(g.shm_mutex());
   std::shared_ptr<void>& state = g.shm_state();
   if (state) return std::static_pointer_cast<GroupShm>(state);
@@ -45,11 +85,14 @@ std::shared_ptr<GroupShm> GroupShm::of(GroupImpl& g, const OpRef& op) {
       });
   auto shm = std::shared_ptr<GroupShm>(new GroupShm(g, std::move(segment)));
   state = shm;
+  g.shm_fast().store(shm.get(), std::memory_order_release);
+  ShmPoller::get().watch(shm);
   return shm;
 }
 
 GroupShm::GroupShm(GroupImpl& g, SharedSegment segment)
-    : group_(&g), segment_(std::move(segment)), rank_(g.rank()), size_(g.size()) {
+    : group_(&g), describe_(g.describe()), members_(g.members()), segment_(std::move(segment)),
+      rank_(g.rank()), size_(g.size()) {
   std::vector<int> pids(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) pids[r] = slot(r)->pid;
   peers_ = PeerProcesses(pids, rank_);
@@ -66,7 +109,7 @@ GroupShm::GroupShm(GroupImpl& g, SharedSegment segment)
 GroupShm::~GroupShm() = default;
 
 std::string GroupShm::who(int r) const {
-  return str("rank ", r, " (world rank ", group_->members()[static_cast<size_t>(r)], ", pid ",
+  return str("rank ", r, " (world rank ", members_[static_cast<size_t>(r)], ", pid ",
              peers_.pid(r), ")");
 }
 
@@ -79,6 +122,13 @@ void GroupShm::publish(std::atomic<uint32_t>& counter, uint32_t value) {
     h->epoch.fetch_add(1, std::memory_order_seq_cst);
     futex_wake_all(&h->epoch);
   }
+}
+
+void GroupShm::arrive(uint32_t n) {
+  publish(slot(rank_)->arrived, n);
+  // The progress thread reads for this rank when its thread waits on something else (one
+  // atomic store while that thread is awake, which it stays while ops keep coming).
+  wake_background_progress();
 }
 
 void GroupShm::give_up() {
@@ -105,7 +155,7 @@ uint32_t GroupShm::begin(const OpRef& op) {
 }
 
 GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
-  FERRY_CHECK(tail_ - head_ < kRing, Error, "shared memory of ", group_->describe(), ": more than ",
+  FERRY_CHECK(tail_ - head_ < kRing, Error, "shared memory of ", describe_, ": more than ",
               kRing, " ops started and not completed (internal error)");
   Pending& p = ring_[tail_ % kRing];
   tail_ += 1;
@@ -115,13 +165,40 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   return p;
 }
 
+void GroupShm::sign(uint32_t n, const OpRef& op) {
+  Slot* me = slot(rank_);
+  const uint32_t b = n % kDepth;
+  me->check[b] = op.check;
+  me->seq[b] = static_cast<uint32_t>(op.seq);
+  std::memcpy(me->fingerprint[b], op.fingerprint, sizeof(Fingerprint));
+}
+
+void GroupShm::compare_calls(const Pending& p) {
+  const uint32_t b = p.n % kDepth;
+  const Slot* me = slot(rank_);
+  for (int r = 0; r < size_; ++r) {
+    const Slot* s = slot(r);
+    if (r == rank_ || (s->check[b] == me->check[b] && s->seq[b] == me->seq[b])) continue;
+    Fingerprint mine, theirs;
+    std::memcpy(&mine, me->fingerprint[b], sizeof mine);
+    std::memcpy(&theirs, s->fingerprint[b], sizeof theirs);
+    const char* what = theirs.well_formed() ? fingerprint_difference(mine, theirs) : nullptr;
+    FERRY_THROW(MismatchError, mine.op, " (seq ", mine.seq, ") on rank ", rank_, " of ",
+                describe_, ": the ranks called different collectives: rank ", rank_, " called ",
+                mine.describe(), ", rank ", r, " called ", theirs.describe(), " (",
+                what ? what : "the call", " differs; compared in shared memory before any data "
+                "was read)");
+  }
+}
+
 uint32_t GroupShm::start_barrier(const OpRef& op) {
   const uint32_t n = begin(op);
+  sign(n, op);
   {
     std::lock_guard<std::mutex> lock(mu_);
     push(n, Kind::Barrier);
   }
-  publish(slot(rank_)->arrived, n);
+  arrive(n);
   return n;
 }
 
@@ -131,6 +208,7 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, 
   FERRY_CHECK(bytes <= kSlotBytes, Error, op.name, ": ", bytes, " B through shared memory, at "
               "most ", kSlotBytes, " (internal error: the op should have chosen another path)");
   const uint32_t n = begin(op);
+  sign(n, op);
   if (bytes > 0) std::memcpy(slot(rank_)->data[n % kDepth], in, bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -140,7 +218,7 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, 
     p.dtype = dtype;
     p.reduce = reduce;
   }
-  publish(slot(rank_)->arrived, n);
+  arrive(n);
   return n;
 }
 
@@ -162,6 +240,7 @@ void GroupShm::progress() {
       for (int r = 0; r < size_; ++r)
         if (!reached(slot(r)->arrived.load(std::memory_order_acquire), p.n)) return;
       try {
+        compare_calls(p);
         if (p.kind == Kind::AllReduce) read_all_reduce(p);
         if (p.kind == Kind::AllToAll) read_all_to_all(p);
       } catch (...) {
@@ -179,6 +258,16 @@ void GroupShm::progress() {
     head_ += 1;
     completed_.store(p.n, std::memory_order_release);
   }
+}
+
+bool GroupShm::poll_in_background() {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return true;  // its owner is progressing it
+  try {
+    progress();
+  } catch (...) {
+  }
+  return head_ != tail_;
 }
 
 bool GroupShm::test(uint32_t n) {
@@ -200,12 +289,12 @@ void GroupShm::check_peers(const OpRef& op) {
   }
   const int32_t gave_up = header()->gave_up.load(std::memory_order_acquire);
   if (gave_up != 0 && gave_up - 1 != rank_)
-    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", group_->describe(), ": ",
+    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
                 who(gave_up - 1), " gave up on the group (its op failed) while this rank ",
                 "waited in shared memory");
   const int ended = peers_.first_ended();
   if (ended >= 0)
-    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", group_->describe(), ": ",
+    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
                 who(ended), " ended while this rank waited for it in shared memory");
 }
 
@@ -257,6 +346,20 @@ bool GroupShm::wait_for(FunctionRef<bool()> ready, Clock::time_point until, cons
   }
 }
 
+std::string GroupShm::not_arrived(uint32_t n) const {
+  std::string absent, reading;
+  for (int r = 0; r < size_; ++r) {
+    if (!reached(slot(r)->arrived.load(std::memory_order_acquire), n))
+      absent += (absent.empty() ? "" : ", ") + std::to_string(r);
+    else if (!reached(slot(r)->done.load(std::memory_order_acquire), n))
+      reading += (reading.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!absent.empty()) return " group rank(s) " + absent + " did not arrive in shared memory;";
+  if (!reading.empty())
+    return " group rank(s) " + reading + " did not finish reading in shared memory;";
+  return "";
+}
+
 void GroupShm::fail_timeout(uint32_t n, const OpRef& op) {
   std::string absent, reading;
   for (int r = 0; r < size_; ++r) {
@@ -265,7 +368,7 @@ void GroupShm::fail_timeout(uint32_t n, const OpRef& op) {
     else if (!reached(slot(r)->done.load(std::memory_order_acquire), n))
       reading += (reading.empty() ? "" : ", ") + std::to_string(r);
   }
-  FERRY_THROW(OwnDeadlineExpired, op.name, " seq ", op.seq, " on ", group_->describe(),
+  FERRY_THROW(OwnDeadlineExpired, op.name, " seq ", op.seq, " on ", describe_,
               " timed out in shared memory (deadline FERRY_TIMEOUT = ", default_timeout().count(),
               " ms); ", absent.empty() ? "" : "group rank(s) " + absent + " did not arrive",
               absent.empty() && !reading.empty() ? "group rank(s) " + reading +

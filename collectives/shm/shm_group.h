@@ -19,6 +19,7 @@
 #pragma once
 
 #include <ferry/collectives/collectives.h>
+#include <ferry/collectives/engine/fingerprint.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/engine/issue.h>
 #include <ferry/collectives/shm/shared_segment.h>
@@ -35,14 +36,17 @@
 
 namespace ferry::detail::shm {
 
-// The op a wait belongs to, for its messages.
+// The op a start or wait belongs to: its name and sequence number for messages, when its wait
+// gives up, and its call (OpContext's fingerprint), which every rank compares.
 struct OpRef {
   const char* name;
   uint64_t seq;
   Clock::time_point deadline;
+  const Fingerprint* fingerprint;
+  uint32_t check;  // check_hash(*fingerprint)
 };
 
-class GroupShm {
+class GroupShm : public std::enable_shared_from_this<GroupShm> {
  public:
   // The group's state, made on first use (collective: see the top). Throws as
   // SharedSegment::map_for_group does.
@@ -78,6 +82,13 @@ class GroupShm {
   bool wait(uint32_t n, Clock::time_point until, const OpRef& op);
   // The TimeoutError of op `n` at its own deadline, naming the ranks that never arrived.
   [[noreturn]] void fail_timeout(uint32_t n, const OpRef& op);
+  // " group rank(s) 1 did not arrive;" for op `n` (or who did not finish reading it).
+  std::string not_arrived(uint32_t n) const;
+  // The progress thread's step (runtime/progress.h): advances this group's started ops without
+  // blocking, so that a rank waiting on something else (another op, in another order) still
+  // reads what its peers wait for it to read. True while ops are in flight. Swallows failures:
+  // the op's own test or wait meets them again.
+  bool poll_in_background();
 
  private:
   GroupShm(GroupImpl& g, SharedSegment segment);
@@ -107,6 +118,12 @@ class GroupShm {
   void read_all_to_all(const Pending& p);
   // Stores `value` into a counter and wakes the sleepers, if any.
   void publish(std::atomic<uint32_t>& counter, uint32_t value);
+  // Publishes `arrived` = n (the op's part is in place).
+  void arrive(uint32_t n);
+  // Writes op n's call into this rank's slot (before publishing `arrived`).
+  void sign(uint32_t n, const OpRef& op);
+  // Throws MismatchError when a rank called another collective as its op `p.n`.
+  void compare_calls(const Pending& p);
   // Spins, then sleeps, until `ready()` (asked under mu_ after progress) or `until`.
   bool wait_for(FunctionRef<bool()> ready, Clock::time_point until, const OpRef& op);
   // Throws when waiting longer is pointless: a peer ended or gave up, the group is poisoned.
@@ -117,7 +134,9 @@ class GroupShm {
   void read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
   std::string who(int r) const;
 
-  GroupImpl* group_;
+  GroupImpl* group_;     // for its poison, in waits by the op's owner only
+  std::string describe_;  // the group, for messages (the progress thread may outlive it)
+  std::vector<int> members_;
   SharedSegment segment_;
   PeerProcesses peers_;
   int rank_;

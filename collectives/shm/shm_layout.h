@@ -29,6 +29,7 @@ inline constexpr uint32_t kDepth = 4;
 // table's shm rows stay at or below it); 4 of them a rank, so a group of 4 maps 260 KiB.
 inline constexpr size_t kSlotBytes = 16 * 1024;
 inline constexpr uint64_t kMagic = 0x6665727279736d31ull;  // "ferrysm1"
+inline constexpr size_t kFingerprintBytes = 128;
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
@@ -62,6 +63,14 @@ struct alignas(kLine) Slot {
   uint64_t segment_address;    // where this rank mapped the segment (for the CMA probe)
   alignas(kLine) std::atomic<uint32_t> arrived;
   std::atomic<uint32_t> done;
+  // Op n's call, written before `arrived` = n, on the line the peers read anyway: the hash of its
+  // fingerprint (engine/fingerprint.h's check_hash) and its sequence number's low bits. Every
+  // rank compares them before it reads op n's data, as the tags of the point-to-point paths do,
+  // so ranks that called different collectives get MismatchError instead of mixed data.
+  uint32_t check[kDepth];
+  uint32_t seq[kDepth];
+  // The whole fingerprint, read only to describe a mismatch.
+  alignas(kLine) unsigned char fingerprint[kDepth][kFingerprintBytes];
   alignas(kLine) unsigned char data[kDepth][kSlotBytes];
 };
 

@@ -5,24 +5,65 @@
 
 #include <exception>
 
+#include <ferry/runtime/error.h>
+
 namespace ferry::detail::shm {
 namespace {
 
-OpRef op_of(const OpContext& ctx) { return OpRef{ctx.op(), ctx.seq(), ctx.deadline()}; }
+// What the ranks compare in shared memory before reading an op's data: the tag paths' hash
+// (check_hash: the op, the dtype within its width, the reduce op, the root), and what their
+// byte counts would have shown (the dtype itself, the element count, the split sizes), since
+// nothing here counts bytes.
+uint32_t shm_check(const Fingerprint& f) {
+  uint32_t h = check_hash(f);
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 16777619u;
+  };
+  mix(&f.dtype, sizeof f.dtype);
+  mix(&f.agreed, sizeof f.agreed);
+  mix(&f.splits, sizeof f.splits);
+  return h == 0 ? 1 : h;
+}
+
+// The op as the shared-memory state sees it: its wait gives up at the context's give-up time,
+// leaving the diagnosis window to OpContext::fail_timeout_waiting_for.
+OpRef op_of(const OpContext& ctx) {
+  return OpRef{ctx.op(), ctx.seq(), ctx.give_up(), &ctx.fingerprint(),
+               shm_check(ctx.fingerprint())};
+}
+
+// Waits for op n on `shm` under the op's deadline; at it, the engine's diagnosis of the ranks
+// that did not come (and of a rank stuck in another call, MismatchError).
+void run_to_the_end(GroupShm& shm, uint32_t n, OpContext& ctx) {
+  const OpRef ref = op_of(ctx);
+  if (!shm.wait(n, ref.deadline, ref)) ctx.fail_timeout_waiting_for(shm.not_arrived(n));
+}
+
+// The group's shared-memory state; a first op whose segment exchange times out (a rank is in
+// another call: it skipped one) gets the engine's diagnosis, as any other timeout.
+std::shared_ptr<GroupShm> shm_of(OpContext& ctx) {
+  try {
+    return GroupShm::of(ctx.group(), op_of(ctx));
+  } catch (const TimeoutError&) {
+    ctx.fail_timeout_waiting_for(str(" ", error_message(std::current_exception()), ";"));
+  }
+}
 
 // An op started in shared memory: whoever tests or waits for its Work advances the group's
-// shared-memory ops (shm_group.h); nothing of it is handed to another thread.
+// shared-memory ops (shm_group.h); nothing of it is handed to another thread. It keeps its
+// context for the diagnosis of a timeout.
 class ShmInFlight final : public InFlight, public Pooled {
  public:
-  ShmInFlight(std::shared_ptr<GroupShm> shm, uint32_t n, OpRef op)
-      : shm_(std::move(shm)), n_(n), op_(op) {}
+  ShmInFlight(std::shared_ptr<GroupShm> shm, uint32_t n, std::unique_ptr<OpContext> ctx)
+      : shm_(std::move(shm)), n_(n), ctx_(std::move(ctx)), op_(op_of(*ctx_)) {}
 
   bool test() override { return shm_->test(n_); }
   bool poll_until(Clock::time_point deadline) override {
     return shm_->wait(n_, std::min(deadline, op_.deadline), op_);
   }
   void wait_to_the_end(GroupImpl&, const char*, uint64_t, Clock::time_point) override {
-    if (!shm_->wait(n_, op_.deadline, op_)) shm_->fail_timeout(n_, op_);
+    run_to_the_end(*shm_, n_, *ctx_);
   }
   std::vector<Tensor> finish() override { return {}; }
   // The caller's buffers are read by peers only in an all_to_all, and only until every peer
@@ -34,64 +75,60 @@ class ShmInFlight final : public InFlight, public Pooled {
  private:
   std::shared_ptr<GroupShm> shm_;
   uint32_t n_;
+  std::unique_ptr<OpContext> ctx_;
   OpRef op_;
 };
-
-// Waits for op n on `shm` under the op's deadline, as a queued body does.
-void run_to_the_end(GroupShm& shm, uint32_t n, const OpRef& op) {
-  if (!shm.wait(n, op.deadline, op)) shm.fail_timeout(n, op);
-}
 
 }  // namespace
 
 std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
                                           Tensor& output, ReduceOp op) {
   const OpRef ref = op_of(*ctx);
-  std::shared_ptr<GroupShm> shm = GroupShm::of(ctx->group(), ref);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx);
   output.bump_version();
   ctx->ran(Collective::AllReduce, Algorithm::SharedMemory);
   const uint32_t n = shm->start_all_reduce(ref, input.raw_data(), output.raw_data(),
                                            static_cast<size_t>(input.numel()), input.dtype(), op);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, ref);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx));
 }
 
 void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
                 ReduceOp op) {
   const OpRef ref = op_of(ctx);
-  std::shared_ptr<GroupShm> shm = GroupShm::of(ctx.group(), ref);
-  run_to_the_end(*shm, shm->start_all_reduce(ref, in, out, count, dtype, op), ref);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx);
+  run_to_the_end(*shm, shm->start_all_reduce(ref, in, out, count, dtype, op), ctx);
 }
 
 std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx) {
   const OpRef ref = op_of(*ctx);
-  std::shared_ptr<GroupShm> shm = GroupShm::of(ctx->group(), ref);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx);
   ctx->ran(Collective::Barrier, Algorithm::SharedMemory);
   const uint32_t n = shm->start_barrier(ref);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, ref);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx));
 }
 
 void barrier(OpContext& ctx) {
   const OpRef ref = op_of(ctx);
-  std::shared_ptr<GroupShm> shm = GroupShm::of(ctx.group(), ref);
-  run_to_the_end(*shm, shm->start_barrier(ref), ref);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx);
+  run_to_the_end(*shm, shm->start_barrier(ref), ctx);
 }
 
 std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx, const Block* send,
                                           char* out, const uint64_t* recv_offsets) {
   const OpRef ref = op_of(*ctx);
-  std::shared_ptr<GroupShm> shm = GroupShm::of(ctx->group(), ref);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx);
   if (!shm->peers_readable(ref)) return nullptr;
   ctx->ran(Collective::AllToAll, Algorithm::SharedMemory);
   const uint32_t n = shm->start_all_to_all(ref, send, out, recv_offsets);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, ref);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx));
 }
 
 bool all_to_all(OpContext& ctx, const Block* send, char* out, const uint64_t* recv_offsets) {
   const OpRef ref = op_of(ctx);
-  std::shared_ptr<GroupShm> shm = GroupShm::of(ctx.group(), ref);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx);
   if (!shm->peers_readable(ref)) return false;
   ctx.ran(Collective::AllToAll, Algorithm::SharedMemory);
-  run_to_the_end(*shm, shm->start_all_to_all(ref, send, out, recv_offsets), ref);
+  run_to_the_end(*shm, shm->start_all_to_all(ref, send, out, recv_offsets), ctx);
   return true;
 }
 

@@ -353,6 +353,45 @@ TEST_CASE("algorithm table: the automatic choice per collective, size and transp
   }
 }
 
+// Ranks on one host: shared memory first where it was measured faster (algorithm_table.cpp),
+// the rows above otherwise; on both kinds of transport alike.
+TEST_CASE("algorithm table: the automatic choice for ranks on one host", "[algorithms][dispatch]") {
+  ferry::set_algorithm_override("");
+  using C = Collective;
+  using A = Algorithm;
+  struct Row {
+    C c;
+    size_t bytes;
+    int world;
+    A local;
+    A mpi;
+  };
+  const A S = A::SharedMemory;
+  const Row rows[] = {
+      {C::AllReduce, 8, 2, S, S},
+      {C::AllReduce, 16 << 10, 4, S, S},
+      {C::AllReduce, (16 << 10) + 1, 2, A::RecursiveDoubling, A::Exchange},
+      {C::AllReduce, 4 << 20, 8, A::Ring, A::Native},
+      {C::Barrier, 0, 2, S, S},
+      {C::Barrier, 0, 8, S, S},
+      {C::AllToAll, 0, 3, A::Pairwise, A::Persistent},  // split lists: their sizes differ
+      {C::AllToAll, 8 << 10, 2, A::Pairwise, A::Persistent},
+      {C::AllToAll, (8 << 10) + 1, 2, S, S},
+      {C::AllToAll, 4 << 20, 8, S, S},
+      {C::AllGather, 4096, 2, A::Ring, A::Persistent},
+      {C::Broadcast, 64 << 10, 2, A::Tree, A::Exchange},
+  };
+  const bool defaults = ferry::config().mpi_persistent && ferry::config().mpi_exchange;
+  for (const Row& r : rows) {
+    INFO(ferry::collective_name(r.c) << ", " << r.bytes << " B, " << r.world << " ranks");
+    CHECK(ferry::algorithm_name(ferry::choose_algorithm(r.c, r.bytes, r.world, false, true)) ==
+          std::string(ferry::algorithm_name(r.local)));
+    if (defaults)
+      CHECK(ferry::algorithm_name(ferry::choose_algorithm(r.c, r.bytes, r.world, true, true)) ==
+            std::string(ferry::algorithm_name(r.mpi)));
+  }
+}
+
 // An override of one of the transport's own ways is refused when the world group is made on a
 // transport without collectives of its own: at init, before any op.
 TEST_CASE("algorithm table: a transport's own way refused at init without one",
