@@ -32,13 +32,6 @@ inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes,
   return a;
 }
 
-// Where the table chose shm for an op that shared memory cannot carry as it is (an all_reduce
-// larger than the segment's slots): the automatic rule's choice for a group not on one host,
-// the override set aside. Every rank agrees, as on the first choice.
-inline Algorithm without_shm(const Group& group, Collective c, size_t bytes) {
-  return automatic_algorithm(c, bytes, group.size(), group.impl().native() != nullptr);
-}
-
 // The table's choice among the transport's own ways, as the transport is told it.
 constexpr NativePath native_path(Algorithm a) {
   return a == Algorithm::Persistent ? NativePath::Persistent

@@ -142,14 +142,8 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   v.reduce_op(op, input.dtype());
   const int world = group.size();
   // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
-  Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes(),
-                                        detail::ShmForm::kHas);
-  // Shared memory carries what fits its slots, in the dtype it is reduced in (every rank
-  // agrees on that size); a larger all_reduce takes the table's choice without it.
-  if (algo == Algorithm::SharedMemory &&
-      !detail::shm::all_reduce_fits(static_cast<size_t>(input.numel()) *
-                                    dtype_size(detail::accumulation_dtype(input.dtype()))))
-    algo = detail::without_shm(group, Collective::AllReduce, input.nbytes());
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes(),
+                                              detail::ShmForm::kHas);
   const bool as_is = natively_reducible(input.dtype(), op);
   auto start = [&](NativeCollectives&) {
     output.bump_version();

@@ -91,6 +91,14 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const Block* send, char* ou
   return n;
 }
 
+void GroupShm::copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p) {
+  if (bytes == 0) return;
+  if (r == rank_)
+    std::memcpy(to, reinterpret_cast<const void*>(static_cast<uintptr_t>(address)), bytes);
+  else
+    read_peer(r, address, to, bytes, p);
+}
+
 void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p) {
   const int err = cma_read(peers_.pid(r), address, to, bytes);
   if (err == 0) return;

@@ -158,6 +158,7 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   FERRY_CHECK(tail_ - head_ < kRing, Error, "shared memory of ", describe_, ": more than ",
               kRing, " ops started and not completed (internal error)");
   Pending& p = ring_[tail_ % kRing];
+  if (head_ == tail_) head_n_.store(n, std::memory_order_release);
   tail_ += 1;
   p.n = n;
   p.kind = kind;
@@ -239,10 +240,16 @@ void GroupShm::progress() {
     if (!p.read) {
       for (int r = 0; r < size_; ++r)
         if (!reached(slot(r)->arrived.load(std::memory_order_acquire), p.n)) return;
+      // The gather half reads slices that are final only once every rank reduced its own.
+      if (p.kind == Kind::GatherSlices)
+        for (int r = 0; r < size_; ++r)
+          if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n - 1)) return;
       try {
         compare_calls(p);
         if (p.kind == Kind::AllReduce) read_all_reduce(p);
         if (p.kind == Kind::AllToAll) read_all_to_all(p);
+        if (p.kind == Kind::ReduceSlice) read_reduce_slice(p);
+        if (p.kind == Kind::GatherSlices) read_gather_slices(p);
       } catch (...) {
         give_up();  // this rank will never say done: its peers must not wait for it
         throw;
@@ -252,11 +259,12 @@ void GroupShm::progress() {
     }
     // An all_to_all's peers read this rank's buffer: it is the caller's again only once they
     // all said done.
-    if (p.kind == Kind::AllToAll)
+    if (p.kind == Kind::AllToAll || p.kind == Kind::GatherSlices)
       for (int r = 0; r < size_; ++r)
         if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n)) return;
     head_ += 1;
     completed_.store(p.n, std::memory_order_release);
+    head_n_.store(head_ != tail_ ? ring_[head_ % kRing].n : 0, std::memory_order_release);
   }
 }
 
@@ -304,18 +312,27 @@ bool GroupShm::wait_for(FunctionRef<bool()> ready, Clock::time_point until, cons
     progress();
     return ready();
   };
+  // Whether the oldest started op may move now, read without the lock: the spin reads only the
+  // peers' counters until one changed, and takes the lock once it can act.
+  auto may_move = [&] {
+    const uint32_t head = head_n_.load(std::memory_order_acquire);
+    if (head == 0) return true;
+    for (int r = 0; r < size_; ++r)
+      if (!reached(slot(r)->arrived.load(std::memory_order_acquire), head)) return false;
+    return true;
+  };
   if (check()) return true;
   const Clock::time_point spin_start = Clock::now();
   const Clock::duration spin_for = oversubscribed_ ? Clock::duration(kYieldFor)
                                                    : Clock::duration(kSpinFor);
   for (int i = 1;; ++i) {
-    if (oversubscribed_) {
+    // One pause (~40-140 cycles), not more: the hand-off is noticed at most that late.
+    if (oversubscribed_)
       sched_yield();
-    } else {
-      for (int k = 0; k < 8; ++k) cpu_relax();
-    }
-    if (check()) return true;
-    if (oversubscribed_ || (i & 15) == 0) {
+    else
+      cpu_relax();
+    if ((ready() || may_move()) && check()) return true;
+    if (oversubscribed_ || (i & 63) == 0) {
       const Clock::time_point now = Clock::now();
       if (now - spin_start >= spin_for || now >= until) break;
     }

@@ -74,6 +74,14 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   uint32_t start_all_to_all(const OpRef& op, const Block* send, char* out,
                             const uint64_t* recv_offsets);
 
+  // Starts an all_reduce larger than the slots by reading peers' memory (peers_readable() said
+  // yes): this rank reduces slice `rank` of every rank's `in` (read straight from the peers'
+  // buffers, in rank order, so the bits are the direct exchange's) into its `out`, then copies
+  // every other slice, finished, out of its peers' `out`. Both stay the caller's only once the op
+  // completed: its peers read them. Takes two op numbers; returns the later one.
+  uint32_t start_large_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
+                                  DType dtype, ReduceOp reduce);
+
   // Never blocks: whether op `n` completed (then a later wait returns at once). Throws the
   // failure of a read (a mismatch, a peer's memory gone).
   bool test(uint32_t n);
@@ -93,7 +101,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
  private:
   GroupShm(GroupImpl& g, SharedSegment segment);
 
-  enum class Kind : uint8_t { Barrier, AllReduce, AllToAll };
+  // ReduceSlice and GatherSlices are the two halves of a large all_reduce (ops n and n + 1).
+  enum class Kind : uint8_t { Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices };
   struct Pending {
     uint32_t n = 0;
     Kind kind = Kind::Barrier;
@@ -116,6 +125,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void progress();
   void read_all_reduce(const Pending& p);
   void read_all_to_all(const Pending& p);
+  void read_reduce_slice(const Pending& p);
+  void read_gather_slices(const Pending& p);
+  // Copies `bytes` at `address` of group rank r (this rank: a plain copy) into `to`.
+  void copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
   // Stores `value` into a counter and wakes the sleepers, if any.
   void publish(std::atomic<uint32_t>& counter, uint32_t value);
   // Publishes `arrived` = n (the op's part is in place).
@@ -146,7 +159,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   uint32_t next_ = 0;    // the last op number taken (starts are serialized by the group)
   int readable_ = -1;    // peers_readable(): -1 not asked yet
   std::atomic<uint32_t> completed_{0};
+  std::atomic<uint32_t> head_n_{0};  // the oldest started op not completed, 0 if none
   std::array<Pending, kRing> ring_;
+  // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
+  std::vector<unsigned char> acc_, chunk_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed
 };
 

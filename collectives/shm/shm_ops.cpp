@@ -3,6 +3,7 @@
 #include <ferry/collectives/shm/shm_group.h>
 #include <ferry/runtime/object_pool.h>
 
+#include <algorithm>
 #include <exception>
 
 #include <ferry/runtime/error.h>
@@ -50,6 +51,27 @@ std::shared_ptr<GroupShm> shm_of(OpContext& ctx) {
   }
 }
 
+// An all_reduce of any size: through the slots when it fits them; above, by single copy from
+// the peers' buffers, or, where the ranks cannot read each other's memory, slot by slot (each
+// piece waited for before the next starts: a fallback, which the issuing thread runs to its end).
+// Returns the op number that completes it.
+uint32_t start_any_all_reduce(GroupShm& shm, OpContext& ctx, const void* in, void* out,
+                              size_t count, DType dtype, ReduceOp op) {
+  const OpRef ref = op_of(ctx);
+  const size_t elem = dtype_size(dtype);
+  if (count * elem <= kSlotBytes) return shm.start_all_reduce(ref, in, out, count, dtype, op);
+  if (shm.peers_readable(ref)) return shm.start_large_all_reduce(ref, in, out, count, dtype, op);
+  const size_t per = kSlotBytes / elem;
+  uint32_t n = 0;
+  for (size_t at = 0; at < count; at += per) {
+    n = shm.start_all_reduce(ref, static_cast<const char*>(in) + at * elem,
+                             static_cast<char*>(out) + at * elem, std::min(per, count - at),
+                             dtype, op);
+    run_to_the_end(shm, n, ctx);
+  }
+  return n;
+}
+
 // An op started in shared memory: whoever tests or waits for its Work advances the group's
 // shared-memory ops (shm_group.h); nothing of it is handed to another thread. It keeps its
 // context for the diagnosis of a timeout.
@@ -83,20 +105,18 @@ class ShmInFlight final : public InFlight, public Pooled {
 
 std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
                                           Tensor& output, ReduceOp op) {
-  const OpRef ref = op_of(*ctx);
   std::shared_ptr<GroupShm> shm = shm_of(*ctx);
   output.bump_version();
   ctx->ran(Collective::AllReduce, Algorithm::SharedMemory);
-  const uint32_t n = shm->start_all_reduce(ref, input.raw_data(), output.raw_data(),
-                                           static_cast<size_t>(input.numel()), input.dtype(), op);
+  const uint32_t n = start_any_all_reduce(*shm, *ctx, input.raw_data(), output.raw_data(),
+                                          static_cast<size_t>(input.numel()), input.dtype(), op);
   return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx));
 }
 
 void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
                 ReduceOp op) {
-  const OpRef ref = op_of(ctx);
   std::shared_ptr<GroupShm> shm = shm_of(ctx);
-  run_to_the_end(*shm, shm->start_all_reduce(ref, in, out, count, dtype, op), ctx);
+  run_to_the_end(*shm, start_any_all_reduce(*shm, ctx, in, out, count, dtype, op), ctx);
 }
 
 std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx) {

@@ -15,10 +15,9 @@
 
 namespace ferry::detail::shm {
 
-// Whether an all_reduce of `bytes` per rank (in the dtype it is reduced in) fits the segment's
-// slots; a larger one takes the table's choice without shm (shm_fallback in ops/dispatch.h).
-constexpr bool all_reduce_fits(size_t bytes) { return bytes <= kSlotBytes; }
-
+// all_reduce of any size: up to kSlotBytes through the segment's slots, above by single copy
+// from the peers' buffers (shm_all_reduce_large.cpp), or slot by slot where the ranks cannot
+// read each other's memory.
 std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
                                           Tensor& output, ReduceOp op);
 void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,

@@ -51,9 +51,11 @@ void all_reduce_matches_direct(Group& world, Ctx& ctx) {
                                      DType::Int64,   DType::Float16, DType::BFloat16};
   for (DType dt : dtypes) {
     for (ReduceOp op : ops_for(dt)) {
-      // Up to the slots' 16 KiB in the reduction's dtype (16-bit floats reduce in float32).
+      // Up to the slots' 16 KiB in the reduction's dtype (16-bit floats reduce in float32),
+      // then above them (single copy from the peers' buffers, in slices; odd counts leave
+      // uneven slices).
       const int64_t fill = 16384 / static_cast<int64_t>(std::max<size_t>(4, ferry::dtype_size(dt)));
-      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, fill}) {
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, fill, fill + 1, int64_t{70001}}) {
         Gen gen(pattern_for(op), dt, g.rank(), static_cast<uint64_t>(n * 131));
         Tensor in = make_tensor(gen, {n}, dt);
         const Tensor before = snapshot(in);
@@ -86,13 +88,21 @@ void all_reduce_matches_direct(Group& world, Ctx& ctx) {
              ", given " + std::to_string(ts[k].get_flat(4));
     });
   }
-  // Larger than the slots: the table's choice without shm carries it, and says so.
-  Tensor big = ferry::full({8192}, 1.0);  // 64 KiB of float64
-  const uint64_t shm_before = runs(g, Collective::AllReduce, Algorithm::SharedMemory);
-  ferry::all_reduce(big, g).wait();
-  ctx.expect(big.get_flat(8191) == W && runs(g, Collective::AllReduce,
-                                             Algorithm::SharedMemory) == shm_before,
-             [&] { return where(g, "64 KiB") + ": expected the sum by another algorithm"; });
+  // Larger than the slots, in place, several in flight: the single copy reads the peers'
+  // buffers until every rank is done with them.
+  std::vector<Tensor> bigs;
+  std::vector<Work> big_works;
+  for (int k = 0; k < 3; ++k) {
+    bigs.push_back(ferry::full({300001}, static_cast<double>(k + g.rank())));
+    big_works.push_back(ferry::all_reduce(bigs.back(), g));
+  }
+  for (int k = 2; k >= 0; --k) big_works[k].wait();
+  for (int k = 0; k < 3; ++k) {
+    const double want = W * k + W * (W - 1) / 2.0;
+    ctx.expect(bigs[k].get_flat(0) == want && bigs[k].get_flat(150000) == want &&
+                   bigs[k].get_flat(300000) == want,
+               [&] { return where(g, "large in place " + std::to_string(k)) + ": wrong sum"; });
+  }
 }
 
 void barrier_runs_in_shm(Group& world, Ctx& ctx) {
@@ -166,6 +176,13 @@ void no_names_left(Group& world, Ctx& ctx) {
 bool add(const char* name, void (*body)(Group&, Ctx&)) {
   return register_spmd_case(name, "[shm]", body, not_one_host);
 }
+
+// After every case of an mpiexec or UCX suite: nothing of this process is left in /dev/shm.
+[[maybe_unused]] const bool final_check = spmd::add_final_check([](Group&) -> std::string {
+  if (ferry::detail::shm::SharedSegment::names_left_in_dev_shm(getpid()))
+    return "a ferry-shm segment name of this process is left in /dev/shm after the suite";
+  return "";
+});
 
 [[maybe_unused]] const bool registered =
     add("shm: all_reduce equals the direct exchange, every dtype and reduction",

@@ -5,6 +5,7 @@
 // the others raise TimeoutError at the deadline, naming the op, its sequence number and the
 // absent rank; and after either, /dev/shm holds no segment name.
 #include <ferry/ferry.h>
+#include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/shm/shared_segment.h>
 #include "tests/catch/run_catch.h"
 #include "tools/run/rank_processes.h"
@@ -12,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -136,6 +138,39 @@ int skip_an_op() {
   return c.status();
 }
 
+// Every rank makes itself non-dumpable before init: where that keeps its peers from reading its
+// memory (no CAP_SYS_PTRACE), each rank's probe says so and every rank runs all_to_all_single
+// as the pairwise exchange; where it does not (root here), the single copy runs. Either way
+// the blocks arrive, and every rank took the same path.
+int unreadable() {
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  Group world = init();
+  Checks c(world.rank());
+  Group g = world.split(0, world.rank());
+  set_algorithm_override("all_to_all:shm");
+  const int W = g.size(), me = g.rank();
+  Tensor in = empty({W * 1000}, DType::Float32);
+  for (int q = 0; q < W; ++q) in.narrow(0, q * 1000, 1000).fill_(100 * me + q);
+  Tensor out = zeros({W * 1000}, DType::Float32);
+  all_to_all_single(in, out, g).wait();
+  for (int p = 0; p < W; ++p)
+    c.expect(out.get_flat(p * 1000 + 999) == 100 * p + me,
+             "the block from rank " + std::to_string(p) + " arrived");
+  const bool by_shm = g.impl().runs(Collective::AllToAll, Algorithm::SharedMemory) == 1;
+  const bool by_pairwise = g.impl().runs(Collective::AllToAll, Algorithm::Pairwise) == 1;
+  c.expect(by_shm != by_pairwise, "one path ran the all_to_all");
+  Tensor mine = from_vector<int64_t>({by_shm ? 1 : 0});
+  Tensor all = empty({W}, DType::Int64);
+  set_algorithm_override("");
+  all_gather(mine, all, world).wait();
+  for (int p = 0; p < W; ++p)
+    c.expect(all.get_flat(p) == mine.get_flat(0), "every rank took the same path");
+  std::fprintf(stderr, "[rank %d] non-dumpable: all_to_all_single ran by %s\n", world.rank(),
+               by_shm ? "shm (reads allowed here)" : "the pairwise exchange (reads refused)");
+  finalize();
+  return c.status();
+}
+
 std::vector<run::RankExit> launch(const std::string& scenario, int ranks, const std::string& param) {
   run::LaunchOptions o;
   o.ranks = ranks;
@@ -163,6 +198,16 @@ TEST_CASE("shm: a rank killed between ops makes every survivor raise PeerFailure
   CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
 }
 
+TEST_CASE("shm: all_to_all_single where ranks may not read each other's memory",
+          "[shm][process]") {
+  auto exits = launch("unreadable", 3, "");
+  for (const auto& e : exits) {
+    INFO(run::describe(e));
+    CHECK((e.exited && e.status == 0));
+  }
+  CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
+}
+
 TEST_CASE("shm: a rank that never issues an op makes the others time out", "[shm][process]") {
   auto exits = launch("timeout", 2, "");
   for (const auto& e : exits) {
@@ -178,6 +223,7 @@ int main(int argc, char** argv) {
     try {
       if (name == "kill") return kill_between_ops();
       if (name == "timeout") return skip_an_op();
+      if (name == "unreadable") return unreadable();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "child scenario '%s' failed: %s\n", name.c_str(), e.what());
       return 1;
