@@ -4,6 +4,7 @@
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/shm/shm_ops.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
@@ -37,8 +38,10 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   else
     FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,
               " of ", transport->size(), " (rank 0 prints the algorithm table)");
-  return Group(detail::make_group_impl(std::move(transport), std::move(members), rank, /*id=*/0,
+  Group world(detail::make_group_impl(std::move(transport), std::move(members), rank, /*id=*/0,
                                        std::move(native)));
+  detail::shm::prepare_group(world.impl());  // ranks on one host: the group's shared segment
+  return world;
 }
 
 detail::GroupImpl& Group::impl() const {
@@ -95,8 +98,10 @@ Group Group::split(int color, int key) const {
     if (parent_rank == rank()) my_rank = static_cast<int>(members.size());
     members.push_back(world);
   }
-  return Group(detail::make_group_impl(parent.transport_ptr(), std::move(members), my_rank, id,
+  Group group(detail::make_group_impl(parent.transport_ptr(), std::move(members), my_rank, id,
                                        std::move(native)));
+  detail::shm::prepare_group(group.impl());  // ranks on one host: the group's shared segment
+  return group;
 }
 
 std::string detail::where(const char* op, const Group& group) {

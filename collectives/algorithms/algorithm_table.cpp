@@ -79,20 +79,21 @@ constexpr size_t kStaged = 8 * 1024;
 // to exchange: recursive doubling returns at once.
 //
 // Ranks that share a host take shared memory (collectives/shm/) first where it was measured
-// faster (2 ranks, ferry-bench --vs-mpi, against the rows below it; docs/transports.md): an
-// all_reduce that fits the segment's 16 KiB slots, every barrier, and all_to_all with equal
-// blocks above the persistent requests' 8 KiB (one copy by process_vm_readv instead of a
-// message each way; at 8 B the system call costs more than MPI's persistent request).
+// faster (2 ranks, ferry-bench --vs-mpi, against the rows below it; docs/transports.md): every
+// all_reduce (through the segment's slots up to 16 KiB, by single copy above: 64 KiB to
+// 16 MiB took 0.48-0.82 of MPICH's time, where the exchange took 0.79-1.0 and UCX's ring up to
+// 2.4), every barrier, and all_to_all with equal blocks above the persistent requests' 8 KiB
+// (one copy by process_vm_readv instead of a message each way; at 8 B the system call costs
+// more than MPI's persistent request).
 using A = Algorithm;
-constexpr size_t kShmSlot = 16 * 1024;  // collectives/shm/shm_layout.h's kSlotBytes
 constexpr Rule kShmAny{kAnyBytes, kAnyRanks, A::SharedMemory, 1, false, true};
 constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
-    {{{kShmSlot, kAnyRanks, A::SharedMemory, 1, false, true},
+    {{kShmAny,
       {4 * 1024, 8, A::Direct},
       {32 * 1024, kAnyRanks, A::RecursiveDoubling},
       {kAnyBytes, 1, A::RecursiveDoubling},
       {kAnyBytes, kAnyRanks, A::Ring}},
-     {{kShmSlot, kAnyRanks, A::SharedMemory, 1, false, true},
+     {kShmAny,
       {kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_reduce

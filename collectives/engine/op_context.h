@@ -130,6 +130,10 @@ class OpContext : public Pooled {
   const Fingerprint& fingerprint() const { return fingerprint_; }
   Clock::time_point give_up() const { return give_up_; }
   [[noreturn]] void fail_timeout_waiting_for(const std::string& waiting_for);
+  // A member of the group that entered finalize without issuing this op (it never will): why,
+  // for a PeerFailure, after noting that member on the group (GroupImpl::note_member_ended);
+  // "" otherwise. Asked between the slices of a wait (this context's, or shared memory's).
+  std::string departed_peer() const;
 
  private:
   Tag tag(uint32_t step) const;
@@ -150,10 +154,6 @@ class OpContext : public Pooled {
   [[noreturn]] void abort_poisoned();
   // Throws the error of the first finished request that failed, after cancelling the rest.
   void rethrow_first_failure();
-  // A member of the group that entered finalize without issuing this op (it never will): why,
-  // for a PeerFailure, after noting that member on the group (GroupImpl::note_member_ended);
-  // "" otherwise. Asked between the slices of a wait.
-  std::string departed_peer() const;
   // "its 10000 ms deadline", for a timeout's message.
   std::string deadline_text() const;
   static constexpr auto kCheckEvery = std::chrono::milliseconds(50);

@@ -40,12 +40,11 @@ int cma_read(int pid, uint64_t address, void* to, size_t bytes) {
 
 }  // namespace
 
-bool GroupShm::peers_readable(const OpRef& op) {
-  if (readable_ >= 0) return readable_ == 1;
-  // Probe once: read each peer's header (its magic) through its own mapping of the segment.
-  // EPERM (Yama ptrace_scope, a container without CAP_SYS_PTRACE), ENOSYS (seccomp, an old
-  // kernel) and the like make this rank answer "cannot"; every rank then takes the same
-  // other path, as each waits for every rank's answer.
+void GroupShm::probe_peers() {
+  // Read each peer's header (its magic) through the peer's own mapping of the segment. EPERM
+  // (Yama ptrace_scope, a container without CAP_SYS_PTRACE), ENOSYS (seccomp, an old kernel)
+  // and the like make this rank answer "cannot"; every rank then takes the same other path, as
+  // each waits for every rank's answer (peers_readable).
   bool mine = true;
   std::string why;
   for (int r = 0; r < size_ && mine; ++r) {
@@ -61,6 +60,10 @@ bool GroupShm::peers_readable(const OpRef& op) {
     FERRY_LOG(Info, "shm", describe_, ": cannot read peers' memory (", why,
               "): all_to_all takes the pairwise exchange");
   publish(slot(rank_)->cma, mine ? 1 : 2);
+}
+
+bool GroupShm::peers_readable(const OpRef& op) {
+  if (readable_ >= 0) return readable_ == 1;
   auto answered = [&] {
     for (int r = 0; r < size_; ++r)
       if (slot(r)->cma.load(std::memory_order_acquire) == 0) return false;

@@ -27,6 +27,19 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 
 static_assert(sizeof(Fingerprint) <= kFingerprintBytes);
 
+// "all_reduce of 4096 float32 (sum)": a call as the MPI transport's key check names it, so a
+// mismatch reads alike whichever path found it.
+std::string short_call(const Fingerprint& f) {
+  std::string s = str(std::string(f.op, strnlen(f.op, sizeof f.op)));
+  if (f.has_tensor != 0 || f.lists != 0) {
+    s += f.agreed >= 0 ? str(" of ", f.agreed, " ") : std::string(" of ");
+    s += dtype_name(static_cast<DType>(f.dtype));
+  }
+  if (f.has_reduce_op != 0) s += str(" (", reduce_op_name(static_cast<ReduceOp>(f.reduce_op)), ")");
+  if (f.root >= 0) s += str(" root ", f.root);
+  return s;
+}
+
 // The progress thread's view of every group's shared-memory ops (GroupShm::poll_in_background):
 // registered once, holding the groups weakly.
 class ShmPoller final : public BackgroundPoller {
@@ -87,6 +100,9 @@ std::shared_ptr<GroupShm> GroupShm::of(GroupImpl& g, const OpRef& op) {
   state = shm;
   g.shm_fast().store(shm.get(), std::memory_order_release);
   ShmPoller::get().watch(shm);
+  // Every rank mapped the segment and wrote its pid and address before rank 0 said ready:
+  // probe now, so that the first single-copy op finds every rank's answer published.
+  shm->probe_peers();
   return shm;
 }
 
@@ -188,7 +204,8 @@ void GroupShm::compare_calls(const Pending& p) {
                 describe_, ": the ranks called different collectives: rank ", rank_, " called ",
                 mine.describe(), ", rank ", r, " called ", theirs.describe(), " (",
                 what ? what : "the call", " differs; compared in shared memory before any data "
-                "was read)");
+                "was read: this rank ", short_call(mine), ", rank ", r, " ",
+                theirs.well_formed() ? short_call(theirs) : std::string("?"), ")");
   }
 }
 
@@ -300,6 +317,10 @@ void GroupShm::check_peers(const OpRef& op) {
     FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
                 who(gave_up - 1), " gave up on the group (its op failed) while this rank ",
                 "waited in shared memory");
+  if (op.ctx != nullptr) {
+    if (const std::string gone = op.ctx->departed_peer(); !gone.empty())
+      FERRY_THROW(PeerFailure, op.name, " (seq ", op.seq, ") on ", describe_, ": ", gone);
+  }
   const int ended = peers_.first_ended();
   if (ended >= 0)
     FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",

@@ -22,6 +22,7 @@
 #include <ferry/collectives/engine/fingerprint.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/engine/issue.h>
+#include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
@@ -44,6 +45,9 @@ struct OpRef {
   Clock::time_point deadline;
   const Fingerprint* fingerprint;
   uint32_t check;  // check_hash(*fingerprint)
+  // The op's context, asked between a slow wait's slices whether a peer entered finalize
+  // without issuing the op (OpContext::departed_peer); null while the group is being made.
+  const OpContext* ctx = nullptr;
 };
 
 class GroupShm : public std::enable_shared_from_this<GroupShm> {
@@ -63,6 +67,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // order on every rank (the direct exchange's order: the same bits everywhere).
   uint32_t start_all_reduce(const OpRef& op, const void* in, void* out, size_t count, DType dtype,
                             ReduceOp reduce);
+  // Reads each peer's segment header through its process (process_vm_readv) and publishes
+  // whether that worked; made once, with the segment, without waiting for anyone.
+  void probe_peers();
   // Whether every rank can read its peers' memory (process_vm_readv): the all_to_all's
   // single-copy path. The same answer on every rank (each publishes its probe's result; this
   // waits for all of them). Throws as a wait does.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <exception>
 
+#include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 
 namespace ferry::detail::shm {
@@ -31,21 +32,20 @@ uint32_t shm_check(const Fingerprint& f) {
 // leaving the diagnosis window to OpContext::fail_timeout_waiting_for.
 OpRef op_of(const OpContext& ctx) {
   return OpRef{ctx.op(), ctx.seq(), ctx.give_up(), &ctx.fingerprint(),
-               shm_check(ctx.fingerprint())};
+               shm_check(ctx.fingerprint()), &ctx};
 }
 
 // Waits for op n on `shm` under the op's deadline; at it, the engine's diagnosis of the ranks
 // that did not come (and of a rank stuck in another call, MismatchError).
-void run_to_the_end(GroupShm& shm, uint32_t n, OpContext& ctx) {
-  const OpRef ref = op_of(ctx);
+void run_to_the_end(GroupShm& shm, uint32_t n, OpContext& ctx, const OpRef& ref) {
   if (!shm.wait(n, ref.deadline, ref)) ctx.fail_timeout_waiting_for(shm.not_arrived(n));
 }
 
 // The group's shared-memory state; a first op whose segment exchange times out (a rank is in
 // another call: it skipped one) gets the engine's diagnosis, as any other timeout.
-std::shared_ptr<GroupShm> shm_of(OpContext& ctx) {
+std::shared_ptr<GroupShm> shm_of(OpContext& ctx, const OpRef& ref) {
   try {
-    return GroupShm::of(ctx.group(), op_of(ctx));
+    return GroupShm::of(ctx.group(), ref);
   } catch (const TimeoutError&) {
     ctx.fail_timeout_waiting_for(str(" ", error_message(std::current_exception()), ";"));
   }
@@ -55,9 +55,8 @@ std::shared_ptr<GroupShm> shm_of(OpContext& ctx) {
 // the peers' buffers, or, where the ranks cannot read each other's memory, slot by slot (each
 // piece waited for before the next starts: a fallback, which the issuing thread runs to its end).
 // Returns the op number that completes it.
-uint32_t start_any_all_reduce(GroupShm& shm, OpContext& ctx, const void* in, void* out,
-                              size_t count, DType dtype, ReduceOp op) {
-  const OpRef ref = op_of(ctx);
+uint32_t start_any_all_reduce(GroupShm& shm, OpContext& ctx, const OpRef& ref, const void* in,
+                              void* out, size_t count, DType dtype, ReduceOp op) {
   const size_t elem = dtype_size(dtype);
   if (count * elem <= kSlotBytes) return shm.start_all_reduce(ref, in, out, count, dtype, op);
   if (shm.peers_readable(ref)) return shm.start_large_all_reduce(ref, in, out, count, dtype, op);
@@ -67,7 +66,7 @@ uint32_t start_any_all_reduce(GroupShm& shm, OpContext& ctx, const void* in, voi
     n = shm.start_all_reduce(ref, static_cast<const char*>(in) + at * elem,
                              static_cast<char*>(out) + at * elem, std::min(per, count - at),
                              dtype, op);
-    run_to_the_end(shm, n, ctx);
+    run_to_the_end(shm, n, ctx, ref);
   }
   return n;
 }
@@ -77,15 +76,16 @@ uint32_t start_any_all_reduce(GroupShm& shm, OpContext& ctx, const void* in, voi
 // context for the diagnosis of a timeout.
 class ShmInFlight final : public InFlight, public Pooled {
  public:
-  ShmInFlight(std::shared_ptr<GroupShm> shm, uint32_t n, std::unique_ptr<OpContext> ctx)
-      : shm_(std::move(shm)), n_(n), ctx_(std::move(ctx)), op_(op_of(*ctx_)) {}
+  ShmInFlight(std::shared_ptr<GroupShm> shm, uint32_t n, std::unique_ptr<OpContext> ctx,
+              const OpRef& op)
+      : shm_(std::move(shm)), n_(n), ctx_(std::move(ctx)), op_(op) {}
 
   bool test() override { return shm_->test(n_); }
   bool poll_until(Clock::time_point deadline) override {
     return shm_->wait(n_, std::min(deadline, op_.deadline), op_);
   }
   void wait_to_the_end(GroupImpl&, const char*, uint64_t, Clock::time_point) override {
-    run_to_the_end(*shm_, n_, *ctx_);
+    run_to_the_end(*shm_, n_, *ctx_, op_);
   }
   std::vector<Tensor> finish() override { return {}; }
   // The caller's buffers are read by peers only in an all_to_all, and only until every peer
@@ -103,52 +103,61 @@ class ShmInFlight final : public InFlight, public Pooled {
 
 }  // namespace
 
+void prepare_group(GroupImpl& g) {
+  if (g.size() < 2 || !g.one_host()) return;
+  const Clock::time_point deadline = Clock::now() + default_timeout();
+  GroupShm::of(g, OpRef{"making the group", g.sequence_number(), deadline, nullptr, 0});
+}
+
 std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
                                           Tensor& output, ReduceOp op) {
-  std::shared_ptr<GroupShm> shm = shm_of(*ctx);
+  const OpRef ref = op_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   output.bump_version();
   ctx->ran(Collective::AllReduce, Algorithm::SharedMemory);
-  const uint32_t n = start_any_all_reduce(*shm, *ctx, input.raw_data(), output.raw_data(),
+  const uint32_t n = start_any_all_reduce(*shm, *ctx, ref, input.raw_data(), output.raw_data(),
                                           static_cast<size_t>(input.numel()), input.dtype(), op);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx));
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
 }
 
 void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
                 ReduceOp op) {
-  std::shared_ptr<GroupShm> shm = shm_of(ctx);
-  run_to_the_end(*shm, start_any_all_reduce(*shm, ctx, in, out, count, dtype, op), ctx);
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  const uint32_t n = start_any_all_reduce(*shm, ctx, ref, in, out, count, dtype, op);
+  run_to_the_end(*shm, n, ctx, ref);
 }
 
 std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx) {
   const OpRef ref = op_of(*ctx);
-  std::shared_ptr<GroupShm> shm = shm_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   ctx->ran(Collective::Barrier, Algorithm::SharedMemory);
   const uint32_t n = shm->start_barrier(ref);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx));
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
 }
 
 void barrier(OpContext& ctx) {
   const OpRef ref = op_of(ctx);
-  std::shared_ptr<GroupShm> shm = shm_of(ctx);
-  run_to_the_end(*shm, shm->start_barrier(ref), ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  run_to_the_end(*shm, shm->start_barrier(ref), ctx, ref);
 }
 
 std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx, const Block* send,
                                           char* out, const uint64_t* recv_offsets) {
   const OpRef ref = op_of(*ctx);
-  std::shared_ptr<GroupShm> shm = shm_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   if (!shm->peers_readable(ref)) return nullptr;
   ctx->ran(Collective::AllToAll, Algorithm::SharedMemory);
   const uint32_t n = shm->start_all_to_all(ref, send, out, recv_offsets);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx));
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
 }
 
 bool all_to_all(OpContext& ctx, const Block* send, char* out, const uint64_t* recv_offsets) {
   const OpRef ref = op_of(ctx);
-  std::shared_ptr<GroupShm> shm = shm_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
   if (!shm->peers_readable(ref)) return false;
   ctx.ran(Collective::AllToAll, Algorithm::SharedMemory);
-  run_to_the_end(*shm, shm->start_all_to_all(ref, send, out, recv_offsets), ctx);
+  run_to_the_end(*shm, shm->start_all_to_all(ref, send, out, recv_offsets), ctx, ref);
   return true;
 }
 

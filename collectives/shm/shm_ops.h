@@ -15,6 +15,14 @@
 
 namespace ferry::detail::shm {
 
+// Makes `g`'s shared segment now when its ranks share a host (GroupImpl::one_host) and are more
+// than one: collective, as making the group is (Group::world and Group::split call it). Made
+// with the group rather than by its first op, so that no op ever waits at issue for a peer to
+// take part in an exchange: a rank that skips the group's first collective then makes its
+// peers time out in that op's wait, with the engine's diagnosis, as on the other paths. Throws
+// as SharedSegment::map_for_group does.
+void prepare_group(GroupImpl& g);
+
 // all_reduce of any size: up to kSlotBytes through the segment's slots, above by single copy
 // from the peers' buffers (shm_all_reduce_large.cpp), or slot by slot where the ranks cannot
 // read each other's memory.

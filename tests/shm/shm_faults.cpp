@@ -171,7 +171,8 @@ int unreadable() {
   return c.status();
 }
 
-std::vector<run::RankExit> launch(const std::string& scenario, int ranks, const std::string& param) {
+std::vector<run::RankExit> launch(const std::string& scenario, int ranks,
+                                  const std::string& param) {
   run::LaunchOptions o;
   o.ranks = ranks;
   o.argv = {"/proc/self/exe", "--child", scenario};
