@@ -23,9 +23,10 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   std::shared_ptr<NativeCollectives> native = transport->native_world();
   // Which ranks share a host, for the shared-memory path (world_handshake.h): learnt now, as
   // making the world group is collective (after native_world, which gives MPI's world group
-  // its communicators). The local transport's ranks are threads of one process, which need no
-  // segment.
-  if (transport->name() != "local")
+  // its communicators). Only MPI's and UCX's ranks are processes that may share a host; the
+  // local transport's are threads of one process (and a test's scripted transport answers
+  // only the messages it was written for).
+  if (transport->name() == "mpi" || transport->name() == "ucx")
     detail::exchange_host_keys(*transport, Clock::now() + default_timeout());
   // FERRY_ALGO naming a way of the transport's own collectives where it has none stops here,
   // at init, rather than at the first op of that collective.

@@ -118,7 +118,9 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // gather
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // scatter
     {{kShmAny, {kAnyBytes, kAnyRanks, A::Dissemination}},
-     {kShmAny, {kAnyBytes, kAnyRanks, A::Persistent}, {kAnyBytes, kAnyRanks, A::Native}}},  // barrier
+     {kShmAny,
+      {kAnyBytes, kAnyRanks, A::Persistent},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // barrier
 }};
 
 const Automatic& automatic_rules(Collective c) { return kAutomaticRules[static_cast<size_t>(c)]; }

@@ -600,7 +600,9 @@ Work barrier(const Group& group) {
                                });
   };
   auto start = [&](NativeCollectives&) { return native_barrier(group.impl()); };
-  auto post = [](std::unique_ptr<OpContext> ctx) { return detail::shm::post_barrier(std::move(ctx)); };
+  auto post = [](std::unique_ptr<OpContext> ctx) {
+    return detail::shm::post_barrier(std::move(ctx));
+  };
   return detail::issue(group, {
       .name = "barrier",
       .what = detail::OpSummary{},

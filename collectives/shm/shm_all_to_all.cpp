@@ -105,12 +105,25 @@ void GroupShm::copy_from(int r, uint64_t address, void* to, size_t bytes, const 
 void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p) {
   const int err = cma_read(peers_.pid(r), address, to, bytes);
   if (err == 0) return;
-  if (err == ESRCH || peers_.first_ended() == r)
-    FERRY_THROW(PeerFailure, "all_to_all_single (shm op ", p.n, ") on ", describe_, ": ",
-                who(r), " ended while this rank read its block");
-  FERRY_THROW(TransportError, "all_to_all_single (shm op ", p.n, ") on ", describe_,
-              ": reading ", bytes, " B of ", who(r), "'s send buffer failed: ",
-              std::strerror(err));
+  const char* op = p.kind == Kind::AllToAll ? "all_to_all_single" : "all_reduce";
+  // A peer that failed on another rank's death lets go of its buffers, or exits: name the
+  // rank that died, or the one that gave up, before the one whose memory went.
+  const int32_t dead = header()->ended.load(std::memory_order_acquire);
+  if (dead != 0)
+    FERRY_THROW(PeerFailure, op, " (shm op ", p.n, ") on ", describe_, ": ", who(dead - 1),
+                " ended while this rank read from its peers");
+  const int32_t gave_up = header()->gave_up.load(std::memory_order_acquire);
+  if (gave_up != 0 && gave_up - 1 != rank_)
+    FERRY_THROW(PeerFailure, op, " (shm op ", p.n, ") on ", describe_, ": ", who(gave_up - 1),
+                " gave up on the group while this rank read from its peers");
+  if (err == ESRCH || peers_.first_ended() == r) {
+    int32_t none = 0;
+    header()->ended.compare_exchange_strong(none, r + 1);
+    FERRY_THROW(PeerFailure, op, " (shm op ", p.n, ") on ", describe_, ": ", who(r),
+                " ended while this rank read from it");
+  }
+  FERRY_THROW(TransportError, op, " (shm op ", p.n, ") on ", describe_, ": reading ", bytes,
+              " B of ", who(r), "'s buffer failed: ", std::strerror(err));
 }
 
 void GroupShm::read_all_to_all(const Pending& p) {

@@ -251,7 +251,24 @@ void GroupShm::read_all_reduce(const Pending& p) {
     combine(p.out, p.out, slot(r)->data[b], p.count, p.dtype, p.reduce);
 }
 
+void GroupShm::abandon(std::exception_ptr why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  abandon_locked(std::move(why));
+}
+
+void GroupShm::abandon_locked(std::exception_ptr why) {
+  if (!failure_) failure_ = std::move(why);
+  abandoned_.store(true, std::memory_order_release);
+  head_ = tail_;
+  head_n_.store(0, std::memory_order_release);
+}
+
 void GroupShm::progress() {
+  if (abandoned_.load(std::memory_order_acquire)) {
+    if (failure_) std::rethrow_exception(failure_);
+    FERRY_THROW(Error, "shared memory of ", describe_, ": an earlier op of the group failed on "
+                "this rank; its shared-memory ops were abandoned");
+  }
   while (head_ != tail_) {
     Pending& p = ring_[head_ % kRing];
     if (!p.read) {
@@ -269,6 +286,7 @@ void GroupShm::progress() {
         if (p.kind == Kind::GatherSlices) read_gather_slices(p);
       } catch (...) {
         give_up();  // this rank will never say done: its peers must not wait for it
+        abandon_locked(std::current_exception());
         throw;
       }
       p.read = true;
@@ -286,6 +304,7 @@ void GroupShm::progress() {
 }
 
 bool GroupShm::poll_in_background() {
+  if (abandoned_.load(std::memory_order_acquire)) return false;
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return true;  // its owner is progressing it
   try {
@@ -307,7 +326,7 @@ bool GroupShm::wait(uint32_t n, Clock::time_point until, const OpRef& op) {
                   op);
 }
 
-void GroupShm::check_peers(const OpRef& op) {
+void GroupShm::check_peers_or_throw(const OpRef& op) {
   if (group_->poisoned()) {
     give_up();
     group_->throw_if_poisoned(op.name);
@@ -322,9 +341,12 @@ void GroupShm::check_peers(const OpRef& op) {
       FERRY_THROW(PeerFailure, op.name, " (seq ", op.seq, ") on ", describe_, ": ", gone);
   }
   const int ended = peers_.first_ended();
-  if (ended >= 0)
+  if (ended >= 0) {
+    int32_t none = 0;
+    header()->ended.compare_exchange_strong(none, ended + 1);
     FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
                 who(ended), " ended while this rank waited for it in shared memory");
+  }
 }
 
 bool GroupShm::wait_for(FunctionRef<bool()> ready, Clock::time_point until, const OpRef& op) {
@@ -376,9 +398,15 @@ bool GroupShm::wait_for(FunctionRef<bool()> ready, Clock::time_point until, cons
     if (ok || check()) return true;
     // A peer that published and then ended did its part: look again before blaming it.
     try {
-      check_peers(op);
+      check_peers_or_throw(op);
     } catch (...) {
-      if (check()) return true;
+      bool done = false;
+      try {
+        done = check();
+      } catch (...) {
+      }
+      if (done) return true;
+      abandon(std::current_exception());
       throw;
     }
   }
@@ -386,10 +414,17 @@ bool GroupShm::wait_for(FunctionRef<bool()> ready, Clock::time_point until, cons
 
 std::string GroupShm::not_arrived(uint32_t n) const {
   std::string absent, reading;
+  // Those furthest behind: a rank that arrived but stopped before reading holds the others
+  // in the reads that wait for it (a large all_reduce's second half waits for every first).
+  uint32_t least_done = n;
+  for (int r = 0; r < size_; ++r) {
+    const uint32_t d = slot(r)->done.load(std::memory_order_acquire);
+    if (!reached(d, least_done)) least_done = d;
+  }
   for (int r = 0; r < size_; ++r) {
     if (!reached(slot(r)->arrived.load(std::memory_order_acquire), n))
       absent += (absent.empty() ? "" : ", ") + std::to_string(r);
-    else if (!reached(slot(r)->done.load(std::memory_order_acquire), n))
+    else if (slot(r)->done.load(std::memory_order_acquire) == least_done && least_done != n)
       reading += (reading.empty() ? "" : ", ") + std::to_string(r);
   }
   if (!absent.empty()) return " group rank(s) " + absent + " did not arrive in shared memory;";
@@ -399,6 +434,7 @@ std::string GroupShm::not_arrived(uint32_t n) const {
 }
 
 void GroupShm::fail_timeout(uint32_t n, const OpRef& op) {
+  abandon();
   std::string absent, reading;
   for (int r = 0; r < size_; ++r) {
     if (!reached(slot(r)->arrived.load(std::memory_order_acquire), n))

@@ -1,9 +1,8 @@
 // A group's shared-memory state and the life of its shared-memory ops (internal).
 //
-// One per group whose ranks share a host, made by the group's first shared-memory op (lazily:
-// most groups never run one, and the world group exists before init's handshake has told the
-// ranks who shares a host; every rank's first such op is the same op, so the segment exchange
-// is collective like the op itself). It maps the segment (shared_segment.h; layout in
+// One per group whose ranks share a host, made with the group (shm_ops.h's prepare_group: then
+// no op waits at issue for a peer to take part in the segment's exchange; a group of one rank
+// makes it at its first shared-memory op instead). It maps the segment (shared_segment.h; layout in
 // shm_layout.h), numbers the group's shared-memory ops, and keeps this rank's started ops in
 // order until they completed.
 //
@@ -31,6 +30,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -99,6 +99,14 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   [[noreturn]] void fail_timeout(uint32_t n, const OpRef& op);
   // " group rank(s) 1 did not arrive;" for op `n` (or who did not finish reading it).
   std::string not_arrived(uint32_t n) const;
+  // After one of the group's shared-memory ops failed on this rank (its deadline, a peer's
+  // death, a mismatch): forgets every started op, so that nothing writes into the buffers of
+  // ops whose Works failed or will fail (a stopped peer that resumes would otherwise let them
+  // complete after their callers got them back), and makes every later wait fail at once.
+  // `why`: the failure, which later waits of the group's ops on this rank raise again (the
+  // progress thread may meet a peer's death before the op's own waiter does).
+  void abandon(std::exception_ptr why = nullptr);
+
   // The progress thread's step (runtime/progress.h): advances this group's started ops without
   // blocking, so that a rank waiting on something else (another op, in another order) still
   // reads what its peers wait for it to read. True while ops are in flight. Swallows failures:
@@ -147,7 +155,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Spins, then sleeps, until `ready()` (asked under mu_ after progress) or `until`.
   bool wait_for(FunctionRef<bool()> ready, Clock::time_point until, const OpRef& op);
   // Throws when waiting longer is pointless: a peer ended or gave up, the group is poisoned.
-  void check_peers(const OpRef& op);
+  void check_peers_or_throw(const OpRef& op);
   // Tells the peers that this rank gave up on the group.
   void give_up();
   // Reads `bytes` at `address` of group rank r's process into `to` (process_vm_readv).
@@ -167,6 +175,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   int readable_ = -1;    // peers_readable(): -1 not asked yet
   std::atomic<uint32_t> completed_{0};
   std::atomic<uint32_t> head_n_{0};  // the oldest started op not completed, 0 if none
+  std::atomic<bool> abandoned_{false};
+  std::exception_ptr failure_;  // the first failure that abandoned the ops; guarded by mu_
+  // abandon() with mu_ held.
+  void abandon_locked(std::exception_ptr why);
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
   std::vector<unsigned char> acc_, chunk_;

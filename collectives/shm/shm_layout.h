@@ -48,6 +48,10 @@ struct alignas(kLine) Header {
   // than by its own deadline, or its group was poisoned): the others fail with PeerFailure
   // instead of waiting for their deadline.
   std::atomic<int32_t> gave_up;
+  // 0, or 1 + the group rank of the first rank whose process some rank found ended: a survivor
+  // whose own read then fails (a peer that failed on that death and let go of its buffers, or
+  // exited) names the rank that died, not the one that let go.
+  std::atomic<int32_t> ended;
 };
 
 // A rank's all_to_all block as its peers read it: `bytes` at `address` of its process.

@@ -38,7 +38,10 @@ OpRef op_of(const OpContext& ctx) {
 // Waits for op n on `shm` under the op's deadline; at it, the engine's diagnosis of the ranks
 // that did not come (and of a rank stuck in another call, MismatchError).
 void run_to_the_end(GroupShm& shm, uint32_t n, OpContext& ctx, const OpRef& ref) {
-  if (!shm.wait(n, ref.deadline, ref)) ctx.fail_timeout_waiting_for(shm.not_arrived(n));
+  if (shm.wait(n, ref.deadline, ref)) return;
+  const std::string waiting_for = shm.not_arrived(n);
+  shm.abandon();
+  ctx.fail_timeout_waiting_for(waiting_for);
 }
 
 // The group's shared-memory state; a first op whose segment exchange times out (a rank is in
