@@ -67,18 +67,39 @@ void GroupShm::read_reduce_slice(const Pending& p) {
   const size_t per_chunk = std::max<size_t>(1, kChunkBytes / elem);
   const uint32_t b = p.n % kDepth;
   auto* out = static_cast<unsigned char*>(p.out);
+  LargeBuffers mine;
+  std::memcpy(&mine, slot(rank_)->data[b], sizeof mine);
+  // In place, this rank's input is the `out` the sum goes into: from rank 2 on, the sum of
+  // ranks 0 and 1 lands there before this rank's own piece is combined, so that piece is
+  // copied aside first.
+  const bool own_aside = mine.in == mine.out && rank_ >= 2;
+  if (own_aside && own_.size() < kChunkBytes) own_.resize(kChunkBytes);
+  // Rank r's piece of a chunk: this rank's own where it lies (or aside), a peer's read into
+  // `into`.
+  auto piece = [&](int r, size_t offset, size_t bytes, std::vector<unsigned char>& into) {
+    if (r == rank_)
+      return own_aside ? static_cast<const unsigned char*>(own_.data())
+                       : reinterpret_cast<const unsigned char*>(mine.in + offset);
+    LargeBuffers theirs;
+    std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
+    read_peer(r, theirs.in + offset, into.data(), bytes, p);
+    return static_cast<const unsigned char*>(into.data());
+  };
   for (size_t at = first; at < last; at += per_chunk) {
     const size_t elems = std::min(per_chunk, last - at);
     const size_t bytes = elems * elem, offset = at * elem;
-    for (int r = 0; r < size_; ++r) {
-      LargeBuffers theirs;
-      std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
-      // Rank 0's piece is the start of the sum, then every other rank's in rank order.
-      copy_from(r, theirs.in + offset, r == 0 ? acc_.data() : chunk_.data(), bytes, p);
-      if (r > 0) combine(acc_.data(), acc_.data(), chunk_.data(), elems, p.dtype, p.reduce);
+    if (own_aside)
+      std::memcpy(own_.data(), reinterpret_cast<const void*>(mine.in + offset), bytes);
+    // Rank 0's piece, then every other rank's combined in rank order, summed straight into
+    // `out`: in place `out` is this rank's `in`, whose slice only this rank reads, and a
+    // combine may write over its own operand.
+    const unsigned char* sum = piece(0, offset, bytes, acc_);
+    for (int r = 1; r < size_; ++r) {
+      const unsigned char* next = piece(r, offset, bytes, sum == chunk_.data() ? acc_ : chunk_);
+      combine(out + offset, sum, next, elems, p.dtype, p.reduce);
+      sum = out + offset;
     }
-    // Written only now: in place, `out` is this rank's `in`, whose slice no peer reads.
-    std::memcpy(out + offset, acc_.data(), bytes);
+    if (size_ == 1 && sum != out + offset) std::memmove(out + offset, sum, bytes);
   }
 }
 

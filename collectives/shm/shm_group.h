@@ -182,7 +182,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void abandon_locked(std::exception_ptr why);
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
-  std::vector<unsigned char> acc_, chunk_;
+  std::vector<unsigned char> acc_, chunk_, own_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed
 };
 
