@@ -81,8 +81,9 @@ constexpr size_t kStaged = 8 * 1024;
 // Ranks that share a host take shared memory (collectives/shm/) first where it was measured
 // faster (2 ranks, ferry-bench --vs-mpi, against the rows below it; docs/transports.md): every
 // all_reduce (through the segment's slots up to 16 KiB, by single copy above: 64 KiB to
-// 16 MiB took 0.48-0.82 of MPICH's time, where the exchange took 0.79-1.0 and UCX's ring up to
-// 2.4), every barrier, and all_to_all with equal blocks above the persistent requests' 8 KiB
+// 16 MiB took 0.57-0.67 of MPICH's time, where MPI's exchange took 0.82-0.93 and UCX's ring
+// 0.60-0.78, the ring at par from 1 MiB), every barrier, and all_to_all with equal blocks above
+// the persistent requests' 8 KiB
 // (one copy by process_vm_readv instead of a message each way; at 8 B the system call costs
 // more than MPI's persistent request).
 using A = Algorithm;
