@@ -91,7 +91,9 @@ std::string tag_str(const Tag& tag) {
   if (tag.seq == kP2PSeq) return detail::str("group ", tag.group, " send/recv tag ", tag.slot);
   if (tag.seq == kDiagnosisSeq) return detail::str("group ", tag.group, " timeout diagnosis");
   if (tag.seq == kLifecycleSeq)
-    return detail::str("the world handshake of ", tag.slot == 0 ? "init" : "finalize");
+    return tag.slot == 2
+               ? std::string("the host keys' exchange of a new world group")
+               : detail::str("the world handshake of ", tag.slot == 0 ? "init" : "finalize");
   return detail::str("group ", tag.group, " seq ", tag.seq, " step ", tag.slot);
 }
 

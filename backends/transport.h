@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ferry {
 
@@ -151,6 +152,20 @@ class Transport {
   // isend/irecv carry them). Called once per world Group; see native_collectives.h.
   virtual std::shared_ptr<NativeCollectives> native_world() { return nullptr; }
 
+  // The host key (host_identity.h) of world rank `rank`: ranks with equal keys can share memory.
+  // Learnt in init's handshake (world_handshake.h); 0 (unknown) before it, on a transport made
+  // outside init, and on the local transport, whose ranks share a process and need no segment.
+  uint64_t host_key(int rank) const {
+    if (!host_keys_known_.load(std::memory_order_acquire)) return 0;
+    return rank >= 0 && rank < static_cast<int>(host_keys_.size()) ? host_keys_[rank] : 0;
+  }
+  // Once, before any collective (init's handshake): one key per world rank.
+  void set_host_keys(std::vector<uint64_t> keys) {
+    if (host_keys_known_.load(std::memory_order_acquire)) return;
+    host_keys_ = std::move(keys);
+    host_keys_known_.store(true, std::memory_order_release);
+  }
+
   // Group ids: every process proposes its next free id when a group is split and all adopt the
   // largest proposal, so ids stay unique within each process (see Group::split).
   uint32_t propose_group_id() const { return next_group_id_.load(); }
@@ -168,6 +183,8 @@ class Transport {
 
  private:
   std::atomic<uint32_t> next_group_id_{1};  // 0 is the world group
+  std::vector<uint64_t> host_keys_;          // by world rank, written once (set_host_keys)
+  std::atomic<bool> host_keys_known_{false};
 };
 
 }  // namespace ferry

@@ -1,5 +1,6 @@
 #include <ferry/backends/world_handshake.h>
 
+#include <ferry/backends/host_identity.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
@@ -10,17 +11,23 @@
 
 namespace ferry::detail {
 
-void world_handshake(Transport& transport, Handshake which, Clock::time_point deadline) {
+namespace {
+
+// Every rank sends `mine` (`bytes` long, possibly 0) to every other and receives theirs into
+// `theirs` (bytes apart, by world rank; its own entry untouched).
+void exchange(Transport& transport, Handshake which, Clock::time_point deadline, const void* mine,
+              void* theirs, size_t bytes) {
   const int me = transport.rank(), n = transport.size();
   if (n == 1) return;
   const Tag tag{0, static_cast<uint32_t>(which), kLifecycleSeq, 0};
-  const char* call = which == Handshake::Open ? "ferry::init" : "ferry::finalize";
+  const char* call = which == Handshake::Close ? "ferry::finalize" : "ferry::init";
+  auto at = [&](int p) { return bytes == 0 ? nullptr : static_cast<char*>(theirs) + p * bytes; };
   // Receives first: a peer's message then never waits for its receive to be posted.
   std::vector<std::unique_ptr<Request>> recvs(static_cast<size_t>(n)), sends(recvs.size());
   for (int p = 0; p < n; ++p)
-    if (p != me) recvs[p] = transport.irecv(p, tag, nullptr, 0);
+    if (p != me) recvs[p] = transport.irecv(p, tag, at(p), bytes);
   for (int p = 0; p < n; ++p)
-    if (p != me) sends[p] = transport.isend(p, tag, nullptr, 0);
+    if (p != me) sends[p] = transport.isend(p, tag, mine, bytes);
   std::vector<int> absent;
   std::exception_ptr failed;
   int failed_rank = -1;
@@ -54,6 +61,26 @@ void world_handshake(Transport& transport, Handshake which, Clock::time_point de
   // everyone may end at once, and its end may fail a send that it already took).
   for (int p = 0; p < n; ++p)
     if (p != me) (void)sends[p]->wait_until(deadline);
+}
+
+}  // namespace
+
+void world_handshake(Transport& transport, Handshake which, Clock::time_point deadline) {
+  exchange(transport, which, deadline, nullptr, nullptr, 0);
+}
+
+void exchange_host_keys(Transport& transport, Clock::time_point deadline) {
+  const int me = transport.rank(), n = transport.size();
+  if (transport.host_key(me) != 0) return;  // learnt already (a second world on one transport)
+  // Freed only once the exchange succeeded: when it fails, a receive the transport could not
+  // withdraw may still write into it, so it is then left to the process (8 B a rank).
+  auto* keys = new std::vector<uint64_t>(static_cast<size_t>(n), 0);
+  (*keys)[me] = this_host_key();
+  exchange(transport, Handshake::HostKeys, deadline, &(*keys)[me], keys->data(),
+           sizeof(uint64_t));
+  // Moved, not copied: a send still leaving reads the same memory, now the transport's.
+  transport.set_host_keys(std::move(*keys));
+  delete keys;
 }
 
 }  // namespace ferry::detail

@@ -18,12 +18,19 @@
 
 namespace ferry::detail {
 
-enum class Handshake : uint32_t { Open = 0, Close = 1 };
+enum class Handshake : uint32_t { Open = 0, Close = 1, HostKeys = 2 };
 
 // Until `deadline`. Throws TimeoutError naming the ranks not heard from, or PeerFailure when a
 // peer ended (or gave up) before it took part. A send whose peer was heard from may fail (that
 // peer may end as soon as it heard from everyone); it is not an error.
 void world_handshake(Transport& transport, Handshake which, Clock::time_point deadline);
+
+// Every rank sends every other its host key (host_identity.h) and keeps theirs in the transport
+// (Transport::set_host_keys): then each group knows which of its ranks share a host, for the
+// collectives' shared-memory path. Group::world calls it, on every transport but the local one
+// (whose ranks are threads of one process), once per transport: it is as collective as making
+// the world group. Until `deadline`; throws as world_handshake does.
+void exchange_host_keys(Transport& transport, Clock::time_point deadline);
 
 }  // namespace ferry::detail
 

@@ -42,8 +42,12 @@ enum class Algorithm : uint8_t {
   // persistent, exchange, native; the op records the one it took.
   Persistent,         // a persistent request per call shape, staged through its own buffers
   Exchange,           // one or two rounds of point-to-point messages, posted when issued
+  // Through memory shared by the group's ranks (collectives/shm/): only for a group whose ranks
+  // all run on one host (learnt at init; never on the local transport, whose ranks are threads
+  // of one process), on any transport. Spelled "shm".
+  SharedMemory,
 };
-inline constexpr size_t kAlgorithmCount = 10;
+inline constexpr size_t kAlgorithmCount = 11;
 const char* algorithm_name(Algorithm a);  // "native", "ring", "recursive_doubling", ...
 
 // Whether `a` is one of the transport's own ways (Native, Persistent, Exchange), which only a
@@ -57,10 +61,17 @@ constexpr bool uses_native_collectives(Algorithm a) {
 const std::vector<Algorithm>& algorithms_for(Collective c);
 
 // The algorithm that carries `c` moving `bytes` (per rank's input) among `world_size` ranks, on
-// a transport that has (`native`) or has not collectives of its own: the override if one is
+// a transport that has (`native`) or has not collectives of its own, for a group whose ranks
+// all share one host (`one_host`: the shared-memory rows apply) or not: the override if one is
 // set, else the automatic rule. Throws InvalidArgument when the override is one of the
-// transport's own ways and the transport has none, or when FERRY_ALGO does not parse.
-Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native);
+// transport's own ways and the transport has none, when it is shm and the ranks are not on one
+// host, or when FERRY_ALGO does not parse.
+Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native,
+                           bool one_host = false);
+
+// The automatic rule alone, the override set aside, for a group whose ranks are not all on one
+// host: what an op takes where the algorithm chosen cannot carry it (shm above its slots).
+Algorithm automatic_algorithm(Collective c, size_t bytes, int world_size, bool native);
 
 // Same syntax as FERRY_ALGO; an empty string restores the automatic choice. Throws
 // InvalidArgument for an unknown collective, or an algorithm the collective does not have

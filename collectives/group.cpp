@@ -1,8 +1,11 @@
 #include <ferry/collectives/group.h>
 
+#include <ferry/backends/world_handshake.h>
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/shm/shm_ops.h>
+#include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
@@ -18,6 +21,13 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   std::iota(members.begin(), members.end(), 0);
   int rank = transport->rank();
   std::shared_ptr<NativeCollectives> native = transport->native_world();
+  // Which ranks share a host, for the shared-memory path (world_handshake.h): learnt now, as
+  // making the world group is collective (after native_world, which gives MPI's world group
+  // its communicators). Only MPI's and UCX's ranks are processes that may share a host; the
+  // local transport's are threads of one process (and a test's scripted transport answers
+  // only the messages it was written for).
+  if (transport->name() == "mpi" || transport->name() == "ucx")
+    detail::exchange_host_keys(*transport, Clock::now() + default_timeout());
   // FERRY_ALGO naming a way of the transport's own collectives where it has none stops here,
   // at init, rather than at the first op of that collective.
   detail::check_algorithm_overrides(native != nullptr, transport->name());
@@ -29,8 +39,10 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   else
     FERRY_LOG(Info, "init", "world group on transport ", transport->name(), ": rank ", rank,
               " of ", transport->size(), " (rank 0 prints the algorithm table)");
-  return Group(detail::make_group_impl(std::move(transport), std::move(members), rank, /*id=*/0,
+  Group world(detail::make_group_impl(std::move(transport), std::move(members), rank, /*id=*/0,
                                        std::move(native)));
+  detail::shm::prepare_group(world.impl());  // ranks on one host: the group's shared segment
+  return world;
 }
 
 detail::GroupImpl& Group::impl() const {
@@ -87,8 +99,10 @@ Group Group::split(int color, int key) const {
     if (parent_rank == rank()) my_rank = static_cast<int>(members.size());
     members.push_back(world);
   }
-  return Group(detail::make_group_impl(parent.transport_ptr(), std::move(members), my_rank, id,
+  Group group(detail::make_group_impl(parent.transport_ptr(), std::move(members), my_rank, id,
                                        std::move(native)));
+  detail::shm::prepare_group(group.impl());  // ranks on one host: the group's shared segment
+  return group;
 }
 
 std::string detail::where(const char* op, const Group& group) {

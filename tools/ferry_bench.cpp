@@ -7,6 +7,7 @@
 // waiting for the step to finish would see it. Ops with an in-place form get a row for each
 // form; after a row's timed iterations one more checked run gives nccl-tests' #wrong.
 #include <ferry/ferry.h>
+#include <ferry/collectives/engine/group_impl.h>
 #include "tools/bench/codec_bench.h"
 #include "tools/bench/kjt_bench.h"
 #include "tools/bench/differentiable_case.h"
@@ -18,6 +19,7 @@
 #include "tools/bench/torchrec_ops_bench.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -151,12 +153,22 @@ bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group
   std::optional<Stats> baseline_stats;
   if (baseline) baseline_stats = summarize(sync.max_over_ranks(timed.baseline));
 
-  // nccl-tests' #wrong: a fresh run after the timed ones, every element compared.
+  // nccl-tests' #wrong: a fresh run after the timed ones, every element compared. It also
+  // says which algorithm ran (the group's run counts), which may differ from the table's
+  // choice: a way that does not fit falls to the next, shm above its slots to another path.
   int64_t wrong = -1;
+  std::string ran;
   if (op_case) {
     op_case->reset();
     barrier(world).wait();  // no rank's reset may overwrite what a faster peer already sent
+    const std::optional<Collective> c = collective_of(op);
+    std::array<uint64_t, kAlgorithmCount> before{};
+    for (size_t a = 0; c && a < kAlgorithmCount; ++a)
+      before[a] = world.impl().runs(*c, static_cast<Algorithm>(a));
     op_case->launch().wait();
+    for (size_t a = 0; c && a < kAlgorithmCount; ++a)
+      if (world.impl().runs(*c, static_cast<Algorithm>(a)) > before[a])
+        ran = algorithm_name(static_cast<Algorithm>(a));
     // The last rank, except for reduce, whose result only the root holds.
     const int victim = op == OpKind::Reduce ? kRoot : w - 1;
     if (o.test_corrupt > 0 && world.rank() == victim) op_case->corrupt_for_test(o.test_corrupt);
@@ -165,7 +177,8 @@ bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group
 
   if (sweep.report) {
     // MPI has collectives of its own: the table's automatic choice there is one of its ways.
-    const std::string algorithm = algorithm_for(op, count, o.dtype, w, o.transport == "mpi");
+    const std::string algorithm =
+        !ran.empty() ? ran : algorithm_for(op, count, o.dtype, w, o.transport == "mpi");
     Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count, algorithm, iters,
             summarize(slowest), 0, 0, baseline_stats, place, wrong};
     set_bandwidth(row, w);

@@ -25,7 +25,9 @@ uint64_t pack_ucx_tag(int source, const Tag& tag) {
     kind = kKindDiagnosis;
   } else if (tag.seq == kLifecycleSeq) {
     kind = kKindDiagnosis;  // shares the kind: one world handshake each, told apart by low bits
-    low = 1 + (tag.slot & 1);
+    FERRY_CHECK(tag.slot < 3, TransportError, "ucx transport: world handshake ", tag.slot,
+                " does not exist (internal error)");
+    low = 1 + tag.slot;
   } else {
     // OpContext puts the phase in the slot's top 8 bits and the step in the low 24.
     const uint32_t phase = tag.slot >> 24, step = tag.slot & 0xFFFFFF;

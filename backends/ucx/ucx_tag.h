@@ -11,7 +11,8 @@
 //   bits 30..0   kind 0: phase (1 bit) | step (14 bits) | (seq xor folded fingerprint hash) mod 2^16
 //                kind 1: the user's tag (31 bits: user tags are non-negative ints)
 //                kind 2: zero (kDiagnosisSeq, one exchange per group), or 1 + slot for the
-//                        world handshakes of init and finalize (kLifecycleSeq, group 0)
+//                        world handshakes of init and finalize and the host keys' exchange
+//                        when a world group is made (kLifecycleSeq, group 0)
 //   kind 3, the CMA protocol's own messages, named by the sender's cookie (unique per pair):
 //   bit  47      0 acknowledgement (receiver to sender), 1 the data after a fallback
 //   bits 46..0   cookie

@@ -24,7 +24,8 @@ constexpr std::array kAlgorithms = {Algorithm::Native,    Algorithm::Ring,
                                     Algorithm::Tree,      Algorithm::RecursiveDoubling,
                                     Algorithm::Direct,    Algorithm::Pairwise,
                                     Algorithm::Linear,    Algorithm::Dissemination,
-                                    Algorithm::Persistent, Algorithm::Exchange};
+                                    Algorithm::Persistent, Algorithm::Exchange,
+                                    Algorithm::SharedMemory};
 static_assert(kAlgorithms.size() == kAlgorithmCount);
 
 constexpr size_t kAnyBytes = SIZE_MAX;
@@ -37,12 +38,13 @@ struct Rule {
   Algorithm algorithm;
   int min_ranks = 1;
   bool in_all = false;  // the bound is on W times the bytes (all_gather's staged blocks)
+  bool one_host = false;  // only for a group whose ranks all share one host
 };
 
 // A collective's automatic rule, held inline: the issue path reads it with no lock, guard or
 // pointer to follow (a constant table).
 struct Rules {
-  std::array<Rule, 4> row{};
+  std::array<Rule, 5> row{};
   size_t count = 0;
   constexpr Rules(std::initializer_list<Rule> rows) {
     for (const Rule& r : rows) row[count++] = r;
@@ -75,13 +77,25 @@ constexpr size_t kStaged = 8 * 1024;
 // between the binomial tree and the ring (where they cost about the same on one host with the
 // local transport) and kept when recursive doubling took the tree's place. One rank has nothing
 // to exchange: recursive doubling returns at once.
+//
+// Ranks that share a host take shared memory (collectives/shm/) first where it was measured
+// faster (2 ranks, ferry-bench --vs-mpi, against the rows below it; docs/transports.md): every
+// all_reduce (through the segment's slots up to 16 KiB, by single copy above: 64 KiB to
+// 16 MiB took 0.57-0.67 of MPICH's time, where MPI's exchange took 0.82-0.93 and UCX's ring
+// 0.60-0.78, the ring at par from 1 MiB), every barrier, and all_to_all with equal blocks above
+// the persistent requests' 8 KiB
+// (one copy by process_vm_readv instead of a message each way; at 8 B the system call costs
+// more than MPI's persistent request).
 using A = Algorithm;
+constexpr Rule kShmAny{kAnyBytes, kAnyRanks, A::SharedMemory, 1, false, true};
 constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
-    {{{4 * 1024, 8, A::Direct},
+    {{kShmAny,
+      {4 * 1024, 8, A::Direct},
       {32 * 1024, kAnyRanks, A::RecursiveDoubling},
       {kAnyBytes, 1, A::RecursiveDoubling},
       {kAnyBytes, kAnyRanks, A::Ring}},
-     {{kStaged, kAnyRanks, A::Persistent},
+     {kShmAny,
+      {kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_reduce
     {{{kAnyBytes, kAnyRanks, A::Tree}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // reduce
@@ -93,8 +107,9 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
      {{kStaged, kAnyRanks, A::Persistent, 1, true},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_gather
-    {{{kAnyBytes, kAnyRanks, A::Pairwise}},
+    {{{kStaged, kAnyRanks, A::Pairwise}, kShmAny, {kAnyBytes, kAnyRanks, A::Pairwise}},
      {{kStaged, kAnyRanks, A::Persistent},
+      kShmAny,
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_to_all
     {{{kAnyBytes, kAnyRanks, A::Tree}},
@@ -103,8 +118,10 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // broadcast
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // gather
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // scatter
-    {{{kAnyBytes, kAnyRanks, A::Dissemination}},
-     {{kAnyBytes, kAnyRanks, A::Persistent}, {kAnyBytes, kAnyRanks, A::Native}}},  // barrier
+    {{kShmAny, {kAnyBytes, kAnyRanks, A::Dissemination}},
+     {kShmAny,
+      {kAnyBytes, kAnyRanks, A::Persistent},
+      {kAnyBytes, kAnyRanks, A::Native}}},                                    // barrier
 }};
 
 const Automatic& automatic_rules(Collective c) { return kAutomaticRules[static_cast<size_t>(c)]; }
@@ -112,15 +129,16 @@ const Automatic& automatic_rules(Collective c) { return kAutomaticRules[static_c
 // The algorithms each collective has: the transport's own ways first, then point-to-point.
 const std::vector<Algorithm>& algorithms_of(Collective c) {
   static const std::array<std::vector<Algorithm>, kCollectiveCount> table = {{
-      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct},
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct,
+       A::SharedMemory},
       {A::Native, A::Tree},
       {A::Native, A::Persistent, A::Exchange, A::Ring},
       {A::Native, A::Persistent, A::Exchange, A::Ring, A::Direct},
-      {A::Native, A::Persistent, A::Exchange, A::Pairwise},
+      {A::Native, A::Persistent, A::Exchange, A::Pairwise, A::SharedMemory},
       {A::Native, A::Persistent, A::Exchange, A::Tree},
       {A::Native, A::Linear},
       {A::Native, A::Linear},
-      {A::Native, A::Persistent, A::Dissemination},
+      {A::Native, A::Persistent, A::Dissemination, A::SharedMemory},
   }};
   return table[static_cast<size_t>(c)];
 }
@@ -220,7 +238,8 @@ bool switched_on(const Overrides& o, Algorithm a) {
   return true;
 }
 
-bool fits(const Overrides& o, const Rule& r, size_t bytes, int world_size) {
+bool fits(const Overrides& o, const Rule& r, size_t bytes, int world_size, bool one_host) {
+  if (r.one_host && !one_host) return false;
   const size_t ranks = static_cast<size_t>(world_size);
   const bool small = !r.in_all ? bytes <= r.max_bytes
                                : r.max_bytes == kAnyBytes || bytes <= r.max_bytes / ranks;
@@ -229,10 +248,10 @@ bool fits(const Overrides& o, const Rule& r, size_t bytes, int world_size) {
 }
 
 Algorithm automatic(const Overrides& o, Collective c, size_t bytes, int world_size,
-                    bool native) {
+                    bool native, bool one_host) {
   const Rules& rules = native ? automatic_rules(c).native_rules : automatic_rules(c).rules;
   for (const Rule& r : rules)
-    if (fits(o, r, bytes, world_size)) return r.algorithm;
+    if (fits(o, r, bytes, world_size, one_host)) return r.algorithm;
   return rules.back().algorithm;
 }
 
@@ -256,6 +275,7 @@ std::string rule_text(const Rules& rules) {
     else if (r.max_ranks != kAnyRanks)
       ranks = "<= " + std::to_string(r.max_ranks) + " ranks";
     if (!ranks.empty()) when.append(when.empty() ? "" : " and ").append(ranks);
+    if (r.one_host) when.append(when.empty() ? "" : " and ").append("ranks on one host");
     const std::string name = algorithm_name(r.algorithm);
     if (!switched_on(overrides(), r.algorithm)) continue;
     if (when.empty())
@@ -295,6 +315,7 @@ const char* algorithm_name(Algorithm a) {
     case Algorithm::Dissemination: return "dissemination";
     case Algorithm::Persistent: return "persistent";
     case Algorithm::Exchange: return "exchange";
+    case Algorithm::SharedMemory: return "shm";
   }
   return "?";
 }
@@ -309,17 +330,30 @@ std::vector<Algorithm> point_to_point(Collective c) {
   return p2p;
 }
 
-Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native) {
+Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native,
+                           bool one_host) {
   const Overrides& all = loaded_overrides();
   const uint8_t o = all.algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
-  if (o == kAutomatic) return automatic(all, c, bytes, world_size, native);
+  if (o == kAutomatic) return automatic(all, c, bytes, world_size, native, one_host);
   const Algorithm a = static_cast<Algorithm>(o);
+  if (a == Algorithm::SharedMemory && !one_host) {
+    std::vector<Algorithm> others = point_to_point(c);
+    std::erase(others, Algorithm::SharedMemory);
+    FERRY_THROW(InvalidArgument, "algorithm override: ", collective_name(c), ":shm, but this "
+                "group's ranks do not all run on one host (or the transport cannot tell: the "
+                "local transport, or a world made outside ferry::init); expected one of ",
+                names(others, ", "), " (FERRY_ALGO or set_algorithm_override)");
+  }
   if (uses_native_collectives(a) && !native)
     FERRY_THROW(InvalidArgument, "algorithm override: ", collective_name(c), ":",
                 algorithm_name(a), ", but this group's transport has no collectives of its "
                 "own; expected one of ", names(point_to_point(c), ", "),
                 " (FERRY_ALGO or set_algorithm_override)");
   return a;
+}
+
+Algorithm automatic_algorithm(Collective c, size_t bytes, int world_size, bool native) {
+  return automatic(loaded_overrides(), c, bytes, world_size, native, /*one_host=*/false);
 }
 
 void detail::load_algorithm_overrides() { loaded_overrides(); }

@@ -39,6 +39,17 @@ std::chrono::microseconds GroupImpl::caller_first_grace(const Transport& transpo
   return std::chrono::microseconds(100);
 }
 
+bool GroupImpl::one_host() const {
+  const int known = one_host_.load(std::memory_order_relaxed);
+  if (known >= 0) return known == 1;
+  const uint64_t mine = transport_->host_key(transport_->rank());
+  if (mine == 0) return false;  // not learnt yet: asked again next time
+  bool same = true;
+  for (int m : members_) same = same && transport_->host_key(m) == mine;
+  one_host_.store(same ? 1 : 0, std::memory_order_relaxed);
+  return same;
+}
+
 GroupImpl::~GroupImpl() {
   finish_in_flight();
   // executor_ (the last member) is destroyed first and finishes what is queued.

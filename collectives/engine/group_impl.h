@@ -79,6 +79,18 @@ class GroupImpl {
   ScratchArena& scratch() { return scratch_; }
   Executor& executor() { return executor_; }
 
+  // Whether every member runs on this rank's host (Transport::host_key, learnt in init's
+  // handshake): the algorithm table's shared-memory rows apply. False while the transport
+  // cannot tell (before the handshake, the local transport, a world made outside init).
+  bool one_host() const;
+  // The group's shared-memory state (collectives/shm/), made by its first shared-memory op
+  // under shm_mutex(). Opaque here: the engine comes before the folder that defines it. It
+  // outlives the group's ops (declared before the executor, which goes first).
+  std::mutex& shm_mutex() { return shm_mu_; }
+  std::shared_ptr<void>& shm_state() { return shm_; }
+  // The same state, read without the lock once it is made (set once, never cleared).
+  std::atomic<void*>& shm_fast() { return shm_fast_; }
+
   // How many ops of collective `c` this group ran with algorithm `a`: the record of which
   // algorithm the table's choice dispatched to, read by tests and diagnostics. Per group, so
   // that ranks sharing a process (the local transport) keep their own counts.
@@ -112,6 +124,11 @@ class GroupImpl {
   std::string poison_why_;
 
   void finish_in_flight();
+
+  mutable std::atomic<int> one_host_{-1};  // -1 not known yet, else 0 / 1
+  std::mutex shm_mu_;
+  std::shared_ptr<void> shm_;
+  std::atomic<void*> shm_fast_{nullptr};
 
   ScratchArena scratch_;
   Executor executor_;  // last: destroyed first, so queued ops finish while the rest still lives

@@ -147,11 +147,10 @@ Work issue(const Group& group, const Op& op) {
   std::unique_lock<std::mutex> issuing(g.issue_mutex());
   // Ops queued before this one must start first: then this one is queued behind them.
   if (!checked && g.executor().idle()) {
-    if (g.native() != nullptr) {
-      if (op.native_start) return start_native(g, group, op, issuing);
-    } else if (op.post) {
-      return post_now(g, group, op, issuing);
-    }
+    // An op carries a post only when the table chose a path that posts (the direct exchange,
+    // the pairwise all-to-all, shared memory): that path then starts here on any transport.
+    if (op.post) return post_now(g, group, op, issuing);
+    if (g.native() != nullptr && op.native_start) return start_native(g, group, op, issuing);
   }
   return queue(g, group, op, checked);
 }

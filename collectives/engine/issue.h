@@ -7,8 +7,9 @@
 // every rank runs its ops in its own issue order whichever way each took, and two threads
 // issuing on one group never swap numbers) and decides:
 //   - start now, on the issuing thread, when the group's worker has nothing queued or running
-//     and the op can start as it is here (its native start on a transport with its own
-//     collectives, else its one-round post): the data moves while the caller does other work,
+//     and the op can start as it is here (its one-round post when the table chose a path that
+//     posts, else its native start on a transport with its own collectives): the data moves
+//     while the caller does other work,
 //     nothing is handed between threads, and the Work (in_flight_work.h) finishes the op when
 //     tested or waited for. A queue and a hand-off cost more than an 8 B op itself;
 //   - queue it on the group's worker otherwise (queued_work.h), which runs the body, or a thread
@@ -73,9 +74,10 @@ struct Op {
   // only on a transport with its own collectives. InvalidArgument from it refuses the call
   // before anything started: it takes no sequence number and leaves the group usable.
   NativeStart native_start{};
-  // Posts every message of the op at once over the context (whose ownership it takes) and
-  // returns what is then in flight; empty when the op has no such form here. Used only on a
-  // transport without its own collectives.
+  // Starts the op at once over the context (whose ownership it takes): every message posted,
+  // or its part published in the group's shared memory, and returns what is then in flight.
+  // Set only when the table chose a path that starts this way (the direct exchange, the
+  // pairwise all-to-all, shm); it is then used on any transport, before native_start.
   OnePost post{};
   // The tensors a start or post reads or writes, kept alive until the op finished.
   std::array<const Tensor*, kMaxKeptBuffers> keep{};

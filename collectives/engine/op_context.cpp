@@ -409,4 +409,15 @@ void OpContext::fail_timeout() {
   FERRY_THROW(OwnDeadlineExpired, msg);
 }
 
+void OpContext::fail_timeout_waiting_for(const std::string& waiting_for) {
+  const std::string tail =
+      " the group is poisoned (every rank must issue the same collectives in the same order)";
+  std::string msg = str(op_, " (seq ", seq_, ") on ", group_.describe(), " timed out after ",
+                        deadline_text(), ";");
+  msg += explain(diagnose([this] { withdraw(); }), tail);
+  msg += waiting_for;
+  msg += tail;
+  FERRY_THROW(OwnDeadlineExpired, msg);
+}
+
 }  // namespace ferry::detail

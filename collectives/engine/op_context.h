@@ -51,6 +51,7 @@ class OpContext : public Pooled {
   int size() const { return group_.size(); }
   const char* op() const { return op_; }
   uint64_t seq() const { return seq_; }
+  Clock::time_point deadline() const { return deadline_; }
 
   // `peer` is a group rank; `step` tells the messages of one op apart (a pair of ranks that
   // exchanges several messages in one op gives each its own step). Every buffer passed here
@@ -120,6 +121,20 @@ class OpContext : public Pooled {
   // caller's thread): giving it up must not touch the scratch the worker may be using.
   void uses_no_scratch() { leak_scratch_on_abandon_ = false; }
 
+  // For a path that waits on something else than this context's requests (shared memory,
+  // collectives/shm/): the op's fingerprint, the moment its wait gives up (the deadline less
+  // the diagnosis window), and its timeout with the same diagnosis as wait_all's: the peers'
+  // answers say whether a rank is stuck in another call at this sequence number (then
+  // MismatchError naming both), `waiting_for` (" group rank 1 did not arrive;") says whom this
+  // rank waited for. Throws OwnDeadlineExpired or MismatchError.
+  const Fingerprint& fingerprint() const { return fingerprint_; }
+  Clock::time_point give_up() const { return give_up_; }
+  [[noreturn]] void fail_timeout_waiting_for(const std::string& waiting_for);
+  // A member of the group that entered finalize without issuing this op (it never will): why,
+  // for a PeerFailure, after noting that member on the group (GroupImpl::note_member_ended);
+  // "" otherwise. Asked between the slices of a wait (this context's, or shared memory's).
+  std::string departed_peer() const;
+
  private:
   Tag tag(uint32_t step) const;
   // The group ranks the pending requests wait on: receives not yet heard from, and sends a
@@ -139,10 +154,6 @@ class OpContext : public Pooled {
   [[noreturn]] void abort_poisoned();
   // Throws the error of the first finished request that failed, after cancelling the rest.
   void rethrow_first_failure();
-  // A member of the group that entered finalize without issuing this op (it never will): why,
-  // for a PeerFailure, after noting that member on the group (GroupImpl::note_member_ended);
-  // "" otherwise. Asked between the slices of a wait.
-  std::string departed_peer() const;
   // "its 10000 ms deadline", for a timeout's message.
   std::string deadline_text() const;
   static constexpr auto kCheckEvery = std::chrono::milliseconds(50);

@@ -5,6 +5,7 @@
 #include <ferry/collectives/engine/issue.h>
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
+#include <ferry/collectives/shm/shm_ops.h>
 #include <ferry/runtime/small_vector.h>
 
 #include <algorithm>
@@ -132,6 +133,41 @@ void post_split_all_to_all(OpContext& ctx, const Tensor& input, Tensor& output,
   ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
   detail::post_pairwise_all_to_all(ctx, bytes_of(input), send_offset.begin(), send_bytes.begin(),
                                    bytes_of(output), recv_offset.begin(), recv_bytes.begin());
+}
+
+// all_to_all_single by single copy through shared memory (collectives/shm/): this rank's block
+// for each rank (its address and bytes), and where each rank's block for it lands, placed on
+// the stack. Started at issue it returns what is in flight; where the ranks cannot read each
+// other's memory (every rank learns the same), the pairwise exchange instead, over the same
+// context.
+struct ShmPlaces {
+  detail::SmallVector<detail::shm::Block, 16> send;
+  detail::SmallVector<uint64_t, 17> recv;
+  ShmPlaces(const Tensor& input, const Tensor& output, const std::vector<int64_t>& in_splits,
+            const std::vector<int64_t>& out_splits, int world) {
+    BlockPlaces send_offset, send_bytes, recv_offset, recv_bytes;
+    place_blocks(in_splits, input, world, send_offset, send_bytes);
+    place_blocks(out_splits, output, world, recv_offset, recv_bytes);
+    const auto base = reinterpret_cast<uintptr_t>(input.raw_data());
+    for (int k = 0; k < world; ++k) {
+      send.push_back({base + send_offset[k], send_bytes[k]});
+      recv.push_back(recv_offset[k]);
+    }
+    recv.push_back(world == 0 ? 0 : recv_offset[world - 1] + recv_bytes[world - 1]);
+  }
+};
+
+std::unique_ptr<detail::InFlight> post_shm_all_to_all(std::unique_ptr<OpContext> ctx,
+                                                      const Tensor& input, Tensor& output,
+                                                      const std::vector<int64_t>& in_splits,
+                                                      const std::vector<int64_t>& out_splits) {
+  output.bump_version();
+  ShmPlaces places(input, output, in_splits, out_splits, ctx->size());
+  if (auto started = detail::shm::post_all_to_all(ctx, places.send.begin(), bytes_of(output),
+                                                  places.recv.begin()))
+    return started;
+  post_split_all_to_all(*ctx, input, output, in_splits, out_splits);
+  return detail::posted_exchange(std::move(ctx));
 }
 
 }  // namespace
@@ -337,8 +373,8 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   if (!equal) summary.rows_may_differ(elements_per_row(input));
   // Equal blocks are as large on every rank; split lists ask with 0 bytes, as the ranks' sizes
   // differ and the table must answer alike on all.
-  const Algorithm algo =
-      detail::algorithm_of(group, Collective::AllToAll, equal ? input.nbytes() : 0);
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll,
+                                              equal ? input.nbytes() : 0, detail::ShmForm::kHas);
   auto start = [&](NativeCollectives&) {
     output.bump_version();
     return native_all_to_all_single(group.impl(), algo, input, output, input_split_sizes,
@@ -351,11 +387,17 @@ Work all_to_all_single(const Tensor& input, Tensor output,
     post_split_all_to_all(*ctx, input, output, input_split_sizes, output_split_sizes);
     return detail::posted_exchange(std::move(ctx));
   };
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    return post_shm_all_to_all(std::move(ctx), input, output, input_split_sizes,
+                               output_split_sizes);
+  };
   return detail::issue(group, {
       .name = "all_to_all_single",
       .what = summary,
       .native_start = detail::native_start_if(uses_native_collectives(algo), start),
-      .post = algo == Algorithm::Pairwise ? detail::OnePost(post) : detail::OnePost(),
+      .post = algo == Algorithm::Pairwise       ? detail::OnePost(post)
+              : algo == Algorithm::SharedMemory ? detail::OnePost(post_shm)
+                                                : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
     // The caller's split lists, copied for a queued op (equal blocks: empty lists, no copy).
@@ -370,7 +412,16 @@ Work all_to_all_single(const Tensor& input, Tensor output,
       output.bump_version();
       return std::vector<Tensor>{};
     }
-    if (algo != Algorithm::Pairwise) detail::no_such_algorithm(Collective::AllToAll, algo);
+    if (algo == Algorithm::SharedMemory) {
+      ShmPlaces places(input, output, in_splits, out_splits, ctx.size());
+      if (detail::shm::all_to_all(ctx, places.send.begin(), bytes_of(output),
+                                  places.recv.begin())) {
+        output.bump_version();
+        return std::vector<Tensor>{};
+      }
+    } else if (algo != Algorithm::Pairwise) {
+      detail::no_such_algorithm(Collective::AllToAll, algo);
+    }
     // The messages of the form posted at issue, in the same order: they match whichever form
     // each rank runs.
     post_split_all_to_all(ctx, input, output, in_splits, out_splits);
@@ -536,7 +587,8 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
-  const Algorithm algo = detail::algorithm_of(group, Collective::Barrier, 0);
+  const Algorithm algo =
+      detail::algorithm_of(group, Collective::Barrier, 0, detail::ShmForm::kHas);
   // The one native call, at issue or queued.
   auto native_barrier = [algo](detail::GroupImpl& g) {
     return detail::call_native(g, Collective::Barrier, algo,
@@ -545,12 +597,21 @@ Work barrier(const Group& group) {
                                });
   };
   auto start = [&](NativeCollectives&) { return native_barrier(group.impl()); };
+  auto post = [](std::unique_ptr<OpContext> ctx) {
+    return detail::shm::post_barrier(std::move(ctx));
+  };
   return detail::issue(group, {
       .name = "barrier",
       .what = detail::OpSummary{},
       .native_start = detail::native_start_if(uses_native_collectives(algo), start),
+      // Shared memory: one flag published at issue, the peers' read by whoever waits.
+      .post = algo == Algorithm::SharedMemory ? detail::OnePost(post) : detail::OnePost(),
       .body = [&] { return detail::OpBody([algo, native_barrier](OpContext& ctx) {
     switch (algo) {
+      case Algorithm::SharedMemory:
+        ctx.ran(Collective::Barrier, algo);
+        detail::shm::barrier(ctx);
+        break;
       case Algorithm::Native:
       case Algorithm::Persistent:
         ctx.wait_native(native_barrier(ctx.group()), {});

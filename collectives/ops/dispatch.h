@@ -17,8 +17,19 @@
 
 namespace ferry::detail {
 
-inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes) {
-  return choose_algorithm(c, bytes, group.size(), group.impl().native() != nullptr);
+// Whether the form of a collective that asks has a shared-memory path: all_reduce, barrier and
+// all_to_all_single do; the other forms of a collective the table may give shm (the all-to-alls
+// of lists and of layouts) take the table's choice without it.
+enum class ShmForm : bool { kNone = false, kHas = true };
+
+inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes,
+                              ShmForm form = ShmForm::kNone) {
+  const GroupImpl& g = group.impl();
+  const Algorithm a =
+      choose_algorithm(c, bytes, group.size(), g.native() != nullptr, g.one_host());
+  if (a == Algorithm::SharedMemory && form == ShmForm::kNone)
+    return automatic_algorithm(c, bytes, group.size(), g.native() != nullptr);
+  return a;
 }
 
 // The table's choice among the transport's own ways, as the transport is told it.

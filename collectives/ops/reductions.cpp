@@ -6,6 +6,7 @@
 #include <ferry/collectives/engine/reduce_kernels.h>
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
+#include <ferry/collectives/shm/shm_ops.h>
 
 #include <cstring>
 
@@ -141,7 +142,8 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   v.reduce_op(op, input.dtype());
   const int world = group.size();
   // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
-  const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes());
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes(),
+                                              detail::ShmForm::kHas);
   const bool as_is = natively_reducible(input.dtype(), op);
   auto start = [&](NativeCollectives&) {
     output.bump_version();
@@ -151,13 +153,19 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   auto post = [&](std::unique_ptr<OpContext> ctx) {
     return detail::post_direct_all_reduce_now(std::move(ctx), input, output, op);
   };
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    return detail::shm::post_all_reduce(std::move(ctx), input, output, op);
+  };
   return detail::issue(group, {
       .name = "all_reduce",
       .what = detail::OpSummary::of(input, op),
       .native_start = detail::native_start_if(uses_native_collectives(algo) && as_is, start),
-      // The direct exchange posts all of its messages in one go.
-      .post = algo == Algorithm::Direct && as_is ? detail::OnePost(post)
-                                                  : detail::OnePost(),
+      // The direct exchange posts all of its messages in one go; shared memory publishes this
+      // rank's payload at once.
+      .post = !as_is                            ? detail::OnePost()
+              : algo == Algorithm::Direct       ? detail::OnePost(post)
+              : algo == Algorithm::SharedMemory ? detail::OnePost(post_shm)
+                                                : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] { return detail::OpBody([input = Tensor(input), output, op, world,
                                            algo](OpContext& ctx) mutable {
@@ -181,6 +189,9 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
         detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);
         break;
       case Algorithm::Ring: detail::ring_all_reduce(ctx, in, out, count, a.spec); break;
+      case Algorithm::SharedMemory:
+        detail::shm::all_reduce(ctx, in, out, count, a.spec.dtype, a.spec.op);
+        break;
       default: detail::no_such_algorithm(Collective::AllReduce, algo);
     }
     a.finish(output, op, world);

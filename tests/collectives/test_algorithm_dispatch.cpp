@@ -136,6 +136,15 @@ int fitting_ops(Collective c, Algorithm a, int ops, const Group& g) {
   return ops;
 }
 
+// Shared memory carries all_reduce and barrier in every form run_forms issues (all small);
+// of the all-to-alls, all_to_all_single with and without split lists (the list and layout
+// forms take the table's choice without shm), or none of them where the ranks cannot read
+// each other's memory (then the pairwise exchange does).
+bool shm_count_fits(Collective c, uint64_t ran, int ops) {
+  if (c == Collective::AllToAll) return ran == 2 || ran == 0;
+  return ran == static_cast<uint64_t>(ops);
+}
+
 // Runs every form of `c` and checks that `expected` ran each of its ops and nothing else did
 // (a transport's way that does not fit an op: it ran, the rest ran the transport's others).
 void expect_dispatch(Collective c, Algorithm expected, Ctx& ctx, const Group& g) {
@@ -144,6 +153,19 @@ void expect_dispatch(Collective c, Algorithm expected, Ctx& ctx, const Group& g)
   for (size_t a = 0; a < ferry::kAlgorithmCount; ++a)
     before[a] = impl.runs(c, static_cast<Algorithm>(a));
   const int ops = run_forms(c, ctx, g);
+  if (expected == Algorithm::SharedMemory) {
+    uint64_t total = 0;
+    for (size_t a = 0; a < ferry::kAlgorithmCount; ++a)
+      total += impl.runs(c, static_cast<Algorithm>(a)) - before[a];
+    const size_t s = static_cast<size_t>(Algorithm::SharedMemory);
+    const uint64_t shm = impl.runs(c, Algorithm::SharedMemory) - before[s];
+    ctx.expect(total == static_cast<uint64_t>(ops) && shm_count_fits(c, shm, ops), [&] {
+      return std::string(ferry::collective_name(c)) + " on rank " + std::to_string(g.rank()) +
+             " with shm chosen for " + std::to_string(ops) + " ops: shm ran " +
+             std::to_string(shm) + ", all algorithms " + std::to_string(total);
+    });
+    return;
+  }
   const bool way = ferry::uses_native_collectives(expected);
   const uint64_t fit = static_cast<uint64_t>(fitting_ops(c, expected, ops, g));
   uint64_t ways_ran = 0;
@@ -171,11 +193,13 @@ void expect_dispatch(Collective c, Algorithm expected, Ctx& ctx, const Group& g)
 }
 
 // The algorithms a test can force for `c` on `g`: the transport's own ways only with native
-// collectives.
-std::vector<Algorithm> forcible(Collective c, bool native) {
+// collectives, shm only for ranks on one host.
+std::vector<Algorithm> forcible(Collective c, bool native, bool one_host) {
   std::vector<Algorithm> out;
-  for (Algorithm a : ferry::algorithms_for(c))
+  for (Algorithm a : ferry::algorithms_for(c)) {
+    if (a == Algorithm::SharedMemory && !one_host) continue;
     if (!ferry::uses_native_collectives(a) || native) out.push_back(a);
+  }
   return out;
 }
 
@@ -186,7 +210,8 @@ std::string spec_of(Collective c, Algorithm a) {
 // The automatic choice for the forms run_forms issues: what the table answers for them
 // (all_reduce's small payloads take one rule; the other collectives have one per transport).
 Algorithm automatic_for(Collective c, const Group& g) {
-  return ferry::choose_algorithm(c, 37 * sizeof(float), g.size(), g.impl().native() != nullptr);
+  return ferry::choose_algorithm(c, 37 * sizeof(float), g.size(), g.impl().native() != nullptr,
+                                 g.impl().one_host());
 }
 
 // Under mpiexec or the UCX launcher: one process per rank, each with its own override. On a
@@ -200,7 +225,7 @@ void spmd_dispatch(Collective c, Group& world, Ctx& ctx) {
     ferry::detail::GroupImpl& impl = g.impl();
     for (int64_t rows : {int64_t{4096}, int64_t{16384}}) {  // 16 KiB, 64 KiB
       const Algorithm want = ferry::choose_algorithm(c, static_cast<size_t>(rows) * 4, g.size(),
-                                                     impl.native() != nullptr);
+                                                     impl.native() != nullptr, impl.one_host());
       const uint64_t before = impl.runs(c, want);
       run_case(ctx, g, start_all_reduce, small_case(DType::Float32, rows, ReduceOp::Sum, 0, 9));
       ctx.expect(impl.runs(c, want) == before + 1, [&] {
@@ -210,7 +235,7 @@ void spmd_dispatch(Collective c, Group& world, Ctx& ctx) {
       });
     }
   }
-  for (Algorithm a : forcible(c, g.impl().native() != nullptr)) {
+  for (Algorithm a : forcible(c, g.impl().native() != nullptr, g.impl().one_host())) {
     ScopedAlgorithm o(spec_of(c, a));
     expect_dispatch(c, a, ctx, g);
   }
@@ -224,7 +249,7 @@ void local_dispatch(Collective c) {
       // (All_reduce's small ops pick the direct exchange here, the others their one algorithm.)
       expect_dispatch(c, automatic_for(c, g), ctx, g);
     });
-    for (Algorithm a : forcible(c, false)) {
+    for (Algorithm a : forcible(c, false, false)) {
       INFO("override " << spec_of(c, a));
       ScopedAlgorithm o(spec_of(c, a));
       run_checked(world, [c, a](Group& g, Ctx& ctx) { expect_dispatch(c, a, ctx, g); });
@@ -324,6 +349,45 @@ TEST_CASE("algorithm table: the automatic choice per collective, size and transp
           std::string(ferry::algorithm_name(r.local)));
     if (defaults)
       CHECK(ferry::algorithm_name(ferry::choose_algorithm(r.c, r.bytes, r.world, true)) ==
+            std::string(ferry::algorithm_name(r.mpi)));
+  }
+}
+
+// Ranks on one host: shared memory first where it was measured faster (algorithm_table.cpp),
+// the rows above otherwise; on both kinds of transport alike.
+TEST_CASE("algorithm table: the automatic choice for ranks on one host", "[algorithms][dispatch]") {
+  ferry::set_algorithm_override("");
+  using C = Collective;
+  using A = Algorithm;
+  struct Row {
+    C c;
+    size_t bytes;
+    int world;
+    A local;
+    A mpi;
+  };
+  const A S = A::SharedMemory;
+  const Row rows[] = {
+      {C::AllReduce, 8, 2, S, S},
+      {C::AllReduce, 16 << 10, 4, S, S},
+      {C::AllReduce, (16 << 10) + 1, 2, S, S},
+      {C::AllReduce, 4 << 20, 8, S, S},
+      {C::Barrier, 0, 2, S, S},
+      {C::Barrier, 0, 8, S, S},
+      {C::AllToAll, 0, 3, A::Pairwise, A::Persistent},  // split lists: their sizes differ
+      {C::AllToAll, 8 << 10, 2, A::Pairwise, A::Persistent},
+      {C::AllToAll, (8 << 10) + 1, 2, S, S},
+      {C::AllToAll, 4 << 20, 8, S, S},
+      {C::AllGather, 4096, 2, A::Ring, A::Persistent},
+      {C::Broadcast, 64 << 10, 2, A::Tree, A::Exchange},
+  };
+  const bool defaults = ferry::config().mpi_persistent && ferry::config().mpi_exchange;
+  for (const Row& r : rows) {
+    INFO(ferry::collective_name(r.c) << ", " << r.bytes << " B, " << r.world << " ranks");
+    CHECK(ferry::algorithm_name(ferry::choose_algorithm(r.c, r.bytes, r.world, false, true)) ==
+          std::string(ferry::algorithm_name(r.local)));
+    if (defaults)
+      CHECK(ferry::algorithm_name(ferry::choose_algorithm(r.c, r.bytes, r.world, true, true)) ==
             std::string(ferry::algorithm_name(r.mpi)));
   }
 }

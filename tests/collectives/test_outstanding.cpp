@@ -226,11 +226,12 @@ void run_ops_of(ferry::Collective coll, Ctx& ctx, const Group& g, DType dt, int6
 }  // namespace
 
 // The point-to-point algorithms of `c` (all but the transport's own ways, which the local
-// transport lacks).
+// transport lacks, and shm, which needs ranks that are processes of one host).
 std::vector<ferry::Algorithm> point_to_point_algorithms(ferry::Collective c) {
   std::vector<ferry::Algorithm> p2p;
   for (ferry::Algorithm a : ferry::algorithms_for(c))
-    if (!ferry::uses_native_collectives(a)) p2p.push_back(a);
+    if (!ferry::uses_native_collectives(a) && a != ferry::Algorithm::SharedMemory)
+      p2p.push_back(a);
   return p2p;
 }
 
@@ -268,10 +269,19 @@ TEST_CASE("algorithm overrides: restore; table and bad specs", "[outstanding][al
     CHECK_FALSE(ferry::uses_native_collectives(automatic));
     CHECK(ferry::uses_native_collectives(ferry::choose_algorithm(coll, 1 << 20, 4, true)));
     {
-      ScopedAlgorithm o(name + ":" + ferry::algorithm_name(algos.back()));
-      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, false) == algos.back());
-      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == algos.back());
+      const ferry::Algorithm last = point_to_point_algorithms(coll).back();
+      ScopedAlgorithm o(name + ":" + ferry::algorithm_name(last));
+      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, false) == last);
+      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true) == last);
       CHECK(ferry::algorithm_table().find(name) != std::string::npos);
+    }
+    // shm where the collective has it: chosen for ranks on one host, refused elsewhere.
+    if (algos.back() == ferry::Algorithm::SharedMemory) {
+      ScopedAlgorithm o(name + ":shm");
+      CHECK(ferry::choose_algorithm(coll, 1 << 20, 4, true, true) ==
+            ferry::Algorithm::SharedMemory);
+      CHECK_THROWS_AS(ferry::choose_algorithm(coll, 1 << 20, 4, false),
+                      ferry::InvalidArgument);
     }
     // The transport's own ways where the transport has no collectives of its own: refused
     // (at init by the world group, and at issue for an override set later), naming the

@@ -70,7 +70,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check(forms.get("broadcast") == {"in"}, f"broadcast in place only: {forms.get('broadcast')}")
     check(forms.get("all_to_all") == {"out"}, f"all_to_all out only: {forms.get('all_to_all')}")
     check(forms.get("memcpy") == {"out"}, "memcpy row present")
-    check(len(doc["rows"]) == 2 * (4 * 2 + 3), f"22 rows, got {len(doc['rows'])}")
+    check(forms.get("barrier") == {"out"}, "one barrier row (it moves no bytes)")
+    check(len(doc["rows"]) == 2 * (4 * 2 + 3) + 1, f"23 rows, got {len(doc['rows'])}")
     check("#wrong" in p.stdout, "the table has a #wrong column")
 
     bad = os.path.join(tmp, "bad.json")

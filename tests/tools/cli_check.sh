@@ -54,14 +54,15 @@ for tool in "$@"; do
       expect 0 "FERRY_SECRET  *(set)" env FERRY_SECRET=abc "$tool" --no-algorithms
       # The table: per collective its algorithms and both automatic choices (without and with
       # collectives of the transport's own); an override shows.
-      expect 0 "^all_reduce  *native|persistent|exchange|ring|tree|recursive_doubling|direct  *direct if <= 4 KiB" \
+      # shm (shared memory) first, for ranks that share a host.
+      expect 0 "^all_reduce  *native|persistent|exchange|ring|tree|recursive_doubling|direct|shm  *shm if ranks on one host; direct if <= 4 KiB" \
         "$tool"
-      expect 0 "^barrier  *native|persistent|dissemination  *dissemination  *persistent; else native  *-" \
+      expect 0 "^barrier  *native|persistent|dissemination|shm  *shm if ranks on one host; else dissemination  *shm if ranks on one host; else persistent; else native  *-" \
         "$tool"
       expect 0 "^broadcast  *native|persistent|exchange|tree  *tree  *persistent if <= 8 KiB; exchange if 2 ranks; else native  *native" \
         env FERRY_ALGO=broadcast:native "$tool"
       # Switched off, a way's rows leave the automatic choice.
-      expect 0 "^barrier  *native|persistent|dissemination  *dissemination  *native  *-" \
+      expect 0 "^barrier  *native|persistent|dissemination|shm  *shm if ranks on one host; else dissemination  *shm if ranks on one host; else native  *-" \
         env FERRY_MPI_PERSISTENT=0 "$tool"
       # An algorithm the collective does not have: named, with what was given and the choices.
       expect 1 "broadcast has no algorithm 'ring'; expected one of native, persistent, exchange, tree" \

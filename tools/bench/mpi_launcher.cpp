@@ -105,6 +105,7 @@ class MpiBaseline : public Baseline {
       case OpKind::Reduce:
         check(MPI_Reduce(in_.data(), out_.data(), n, type_, MPI_SUM, kRoot, comm_), "MPI_Reduce");
         return;
+      case OpKind::Barrier: check(MPI_Barrier(comm_), "MPI_Barrier"); return;
       case OpKind::Memcpy: break;
     }
   }
@@ -143,6 +144,7 @@ class MpiBaseline : public Baseline {
         check(MPI_Ireduce(in_.data(), out_.data(), n, type_, MPI_SUM, kRoot, comm_, &r),
               "MPI_Ireduce");
         break;
+      case OpKind::Barrier: check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier"); break;
       case OpKind::Memcpy: return;
     }
     check(MPI_Wait(&r, MPI_STATUS_IGNORE), "MPI_Wait");

@@ -19,7 +19,7 @@ constexpr OpEntry kOps[] = {
     {OpKind::AllReduce, "all_reduce"}, {OpKind::AllGather, "all_gather"},
     {OpKind::ReduceScatter, "reduce_scatter"}, {OpKind::AllToAll, "all_to_all"},
     {OpKind::Broadcast, "broadcast"}, {OpKind::Reduce, "reduce"},
-    {OpKind::Memcpy, "memcpy"},
+    {OpKind::Barrier, "barrier"},     {OpKind::Memcpy, "memcpy"},
 };
 
 // Ops whose buffer is cut into one block per rank.
@@ -84,6 +84,7 @@ std::string op_names() {
 }
 
 int64_t element_count(OpKind op, size_t bytes, DType dtype, int world_size) {
+  if (op == OpKind::Barrier) return 0;  // moves nothing: timed once, whatever the sizes
   int64_t n = static_cast<int64_t>(bytes / dtype_size(dtype));
   if (splits_in_blocks(op)) n -= n % world_size;
   return n;
@@ -98,6 +99,7 @@ double bus_factor(OpKind op, int world_size) {
     case OpKind::AllToAll: return (w - 1) / w;
     case OpKind::Broadcast:
     case OpKind::Reduce:
+    case OpKind::Barrier:
     case OpKind::Memcpy: return 1;
   }
   return 1;
@@ -116,9 +118,24 @@ std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size,
     case OpKind::AllToAll: return name(Collective::AllToAll);
     case OpKind::Broadcast: return name(Collective::Broadcast);
     case OpKind::Reduce: return name(Collective::Reduce);
+    case OpKind::Barrier: return name(Collective::Barrier);
     case OpKind::Memcpy: return "memcpy";
   }
   return "?";
+}
+
+std::optional<Collective> collective_of(OpKind op) {
+  switch (op) {
+    case OpKind::AllReduce: return Collective::AllReduce;
+    case OpKind::AllGather: return Collective::AllGather;
+    case OpKind::ReduceScatter: return Collective::ReduceScatter;
+    case OpKind::AllToAll: return Collective::AllToAll;
+    case OpKind::Broadcast: return Collective::Broadcast;
+    case OpKind::Reduce: return Collective::Reduce;
+    case OpKind::Barrier: return Collective::Barrier;
+    case OpKind::Memcpy: break;
+  }
+  return std::nullopt;
 }
 
 const char* place_name(Place place) { return place == Place::InPlace ? "in" : "out"; }
@@ -131,6 +148,7 @@ std::vector<Place> places_of(OpKind op) {
     case OpKind::Reduce: return {Place::OutOfPlace, Place::InPlace};
     case OpKind::Broadcast: return {Place::InPlace};  // ferry's broadcast has no output tensor
     case OpKind::AllToAll:
+    case OpKind::Barrier:
     case OpKind::Memcpy: return {Place::OutOfPlace};
   }
   return {Place::OutOfPlace};
@@ -182,6 +200,7 @@ OpCase::OpCase(OpKind op, int64_t count, DType dtype, const Group& group, Place 
       // Non-roots pass no output (allowed by the contract), as a real caller would.
       if (me == kRoot) output_ = in ? input_ : empty({count}, dtype);
       break;
+    case OpKind::Barrier:  // no tensor
     case OpKind::Memcpy: break;
   }
   reset();
@@ -200,6 +219,7 @@ void OpCase::fill_inputs() {
         input_.narrow(0, j * block_, block_).fill_(block_value(me, j, world));
       break;
     case OpKind::Broadcast: input_.fill_(me == kRoot ? kBroadcastValue : kUnwritten); break;
+    case OpKind::Barrier:
     case OpKind::Memcpy: break;
   }
 }
@@ -219,6 +239,7 @@ Work OpCase::launch() {
     case OpKind::AllToAll: return all_to_all_single(input_, output_, group_);
     case OpKind::Broadcast: return broadcast(input_, kRoot, group_);
     case OpKind::Reduce: return reduce(input_, output_, kRoot, group_);
+    case OpKind::Barrier: return barrier(group_);
     case OpKind::Memcpy: break;
   }
   FERRY_THROW(InvalidArgument, "OpCase::launch: unexpected op ", op_name(op_));
@@ -241,6 +262,7 @@ double OpCase::expected_at(int64_t i) const {
     }
     case OpKind::AllGather: return rank_value(static_cast<int>(i / block_));
     case OpKind::AllToAll: return block_value(static_cast<int>(i / block_), me, world);
+    case OpKind::Barrier:
     case OpKind::Memcpy: break;
   }
   return 0;

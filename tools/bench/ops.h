@@ -13,7 +13,9 @@
 
 namespace ferry::bench {
 
-enum class OpKind { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Reduce, Memcpy };
+enum class OpKind {
+  AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Reduce, Barrier, Memcpy
+};
 
 // Every op in the order `--op all` runs them.
 const std::vector<OpKind>& all_ops();
@@ -43,6 +45,9 @@ std::vector<Place> places_of(OpKind op);
 // with (`native`) or without collectives of its own. choose_algorithm takes the bytes of one
 // rank's input, which for all_gather is 1/W of the reported size.
 std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size, bool native);
+// The collective `op` is (none for memcpy): the key of GroupImpl::runs, which says which
+// algorithm ran.
+std::optional<Collective> collective_of(OpKind op);
 
 // The tensors of one collective at one size on one rank. Inputs are filled with values that
 // depend on the sending rank (and block), so check() can tell a right result from a stale or

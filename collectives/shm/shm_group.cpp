@@ -1,0 +1,463 @@
+#include <ferry/collectives/shm/shm_group.h>
+
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/engine/reduce_kernels.h>
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
+#include <ferry/runtime/progress.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <sched.h>
+#include <unistd.h>
+
+namespace ferry::detail::shm {
+namespace {
+
+// How long a waiter spins (a core per rank) or yields (ranks outnumber cores) before it sleeps:
+// a peer that runs answers within microseconds; one that does not is better waited for asleep.
+constexpr auto kSpinFor = std::chrono::microseconds(50);
+constexpr auto kYieldFor = std::chrono::microseconds(20);
+// A sleeper wakes at least this often to check its deadline, its peers' processes and the
+// group's poison: a peer's death is noticed within about this long.
+constexpr auto kSleepSlice = std::chrono::milliseconds(10);
+// The progress thread is woken by a start at most this often (GroupShm::arrive).
+constexpr std::chrono::nanoseconds kWakeEvery = std::chrono::milliseconds(2);
+
+static_assert(sizeof(Fingerprint) <= kFingerprintBytes);
+
+// "all_reduce of 4096 float32 (sum)": a call as the MPI transport's key check names it, so a
+// mismatch reads alike whichever path found it.
+std::string short_call(const Fingerprint& f) {
+  std::string s = str(std::string(f.op, strnlen(f.op, sizeof f.op)));
+  if (f.has_tensor != 0 || f.lists != 0) {
+    s += f.agreed >= 0 ? str(" of ", f.agreed, " ") : std::string(" of ");
+    s += dtype_name(static_cast<DType>(f.dtype));
+  }
+  if (f.has_reduce_op != 0) s += str(" (", reduce_op_name(static_cast<ReduceOp>(f.reduce_op)), ")");
+  if (f.root >= 0) s += str(" root ", f.root);
+  return s;
+}
+
+// The progress thread's view of every group's shared-memory ops (GroupShm::poll_in_background):
+// registered once, holding the groups weakly.
+class ShmPoller final : public BackgroundPoller {
+ public:
+  static ShmPoller& get() {
+    static auto* poller = [] {
+      auto* p = new ShmPoller();  // lives as long as the process, as a poller must
+      add_background_poller(p);
+      return p;
+    }();
+    return *poller;
+  }
+  void watch(std::weak_ptr<GroupShm> g) {
+    std::lock_guard<std::mutex> lock(mu_);
+    groups_.push_back(std::move(g));
+  }
+  bool poll() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool busy = false;
+    std::erase_if(groups_, [&](const std::weak_ptr<GroupShm>& w) {
+      std::shared_ptr<GroupShm> g = w.lock();
+      if (!g) return true;
+      busy = g->poll_in_background() || busy;
+      return false;
+    });
+    return busy;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::weak_ptr<GroupShm>> groups_;
+};
+
+}  // namespace
+
+std::shared_ptr<GroupShm> GroupShm::of(GroupImpl& g, const OpRef& op) {
+  // After the first op, without the group's lock: the pointer is set once and never cleared
+  // while the group lives.
+  if (void* known = g.shm_fast().load(std::memory_order_acquire))
+    return static_cast<GroupShm*>(known)->shared_from_this();
+  std::lock_guard<std::mutex> lock(g.shm_mutex());
+  std::shared_ptr<void>& state = g.shm_state();
+  if (state) return std::static_pointer_cast<GroupShm>(state);
+  const int me = g.rank(), n = g.size();
+  SharedSegment segment = SharedSegment::map_for_group(
+      g, segment_bytes(n), op.seq, op.deadline, [&](void* base) {
+        if (me == 0) {
+          Header* h = header_of(base);
+          h->magic = kMagic;
+          h->ranks = static_cast<uint32_t>(n);
+          h->slot_bytes = static_cast<uint32_t>(kSlotBytes);
+        }
+        Slot* s = slot_of(base, me);
+        s->pid = static_cast<int32_t>(getpid());
+        s->segment_address = reinterpret_cast<uintptr_t>(base);
+      });
+  auto shm = std::shared_ptr<GroupShm>(new GroupShm(g, std::move(segment)));
+  state = shm;
+  g.shm_fast().store(shm.get(), std::memory_order_release);
+  ShmPoller::get().watch(shm);
+  // Every rank mapped the segment and wrote its pid and address before rank 0 said ready:
+  // probe now, so that the first single-copy op finds every rank's answer published.
+  shm->probe_peers();
+  return shm;
+}
+
+GroupShm::GroupShm(GroupImpl& g, SharedSegment segment)
+    : group_(&g), describe_(g.describe()), members_(g.members()), segment_(std::move(segment)),
+      rank_(g.rank()), size_(g.size()) {
+  std::vector<int> pids(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) pids[r] = slot(r)->pid;
+  peers_ = PeerProcesses(pids, rank_);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int on_host = std::max(size_, g.transport().ranks_on_host());
+  oversubscribed_ = cores > 0 && on_host > cores;
+  for (Pending& p : ring_) p.recv_offsets.reserve(static_cast<size_t>(size_) + 1);
+  FERRY_LOG(Info, "shm", g.describe(), ": shared-memory ops ready (", size_, " rank(s), ",
+            oversubscribed_ ? "more ranks than cores: waits yield, then sleep"
+                            : "a core per rank: waits spin, then sleep",
+            ")");
+}
+
+GroupShm::~GroupShm() = default;
+
+std::string GroupShm::who(int r) const {
+  return str("rank ", r, " (world rank ", members_[static_cast<size_t>(r)], ", pid ",
+             peers_.pid(r), ")");
+}
+
+void GroupShm::publish(std::atomic<uint32_t>& counter, uint32_t value) {
+  // Sequentially consistent, with the sleeper's increment of `sleepers` before it reads the
+  // counters: either the sleeper sees the new value, or this sees the sleeper and wakes it.
+  counter.store(value, std::memory_order_seq_cst);
+  Header* h = header();
+  if (h->sleepers.load(std::memory_order_seq_cst) != 0) {
+    h->epoch.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&h->epoch);
+  }
+}
+
+void GroupShm::arrive(uint32_t n) {
+  publish(slot(rank_)->arrived, n);
+  // The progress thread reads for this rank when its thread waits on something else. It polls
+  // a group with ops in flight every millisecond by itself; woken here at most every
+  // kWakeEvery, not per op: a wake per op kept it polling back to back, taking a core from
+  // the ranks (a fifth of an 8 B all_reduce's time went to its context switches).
+  const int64_t now = Clock::now().time_since_epoch().count();
+  if (now - polled_at_.load(std::memory_order_relaxed) > kWakeEvery.count()) {
+    polled_at_.store(now, std::memory_order_relaxed);
+    wake_background_progress();
+  }
+}
+
+void GroupShm::give_up() {
+  Header* h = header();
+  int32_t none = 0;
+  h->gave_up.compare_exchange_strong(none, rank_ + 1);
+  h->epoch.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&h->epoch);
+}
+
+uint32_t GroupShm::begin(const OpRef& op) {
+  const uint32_t n = next_ + 1;
+  // Op n writes data[n % kDepth]: free once every rank is done with op n - kDepth. (For the
+  // first kDepth ops the subtraction wraps to an op number every counter has "reached".)
+  const uint32_t freed = n - kDepth;
+  auto free = [&] {
+    for (int r = 0; r < size_; ++r)
+      if (!reached(slot(r)->done.load(std::memory_order_acquire), freed)) return false;
+    return true;
+  };
+  if (!free() && !wait_for(free, op.deadline, op)) fail_timeout(freed, op);
+  next_ = n;
+  return n;
+}
+
+GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
+  FERRY_CHECK(tail_ - head_ < kRing, Error, "shared memory of ", describe_, ": more than ",
+              kRing, " ops started and not completed (internal error)");
+  Pending& p = ring_[tail_ % kRing];
+  if (head_ == tail_) head_n_.store(n, std::memory_order_release);
+  tail_ += 1;
+  p.n = n;
+  p.kind = kind;
+  p.read = false;
+  return p;
+}
+
+void GroupShm::sign(uint32_t n, const OpRef& op) {
+  Slot* me = slot(rank_);
+  const uint32_t b = n % kDepth;
+  me->check[b] = op.check;
+  me->seq[b] = static_cast<uint32_t>(op.seq);
+  std::memcpy(me->fingerprint[b], op.fingerprint, sizeof(Fingerprint));
+}
+
+void GroupShm::compare_calls(const Pending& p) {
+  const uint32_t b = p.n % kDepth;
+  const Slot* me = slot(rank_);
+  for (int r = 0; r < size_; ++r) {
+    const Slot* s = slot(r);
+    if (r == rank_ || (s->check[b] == me->check[b] && s->seq[b] == me->seq[b])) continue;
+    Fingerprint mine, theirs;
+    std::memcpy(&mine, me->fingerprint[b], sizeof mine);
+    std::memcpy(&theirs, s->fingerprint[b], sizeof theirs);
+    const char* what = theirs.well_formed() ? fingerprint_difference(mine, theirs) : nullptr;
+    FERRY_THROW(MismatchError, mine.op, " (seq ", mine.seq, ") on rank ", rank_, " of ",
+                describe_, ": the ranks called different collectives: rank ", rank_, " called ",
+                mine.describe(), ", rank ", r, " called ", theirs.describe(), " (",
+                what ? what : "the call", " differs; compared in shared memory before any data "
+                "was read: this rank ", short_call(mine), ", rank ", r, " ",
+                theirs.well_formed() ? short_call(theirs) : std::string("?"), ")");
+  }
+}
+
+uint32_t GroupShm::start_barrier(const OpRef& op) {
+  const uint32_t n = begin(op);
+  sign(n, op);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    push(n, Kind::Barrier);
+  }
+  arrive(n);
+  return n;
+}
+
+uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
+                                    DType dtype, ReduceOp reduce) {
+  const size_t bytes = count * dtype_size(dtype);
+  FERRY_CHECK(bytes <= kSlotBytes, Error, op.name, ": ", bytes, " B through shared memory, at "
+              "most ", kSlotBytes, " (internal error: the op should have chosen another path)");
+  const uint32_t n = begin(op);
+  sign(n, op);
+  if (bytes > 0) std::memcpy(slot(rank_)->data[n % kDepth], in, bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Pending& p = push(n, Kind::AllReduce);
+    p.out = out;
+    p.count = count;
+    p.dtype = dtype;
+    p.reduce = reduce;
+  }
+  arrive(n);
+  return n;
+}
+
+void GroupShm::read_all_reduce(const Pending& p) {
+  const size_t bytes = p.count * dtype_size(p.dtype);
+  if (bytes == 0) return;
+  const uint32_t b = p.n % kDepth;
+  // Rank 0's payload, then every other rank's combined in rank order: the direct exchange's
+  // order (algorithms/direct_all_reduce.cpp), so both paths give the same bits on every rank.
+  std::memcpy(p.out, slot(0)->data[b], bytes);
+  for (int r = 1; r < size_; ++r)
+    combine(p.out, p.out, slot(r)->data[b], p.count, p.dtype, p.reduce);
+}
+
+void GroupShm::abandon(std::exception_ptr why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  abandon_locked(std::move(why));
+}
+
+void GroupShm::abandon_locked(std::exception_ptr why) {
+  if (!failure_) failure_ = std::move(why);
+  abandoned_.store(true, std::memory_order_release);
+  head_ = tail_;
+  head_n_.store(0, std::memory_order_release);
+}
+
+void GroupShm::progress() {
+  if (abandoned_.load(std::memory_order_acquire)) {
+    if (failure_) std::rethrow_exception(failure_);
+    FERRY_THROW(Error, "shared memory of ", describe_, ": an earlier op of the group failed on "
+                "this rank; its shared-memory ops were abandoned");
+  }
+  while (head_ != tail_) {
+    Pending& p = ring_[head_ % kRing];
+    if (!p.read) {
+      for (int r = 0; r < size_; ++r)
+        if (!reached(slot(r)->arrived.load(std::memory_order_acquire), p.n)) return;
+      // The gather half reads slices that are final only once every rank reduced its own.
+      if (p.kind == Kind::GatherSlices)
+        for (int r = 0; r < size_; ++r)
+          if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n - 1)) return;
+      try {
+        compare_calls(p);
+        if (p.kind == Kind::AllReduce) read_all_reduce(p);
+        if (p.kind == Kind::AllToAll) read_all_to_all(p);
+        if (p.kind == Kind::ReduceSlice) read_reduce_slice(p);
+        if (p.kind == Kind::GatherSlices) read_gather_slices(p);
+      } catch (...) {
+        give_up();  // this rank will never say done: its peers must not wait for it
+        abandon_locked(std::current_exception());
+        throw;
+      }
+      p.read = true;
+      publish(slot(rank_)->done, p.n);
+    }
+    // An all_to_all's peers read this rank's buffer: it is the caller's again only once they
+    // all said done.
+    if (p.kind == Kind::AllToAll || p.kind == Kind::GatherSlices)
+      for (int r = 0; r < size_; ++r)
+        if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n)) return;
+    head_ += 1;
+    completed_.store(p.n, std::memory_order_release);
+    head_n_.store(head_ != tail_ ? ring_[head_ % kRing].n : 0, std::memory_order_release);
+  }
+}
+
+bool GroupShm::poll_in_background() {
+  polled_at_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  if (abandoned_.load(std::memory_order_acquire)) return false;
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return true;  // its owner is progressing it
+  try {
+    progress();
+  } catch (...) {
+  }
+  return head_ != tail_;
+}
+
+bool GroupShm::test(uint32_t n) {
+  if (reached(completed_.load(std::memory_order_acquire), n)) return true;
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (lock.owns_lock()) progress();  // else another thread is progressing the group's ops
+  return reached(completed_.load(std::memory_order_acquire), n);
+}
+
+bool GroupShm::wait(uint32_t n, Clock::time_point until, const OpRef& op) {
+  return wait_for([&] { return reached(completed_.load(std::memory_order_acquire), n); }, until,
+                  op);
+}
+
+void GroupShm::check_peers_or_throw(const OpRef& op) {
+  if (group_->poisoned()) {
+    give_up();
+    group_->throw_if_poisoned(op.name);
+  }
+  const int32_t gave_up = header()->gave_up.load(std::memory_order_acquire);
+  if (gave_up != 0 && gave_up - 1 != rank_)
+    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
+                who(gave_up - 1), " gave up on the group (its op failed) while this rank ",
+                "waited in shared memory");
+  if (op.ctx != nullptr) {
+    if (const std::string gone = op.ctx->departed_peer(); !gone.empty())
+      FERRY_THROW(PeerFailure, op.name, " (seq ", op.seq, ") on ", describe_, ": ", gone);
+  }
+  const int ended = peers_.first_ended();
+  if (ended >= 0) {
+    int32_t none = 0;
+    header()->ended.compare_exchange_strong(none, ended + 1);
+    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
+                who(ended), " ended while this rank waited for it in shared memory");
+  }
+}
+
+bool GroupShm::wait_for(FunctionRef<bool()> ready, Clock::time_point until, const OpRef& op) {
+  auto check = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    progress();
+    return ready();
+  };
+  // Whether the oldest started op may move now, read without the lock: the spin reads only the
+  // peers' counters until one changed, and takes the lock once it can act.
+  auto may_move = [&] {
+    const uint32_t head = head_n_.load(std::memory_order_acquire);
+    if (head == 0) return true;
+    for (int r = 0; r < size_; ++r)
+      if (!reached(slot(r)->arrived.load(std::memory_order_acquire), head)) return false;
+    return true;
+  };
+  if (check()) return true;
+  const Clock::time_point spin_start = Clock::now();
+  const Clock::duration spin_for = oversubscribed_ ? Clock::duration(kYieldFor)
+                                                   : Clock::duration(kSpinFor);
+  for (int i = 1;; ++i) {
+    // One pause (~40-140 cycles), not more: the hand-off is noticed at most that late.
+    if (oversubscribed_)
+      sched_yield();
+    else
+      cpu_relax();
+    if ((ready() || may_move()) && check()) return true;
+    if (oversubscribed_ || (i & 63) == 0) {
+      const Clock::time_point now = Clock::now();
+      if (now - spin_start >= spin_for || now >= until) break;
+    }
+  }
+  Header* h = header();
+  for (;;) {
+    const Clock::time_point now = Clock::now();
+    if (now >= until) return check();
+    h->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t epoch = h->epoch.load(std::memory_order_seq_cst);
+    bool ok = false;
+    try {
+      ok = check();
+      if (!ok) futex_wait(&h->epoch, epoch, std::min<Clock::duration>(until - now, kSleepSlice));
+    } catch (...) {
+      h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      throw;
+    }
+    h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (ok || check()) return true;
+    // A peer that published and then ended did its part: look again before blaming it.
+    try {
+      check_peers_or_throw(op);
+    } catch (...) {
+      bool done = false;
+      try {
+        done = check();
+      } catch (...) {
+      }
+      if (done) return true;
+      abandon(std::current_exception());
+      throw;
+    }
+  }
+}
+
+std::string GroupShm::not_arrived(uint32_t n) const {
+  std::string absent, reading;
+  // Those furthest behind: a rank that arrived but stopped before reading holds the others
+  // in the reads that wait for it (a large all_reduce's second half waits for every first).
+  uint32_t least_done = n;
+  for (int r = 0; r < size_; ++r) {
+    const uint32_t d = slot(r)->done.load(std::memory_order_acquire);
+    if (!reached(d, least_done)) least_done = d;
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (!reached(slot(r)->arrived.load(std::memory_order_acquire), n))
+      absent += (absent.empty() ? "" : ", ") + std::to_string(r);
+    else if (slot(r)->done.load(std::memory_order_acquire) == least_done && least_done != n)
+      reading += (reading.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!absent.empty()) return " group rank(s) " + absent + " did not arrive in shared memory;";
+  if (!reading.empty())
+    return " group rank(s) " + reading + " did not finish reading in shared memory;";
+  return "";
+}
+
+void GroupShm::fail_timeout(uint32_t n, const OpRef& op) {
+  abandon();
+  std::string absent, reading;
+  for (int r = 0; r < size_; ++r) {
+    if (!reached(slot(r)->arrived.load(std::memory_order_acquire), n))
+      absent += (absent.empty() ? "" : ", ") + std::to_string(r);
+    else if (!reached(slot(r)->done.load(std::memory_order_acquire), n))
+      reading += (reading.empty() ? "" : ", ") + std::to_string(r);
+  }
+  FERRY_THROW(OwnDeadlineExpired, op.name, " seq ", op.seq, " on ", describe_,
+              " timed out in shared memory (deadline FERRY_TIMEOUT = ", default_timeout().count(),
+              " ms); ", absent.empty() ? "" : "group rank(s) " + absent + " did not arrive",
+              absent.empty() && !reading.empty() ? "group rank(s) " + reading +
+                                                       " did not finish reading"
+                                                 : "",
+              absent.empty() && reading.empty() ? "every rank arrived (a wait too short)" : "");
+}
+
+}  // namespace ferry::detail::shm

@@ -1,0 +1,189 @@
+// A group's shared-memory state and the life of its shared-memory ops (internal).
+//
+// One per group whose ranks share a host, made with the group (shm_ops.h's prepare_group: then
+// no op waits at issue for a peer to take part in the segment's exchange; a group of one rank
+// makes it at its first shared-memory op instead). It maps the segment (shared_segment.h; layout in
+// shm_layout.h), numbers the group's shared-memory ops, and keeps this rank's started ops in
+// order until they completed.
+//
+// An op starts on the thread that issues it (under the group's issue lock, or on the group's
+// worker for a queued op): it publishes its part and returns its number. It completes in two
+// steps, in op order, run by whichever thread tests or waits for it or for any later op of the
+// group (so two ops left unwaited never block each other, nor a third that needs their
+// buffers): once every rank published, this rank reads what it needs (sums the payloads, or
+// copies its blocks out of its peers' memory) and says it is done; an all_to_all then also
+// waits until every peer said so, as they read from its buffer. A wait spins briefly, then
+// sleeps on the segment's futex (shm_wait.h), and between sleeps checks its deadline, its
+// peers' processes, a peer that gave up, and the group's poison.
+#pragma once
+
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/engine/fingerprint.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/engine/issue.h>
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/shm/shared_segment.h>
+#include <ferry/collectives/shm/shm_layout.h>
+#include <ferry/collectives/shm/shm_wait.h>
+#include <ferry/runtime/dtype.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ferry::detail::shm {
+
+// The op a start or wait belongs to: its name and sequence number for messages, when its wait
+// gives up, and its call (OpContext's fingerprint), which every rank compares.
+struct OpRef {
+  const char* name;
+  uint64_t seq;
+  Clock::time_point deadline;
+  const Fingerprint* fingerprint;
+  uint32_t check;  // check_hash(*fingerprint)
+  // The op's context, asked between a slow wait's slices whether a peer entered finalize
+  // without issuing the op (OpContext::departed_peer); null while the group is being made.
+  const OpContext* ctx = nullptr;
+};
+
+class GroupShm : public std::enable_shared_from_this<GroupShm> {
+ public:
+  // The group's state, made on first use (collective: see the top). Throws as
+  // SharedSegment::map_for_group does.
+  static std::shared_ptr<GroupShm> of(GroupImpl& g, const OpRef& op);
+  ~GroupShm();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Starts a barrier; returns its op number.
+  uint32_t start_barrier(const OpRef& op);
+  // Starts an all_reduce of `count` elements of `dtype` (at most kSlotBytes): `in` is copied
+  // into the segment now; `out` (which may be `in`) receives the reduction, summed in rank
+  // order on every rank (the direct exchange's order: the same bits everywhere).
+  uint32_t start_all_reduce(const OpRef& op, const void* in, void* out, size_t count, DType dtype,
+                            ReduceOp reduce);
+  // Reads each peer's segment header through its process (process_vm_readv) and publishes
+  // whether that worked; made once, with the segment, without waiting for anyone.
+  void probe_peers();
+  // Whether every rank can read its peers' memory (process_vm_readv): the all_to_all's
+  // single-copy path. The same answer on every rank (each publishes its probe's result; this
+  // waits for all of them). Throws as a wait does.
+  bool peers_readable(const OpRef& op);
+  // Starts an all_to_all by reading peers' memory (peers_readable() said yes): this rank's
+  // blocks for rank q are `send[q]` (address and bytes in this process); it receives rank p's
+  // block for it into out + recv_offsets[p] .. recv_offsets[p + 1]. Both lists W long
+  // (recv_offsets W + 1); they are copied.
+  uint32_t start_all_to_all(const OpRef& op, const Block* send, char* out,
+                            const uint64_t* recv_offsets);
+
+  // Starts an all_reduce larger than the slots by reading peers' memory (peers_readable() said
+  // yes): this rank reduces slice `rank` of every rank's `in` (read straight from the peers'
+  // buffers, in rank order, so the bits are the direct exchange's) into its `out`, then copies
+  // every other slice, finished, out of its peers' `out`. Both stay the caller's only once the op
+  // completed: its peers read them. Takes two op numbers; returns the later one.
+  uint32_t start_large_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
+                                  DType dtype, ReduceOp reduce);
+
+  // Never blocks: whether op `n` completed (then a later wait returns at once). Throws the
+  // failure of a read (a mismatch, a peer's memory gone).
+  bool test(uint32_t n);
+  // Until op `n` completed (true) or `until` (false). Throws PeerFailure (a peer's process
+  // ended, or it gave up on the group), the group's poison, or a read's failure.
+  bool wait(uint32_t n, Clock::time_point until, const OpRef& op);
+  // The TimeoutError of op `n` at its own deadline, naming the ranks that never arrived.
+  [[noreturn]] void fail_timeout(uint32_t n, const OpRef& op);
+  // " group rank(s) 1 did not arrive;" for op `n` (or who did not finish reading it).
+  std::string not_arrived(uint32_t n) const;
+  // After one of the group's shared-memory ops failed on this rank (its deadline, a peer's
+  // death, a mismatch): forgets every started op, so that nothing writes into the buffers of
+  // ops whose Works failed or will fail (a stopped peer that resumes would otherwise let them
+  // complete after their callers got them back), and makes every later wait fail at once.
+  // `why`: the failure, which later waits of the group's ops on this rank raise again (the
+  // progress thread may meet a peer's death before the op's own waiter does).
+  void abandon(std::exception_ptr why = nullptr);
+
+  // The progress thread's step (runtime/progress.h): advances this group's started ops without
+  // blocking, so that a rank waiting on something else (another op, in another order) still
+  // reads what its peers wait for it to read. True while ops are in flight. Swallows failures:
+  // the op's own test or wait meets them again.
+  bool poll_in_background();
+
+ private:
+  GroupShm(GroupImpl& g, SharedSegment segment);
+
+  // ReduceSlice and GatherSlices are the two halves of a large all_reduce (ops n and n + 1).
+  enum class Kind : uint8_t { Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices };
+  struct Pending {
+    uint32_t n = 0;
+    Kind kind = Kind::Barrier;
+    bool read = false;  // the first step ran: this rank said done
+    void* out = nullptr;
+    size_t count = 0;
+    DType dtype = DType::Float32;
+    ReduceOp reduce = ReduceOp::Sum;
+    std::vector<uint64_t> recv_offsets;  // all_to_all: W + 1, capacity reserved up front
+  };
+  static constexpr uint32_t kRing = 2 * kDepth;
+
+  Header* header() const { return header_of(segment_.base()); }
+  Slot* slot(int r) const { return slot_of(segment_.base(), r); }
+  // Takes op number n and waits until its buffer is free (every rank done with op n - kDepth).
+  uint32_t begin(const OpRef& op);
+  // Appends op `p` (its number taken by begin) to the ring. mu_ held.
+  Pending& push(uint32_t n, Kind kind);
+  // Advances this rank's started ops as far as the peers allow. mu_ held.
+  void progress();
+  void read_all_reduce(const Pending& p);
+  void read_all_to_all(const Pending& p);
+  void read_reduce_slice(const Pending& p);
+  void read_gather_slices(const Pending& p);
+  // Copies `bytes` at `address` of group rank r (this rank: a plain copy) into `to`.
+  void copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
+  // Stores `value` into a counter and wakes the sleepers, if any.
+  void publish(std::atomic<uint32_t>& counter, uint32_t value);
+  // Publishes `arrived` = n (the op's part is in place).
+  void arrive(uint32_t n);
+  // Writes op n's call into this rank's slot (before publishing `arrived`).
+  void sign(uint32_t n, const OpRef& op);
+  // Throws MismatchError when a rank called another collective as its op `p.n`.
+  void compare_calls(const Pending& p);
+  // Spins, then sleeps, until `ready()` (asked under mu_ after progress) or `until`.
+  bool wait_for(FunctionRef<bool()> ready, Clock::time_point until, const OpRef& op);
+  // Throws when waiting longer is pointless: a peer ended or gave up, the group is poisoned.
+  void check_peers_or_throw(const OpRef& op);
+  // Tells the peers that this rank gave up on the group.
+  void give_up();
+  // Reads `bytes` at `address` of group rank r's process into `to` (process_vm_readv).
+  void read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
+  std::string who(int r) const;
+
+  GroupImpl* group_;     // for its poison, in waits by the op's owner only
+  std::string describe_;  // the group, for messages (the progress thread may outlive it)
+  std::vector<int> members_;
+  SharedSegment segment_;
+  PeerProcesses peers_;
+  int rank_;
+  int size_;
+  bool oversubscribed_;  // more ranks on this host than cores: yield and sleep soon
+  std::mutex mu_;        // the ring and the reads; never held while sleeping
+  uint32_t next_ = 0;    // the last op number taken (starts are serialized by the group)
+  int readable_ = -1;    // peers_readable(): -1 not asked yet
+  std::atomic<uint32_t> completed_{0};
+  std::atomic<uint32_t> head_n_{0};  // the oldest started op not completed, 0 if none
+  std::atomic<bool> abandoned_{false};
+  std::atomic<int64_t> polled_at_{0};  // steady clock ticks of the last progress-thread poll
+  std::exception_ptr failure_;  // the first failure that abandoned the ops; guarded by mu_
+  // abandon() with mu_ held.
+  void abandon_locked(std::exception_ptr why);
+  std::array<Pending, kRing> ring_;
+  // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
+  std::vector<unsigned char> acc_, chunk_, own_;
+  uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed
+};
+
+}  // namespace ferry::detail::shm

@@ -1,0 +1,167 @@
+#include <ferry/collectives/shm/shm_ops.h>
+
+#include <ferry/collectives/shm/shm_group.h>
+#include <ferry/runtime/object_pool.h>
+
+#include <algorithm>
+#include <exception>
+
+#include <ferry/runtime/config.h>
+#include <ferry/runtime/error.h>
+
+namespace ferry::detail::shm {
+namespace {
+
+// What the ranks compare in shared memory before reading an op's data: the tag paths' hash
+// (check_hash: the op, the dtype within its width, the reduce op, the root), and what their
+// byte counts would have shown (the dtype itself, the element count, the split sizes), since
+// nothing here counts bytes.
+uint32_t shm_check(const Fingerprint& f) {
+  uint32_t h = check_hash(f);
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 16777619u;
+  };
+  mix(&f.dtype, sizeof f.dtype);
+  mix(&f.agreed, sizeof f.agreed);
+  mix(&f.splits, sizeof f.splits);
+  return h == 0 ? 1 : h;
+}
+
+// The op as the shared-memory state sees it: its wait gives up at the context's give-up time,
+// leaving the diagnosis window to OpContext::fail_timeout_waiting_for.
+OpRef op_of(const OpContext& ctx) {
+  return OpRef{ctx.op(), ctx.seq(), ctx.give_up(), &ctx.fingerprint(),
+               shm_check(ctx.fingerprint()), &ctx};
+}
+
+// Waits for op n on `shm` under the op's deadline; at it, the engine's diagnosis of the ranks
+// that did not come (and of a rank stuck in another call, MismatchError).
+void run_to_the_end(GroupShm& shm, uint32_t n, OpContext& ctx, const OpRef& ref) {
+  if (shm.wait(n, ref.deadline, ref)) return;
+  const std::string waiting_for = shm.not_arrived(n);
+  shm.abandon();
+  ctx.fail_timeout_waiting_for(waiting_for);
+}
+
+// The group's shared-memory state; a first op whose segment exchange times out (a rank is in
+// another call: it skipped one) gets the engine's diagnosis, as any other timeout.
+std::shared_ptr<GroupShm> shm_of(OpContext& ctx, const OpRef& ref) {
+  try {
+    return GroupShm::of(ctx.group(), ref);
+  } catch (const TimeoutError&) {
+    ctx.fail_timeout_waiting_for(str(" ", error_message(std::current_exception()), ";"));
+  }
+}
+
+// An all_reduce of any size: through the slots when it fits them; above, by single copy from
+// the peers' buffers, or, where the ranks cannot read each other's memory, slot by slot (each
+// piece waited for before the next starts: a fallback, which the issuing thread runs to its end).
+// Returns the op number that completes it.
+uint32_t start_any_all_reduce(GroupShm& shm, OpContext& ctx, const OpRef& ref, const void* in,
+                              void* out, size_t count, DType dtype, ReduceOp op) {
+  const size_t elem = dtype_size(dtype);
+  if (count * elem <= kSlotBytes) return shm.start_all_reduce(ref, in, out, count, dtype, op);
+  if (shm.peers_readable(ref)) return shm.start_large_all_reduce(ref, in, out, count, dtype, op);
+  const size_t per = kSlotBytes / elem;
+  uint32_t n = 0;
+  for (size_t at = 0; at < count; at += per) {
+    n = shm.start_all_reduce(ref, static_cast<const char*>(in) + at * elem,
+                             static_cast<char*>(out) + at * elem, std::min(per, count - at),
+                             dtype, op);
+    run_to_the_end(shm, n, ctx, ref);
+  }
+  return n;
+}
+
+// An op started in shared memory: whoever tests or waits for its Work advances the group's
+// shared-memory ops (shm_group.h); nothing of it is handed to another thread. It keeps its
+// context for the diagnosis of a timeout.
+class ShmInFlight final : public InFlight, public Pooled {
+ public:
+  ShmInFlight(std::shared_ptr<GroupShm> shm, uint32_t n, std::unique_ptr<OpContext> ctx,
+              const OpRef& op)
+      : shm_(std::move(shm)), n_(n), ctx_(std::move(ctx)), op_(op) {}
+
+  bool test() override { return shm_->test(n_); }
+  bool poll_until(Clock::time_point deadline) override {
+    return shm_->wait(n_, std::min(deadline, op_.deadline), op_);
+  }
+  void wait_to_the_end(GroupImpl&, const char*, uint64_t, Clock::time_point) override {
+    run_to_the_end(*shm_, n_, *ctx_, op_);
+  }
+  std::vector<Tensor> finish() override { return {}; }
+  // The caller's buffers are read by peers only in an all_to_all, and only until every peer
+  // said done; a failed op's peers fail too, so nothing needs keeping for the process's life.
+  OnFailure on_failure() const override { return OnFailure::kPoisonTellPeers; }
+  // A peer's part arrives within microseconds when it runs: poll before the full wait.
+  bool polls_first() const override { return true; }
+
+ private:
+  std::shared_ptr<GroupShm> shm_;
+  uint32_t n_;
+  std::unique_ptr<OpContext> ctx_;
+  OpRef op_;
+};
+
+}  // namespace
+
+void prepare_group(GroupImpl& g) {
+  if (g.size() < 2 || !g.one_host()) return;
+  const Clock::time_point deadline = Clock::now() + default_timeout();
+  GroupShm::of(g, OpRef{"making the group", g.sequence_number(), deadline, nullptr, 0});
+}
+
+std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
+                                          Tensor& output, ReduceOp op) {
+  const OpRef ref = op_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
+  output.bump_version();
+  ctx->ran(Collective::AllReduce, Algorithm::SharedMemory);
+  const uint32_t n = start_any_all_reduce(*shm, *ctx, ref, input.raw_data(), output.raw_data(),
+                                          static_cast<size_t>(input.numel()), input.dtype(), op);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+}
+
+void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
+                ReduceOp op) {
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  const uint32_t n = start_any_all_reduce(*shm, ctx, ref, in, out, count, dtype, op);
+  run_to_the_end(*shm, n, ctx, ref);
+}
+
+std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx) {
+  const OpRef ref = op_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
+  ctx->ran(Collective::Barrier, Algorithm::SharedMemory);
+  const uint32_t n = shm->start_barrier(ref);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+}
+
+void barrier(OpContext& ctx) {
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  run_to_the_end(*shm, shm->start_barrier(ref), ctx, ref);
+}
+
+std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx, const Block* send,
+                                          char* out, const uint64_t* recv_offsets) {
+  const OpRef ref = op_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
+  if (!shm->peers_readable(ref)) return nullptr;
+  ctx->ran(Collective::AllToAll, Algorithm::SharedMemory);
+  const uint32_t n = shm->start_all_to_all(ref, send, out, recv_offsets);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+}
+
+bool all_to_all(OpContext& ctx, const Block* send, char* out, const uint64_t* recv_offsets) {
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  if (!shm->peers_readable(ref)) return false;
+  ctx.ran(Collective::AllToAll, Algorithm::SharedMemory);
+  run_to_the_end(*shm, shm->start_all_to_all(ref, send, out, recv_offsets), ctx, ref);
+  return true;
+}
+
+}  // namespace ferry::detail::shm

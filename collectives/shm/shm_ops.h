@@ -1,0 +1,46 @@
+// The shared-memory path of the raw collectives, as ops/ uses it (internal).
+//
+// Each op has two forms, like the other paths: started at issue (the op's `post`, engine/
+// issue.h), which publishes this rank's part on the issuing thread and returns what is in
+// flight, so a small all_reduce pays no hand-off to the group's worker; and run to completion
+// on an OpContext (the op's queued body: behind a queued op, under FERRY_CHECK=1, or on buffers
+// widened for a 16-bit sum). Both record Algorithm::SharedMemory as what ran.
+#pragma once
+
+#include <ferry/collectives/engine/in_flight_work.h>
+#include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/shm/shm_layout.h>
+
+#include <memory>
+
+namespace ferry::detail::shm {
+
+// Makes `g`'s shared segment now when its ranks share a host (GroupImpl::one_host) and are more
+// than one: collective, as making the group is (Group::world and Group::split call it). Made
+// with the group rather than by its first op, so that no op ever waits at issue for a peer to
+// take part in an exchange: a rank that skips the group's first collective then makes its
+// peers time out in that op's wait, with the engine's diagnosis, as on the other paths. Throws
+// as SharedSegment::map_for_group does.
+void prepare_group(GroupImpl& g);
+
+// all_reduce of any size: up to kSlotBytes through the segment's slots, above by single copy
+// from the peers' buffers (shm_all_reduce_large.cpp), or slot by slot where the ranks cannot
+// read each other's memory.
+std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
+                                          Tensor& output, ReduceOp op);
+void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
+                ReduceOp op);
+
+std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx);
+void barrier(OpContext& ctx);
+
+// all_to_all_single by single copy: `send[q]` is this rank's block for rank q (its address and
+// bytes), rank p's block for this rank goes to out + recv_offsets[p]. Null when the ranks
+// cannot read each other's memory (every rank gets the same answer): the caller takes the
+// pairwise exchange then, over the same context, and records that.
+std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx, const Block* send,
+                                          char* out, const uint64_t* recv_offsets);
+// Run to completion; false (nothing done) when the ranks cannot read each other's memory.
+bool all_to_all(OpContext& ctx, const Block* send, char* out, const uint64_t* recv_offsets);
+
+}  // namespace ferry::detail::shm

@@ -1,0 +1,236 @@
+// The shared-memory path when a peer fails, as separate processes of this host (the test binary
+// re-executes itself with "--child NAME", joined by the TCP rendezvous over UCX; mpiexec would
+// end the whole job when a rank is killed): a rank SIGKILLed between ops makes every survivor
+// raise PeerFailure naming it, well before the deadline; a rank that never issues an op makes
+// the others raise TimeoutError at the deadline, naming the op, its sequence number and the
+// absent rank; and after either, /dev/shm holds no segment name.
+#include <ferry/ferry.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/shm/shared_segment.h>
+#include "tests/catch/run_catch.h"
+#include "tools/run/rank_processes.h"
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+using namespace ferry;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kParamVar = "SHM_FAULTS_VICTIM";
+
+class Checks {
+ public:
+  explicit Checks(int rank) : rank_(rank) {}
+  void expect(bool ok, const std::string& what) {
+    ++made_;
+    if (ok) return;
+    ++failed_;
+    std::fprintf(stderr, "[rank %d] CHECK FAILED: %s\n", rank_, what.c_str());
+  }
+  int status() const { return made_ > 0 && failed_ == 0 ? 0 : 1; }
+
+ private:
+  int rank_;
+  int made_ = 0, failed_ = 0;
+};
+
+struct Caught {
+  std::string kind, what;
+};
+
+template <class F>
+Caught capture(F&& f) {
+  try {
+    f();
+  } catch (const PeerFailure& e) {
+    return {"PeerFailure", e.what()};
+  } catch (const TimeoutError& e) {
+    return {"TimeoutError", e.what()};
+  } catch (const Error& e) {
+    return {"Error", e.what()};
+  } catch (const std::exception& e) {
+    return {"std::exception", e.what()};
+  }
+  return {};
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The victim (world rank, from the parameter) kills itself after ten shm all_reduces; the
+// others go on and must fail with PeerFailure naming it within a few seconds of a 60 s deadline.
+int kill_between_ops() {
+  Group world = init();
+  Checks c(world.rank());
+  const int victim = std::atoi(std::getenv(kParamVar));
+  Group g = world.split(0, world.rank());
+  set_algorithm_override("all_reduce:shm,barrier:shm");
+  Tensor t = full({2}, 1.0);
+  for (int k = 0; k < 10; ++k) {
+    t.fill_(1.0);
+    all_reduce(t, g).wait();
+  }
+  c.expect(t.get_flat(0) == g.size(), "the shm all_reduce sums");
+  if (world.rank() == victim) raise(SIGKILL);
+  const auto t0 = Clock::now();
+  Caught e = capture([&] {
+    for (int k = 0; k < 100000; ++k) all_reduce(t, g).wait();  // ends by throwing
+  });
+  const double took = seconds_since(t0);
+  std::fprintf(stderr, "[rank %d] failed after %.3f s with %s: %s\n", world.rank(), took,
+               e.kind.c_str(), e.what.c_str());
+  c.expect(e.kind == "PeerFailure", "the survivor raises PeerFailure, got " + e.kind);
+  c.expect(contains(e.what, "rank " + std::to_string(victim)),
+           "the error names the dead rank: " + e.what);
+  c.expect(took < 5.0, "the failure comes within 5 s, took " + std::to_string(took));
+  const auto t1 = Clock::now();
+  Caught later = capture([&] { barrier(g).wait(); });
+  c.expect(!later.kind.empty() && seconds_since(t1) < 1.0,
+           "a later op on the group fails at once, got '" + later.kind + "'");
+  std::fflush(stderr);
+  _exit(c.status());  // skip finalize: the transport's flush would wait on the dead peer
+}
+
+// World rank 1 never issues the third shm all_reduce: rank 0 times out at its 1.5 s deadline.
+int skip_an_op() {
+  Group world = init();
+  Checks c(world.rank());
+  Group g = world.split(0, world.rank());
+  set_algorithm_override("all_reduce:shm");
+  set_default_timeout(std::chrono::milliseconds(1500));
+  Tensor t = full({2}, 1.0);
+  all_reduce(t, g).wait();
+  all_reduce(t, g).wait();
+  if (world.rank() == 0) {
+    const uint64_t seq = g.sequence_number();
+    const auto t0 = Clock::now();
+    Caught e = capture([&] { all_reduce(t, g).wait(); });
+    const double took = seconds_since(t0);
+    c.expect(e.kind == "TimeoutError", "expected TimeoutError, got " + e.kind + ": " + e.what);
+    c.expect(took > 1.0 && took < 6.0, "timed out after " + std::to_string(took) + " s");
+    c.expect(contains(e.what, "all_reduce") && contains(e.what, "seq " + std::to_string(seq)) &&
+                 contains(e.what, "rank(s) 1 did not arrive"),
+             "the message names the op, its seq and the absent rank: " + e.what);
+    c.expect(g.poisoned(), "the timeout poisons the group");
+  } else {
+    c.expect(true, "rank 1 skips the op");
+  }
+  set_default_timeout(std::chrono::milliseconds(60000));
+  barrier(world).wait();  // the world group is untouched: both end together
+  finalize();
+  return c.status();
+}
+
+// Every rank makes itself non-dumpable before init: where that keeps its peers from reading its
+// memory (no CAP_SYS_PTRACE), each rank's probe says so and every rank runs all_to_all_single
+// as the pairwise exchange; where it does not (root here), the single copy runs. Either way
+// the blocks arrive, and every rank took the same path.
+int unreadable() {
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  Group world = init();
+  Checks c(world.rank());
+  Group g = world.split(0, world.rank());
+  set_algorithm_override("all_to_all:shm");
+  const int W = g.size(), me = g.rank();
+  Tensor in = empty({W * 1000}, DType::Float32);
+  for (int q = 0; q < W; ++q) in.narrow(0, q * 1000, 1000).fill_(100 * me + q);
+  Tensor out = zeros({W * 1000}, DType::Float32);
+  all_to_all_single(in, out, g).wait();
+  for (int p = 0; p < W; ++p)
+    c.expect(out.get_flat(p * 1000 + 999) == 100 * p + me,
+             "the block from rank " + std::to_string(p) + " arrived");
+  const bool by_shm = g.impl().runs(Collective::AllToAll, Algorithm::SharedMemory) == 1;
+  const bool by_pairwise = g.impl().runs(Collective::AllToAll, Algorithm::Pairwise) == 1;
+  c.expect(by_shm != by_pairwise, "one path ran the all_to_all");
+  Tensor mine = from_vector<int64_t>({by_shm ? 1 : 0});
+  Tensor all = empty({W}, DType::Int64);
+  set_algorithm_override("");
+  all_gather(mine, all, world).wait();
+  for (int p = 0; p < W; ++p)
+    c.expect(all.get_flat(p) == mine.get_flat(0), "every rank took the same path");
+  std::fprintf(stderr, "[rank %d] non-dumpable: all_to_all_single ran by %s\n", world.rank(),
+               by_shm ? "shm (reads allowed here)" : "the pairwise exchange (reads refused)");
+  finalize();
+  return c.status();
+}
+
+std::vector<run::RankExit> launch(const std::string& scenario, int ranks,
+                                  const std::string& param) {
+  run::LaunchOptions o;
+  o.ranks = ranks;
+  o.argv = {"/proc/self/exe", "--child", scenario};
+  o.env = {{kParamVar, param}, {"FERRY_BACKEND", "ucx"}, {"FERRY_TIMEOUT", "60"}};
+  o.timeout = std::chrono::seconds(90);
+  o.grace = std::chrono::seconds(20);
+  return run::launch_ranks(o);
+}
+
+}  // namespace
+
+TEST_CASE("shm: a rank killed between ops makes every survivor raise PeerFailure",
+          "[shm][process][failure]") {
+  const std::string victim = GENERATE(as<std::string>{}, "2", "0");  // a peer, and the creator
+  INFO("victim rank " << victim);
+  auto exits = launch("kill", 3, victim);
+  for (const auto& e : exits) {
+    INFO(run::describe(e));
+    if (std::to_string(e.rank) == victim)
+      CHECK((!e.exited && e.signal == SIGKILL && !e.killed_by_us));
+    else
+      CHECK((e.exited && e.status == 0));
+  }
+  CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
+}
+
+TEST_CASE("shm: all_to_all_single where ranks may not read each other's memory",
+          "[shm][process]") {
+  auto exits = launch("unreadable", 3, "");
+  for (const auto& e : exits) {
+    INFO(run::describe(e));
+    CHECK((e.exited && e.status == 0));
+  }
+  CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
+}
+
+TEST_CASE("shm: a rank that never issues an op makes the others time out", "[shm][process]") {
+  auto exits = launch("timeout", 2, "");
+  for (const auto& e : exits) {
+    INFO(run::describe(e));
+    CHECK((e.exited && e.status == 0));
+  }
+  CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--child") == 0) {
+    const std::string name = argv[2];
+    try {
+      if (name == "kill") return kill_between_ops();
+      if (name == "timeout") return skip_an_op();
+      if (name == "unreadable") return unreadable();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child scenario '%s' failed: %s\n", name.c_str(), e.what());
+      return 1;
+    }
+    std::fprintf(stderr, "unknown child scenario '%s'\n", name.c_str());
+    return 2;
+  }
+  return ferry_test::run_catch(argc, argv);
+}
