@@ -74,6 +74,11 @@ class ProgressDriver {
   static constexpr auto kLongestPause = std::chrono::microseconds(1000);
   // How long pollers are still stepped (every kLongestPause) after they last had work.
   static constexpr auto kPollersIdleBeforeSleep = std::chrono::milliseconds(50);
+  // The shortest time between two rounds of the pollers that only a wake asked for: a stream of
+  // ops that each finish at once (an 8 B all_reduce through shared memory) wakes the thread
+  // with every op, and polling each time kept it running back to back, taking a core from the
+  // ranks. A wake is never lost: the round it asks for runs at most this much later.
+  static constexpr auto kPollerRoundEvery = std::chrono::microseconds(500);
 
   // Called with mu_ held.
   void start_locked() {
@@ -86,11 +91,18 @@ class ProgressDriver {
   void loop() {
     auto pause = std::chrono::duration_cast<Clock::duration>(kFirstPause);
     Clock::time_point pollers_busy_until{};  // pollers are stepped until then
+    Clock::time_point next_poller_round{};   // a wake's round runs no earlier (kPollerRoundEvery)
     std::vector<BackgroundPoller*> pollers;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
-      const bool pollers_due = poller_work_.load() || Clock::now() < pollers_busy_until;
+      const Clock::time_point now = Clock::now();
+      const bool asked = poller_work_.load();
+      const bool pollers_due = (asked && now >= next_poller_round) || now < pollers_busy_until;
       if (list_.empty() && !pollers_due) {
+        if (asked) {  // a wake too soon after the last round: its round comes when the gap ends
+          cv_.wait_until(lock, next_poller_round, [&] { return stopping_ || !list_.empty(); });
+          continue;
+        }
         asleep_.store(true);
         cv_.wait(lock, [&] { return stopping_ || !list_.empty() || poller_work_.load(); });
         asleep_.store(false);
@@ -104,6 +116,7 @@ class ProgressDriver {
       lock.unlock();
       bool completed_any = test_all(round);
       if (pollers_due) {
+        next_poller_round = Clock::now() + kPollerRoundEvery;
         poller_work_.store(false);  // work added from here on sets it again
         bool busy = false;
         for (BackgroundPoller* p : pollers) busy = p->poll() || busy;

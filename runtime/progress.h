@@ -29,7 +29,8 @@
 // which this thread calls every round while it reports work in flight, and for 50 ms after it
 // last did at 1 ms intervals (so a stream of such ops costs no wake-up per op). The poller wakes
 // the thread when work appears (wake_background_progress): one atomic store and load while the
-// thread is awake, a notify only when it sleeps.
+// thread is awake, a notify only when it sleeps; the rounds that wakes ask for run at least
+// 0.5 ms apart (a wake is never dropped, only its round delayed).
 //
 // FERRY_PROGRESS_THREAD=0 (a diagnostic switch) stops the thread from testing: it only reads
 // whether a watched op completed, so an op moves only if its group's worker or a waiter moves it,

@@ -24,8 +24,6 @@ constexpr auto kYieldFor = std::chrono::microseconds(20);
 // A sleeper wakes at least this often to check its deadline, its peers' processes and the
 // group's poison: a peer's death is noticed within about this long.
 constexpr auto kSleepSlice = std::chrono::milliseconds(10);
-// The progress thread is woken by a start at most this often (GroupShm::arrive).
-constexpr std::chrono::nanoseconds kWakeEvery = std::chrono::milliseconds(2);
 
 static_assert(sizeof(Fingerprint) <= kFingerprintBytes);
 
@@ -144,15 +142,12 @@ void GroupShm::publish(std::atomic<uint32_t>& counter, uint32_t value) {
 
 void GroupShm::arrive(uint32_t n) {
   publish(slot(rank_)->arrived, n);
-  // The progress thread reads for this rank when its thread waits on something else. It polls
-  // a group with ops in flight every millisecond by itself; woken here at most every
-  // kWakeEvery, not per op: a wake per op kept it polling back to back, taking a core from
-  // the ranks (a fifth of an 8 B all_reduce's time went to its context switches).
-  const int64_t now = Clock::now().time_since_epoch().count();
-  if (now - polled_at_.load(std::memory_order_relaxed) > kWakeEvery.count()) {
-    polled_at_.store(now, std::memory_order_relaxed);
-    wake_background_progress();
-  }
+  // The progress thread reads for this rank when its thread waits on something else. Every op
+  // wakes it (one atomic store and load while it is awake): a wake skipped because the thread
+  // polled a moment ago was lost when it then went to sleep, and a rank that sat in its own
+  // MPI_Barrier never read its part. The thread spaces the rounds that wakes ask for itself
+  // (runtime/progress.cpp), so a stream of ops does not keep it polling back to back.
+  wake_background_progress();
 }
 
 void GroupShm::give_up() {
@@ -312,7 +307,6 @@ void GroupShm::progress() {
 }
 
 bool GroupShm::poll_in_background() {
-  polled_at_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   if (abandoned_.load(std::memory_order_acquire)) return false;
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return true;  // its owner is progressing it

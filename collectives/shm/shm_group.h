@@ -176,7 +176,6 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::atomic<uint32_t> completed_{0};
   std::atomic<uint32_t> head_n_{0};  // the oldest started op not completed, 0 if none
   std::atomic<bool> abandoned_{false};
-  std::atomic<int64_t> polled_at_{0};  // steady clock ticks of the last progress-thread poll
   std::exception_ptr failure_;  // the first failure that abandoned the ops; guarded by mu_
   // abandon() with mu_ held.
   void abandon_locked(std::exception_ptr why);

@@ -7,6 +7,7 @@
 #include <ferry/ferry.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/shm/shared_segment.h>
+#include "tests/catch/caught_error.h"
 #include "tests/catch/run_catch.h"
 #include "tools/run/rank_processes.h"
 
@@ -46,25 +47,8 @@ class Checks {
   int made_ = 0, failed_ = 0;
 };
 
-struct Caught {
-  std::string kind, what;
-};
-
-template <class F>
-Caught capture(F&& f) {
-  try {
-    f();
-  } catch (const PeerFailure& e) {
-    return {"PeerFailure", e.what()};
-  } catch (const TimeoutError& e) {
-    return {"TimeoutError", e.what()};
-  } catch (const Error& e) {
-    return {"Error", e.what()};
-  } catch (const std::exception& e) {
-    return {"std::exception", e.what()};
-  }
-  return {};
-}
+using test::capture;
+using test::Caught;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;

@@ -2,6 +2,7 @@
 
 #include <ferry/backends/ucx/ucx_cma.h>
 #include <ferry/ferry.h>
+#include "tests/catch/caught_error.h"
 #include "tests/ucx/cma_probe.h"
 
 #include <arpa/inet.h>
@@ -61,28 +62,8 @@ std::string param() {
   return v == nullptr ? "" : v;
 }
 
-// Runs `fn`; returns the exception it threw (what(), kind) or empty strings.
-struct Caught {
-  std::string kind, what;
-};
-Caught capture(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const PeerFailure& e) {
-    return {"PeerFailure", e.what()};
-  } catch (const MismatchError& e) {
-    return {"MismatchError", e.what()};
-  } catch (const TimeoutError& e) {
-    return {"TimeoutError", e.what()};
-  } catch (const InvalidArgument& e) {
-    return {"InvalidArgument", e.what()};
-  } catch (const TransportError& e) {
-    return {"TransportError", e.what()};
-  } catch (const std::exception& e) {
-    return {"other", e.what()};
-  }
-  return {};
-}
+using test::capture;
+using test::Caught;
 
 // The last rank dies (SIGKILL) while the others are inside a large all_reduce with it. The
 // survivors must raise PeerFailure naming it well before the deadline (FERRY_TIMEOUT, set by
