@@ -7,7 +7,10 @@
 # Usage: launch_check.sh FERRY_TRAIN   (exit 77: skipped, this ferry has no UCX)
 set -uo pipefail
 train="$1"
-"$(dirname "$train")/ferry-info" 2>/dev/null | grep -qw ucx || { echo "no UCX: skipped"; exit 77; }
+# Read whole before matching: `ferry-info | grep -q` under pipefail failed whenever grep exited
+# at the first match while ferry-info was still writing (SIGPIPE), and skipped the test.
+info="$("$(dirname "$train")/ferry-info" 2>/dev/null)"
+grep -qw ucx <<<"$info" || { echo "no UCX: skipped"; exit 77; }
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 fail=0
