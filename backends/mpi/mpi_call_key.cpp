@@ -166,8 +166,10 @@ CallKey all_to_all_key(int rank, int size, size_t block) {
 
 KeyCheck::KeyCheck(MPI_Comm comm, int rank, int size, uint32_t group_id, const char* op,
                    const CallKey& mine, std::vector<size_t> expected)
-    : rank_(rank), size_(size), group_id_(group_id), op_(op), mine_(mine),
-      expected_(std::move(expected)) {
+    : rank_(rank), size_(size), group_id_(group_id), op_(op), comm_(comm), mine_(mine),
+      expected_(std::move(expected)) {}
+
+void KeyCheck::post() {
   constexpr int n = CallKey::kInts;
   int code = MPI_SUCCESS;
   const char* call = "MPI_Irecv";
@@ -176,16 +178,16 @@ KeyCheck::KeyCheck(MPI_Comm comm, int rank, int size, uint32_t group_id, const c
     for (int p = 0; p < size_ && code == MPI_SUCCESS; ++p)
       if (p != rank_)
         code = MPI_Irecv(all_small_ + static_cast<size_t>(p) * n, n, MPI_INT64_T, p,
-                         kKeyCheckTag, comm, &requests_[posted_++]);
+                         kKeyCheckTag, comm_, &requests_[posted_++]);
     for (int p = 0; p < size_ && code == MPI_SUCCESS; ++p)
       if (p != rank_) {
         call = "MPI_Isend";
-        code = MPI_Isend(mine_.v, n, MPI_INT64_T, p, kKeyCheckTag, comm, &requests_[posted_++]);
+        code = MPI_Isend(mine_.v, n, MPI_INT64_T, p, kKeyCheckTag, comm_, &requests_[posted_++]);
       }
   } else {
     call = "MPI_Iallgather";
     all_large_.resize(static_cast<size_t>(n) * static_cast<size_t>(size_));
-    code = MPI_Iallgather(mine_.v, n, MPI_INT64_T, all_large_.data(), n, MPI_INT64_T, comm,
+    code = MPI_Iallgather(mine_.v, n, MPI_INT64_T, all_large_.data(), n, MPI_INT64_T, comm_,
                           &requests_[posted_++]);
   }
   // The description is put together only for the error: this runs on every collective.

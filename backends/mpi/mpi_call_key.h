@@ -92,9 +92,9 @@ CallKey all_to_all_key(int rank, int size, size_t block);
 // between two ranks in the order they were posted, so the n-th check meets the peers' n-th.
 inline constexpr int kKeyCheckTag = (1 << 25) - 1;
 
-// One comparison of every rank's key, posted by the constructor on `comm`. Its messages and
-// buffers live in the object, so a check held in the pool costs no allocation (the caller
-// makes it with make_pooled). Not thread-safe: its owner serializes calls.
+// One comparison of every rank's key on `comm`, posted by post(). Its messages and buffers
+// live in the object, so a check held in the pool costs no allocation (the caller makes it
+// with make_pooled). Not thread-safe: its owner serializes calls.
 class KeyCheck {
  public:
   // Up to this many ranks the keys go as point-to-point messages to every peer: where MPICH's
@@ -109,6 +109,11 @@ class KeyCheck {
            const CallKey& mine, std::vector<size_t> expected = {});
   KeyCheck(const KeyCheck&) = delete;
   KeyCheck& operator=(const KeyCheck&) = delete;
+
+  // Posts the comparison's messages (once). Throws TransportError when MPI refuses one; the
+  // ones posted before it may still be written into by MPI, so the caller then keeps the
+  // check as long as the process (keep_forever), as it does any check that never finished.
+  void post();
 
   // True once the comparison finished; outcome() is then null (the keys agreed) or the error
   // (MismatchError, or TransportError when MPI failed).
@@ -127,6 +132,7 @@ class KeyCheck {
   const char* op_;
   const int64_t* key_of(int r) const;
 
+  MPI_Comm comm_;
   CallKey mine_;
   // kInts per rank: inline up to kDirectRanks ranks, else in `all_large_`.
   int64_t all_small_[CallKey::kInts * kDirectRanks] = {};

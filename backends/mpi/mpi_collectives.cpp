@@ -523,6 +523,7 @@ class MpiCollectives final : public NativeCollectives {
                                             std::move(expected));
     std::unique_ptr<NativeRequest> request;
     try {
+      check->post();
       request = start_op();
     } catch (...) {
       keep_forever(std::move(check));  // MPI owns its buffers until it finishes

@@ -218,13 +218,14 @@ std::shared_ptr<PersistentCollectives::Slot> PersistentCollectives::slot_for(
 }
 
 void PersistentCollectives::post_key_check(const Key& key, Slot& slot) const {
-  // The key as every other path of the group states it (the same MPI_Iallgather, so ranks
+  // The key as every other path of the group states it (the same exchange of keys, so ranks
   // whose calls differ in which path they take still compare with each other).
   const CallKey mine = key.kind == CallKind::AllToAll
                            ? all_to_all_key(rank_, size_, static_cast<size_t>(key.count))
                            : agreed_key(key.kind, key.count, key.type, key.op, key.root);
   slot.check = std::make_unique<KeyCheck>(comm_, rank_, size_, group_id_,
                                           "a persistent collective", mine);
+  slot.check->post();  // on failure the slot, dropped, keeps the unfinished check for MPI
 }
 
 std::unique_ptr<NativeRequest> PersistentCollectives::start(const char* what,
