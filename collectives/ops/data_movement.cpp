@@ -1,4 +1,5 @@
-// broadcast, all_gather(_v), all_to_all(_single), gather, scatter, barrier.
+// broadcast, all_gather(_v), all_to_all of lists, gather, scatter, barrier (all_to_all_single
+// with split sizes: all_to_all_single.cpp; with layouts: layout_all_to_all.cpp).
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/algorithms/algorithms.h>
 #include <ferry/collectives/engine/engine.h>
@@ -6,7 +7,6 @@
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
 #include <ferry/collectives/shm/shm_ops.h>
-#include <ferry/runtime/small_vector.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,8 +16,8 @@ namespace {
 
 using detail::OpContext;
 
-char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
-const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
+using detail::data_of;
+using detail::elements_per_row;
 
 // The all_gather algorithm, chosen from the output size, which every rank agrees on (its own
 // block size may differ between ranks in all_gather_v).
@@ -65,15 +65,8 @@ void all_gather_blocks(OpContext& ctx, const char* own, char* out, const detail:
 
 void gather_blocks(OpContext& ctx, Tensor& output, const Tensor& input,
                    const detail::Blocks& blocks, Algorithm algo) {
-  all_gather_blocks(ctx, bytes_of(input), bytes_of(output), blocks, algo, input, output);
+  all_gather_blocks(ctx, data_of(input), data_of(output), blocks, algo, input, output);
   output.bump_version();
-}
-
-// The elements of one row (dim 0 index), which must agree across ranks whose rows may differ.
-int64_t elements_per_row(const Tensor& t) {
-  int64_t n = 1;
-  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
-  return n;
 }
 
 // broadcast's one native call.
@@ -84,90 +77,6 @@ std::unique_ptr<NativeRequest> native_broadcast(detail::GroupImpl& g, Algorithm 
                                return native.broadcast(tensor.raw_data(), tensor.nbytes(), root,
                                                        path);
                              });
-}
-
-// Where each rank's block of `t` lies: `splits` rows each (equal blocks when empty), for the
-// pairwise exchange. Inline lists: a call of a few ranks allocates nothing for them.
-using BlockPlaces = detail::SmallVector<size_t, 16>;
-void place_blocks(const std::vector<int64_t>& splits, const Tensor& t, int world,
-                  BlockPlaces& offset, BlockPlaces& bytes) {
-  const size_t rb = row_bytes(t);
-  size_t at = 0;
-  for (int k = 0; k < world; ++k) {
-    const int64_t rows = splits.empty() ? t.size(0) / world : splits[static_cast<size_t>(k)];
-    offset.push_back(at);
-    bytes.push_back(static_cast<size_t>(rows) * rb);
-    at += bytes.back();
-  }
-}
-
-// all_to_all_single's one native call: without split lists (`equal`), the transport's form
-// without lists, which no block list is built for.
-std::unique_ptr<NativeRequest> native_all_to_all_single(
-    detail::GroupImpl& g, Algorithm algo, const Tensor& input, Tensor& output,
-    const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits, bool equal) {
-  return detail::call_native(
-      g, Collective::AllToAll, algo, [&](NativeCollectives& native, NativePath& path) {
-        const int world = g.size();
-        if (equal)
-          return native.all_to_all_equal(input.raw_data(), output.raw_data(),
-                                         input.nbytes() / static_cast<size_t>(world), path);
-        BlockPlaces in_offset, in_bytes, out_offset, out_bytes;
-        place_blocks(in_splits, input, world, in_offset, in_bytes);
-        place_blocks(out_splits, output, world, out_offset, out_bytes);
-        const size_t n = static_cast<size_t>(world);
-        return native.all_to_all_single(input.raw_data(), {in_bytes.begin(), n},
-                                        {in_offset.begin(), n}, output.raw_data(),
-                                        {out_bytes.begin(), n}, {out_offset.begin(), n}, path);
-      });
-}
-
-// all_to_all_single's pairwise exchange, every message posted at once (over `ctx`, which waits
-// for them).
-void post_split_all_to_all(OpContext& ctx, const Tensor& input, Tensor& output,
-                           const std::vector<int64_t>& in_splits,
-                           const std::vector<int64_t>& out_splits) {
-  BlockPlaces send_offset, send_bytes, recv_offset, recv_bytes;
-  place_blocks(in_splits, input, ctx.size(), send_offset, send_bytes);
-  place_blocks(out_splits, output, ctx.size(), recv_offset, recv_bytes);
-  ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
-  detail::post_pairwise_all_to_all(ctx, bytes_of(input), send_offset.begin(), send_bytes.begin(),
-                                   bytes_of(output), recv_offset.begin(), recv_bytes.begin());
-}
-
-// all_to_all_single by single copy through shared memory (collectives/shm/): this rank's block
-// for each rank (its address and bytes), and where each rank's block for it lands, placed on
-// the stack. Started at issue it returns what is in flight; where the ranks cannot read each
-// other's memory (every rank learns the same), the pairwise exchange instead, over the same
-// context.
-struct ShmPlaces {
-  detail::SmallVector<detail::shm::Block, 16> send;
-  detail::SmallVector<uint64_t, 17> recv;
-  ShmPlaces(const Tensor& input, const Tensor& output, const std::vector<int64_t>& in_splits,
-            const std::vector<int64_t>& out_splits, int world) {
-    BlockPlaces send_offset, send_bytes, recv_offset, recv_bytes;
-    place_blocks(in_splits, input, world, send_offset, send_bytes);
-    place_blocks(out_splits, output, world, recv_offset, recv_bytes);
-    const auto base = reinterpret_cast<uintptr_t>(input.raw_data());
-    for (int k = 0; k < world; ++k) {
-      send.push_back({base + send_offset[k], send_bytes[k]});
-      recv.push_back(recv_offset[k]);
-    }
-    recv.push_back(world == 0 ? 0 : recv_offset[world - 1] + recv_bytes[world - 1]);
-  }
-};
-
-std::unique_ptr<detail::InFlight> post_shm_all_to_all(std::unique_ptr<OpContext> ctx,
-                                                      const Tensor& input, Tensor& output,
-                                                      const std::vector<int64_t>& in_splits,
-                                                      const std::vector<int64_t>& out_splits) {
-  output.bump_version();
-  ShmPlaces places(input, output, in_splits, out_splits, ctx->size());
-  if (auto started = detail::shm::post_all_to_all(ctx, places.send.begin(), bytes_of(output),
-                                                  places.recv.begin()))
-    return started;
-  post_split_all_to_all(*ctx, input, output, in_splits, out_splits);
-  return detail::posted_exchange(std::move(ctx));
 }
 
 }  // namespace
@@ -195,7 +104,7 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
         break;
       case Algorithm::Tree:
         ctx.ran(Collective::Broadcast, algo);
-        detail::tree_broadcast(ctx, bytes_of(tensor), tensor.nbytes(), root);
+        detail::tree_broadcast(ctx, data_of(tensor), tensor.nbytes(), root);
         break;
       default: detail::no_such_algorithm(Collective::Broadcast, algo);
     }
@@ -301,13 +210,13 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     // A step of the op, not its gather: the transport's own call where there is one, else
     // the one-round direct exchange (16 bytes a rank), whatever the table gives the gather.
     const detail::Blocks meta_blocks = detail::equal_blocks(world, 16);
-    char* own_meta = bytes_of(meta) + meta_blocks.offset[ctx.rank()];
+    char* own_meta = data_of(meta) + meta_blocks.offset[ctx.rank()];
     if (ctx.native() != nullptr)  // its fastest way: not recorded as the op's algorithm
-      ctx.wait_native(ctx.native()->all_gather(own_meta, bytes_of(meta), meta_blocks.bytes,
+      ctx.wait_native(ctx.native()->all_gather(own_meta, data_of(meta), meta_blocks.bytes,
                                                meta_blocks.offset),
                       {meta});
     else
-      detail::direct_all_gather(ctx, bytes_of(meta), meta_blocks, own_meta);
+      detail::direct_all_gather(ctx, data_of(meta), meta_blocks, own_meta);
     std::vector<int64_t> sizes(world);
     int64_t total = 0;
     for (int k = 0; k < world; ++k) {
@@ -326,113 +235,6 @@ Work all_gather_v(const Tensor& input, const Group& group) {
                   all_gather_algorithm(world, ctx.native() != nullptr, output.nbytes()));
     return std::vector<Tensor>{output, from_vector<int64_t>(sizes)};
   }); }});
-}
-
-Work all_to_all_single(const Tensor& input, Tensor output,
-                       const std::vector<int64_t>& output_split_sizes,
-                       const std::vector<int64_t>& input_split_sizes, const Group& group) {
-  detail::Validator v("all_to_all_single", group);
-  v.defined(input, "input");
-  v.defined(output, "output");
-  v.at_least_1d(input, "input");
-  v.at_least_1d(output, "output");
-  v.same_dtype(output, "output", input.dtype(), "input");
-  const int world = group.size();
-  // Empty split lists mean equal blocks, as in torch.distributed. Checked here without
-  // building the lists: equal blocks on a native transport never need them (see below).
-  const int me = group.rank();
-  auto own_rows = [&](const std::vector<int64_t>& splits, const Tensor& t, const char* name) {
-    if (!splits.empty()) {
-      const int64_t total = v.sizes(splits, name);
-      if (total != t.size(0))
-        v.fail(detail::str(name, " must add up to ", t.size(0), " (dim 0 of the tensor), given ",
-                           total));
-      return splits[static_cast<size_t>(me)];
-    }
-    if (t.size(0) % world != 0)
-      v.fail(detail::str("without ", name, ", dim 0 (", t.size(0),
-                         ") must be a multiple of the group size ", world));
-    return t.size(0) / world;
-  };
-  const int64_t in_own = own_rows(input_split_sizes, input, "input_split_sizes");
-  const int64_t out_own = own_rows(output_split_sizes, output, "output_split_sizes");
-  const Shape& is = input.shape();
-  const Shape& os = output.shape();
-  if (is.size() != os.size() || !std::equal(is.begin() + 1, is.end(), os.begin() + 1))
-    v.fail(detail::str("input and output must agree beyond dim 0, given ",
-                       shape_str(input.shape()), " and ", shape_str(output.shape())));
-  if (in_own != out_own)
-    v.fail(detail::str("input_split_sizes[", me, "] and output_split_sizes[", me,
-                       "] (the block a rank keeps) must be equal, given ", in_own, " and ",
-                       out_own));
-  v.no_overlap(input, "input", output, "output");
-  const bool equal = input_split_sizes.empty() && output_split_sizes.empty();
-  // Equal blocks: every rank gives as many elements; split lists: only the rows' shape agrees
-  // (the transports check each block's byte count).
-  detail::OpSummary summary = detail::OpSummary::of(input);
-  if (!equal) summary.rows_may_differ(elements_per_row(input));
-  // Equal blocks are as large on every rank; split lists ask with 0 bytes, as the ranks' sizes
-  // differ and the table must answer alike on all.
-  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll,
-                                              equal ? input.nbytes() : 0, detail::ShmForm::kHas);
-  auto start = [&](NativeCollectives&) {
-    output.bump_version();
-    return native_all_to_all_single(group.impl(), algo, input, output, input_split_sizes,
-                                    output_split_sizes, equal);
-  };
-  // The pairwise exchange posts every message at once: on a transport without collectives of
-  // its own it starts at issue, with its blocks' places computed on the stack.
-  auto post = [&](std::unique_ptr<OpContext> ctx) {
-    output.bump_version();
-    post_split_all_to_all(*ctx, input, output, input_split_sizes, output_split_sizes);
-    return detail::posted_exchange(std::move(ctx));
-  };
-  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
-    return post_shm_all_to_all(std::move(ctx), input, output, input_split_sizes,
-                               output_split_sizes);
-  };
-  return detail::issue(group, {
-      .name = "all_to_all_single",
-      .what = summary,
-      .native_start = detail::native_start_if(uses_native_collectives(algo), start),
-      .post = algo == Algorithm::Pairwise       ? detail::OnePost(post)
-              : algo == Algorithm::SharedMemory ? detail::OnePost(post_shm)
-                                                : detail::OnePost(),
-      .keep = {&input, &output},
-      .body = [&] {
-    // The caller's split lists, copied for a queued op (equal blocks: empty lists, no copy).
-    return detail::OpBody([input = Tensor(input), output,
-                           in_splits = std::vector<int64_t>(input_split_sizes),
-                           out_splits = std::vector<int64_t>(output_split_sizes), equal,
-                           algo](OpContext& ctx) mutable {
-    if (uses_native_collectives(algo)) {  // the same call as when started at issue
-      ctx.wait_native(native_all_to_all_single(ctx.group(), algo, input, output, in_splits,
-                                               out_splits, equal),
-                      {input, output});
-      output.bump_version();
-      return std::vector<Tensor>{};
-    }
-    if (algo == Algorithm::SharedMemory) {
-      ShmPlaces places(input, output, in_splits, out_splits, ctx.size());
-      if (detail::shm::all_to_all(ctx, places.send.begin(), bytes_of(output),
-                                  places.recv.begin())) {
-        output.bump_version();
-        return std::vector<Tensor>{};
-      }
-    } else if (algo != Algorithm::Pairwise) {
-      detail::no_such_algorithm(Collective::AllToAll, algo);
-    }
-    // The messages of the form posted at issue, in the same order: they match whichever form
-    // each rank runs.
-    post_split_all_to_all(ctx, input, output, in_splits, out_splits);
-    ctx.wait_all();
-    output.bump_version();
-    return std::vector<Tensor>{};
-  }); }});
-}
-
-Work all_to_all_single(const Tensor& input, Tensor output, const Group& group) {
-  return all_to_all_single(input, output, {}, {}, group);
 }
 
 Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
@@ -464,9 +266,9 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
                          algo](OpContext& ctx) mutable {
     detail::Exchange x;
     for (size_t k = 0; k < inputs.size(); ++k) {
-      x.send.push_back(bytes_of(inputs[k]));
+      x.send.push_back(data_of(inputs[k]));
       x.send_bytes.push_back(inputs[k].nbytes());
-      x.recv.push_back(bytes_of(outputs[k]));
+      x.recv.push_back(data_of(outputs[k]));
       x.recv_bytes.push_back(outputs[k].nbytes());
     }
     if (uses_native_collectives(algo)) {
@@ -518,19 +320,19 @@ Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
     std::vector<size_t> recv_bytes;
     if (is_root) {
       for (Tensor& o : outputs) {
-        recv.push_back(bytes_of(o));
+        recv.push_back(data_of(o));
         recv_bytes.push_back(o.nbytes());
       }
     }
     if (algo == Algorithm::Native) {
       std::vector<Tensor> keep = outputs;
       keep.push_back(input);
-      ctx.wait_native(ctx.native()->gather(bytes_of(input), input.nbytes(),
+      ctx.wait_native(ctx.native()->gather(data_of(input), input.nbytes(),
                                            std::vector<void*>(recv.begin(), recv.end()),
                                            recv_bytes, root),
                       std::move(keep));
     } else if (algo == Algorithm::Linear) {
-      detail::linear_gather(ctx, bytes_of(input), input.nbytes(), recv, recv_bytes, root);
+      detail::linear_gather(ctx, data_of(input), input.nbytes(), recv, recv_bytes, root);
     } else {
       detail::no_such_algorithm(Collective::Gather, algo);
     }
@@ -565,7 +367,7 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
     std::vector<size_t> send_bytes;
     if (is_root) {
       for (const Tensor& i : inputs) {
-        send.push_back(bytes_of(i));
+        send.push_back(data_of(i));
         send_bytes.push_back(i.nbytes());
       }
     }
@@ -573,10 +375,10 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
       std::vector<Tensor> keep = inputs;
       keep.push_back(output);
       ctx.wait_native(ctx.native()->scatter(std::vector<const void*>(send.begin(), send.end()),
-                                            send_bytes, bytes_of(output), output.nbytes(), root),
+                                            send_bytes, data_of(output), output.nbytes(), root),
                       std::move(keep));
     } else if (algo == Algorithm::Linear) {
-      detail::linear_scatter(ctx, send, send_bytes, bytes_of(output), output.nbytes(), root);
+      detail::linear_scatter(ctx, send, send_bytes, data_of(output), output.nbytes(), root);
     } else {
       detail::no_such_algorithm(Collective::Scatter, algo);
     }

@@ -17,6 +17,17 @@
 
 namespace ferry::detail {
 
+// Where a tensor's bytes start.
+inline char* data_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
+inline const char* data_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
+
+// The elements of one row (dim 0 index), which must agree across ranks whose rows may differ.
+inline int64_t elements_per_row(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
 // Whether the form of a collective that asks has a shared-memory path: all_reduce, barrier and
 // all_to_all_single do; the other forms of a collective the table may give shm (the all-to-alls
 // of lists and of layouts) take the table's choice without it.
