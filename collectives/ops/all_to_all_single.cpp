@@ -7,6 +7,7 @@
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
 #include <ferry/collectives/shm/shm_ops.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/small_vector.h>
 
 #include <algorithm>
@@ -69,25 +70,31 @@ void post_split_all_to_all(OpContext& ctx, const Tensor& input, Tensor& output,
 }
 
 // all_to_all_single by single copy through shared memory (collectives/shm/): this rank's block
-// for each rank (its address and bytes), and where each rank's block for it lands, placed on
-// the stack. Started at issue it returns what is in flight; where the ranks cannot read each
-// other's memory (every rank learns the same), the pairwise exchange instead, over the same
-// context.
-struct ShmPlaces {
-  detail::SmallVector<detail::shm::Block, 16> send;
-  detail::SmallVector<uint64_t, 17> recv;
-  ShmPlaces(const Tensor& input, const Tensor& output, const std::vector<int64_t>& in_splits,
-            const std::vector<int64_t>& out_splits, int world) {
-    BlockPlaces send_offset, send_bytes, recv_offset, recv_bytes;
-    place_blocks(in_splits, input, world, send_offset, send_bytes);
-    place_blocks(out_splits, output, world, recv_offset, recv_bytes);
-    const auto base = reinterpret_cast<uintptr_t>(input.raw_data());
-    for (int k = 0; k < world; ++k) {
-      send.push_back({base + send_offset[k], send_bytes[k]});
-      recv.push_back(recv_offset[k]);
-    }
-    recv.push_back(world == 0 ? 0 : recv_offset[world - 1] + recv_bytes[world - 1]);
+// for each rank and where each rank's block for it lands, as spans, inline (a pooled object
+// when the op starts at issue and keeps them until it completed). Where the ranks cannot read
+// each other's memory (every rank learns the same), the pairwise exchange instead, over the
+// same context.
+class SplitBlocks final : public detail::shm::AllToAllBlocks, public detail::Pooled {
+ public:
+  SplitBlocks(const Tensor& input, Tensor& output, const std::vector<int64_t>& in_splits,
+              const std::vector<int64_t>& out_splits, int world) {
+    place_blocks(in_splits, input, world, send_offset_, send_bytes_);
+    place_blocks(out_splits, output, world, recv_offset_, recv_bytes_);
+    in_ = const_cast<char*>(data_of(input));
+    out_ = data_of(output);
   }
+  size_t parts() const override { return 1; }
+  detail::shm::BlockRef send(size_t, int r) const override {
+    return {in_ + send_offset_[static_cast<size_t>(r)], send_bytes_[static_cast<size_t>(r)], {}};
+  }
+  detail::shm::BlockRef recv(size_t, int r) const override {
+    return {out_ + recv_offset_[static_cast<size_t>(r)], recv_bytes_[static_cast<size_t>(r)], {}};
+  }
+
+ private:
+  char* in_;
+  char* out_;
+  BlockPlaces send_offset_, send_bytes_, recv_offset_, recv_bytes_;
 };
 
 std::unique_ptr<detail::InFlight> post_shm_all_to_all(std::unique_ptr<OpContext> ctx,
@@ -95,10 +102,9 @@ std::unique_ptr<detail::InFlight> post_shm_all_to_all(std::unique_ptr<OpContext>
                                                       const std::vector<int64_t>& in_splits,
                                                       const std::vector<int64_t>& out_splits) {
   output.bump_version();
-  ShmPlaces places(input, output, in_splits, out_splits, ctx->size());
-  if (auto started = detail::shm::post_all_to_all(ctx, places.send.begin(), data_of(output),
-                                                  places.recv.begin()))
-    return started;
+  std::unique_ptr<detail::shm::AllToAllBlocks> blocks =
+      std::make_unique<SplitBlocks>(input, output, in_splits, out_splits, ctx->size());
+  if (auto started = detail::shm::post_all_to_all(ctx, blocks)) return started;
   post_split_all_to_all(*ctx, input, output, in_splits, out_splits);
   return detail::posted_exchange(std::move(ctx));
 }
@@ -148,10 +154,10 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   // (the transports check each block's byte count).
   detail::OpSummary summary = detail::OpSummary::of(input);
   if (!equal) summary.rows_may_differ(elements_per_row(input));
-  // Equal blocks are as large on every rank; split lists ask with 0 bytes, as the ranks' sizes
-  // differ and the table must answer alike on all.
-  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll,
-                                              equal ? input.nbytes() : 0, detail::ShmForm::kHas);
+  // Equal blocks are as large on every rank; split lists ask as sizes that differ, which the
+  // table must answer alike on all ranks.
+  const Algorithm algo = detail::algorithm_of(
+      group, Collective::AllToAll, equal ? input.nbytes() : kSizesDiffer, detail::ShmForm::kHas);
   auto start = [&](NativeCollectives&) {
     output.bump_version();
     return native_all_to_all_single(group.impl(), algo, input, output, input_split_sizes,
@@ -190,9 +196,8 @@ Work all_to_all_single(const Tensor& input, Tensor output,
       return std::vector<Tensor>{};
     }
     if (algo == Algorithm::SharedMemory) {
-      ShmPlaces places(input, output, in_splits, out_splits, ctx.size());
-      if (detail::shm::all_to_all(ctx, places.send.begin(), data_of(output),
-                                  places.recv.begin())) {
+      const SplitBlocks blocks(input, output, in_splits, out_splits, ctx.size());
+      if (detail::shm::all_to_all(ctx, blocks)) {
         output.bump_version();
         return std::vector<Tensor>{};
       }

@@ -5,6 +5,7 @@
 #include <ferry/collectives/engine/engine.h>
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
+#include <ferry/collectives/shm/shm_ops.h>
 #include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/small_vector.h>
 
@@ -150,19 +151,22 @@ void post_laid_out(OpContext& ctx, const PartRef* parts, size_t num_parts) {
   }
 }
 
-// Every part's blocks for a queued pairwise exchange, copied out of the caller's layouts (which
-// may be gone by the time the op runs) into two lists however many parts and ranks there are:
+// Every part's blocks for a queued op or the shared-memory path, copied out of the caller's
+// layouts (which may be gone by the time the op runs, or while peers still read this rank's
+// send blocks) into two lists however many parts and ranks there are:
 // a block that is one contiguous span of its tensor is kept as that span, any other as its runs
 // in bytes. A list of byte layouts per part and side cost 2 + 2W allocations per part. The
 // lists (and the parts' tensors, kept alive until the op ran) are ones an earlier op emptied on
 // this thread, with their capacity: they go back to the thread that drops the op's body, so an
 // issuing thread that also drops its bodies allocates none of them.
-class QueuedBlocks {
+class QueuedBlocks final : public detail::shm::AllToAllBlocks, public detail::Pooled {
  public:
-  QueuedBlocks() : lists_(detail::ThreadSpares<Lists>::take()) {}
+  QueuedBlocks(size_t parts, int world)
+      : lists_(detail::ThreadSpares<Lists>::take()), parts_(parts),
+        world_(static_cast<size_t>(world)) {}
   QueuedBlocks(QueuedBlocks&&) = default;
   QueuedBlocks& operator=(QueuedBlocks&&) = delete;
-  ~QueuedBlocks() {
+  ~QueuedBlocks() override {
     if (lists_.blocks.capacity() == 0 && lists_.runs.capacity() == 0 &&
         lists_.kept.capacity() == 0)
       return;  // moved from
@@ -238,6 +242,15 @@ class QueuedBlocks {
       detail::copy_runs(runs(f), runs(t));
     }
   }
+  // The shared-memory path's view: blocks numbered as queued_blocks adds them.
+  size_t parts() const override { return parts_; }
+  detail::shm::BlockRef send(size_t part, int r) const override {
+    return ref(lists_.blocks[(2 * part) * world_ + static_cast<size_t>(r)]);
+  }
+  detail::shm::BlockRef recv(size_t part, int r) const override {
+    return ref(lists_.blocks[(2 * part + 1) * world_ + static_cast<size_t>(r)]);
+  }
+
   // Where a block lies when it is one contiguous span of its tensor, else null; its bytes.
   char* span(size_t block) const { return lists_.blocks[block].span; }
   size_t bytes(size_t block) const {
@@ -261,6 +274,10 @@ class QueuedBlocks {
   detail::ByteRunsRef runs(const Block& b) const {
     return {b.base, lists_.runs.data() + b.first, b.runs};
   }
+  detail::shm::BlockRef ref(const Block& b) const {
+    if (b.span != nullptr) return {b.span, b.bytes, {}};
+    return {nullptr, 0, runs(b)};
+  }
   ByteLayout layout(const Block& b) const {
     ByteLayout l;
     l.base = b.base;
@@ -274,12 +291,13 @@ class QueuedBlocks {
     std::vector<Tensor> kept;
   };
   Lists lists_;
+  size_t parts_, world_;
 };
 
 // Every part's blocks, numbered [part][side][rank] (side 0 sends, 1 receives; see the two
 // functions below), and the parts' tensors kept, inputs and outputs in turn.
 QueuedBlocks queued_blocks(const PartRef* parts, size_t num_parts, int world) {
-  QueuedBlocks blocks;
+  QueuedBlocks blocks(num_parts, world);
   for (size_t p = 0; p < num_parts; ++p) {
     blocks.keep(parts[p].input);
     blocks.keep(parts[p].output);
@@ -458,12 +476,16 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   // Per-peer sizes differ freely; each message's byte count is checked by the transports.
   detail::OpSummary summary = detail::OpSummary::of(parts[0].input).sizes_may_differ();
   summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
-  // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
-  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
+  // Asked as sizes that differ, which the table must answer alike on all ranks.
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, kSizesDiffer,
+                                              detail::ShmForm::kHas);
   // On a transport without collectives of its own the parts post every message at once: the
   // op starts at issue, reading the layouts as they are (the Work keeps the parts' tensors
-  // alive), and nothing of them is copied for a queued body.
-  const bool postable = num_parts <= kMaxPostedParts && algo == Algorithm::Pairwise;
+  // alive), and nothing of them is copied for a queued body. Through shared memory it starts at
+  // issue too, with the blocks in bytes, which its peers read until it completed.
+  const bool shm = algo == Algorithm::SharedMemory;
+  const bool postable =
+      num_parts <= kMaxPostedParts && (algo == Algorithm::Pairwise || shm);
   std::array<const Tensor*, detail::kMaxKeptBuffers> keep{};
   for (size_t p = 0; postable && p < num_parts; ++p) {
     keep[2 * p] = &parts[p].input;
@@ -475,17 +497,31 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
     post_laid_out(*ctx, parts, num_parts);
     return detail::posted_exchange(std::move(ctx));
   };
+  // Where the ranks cannot read each other's memory, the pairwise exchange over the same context.
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) -> std::unique_ptr<detail::InFlight> {
+    std::unique_ptr<detail::shm::AllToAllBlocks> blocks =
+        std::make_unique<QueuedBlocks>(queued_blocks(parts, num_parts, group.size()));
+    if (auto started = detail::shm::post_all_to_all(ctx, blocks)) {
+      for (size_t p = 0; p < num_parts; ++p) Tensor(parts[p].output).bump_version();
+      return started;
+    }
+    return post(std::move(ctx));
+  };
   return detail::issue(group, {
       .name = "all_to_all_single",
       .what = summary,
-      .post = postable ? detail::OnePost(post) : detail::OnePost(),
+      .post = !postable ? detail::OnePost()
+              : shm     ? detail::OnePost(post_shm)
+                        : detail::OnePost(post),
       .keep = keep,
       .body = [&] {
     QueuedBlocks blocks = queued_blocks(parts, num_parts, group.size());
-    if (algo == Algorithm::Pairwise) {
-      return detail::OpBody([blocks = std::move(blocks), num_parts](OpContext& ctx) mutable {
-        ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
-        run_queued_laid_out(ctx, blocks, num_parts);
+    if (algo == Algorithm::Pairwise || shm) {
+      return detail::OpBody([blocks = std::move(blocks), num_parts, shm](OpContext& ctx) mutable {
+        if (!shm || !detail::shm::all_to_all(ctx, blocks)) {
+          ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
+          run_queued_laid_out(ctx, blocks, num_parts);
+        }
         std::vector<Tensor>& keep = blocks.kept();
         for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
         return std::vector<Tensor>{};

@@ -1,7 +1,9 @@
 // The all_to_all's single copy: each receiver reads its blocks straight out of its peers'
 // send buffers with process_vm_readv (cross-memory attach), as MPICH does on one host. Only the
 // block places go through the segment; the data moves once, from the sender's tensor into the
-// receiver's, with no staging copy on either side.
+// receiver's, with no staging copy on either side. A laid-out block (a matrix's columns, a
+// permutation's segments) is read through both layouts at once: the call takes a list of
+// pieces on each side.
 #include <ferry/collectives/shm/shm_group.h>
 
 #include <ferry/runtime/error.h>
@@ -38,7 +40,96 @@ int cma_read(int pid, uint64_t address, void* to, size_t bytes) {
   return 0;
 }
 
+// A layout's pieces in order (the runs over `base`, an address in this process or a peer's),
+// walked a piece at a time.
+struct Pieces {
+  uint64_t base;
+  const ByteRun* runs;
+  size_t count;
+};
+class PieceCursor {
+ public:
+  explicit PieceCursor(const Pieces& l) : l_(l) { skip_empty(); }
+  bool done() const { return run_ == l_.count; }
+  uint64_t at() const {
+    const ByteRun& r = l_.runs[run_];
+    return l_.base + r.offset + block_ * r.stride + within_;
+  }
+  size_t left_in_block() const { return l_.runs[run_].block - within_; }
+  void advance(size_t n) {
+    within_ += n;
+    if (within_ == l_.runs[run_].block) {
+      within_ = 0;
+      ++block_;
+      skip_empty();
+    }
+  }
+
+ private:
+  void skip_empty() {
+    while (run_ < l_.count && (block_ == l_.runs[run_].count || l_.runs[run_].block == 0)) {
+      ++run_;
+      block_ = 0;
+    }
+  }
+  Pieces l_;
+  size_t run_ = 0, block_ = 0, within_ = 0;
+};
+
+// A scatter list for one process_vm_readv side: pieces that continue the last one extend it.
+struct IoList {
+  static constexpr size_t kMax = 1024;  // IOV_MAX on Linux
+  iovec v[kMax];
+  size_t n = 0;
+  bool full() const { return n == kMax; }
+  void add(uint64_t address, size_t bytes) {
+    if (n > 0 && reinterpret_cast<uintptr_t>(v[n - 1].iov_base) + v[n - 1].iov_len == address) {
+      v[n - 1].iov_len += bytes;
+      return;
+    }
+    v[n++] = iovec{reinterpret_cast<void*>(static_cast<uintptr_t>(address)), bytes};
+  }
+};
+
+// Reads the bytes of `remote` (in process `pid`) into `local`, in order, both holding as many
+// bytes: a call per 1024 pieces of either side (or per kReadChunk). 0, or the errno of the
+// failure (EFAULT for a short read, which only a failure makes).
+int cma_read_pieces(int pid, const Pieces& local, const Pieces& remote) {
+  IoList to, from;
+  size_t batch = 0;
+  auto flush = [&]() -> int {
+    while (batch > 0) {
+      const ssize_t got = process_vm_readv(pid, to.v, to.n, from.v, from.n, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return errno;
+      if (static_cast<size_t>(got) != batch) return EFAULT;
+      batch = 0;
+    }
+    to.n = from.n = 0;
+    return 0;
+  };
+  PieceCursor l(local), r(remote);
+  while (!l.done() && !r.done()) {
+    const size_t n = std::min(l.left_in_block(), r.left_in_block());
+    to.add(l.at(), n);
+    from.add(r.at(), n);
+    l.advance(n);
+    r.advance(n);
+    batch += n;
+    if (to.full() || from.full() || batch >= kReadChunk)
+      if (const int err = flush()) return err;
+  }
+  return flush();
+}
+
 }  // namespace
+
+void GroupShm::copy_own(const BlockRef& from, const BlockRef& to) {
+  ByteRun from_whole{0, 1, from.bytes, 0}, to_whole{0, 1, to.bytes, 0};
+  const ByteRunsRef f = from.runs.count > 0 ? from.runs : ByteRunsRef{from.span, &from_whole, 1};
+  const ByteRunsRef t = to.runs.count > 0 ? to.runs : ByteRunsRef{to.span, &to_whole, 1};
+  copy_runs(f, t);
+}
 
 void GroupShm::probe_peers() {
   // Read each peer's header (its magic) through the peer's own mapping of the segment. EPERM
@@ -76,19 +167,32 @@ bool GroupShm::peers_readable(const OpRef& op) {
   return all;
 }
 
-uint32_t GroupShm::start_all_to_all(const OpRef& op, const Block* send, char* out,
-                                    const uint64_t* recv_offsets) {
-  const size_t places = static_cast<size_t>(size_) * sizeof(Block);
-  FERRY_CHECK(places <= kSlotBytes, InvalidArgument, op.name, ": ", size_, " ranks' block places "
-              "do not fit a shared-memory slot (at most ", kSlotBytes / sizeof(Block), " ranks)");
+uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks) {
+  const size_t parts = blocks.parts();
+  const size_t places = parts * static_cast<size_t>(size_) * sizeof(Block);
+  FERRY_CHECK(places <= kSlotBytes, InvalidArgument, op.name, ": ", parts, " part(s) among ",
+              size_, " ranks have more block places than a shared-memory slot holds (",
+              kSlotBytes / sizeof(Block), ")");
   const uint32_t n = begin(op);
   sign(n, op);
-  std::memcpy(slot(rank_)->data[n % kDepth], send, places);
+  // This rank's blocks for part p and rank q at [p * W + q]: where they lie in this process.
+  auto* places_out = reinterpret_cast<Block*>(slot(rank_)->data[n % kDepth]);
+  for (size_t p = 0; p < parts; ++p) {
+    for (int q = 0; q < size_; ++q) {
+      const BlockRef b = blocks.send(p, q);
+      Block& out = places_out[p * static_cast<size_t>(size_) + static_cast<size_t>(q)];
+      if (b.runs.count == 0) {
+        out = Block{reinterpret_cast<uintptr_t>(b.span), b.bytes, 0, 0};
+      } else {
+        out = Block{reinterpret_cast<uintptr_t>(b.runs.base), bytes_of(b.runs),
+                    reinterpret_cast<uintptr_t>(b.runs.runs), b.runs.count};
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = push(n, Kind::AllToAll);
-    p.out = out;
-    p.recv_offsets.assign(recv_offsets, recv_offsets + size_ + 1);
+    p.blocks = &blocks;
   }
   arrive(n);
   return n;
@@ -104,7 +208,10 @@ void GroupShm::copy_from(int r, uint64_t address, void* to, size_t bytes, const 
 
 void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p) {
   const int err = cma_read(peers_.pid(r), address, to, bytes);
-  if (err == 0) return;
+  if (err != 0) fail_read(r, err, bytes, p);
+}
+
+void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p) {
   const char* op = p.kind == Kind::AllToAll ? "all_to_all_single" : "all_reduce";
   // A peer that failed on another rank's death lets go of its buffers, or exits: name the
   // rank that died, or the one that gave up, before the one whose memory went.
@@ -128,22 +235,45 @@ void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const 
 
 void GroupShm::read_all_to_all(const Pending& p) {
   const uint32_t b = p.n % kDepth;
-  auto* out = static_cast<char*>(p.out);
+  const size_t parts = p.blocks->parts();
   // Starting after this rank: two ranks do not read the same peer at the same moment.
   for (int k = 0; k < size_; ++k) {
     const int r = (rank_ + k) % size_;
-    const Block& from = reinterpret_cast<const Block*>(slot(r)->data[b])[rank_];
-    const uint64_t expected = p.recv_offsets[r + 1] - p.recv_offsets[r];
-    if (from.bytes != expected)
-      FERRY_THROW(MismatchError, "all_to_all_single (shm op ", p.n, ") on ", describe_,
-                  ": ", who(r), " sends ", from.bytes, " B to this rank, which expects ",
-                  expected, " B from it (the ranks' split sizes disagree)");
-    if (expected == 0) continue;
-    if (r == rank_)
-      std::memcpy(out + p.recv_offsets[r], reinterpret_cast<const void*>(from.address), expected);
-    else
-      read_peer(r, from.address, out + p.recv_offsets[r], expected, p);
+    const auto* places = reinterpret_cast<const Block*>(slot(r)->data[b]);
+    for (size_t part = 0; part < parts; ++part) {
+      const Block& from = places[part * static_cast<size_t>(size_) + static_cast<size_t>(rank_)];
+      const BlockRef to = p.blocks->recv(part, r);
+      const size_t expected = to.runs.count == 0 ? to.bytes : bytes_of(to.runs);
+      if (from.bytes != expected)
+        FERRY_THROW(MismatchError, "all_to_all_single (shm op ", p.n, ") on ", describe_, ": ",
+                    who(r), " sends ", from.bytes, " B", parts > 1 ? " of a part" : "",
+                    " to this rank, which expects ", expected,
+                    " B from it (the ranks' split sizes or layouts disagree)");
+      if (expected == 0) continue;
+      if (r == rank_)
+        copy_own(p.blocks->send(part, r), to);
+      else
+        read_block(r, from, to, p);
+    }
   }
+}
+
+void GroupShm::read_block(int r, const Block& from, const BlockRef& to, const Pending& p) {
+  ByteRun from_whole{0, 1, from.bytes, 0};
+  Pieces remote{from.address, &from_whole, 1};
+  if (from.run_count > 0) {
+    // The sender's runs, fetched from its process; they stay there until this rank said done.
+    peer_runs_.resize(from.run_count);
+    read_peer(r, from.runs, peer_runs_.data(), from.run_count * sizeof(ByteRun), p);
+    remote = Pieces{from.address, peer_runs_.data(), peer_runs_.size()};
+  }
+  ByteRun to_whole{0, 1, to.bytes, 0};
+  const Pieces local = to.runs.count == 0
+                           ? Pieces{reinterpret_cast<uintptr_t>(to.span), &to_whole, 1}
+                           : Pieces{reinterpret_cast<uintptr_t>(to.runs.base), to.runs.runs,
+                                    to.runs.count};
+  const int err = cma_read_pieces(peers_.pid(r), local, remote);
+  if (err != 0) fail_read(r, err, from.bytes, p);
 }
 
 }  // namespace ferry::detail::shm

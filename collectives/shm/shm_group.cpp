@@ -115,7 +115,6 @@ GroupShm::GroupShm(GroupImpl& g, SharedSegment segment)
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int on_host = std::max(size_, g.transport().ranks_on_host());
   oversubscribed_ = cores > 0 && on_host > cores;
-  for (Pending& p : ring_) p.recv_offsets.reserve(static_cast<size_t>(size_) + 1);
   FERRY_LOG(Info, "shm", g.describe(), ": shared-memory ops ready (", size_, " rank(s), ",
             oversubscribed_ ? "more ranks than cores: waits yield, then sleep"
                             : "a core per rank: waits spin, then sleep",

@@ -22,6 +22,7 @@
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/engine/issue.h>
 #include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/shm/all_to_all_blocks.h>
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
@@ -75,11 +76,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // waits for all of them). Throws as a wait does.
   bool peers_readable(const OpRef& op);
   // Starts an all_to_all by reading peers' memory (peers_readable() said yes): this rank's
-  // blocks for rank q are `send[q]` (address and bytes in this process); it receives rank p's
-  // block for it into out + recv_offsets[p] .. recv_offsets[p + 1]. Both lists W long
-  // (recv_offsets W + 1); they are copied.
-  uint32_t start_all_to_all(const OpRef& op, const Block* send, char* out,
-                            const uint64_t* recv_offsets);
+  // block of each part for rank q is blocks.send(part, q); it receives rank p's into
+  // blocks.recv(part, p). `blocks` (and the runs it lists) must stay until the op completed.
+  uint32_t start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks);
 
   // Starts an all_reduce larger than the slots by reading peers' memory (peers_readable() said
   // yes): this rank reduces slice `rank` of every rank's `in` (read straight from the peers'
@@ -126,7 +125,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     size_t count = 0;
     DType dtype = DType::Float32;
     ReduceOp reduce = ReduceOp::Sum;
-    std::vector<uint64_t> recv_offsets;  // all_to_all: W + 1, capacity reserved up front
+    const AllToAllBlocks* blocks = nullptr;  // all_to_all
   };
   static constexpr uint32_t kRing = 2 * kDepth;
 
@@ -140,6 +139,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void progress();
   void read_all_reduce(const Pending& p);
   void read_all_to_all(const Pending& p);
+  // Reads rank r's block `from` (published in its slot) into this rank's block `to`.
+  void read_block(int r, const Block& from, const BlockRef& to, const Pending& p);
   void read_reduce_slice(const Pending& p);
   void read_gather_slices(const Pending& p);
   // Copies `bytes` at `address` of group rank r (this rank: a plain copy) into `to`.
@@ -160,6 +161,11 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void give_up();
   // Reads `bytes` at `address` of group rank r's process into `to` (process_vm_readv).
   void read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
+  // Throws what a failed read of rank r's memory (errno `err`) means: the peer ended, or gave
+  // up, or the read itself failed.
+  [[noreturn]] void fail_read(int r, int err, size_t bytes, const Pending& p);
+  // This rank's own block of an all_to_all, copied from its send layout into its receive one.
+  static void copy_own(const BlockRef& from, const BlockRef& to);
   std::string who(int r) const;
 
   GroupImpl* group_;     // for its poison, in waits by the op's owner only
@@ -182,6 +188,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
   std::vector<unsigned char> acc_, chunk_, own_;
+  // A laid-out block's runs, fetched from the peer that sends it (read under mu_ only).
+  std::vector<ByteRun> peer_runs_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed
 };
 

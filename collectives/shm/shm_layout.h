@@ -54,10 +54,14 @@ struct alignas(kLine) Header {
   std::atomic<int32_t> ended;
 };
 
-// A rank's all_to_all block as its peers read it: `bytes` at `address` of its process.
+// A rank's all_to_all block as its peers read it, in its process: `bytes` at `address` when
+// `run_count` is 0, else laid out as the `run_count` runs (backends/byte_layout.h's ByteRun,
+// offsets from `address`) listed at `runs`, which the reader fetches first.
 struct Block {
   uint64_t address;
   uint64_t bytes;
+  uint64_t runs;
+  uint64_t run_count;
 };
 
 struct alignas(kLine) Slot {

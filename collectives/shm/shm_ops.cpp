@@ -80,8 +80,8 @@ uint32_t start_any_all_reduce(GroupShm& shm, OpContext& ctx, const OpRef& ref, c
 class ShmInFlight final : public InFlight, public Pooled {
  public:
   ShmInFlight(std::shared_ptr<GroupShm> shm, uint32_t n, std::unique_ptr<OpContext> ctx,
-              const OpRef& op)
-      : shm_(std::move(shm)), n_(n), ctx_(std::move(ctx)), op_(op) {}
+              const OpRef& op, std::unique_ptr<AllToAllBlocks> blocks = nullptr)
+      : shm_(std::move(shm)), n_(n), ctx_(std::move(ctx)), op_(op), blocks_(std::move(blocks)) {}
 
   bool test() override { return shm_->test(n_); }
   bool poll_until(Clock::time_point deadline) override {
@@ -102,7 +102,15 @@ class ShmInFlight final : public InFlight, public Pooled {
   uint32_t n_;
   std::unique_ptr<OpContext> ctx_;
   OpRef op_;
+  std::unique_ptr<AllToAllBlocks> blocks_;  // an all_to_all's, read until the op completed
 };
+
+// Whether the single copy can carry an all-to-all of `parts` parts: the ranks read each other's
+// memory, and every rank's block places fit its slot.
+bool single_copy_fits(GroupShm& shm, size_t parts, const OpRef& ref) {
+  return parts * static_cast<size_t>(shm.size()) * sizeof(Block) <= kSlotBytes &&
+         shm.peers_readable(ref);
+}
 
 }  // namespace
 
@@ -145,22 +153,23 @@ void barrier(OpContext& ctx) {
   run_to_the_end(*shm, shm->start_barrier(ref), ctx, ref);
 }
 
-std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx, const Block* send,
-                                          char* out, const uint64_t* recv_offsets) {
+std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx,
+                                          std::unique_ptr<AllToAllBlocks>& blocks) {
   const OpRef ref = op_of(*ctx);
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
-  if (!shm->peers_readable(ref)) return nullptr;
+  if (!single_copy_fits(*shm, blocks->parts(), ref)) return nullptr;
   ctx->ran(Collective::AllToAll, Algorithm::SharedMemory);
-  const uint32_t n = shm->start_all_to_all(ref, send, out, recv_offsets);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+  const uint32_t n = shm->start_all_to_all(ref, *blocks);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref,
+                                       std::move(blocks));
 }
 
-bool all_to_all(OpContext& ctx, const Block* send, char* out, const uint64_t* recv_offsets) {
+bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks) {
   const OpRef ref = op_of(ctx);
   std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
-  if (!shm->peers_readable(ref)) return false;
+  if (!single_copy_fits(*shm, blocks.parts(), ref)) return false;
   ctx.ran(Collective::AllToAll, Algorithm::SharedMemory);
-  run_to_the_end(*shm, shm->start_all_to_all(ref, send, out, recv_offsets), ctx, ref);
+  run_to_the_end(*shm, shm->start_all_to_all(ref, blocks), ctx, ref);
   return true;
 }
 

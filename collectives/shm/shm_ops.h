@@ -9,6 +9,7 @@
 
 #include <ferry/collectives/engine/in_flight_work.h>
 #include <ferry/collectives/engine/op_context.h>
+#include <ferry/collectives/shm/all_to_all_blocks.h>
 #include <ferry/collectives/shm/shm_layout.h>
 
 #include <memory>
@@ -34,13 +35,14 @@ void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType d
 std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx);
 void barrier(OpContext& ctx);
 
-// all_to_all_single by single copy: `send[q]` is this rank's block for rank q (its address and
-// bytes), rank p's block for this rank goes to out + recv_offsets[p]. Null when the ranks
-// cannot read each other's memory (every rank gets the same answer): the caller takes the
-// pairwise exchange then, over the same context, and records that.
-std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx, const Block* send,
-                                          char* out, const uint64_t* recv_offsets);
-// Run to completion; false (nothing done) when the ranks cannot read each other's memory.
-bool all_to_all(OpContext& ctx, const Block* send, char* out, const uint64_t* recv_offsets);
+// An all-to-all by single copy, every part's blocks (equal, split or laid out): each rank reads
+// its blocks out of its peers' tensors into its own. Null when the ranks cannot read each
+// other's memory, or the blocks are too many for the segment's slot (every rank gets the same
+// answer): `blocks` is not taken then, and the caller takes the pairwise exchange, over the same
+// context, and records that. Started, the op owns `blocks` until it completed.
+std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx,
+                                          std::unique_ptr<AllToAllBlocks>& blocks);
+// Run to completion; false (nothing done) where post_all_to_all would return null.
+bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks);
 
 }  // namespace ferry::detail::shm
