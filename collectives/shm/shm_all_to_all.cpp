@@ -169,18 +169,22 @@ bool GroupShm::peers_readable(const OpRef& op) {
 
 uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks) {
   const size_t parts = blocks.parts();
-  const size_t places = parts * static_cast<size_t>(size_) * sizeof(Block);
-  FERRY_CHECK(places <= kSlotBytes, InvalidArgument, op.name, ": ", parts, " part(s) among ",
-              size_, " ranks have more block places than a shared-memory slot holds (",
-              kSlotBytes / sizeof(Block), ")");
+  FERRY_CHECK(all_to_all_fits(parts, size_), InvalidArgument, op.name, ": ", parts,
+              " part(s) among ", size_, " ranks have more block places than a shared-memory slot "
+              "holds");
   const uint32_t n = begin(op);
   sign(n, op);
-  // This rank's blocks for part p and rank q at [p * W + q]: where they lie in this process.
+  // This rank's blocks for part p and rank q at [p * W + q]: where they lie in this process;
+  // then the bytes it expects from each, so that every rank can check every pair.
+  const size_t w = static_cast<size_t>(size_);
   auto* places_out = reinterpret_cast<Block*>(slot(rank_)->data[n % kDepth]);
+  auto* expects = reinterpret_cast<uint64_t*>(places_out + parts * w);
   for (size_t p = 0; p < parts; ++p) {
     for (int q = 0; q < size_; ++q) {
+      const BlockRef to = blocks.recv(p, q);
+      expects[p * w + static_cast<size_t>(q)] = to.runs.count == 0 ? to.bytes : bytes_of(to.runs);
       const BlockRef b = blocks.send(p, q);
-      Block& out = places_out[p * static_cast<size_t>(size_) + static_cast<size_t>(q)];
+      Block& out = places_out[p * w + static_cast<size_t>(q)];
       if (b.runs.count == 0) {
         out = Block{reinterpret_cast<uintptr_t>(b.span), b.bytes, 0, 0};
       } else {
@@ -233,9 +237,34 @@ void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p) {
               " B of ", who(r), "'s buffer failed: ", std::strerror(err));
 }
 
+void GroupShm::check_block_sizes(const Pending& p) const {
+  const uint32_t b = p.n % kDepth;
+  const size_t parts = p.blocks->parts(), w = static_cast<size_t>(size_);
+  for (int r = 0; r < size_; ++r) {
+    const auto* sends = reinterpret_cast<const Block*>(slot(r)->data[b]);
+    for (int q = 0; q < size_; ++q) {
+      const auto* expects =
+          reinterpret_cast<const uint64_t*>(reinterpret_cast<const Block*>(slot(q)->data[b]) +
+                                            parts * w);
+      for (size_t part = 0; part < parts; ++part) {
+        const uint64_t sent = sends[part * w + static_cast<size_t>(q)].bytes;
+        const uint64_t expected = expects[part * w + static_cast<size_t>(r)];
+        if (sent != expected)
+          FERRY_THROW(MismatchError, "all_to_all_single (shm op ", p.n, ") on ", describe_,
+                      ": ", who(r), " sends ", sent, " B", parts > 1 ? " of a part" : "", " to ",
+                      who(q), ", which expects ", expected,
+                      " B from it: the ranks' split sizes or layouts do not match (found by "
+                      "every rank before any data was read)");
+      }
+    }
+  }
+}
+
 void GroupShm::read_all_to_all(const Pending& p) {
   const uint32_t b = p.n % kDepth;
   const size_t parts = p.blocks->parts();
+  // Every pair's sizes, on every rank alike: all of them raise the same MismatchError.
+  check_block_sizes(p);
   // Starting after this rank: two ranks do not read the same peer at the same moment.
   for (int k = 0; k < size_; ++k) {
     const int r = (rank_ + k) % size_;
@@ -243,13 +272,7 @@ void GroupShm::read_all_to_all(const Pending& p) {
     for (size_t part = 0; part < parts; ++part) {
       const Block& from = places[part * static_cast<size_t>(size_) + static_cast<size_t>(rank_)];
       const BlockRef to = p.blocks->recv(part, r);
-      const size_t expected = to.runs.count == 0 ? to.bytes : bytes_of(to.runs);
-      if (from.bytes != expected)
-        FERRY_THROW(MismatchError, "all_to_all_single (shm op ", p.n, ") on ", describe_, ": ",
-                    who(r), " sends ", from.bytes, " B", parts > 1 ? " of a part" : "",
-                    " to this rank, which expects ", expected,
-                    " B from it (the ranks' split sizes or layouts disagree)");
-      if (expected == 0) continue;
+      if (from.bytes == 0) continue;
       if (r == rank_)
         copy_own(p.blocks->send(part, r), to);
       else

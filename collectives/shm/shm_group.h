@@ -75,6 +75,11 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // single-copy path. The same answer on every rank (each publishes its probe's result; this
   // waits for all of them). Throws as a wait does.
   bool peers_readable(const OpRef& op);
+  // Whether an all_to_all of `parts` parts among `ranks` ranks fits a slot: per part and rank,
+  // a block's place and the bytes expected from it.
+  static constexpr bool all_to_all_fits(size_t parts, int ranks) {
+    return parts * static_cast<size_t>(ranks) * (sizeof(Block) + sizeof(uint64_t)) <= kSlotBytes;
+  }
   // Starts an all_to_all by reading peers' memory (peers_readable() said yes): this rank's
   // block of each part for rank q is blocks.send(part, q); it receives rank p's into
   // blocks.recv(part, p). `blocks` (and the runs it lists) must stay until the op completed.
@@ -139,6 +144,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void progress();
   void read_all_reduce(const Pending& p);
   void read_all_to_all(const Pending& p);
+  // Throws MismatchError naming the first pair of ranks whose block sizes disagree.
+  void check_block_sizes(const Pending& p) const;
   // Reads rank r's block `from` (published in its slot) into this rank's block `to`.
   void read_block(int r, const Block& from, const BlockRef& to, const Pending& p);
   void read_reduce_slice(const Pending& p);

@@ -108,8 +108,7 @@ class ShmInFlight final : public InFlight, public Pooled {
 // Whether the single copy can carry an all-to-all of `parts` parts: the ranks read each other's
 // memory, and every rank's block places fit its slot.
 bool single_copy_fits(GroupShm& shm, size_t parts, const OpRef& ref) {
-  return parts * static_cast<size_t>(shm.size()) * sizeof(Block) <= kSlotBytes &&
-         shm.peers_readable(ref);
+  return GroupShm::all_to_all_fits(parts, shm.size()) && shm.peers_readable(ref);
 }
 
 }  // namespace

@@ -137,11 +137,11 @@ int fitting_ops(Collective c, Algorithm a, int ops, const Group& g) {
 }
 
 // Shared memory carries all_reduce and barrier in every form run_forms issues (all small);
-// of the all-to-alls, all_to_all_single with and without split lists (the list and layout
-// forms take the table's choice without shm), or none of them where the ranks cannot read
+// of the all-to-alls, all_to_all_single with and without split lists and with layouts (the list
+// form takes the table's choice without shm), or none of them where the ranks cannot read
 // each other's memory (then the pairwise exchange does).
 bool shm_count_fits(Collective c, uint64_t ran, int ops) {
-  if (c == Collective::AllToAll) return ran == 2 || ran == 0;
+  if (c == Collective::AllToAll) return ran == 3 || ran == 0;
   return ran == static_cast<uint64_t>(ops);
 }
 
@@ -214,12 +214,61 @@ Algorithm automatic_for(Collective c, const Group& g) {
                                  g.impl().one_host());
 }
 
+// all_to_all's forms ask the table differently (algorithm_table.h): equal blocks by their size,
+// split lists and layouts as sizes that differ, the list form with 0 bytes. Each form must run
+// on the algorithm its question gets; the transport's own ways count as one (a way that does
+// not fit a form falls to the next), and shm's fallback where the ranks cannot read each
+// other's memory is the pairwise exchange.
+void expect_all_to_all_automatic(Ctx& ctx, const Group& g) {
+  ferry::detail::GroupImpl& impl = g.impl();
+  const Collective c = Collective::AllToAll;
+  auto check = [&](const char* form, size_t bytes, auto&& issue) {
+    const Algorithm want = ferry::choose_algorithm(c, bytes, g.size(), impl.native() != nullptr,
+                                                   impl.one_host());
+    std::vector<uint64_t> before(ferry::kAlgorithmCount);
+    for (size_t a = 0; a < ferry::kAlgorithmCount; ++a)
+      before[a] = impl.runs(c, static_cast<Algorithm>(a));
+    issue();
+    uint64_t total = 0, as_asked = 0;
+    for (size_t a = 0; a < ferry::kAlgorithmCount; ++a) {
+      const auto algo = static_cast<Algorithm>(a);
+      const uint64_t ran = impl.runs(c, algo) - before[a];
+      total += ran;
+      const bool same_way = ferry::uses_native_collectives(want)
+                                ? ferry::uses_native_collectives(algo)
+                                : algo == want || (want == Algorithm::SharedMemory &&
+                                                   algo == Algorithm::Pairwise);
+      if (same_way) as_asked += ran;
+    }
+    ctx.expect(total == 1 && as_asked == 1, [&] {
+      return std::string("all_to_all ") + form + " on rank " + std::to_string(g.rank()) +
+             ": expected " + ferry::algorithm_name(want) + " (or its fallback) to run it, " +
+             std::to_string(as_asked) + " of " + std::to_string(total) + " op(s) did";
+    });
+  };
+  auto form = [&](Starter start, uint64_t salt) {
+    return [&ctx, &g, start, salt] {
+      run_case(ctx, g, start, small_case(DType::Float32, 5, ReduceOp::Sum, 0, salt));
+    };
+  };
+  check("with equal blocks", 37 * sizeof(float), form(start_all_to_all_single, 1));
+  check("with split lists", ferry::kSizesDiffer, form(start_all_to_all_single_v, 2));
+  check("of lists", 0, form(start_all_to_all, 3));
+  check("with layouts", ferry::kSizesDiffer, [&] { layout_all_to_all(ctx, g); });
+}
+
+// The automatic choice for every form of `c` that run_forms issues.
+void expect_automatic(Collective c, Ctx& ctx, const Group& g) {
+  if (c == Collective::AllToAll) return expect_all_to_all_automatic(ctx, g);
+  expect_dispatch(c, automatic_for(c, g), ctx, g);
+}
+
 // Under mpiexec or the UCX launcher: one process per rank, each with its own override. On a
 // group of its own, so that the persistent requests other cases made on the world group (a
 // group has at most 64) leave room for this case's.
 void spmd_dispatch(Collective c, Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
-  expect_dispatch(c, automatic_for(c, g), ctx, g);
+  expect_automatic(c, ctx, g);
   if (c == Collective::AllReduce) {
     // The automatic choice above the small sizes, which the transport takes as the table says.
     ferry::detail::GroupImpl& impl = g.impl();
@@ -247,7 +296,7 @@ void local_dispatch(Collective c) {
     INFO("world size " << world);
     run_checked(world, [c](Group& g, Ctx& ctx) {
       // (All_reduce's small ops pick the direct exchange here, the others their one algorithm.)
-      expect_dispatch(c, automatic_for(c, g), ctx, g);
+      expect_automatic(c, ctx, g);
     });
     for (Algorithm a : forcible(c, false, false)) {
       INFO("override " << spec_of(c, a));
@@ -330,7 +379,9 @@ TEST_CASE("algorithm table: the automatic choice per collective, size and transp
       {C::AllGather, 4096, 5, A::Ring, N},
       {C::AllGather, 64 << 10, 2, A::Ring, X},
       {C::AllGather, 4 << 20, 8, A::Ring, N},
-      {C::AllToAll, 0, 3, A::Pairwise, P},  // split lists: no persistent form, the next takes it
+      {C::AllToAll, 0, 3, A::Pairwise, P},  // lists: no persistent form, the next takes it
+      {C::AllToAll, ferry::kSizesDiffer, 3, A::Pairwise, X},  // split lists, layouts
+      {C::AllToAll, ferry::kSizesDiffer, 5, A::Pairwise, N},
       {C::AllToAll, 8, 2, A::Pairwise, P},
       {C::AllToAll, 64 << 10, 4, A::Pairwise, X},
       {C::AllToAll, 4 << 20, 8, A::Pairwise, N},
@@ -374,7 +425,8 @@ TEST_CASE("algorithm table: the automatic choice for ranks on one host", "[algor
       {C::AllReduce, 4 << 20, 8, S, S},
       {C::Barrier, 0, 2, S, S},
       {C::Barrier, 0, 8, S, S},
-      {C::AllToAll, 0, 3, A::Pairwise, A::Persistent},  // split lists: their sizes differ
+      {C::AllToAll, 0, 3, A::Pairwise, A::Persistent},  // lists: no shm form
+      {C::AllToAll, ferry::kSizesDiffer, 3, S, S},       // split lists, layouts
       {C::AllToAll, 8 << 10, 2, A::Pairwise, A::Persistent},
       {C::AllToAll, (8 << 10) + 1, 2, S, S},
       {C::AllToAll, 4 << 20, 8, S, S},

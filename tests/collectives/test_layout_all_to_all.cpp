@@ -83,6 +83,38 @@ FT_SPMD_CASE("all_to_all_single (layouts): wide column blocks", "[movement][layo
                     expected);
 }
 
+// Blocks of more pieces than one system call takes (the shared-memory path reads 1024 pieces a
+// call per side): rank r sends column k of its [R, W] matrix to rank k, which receives it as
+// column r of its own [R, W] (pieces on both sides) and, in a second exchange, as row r of a
+// [W, R] matrix (many pieces sent, one received).
+FT_SPMD_CASE("all_to_all_single (layouts): columns of more than 1024 rows", "[movement][layout]", 1, 2, 3, 4) {
+  const int W = g.size(), me = g.rank();
+  const int64_t R = 1500;
+  auto value = [](int from, int to, int64_t row) {
+    return static_cast<double>((from * 10 + to) * 100000 + row);
+  };
+  Tensor input = ferry::empty({R, W}, DType::Float64);
+  for (int64_t i = 0; i < R; ++i)
+    for (int k = 0; k < W; ++k) input.data<double>()[i * W + k] = value(me, k, i);
+  std::vector<BlockLayout> columns(W), rows(W);
+  for (int k = 0; k < W; ++k) {
+    columns[k] = {StridedRun{k, R, 1, W}};
+    rows[k] = {StridedRun{k * R, 1, R, 0}};
+  }
+  Tensor as_columns = ferry::full({R, W}, -1.0, DType::Float64);
+  Tensor as_rows = ferry::full({W, R}, -1.0, DType::Float64);
+  ferry::all_to_all_single(input, columns, as_columns, columns, g).wait();
+  ferry::all_to_all_single(input, columns, as_rows, rows, g).wait();
+  std::vector<double> want_columns, want_rows;
+  for (int64_t i = 0; i < R; ++i)
+    for (int r = 0; r < W; ++r) want_columns.push_back(value(r, me, i));
+  for (int r = 0; r < W; ++r)
+    for (int64_t i = 0; i < R; ++i) want_rows.push_back(value(r, me, i));
+  ctx.expect_tensor(where(g, "column to column"), as_columns, DType::Float64, {R, W},
+                    want_columns);
+  ctx.expect_tensor(where(g, "column to row"), as_rows, DType::Float64, {W, R}, want_rows);
+}
+
 // Every element goes through its own run, in a random order on both sides, with block sizes
 // 0..5 per pair: whatever the layouts, element j of the block from rank i lands where this
 // rank's layout for i says its j-th element goes.
