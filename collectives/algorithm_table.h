@@ -69,10 +69,6 @@ const std::vector<Algorithm>& algorithms_for(Collective c);
 Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native,
                            bool one_host = false);
 
-// The `bytes` an op asks with when its ranks' sizes may differ (all_to_all_single with split
-// lists or layouts): only the rows that take any size fit it, so every rank gets the same answer.
-inline constexpr size_t kSizesDiffer = SIZE_MAX;
-
 // The automatic rule alone, the override set aside, for a group whose ranks are not all on one
 // host: what an op takes where the algorithm chosen cannot carry it (shm above its slots).
 Algorithm automatic_algorithm(Collective c, size_t bytes, int world_size, bool native);

@@ -154,10 +154,10 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   // (the transports check each block's byte count).
   detail::OpSummary summary = detail::OpSummary::of(input);
   if (!equal) summary.rows_may_differ(elements_per_row(input));
-  // Equal blocks are as large on every rank; split lists ask as sizes that differ, which the
-  // table must answer alike on all ranks.
-  const Algorithm algo = detail::algorithm_of(
-      group, Collective::AllToAll, equal ? input.nbytes() : kSizesDiffer, detail::ShmForm::kHas);
+  // Equal blocks are as large on every rank; split lists ask with 0 bytes, as the ranks' sizes
+  // differ and the table must answer alike on all (their shared-memory form runs when forced).
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll,
+                                              equal ? input.nbytes() : 0, detail::ShmForm::kHas);
   auto start = [&](NativeCollectives&) {
     output.bump_version();
     return native_all_to_all_single(group.impl(), algo, input, output, input_split_sizes,

@@ -476,9 +476,12 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   // Per-peer sizes differ freely; each message's byte count is checked by the transports.
   detail::OpSummary summary = detail::OpSummary::of(parts[0].input).sizes_may_differ();
   summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
-  // Asked as sizes that differ, which the table must answer alike on all ranks.
-  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, kSizesDiffer,
-                                              detail::ShmForm::kHas);
+  // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all. So the
+  // shared-memory form runs only when forced (FERRY_ALGO=all_to_all:shm): on the DLRM step,
+  // whose pooled blocks land as 832-byte pieces (the kernel's copy pays for every piece), it
+  // measured no faster than the transports' paths.
+  const Algorithm algo =
+      detail::algorithm_of(group, Collective::AllToAll, 0, detail::ShmForm::kHas);
   // On a transport without collectives of its own the parts post every message at once: the
   // op starts at issue, reading the layouts as they are (the Work keeps the parts' tensors
   // alive), and nothing of them is copied for a queued body. Through shared memory it starts at

@@ -214,8 +214,8 @@ Algorithm automatic_for(Collective c, const Group& g) {
                                  g.impl().one_host());
 }
 
-// all_to_all's forms ask the table differently (algorithm_table.h): equal blocks by their size,
-// split lists and layouts as sizes that differ, the list form with 0 bytes. Each form must run
+// all_to_all's forms ask the table differently: equal blocks by their size, split lists, lists
+// and layouts with 0 bytes (their sizes differ across ranks). Each form must run
 // on the algorithm its question gets; the transport's own ways count as one (a way that does
 // not fit a form falls to the next), and shm's fallback where the ranks cannot read each
 // other's memory is the pairwise exchange.
@@ -252,9 +252,9 @@ void expect_all_to_all_automatic(Ctx& ctx, const Group& g) {
     };
   };
   check("with equal blocks", 37 * sizeof(float), form(start_all_to_all_single, 1));
-  check("with split lists", ferry::kSizesDiffer, form(start_all_to_all_single_v, 2));
+  check("with split lists", 0, form(start_all_to_all_single_v, 2));
   check("of lists", 0, form(start_all_to_all, 3));
-  check("with layouts", ferry::kSizesDiffer, [&] { layout_all_to_all(ctx, g); });
+  check("with layouts", 0, [&] { layout_all_to_all(ctx, g); });
 }
 
 // The automatic choice for every form of `c` that run_forms issues.
@@ -379,9 +379,7 @@ TEST_CASE("algorithm table: the automatic choice per collective, size and transp
       {C::AllGather, 4096, 5, A::Ring, N},
       {C::AllGather, 64 << 10, 2, A::Ring, X},
       {C::AllGather, 4 << 20, 8, A::Ring, N},
-      {C::AllToAll, 0, 3, A::Pairwise, P},  // lists: no persistent form, the next takes it
-      {C::AllToAll, ferry::kSizesDiffer, 3, A::Pairwise, X},  // split lists, layouts
-      {C::AllToAll, ferry::kSizesDiffer, 5, A::Pairwise, N},
+      {C::AllToAll, 0, 3, A::Pairwise, P},  // split lists: no persistent form, the next takes it
       {C::AllToAll, 8, 2, A::Pairwise, P},
       {C::AllToAll, 64 << 10, 4, A::Pairwise, X},
       {C::AllToAll, 4 << 20, 8, A::Pairwise, N},
@@ -425,8 +423,7 @@ TEST_CASE("algorithm table: the automatic choice for ranks on one host", "[algor
       {C::AllReduce, 4 << 20, 8, S, S},
       {C::Barrier, 0, 2, S, S},
       {C::Barrier, 0, 8, S, S},
-      {C::AllToAll, 0, 3, A::Pairwise, A::Persistent},  // lists: no shm form
-      {C::AllToAll, ferry::kSizesDiffer, 3, S, S},       // split lists, layouts
+      {C::AllToAll, 0, 3, A::Pairwise, A::Persistent},  // split lists: their sizes differ
       {C::AllToAll, 8 << 10, 2, A::Pairwise, A::Persistent},
       {C::AllToAll, (8 << 10) + 1, 2, S, S},
       {C::AllToAll, 4 << 20, 8, S, S},
