@@ -82,4 +82,19 @@ ComputeLimit measure_compute_limit(const StepShape& s) {
   return r;
 }
 
+ComputeLimit faster_of(const ComputeLimit& a, const ComputeLimit& b) {
+  ComputeLimit r = a;
+  if (b.gemm_ms < a.gemm_ms) {
+    r.gemm_ms = b.gemm_ms;
+    r.gemm_gflops = b.gemm_gflops;
+  }
+  r.best_gflops = std::max(a.best_gflops, b.best_gflops);
+  r.interaction_ms = std::min(a.interaction_ms, b.interaction_ms);
+  if (b.embedding_ms < a.embedding_ms) {
+    r.embedding_ms = b.embedding_ms;
+    r.copy_gbps = b.copy_gbps;
+  }
+  return r;
+}
+
 }  // namespace ferry::dlrm_tool

@@ -1,6 +1,8 @@
 // The DLRM step's compute limit on this machine: what one rank's step would take if it did
 // nothing but its arithmetic and its embedding traffic, each at the speed this machine shows
-// for exactly that work, measured at start-up.
+// for exactly that work, measured before and after the timed steps (faster_of: the faster of the
+// two, part by part, since a moment when the host ran slower is not the machine's limit; one
+// measurement moved the printed multiple by up to 1.5x from run to run).
 //
 //   GEMMs        every matrix product of the MLPs in forward and backward (per layer in -> out
 //                at batch B: forward B x in x out; backward dW out x B x in and, except for the
@@ -43,5 +45,7 @@ struct ComputeLimit {
 
 // Times the step's work on this thread (about 0.2-0.5 s).
 ComputeLimit measure_compute_limit(const StepShape& shape);
+// Each part from the measurement that found it faster (the rates with it).
+ComputeLimit faster_of(const ComputeLimit& a, const ComputeLimit& b);
 
 }  // namespace ferry::dlrm_tool

@@ -37,7 +37,7 @@ class ShardedCollectionModule : public ShardedEmbeddingModule {
   std::string name() const override { return name_; }
   std::vector<Variable> data_parallel_parameters() override { return {}; }
   void fused_optimizer_step() override {
-    if (!collection_->data_parallel_tables().empty()) collection_->step_data_parallel();
+    if (collection_->has_data_parallel_tables()) collection_->step_data_parallel();
   }
   const std::shared_ptr<Collection>& collection() const { return collection_; }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/tensor.h>
 
 #include <algorithm>
@@ -85,7 +86,9 @@ class RowAccumulator {
   std::span<const T> values() const { return values_; }
   // The non-fused path's SparseRowGradient: the rows sorted, as its contract wants.
   SparseRowGradient sorted(DType dtype) const {
-    std::vector<int64_t> order(count_);
+    ferry::detail::ScopedSpare<std::vector<int64_t>> order_list;  // kept by the thread
+    std::vector<int64_t>& order = *order_list;
+    order.resize(count_);
     std::iota(order.begin(), order.end(), int64_t{0});
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
       return rows_[static_cast<size_t>(a)] < rows_[static_cast<size_t>(b)];

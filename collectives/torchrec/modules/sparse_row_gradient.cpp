@@ -1,6 +1,7 @@
 #include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>
 
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <vector>
 
@@ -44,10 +45,15 @@ void SparseRowGradient::add_(const SparseRowGradient& other) {
               "SparseRowGradient::add_: [*, ", cols_, "] ", dtype_name(dtype_), " + [*, ",
               other.cols_, "] ", dtype_name(other.dtype_));
   if (other.empty()) return;
+  if (empty()) {  // nothing to merge with: a copy of the other
+    *this = SparseRowGradient(other.rows_.clone(), other.values_.clone());
+    return;
+  }
   const int64_t* a = rows_.data<int64_t>();
   const int64_t* b = other.rows_.data<int64_t>();
   const int64_t na = num_rows(), nb = other.num_rows();
-  std::vector<int64_t> merged;
+  ferry::detail::ScopedSpare<std::vector<int64_t>> merged_list;  // kept by the thread
+  std::vector<int64_t>& merged = *merged_list;
   merged.reserve(static_cast<size_t>(na + nb));
   int64_t i = 0, j = 0;
   while (i < na || j < nb) {

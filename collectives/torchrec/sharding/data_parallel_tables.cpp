@@ -15,6 +15,7 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/sharding/data_parallel_tables.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
 #include <array>
@@ -22,6 +23,11 @@
 
 namespace ferry::torchrec::detail {
 namespace {
+
+// The tables of one step's reduction, by pointer, in lists this thread keeps from step to step
+// (ferry::detail::ScopedSpare): a step's reduction allocates none of them.
+using TableList = std::vector<EmbeddingTable*>;
+using ferry::detail::ScopedSpare;
 
 // Replaces `table`'s gradient by the sum over the ranks (`rows`, `sums`) divided by W.
 void install_average(EmbeddingTable& table, const std::vector<int64_t>& rows, const Tensor& sums,
@@ -76,7 +82,7 @@ void unpack_dense(const T* buf, int64_t R, int64_t D, DType dtype, std::vector<i
 }
 
 // Averages the tables' gradients through one all_reduce per dtype of dense buffers.
-void reduce_dense(const std::vector<std::shared_ptr<EmbeddingTable>>& tables, const Group& world) {
+void reduce_dense(const TableList& tables, const Group& world) {
   const int W = world.size();
   // One buffer per dtype (float32 first), each table's rows one after the other.
   std::array<Tensor, 2> flat;
@@ -87,8 +93,8 @@ void reduce_dense(const std::vector<std::shared_ptr<EmbeddingTable>>& tables, co
   for (int k = 0; k < 2; ++k)
     if (elements[k] > 0) flat[k] = empty({elements[k]}, k == 1 ? DType::Float64 : DType::Float32);
   std::array<int64_t, 2> used{0, 0};
-  std::vector<int64_t> offsets;
-  offsets.reserve(tables.size());
+  ScopedSpare<std::vector<int64_t>> offsets_list, rows_list;
+  std::vector<int64_t>& offsets = *offsets_list;
   for (const auto& table : tables) {
     const int64_t R = table->total_rows(), D = table->total_cols();
     const int k = kind(table->dtype());
@@ -104,7 +110,7 @@ void reduce_dense(const std::vector<std::shared_ptr<EmbeddingTable>>& tables, co
   for (int k = 0; k < 2; ++k)
     if (flat[k].defined()) works[k] = all_reduce(flat[k], world);
   for (Work& w : works) w.wait();  // a default Work is complete
-  std::vector<int64_t> rows;
+  std::vector<int64_t>& rows = *rows_list;
   for (size_t t = 0; t < tables.size(); ++t) {
     const int64_t R = tables[t]->total_rows(), D = tables[t]->total_cols();
     const int k = kind(tables[t]->dtype());
@@ -156,8 +162,7 @@ void combine(const Gathered& g, EmbeddingTable& table, int W) {
 
 // The tables that need the ranks' row counts to choose their way, and `dense`, those that go
 // the dense way whatever they are.
-void reduce_by_counts(const std::vector<std::shared_ptr<EmbeddingTable>>& tables,
-                      std::vector<std::shared_ptr<EmbeddingTable>> dense, const Group& world) {
+void reduce_by_counts(const TableList& tables, TableList& dense, const Group& world) {
   const int W = world.size();
   const int64_t T = static_cast<int64_t>(tables.size());
   // Every rank's touched row count of every table: [W, T].
@@ -210,14 +215,24 @@ std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables(const ShardedT
   return out;
 }
 
+bool has_data_parallel_tables(const ShardedTables& tables) {
+  for (const auto& t : tables.tables())
+    if (t.sharding.sharding_type == ShardingType::DATA_PARALLEL) return true;
+  return false;
+}
+
 void reduce_data_parallel_gradients(const ShardedTables& sharded) {
-  const std::vector<std::shared_ptr<EmbeddingTable>> tables = data_parallel_tables(sharded);
   const Group& world = sharded.world();
-  const int W = world.size();
-  if (tables.empty()) return;
-  if (W == 1) return;  // the average of one rank's gradient is itself
-  std::vector<std::shared_ptr<EmbeddingTable>> dense, undecided;
-  for (const auto& table : tables) (always_dense(*table) ? dense : undecided).push_back(table);
+  if (world.size() == 1) return;  // the average of one rank's gradient is itself
+  ScopedSpare<TableList> dense_list, undecided_list;
+  TableList& dense = *dense_list;
+  TableList& undecided = *undecided_list;
+  for (const auto& t : sharded.tables()) {
+    if (t.sharding.sharding_type != ShardingType::DATA_PARALLEL) continue;
+    EmbeddingTable* table = t.tables.front().get();
+    (always_dense(*table) ? dense : undecided).push_back(table);
+  }
+  if (dense.empty() && undecided.empty()) return;
   if (undecided.empty()) {
     reduce_dense(dense, world);
     return;

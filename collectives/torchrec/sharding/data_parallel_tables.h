@@ -16,6 +16,8 @@ namespace ferry::torchrec::detail {
 
 // This rank's copies of the data_parallel tables, in config order.
 std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables(const ShardedTables& tables);
+// Whether there is any (without building the list: asked at every step).
+bool has_data_parallel_tables(const ShardedTables& tables);
 // The collective average of their accumulated sparse gradients (sum over ranks / W of the
 // dense gradients; rows touched on any rank stay touched), left as each table's sparse_grad().
 void reduce_data_parallel_gradients(const ShardedTables& tables);

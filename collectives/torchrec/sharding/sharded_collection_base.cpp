@@ -54,6 +54,10 @@ std::vector<std::shared_ptr<EmbeddingTable>> ShardedCollectionBase::data_paralle
   return detail::data_parallel_tables(tables_);
 }
 
+bool ShardedCollectionBase::has_data_parallel_tables() const {
+  return detail::has_data_parallel_tables(tables_);
+}
+
 std::vector<Variable> ShardedCollectionBase::data_parallel_parameters() const {
   std::vector<Variable> out;
   for (const auto& t : data_parallel_tables()) out.push_back(t->weight());

@@ -61,6 +61,7 @@ class ShardedCollectionBase {
   // reduce_data_parallel_gradients() (collective) and stepped by step_data_parallel()
   // (collective; InvalidArgument without a fused config).
   std::vector<std::shared_ptr<EmbeddingTable>> data_parallel_tables() const;
+  bool has_data_parallel_tables() const;
   std::vector<Variable> data_parallel_parameters() const;
   void reduce_data_parallel_gradients() const;
   void step_data_parallel();
