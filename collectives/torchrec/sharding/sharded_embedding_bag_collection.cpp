@@ -2,22 +2,74 @@
 
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/collectives/torchrec/sharding/dp_sharding.h>
 #include <ferry/collectives/torchrec/sharding/rw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/twcw_sharding.h>
 #include <ferry/collectives/torchrec/sharding/twrw_sharding.h>
 #include <ferry/collectives/torchrec/utils/topology.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
+#include <ferry/runtime/small_vector.h>
 
 #include <algorithm>
 #include <cstring>
 
 namespace ferry::torchrec {
 
+namespace {
+
+// One block of a sharding group's output and where it goes in the collection's output.
+struct BlockMove {
+  size_t group;       // which group's output
+  int64_t from_col;   // its first column there
+  int64_t to_col;     // and in the collection's output
+  int64_t width;
+};
+
+// How the groups' outputs make the collection's output, fixed by the plan (planned once: a step
+// only copies).
+struct Assembly {
+  // One group whose blocks already come in (feature, column) order (table-wise after its
+  // permute, for one): its output is the result, no copy.
+  bool as_is = false;
+  std::vector<BlockMove> moves;  // else every group's blocks in (feature, column) order
+  int64_t width = 0;
+};
+
+std::shared_ptr<const Assembly> plan_assembly(
+    const std::vector<std::shared_ptr<PooledEmbeddingSharding>>& shardings) {
+  auto a = std::make_shared<Assembly>();
+  if (shardings.empty()) return a;
+  std::vector<std::pair<OutputBlock, BlockMove>> blocks;
+  for (size_t i = 0; i < shardings.size(); ++i) {
+    int64_t col = 0;
+    for (const OutputBlock& b : shardings[i]->output_blocks()) {
+      blocks.push_back({b, BlockMove{i, col, 0, b.width}});
+      col += b.width;
+    }
+  }
+  auto feature_order = [](const OutputBlock& x, const OutputBlock& y) {
+    return x.feature != y.feature ? x.feature < y.feature : x.col_offset < y.col_offset;
+  };
+  const auto& first = shardings[0]->output_blocks();
+  a->as_is = shardings.size() == 1 && std::is_sorted(first.begin(), first.end(), feature_order);
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [&](const auto& x, const auto& y) { return feature_order(x.first, y.first); });
+  for (auto& [block, move] : blocks) {
+    move.to_col = a->width;
+    a->width += move.width;
+    a->moves.push_back(move);
+  }
+  return a;
+}
+
+}  // namespace
+
 struct ShardedEmbeddingBagCollection::OutputParts {
   std::vector<std::string> keys;
   std::vector<int64_t> dims;
-  std::vector<std::shared_ptr<PooledEmbeddingSharding>> shardings;
+  std::shared_ptr<const Assembly> assembly;
 };
 
 ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
@@ -46,7 +98,7 @@ ShardedEmbeddingBagCollection::ShardedEmbeddingBagCollection(
         sharded, groups[3], is_weighted_, intra, cross));
   }
   output_parts_ = std::make_shared<const OutputParts>(
-      OutputParts{sharded.features(), sharded.feature_dims(), shardings_});
+      OutputParts{sharded.features(), sharded.feature_dims(), plan_assembly(shardings_)});
 }
 
 namespace {
@@ -91,14 +143,6 @@ PooledEmbeddings vbe_output(std::vector<Awaitable<Variable>>& outs,
                                          dims, inverse));
 }
 
-// One block of a sharding group's output and where it goes in the collection's output.
-struct BlockMove {
-  size_t group;       // which group's output
-  int64_t from_col;   // its first column there
-  int64_t to_col;     // and in the collection's output
-  int64_t width;
-};
-
 // The groups' outputs [B, width of group g] put together as one [B, sum of widths] tensor in
 // (feature, column) order: each block is copied once to its place, and backward copies the
 // gradient's blocks back to their groups. (A split of every group's output and a cat of the
@@ -107,8 +151,8 @@ struct BlockMove {
 // every column of a gradient is written.
 class AssembleBlocks final : public Function {
  public:
-  AssembleBlocks(std::vector<BlockMove> moves, int64_t width)
-      : moves_(std::move(moves)), width_(width) {}
+  explicit AssembleBlocks(std::shared_ptr<const Assembly> assembly)
+      : assembly_(std::move(assembly)), width_(assembly_->width) {}
   std::string name() const override { return "pooled_output"; }
 
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>& groups) override {
@@ -122,18 +166,19 @@ class AssembleBlocks final : public Function {
                   dtype_name(groups[0].dtype()));
       group_widths_.push_back(g.size(1));
     }
-    Tensor out = empty({rows_, width_}, groups[0].dtype());
-    for (const BlockMove& m : moves_)
-      copy_block(groups[m.group], group_widths_[m.group], m.from_col, out, width_, m.to_col,
+    std::vector<Tensor> out = ferry::detail::tensor_list(1);
+    out[0] = empty({rows_, width_}, groups[0].dtype());
+    for (const BlockMove& m : assembly_->moves)
+      copy_block(groups[m.group], group_widths_[m.group], m.from_col, out[0], width_, m.to_col,
                  m.width);
-    return {out};
+    return out;
   }
 
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& grad) override {
-    std::vector<Tensor> out;
-    out.reserve(group_widths_.size());
-    for (int64_t w : group_widths_) out.push_back(empty({rows_, w}, grad[0].dtype()));
-    for (const BlockMove& m : moves_)
+    std::vector<Tensor> out = ferry::detail::tensor_list(group_widths_.size());
+    for (size_t g = 0; g < out.size(); ++g)
+      out[g] = empty({rows_, group_widths_[g]}, grad[0].dtype());
+    for (const BlockMove& m : assembly_->moves)
       copy_block(grad[0], width_, m.to_col, out[m.group], group_widths_[m.group], m.from_col,
                  m.width);
     return out;
@@ -153,52 +198,22 @@ class AssembleBlocks final : public Function {
     for (int64_t r = 0; r < rows_; ++r, s += s_row, d += d_row) std::memcpy(d, s, n);
   }
 
-  std::vector<BlockMove> moves_;
+  std::shared_ptr<const Assembly> assembly_;
   int64_t width_;
   int64_t rows_ = 0;
-  std::vector<int64_t> group_widths_;
+  ferry::detail::SmallVector<int64_t, 4> group_widths_;  // a group per sharding type at most
 };
 
 // The groups' outputs put in (feature, column) order.
-PooledEmbeddings pooled_output(
-    std::vector<Awaitable<Variable>>& outs,
-    const std::vector<std::shared_ptr<PooledEmbeddingSharding>>& shardings,
-    const std::vector<std::string>& keys, const std::vector<int64_t>& dims) {
-  if (outs.size() == 1) {
-    // One sharding group whose blocks already come in (feature, column) order (table-wise
-    // after its permute, for one): its output is the result, no copy.
-    const auto& blocks = shardings[0]->output_blocks();
-    const bool in_order = std::is_sorted(
-        blocks.begin(), blocks.end(), [](const OutputBlock& a, const OutputBlock& b) {
-          return a.feature != b.feature ? a.feature < b.feature : a.col_offset < b.col_offset;
-        });
-    if (in_order) return keyed(keys, dims, outs[0].wait());
-  }
-  std::vector<Variable> groups;
-  groups.reserve(outs.size());
-  std::vector<std::pair<OutputBlock, BlockMove>> blocks;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    groups.push_back(outs[i].wait());
-    int64_t col = 0;
-    for (const OutputBlock& b : shardings[i]->output_blocks()) {
-      blocks.push_back({b, BlockMove{i, col, 0, b.width}});
-      col += b.width;
-    }
-  }
-  std::stable_sort(blocks.begin(), blocks.end(), [](const auto& a, const auto& b) {
-    return a.first.feature != b.first.feature ? a.first.feature < b.first.feature
-                                              : a.first.col_offset < b.first.col_offset;
-  });
-  std::vector<BlockMove> moves;
-  moves.reserve(blocks.size());
-  int64_t width = 0;
-  for (auto& [block, move] : blocks) {
-    move.to_col = width;
-    width += move.width;
-    moves.push_back(move);
-  }
-  return keyed(keys, dims,
-               ferry::apply(std::make_shared<AssembleBlocks>(std::move(moves), width), groups)[0]);
+PooledEmbeddings pooled_output(std::vector<Awaitable<Variable>>& outs,
+                               const std::shared_ptr<const Assembly>& assembly,
+                               const std::vector<std::string>& keys,
+                               const std::vector<int64_t>& dims) {
+  if (assembly->as_is) return keyed(keys, dims, outs[0].wait());
+  ferry::detail::ScopedSpare<std::vector<Variable>> groups;  // kept by the thread
+  for (Awaitable<Variable>& out : outs) groups->push_back(out.wait());
+  auto assemble = ferry::detail::make_pooled<AssembleBlocks>(assembly);
+  return keyed(keys, dims, ferry::detail::apply_first(std::move(assemble), *groups));
 }
 }  // namespace
 
@@ -260,7 +275,7 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
         });
   }
   return LazyAwaitable<PooledEmbeddings>([outs = std::move(outs), parts = output_parts_]() mutable {
-    return pooled_output(outs, parts->shardings, parts->keys, parts->dims);
+    return pooled_output(outs, parts->assembly, parts->keys, parts->dims);
   });
 }
 
