@@ -12,35 +12,8 @@ using detail::ByteRunsRef;
 ByteRunsRef ref(const ByteLayout& l) { return ByteRunsRef{l.base, l.runs.data(), l.runs.size()}; }
 
 // Walks a layout's blocks in order, a piece at a time.
-class Cursor {
- public:
-  explicit Cursor(const ByteRunsRef& l) : l_(l) { skip_empty(); }
-  bool done() const { return run_ == l_.count; }
-  char* at() const {
-    const ByteRun& r = l_.runs[run_];
-    return l_.base + r.offset + block_ * r.stride + within_;
-  }
-  size_t left_in_block() const { return l_.runs[run_].block - within_; }
-  void advance(size_t n) {
-    within_ += n;
-    if (within_ == l_.runs[run_].block) {
-      within_ = 0;
-      ++block_;
-      skip_empty();
-    }
-  }
-
- private:
-  // Moves past finished runs and runs with nothing in them.
-  void skip_empty() {
-    while (run_ < l_.count &&
-           (block_ == l_.runs[run_].count || l_.runs[run_].block == 0)) {
-      ++run_;
-      block_ = 0;
-    }
-  }
-  ByteRunsRef l_;
-  size_t run_ = 0, block_ = 0, within_ = 0;
+struct Cursor : detail::RunCursor<char*> {
+  explicit Cursor(const ByteRunsRef& l) : RunCursor(l.base, l.runs, l.count) {}
 };
 
 }  // namespace

@@ -44,6 +44,45 @@ struct ByteRunsRef {
   size_t count = 0;
 };
 size_t bytes_of(const ByteRunsRef& l);
+
+// Walks the pieces of `count` runs over `base` in order, a piece at a time. Address is char*
+// for this process's memory, or uint64_t for an address in another process (the shared-memory
+// path's reads of a peer's layout).
+template <class Address>
+class RunCursor {
+ public:
+  RunCursor(Address base, const ByteRun* runs, size_t count)
+      : base_(base), runs_(runs), count_(count) {
+    skip_empty();
+  }
+  bool done() const { return run_ == count_; }
+  Address at() const {
+    const ByteRun& r = runs_[run_];
+    return base_ + r.offset + block_ * r.stride + within_;
+  }
+  size_t left_in_block() const { return runs_[run_].block - within_; }
+  void advance(size_t n) {
+    within_ += n;
+    if (within_ == runs_[run_].block) {
+      within_ = 0;
+      ++block_;
+      skip_empty();
+    }
+  }
+
+ private:
+  // Moves past finished runs and runs with nothing in them.
+  void skip_empty() {
+    while (run_ < count_ && (block_ == runs_[run_].count || runs_[run_].block == 0)) {
+      ++run_;
+      block_ = 0;
+    }
+  }
+  Address base_;
+  const ByteRun* runs_;
+  size_t count_;
+  size_t run_ = 0, block_ = 0, within_ = 0;
+};
 // copy_layout, pack_layout and unpack_layout over runs that lie elsewhere.
 void copy_runs(const ByteRunsRef& from, const ByteRunsRef& to);
 void pack_runs(const ByteRunsRef& from, char* to);

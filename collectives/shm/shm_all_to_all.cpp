@@ -40,40 +40,11 @@ int cma_read(int pid, uint64_t address, void* to, size_t bytes) {
   return 0;
 }
 
-// A layout's pieces in order (the runs over `base`, an address in this process or a peer's),
-// walked a piece at a time.
+// A layout's runs over `base`, an address in this process or a peer's.
 struct Pieces {
   uint64_t base;
   const ByteRun* runs;
   size_t count;
-};
-class PieceCursor {
- public:
-  explicit PieceCursor(const Pieces& l) : l_(l) { skip_empty(); }
-  bool done() const { return run_ == l_.count; }
-  uint64_t at() const {
-    const ByteRun& r = l_.runs[run_];
-    return l_.base + r.offset + block_ * r.stride + within_;
-  }
-  size_t left_in_block() const { return l_.runs[run_].block - within_; }
-  void advance(size_t n) {
-    within_ += n;
-    if (within_ == l_.runs[run_].block) {
-      within_ = 0;
-      ++block_;
-      skip_empty();
-    }
-  }
-
- private:
-  void skip_empty() {
-    while (run_ < l_.count && (block_ == l_.runs[run_].count || l_.runs[run_].block == 0)) {
-      ++run_;
-      block_ = 0;
-    }
-  }
-  Pieces l_;
-  size_t run_ = 0, block_ = 0, within_ = 0;
 };
 
 // A scatter list for one process_vm_readv side: pieces that continue the last one extend it.
@@ -108,7 +79,8 @@ int cma_read_pieces(int pid, const Pieces& local, const Pieces& remote) {
     to.n = from.n = 0;
     return 0;
   };
-  PieceCursor l(local), r(remote);
+  RunCursor<uint64_t> l(local.base, local.runs, local.count), r(remote.base, remote.runs,
+                                                                  remote.count);
   while (!l.done() && !r.done()) {
     const size_t n = std::min(l.left_in_block(), r.left_in_block());
     to.add(l.at(), n);
