@@ -40,8 +40,11 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
   const uint32_t gather = begin(op);
   sign(n, op);
   sign(gather, op);
+  // In the buffers of both numbers: the second half reads them after every rank is done with
+  // the first, when a rank that ran ahead may already reuse the first's buffer for a later op.
   LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out)};
   std::memcpy(slot(rank_)->data[n % kDepth], &mine, sizeof mine);
+  std::memcpy(slot(rank_)->data[gather % kDepth], &mine, sizeof mine);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t k : {n, gather}) {
@@ -105,7 +108,7 @@ void GroupShm::read_reduce_slice(const Pending& p) {
 
 void GroupShm::read_gather_slices(const Pending& p) {
   const size_t elem = dtype_size(p.dtype);
-  const uint32_t b = (p.n - 1) % kDepth;  // the addresses are with the reduce half's number
+  const uint32_t b = p.n % kDepth;  // this half's copy of the addresses (see the start)
   auto* out = static_cast<unsigned char*>(p.out);
   for (int k = 1; k < size_; ++k) {
     const int r = (rank_ + k) % size_;
