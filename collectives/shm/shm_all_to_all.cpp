@@ -125,6 +125,8 @@ int cma_read_pieces(int pid, const Pieces& local, const Pieces& remote) {
 }  // namespace
 
 void GroupShm::copy_own(const BlockRef& from, const BlockRef& to) {
+  // A gather's own block in place (all_gather into its own block, broadcast's root).
+  if (from.runs.count == 0 && to.runs.count == 0 && from.span == to.span) return;
   ByteRun from_whole{0, 1, from.bytes, 0}, to_whole{0, 1, to.bytes, 0};
   const ByteRunsRef f = from.runs.count > 0 ? from.runs : ByteRunsRef{from.span, &from_whole, 1};
   const ByteRunsRef t = to.runs.count > 0 ? to.runs : ByteRunsRef{to.span, &to_whole, 1};
@@ -167,7 +169,8 @@ bool GroupShm::peers_readable(const OpRef& op) {
   return all;
 }
 
-uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks) {
+uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks,
+                                    const char* name) {
   const size_t parts = blocks.parts();
   FERRY_CHECK(all_to_all_fits(parts, size_), InvalidArgument, op.name, ": ", parts,
               " part(s) among ", size_, " ranks have more block places than a shared-memory slot "
@@ -197,6 +200,7 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = push(n, Kind::AllToAll);
     p.blocks = &blocks;
+    p.name = name;
   }
   arrive(n);
   return n;
@@ -216,7 +220,7 @@ void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const 
 }
 
 void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p) {
-  const char* op = p.kind == Kind::AllToAll ? "all_to_all_single" : "all_reduce";
+  const char* op = name_of(p);
   // A peer that failed on another rank's death lets go of its buffers, or exits: name the
   // rank that died, or the one that gave up, before the one whose memory went.
   const int32_t dead = header()->ended.load(std::memory_order_acquire);
@@ -250,10 +254,11 @@ void GroupShm::check_block_sizes(const Pending& p) const {
         const uint64_t sent = sends[part * w + static_cast<size_t>(q)].bytes;
         const uint64_t expected = expects[part * w + static_cast<size_t>(r)];
         if (sent != expected)
-          FERRY_THROW(MismatchError, "all_to_all_single (shm op ", p.n, ") on ", describe_,
+          FERRY_THROW(MismatchError, name_of(p), " (shm op ", p.n, ") on ", describe_,
                       ": ", who(r), " sends ", sent, " B", parts > 1 ? " of a part" : "", " to ",
                       who(q), ", which expects ", expected,
-                      " B from it: the ranks' split sizes or layouts do not match (found by "
+                      " B from it: the ranks' ", p.name ? "sizes" : "split sizes or layouts",
+                      " do not match (found by "
                       "every rank before any data was read)");
       }
     }

@@ -27,16 +27,28 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 
 static_assert(sizeof(Fingerprint) <= kFingerprintBytes);
 
-// "all_reduce of 4096 float32 (sum)": a call as the MPI transport's key check names it, so a
-// mismatch reads alike whichever path found it.
+// "all_reduce of 4096 float32 (sum)", "broadcast of 64 bytes from root 1", "all_gather of 16
+// bytes per rank": a call as the MPI transport's key check names it, so a mismatch reads alike
+// whichever path found it (MPI moves the data-movement ops' blocks as bytes).
 std::string short_call(const Fingerprint& f) {
-  std::string s = str(std::string(f.op, strnlen(f.op, sizeof f.op)));
+  const std::string op(f.op, strnlen(f.op, sizeof f.op));
+  std::string s = op;
+  const bool movement = f.has_reduce_op == 0 && (op == "broadcast" || op == "all_gather");
   if (f.has_tensor != 0 || f.lists != 0) {
-    s += f.agreed >= 0 ? str(" of ", f.agreed, " ") : std::string(" of ");
-    s += dtype_name(static_cast<DType>(f.dtype));
+    if (movement && f.agreed >= 0)
+      s += str(" of ", f.agreed * static_cast<int64_t>(dtype_size(static_cast<DType>(f.dtype))),
+               " bytes");
+    else
+      s += (f.agreed >= 0 ? str(" of ", f.agreed, " ") : std::string(" of ")) +
+           dtype_name(static_cast<DType>(f.dtype));
   }
   if (f.has_reduce_op != 0) s += str(" (", reduce_op_name(static_cast<ReduceOp>(f.reduce_op)), ")");
-  if (f.root >= 0) s += str(" root ", f.root);
+  if (op == "all_gather" && f.agreed >= 0) s += " per rank";
+  if (f.root >= 0)
+    s += str(op == "broadcast" || op == "scatter" ? " from root "
+             : op == "reduce" || op == "gather"   ? " to root "
+                                                  : " root ",
+             f.root);
   return s;
 }
 
@@ -181,6 +193,8 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   p.n = n;
   p.kind = kind;
   p.read = false;
+  p.in = nullptr;
+  p.name = nullptr;
   return p;
 }
 
@@ -286,6 +300,7 @@ void GroupShm::progress() {
         if (p.kind == Kind::AllToAll) read_all_to_all(p);
         if (p.kind == Kind::ReduceSlice) read_reduce_slice(p);
         if (p.kind == Kind::GatherSlices) read_gather_slices(p);
+        if (p.kind == Kind::Gather) read_gather(p);
       } catch (...) {
         give_up();  // this rank will never say done: its peers must not wait for it
         abandon_locked(std::current_exception());

@@ -23,6 +23,7 @@
 #include <ferry/collectives/engine/issue.h>
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/shm/all_to_all_blocks.h>
+#include <ferry/collectives/shm/gather_blocks.h>
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
@@ -83,7 +84,16 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Starts an all_to_all by reading peers' memory (peers_readable() said yes): this rank's
   // block of each part for rank q is blocks.send(part, q); it receives rank p's into
   // blocks.recv(part, p). `blocks` (and the runs it lists) must stay until the op completed.
-  uint32_t start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks);
+  // `name`: the collective the messages name (null: all_to_all_single).
+  uint32_t start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks,
+                            const char* name = nullptr);
+
+  // The bytes of a gather's block that one slot carries (after the piece's place).
+  static constexpr size_t kGatherPiece = kSlotBytes - 3 * sizeof(uint64_t);
+  // Starts one piece of a gather through the slots (shm_gather.cpp): bytes [at, at +
+  // kGatherPiece) of this rank's block are copied into the segment now; every rank's piece
+  // lands at its place in `blocks.out()`. A block of at most kGatherPiece is one piece at 0.
+  uint32_t start_gather(const OpRef& op, const GatherBlocks& blocks, size_t at);
 
   // Starts an all_reduce larger than the slots by reading peers' memory (peers_readable() said
   // yes): this rank reduces slice `rank` of every rank's `in` (read straight from the peers'
@@ -121,7 +131,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   GroupShm(GroupImpl& g, SharedSegment segment);
 
   // ReduceSlice and GatherSlices are the two halves of a large all_reduce (ops n and n + 1).
-  enum class Kind : uint8_t { Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices };
+  enum class Kind : uint8_t { Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices, Gather };
   struct Pending {
     uint32_t n = 0;
     Kind kind = Kind::Barrier;
@@ -131,6 +141,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     DType dtype = DType::Float32;
     ReduceOp reduce = ReduceOp::Sum;
     const AllToAllBlocks* blocks = nullptr;  // all_to_all
+    const void* in = nullptr;  // a gather's own block, which need not be copied onto itself
+    const char* name = nullptr;  // the collective, for messages (null: by kind)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
 
@@ -150,6 +162,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void read_block(int r, const Block& from, const BlockRef& to, const Pending& p);
   void read_reduce_slice(const Pending& p);
   void read_gather_slices(const Pending& p);
+  void read_gather(const Pending& p);
+  // The collective that `p` is, for messages.
+  static const char* name_of(const Pending& p);
   // Copies `bytes` at `address` of group rank r (this rank: a plain copy) into `to`.
   void copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
   // Stores `value` into a counter and wakes the sleepers, if any.

@@ -111,6 +111,21 @@ bool single_copy_fits(GroupShm& shm, size_t parts, const OpRef& ref) {
   return GroupShm::all_to_all_fits(parts, shm.size()) && shm.peers_readable(ref);
 }
 
+// A gather of any size (shm_ops.h's post_gather says which way). Returns the op number that
+// completes it.
+uint32_t start_any_gather(GroupShm& shm, OpContext& ctx, const OpRef& ref,
+                          const GatherBlocks& blocks) {
+  const size_t most = blocks.max_block();
+  if (most <= GroupShm::kGatherPiece) return shm.start_gather(ref, blocks, 0);
+  if (shm.peers_readable(ref)) return shm.start_all_to_all(ref, blocks, ref.name);
+  uint32_t n = 0;
+  for (size_t at = 0; at < most; at += GroupShm::kGatherPiece) {
+    n = shm.start_gather(ref, blocks, at);
+    run_to_the_end(shm, n, ctx, ref);
+  }
+  return n;
+}
+
 }  // namespace
 
 void prepare_group(GroupImpl& g) {
@@ -170,6 +185,22 @@ bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks) {
   ctx.ran(Collective::AllToAll, Algorithm::SharedMemory);
   run_to_the_end(*shm, shm->start_all_to_all(ref, blocks), ctx, ref);
   return true;
+}
+
+std::unique_ptr<InFlight> post_gather(std::unique_ptr<OpContext> ctx,
+                                      std::unique_ptr<GatherBlocks> blocks, Collective c) {
+  const OpRef ref = op_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
+  ctx->ran(c, Algorithm::SharedMemory);
+  const uint32_t n = start_any_gather(*shm, *ctx, ref, *blocks);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref, std::move(blocks));
+}
+
+void gather(OpContext& ctx, const GatherBlocks& blocks, Collective c) {
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  ctx.ran(c, Algorithm::SharedMemory);
+  run_to_the_end(*shm, start_any_gather(*shm, ctx, ref, blocks), ctx, ref);
 }
 
 }  // namespace ferry::detail::shm

@@ -10,6 +10,7 @@
 #include <ferry/collectives/engine/in_flight_work.h>
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/shm/all_to_all_blocks.h>
+#include <ferry/collectives/shm/gather_blocks.h>
 #include <ferry/collectives/shm/shm_layout.h>
 
 #include <memory>
@@ -44,5 +45,14 @@ std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx,
                                           std::unique_ptr<AllToAllBlocks>& blocks);
 // Run to completion; false (nothing done) where post_all_to_all would return null.
 bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks);
+
+// A gather (all_gather, all_gather_v, broadcast: `c`, as recorded): blocks of up to a slot go
+// through the segment's slots, larger ones by single copy from the peers' tensors, or, where
+// the ranks cannot read each other's memory, through the slots a piece at a time (a fallback
+// the issuing thread runs to its end). Every rank takes the same way: it depends on the largest
+// block, which all know. Started, the op owns `blocks` until it completed.
+std::unique_ptr<InFlight> post_gather(std::unique_ptr<OpContext> ctx,
+                                      std::unique_ptr<GatherBlocks> blocks, Collective c);
+void gather(OpContext& ctx, const GatherBlocks& blocks, Collective c);
 
 }  // namespace ferry::detail::shm
