@@ -88,6 +88,20 @@ constexpr size_t kStaged = 8 * 1024;
 // ranks' sizes differ (kSizesDiffer: split lists, layouts), which no persistent request takes
 // (the DLRM step's pooled and KJT all-to-alls: one copy through both layouts instead of a pack,
 // MPI's transfer and an unpack).
+//
+// all_gather and broadcast (2 ranks, ferry-bench --vs-mpi, forced shm alternated with the
+// automatic choice; docs/transports.md). Without MPI's collectives (UCX), shm at every size:
+// all_gather 8 B 1.72-2.00 of MPICH's time against the ring's 2.36-2.38, 64 KiB to 16 MiB
+// 0.54-1.00 against 1.00-1.73; broadcast at or below the tree (1 MiB 65-68 us against 98-132).
+// With them, all_gather up to 4 MiB of output (8 B 1.84-2.30 of MPICH's time against the
+// persistent request's 2.28-2.52, 64 KiB 0.53-0.63 against the exchange's 0.80-0.82, 1 MiB
+// 0.86-0.96 against 1.03-1.23; at 16 MiB the two swap places from run to run), and broadcast
+// above the persistent request's 8 KiB up to 1 MiB (64 KiB 5.1-5.4 us against the exchange's
+// 5.8-6.2; 1 MiB 62-65 us against 70-75 when timed alone, 120-130 against 69-106 beside
+// all_gather: the least sure row; at 8 B the persistent request is faster, 1.07 us against
+// 1.24, and from 2 MiB the exchange is at par or ahead).
+constexpr size_t kShmGatherMpi = size_t{4} << 20;  // all of the output: an in_all row
+constexpr size_t kShmBroadcastMpi = size_t{1} << 20;
 using A = Algorithm;
 constexpr Rule kShmAny{kAnyBytes, kAnyRanks, A::SharedMemory, 1, false, true};
 constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
@@ -105,8 +119,9 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
      {{kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // reduce_scatter
-    {{{kAnyBytes, kAnyRanks, A::Ring}},
-     {{kStaged, kAnyRanks, A::Persistent, 1, true},
+    {{kShmAny, {kAnyBytes, kAnyRanks, A::Ring}},
+     {{kShmGatherMpi, kAnyRanks, A::SharedMemory, 1, true, true},
+      {kStaged, kAnyRanks, A::Persistent, 1, true},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_gather
     {{{kStaged, kAnyRanks, A::Pairwise}, kShmAny, {kAnyBytes, kAnyRanks, A::Pairwise}},
@@ -114,8 +129,9 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       kShmAny,
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_to_all
-    {{{kAnyBytes, kAnyRanks, A::Tree}},
+    {{kShmAny, {kAnyBytes, kAnyRanks, A::Tree}},
      {{kStaged, kAnyRanks, A::Persistent},
+      {kShmBroadcastMpi, kAnyRanks, A::SharedMemory, 1, false, true},
       {kAnyBytes, 2, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // broadcast
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // gather
