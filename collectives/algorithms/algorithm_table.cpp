@@ -149,8 +149,8 @@ const std::vector<Algorithm>& algorithms_of(Collective c) {
   static const std::array<std::vector<Algorithm>, kCollectiveCount> table = {{
       {A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct,
        A::SharedMemory},
-      {A::Native, A::Tree},
-      {A::Native, A::Persistent, A::Exchange, A::Ring},
+      {A::Native, A::Tree, A::SharedMemory},
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::SharedMemory},
       {A::Native, A::Persistent, A::Exchange, A::Ring, A::Direct, A::SharedMemory},
       {A::Native, A::Persistent, A::Exchange, A::Pairwise, A::SharedMemory},
       {A::Native, A::Persistent, A::Exchange, A::Tree, A::SharedMemory},

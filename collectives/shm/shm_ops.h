@@ -55,4 +55,26 @@ std::unique_ptr<InFlight> post_gather(std::unique_ptr<OpContext> ctx,
                                       std::unique_ptr<GatherBlocks> blocks, Collective c);
 void gather(OpContext& ctx, const GatherBlocks& blocks, Collective c);
 
+// reduce_scatter: this rank's block, elements [first, first + count) of the `total` of every
+// rank's `in`, reduced in rank order into `out` (which may be that block of `in`): through the
+// slots when the whole input fits one, else straight from the peers' buffers (each rank reads
+// only its block of theirs); where the ranks cannot read each other's memory, the whole input
+// all-reduced through the slots a piece at a time into memory the op holds (a fallback the
+// issuing thread runs to its end), and the block copied out.
+std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx, const void* in,
+                                              void* out, size_t first, size_t count,
+                                              size_t total, DType dtype, ReduceOp op);
+void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, size_t count,
+                    size_t total, DType dtype, ReduceOp op);
+
+// reduce to `root` (`out`, on the root only; null elsewhere): through the slots up to a slot;
+// above, each rank reduces its 1/W slice straight from the peers' inputs (the root's into its
+// output, the others' into memory the op holds) and the root copies the slices; slot by slot
+// where the ranks cannot read each other's memory. In rank order, as all_reduce.
+std::unique_ptr<InFlight> post_reduce(std::unique_ptr<OpContext> ctx, const void* in, void* out,
+                                      size_t count, int root, DType dtype, ReduceOp op);
+// Run to completion; records nothing (reduce's body records what ran for every algorithm).
+void reduce(OpContext& ctx, const void* in, void* out, size_t count, int root, DType dtype,
+            ReduceOp op);
+
 }  // namespace ferry::detail::shm
