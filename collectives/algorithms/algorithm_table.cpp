@@ -100,6 +100,19 @@ constexpr size_t kStaged = 8 * 1024;
 // 5.8-6.2; 1 MiB 62-65 us against 70-75 when timed alone, 120-130 against 69-106 beside
 // all_gather: the least sure row; at 8 B the persistent request is faster, 1.07 us against
 // 1.24, and from 2 MiB the exchange is at par or ahead).
+//
+// reduce_scatter and reduce (the same runs with --op reduce_scatter,reduce): with MPI's
+// collectives shm at every size (reduce_scatter 8 B 1.18-1.34 of MPICH's time against the
+// persistent request's 1.52-1.63, 64 KiB to 16 MiB 0.36-0.73 against the exchange's 0.69-1.24;
+// reduce 8 B 1.19-1.38 against MPI's call 2.44-3.32, 64 KiB to 16 MiB 0.29-0.79 against
+// 0.75-1.55). Without them (UCX): reduce_scatter up to 1 MiB of input (64 KiB 0.37 against the
+// ring's 0.64-0.65, 1 MiB 0.58-0.63 against 0.68-0.71; from 4 MiB the two swap places from run
+// to run); reduce through the slots and above 128 KiB (16 KiB 0.65-0.74 against the tree's
+// 0.84-1.10, 256 KiB 0.16-0.19 against 0.31-0.40, 16 MiB 0.24-0.30 against 0.36-0.40), the
+// tree between, whose one message beats the two halves' hand-offs there (64 KiB 0.36 against
+// 0.54-0.61, 32 KiB 0.56-0.58 against 0.63-0.64, 128 KiB at par).
+constexpr size_t kShmSlotBytes = 16 * 1024;  // collectives/shm/shm_layout.h's kSlotBytes
+constexpr size_t kShmScatterUcx = size_t{1} << 20;
 constexpr size_t kShmGatherMpi = size_t{4} << 20;  // all of the output: an in_all row
 constexpr size_t kShmBroadcastMpi = size_t{1} << 20;
 using A = Algorithm;
@@ -114,9 +127,15 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       {kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_reduce
-    {{{kAnyBytes, kAnyRanks, A::Tree}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // reduce
-    {{{kAnyBytes, kAnyRanks, A::Ring}},
-     {{kStaged, kAnyRanks, A::Persistent},
+    {{{kShmSlotBytes, kAnyRanks, A::SharedMemory, 1, false, true},
+      {128 * 1024, kAnyRanks, A::Tree},
+      kShmAny,
+      {kAnyBytes, kAnyRanks, A::Tree}},
+     {kShmAny, {kAnyBytes, kAnyRanks, A::Native}}},                           // reduce
+    {{{kShmScatterUcx, kAnyRanks, A::SharedMemory, 1, false, true},
+      {kAnyBytes, kAnyRanks, A::Ring}},
+     {kShmAny,
+      {kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // reduce_scatter
     {{kShmAny, {kAnyBytes, kAnyRanks, A::Ring}},

@@ -445,6 +445,18 @@ TEST_CASE("algorithm table: the automatic choice for ranks on one host", "[algor
       {C::Broadcast, 1 << 20, 8, S, S},
       {C::Broadcast, (1 << 20) + 1, 2, S, A::Exchange},
       {C::Broadcast, 4 << 20, 3, S, A::Native},
+      // reduce_scatter (per rank's whole input): without MPI's collectives shm up to 1 MiB.
+      {C::ReduceScatter, 8, 2, S, S},
+      {C::ReduceScatter, 1 << 20, 3, S, S},
+      {C::ReduceScatter, (1 << 20) + 1, 2, A::Ring, S},
+      {C::ReduceScatter, 16 << 20, 8, A::Ring, S},
+      // reduce: without them the slots, the tree to 128 KiB, shm above.
+      {C::Reduce, 8, 2, S, S},
+      {C::Reduce, 16 << 10, 4, S, S},
+      {C::Reduce, (16 << 10) + 1, 2, A::Tree, S},
+      {C::Reduce, 128 << 10, 2, A::Tree, S},
+      {C::Reduce, (128 << 10) + 1, 2, S, S},
+      {C::Reduce, 16 << 20, 8, S, S},
   };
   const bool defaults = ferry::config().mpi_persistent && ferry::config().mpi_exchange;
   for (const Row& r : rows) {
