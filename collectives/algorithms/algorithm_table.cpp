@@ -293,6 +293,7 @@ Algorithm automatic(const Overrides& o, Collective c, size_t bytes, int world_si
 }
 
 std::string size_text(size_t bytes) {
+  if (bytes % (1024 * 1024) == 0) return std::to_string(bytes / (1024 * 1024)) + " MiB";
   if (bytes % 1024 == 0) return std::to_string(bytes / 1024) + " KiB";
   return std::to_string(bytes) + " B";
 }

@@ -136,10 +136,11 @@ int fitting_ops(Collective c, Algorithm a, int ops, const Group& g) {
   return ops;
 }
 
-// Shared memory carries all_reduce and barrier in every form run_forms issues (all small);
-// of the all-to-alls, all_to_all_single with and without split lists and with layouts (the list
-// form takes the table's choice without shm), or none of them where the ranks cannot read
-// each other's memory (then the pairwise exchange does).
+// Shared memory carries all_reduce, reduce, reduce_scatter, all_gather, broadcast and barrier
+// in every form run_forms issues (all small: through the slots, which need no reading of the
+// peers' memory); of the all-to-alls, all_to_all_single with and without split lists and with
+// layouts (the list form takes the table's choice without shm), or none of them where the
+// ranks cannot read each other's memory (then the pairwise exchange does).
 bool shm_count_fits(Collective c, uint64_t ran, int ops) {
   if (c == Collective::AllToAll) return ran == 3 || ran == 0;
   return ran == static_cast<uint64_t>(ops);

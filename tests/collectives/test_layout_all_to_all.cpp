@@ -53,8 +53,17 @@ FT_SPMD_CASE("all_to_all_single (layouts): column blocks side by side", "[moveme
 
 // The same with wide pieces, 4-6 KiB a row and 64 KiB or more a message: large enough that
 // UCX's CMA reads scatter them straight into the columns (cma_worth_scattering) instead of
-// staging the message, in every UCX suite; the CMA-from-1-KiB suite checks that they did.
+// staging the message, in every UCX suite; the CMA-from-1-KiB suite checks that they did. Run
+// by the automatic choice (shared memory where the ranks share a host) and by the pairwise
+// exchange, the path that sends them as messages.
+void wide_column_blocks(Group& g, Ctx& ctx);
 FT_SPMD_CASE("all_to_all_single (layouts): wide column blocks", "[movement][layout]", 1, 2, 3, 4) {
+  wide_column_blocks(g, ctx);
+  ScopedAlgorithm o("all_to_all:pairwise");
+  wide_column_blocks(g, ctx);
+}
+
+void wide_column_blocks(Group& g, Ctx& ctx) {
   const int W = g.size(), me = g.rank();
   auto wide = [](int from) -> int64_t { return 512 + 128 * from; };
   auto rows = [](int receiver) -> int64_t { return 16 + 5 * receiver; };
