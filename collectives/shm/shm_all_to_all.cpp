@@ -17,6 +17,9 @@
 namespace ferry::detail::shm {
 namespace {
 
+// set_peers_unreadable_for_testing's switch.
+std::atomic<bool> g_unreadable_for_testing{false};
+
 // process_vm_readv moves at most this much per call (a partial read returns less anyway).
 constexpr size_t kReadChunk = size_t{1} << 30;
 
@@ -124,6 +127,10 @@ int cma_read_pieces(int pid, const Pieces& local, const Pieces& remote) {
 
 }  // namespace
 
+void set_peers_unreadable_for_testing(bool on) {
+  g_unreadable_for_testing.store(on, std::memory_order_relaxed);
+}
+
 void GroupShm::copy_own(const BlockRef& from, const BlockRef& to) {
   // A gather's own block in place (all_gather into its own block, broadcast's root).
   if (from.runs.count == 0 && to.runs.count == 0 && from.span == to.span) return;
@@ -138,8 +145,8 @@ void GroupShm::probe_peers() {
   // (Yama ptrace_scope, a container without CAP_SYS_PTRACE), ENOSYS (seccomp, an old kernel)
   // and the like make this rank answer "cannot"; every rank then takes the same other path, as
   // each waits for every rank's answer (peers_readable).
-  bool mine = true;
-  std::string why;
+  bool mine = !g_unreadable_for_testing.load(std::memory_order_relaxed);
+  std::string why = mine ? "" : "refused for a test";
   for (int r = 0; r < size_ && mine; ++r) {
     if (r == rank_) continue;
     uint64_t magic = 0;

@@ -63,16 +63,19 @@ void GroupShm::read_gather(const Pending& p) {
   for (int r = 0; r < size_; ++r) {
     PieceHeader h;
     std::memcpy(&h, slot(r)->data[b], sizeof h);
-    FERRY_CHECK(h.at + h.bytes <= h.block && place + h.block <= p.count && h.bytes <= kGatherPiece,
+    // (A rank whose block ended before this piece publishes no bytes at an offset past it.)
+    FERRY_CHECK((h.bytes == 0 || h.at + h.bytes <= h.block) && place + h.block <= p.count &&
+                    h.bytes <= kGatherPiece,
                 Error, name_of(p), " (shm op ", p.n, ") on ", describe_, ": ", who(r),
                 " published a piece of ", h.bytes, " B at ", h.at, " of a ", h.block,
                 " B block, which this rank's output of ", p.count,
                 " B does not hold (internal error: the calls were compared)");
-    unsigned char* to = out + place + h.at;
-    const bool own_in_place =
-        r == rank_ && to == static_cast<const unsigned char*>(p.in) + h.at;
-    if (h.bytes > 0 && !own_in_place)
-      std::memcpy(to, slot(r)->data[b] + sizeof h, h.bytes);
+    if (h.bytes > 0) {
+      unsigned char* to = out + place + h.at;
+      const bool own_in_place =
+          r == rank_ && to == static_cast<const unsigned char*>(p.in) + h.at;
+      if (!own_in_place) std::memcpy(to, slot(r)->data[b] + sizeof h, h.bytes);
+    }
     place += h.block;
   }
 }

@@ -52,6 +52,11 @@ struct OpRef {
   const OpContext* ctx = nullptr;
 };
 
+// For tests: a group made while this is on (its segment's probe) answers that its ranks cannot
+// read each other's memory, as where Yama or a container forbids it, so that the fallbacks run
+// on a host that allows the reads. Every rank must set it alike around making the group.
+void set_peers_unreadable_for_testing(bool on);
+
 class GroupShm : public std::enable_shared_from_this<GroupShm> {
  public:
   // The group's state, made on first use (collective: see the top). Throws as
