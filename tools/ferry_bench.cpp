@@ -245,6 +245,23 @@ bool bench_memcpy(const Sweep& sweep, Group& world, RankSync& sync) {
   return true;
 }
 
+// The copy bandwidth (bytes per second) behind the rows' ideal_us: rank 0 copies
+// kIdealCopyBytes a few times while the others wait (as --op memcpy does, so they do not compete
+// for the cores), and every rank returns after it finished; 0 on the other ranks.
+double copy_bandwidth(const Group& world, RankSync& sync) {
+  double bytes_per_second = 0;
+  if (world.rank() == 0) {
+    MemcpyCase copy(kIdealCopyBytes);
+    copy.time_one_seconds();  // the pages' first touch by the copy itself
+    std::vector<double> seconds;
+    for (int i = 0; i < 5; ++i) seconds.push_back(copy.time_one_seconds());
+    const double median = summarize(seconds).median;
+    bytes_per_second = median > 0 ? static_cast<double>(kIdealCopyBytes) / median : 0;
+  }
+  sync.all_of(true);
+  return bytes_per_second;
+}
+
 std::string sizes_str(const Options& o, const std::vector<size_t>& sizes) {
   return bytes_str(o.min_bytes) + " .. " + bytes_str(o.max_bytes) + " by x" +
          std::to_string(o.factor) + " (" + std::to_string(sizes.size()) + " sizes)";
@@ -360,6 +377,10 @@ int run(int argc, char** argv) {
         return;
       }
       Sweep sweep{opts, sizes, world.rank() == 0 ? &report : nullptr, launcher.get()};
+      if (!opts.differentiable) {
+        const double copy = copy_bandwidth(world, sync);
+        if (sweep.report) sweep.report->set_copy_bandwidth(copy);
+      }
       for (OpKind op : opts.ops) {
         const bool ok = op == OpKind::Memcpy ? bench_memcpy(sweep, world, sync)
                                              : bench_collective(op, sweep, world, sync);

@@ -88,6 +88,33 @@ constexpr size_t kStaged = 8 * 1024;
 // all-to-alls ask with 0 bytes (their sizes differ across ranks) and so take shm only when
 // forced: alternating builds on the DLRM step (2 MPI ranks, batch 512) found the step no faster
 // with them on shm (slower in 10 of 13 rounds, by 2-10%).
+//
+// all_gather and broadcast (2 ranks, ferry-bench --vs-mpi, forced shm alternated with the
+// automatic choice; docs/transports.md). Without MPI's collectives (UCX), shm at every size:
+// all_gather 8 B 1.72-2.00 of MPICH's time against the ring's 2.36-2.38, 64 KiB to 16 MiB
+// 0.54-1.00 against 1.00-1.73; broadcast at or below the tree (1 MiB 65-68 us against 98-132).
+// With them, all_gather up to 4 MiB of output (8 B 1.84-2.30 of MPICH's time against the
+// persistent request's 2.28-2.52, 64 KiB 0.53-0.63 against the exchange's 0.80-0.82, 1 MiB
+// 0.86-0.96 against 1.03-1.23; at 16 MiB the two swap places from run to run), and broadcast
+// above the persistent request's 8 KiB up to 1 MiB (64 KiB 5.1-5.4 us against the exchange's
+// 5.8-6.2; 1 MiB 62-65 us against 70-75 when timed alone, 120-130 against 69-106 beside
+// all_gather: the least sure row; at 8 B the persistent request is faster, 1.07 us against
+// 1.24, and from 2 MiB the exchange is at par or ahead).
+//
+// reduce_scatter and reduce (the same runs with --op reduce_scatter,reduce): with MPI's
+// collectives shm at every size (reduce_scatter 8 B 1.18-1.34 of MPICH's time against the
+// persistent request's 1.52-1.63, 64 KiB to 16 MiB 0.36-0.73 against the exchange's 0.69-1.24;
+// reduce 8 B 1.19-1.38 against MPI's call 2.44-3.32, 64 KiB to 16 MiB 0.29-0.79 against
+// 0.75-1.55). Without them (UCX): reduce_scatter up to 1 MiB of input (64 KiB 0.37 against the
+// ring's 0.64-0.65, 1 MiB 0.58-0.63 against 0.68-0.71; from 4 MiB the two swap places from run
+// to run); reduce through the slots and above 128 KiB (16 KiB 0.65-0.74 against the tree's
+// 0.84-1.10, 256 KiB 0.16-0.19 against 0.31-0.40, 16 MiB 0.24-0.30 against 0.36-0.40), the
+// tree between, whose one message beats the two halves' hand-offs there (64 KiB 0.36 against
+// 0.54-0.61, 32 KiB 0.56-0.58 against 0.63-0.64, 128 KiB at par).
+constexpr size_t kShmSlotBytes = 16 * 1024;  // collectives/shm/shm_layout.h's kSlotBytes
+constexpr size_t kShmScatterUcx = size_t{1} << 20;
+constexpr size_t kShmGatherMpi = size_t{4} << 20;  // all of the output: an in_all row
+constexpr size_t kShmBroadcastMpi = size_t{1} << 20;
 using A = Algorithm;
 constexpr Rule kShmAny{kAnyBytes, kAnyRanks, A::SharedMemory, 1, false, true};
 constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
@@ -100,13 +127,20 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       {kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_reduce
-    {{{kAnyBytes, kAnyRanks, A::Tree}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // reduce
-    {{{kAnyBytes, kAnyRanks, A::Ring}},
-     {{kStaged, kAnyRanks, A::Persistent},
+    {{{kShmSlotBytes, kAnyRanks, A::SharedMemory, 1, false, true},
+      {128 * 1024, kAnyRanks, A::Tree},
+      kShmAny,
+      {kAnyBytes, kAnyRanks, A::Tree}},
+     {kShmAny, {kAnyBytes, kAnyRanks, A::Native}}},                           // reduce
+    {{{kShmScatterUcx, kAnyRanks, A::SharedMemory, 1, false, true},
+      {kAnyBytes, kAnyRanks, A::Ring}},
+     {kShmAny,
+      {kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // reduce_scatter
-    {{{kAnyBytes, kAnyRanks, A::Ring}},
-     {{kStaged, kAnyRanks, A::Persistent, 1, true},
+    {{kShmAny, {kAnyBytes, kAnyRanks, A::Ring}},
+     {{kShmGatherMpi, kAnyRanks, A::SharedMemory, 1, true, true},
+      {kStaged, kAnyRanks, A::Persistent, 1, true},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_gather
     {{{kStaged, kAnyRanks, A::Pairwise}, kShmAny, {kAnyBytes, kAnyRanks, A::Pairwise}},
@@ -114,8 +148,9 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       kShmAny,
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_to_all
-    {{{kAnyBytes, kAnyRanks, A::Tree}},
+    {{kShmAny, {kAnyBytes, kAnyRanks, A::Tree}},
      {{kStaged, kAnyRanks, A::Persistent},
+      {kShmBroadcastMpi, kAnyRanks, A::SharedMemory, 1, false, true},
       {kAnyBytes, 2, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // broadcast
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // gather
@@ -133,11 +168,11 @@ const std::vector<Algorithm>& algorithms_of(Collective c) {
   static const std::array<std::vector<Algorithm>, kCollectiveCount> table = {{
       {A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct,
        A::SharedMemory},
-      {A::Native, A::Tree},
-      {A::Native, A::Persistent, A::Exchange, A::Ring},
-      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Direct},
+      {A::Native, A::Tree, A::SharedMemory},
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::SharedMemory},
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Direct, A::SharedMemory},
       {A::Native, A::Persistent, A::Exchange, A::Pairwise, A::SharedMemory},
-      {A::Native, A::Persistent, A::Exchange, A::Tree},
+      {A::Native, A::Persistent, A::Exchange, A::Tree, A::SharedMemory},
       {A::Native, A::Linear},
       {A::Native, A::Linear},
       {A::Native, A::Persistent, A::Dissemination, A::SharedMemory},
@@ -258,6 +293,7 @@ Algorithm automatic(const Overrides& o, Collective c, size_t bytes, int world_si
 }
 
 std::string size_text(size_t bytes) {
+  if (bytes % (1024 * 1024) == 0) return std::to_string(bytes / (1024 * 1024)) + " MiB";
   if (bytes % 1024 == 0) return std::to_string(bytes / 1024) + " KiB";
   return std::to_string(bytes) + " B";
 }

@@ -20,13 +20,14 @@ using detail::data_of;
 using detail::elements_per_row;
 
 // The all_gather algorithm, chosen from the output size, which every rank agrees on (its own
-// block size may differ between ranks in all_gather_v).
-Algorithm all_gather_algorithm(int world, bool native, size_t output_bytes) {
+// block size may differ between ranks in all_gather_v). Every form has a shared-memory path.
+Algorithm all_gather_algorithm(const detail::GroupImpl& g, size_t output_bytes) {
+  const int world = g.size();
   return choose_algorithm(Collective::AllGather, output_bytes / static_cast<size_t>(world), world,
-                          native);
+                          g.native() != nullptr, g.one_host());
 }
 Algorithm all_gather_algorithm(const Group& group, size_t output_bytes) {
-  return all_gather_algorithm(group.size(), group.impl().native() != nullptr, output_bytes);
+  return all_gather_algorithm(group.impl(), output_bytes);
 }
 
 // all_gather's one native call: equal blocks (`blocks` null, `block` bytes each) take the
@@ -48,6 +49,11 @@ std::unique_ptr<NativeRequest> native_all_gather(detail::GroupImpl& g, Algorithm
 // `input` and `output` are what a native call keeps alive should it never finish.
 void all_gather_blocks(OpContext& ctx, const char* own, char* out, const detail::Blocks& blocks,
                        Algorithm algo, const Tensor& input, const Tensor& output) {
+  if (algo == Algorithm::SharedMemory) {  // records what ran itself
+    detail::shm::gather(ctx, detail::shm::GatherBlocks::listed(own, out, ctx.rank(), blocks),
+                        Collective::AllGather);
+    return;
+  }
   if (!uses_native_collectives(algo)) ctx.ran(Collective::AllGather, algo);
   switch (algo) {
     case Algorithm::Native:
@@ -85,18 +91,37 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   detail::Validator v("broadcast", group);
   v.root(root);
   v.defined(tensor, "tensor");
-  const Algorithm algo = detail::algorithm_of(group, Collective::Broadcast, tensor.nbytes());
+  const Algorithm algo = detail::algorithm_of(group, Collective::Broadcast, tensor.nbytes(),
+                                              detail::ShmForm::kHas);
   auto start = [&](NativeCollectives&) {
     if (group.rank() != root) tensor.bump_version();
     return native_broadcast(group.impl(), algo, tensor, root);
+  };
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    if (group.rank() != root) tensor.bump_version();
+    return detail::shm::post_gather(
+        std::move(ctx),
+        std::make_unique<detail::shm::GatherBlocks>(detail::shm::GatherBlocks::broadcast(
+            tensor.raw_data(), tensor.nbytes(), root, group.rank())),
+        Collective::Broadcast);
   };
   return detail::issue(group, {
       .name = "broadcast",
       .what = detail::OpSummary::of(tensor).with_root(root),
       .native_start = detail::native_start_if(uses_native_collectives(algo), start),
+      // Shared memory: the root's tensor published (a small one copied into the segment) at
+      // issue, read by whoever waits.
+      .post = algo == Algorithm::SharedMemory ? detail::OnePost(post_shm) : detail::OnePost(),
       .keep = {&tensor},
       .body = [&] { return detail::OpBody([tensor, root, algo](OpContext& ctx) mutable {
     switch (algo) {
+      case Algorithm::SharedMemory:
+        detail::shm::gather(ctx,
+                            detail::shm::GatherBlocks::broadcast(tensor.raw_data(),
+                                                                 tensor.nbytes(), root,
+                                                                 ctx.rank()),
+                            Collective::Broadcast);
+        break;
       case Algorithm::Native:
       case Algorithm::Persistent:
       case Algorithm::Exchange:
@@ -130,11 +155,22 @@ Work all_gather_v(const Tensor& input, Tensor output, const std::vector<int64_t>
   for (int k = 0; k < me; ++k) start += sizes[k];
   v.no_overlap(output, "output", input, "input", output.narrow(0, start, sizes[me]));
   const Algorithm algo = all_gather_algorithm(group, output.nbytes());
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    output.bump_version();
+    return detail::shm::post_gather(
+        std::move(ctx),
+        std::make_unique<detail::shm::GatherBlocks>(detail::shm::GatherBlocks::listed(
+            data_of(input), data_of(output), me,
+            detail::contiguous_blocks(sizes, row_bytes(input)))),
+        Collective::AllGather);
+  };
   return detail::issue(group, {
       .name = "all_gather",
       .what = detail::OpSummary::of(input)
                             .rows_may_differ(elements_per_row(input))
                             .with_splits(sizes),
+      .post = algo == Algorithm::SharedMemory ? detail::OnePost(post_shm) : detail::OnePost(),
+      .keep = {&input, &output},
       .body = [&] { return detail::OpBody([input = Tensor(input), output,
                                            sizes = std::vector<int64_t>(sizes),
                                            algo](OpContext& ctx) mutable {
@@ -171,14 +207,33 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
     return native_all_gather(group.impl(), algo, input.raw_data(), output.raw_data(), nullptr,
                              block);
   };
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    output.bump_version();
+    return detail::shm::post_gather(
+        std::move(ctx),
+        std::make_unique<detail::shm::GatherBlocks>(detail::shm::GatherBlocks::equal(
+            input.raw_data(), output.raw_data(), group.rank(), block)),
+        Collective::AllGather);
+  };
   return detail::issue(group, {
       .name = "all_gather",
       .what = detail::OpSummary::of(input),
       .native_start = detail::native_start_if(uses_native_collectives(algo), start),
+      // Shared memory: this rank's block published (a small one copied into the segment) at
+      // issue, the peers' read by whoever waits.
+      .post = algo == Algorithm::SharedMemory ? detail::OnePost(post_shm) : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
         return detail::OpBody([input = Tensor(input), output, rows, world,
                                algo](OpContext& ctx) mutable {
+    if (algo == Algorithm::SharedMemory) {
+      detail::shm::gather(ctx,
+                          detail::shm::GatherBlocks::equal(input.raw_data(), output.raw_data(),
+                                                           ctx.rank(), input.nbytes()),
+                          Collective::AllGather);
+      output.bump_version();
+      return std::vector<Tensor>{};
+    }
     const detail::SpareEvenBlocks blocks(static_cast<size_t>(world), world,
                                          static_cast<size_t>(rows) * row_bytes(input));
     gather_blocks(ctx, output, input, blocks.get(), algo);
@@ -232,7 +287,7 @@ Work all_gather_v(const Tensor& input, const Group& group) {
     ctx.hold(output);
     gather_blocks(ctx, output, input, detail::contiguous_blocks(sizes, row_bytes(input)),
                   // Chosen only now that the total, which every rank agrees on, is known.
-                  all_gather_algorithm(world, ctx.native() != nullptr, output.nbytes()));
+                  all_gather_algorithm(ctx.group(), output.nbytes()));
     return std::vector<Tensor>{output, from_vector<int64_t>(sizes)};
   }); }});
 }

@@ -28,9 +28,10 @@ inline int64_t elements_per_row(const Tensor& t) {
   return n;
 }
 
-// Whether the form of a collective that asks has a shared-memory path: all_reduce, barrier and
-// all_to_all_single do; the other forms of a collective the table may give shm (the all-to-alls
-// of lists and of layouts) take the table's choice without it.
+// Whether the form of a collective that asks has a shared-memory path: all_reduce, reduce,
+// reduce_scatter (every form), barrier, all_to_all_single, all_gather (every form) and
+// broadcast do; the other forms of a collective the table may give shm (the all-to-all of
+// lists) take the table's choice without it.
 enum class ShmForm : bool { kNone = false, kHas = true };
 
 inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes,

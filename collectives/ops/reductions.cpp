@@ -116,6 +116,19 @@ detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
       a.finish(output, op, world);
       return std::vector<Tensor>{};
     }
+    if (algo == Algorithm::SharedMemory) {  // records what ran itself
+      const size_t per_row = a.in.size(0) == 0
+                                 ? 0
+                                 : static_cast<size_t>(a.in.numel() / a.in.size(0));
+      int64_t rows_before = 0;
+      for (int k = 0; k < ctx.rank(); ++k) rows_before += sizes[static_cast<size_t>(k)];
+      detail::shm::reduce_scatter(ctx, a.in.raw_data(), a.out.raw_data(),
+                                  static_cast<size_t>(rows_before) * per_row,
+                                  static_cast<size_t>(a.out.numel()),
+                                  static_cast<size_t>(a.in.numel()), a.spec.dtype, a.spec.op);
+      a.finish(output, op, world);
+      return std::vector<Tensor>{};
+    }
     if (algo != Algorithm::Ring) detail::no_such_algorithm(Collective::ReduceScatter, algo);
     ctx.ran(Collective::ReduceScatter, algo);
     detail::Blocks blocks = detail::contiguous_blocks(sizes, row_bytes(a.in));
@@ -212,10 +225,22 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
     v.no_overlap(input, "input", output, "output", input);
   }
   const int world = group.size();
-  const Algorithm algo = detail::algorithm_of(group, Collective::Reduce, input.nbytes());
+  const Algorithm algo =
+      detail::algorithm_of(group, Collective::Reduce, input.nbytes(), detail::ShmForm::kHas);
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    if (is_root) output.bump_version();
+    return detail::shm::post_reduce(std::move(ctx), input.raw_data(),
+                                    is_root ? output.raw_data() : nullptr,
+                                    static_cast<size_t>(input.numel()), root, input.dtype(), op);
+  };
   return detail::issue(group, {
       .name = "reduce",
       .what = detail::OpSummary::of(input, op).with_root(root),
+      // Shared memory: this rank's input published at issue, reduced by whoever waits.
+      .post = algo == Algorithm::SharedMemory && natively_reducible(input.dtype(), op)
+                  ? detail::OnePost(post_shm)
+                  : detail::OnePost(),
+      .keep = {&input, &output},
       .body = [&] {
         return detail::OpBody([input = Tensor(input), output, op, root, world, is_root,
                                algo](OpContext& ctx) mutable {
@@ -231,6 +256,9 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
                         {input, output});
         break;
       case Algorithm::Tree: detail::tree_reduce(ctx, in, out, count, root, a.spec); break;
+      case Algorithm::SharedMemory:
+        detail::shm::reduce(ctx, in, out, count, root, a.spec.dtype, a.spec.op);
+        break;
       default: detail::no_such_algorithm(Collective::Reduce, algo);
     }
     if (is_root) a.finish(output, op, world);
@@ -258,12 +286,20 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   v.no_overlap(input, "input", output, "output", own_block);
   const int world = group.size();
   const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
-  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
+  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes(),
+                                              detail::ShmForm::kHas);
   auto start_native = [&](NativeCollectives&) {
     output.bump_version();
     return native_reduce_scatter(group.impl(), algo, input.raw_data(), output.raw_data(), sizes,
                                  per_row, static_cast<size_t>(output.numel()), input.dtype(),
                                  op);
+  };
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    output.bump_version();
+    return detail::shm::post_reduce_scatter(
+        std::move(ctx), input.raw_data(), output.raw_data(), static_cast<size_t>(start) * per_row,
+        static_cast<size_t>(output.numel()), static_cast<size_t>(input.numel()), input.dtype(),
+        op);
   };
   return detail::issue(group, {
       .name = "reduce_scatter",
@@ -272,6 +308,10 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
                                                   natively_reducible(input.dtype(), op) &&
                                                   !output.overlaps(input),
                                               start_native),
+      // Shared memory: this rank's input published at issue, its block reduced by whoever waits.
+      .post = algo == Algorithm::SharedMemory && natively_reducible(input.dtype(), op)
+                  ? detail::OnePost(post_shm)
+                  : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
         return reduce_scatter_body(input, output, op, sizes, /*equal=*/false, world, algo);
@@ -303,11 +343,20 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
   v.shape_with_rows_is(output, "output", input.shape(), rows);
   if (output.overlaps(input))  // only our own block of the input may be the output
     v.no_overlap(input, "input", output, "output", input.narrow(0, group.rank() * rows, rows));
-  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
+  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes(),
+                                              detail::ShmForm::kHas);
   auto start = [&](NativeCollectives&) {
     output.bump_version();
     return native_reduce_scatter(group.impl(), algo, input.raw_data(), output.raw_data(), {}, 0,
                                  static_cast<size_t>(output.numel()), input.dtype(), op);
+  };
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    output.bump_version();
+    const size_t block = static_cast<size_t>(output.numel());
+    return detail::shm::post_reduce_scatter(
+        std::move(ctx), input.raw_data(), output.raw_data(),
+        block * static_cast<size_t>(group.rank()), block, static_cast<size_t>(input.numel()),
+        input.dtype(), op);
   };
   // Described and fingerprinted as reduce_scatter_v with equal blocks, the same call.
   return detail::issue(group, {
@@ -317,6 +366,10 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
                                                   natively_reducible(input.dtype(), op) &&
                                                   !output.overlaps(input),
                                               start),
+      // Shared memory: this rank's input published at issue, its block reduced by whoever waits.
+      .post = algo == Algorithm::SharedMemory && natively_reducible(input.dtype(), op)
+                  ? detail::OnePost(post_shm)
+                  : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
         return reduce_scatter_body(input, output, op, std::vector<int64_t>(world, rows),
@@ -356,8 +409,9 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   // widened or averaged sums run through reduce_scatter_v's buffers: both get the inputs
   // copied end to end first, as torch.distributed's list form does (reduce_scatter_v asks the
   // table again, with the same bytes, and gets the same answer).
-  const Algorithm algo = detail::algorithm_of(
-      group, Collective::ReduceScatter, static_cast<size_t>(total) * row_bytes(first));
+  const Algorithm algo =
+      detail::algorithm_of(group, Collective::ReduceScatter,
+                           static_cast<size_t>(total) * row_bytes(first), detail::ShmForm::kHas);
   if (algo != Algorithm::Ring || !natively_reducible(output.dtype(), op))
     return reduce_scatter_v(cat(inputs, 0), output, sizes, group, op);
   return detail::issue(group, {

@@ -4,7 +4,9 @@
 // others' outputs. Each byte crosses between processes twice, as in MPICH's one-host
 // algorithms, and no rank reduces more than its 1/W. The slice is reduced in chunks that stay
 // in the cache (the design guide: memcpy runs 60-140 GB/s in cache, ~20 GB/s beyond), in rank
-// order, so every rank, and the direct exchange, get the same bits.
+// order, so every rank, and the direct exchange, get the same bits. A reduce_scatter is the
+// first half alone, each rank's slice its own block; a reduce, both halves with the second on
+// the root only.
 #include <ferry/collectives/shm/shm_group.h>
 
 #include <ferry/collectives/engine/reduce_kernels.h>
@@ -35,13 +37,17 @@ size_t slice_first(size_t count, int ranks, int r) {
 }  // namespace
 
 uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void* out,
-                                          size_t count, DType dtype, ReduceOp reduce) {
+                                          size_t count, DType dtype, ReduceOp reduce,
+                                          bool gather_here) {
   const uint32_t n = begin(op);
   const uint32_t gather = begin(op);
   sign(n, op);
   sign(gather, op);
+  // In the buffers of both numbers: the second half reads them after every rank is done with
+  // the first, when a rank that ran ahead may already reuse the first's buffer for a later op.
   LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out)};
   std::memcpy(slot(rank_)->data[n % kDepth], &mine, sizeof mine);
+  std::memcpy(slot(rank_)->data[gather % kDepth], &mine, sizeof mine);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t k : {n, gather}) {
@@ -50,6 +56,8 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
       p.count = count;
       p.dtype = dtype;
       p.reduce = reduce;
+      p.gather = gather_here;
+      p.name = op.name;
     }
   }
   arrive(gather);  // both halves: the gather waits for the slices, not for an arrival
@@ -57,22 +65,26 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
 }
 
 void GroupShm::read_reduce_slice(const Pending& p) {
-  const size_t elem = dtype_size(p.dtype);
   const size_t first = slice_first(p.count, size_, rank_);
   const size_t last = slice_first(p.count, size_, rank_ + 1);
+  reduce_range(p, p.n % kDepth, first, last,
+               static_cast<unsigned char*>(p.out) + first * dtype_size(p.dtype));
+}
+
+void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t last,
+                            unsigned char* out) {
+  const size_t elem = dtype_size(p.dtype);
   if (acc_.size() < kChunkBytes) {
     acc_.resize(kChunkBytes);
     chunk_.resize(kChunkBytes);
   }
   const size_t per_chunk = std::max<size_t>(1, kChunkBytes / elem);
-  const uint32_t b = p.n % kDepth;
-  auto* out = static_cast<unsigned char*>(p.out);
   LargeBuffers mine;
   std::memcpy(&mine, slot(rank_)->data[b], sizeof mine);
   // In place, this rank's input is the `out` the sum goes into: from rank 2 on, the sum of
   // ranks 0 and 1 lands there before this rank's own piece is combined, so that piece is
   // copied aside first.
-  const bool own_aside = mine.in == mine.out && rank_ >= 2;
+  const bool own_aside = mine.in + first * elem == reinterpret_cast<uintptr_t>(out) && rank_ >= 2;
   if (own_aside && own_.size() < kChunkBytes) own_.resize(kChunkBytes);
   // Rank r's piece of a chunk: this rank's own where it lies (or aside), a peer's read into
   // `into`.
@@ -88,6 +100,7 @@ void GroupShm::read_reduce_slice(const Pending& p) {
   for (size_t at = first; at < last; at += per_chunk) {
     const size_t elems = std::min(per_chunk, last - at);
     const size_t bytes = elems * elem, offset = at * elem;
+    unsigned char* to = out + (at - first) * elem;
     if (own_aside)
       std::memcpy(own_.data(), reinterpret_cast<const void*>(mine.in + offset), bytes);
     // Rank 0's piece, then every other rank's combined in rank order, summed straight into
@@ -96,16 +109,17 @@ void GroupShm::read_reduce_slice(const Pending& p) {
     const unsigned char* sum = piece(0, offset, bytes, acc_);
     for (int r = 1; r < size_; ++r) {
       const unsigned char* next = piece(r, offset, bytes, sum == chunk_.data() ? acc_ : chunk_);
-      combine(out + offset, sum, next, elems, p.dtype, p.reduce);
-      sum = out + offset;
+      combine(to, sum, next, elems, p.dtype, p.reduce);
+      sum = to;
     }
-    if (size_ == 1 && sum != out + offset) std::memmove(out + offset, sum, bytes);
+    if (size_ == 1 && sum != to) std::memmove(to, sum, bytes);
   }
 }
 
 void GroupShm::read_gather_slices(const Pending& p) {
+  if (!p.gather) return;
   const size_t elem = dtype_size(p.dtype);
-  const uint32_t b = (p.n - 1) % kDepth;  // the addresses are with the reduce half's number
+  const uint32_t b = p.n % kDepth;  // this half's copy of the addresses (see the start)
   auto* out = static_cast<unsigned char*>(p.out);
   for (int k = 1; k < size_; ++k) {
     const int r = (rank_ + k) % size_;
@@ -115,6 +129,31 @@ void GroupShm::read_gather_slices(const Pending& p) {
     const size_t last = slice_first(p.count, size_, r + 1);
     copy_from(r, theirs.out + first * elem, out + first * elem, (last - first) * elem, p);
   }
+}
+
+uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* out,
+                                        size_t first, size_t count, DType dtype,
+                                        ReduceOp reduce) {
+  const uint32_t n = begin(op);
+  sign(n, op);
+  LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out)};
+  std::memcpy(slot(rank_)->data[n % kDepth], &mine, sizeof mine);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Pending& p = push(n, Kind::ReduceBlock);
+    p.out = out;
+    p.first = first;
+    p.count = count;
+    p.dtype = dtype;
+    p.reduce = reduce;
+    p.name = op.name;
+  }
+  arrive(n);
+  return n;
+}
+
+void GroupShm::read_reduce_block(const Pending& p) {
+  reduce_range(p, p.n % kDepth, p.first, p.first + p.count, static_cast<unsigned char*>(p.out));
 }
 
 }  // namespace ferry::detail::shm

@@ -17,6 +17,9 @@
 namespace ferry::detail::shm {
 namespace {
 
+// set_peers_unreadable_for_testing's switch.
+std::atomic<bool> g_unreadable_for_testing{false};
+
 // process_vm_readv moves at most this much per call (a partial read returns less anyway).
 constexpr size_t kReadChunk = size_t{1} << 30;
 
@@ -96,7 +99,13 @@ int cma_read_pieces(int pid, const Pieces& local, const Pieces& remote) {
 
 }  // namespace
 
+void set_peers_unreadable_for_testing(bool on) {
+  g_unreadable_for_testing.store(on, std::memory_order_relaxed);
+}
+
 void GroupShm::copy_own(const BlockRef& from, const BlockRef& to) {
+  // A gather's own block in place (all_gather into its own block, broadcast's root).
+  if (from.runs.count == 0 && to.runs.count == 0 && from.span == to.span) return;
   ByteRun from_whole{0, 1, from.bytes, 0}, to_whole{0, 1, to.bytes, 0};
   const ByteRunsRef f = from.runs.count > 0 ? from.runs : ByteRunsRef{from.span, &from_whole, 1};
   const ByteRunsRef t = to.runs.count > 0 ? to.runs : ByteRunsRef{to.span, &to_whole, 1};
@@ -108,8 +117,8 @@ void GroupShm::probe_peers() {
   // (Yama ptrace_scope, a container without CAP_SYS_PTRACE), ENOSYS (seccomp, an old kernel)
   // and the like make this rank answer "cannot"; every rank then takes the same other path, as
   // each waits for every rank's answer (peers_readable).
-  bool mine = true;
-  std::string why;
+  bool mine = !g_unreadable_for_testing.load(std::memory_order_relaxed);
+  std::string why = mine ? "" : "refused for a test";
   for (int r = 0; r < size_ && mine; ++r) {
     if (r == rank_) continue;
     uint64_t magic = 0;
@@ -139,7 +148,8 @@ bool GroupShm::peers_readable(const OpRef& op) {
   return all;
 }
 
-uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks) {
+uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks,
+                                    const char* name) {
   const size_t parts = blocks.parts();
   FERRY_CHECK(all_to_all_fits(parts, size_), InvalidArgument, op.name, ": ", parts,
               " part(s) among ", size_, " ranks have more block places than a shared-memory slot "
@@ -169,6 +179,7 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = push(n, Kind::AllToAll);
     p.blocks = &blocks;
+    p.name = name;
   }
   arrive(n);
   return n;
@@ -188,7 +199,7 @@ void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const 
 }
 
 void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p) {
-  const char* op = p.kind == Kind::AllToAll ? "all_to_all_single" : "all_reduce";
+  const char* op = name_of(p);
   // A peer that failed on another rank's death lets go of its buffers, or exits: name the
   // rank that died, or the one that gave up, before the one whose memory went.
   const int32_t dead = header()->ended.load(std::memory_order_acquire);
@@ -222,10 +233,11 @@ void GroupShm::check_block_sizes(const Pending& p) const {
         const uint64_t sent = sends[part * w + static_cast<size_t>(q)].bytes;
         const uint64_t expected = expects[part * w + static_cast<size_t>(r)];
         if (sent != expected)
-          FERRY_THROW(MismatchError, "all_to_all_single (shm op ", p.n, ") on ", describe_,
+          FERRY_THROW(MismatchError, name_of(p), " (shm op ", p.n, ") on ", describe_,
                       ": ", who(r), " sends ", sent, " B", parts > 1 ? " of a part" : "", " to ",
                       who(q), ", which expects ", expected,
-                      " B from it: the ranks' split sizes or layouts do not match (found by "
+                      " B from it: the ranks' ", p.name ? "sizes" : "split sizes or layouts",
+                      " do not match (found by "
                       "every rank before any data was read)");
       }
     }

@@ -27,16 +27,41 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 
 static_assert(sizeof(Fingerprint) <= kFingerprintBytes);
 
-// "all_reduce of 4096 float32 (sum)": a call as the MPI transport's key check names it, so a
-// mismatch reads alike whichever path found it.
-std::string short_call(const Fingerprint& f) {
-  std::string s = str(std::string(f.op, strnlen(f.op, sizeof f.op)));
+// "all_reduce of 4096 float32 (sum)", "broadcast of 64 bytes from root 1", "all_gather of 16
+// bytes per rank", "reduce_scatter of 2 float32 (sum) per rank": a call as the MPI transport's
+// key check names it, so a mismatch reads alike whichever path found it (MPI moves the
+// data-movement ops' blocks as bytes, and counts an equal reduce_scatter's block). `ranks`: the
+// group's size.
+std::string short_call(const Fingerprint& f, int ranks) {
+  const std::string op(f.op, strnlen(f.op, sizeof f.op));
+  std::string s = op;
+  const bool movement = f.has_reduce_op == 0 && (op == "broadcast" || op == "all_gather");
+  int64_t count = f.agreed;
+  bool per_rank = op == "all_gather" && count >= 0;
+  if (op == "reduce_scatter" && count >= 0 && f.ndim >= 1 && ranks > 0 &&
+      f.dims[0] % ranks == 0) {
+    OpSummary equal;
+    equal.with_equal_splits(ranks, f.dims[0] / ranks);
+    if (equal.splits == f.splits) {
+      count /= ranks;
+      per_rank = true;
+    }
+  }
   if (f.has_tensor != 0 || f.lists != 0) {
-    s += f.agreed >= 0 ? str(" of ", f.agreed, " ") : std::string(" of ");
-    s += dtype_name(static_cast<DType>(f.dtype));
+    if (movement && count >= 0)
+      s += str(" of ", count * static_cast<int64_t>(dtype_size(static_cast<DType>(f.dtype))),
+               " bytes");
+    else
+      s += (count >= 0 ? str(" of ", count, " ") : std::string(" of ")) +
+           dtype_name(static_cast<DType>(f.dtype));
   }
   if (f.has_reduce_op != 0) s += str(" (", reduce_op_name(static_cast<ReduceOp>(f.reduce_op)), ")");
-  if (f.root >= 0) s += str(" root ", f.root);
+  if (per_rank) s += " per rank";
+  if (f.root >= 0)
+    s += str(op == "broadcast" || op == "scatter" ? " from root "
+             : op == "reduce" || op == "gather"   ? " to root "
+                                                  : " root ",
+             f.root);
   return s;
 }
 
@@ -181,6 +206,10 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   p.n = n;
   p.kind = kind;
   p.read = false;
+  p.in = nullptr;
+  p.name = nullptr;
+  p.first = 0;
+  p.gather = true;
   return p;
 }
 
@@ -206,8 +235,8 @@ void GroupShm::compare_calls(const Pending& p) {
                 describe_, ": the ranks called different collectives: rank ", rank_, " called ",
                 mine.describe(), ", rank ", r, " called ", theirs.describe(), " (",
                 what ? what : "the call", " differs; compared in shared memory before any data "
-                "was read: this rank ", short_call(mine), ", rank ", r, " ",
-                theirs.well_formed() ? short_call(theirs) : std::string("?"), ")");
+                "was read: this rank ", short_call(mine, size_), ", rank ", r, " ",
+                theirs.well_formed() ? short_call(theirs, size_) : std::string("?"), ")");
   }
 }
 
@@ -223,7 +252,7 @@ uint32_t GroupShm::start_barrier(const OpRef& op) {
 }
 
 uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
-                                    DType dtype, ReduceOp reduce) {
+                                    DType dtype, ReduceOp reduce, size_t first, size_t block) {
   const size_t bytes = count * dtype_size(dtype);
   FERRY_CHECK(bytes <= kSlotBytes, Error, op.name, ": ", bytes, " B through shared memory, at "
               "most ", kSlotBytes, " (internal error: the op should have chosen another path)");
@@ -234,7 +263,8 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, 
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = push(n, Kind::AllReduce);
     p.out = out;
-    p.count = count;
+    p.first = first;
+    p.count = block == kWhole ? count : block;
     p.dtype = dtype;
     p.reduce = reduce;
   }
@@ -244,13 +274,14 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, 
 
 void GroupShm::read_all_reduce(const Pending& p) {
   const size_t bytes = p.count * dtype_size(p.dtype);
-  if (bytes == 0) return;
+  if (bytes == 0 || p.out == nullptr) return;
   const uint32_t b = p.n % kDepth;
   // Rank 0's payload, then every other rank's combined in rank order: the direct exchange's
   // order (algorithms/direct_all_reduce.cpp), so both paths give the same bits on every rank.
-  std::memcpy(p.out, slot(0)->data[b], bytes);
+  const size_t at = p.first * dtype_size(p.dtype);
+  std::memcpy(p.out, slot(0)->data[b] + at, bytes);
   for (int r = 1; r < size_; ++r)
-    combine(p.out, p.out, slot(r)->data[b], p.count, p.dtype, p.reduce);
+    combine(p.out, p.out, slot(r)->data[b] + at, p.count, p.dtype, p.reduce);
 }
 
 void GroupShm::abandon(std::exception_ptr why) {
@@ -286,6 +317,8 @@ void GroupShm::progress() {
         if (p.kind == Kind::AllToAll) read_all_to_all(p);
         if (p.kind == Kind::ReduceSlice) read_reduce_slice(p);
         if (p.kind == Kind::GatherSlices) read_gather_slices(p);
+        if (p.kind == Kind::Gather) read_gather(p);
+        if (p.kind == Kind::ReduceBlock) read_reduce_block(p);
       } catch (...) {
         give_up();  // this rank will never say done: its peers must not wait for it
         abandon_locked(std::current_exception());
@@ -296,7 +329,7 @@ void GroupShm::progress() {
     }
     // An all_to_all's peers read this rank's buffer: it is the caller's again only once they
     // all said done.
-    if (p.kind == Kind::AllToAll || p.kind == Kind::GatherSlices)
+    if (p.kind == Kind::AllToAll || p.kind == Kind::GatherSlices || p.kind == Kind::ReduceBlock)
       for (int r = 0; r < size_; ++r)
         if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n)) return;
     head_ += 1;

@@ -23,6 +23,7 @@
 #include <ferry/collectives/engine/issue.h>
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/shm/all_to_all_blocks.h>
+#include <ferry/collectives/shm/gather_blocks.h>
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
@@ -51,6 +52,11 @@ struct OpRef {
   const OpContext* ctx = nullptr;
 };
 
+// For tests: a group made while this is on (its segment's probe) answers that its ranks cannot
+// read each other's memory, as where Yama or a container forbids it, so that the fallbacks run
+// on a host that allows the reads. Every rank must set it alike around making the group.
+void set_peers_unreadable_for_testing(bool on);
+
 class GroupShm : public std::enable_shared_from_this<GroupShm> {
  public:
   // The group's state, made on first use (collective: see the top). Throws as
@@ -65,9 +71,13 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   uint32_t start_barrier(const OpRef& op);
   // Starts an all_reduce of `count` elements of `dtype` (at most kSlotBytes): `in` is copied
   // into the segment now; `out` (which may be `in`) receives the reduction, summed in rank
-  // order on every rank (the direct exchange's order: the same bits everywhere).
+  // order on every rank (the direct exchange's order: the same bits everywhere). A null `out`
+  // receives nothing (a reduce's ranks other than the root).
+  // With `block` (a reduce_scatter through the slots) only elements [first, first + block) of
+  // the reduction land in `out`, which holds element `first` at its start.
+  static constexpr size_t kWhole = SIZE_MAX;
   uint32_t start_all_reduce(const OpRef& op, const void* in, void* out, size_t count, DType dtype,
-                            ReduceOp reduce);
+                            ReduceOp reduce, size_t first = 0, size_t block = kWhole);
   // Reads each peer's segment header through its process (process_vm_readv) and publishes
   // whether that worked; made once, with the segment, without waiting for anyone.
   void probe_peers();
@@ -83,15 +93,34 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Starts an all_to_all by reading peers' memory (peers_readable() said yes): this rank's
   // block of each part for rank q is blocks.send(part, q); it receives rank p's into
   // blocks.recv(part, p). `blocks` (and the runs it lists) must stay until the op completed.
-  uint32_t start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks);
+  // `name`: the collective the messages name (null: all_to_all_single).
+  uint32_t start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks,
+                            const char* name = nullptr);
+
+  // The bytes of a gather's block that one slot carries (after the piece's place).
+  static constexpr size_t kGatherPiece = kSlotBytes - 3 * sizeof(uint64_t);
+  // Starts one piece of a gather through the slots (shm_gather.cpp): bytes [at, at +
+  // kGatherPiece) of this rank's block are copied into the segment now; every rank's piece
+  // lands at its place in `blocks.out()`. A block of at most kGatherPiece is one piece at 0.
+  uint32_t start_gather(const OpRef& op, const GatherBlocks& blocks, size_t at);
 
   // Starts an all_reduce larger than the slots by reading peers' memory (peers_readable() said
   // yes): this rank reduces slice `rank` of every rank's `in` (read straight from the peers'
   // buffers, in rank order, so the bits are the direct exchange's) into its `out`, then copies
   // every other slice, finished, out of its peers' `out`. Both stay the caller's only once the op
-  // completed: its peers read them. Takes two op numbers; returns the later one.
+  // completed: its peers read them. Takes two op numbers; returns the later one. Without
+  // `gather_here` this rank reads no slice in the second half (a reduce's ranks other than the
+  // root: their `out` only holds their own slice, for the root to read).
   uint32_t start_large_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
-                                  DType dtype, ReduceOp reduce);
+                                  DType dtype, ReduceOp reduce, bool gather_here = true);
+
+  // Starts a reduce_scatter by reading peers' memory (peers_readable() said yes;
+  // shm_all_reduce_large.cpp):
+  // this rank reduces elements [first, first + count) of every rank's `in` (read straight from
+  // the peers' buffers, in rank order) into its `out`, which may be that block of its own `in`.
+  // `in` stays the caller's only once the op completed: its peers read it.
+  uint32_t start_reduce_scatter(const OpRef& op, const void* in, void* out, size_t first,
+                                size_t count, DType dtype, ReduceOp reduce);
 
   // Never blocks: whether op `n` completed (then a later wait returns at once). Throws the
   // failure of a read (a mismatch, a peer's memory gone).
@@ -121,7 +150,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   GroupShm(GroupImpl& g, SharedSegment segment);
 
   // ReduceSlice and GatherSlices are the two halves of a large all_reduce (ops n and n + 1).
-  enum class Kind : uint8_t { Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices };
+  enum class Kind : uint8_t {
+    Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices, Gather, ReduceBlock
+  };
   struct Pending {
     uint32_t n = 0;
     Kind kind = Kind::Barrier;
@@ -131,6 +162,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     DType dtype = DType::Float32;
     ReduceOp reduce = ReduceOp::Sum;
     const AllToAllBlocks* blocks = nullptr;  // all_to_all
+    const void* in = nullptr;  // a gather's own block, which need not be copied onto itself
+    const char* name = nullptr;  // the collective, for messages (null: by kind)
+    size_t first = 0;     // a reduce_scatter's block: its first element in the input
+    bool gather = true;   // a large all_reduce's second half reads the slices
   };
   static constexpr uint32_t kRing = 2 * kDepth;
 
@@ -150,6 +185,13 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void read_block(int r, const Block& from, const BlockRef& to, const Pending& p);
   void read_reduce_slice(const Pending& p);
   void read_gather_slices(const Pending& p);
+  void read_gather(const Pending& p);
+  void read_reduce_block(const Pending& p);
+  // Reduces elements [first, last) of every rank's input (its address published in buffer `b`
+  // of each slot) in rank order into `out`, which holds element `first` at its start.
+  void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out);
+  // The collective that `p` is, for messages.
+  static const char* name_of(const Pending& p);
   // Copies `bytes` at `address` of group rank r (this rank: a plain copy) into `to`.
   void copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
   // Stores `value` into a counter and wakes the sleepers, if any.

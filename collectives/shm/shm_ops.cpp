@@ -4,6 +4,7 @@
 #include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 
 #include <ferry/runtime/config.h>
@@ -53,6 +54,8 @@ std::shared_ptr<GroupShm> shm_of(OpContext& ctx, const OpRef& ref) {
     ctx.fail_timeout_waiting_for(str(" ", error_message(std::current_exception()), ";"));
   }
 }
+
+char* data_at(Tensor& t, size_t offset) { return static_cast<char*>(t.raw_data()) + offset; }
 
 // An all_reduce of any size: through the slots when it fits them; above, by single copy from
 // the peers' buffers, or, where the ranks cannot read each other's memory, slot by slot (each
@@ -109,6 +112,72 @@ class ShmInFlight final : public InFlight, public Pooled {
 // memory, and every rank's block places fit its slot.
 bool single_copy_fits(GroupShm& shm, size_t parts, const OpRef& ref) {
   return GroupShm::all_to_all_fits(parts, shm.size()) && shm.peers_readable(ref);
+}
+
+// A gather of any size (shm_ops.h's post_gather says which way). Returns the op number that
+// completes it.
+uint32_t start_any_gather(GroupShm& shm, OpContext& ctx, const OpRef& ref,
+                          const GatherBlocks& blocks) {
+  const size_t most = blocks.max_block();
+  if (most <= GroupShm::kGatherPiece) return shm.start_gather(ref, blocks, 0);
+  if (shm.peers_readable(ref)) return shm.start_all_to_all(ref, blocks, ref.name);
+  uint32_t n = 0;
+  for (size_t at = 0; at < most; at += GroupShm::kGatherPiece) {
+    n = shm.start_gather(ref, blocks, at);
+    run_to_the_end(shm, n, ctx, ref);
+  }
+  return n;
+}
+
+// A reduce_scatter of any size (shm_ops.h says which way). Returns the op number that
+// completes it.
+uint32_t start_any_reduce_scatter(GroupShm& shm, OpContext& ctx, const OpRef& ref,
+                                  const void* in, void* out, size_t first, size_t count,
+                                  size_t total, DType dtype, ReduceOp op) {
+  const size_t elem = dtype_size(dtype);
+  if (total * elem <= kSlotBytes)
+    return shm.start_all_reduce(ref, in, out, total, dtype, op, first, count);
+  if (shm.peers_readable(ref))
+    return shm.start_reduce_scatter(ref, in, out, first, count, dtype, op);
+  Tensor whole = empty({static_cast<int64_t>(total)}, dtype);
+  ctx.hold(whole);
+  const uint32_t n = start_any_all_reduce(shm, ctx, ref, in, whole.raw_data(), total, dtype, op);
+  run_to_the_end(shm, n, ctx, ref);
+  if (count > 0) std::memcpy(out, data_at(whole, first * elem), count * elem);
+  return n;
+}
+
+// A reduce of any size (shm_ops.h says which way). Returns the op number that completes it.
+uint32_t start_any_reduce(GroupShm& shm, OpContext& ctx, const OpRef& ref, const void* in,
+                          void* out, size_t count, int root, DType dtype, ReduceOp op) {
+  const size_t elem = dtype_size(dtype);
+  const bool is_root = shm.rank() == root;
+  if (count * elem <= kSlotBytes || !shm.peers_readable(ref)) {
+    // The slot path, or slot by slot: every rank reduces, only the root keeps the result.
+    const size_t per = kSlotBytes / elem;
+    uint32_t n = 0;
+    size_t at = 0;
+    do {
+      const size_t piece = std::min(per, count - at);
+      n = shm.start_all_reduce(ref, static_cast<const char*>(in) + at * elem,
+                               is_root ? static_cast<char*>(out) + at * elem : nullptr, piece,
+                               dtype, op);
+      at += piece;
+      if (at < count) run_to_the_end(shm, n, ctx, ref);
+    } while (at < count);
+    return n;
+  }
+  if (is_root) return shm.start_large_all_reduce(ref, in, out, count, dtype, op);
+  // A rank other than the root keeps only its slice, in memory the op holds, published as
+  // the base of a whole tensor would be (the root reads the slice at its offset from it).
+  const size_t first = count * static_cast<size_t>(shm.rank()) / static_cast<size_t>(shm.size());
+  const size_t last =
+      count * static_cast<size_t>(shm.rank() + 1) / static_cast<size_t>(shm.size());
+  Tensor slice = empty({static_cast<int64_t>(std::max<size_t>(last - first, 1))}, dtype);
+  ctx.hold(slice);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(slice.raw_data()) - first * elem;
+  return shm.start_large_all_reduce(ref, in, reinterpret_cast<void*>(base), count, dtype, op,
+                                    /*gather_here=*/false);
 }
 
 }  // namespace
@@ -170,6 +239,61 @@ bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks) {
   ctx.ran(Collective::AllToAll, Algorithm::SharedMemory);
   run_to_the_end(*shm, shm->start_all_to_all(ref, blocks), ctx, ref);
   return true;
+}
+
+std::unique_ptr<InFlight> post_gather(std::unique_ptr<OpContext> ctx,
+                                      std::unique_ptr<GatherBlocks> blocks, Collective c) {
+  const OpRef ref = op_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
+  ctx->ran(c, Algorithm::SharedMemory);
+  const uint32_t n = start_any_gather(*shm, *ctx, ref, *blocks);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref, std::move(blocks));
+}
+
+void gather(OpContext& ctx, const GatherBlocks& blocks, Collective c) {
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  ctx.ran(c, Algorithm::SharedMemory);
+  run_to_the_end(*shm, start_any_gather(*shm, ctx, ref, blocks), ctx, ref);
+}
+
+std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx, const void* in,
+                                              void* out, size_t first, size_t count,
+                                              size_t total, DType dtype, ReduceOp op) {
+  const OpRef ref = op_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
+  ctx->ran(Collective::ReduceScatter, Algorithm::SharedMemory);
+  const uint32_t n =
+      start_any_reduce_scatter(*shm, *ctx, ref, in, out, first, count, total, dtype, op);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+}
+
+void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, size_t count,
+                    size_t total, DType dtype, ReduceOp op) {
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  ctx.ran(Collective::ReduceScatter, Algorithm::SharedMemory);
+  run_to_the_end(*shm,
+                 start_any_reduce_scatter(*shm, ctx, ref, in, out, first, count, total, dtype,
+                                          op),
+                 ctx, ref);
+}
+
+std::unique_ptr<InFlight> post_reduce(std::unique_ptr<OpContext> ctx, const void* in, void* out,
+                                      size_t count, int root, DType dtype, ReduceOp op) {
+  const OpRef ref = op_of(*ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
+  ctx->ran(Collective::Reduce, Algorithm::SharedMemory);
+  const uint32_t n = start_any_reduce(*shm, *ctx, ref, in, out, count, root, dtype, op);
+  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+}
+
+void reduce(OpContext& ctx, const void* in, void* out, size_t count, int root, DType dtype,
+            ReduceOp op) {
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  run_to_the_end(*shm, start_any_reduce(*shm, ctx, ref, in, out, count, root, dtype, op), ctx,
+                 ref);
 }
 
 }  // namespace ferry::detail::shm

@@ -10,6 +10,7 @@
 #include <ferry/collectives/engine/in_flight_work.h>
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/shm/all_to_all_blocks.h>
+#include <ferry/collectives/shm/gather_blocks.h>
 #include <ferry/collectives/shm/shm_layout.h>
 
 #include <memory>
@@ -44,5 +45,36 @@ std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx,
                                           std::unique_ptr<AllToAllBlocks>& blocks);
 // Run to completion; false (nothing done) where post_all_to_all would return null.
 bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks);
+
+// A gather (all_gather, all_gather_v, broadcast: `c`, as recorded): blocks of up to a slot go
+// through the segment's slots, larger ones by single copy from the peers' tensors, or, where
+// the ranks cannot read each other's memory, through the slots a piece at a time (a fallback
+// the issuing thread runs to its end). Every rank takes the same way: it depends on the largest
+// block, which all know. Started, the op owns `blocks` until it completed.
+std::unique_ptr<InFlight> post_gather(std::unique_ptr<OpContext> ctx,
+                                      std::unique_ptr<GatherBlocks> blocks, Collective c);
+void gather(OpContext& ctx, const GatherBlocks& blocks, Collective c);
+
+// reduce_scatter: this rank's block, elements [first, first + count) of the `total` of every
+// rank's `in`, reduced in rank order into `out` (which may be that block of `in`): through the
+// slots when the whole input fits one, else straight from the peers' buffers (each rank reads
+// only its block of theirs); where the ranks cannot read each other's memory, the whole input
+// all-reduced through the slots a piece at a time into memory the op holds (a fallback the
+// issuing thread runs to its end), and the block copied out.
+std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx, const void* in,
+                                              void* out, size_t first, size_t count,
+                                              size_t total, DType dtype, ReduceOp op);
+void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, size_t count,
+                    size_t total, DType dtype, ReduceOp op);
+
+// reduce to `root` (`out`, on the root only; null elsewhere): through the slots up to a slot;
+// above, each rank reduces its 1/W slice straight from the peers' inputs (the root's into its
+// output, the others' into memory the op holds) and the root copies the slices; slot by slot
+// where the ranks cannot read each other's memory. In rank order, as all_reduce.
+std::unique_ptr<InFlight> post_reduce(std::unique_ptr<OpContext> ctx, const void* in, void* out,
+                                      size_t count, int root, DType dtype, ReduceOp op);
+// Run to completion; records nothing (reduce's body records what ran for every algorithm).
+void reduce(OpContext& ctx, const void* in, void* out, size_t count, int root, DType dtype,
+            ReduceOp op);
 
 }  // namespace ferry::detail::shm

@@ -136,10 +136,11 @@ int fitting_ops(Collective c, Algorithm a, int ops, const Group& g) {
   return ops;
 }
 
-// Shared memory carries all_reduce and barrier in every form run_forms issues (all small);
-// of the all-to-alls, all_to_all_single with and without split lists and with layouts (the list
-// form takes the table's choice without shm), or none of them where the ranks cannot read
-// each other's memory (then the pairwise exchange does).
+// Shared memory carries all_reduce, reduce, reduce_scatter, all_gather, broadcast and barrier
+// in every form run_forms issues (all small: through the slots, which need no reading of the
+// peers' memory); of the all-to-alls, all_to_all_single with and without split lists and with
+// layouts (the list form takes the table's choice without shm), or none of them where the
+// ranks cannot read each other's memory (then the pairwise exchange does).
 bool shm_count_fits(Collective c, uint64_t ran, int ops) {
   if (c == Collective::AllToAll) return ran == 3 || ran == 0;
   return ran == static_cast<uint64_t>(ops);
@@ -427,8 +428,33 @@ TEST_CASE("algorithm table: the automatic choice for ranks on one host", "[algor
       {C::AllToAll, 8 << 10, 2, A::Pairwise, A::Persistent},
       {C::AllToAll, (8 << 10) + 1, 2, S, S},
       {C::AllToAll, 4 << 20, 8, S, S},
-      {C::AllGather, 4096, 2, A::Ring, A::Persistent},
-      {C::Broadcast, 64 << 10, 2, A::Tree, A::Exchange},
+      // all_gather asks per rank's input; with MPI's collectives shm up to 4 MiB of output.
+      {C::AllGather, 8, 2, S, S},
+      {C::AllGather, 2 << 20, 2, S, S},
+      {C::AllGather, (2 << 20) + 1, 2, S, A::Exchange},
+      {C::AllGather, 1 << 20, 4, S, S},
+      {C::AllGather, (1 << 20) + 1, 4, S, A::Exchange},
+      {C::AllGather, 4 << 20, 8, S, A::Native},
+      // broadcast: with MPI's collectives, the persistent request up to 8 KiB, shm to 1 MiB.
+      {C::Broadcast, 8, 2, S, A::Persistent},
+      {C::Broadcast, 8 << 10, 3, S, A::Persistent},
+      {C::Broadcast, (8 << 10) + 1, 3, S, S},
+      {C::Broadcast, 64 << 10, 2, S, S},
+      {C::Broadcast, 1 << 20, 8, S, S},
+      {C::Broadcast, (1 << 20) + 1, 2, S, A::Exchange},
+      {C::Broadcast, 4 << 20, 3, S, A::Native},
+      // reduce_scatter (per rank's whole input): without MPI's collectives shm up to 1 MiB.
+      {C::ReduceScatter, 8, 2, S, S},
+      {C::ReduceScatter, 1 << 20, 3, S, S},
+      {C::ReduceScatter, (1 << 20) + 1, 2, A::Ring, S},
+      {C::ReduceScatter, 16 << 20, 8, A::Ring, S},
+      // reduce: without them the slots, the tree to 128 KiB, shm above.
+      {C::Reduce, 8, 2, S, S},
+      {C::Reduce, 16 << 10, 4, S, S},
+      {C::Reduce, (16 << 10) + 1, 2, A::Tree, S},
+      {C::Reduce, 128 << 10, 2, A::Tree, S},
+      {C::Reduce, (128 << 10) + 1, 2, S, S},
+      {C::Reduce, 16 << 20, 8, S, S},
   };
   const bool defaults = ferry::config().mpi_persistent && ferry::config().mpi_exchange;
   for (const Row& r : rows) {

@@ -59,13 +59,13 @@ for tool in "$@"; do
         "$tool"
       expect 0 "^barrier  *native|persistent|dissemination|shm  *shm if ranks on one host; else dissemination  *shm if ranks on one host; else persistent; else native  *-" \
         "$tool"
-      expect 0 "^broadcast  *native|persistent|exchange|tree  *tree  *persistent if <= 8 KiB; exchange if 2 ranks; else native  *native" \
+      expect 0 "^broadcast  *native|persistent|exchange|tree|shm  *shm if ranks on one host; else tree  *persistent if <= 8 KiB; shm if <= 1 MiB and ranks on one host; exchange if 2 ranks; else native  *native" \
         env FERRY_ALGO=broadcast:native "$tool"
       # Switched off, a way's rows leave the automatic choice.
       expect 0 "^barrier  *native|persistent|dissemination|shm  *shm if ranks on one host; else dissemination  *shm if ranks on one host; else native  *-" \
         env FERRY_MPI_PERSISTENT=0 "$tool"
       # An algorithm the collective does not have: named, with what was given and the choices.
-      expect 1 "broadcast has no algorithm 'ring'; expected one of native, persistent, exchange, tree" \
+      expect 1 "broadcast has no algorithm 'ring'; expected one of native, persistent, exchange, tree, shm" \
         env FERRY_ALGO=broadcast:ring "$tool" ;;
   esac
 done

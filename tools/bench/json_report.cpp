@@ -84,6 +84,9 @@ void row(std::ostringstream& os, const Row& r) {
      << ", \"time_us\": " << stats(r.time) << ", \"algbw_gbps\": " << number(r.algbw_gbps)
      << ", \"busbw_gbps\": " << number(r.busbw_gbps)
      << ", \"wrong\": " << (r.wrong < 0 ? std::string("null") : std::to_string(r.wrong));
+  if (r.ideal_us > 0)
+    os << ", \"ideal_us\": " << number(r.ideal_us)
+       << ", \"x_ideal\": " << number(r.time.median * 1e6 / r.ideal_us);
   if (r.baseline) {
     const double ratio = r.baseline->median > 0 ? r.time.median / r.baseline->median : NAN;
     os << ", \"baseline_time_us\": " << stats(*r.baseline) << ", \"ratio\": " << number(ratio);

@@ -105,6 +105,21 @@ double bus_factor(OpKind op, int world_size) {
   return 1;
 }
 
+double ideal_bytes(OpKind op, size_t bytes, int world_size) {
+  const double w = world_size, size = static_cast<double>(bytes);
+  switch (op) {
+    case OpKind::AllReduce:
+    case OpKind::Reduce: return 2 * (w - 1) / w * size;
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllToAll: return (w - 1) / w * size;
+    case OpKind::Broadcast: return world_size > 1 ? size : 0;
+    case OpKind::Barrier: return 0;
+    case OpKind::Memcpy: return size;
+  }
+  return 0;
+}
+
 std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size, bool native) {
   const int64_t input_count = op == OpKind::AllGather ? count / world_size : count;
   const size_t bytes = static_cast<size_t>(input_count) * dtype_size(dtype);

@@ -32,6 +32,24 @@ int64_t element_count(OpKind op, size_t bytes, DType dtype, int world_size);
 // its slowest link, so busbw of a good implementation approaches the link bandwidth whatever W is.
 double bus_factor(OpKind op, int world_size);
 
+// The bytes one rank must copy for `op` on a per-rank buffer of `bytes` (the row's size), by the
+// best one-host scheme, where every byte moves once between two processes' memory at copy speed
+// (a single copy: the reader reads it where the writer left it):
+//   all_reduce: 2 (W-1)/W x size: each rank reduces its 1/W slice, reading the W-1 peers' pieces
+//     of it where they lie, then copies the W-1 other finished slices (2 ranks: one pass of size);
+//   all_gather, all_to_all: (W-1)/W x size, the bytes each rank receives;
+//   reduce_scatter: (W-1)/W x size, the peers' pieces of this rank's block, read to reduce it;
+//   broadcast: size, what every non-root receives;
+//   reduce: 2 (W-1)/W x size, a reduce-scatter then the root's gather of the slices;
+//   barrier: 0 (no bytes: no ideal time); memcpy: size.
+// ideal_us = these bytes / the copy bandwidth measured at the start of the run (a memcpy of
+// kIdealCopyBytes); the reduction's arithmetic is taken to hide behind the copy.
+double ideal_bytes(OpKind op, size_t bytes, int world_size);
+
+// The copy that measures the bandwidth behind ideal_us: well beyond the caches, as the large
+// collectives' buffers are.
+inline constexpr size_t kIdealCopyBytes = size_t{64} << 20;
+
 // Where an op writes its result. nccl-tests times both forms of the ops that have them; so does
 // ferry-bench. all_reduce: output is input; all_gather: input is this rank's block of output;
 // reduce_scatter: output is this rank's block of input; reduce: output is input on the root.

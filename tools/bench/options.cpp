@@ -257,7 +257,16 @@ cli::Parser make_parser(Options& o, bool& ops_given, std::string& codec_text) {
               [&](const std::string& v) {
                 o.test_corrupt = cli::parse_int("--test-corrupt", v, 0, int64_t{1} << 40);
               })
-      .epilog("#wrong: after the timed iterations the inputs are written again, the outputs\n"
+      .epilog("ideal(us), x_ideal: the time the op's bytes need at the copy bandwidth measured\n"
+              "at the start of the run (a memcpy of 64 MiB on rank 0), and time / that. The\n"
+              "bytes are what one rank must copy in the best one-host scheme, each byte read\n"
+              "once where a peer left it: all_reduce 2(W-1)/W x size (each rank reduces its\n"
+              "1/W slice from its peers' pieces, then copies the other slices: one pass of the\n"
+              "size at 2 ranks); all_gather, all_to_all (W-1)/W x size (what a rank receives);\n"
+              "reduce_scatter (W-1)/W x size (its block's pieces from the peers); broadcast\n"
+              "size (what a non-root receives); reduce 2(W-1)/W x size (a reduce-scatter, then\n"
+              "the root's gather); barrier none. Also in --csv and --json (ideal_us, x_ideal).\n"
+              "#wrong: after the timed iterations the inputs are written again, the outputs\n"
               "cleared, the op run once more and every output element compared with the\n"
               "expected result, summed over ranks (nccl-tests' column).\n"
               "Exit status: 0 on success, 1 when a result is wrong (\"check failed\" or\n"

@@ -25,7 +25,7 @@ Report::Report(Setup setup, std::FILE* csv) : setup_(std::move(setup)), csv_(csv
   if (csv_) {
     std::fprintf(csv_,
                  "op,transport,world_size,dtype,bytes,count,algorithm,time_us_median,time_us_min,"
-                 "time_us_max,algbw_gbps,busbw_gbps,mpi_time_us_median,ratio,place,wrong\n");
+                 "time_us_max,algbw_gbps,busbw_gbps,mpi_time_us_median,ratio,place,wrong,ideal_us,x_ideal\n");
     std::fflush(csv_);
   }
 }
@@ -50,6 +50,16 @@ void Report::header(const std::string& sizes, const std::string& iters,
   std::fflush(stdout);
 }
 
+void Report::set_copy_bandwidth(double bytes_per_second) {
+  copy_bps_ = bytes_per_second;
+  if (setup_.differentiable) return;  // two collectives per row: no one op's ideal
+  std::printf("# ideal: copy bandwidth %.2f GB/s (memcpy of %zu MiB on rank 0, median of its "
+              "copies); ideal(us) = the bytes a rank must copy for the op (ferry-bench --help) "
+              "/ that, x_ideal = time / ideal\n",
+              bytes_per_second / 1e9, kIdealCopyBytes >> 20);
+  std::fflush(stdout);
+}
+
 void Report::begin_op(OpKind op) {
   busbw_sum_ = 0;
   rows_ = 0;
@@ -61,11 +71,15 @@ void Report::begin_op(OpKind op) {
   if (setup_.vs_mpi || setup_.differentiable)
     std::printf(" %11s %7s %10s", setup_.differentiable ? "raw(us)" : "mpi(us)", "ratio",
                 "added(us)");
-  std::printf("\n");
+  std::printf(" %10s %8s\n", "ideal(us)", "x_ideal");
   std::fflush(stdout);
 }
 
-void Report::row(const Row& r) {
+void Report::row(const Row& given) {
+  Row r = given;
+  const double ideal = ideal_bytes(r.op, r.bytes, setup_.world_size);
+  r.ideal_us = copy_bps_ > 0 && !setup_.differentiable && ideal > 0 ? ideal / copy_bps_ * 1e6 : 0;
+  const double x_ideal = r.ideal_us > 0 ? r.time.median * 1e6 / r.ideal_us : 0;
   const std::string wrong = r.wrong < 0 ? "-" : std::to_string(r.wrong);
   std::printf("  %13zu %12lld %-18s %5s %6d %11.3f %11.3f %11.3f %12.3f %12.3f %7s", r.bytes,
               static_cast<long long>(r.count), r.algorithm.c_str(), place_name(r.place), r.iters,
@@ -77,7 +91,10 @@ void Report::row(const Row& r) {
                 (r.time.median - r.baseline->median) * 1e6);
   else if (setup_.vs_mpi)
     std::printf(" %11s %7s %10s", "-", "-", "-");  // in place: MPI is timed out of place only
-  std::printf("\n");
+  if (r.ideal_us > 0)
+    std::printf(" %10.3f %8.2f\n", r.ideal_us, x_ideal);
+  else
+    std::printf(" %10s %8s\n", "-", "-");
   std::fflush(stdout);
   if (csv_) {
     std::fprintf(csv_, "%s,%s,%d,%s,%zu,%lld,%s,%.3f,%.3f,%.3f,%.4f,%.4f,", op_name(r.op),
@@ -88,7 +105,11 @@ void Report::row(const Row& r) {
       std::fprintf(csv_, "%.3f,%.4f,", r.baseline->median * 1e6, ratio);
     else
       std::fprintf(csv_, ",,");
-    std::fprintf(csv_, "%s,%s\n", place_name(r.place), r.wrong < 0 ? "" : wrong.c_str());
+    std::fprintf(csv_, "%s,%s,", place_name(r.place), r.wrong < 0 ? "" : wrong.c_str());
+    if (r.ideal_us > 0)
+      std::fprintf(csv_, "%.3f,%.4f\n", r.ideal_us, x_ideal);
+    else
+      std::fprintf(csv_, ",\n");
     std::fflush(csv_);
   }
   busbw_sum_ += r.busbw_gbps;

@@ -32,6 +32,9 @@ struct Row {
   std::optional<Stats> baseline;  // --vs-mpi: the raw MPI call's times; --differentiable: raw pair
   Place place = Place::OutOfPlace;
   int64_t wrong = -1;  // #wrong summed over ranks; -1: not counted (--differentiable)
+  // The time the op's bytes need at the run's copy bandwidth (ops.h's ideal_bytes); 0: none
+  // (barrier, --differentiable, no bandwidth measured). Filled by Report::row.
+  double ideal_us = 0;
 };
 
 // Fills the bandwidth fields of `row` from its time (GB = 1e9 bytes, as nccl-tests).
@@ -51,7 +54,11 @@ class Report {
   Report(Setup setup, std::FILE* csv);
 
   void header(const std::string& sizes, const std::string& iters, const std::string& algo_table);
+  // The copy bandwidth (bytes per second) that ideal_us is measured against, printed as a
+  // header line; rows before it get no ideal_us.
+  void set_copy_bandwidth(double bytes_per_second);
   void begin_op(OpKind op);
+  // Prints `row` with its ideal_us filled in, and keeps it.
   void row(const Row& row);
   // Ends an op's table with nccl-tests' summary line (mean busbw over its sizes).
   void end_op();
@@ -62,6 +69,7 @@ class Report {
  private:
   Setup setup_;
   std::FILE* csv_;
+  double copy_bps_ = 0;
   double busbw_sum_ = 0;
   int rows_ = 0;
   std::vector<Row> all_rows_;
