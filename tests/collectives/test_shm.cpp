@@ -6,6 +6,7 @@
 // shm is refused, clearly. Every rank checks at the end that it left no segment name in
 // /dev/shm.
 #include "checks.h"
+#include "shm_checks.h"
 #include "spmd_case.h"
 
 #include <ferry/collectives/engine/group_impl.h>
@@ -26,16 +27,6 @@ namespace {
 
 using ferry::Algorithm;
 using ferry::Collective;
-
-std::string not_one_host(const Group& g) {
-  return g.impl().one_host() ? "" : "the ranks do not share a host (shm needs one)";
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
-}
-
-uint64_t runs(const Group& g, Collective c, Algorithm a) { return g.impl().runs(c, a); }
 
 // all_reduce of `input` forced to `algo`, on a fresh output.
 Tensor reduced(const Group& g, const Tensor& input, ReduceOp op, const char* algo) {

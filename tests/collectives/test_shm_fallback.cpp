@@ -5,6 +5,7 @@
 // slots a piece at a time, all_to_all_single the pairwise exchange — and must still give the
 // bytes the point-to-point algorithms give. Only where the ranks share a host.
 #include "checks.h"
+#include "shm_checks.h"
 #include "spmd_case.h"
 
 #include <ferry/collectives/engine/group_impl.h>
@@ -23,14 +24,6 @@ namespace {
 
 using ferry::Algorithm;
 using ferry::Collective;
-
-std::string not_one_host(const Group& g) {
-  return g.impl().one_host() ? "" : "the ranks do not share a host (shm needs one)";
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
-}
 
 // `run` forced to shm and to `other` (a spec of the same collective), on fresh outputs: the
 // same bytes on every rank, and shm recorded once for `c`.

@@ -6,6 +6,7 @@
 // calls that differ across ranks raise MismatchError on every rank before any byte lands. As
 // test_shm.cpp: only where the group's ranks share a host (the mpiexec and UCX suites).
 #include "checks.h"
+#include "shm_checks.h"
 #include "spmd_case.h"
 
 #include <ferry/collectives/engine/group_impl.h>
@@ -24,22 +25,6 @@ namespace {
 
 using ferry::Algorithm;
 using ferry::Collective;
-
-std::string not_one_host(const Group& g) {
-  return g.impl().one_host() ? "" : "the ranks do not share a host (shm needs one)";
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
-}
-
-uint64_t runs(const Group& g, Collective c, Algorithm a) { return g.impl().runs(c, a); }
-
-const std::vector<DType>& dtypes() {
-  static const std::vector<DType> all = {DType::Float32, DType::Float64, DType::Int32,
-                                         DType::Int64,   DType::Float16, DType::BFloat16};
-  return all;
-}
 
 // Elements per rank that put a block below the slots, just above them (single copy), and well
 // above them; and the small edge cases.
@@ -68,7 +53,7 @@ Tensor gathered(const Group& g, const Tensor& in, bool in_place, const char* alg
 
 void all_gather_matches_ring(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
-  for (DType dt : dtypes()) {
+  for (DType dt : shm_dtypes()) {
     for (int64_t n : counts_for(dt)) {
       for (bool in_place : {false, true}) {
         Gen gen(pattern_for(ReduceOp::Sum), dt, g.rank(), static_cast<uint64_t>(n * 7 + 1));
@@ -79,10 +64,8 @@ void all_gather_matches_ring(Group& world, Ctx& ctx) {
         Tensor by_ring = gathered(g, in, in_place, "ring");
         const std::string w = where(g, shape_string({n})) + " " + ferry::dtype_name(dt) +
                               (in_place ? " in place" : "");
-        ctx.expect(same_bytes(by_shm, by_ring), [&] { return w + ": shm and ring differ"; });
+        expect_as_other(ctx, g, w, Collective::AllGather, ran, by_shm, by_ring, "ring");
         ctx.expect_unchanged(w + " input", in, before);
-        ctx.expect(runs(g, Collective::AllGather, Algorithm::SharedMemory) == ran + 1,
-                   [&] { return w + ": shm did not run"; });
       }
     }
   }
@@ -123,9 +106,7 @@ void all_gather_v_matches_ring(Group& world, Ctx& ctx) {
         const std::string w = where(g, "all_gather_v inner " + std::to_string(inner) + " salt " +
                                             std::to_string(salt)) +
                               (exchanged ? " exchanged sizes" : "");
-        ctx.expect(same_bytes(by_shm, by_ring), [&] { return w + ": shm and ring differ"; });
-        ctx.expect(runs(g, Collective::AllGather, Algorithm::SharedMemory) == ran + 1,
-                   [&] { return w + ": shm did not run"; });
+        expect_as_other(ctx, g, w, Collective::AllGather, ran, by_shm, by_ring, "ring");
       }
     }
   }
@@ -141,7 +122,7 @@ Tensor broadcasted(const Group& g, const Tensor& values, int root, const char* a
 
 void broadcast_matches_tree(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
-  for (DType dt : dtypes()) {
+  for (DType dt : shm_dtypes()) {
     for (int64_t n : counts_for(dt)) {
       for (int root = 0; root < g.size(); ++root) {
         if (root != 0 && root != g.size() - 1) continue;  // the first and last are enough
@@ -186,30 +167,6 @@ void gathers_in_flight(Group& world, Ctx& ctx) {
            outs[static_cast<size_t>(k)].get_flat(r * n + n - 1) == 100 * k + r;
     ctx.expect(ok, [&] { return where(g, "in flight " + std::to_string(k)) + ": wrong values"; });
   }
-}
-
-// `call` on a fresh group, given calls that differ across ranks: MismatchError on every rank,
-// and `untouched` (what the call would write on this rank; undefined: nothing) still all -7.
-void expect_mismatch(Group& world, Ctx& ctx, const std::string& what,
-                     const std::function<void(Group&)>& call, const Tensor& untouched) {
-  Group g = world.split(0, world.rank());
-  std::string kind = "none", message;
-  try {
-    call(g);
-  } catch (const ferry::MismatchError& e) {
-    kind = "MismatchError";
-    message = e.what();
-  } catch (const std::exception& e) {
-    kind = error_kind(e);
-    message = e.what();
-  }
-  ctx.expect(kind == "MismatchError", [&] {
-    return where(g, what) + ": MismatchError expected, given " + kind + ": " + message;
-  });
-  bool clean = true;
-  for (int64_t i = 0; untouched.defined() && i < untouched.numel(); ++i)
-    clean = clean && untouched.get_flat(i) == -7;
-  ctx.expect(clean, [&] { return where(g, what) + ": data landed before the mismatch"; });
 }
 
 void mismatches_found_first(Group& world, Ctx& ctx) {

@@ -8,6 +8,7 @@
 // any order, so the ring's order and shm's rank order give the same bits. As test_shm.cpp: only
 // where the group's ranks share a host (the mpiexec and UCX suites).
 #include "checks.h"
+#include "shm_checks.h"
 #include "spmd_case.h"
 
 #include <ferry/collectives/engine/group_impl.h>
@@ -26,22 +27,6 @@ namespace {
 
 using ferry::Algorithm;
 using ferry::Collective;
-
-std::string not_one_host(const Group& g) {
-  return g.impl().one_host() ? "" : "the ranks do not share a host (shm needs one)";
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
-}
-
-uint64_t runs(const Group& g, Collective c, Algorithm a) { return g.impl().runs(c, a); }
-
-const std::vector<DType>& dtypes() {
-  static const std::vector<DType> all = {DType::Float32, DType::Float64, DType::Int32,
-                                         DType::Int64,   DType::Float16, DType::BFloat16};
-  return all;
-}
 
 // Elements per rank's block: the whole input below a slot, just above it, and well above.
 std::vector<int64_t> blocks_for(DType dt, int W) {
@@ -68,7 +53,7 @@ Tensor scattered(const Group& g, const Tensor& in, ReduceOp op, bool in_place, c
 void reduce_scatter_matches_ring(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   const int W = g.size();
-  for (DType dt : dtypes()) {
+  for (DType dt : shm_dtypes()) {
     for (ReduceOp op : ops_for(dt)) {
       for (int64_t block : blocks_for(dt, W)) {
         for (bool in_place : {false, true}) {
@@ -80,10 +65,8 @@ void reduce_scatter_matches_ring(Group& world, Ctx& ctx) {
           Tensor by_ring = scattered(g, in, op, in_place, "ring");
           const std::string w = where(g, shape_string({block * W})) + " " +
                                 ferry::dtype_name(dt) + (in_place ? " in place" : "");
-          ctx.expect(same_bytes(by_shm, by_ring), [&] { return w + ": shm and ring differ"; });
+          expect_as_other(ctx, g, w, Collective::ReduceScatter, ran, by_shm, by_ring, "ring");
           ctx.expect_unchanged(w + " input", in, before);
-          ctx.expect(runs(g, Collective::ReduceScatter, Algorithm::SharedMemory) == ran + 1,
-                     [&] { return w + ": shm did not run"; });
         }
       }
     }
@@ -127,9 +110,7 @@ void reduce_scatter_v_matches_ring(Group& world, Ctx& ctx) {
         const std::string w = where(g, "reduce_scatter_v inner " + std::to_string(inner) +
                                            " salt " + std::to_string(salt)) +
                               (list ? " list" : "");
-        ctx.expect(same_bytes(by_shm, by_ring), [&] { return w + ": shm and ring differ"; });
-        ctx.expect(runs(g, Collective::ReduceScatter, Algorithm::SharedMemory) == ran + 1,
-                   [&] { return w + ": shm did not run"; });
+        expect_as_other(ctx, g, w, Collective::ReduceScatter, ran, by_shm, by_ring, "ring");
       }
     }
   }
@@ -153,7 +134,7 @@ Tensor reduced_to(const Group& g, const Tensor& in, int root, ReduceOp op, bool 
 void reduce_matches_tree(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   const int W = g.size();
-  for (DType dt : dtypes()) {
+  for (DType dt : shm_dtypes()) {
     for (ReduceOp op : ops_for(dt)) {
       for (int64_t n : blocks_for(dt, 1)) {
         for (int root : {0, W - 1}) {
@@ -167,9 +148,7 @@ void reduce_matches_tree(Group& world, Ctx& ctx) {
                                   " root " + std::to_string(root) +
                                   (in_place ? " in place" : "");
             if (g.rank() == root)
-              ctx.expect(same_bytes(by_shm, by_tree), [&] { return w + ": shm and tree differ"; });
-            ctx.expect(runs(g, Collective::Reduce, Algorithm::SharedMemory) == ran + 1,
-                       [&] { return w + ": shm did not run"; });
+              expect_as_other(ctx, g, w, Collective::Reduce, ran, by_shm, by_tree, "tree");
           }
         }
       }
@@ -204,30 +183,6 @@ void reductions_in_flight(Group& world, Ctx& ctx) {
       ok = ok && roots[i].get_flat(0) == k * ranks_sum && roots[i].get_flat(n - 1) == k * ranks_sum;
     ctx.expect(ok, [&] { return where(g, "in flight " + std::to_string(k)) + ": wrong values"; });
   }
-}
-
-// `call` on a fresh group, given calls that differ across ranks: MismatchError on every rank,
-// and `untouched` still all -7.
-void expect_mismatch(Group& world, Ctx& ctx, const std::string& what,
-                     const std::function<void(Group&)>& call, const Tensor& untouched) {
-  Group g = world.split(0, world.rank());
-  std::string kind = "none", message;
-  try {
-    call(g);
-  } catch (const ferry::MismatchError& e) {
-    kind = "MismatchError";
-    message = e.what();
-  } catch (const std::exception& e) {
-    kind = error_kind(e);
-    message = e.what();
-  }
-  ctx.expect(kind == "MismatchError", [&] {
-    return where(g, what) + ": MismatchError expected, given " + kind + ": " + message;
-  });
-  bool clean = true;
-  for (int64_t i = 0; untouched.defined() && i < untouched.numel(); ++i)
-    clean = clean && untouched.get_flat(i) == -7;
-  ctx.expect(clean, [&] { return where(g, what) + ": data landed before the mismatch"; });
 }
 
 void mismatches_found_first(Group& world, Ctx& ctx) {
