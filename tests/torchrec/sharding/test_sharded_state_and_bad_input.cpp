@@ -1,7 +1,8 @@
 // Sharded embedding collections' state and their refusals: gathered full tables, local shards
 // with offsets, a full-table state resharded from W = 4 to 2 and 3; bad input (ids out of range,
 // missing features or weights, plans that do not fit the tables or the world or disagree across
-// ranks) raising the same error on every rank before any payload moves.
+// ranks, a batch's context of another kind of module) raising the same error on every rank
+// before any payload moves.
 // SPMD cases: local worlds in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-*
 // suites.
 #include <ferry/autograd/ops.h>
