@@ -6,6 +6,7 @@
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/differentiable/checks.h>
+#include <ferry/collectives/engine/validator.h>
 #include <ferry/collectives/differentiable/launch_and_wait.h>
 #include <ferry/runtime/error.h>
 
@@ -70,13 +71,7 @@ void check_equal(const Variable& x, const Group& group, const char* op) {
 
 void check_splits(const std::vector<int64_t>& splits, const char* name, const Group& group,
                   const char* op) {
-  FERRY_CHECK(splits.size() == static_cast<size_t>(group.size()), InvalidArgument, op,
-              " on rank ", group.rank(), ": ", name, " must have one entry per rank (",
-              group.size(), "), given ", splits.size());
-  for (size_t k = 0; k < splits.size(); ++k) {
-    FERRY_CHECK(splits[k] >= 0, InvalidArgument, op, " on rank ", group.rank(), ": ", name, "[",
-                k, "] must be >= 0, given ", splits[k]);
-  }
+  detail::Validator(op, group).sizes(splits, name);
 }
 
 // The split form's checks; the raw op checks that the input splits add up to x's rows.

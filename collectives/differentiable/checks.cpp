@@ -1,29 +1,24 @@
 #include <ferry/collectives/differentiable/checks.h>
 
-#include <ferry/runtime/error.h>
+#include <ferry/collectives/engine/validator.h>
 
 namespace ferry::detail {
 
+// In the raw collectives' words (the Validator's): "<op> on rank R of group G (size W): <what
+// was expected>, given <what was given>".
+
 void check_differentiable_input(const Variable& x, const Group& group, const char* op) {
-  FERRY_CHECK(group.valid(), InvalidArgument, op, ": the group is null (this rank is not a "
-              "member of it)");
-  FERRY_CHECK(x.defined(), InvalidArgument, where(op, group),
-              ": the input is an undefined variable");
-  FERRY_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Float64, InvalidArgument,
-              where(op, group), ": differentiable collectives take float32 or float64, given ",
-              dtype_name(x.dtype()));
+  const Validator v(op, group);
+  if (!x.defined()) v.fail("the input must be a defined variable, given an undefined one");
+  v.float32_or_64(x.dtype(), "the input", "what differentiable collectives take");
 }
 
 void check_has_rows(const Variable& x, const Group& group, const char* op) {
-  FERRY_CHECK(x.dim() >= 1, InvalidArgument, where(op, group),
-              ": the input must have at least one dimension (rows along dim 0), given ",
-              shape_str(x.shape()));
+  Validator(op, group).at_least_1d(x.shape(), "the input", "rows along dim 0");
 }
 
 void check_rows_divisible(const Variable& x, const Group& group, const char* op) {
-  FERRY_CHECK(x.size(0) % group.size() == 0, InvalidArgument, where(op, group),
-              ": the input's rows (", x.size(0), ") must be a multiple of the group size (",
-              group.size(), "), given shape ", shape_str(x.shape()));
+  Validator(op, group).rows_divisible(x.shape(), "the input");
 }
 
 int64_t shape_fingerprint(const Shape& shape, int64_t skip_dim) {

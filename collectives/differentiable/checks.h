@@ -8,8 +8,15 @@
 
 namespace ferry::detail {
 
-// The group is valid and `x` is a defined float32 / float64 variable; otherwise
-// InvalidArgument naming `op` and this rank. Raised before any data moves.
+// Every check here speaks as the raw collectives' Validator does: InvalidArgument "<op> on rank
+// R of group G (size W): <what was expected>, given <what was given>", raised before any data
+// moves.
+
+// InvalidArgument "<op>: called on a null Group (...)" unless `group` is valid (the raw
+// collectives' own check, declared here for the layers that include only public headers).
+void check_group(const Group& group, const char* op);
+
+// The group is valid and `x` is a defined float32 / float64 variable.
 void check_differentiable_input(const Variable& x, const Group& group, const char* op);
 
 // `x` has at least one dimension (ops that cut or gather rows along dim 0).

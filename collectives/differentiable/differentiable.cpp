@@ -5,6 +5,7 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/differentiable/checks.h>
 #include <ferry/collectives/differentiable/launch_and_wait.h>
+#include <ferry/collectives/engine/validator.h>
 #include <ferry/runtime/error.h>
 
 #include <numeric>
@@ -308,8 +309,7 @@ class GatherOp final : public CollectiveOp {
 };
 
 void check_root(int root, const Group& group, const char* op) {
-  FERRY_CHECK(root >= 0 && root < group.size(), InvalidArgument, op, " on rank ", group.rank(),
-              ": root must be a rank of the group (0..", group.size() - 1, "), given ", root);
+  detail::Validator(op, group).root(root);
 }
 
 }  // namespace
@@ -327,8 +327,9 @@ Variable replicate(const Variable& x, const Group& group) {
 
 Variable all_reduce(const Variable& x, const Group& group, ReduceOp op, Adjoint adjoint) {
   detail::check_differentiable_input(x, group, "all_reduce");
-  FERRY_CHECK(op != ReduceOp::Prod, InvalidArgument, "all_reduce on rank ", group.rank(),
-              ": the differentiable all_reduce takes sum, avg, max or min, given prod");
+  if (op == ReduceOp::Prod)
+    detail::Validator("all_reduce", group)
+        .fail("the differentiable all_reduce takes sum, avg, max or min, given prod");
   // Finding which rank takes a max / min's gradient costs a collective: only when one is due.
   const bool find_winners = (op == ReduceOp::Max || op == ReduceOp::Min) && grad_enabled() &&
                             x.requires_grad();
@@ -358,9 +359,10 @@ Variable reduce_scatter_v(const Variable& x, const std::vector<int64_t>& sizes,
                           const Group& group) {
   detail::check_differentiable_input(x, group, "reduce_scatter_v");
   detail::check_has_rows(x, group, "reduce_scatter_v");
-  FERRY_CHECK(sizes.size() == static_cast<size_t>(group.size()), InvalidArgument,
-              "reduce_scatter_v on rank ", group.rank(), ": sizes must have one entry per rank (",
-              group.size(), "), given ", sizes.size());
+  if (sizes.size() != static_cast<size_t>(group.size()))
+    detail::Validator("reduce_scatter_v", group)
+        .fail(detail::str("sizes must have one entry per rank (", group.size(), "), given ",
+                          sizes.size()));
   return launch_and_wait<ReduceScatterOp>({x}, group, sizes)[0];
 }
 

@@ -2,6 +2,7 @@
 
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/collectives/collectives.h>
+#include <ferry/collectives/engine/validator.h>
 #include <ferry/runtime/error.h>
 
 #include <cmath>
@@ -141,7 +142,7 @@ DistributedGradcheckResult distributed_gradcheck(const DifferentiableFn& fn,
                                                  const std::vector<Tensor>& inputs,
                                                  const Group& group,
                                                  const DistributedGradcheckOptions& options) {
-  FERRY_CHECK(group.valid(), InvalidArgument, "distributed_gradcheck: the group is null");
+  detail::check_group(group, "distributed_gradcheck");
   const int world = group.size();
   const int me = group.rank();
   const std::vector<std::vector<int64_t>> numels = checked_input_sizes(inputs, group);

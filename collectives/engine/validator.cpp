@@ -4,9 +4,14 @@
 
 namespace ferry::detail {
 
-Validator::Validator(const char* op, const Group& group) : op_(op), group_(group) {
+void check_group(const Group& group, const char* op) {
   FERRY_CHECK(group.valid(), InvalidArgument, op,
-              ": called on a null Group (ranks that split with kUndefinedColor get one)");
+              ": called on a null Group (this rank is not a member of it: ranks that split with "
+              "kUndefinedColor get one)");
+}
+
+Validator::Validator(const char* op, const Group& group) : op_(op), group_(group) {
+  check_group(group, op);
 }
 
 std::string Validator::prefix() const {
@@ -44,6 +49,24 @@ void Validator::shape_with_rows_is(const Tensor& t, const char* name, const Shap
 
 void Validator::at_least_1d(const Tensor& t, const char* name) const {
   if (t.dim() < 1) fail(str(name, " must have at least one dimension, given a 0-d tensor"));
+}
+
+void Validator::at_least_1d(const Shape& shape, const char* name, const char* why) const {
+  if (!shape.empty()) return;
+  fail(str(name, " must have at least one dimension", why ? " (" : "", why ? why : "",
+           why ? ")" : "", ", given a 0-d value"));
+}
+
+void Validator::rows_divisible(const Shape& shape, const char* name) const {
+  at_least_1d(shape, name, "rows along dim 0");
+  if (shape[0] % group_.size() != 0)
+    fail(str(name, "'s rows (dim 0) must be a multiple of the group size ", group_.size(),
+             ", given ", shape[0], " (shape ", shape_str(shape), ")"));
+}
+
+void Validator::float32_or_64(DType dtype, const char* name, const char* who) const {
+  if (dtype != DType::Float32 && dtype != DType::Float64)
+    fail(str(name, " must be float32 or float64 (", who, "), given ", dtype_name(dtype)));
 }
 
 void Validator::root(int root) const {

@@ -11,10 +11,18 @@
 
 namespace ferry::detail {
 
+// InvalidArgument "<op>: called on a null Group (...)" unless `group` is valid: a null group has
+// no rank to name. The one check of a group argument, for the raw collectives (the Validator's
+// constructor) and for the layers above them (the differentiable collectives, torchrec's ops).
+void check_group(const Group& group, const char* op);
+
 // Checks the arguments of one call on the calling rank; every failure throws InvalidArgument
-// "<op> on rank R of group G (size W): <what was expected>, given <what was given>".
+// "<op> on rank R of group G (size W): <what was expected>, given <what was given>". The
+// differentiable collectives and torchrec's comm ops phrase their checks through it too, so an
+// error reads the same at every layer.
 class Validator {
  public:
+  // check_group first.
   Validator(const char* op, const Group& group);
 
   [[noreturn]] void fail(const std::string& what) const;
@@ -26,6 +34,13 @@ class Validator {
   void shape_with_rows_is(const Tensor& t, const char* name, const Shape& like,
                           int64_t rows) const;
   void at_least_1d(const Tensor& t, const char* name) const;
+  // The same for any value's shape; `why` (may be null) says what the dimension is for.
+  void at_least_1d(const Shape& shape, const char* name, const char* why) const;
+  // `name` has at least one dimension and its rows (dim 0) are a multiple of the group size:
+  // ops that cut them into one block per rank.
+  void rows_divisible(const Shape& shape, const char* name) const;
+  // `dtype` is float32 or float64 (no half types); `who` names what takes only those.
+  void float32_or_64(DType dtype, const char* name, const char* who) const;
   void root(int root) const;
   // One non-negative entry per rank; returns their sum.
   int64_t sizes(const std::vector<int64_t>& sizes, const char* name) const;

@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <numeric>
+#include <string>
+#include <vector>
 
 using namespace ferry;
 using dgtest::check;
@@ -261,6 +263,52 @@ TEST_CASE("core differentiable collectives reject bad arguments before any data 
     count([&] { all_gather_v(Variable(ones({2}, DType::Int64)), g); });
   });
   CHECK(rejected == 16);
+}
+
+TEST_CASE("the differentiable collectives' refusals read as the raw collectives' (the "
+          "Validator's words: op, rank and group, expected, given)",
+          "[core]") {
+  auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(nothing raised)");
+  };
+  // A null group: one sentence at every layer.
+  const Group none;
+  const std::string raw = message([&] { ferry::all_reduce(ones({2}), none); });
+  const std::string diff = message([&] { all_reduce(Variable(ones({2})), none); });
+  CHECK_THAT(raw, Catch::Contains("all_reduce: called on a null Group"));
+  CHECK_THAT(diff, Catch::Contains("all_reduce: called on a null Group"));
+  // Catch's checks are not thread-safe: the ranks keep their messages, checked afterwards.
+  std::vector<std::vector<std::string>> got(2);
+  run_ranks(2, [&](Group& g) {
+    const Variable v(ones({3, 2}));
+    got[static_cast<size_t>(g.rank())] = {
+        message([&] { reduce_scatter(v, g); }),
+        message([&] { gather(Variable(ones({})), 0, g); }),
+        message([&] { all_gather_v(Variable(ones({2}, DType::Int64)), g); }),
+        message([&] { all_reduce(Variable(), g); })};
+  });
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<std::string>& m = got[static_cast<size_t>(r)];
+    const std::string where = " on rank " + std::to_string(r) + " of group";
+    REQUIRE(m.size() == 4);
+    CHECK_THAT(m[0], Catch::Contains("reduce_scatter" + where) &&
+                         Catch::Contains("the input's rows (dim 0) must be a multiple of the "
+                                         "group size 2, given 3 (shape [3, 2])"));
+    CHECK_THAT(m[1], Catch::Contains("gather" + where) &&
+                         Catch::Contains("the input must have at least one dimension (rows "
+                                         "along dim 0), given a 0-d value"));
+    CHECK_THAT(m[2], Catch::Contains("all_gather_v" + where) &&
+                         Catch::Contains("the input must be float32 or float64 (what "
+                                         "differentiable collectives take), given int64"));
+    CHECK_THAT(m[3], Catch::Contains("all_reduce" + where) &&
+                         Catch::Contains("the input must be a defined variable, given an "
+                                         "undefined one"));
+  }
 }
 
 DG_CASE("the R adjoints fail the sum objective and the P adjoints fail the replicated one",

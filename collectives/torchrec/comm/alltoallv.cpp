@@ -4,6 +4,7 @@
 // does when the switch was on at forward, as torchrec's AllToAllSingle.
 #include <ferry/collectives/torchrec/comm/alltoall_op.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
+#include <ferry/collectives/differentiable/checks.h>
 #include <ferry/runtime/error.h>
 
 namespace ferry::torchrec {
@@ -64,8 +65,7 @@ class AllToAllVOp final : public detail::AllToAllCommOp {
 All2AllVInfo all2allv_info(const std::vector<Variable>& inputs, const Group& group,
                            const std::optional<std::vector<int64_t>>& out_split,
                            const std::optional<std::vector<int64_t>>& per_rank_split_lengths) {
-  FERRY_CHECK(group.valid(), InvalidArgument, kAllToAllV,
-              ": the group is null (this rank is not a member of it)");
+  ferry::detail::check_group(group, kAllToAllV);
   FERRY_CHECK(!inputs.empty(), InvalidArgument, where(kAllToAllV, group),
               ": needs at least one input table");
   const int world = group.size(), me = group.rank();

@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/utils/format.h>
+#include <ferry/collectives/differentiable/checks.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/tensor.h>
 
@@ -65,8 +66,7 @@ Status status_of(const std::exception_ptr& error) {
 }  // namespace
 
 void check_invoke_args(const Group& group, int rank) {
-  FERRY_CHECK(group.valid(), InvalidArgument, "torchrec ", kOp,
-              ": the group is null (this process is not a member)");
+  ferry::detail::check_group(group, "torchrec invoke_on_rank_and_broadcast_result");
   FERRY_CHECK(rank >= 0 && rank < group.size(), InvalidArgument, "torchrec ",
               detail::where(kOp, group), ": source rank ", rank,
               " is not a group rank in [0, ", group.size(), ")");

@@ -106,7 +106,10 @@ Awaitable<Variable> run_comm_op_single(std::shared_ptr<TorchrecCommOp> op,
 
 // ---- argument checks: InvalidArgument naming the op, the rank and the values ----
 
-// Their text: where(op, group), list_str, sum_of (utils/format.h).
+// In the raw collectives' words: "<op> on rank R of group G (size W): <expected>, given
+// <given>" (where(op, group); the lists by list_str, utils/format.h). The group, input, rows
+// and dtype checks are the differentiable collectives' (differentiable/checks.h), which phrase
+// them through the engine's Validator.
 
 // A valid group and a defined float32 / float64 input.
 void check_input(const Variable& x, const Group& group, const char* op);

@@ -1,6 +1,7 @@
 #include <ferry/collectives/torchrec/comm/comm_switches.h>
 
 #include <ferry/autograd/function.h>
+#include <ferry/collectives/differentiable/checks.h>
 #include <ferry/runtime/error.h>
 
 #include <atomic>
@@ -57,8 +58,7 @@ Variable comm_op_gradient_scaling(const Variable& x, int64_t scale_gradient_fact
 }
 
 Variable comm_op_gradient_scaling(const Variable& x, const Group& group) {
-  FERRY_CHECK(group.valid(), InvalidArgument,
-              "comm_op_gradient_scaling: the group is null (this rank is not a member of it)");
+  ferry::detail::check_group(group, "comm_op_gradient_scaling");
   return comm_op_gradient_scaling(x, get_gradient_division() ? int64_t{group.size()} : 1);
 }
 

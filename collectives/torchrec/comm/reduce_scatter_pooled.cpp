@@ -2,6 +2,8 @@
 // reduce_scatter_v_pooled, reduce_scatter_v_per_feature_pooled and all_gather_base_pooled, all on
 // ReduceScatterGatherOp.
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
+
+#include <ferry/collectives/differentiable/checks.h>
 #include <ferry/collectives/torchrec/comm/reduce_scatter_op.h>
 #include <ferry/runtime/error.h>
 
@@ -93,8 +95,7 @@ void check_v_info(const char* op, const Variable& x, const ReduceScatterVInfo& i
 Awaitable<Variable> reduce_scatter_list(const std::vector<Variable>& inputs,
                                         const ReduceScatterInfo* info, const Group& group,
                                         const Codecs& codecs) {
-  FERRY_CHECK(group.valid(), InvalidArgument, kList,
-              ": the group is null (this rank is not a member of it)");
+  ferry::detail::check_group(group, kList);
   FERRY_CHECK(inputs.size() == static_cast<size_t>(group.size()), InvalidArgument,
               where(kList, group), ": needs one input per rank (", group.size(), "), given ",
               inputs.size());
@@ -135,10 +136,8 @@ Awaitable<Variable> reduce_scatter_base_pooled(const Variable& x,
                                                const Group& group, const Codecs& codecs) {
   detail::check_input(x, group, kBase);
   check_shape(x, info.input_sizes, "input_sizes", kBase, group);
+  ferry::detail::check_rows_divisible(x, group, kBase);
   const int world = group.size();
-  FERRY_CHECK(x.dim() >= 1 && x.size(0) % world == 0, InvalidArgument, where(kBase, group),
-              ": the input's dim 0 must be a multiple of the group size ", world, ", given ",
-              shape_str(x.shape()));
   if (world == 1) return NoWait<Variable>(x);
   const int64_t rows = x.size(0) / world;
   return run(kBase, group, codecs, ForwardCollective::kReduceScatter,

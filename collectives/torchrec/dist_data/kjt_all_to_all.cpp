@@ -3,6 +3,7 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 #include <ferry/collectives/torchrec/sparse/kjt_dist.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/object_pool.h>
 
@@ -496,7 +497,7 @@ KJTAllToAllSplitsAwaitable::KJTAllToAllSplitsAwaitable(std::shared_ptr<detail::K
 KJTAllToAll::KJTAllToAll(Group group, std::vector<int64_t> splits, int64_t stagger,
                          KJTAllToAllOptions options)
     : group_(std::move(group)), splits_(std::move(splits)), stagger_(stagger), options_(options) {
-  FERRY_CHECK(group_.valid(), InvalidArgument, kWhere, ": the group is null");
+  detail::check_group(group_, kWhere);
   const int W = group_.size();
   FERRY_CHECK(static_cast<int>(splits_.size()) == W, InvalidArgument, kWhere, ": splits ",
               list_str(splits_), " has ", splits_.size(), " entries for a group of ", W, " ranks");

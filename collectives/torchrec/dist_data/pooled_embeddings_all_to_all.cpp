@@ -4,6 +4,7 @@
 #include <ferry/autograd/ops.h>
 #include <ferry/autograd/ops_detail.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <memory>
@@ -88,7 +89,7 @@ PooledEmbeddingsAllToAll::PooledEmbeddingsAllToAll(Group group,
       callbacks_(std::move(callbacks)),
       codecs_(std::move(codecs)) {
   constexpr const char* where = "PooledEmbeddingsAllToAll";
-  FERRY_CHECK(group_.valid(), InvalidArgument, where, ": the group is null");
+  detail::check_group(group_, where);
   FERRY_CHECK(static_cast<int>(dim_sum_per_rank_.size()) == group_.size(), InvalidArgument, where,
               ": dim_sum_per_rank ", list_str(dim_sum_per_rank_), " has ",
               dim_sum_per_rank_.size(), " entries for a group of ", group_.size(), " ranks");
@@ -137,7 +138,7 @@ VariableBatchPooledEmbeddingsAllToAll::VariableBatchPooledEmbeddingsAllToAll(
       callbacks_(std::move(callbacks)),
       codecs_(std::move(codecs)) {
   constexpr const char* where = "VariableBatchPooledEmbeddingsAllToAll";
-  FERRY_CHECK(group_.valid(), InvalidArgument, where, ": the group is null");
+  detail::check_group(group_, where);
   FERRY_CHECK(static_cast<int>(emb_dims_.size()) == group_.size(), InvalidArgument, where,
               ": emb_dim_per_rank_per_feature has ", emb_dims_.size(),
               " lists for a group of ", group_.size(), " ranks");

@@ -1,5 +1,6 @@
 #include <ferry/collectives/torchrec/dist_data/pooled_embeddings_reduce_scatter.h>
 
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <set>
@@ -7,15 +8,9 @@
 
 namespace ferry::torchrec {
 
-namespace {
-void check_group(const Group& g, const char* where) {
-  FERRY_CHECK(g.valid(), InvalidArgument, where, ": the group is null");
-}
-}  // namespace
-
 PooledEmbeddingsReduceScatter::PooledEmbeddingsReduceScatter(Group group, Codecs codecs)
     : group_(std::move(group)), codecs_(std::move(codecs)) {
-  check_group(group_, "PooledEmbeddingsReduceScatter");
+  detail::check_group(group_, "PooledEmbeddingsReduceScatter");
 }
 
 PooledEmbeddingsAwaitable PooledEmbeddingsReduceScatter::forward(
@@ -31,7 +26,7 @@ PooledEmbeddingsAwaitable PooledEmbeddingsReduceScatter::forward(
 VariableBatchPooledEmbeddingsReduceScatter::VariableBatchPooledEmbeddingsReduceScatter(
     Group group, Codecs codecs)
     : group_(std::move(group)), codecs_(std::move(codecs)) {
-  check_group(group_, "VariableBatchPooledEmbeddingsReduceScatter");
+  detail::check_group(group_, "VariableBatchPooledEmbeddingsReduceScatter");
 }
 
 PooledEmbeddingsAwaitable VariableBatchPooledEmbeddingsReduceScatter::forward(
@@ -44,7 +39,7 @@ PooledEmbeddingsAwaitable VariableBatchPooledEmbeddingsReduceScatter::forward(
 
 PooledEmbeddingsAllGather::PooledEmbeddingsAllGather(Group group, Codecs codecs)
     : group_(std::move(group)), codecs_(std::move(codecs)) {
-  check_group(group_, "PooledEmbeddingsAllGather");
+  detail::check_group(group_, "PooledEmbeddingsAllGather");
 }
 
 PooledEmbeddingsAwaitable PooledEmbeddingsAllGather::forward(const Variable& local_emb) const {

@@ -1,6 +1,7 @@
 #include <ferry/collectives/torchrec/dist_data/sequence_embeddings_all_to_all.h>
 
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 #include <utility>
@@ -56,7 +57,7 @@ SequenceEmbeddingsAllToAll::SequenceEmbeddingsAllToAll(Group group,
       features_per_rank_(std::move(features_per_rank)),
       codecs_(std::move(codecs)) {
   constexpr const char* where = "SequenceEmbeddingsAllToAll";
-  FERRY_CHECK(group_.valid(), InvalidArgument, where, ": the group is null");
+  detail::check_group(group_, where);
   FERRY_CHECK(static_cast<int>(features_per_rank_.size()) == group_.size(), InvalidArgument, where,
               ": features_per_rank ", list_str(features_per_rank_), " has ",
               features_per_rank_.size(), " entries for a group of ", group_.size(), " ranks");

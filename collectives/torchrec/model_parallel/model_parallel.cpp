@@ -2,6 +2,7 @@
 // step over both optimizers.
 #include <ferry/collectives/torchrec/model_parallel/model_parallel.h>
 
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 
 namespace ferry::torchrec {
@@ -12,7 +13,7 @@ DistributedModelParallel::DistributedModelParallel(
     DenseOptimizerFactory dense_optimizer, DistributedModelParallelOptions options)
     : group_(std::move(group)), modules_(std::move(sharded_modules)),
       replicated_(std::move(dense_parameters)) {
-  FERRY_CHECK(group_.valid(), InvalidArgument, "DistributedModelParallel: the group is null");
+  detail::check_group(group_, "DistributedModelParallel");
   for (size_t i = 0; i < modules_.size(); ++i) {
     FERRY_CHECK(modules_[i] != nullptr, InvalidArgument,
                 "DistributedModelParallel: sharded module ", i, " is null");

@@ -74,7 +74,7 @@ void check_slot(const Slot& slot, std::set<std::string>& paths, const Group& gro
 
 ShardedCollections shard_collections(ShardableModel& model, const Group& group,
                                      const ModelShardingOptions& options) {
-  FERRY_CHECK(group.valid(), InvalidArgument, kWhere, ": the group is null");
+  detail::check_group(group, kWhere);
   std::vector<EmbeddingBagCollectionSlot> bags = model.embedding_bag_collections();
   std::vector<EmbeddingCollectionSlot> sequences = model.embedding_collections();
   std::set<std::string> paths;

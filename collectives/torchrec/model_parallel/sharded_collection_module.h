@@ -49,17 +49,21 @@ class ShardedCollectionModule : public ShardedEmbeddingModule {
                          const detail::InputCheckStatus& mine) const override {
     collection_->raise_input_check(all_words, mine);
   }
-  ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
+  std::unique_ptr<ShardedModuleContext> create_context() const override {
+    return collection_->create_context();
+  }
+  ShardedInputDistAwaitable input_dist_checked(ShardedModuleContext& ctx,
                                                const KeyedJaggedTensor& features) override {
-    return collection_->input_dist_checked(ctx, features);
+    return collection_->input_dist_checked(own_context(ctx, "input_dist_checked"), features);
   }
   LazyAwaitable<EmbeddingModuleOutput> compute_and_output_dist(
-      ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) override {
+      ShardedModuleContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) override {
     // The collection's own LazyAwaitable runs its callbacks on first use; this one only
     // converts its value, moved out: this closure holds the only handle to it, and the outer
     // awaitable caches what it returns (a copy was a list of keys and of dims per step). Only
     // a wait whose callbacks threw after the move could run it twice: that one raises.
-    auto inner = collection_->compute_and_output_dist(ctx, dist_input);
+    auto inner = collection_->compute_and_output_dist(
+        own_context(ctx, "compute_and_output_dist"), dist_input);
     return LazyAwaitable<EmbeddingModuleOutput>([inner, taken = false]() mutable {
       FERRY_CHECK(!taken, InvalidArgument, "compute_and_output_dist: the embeddings were "
                   "handed to an earlier wait whose callbacks failed");
@@ -70,10 +74,20 @@ class ShardedCollectionModule : public ShardedEmbeddingModule {
   }
 
  private:
+  using Context = typename Collection::Context;
   static constexpr const char* kDefaultName =
       std::is_same_v<Collection, ShardedEmbeddingBagCollection> ? "sparse.ebc" : "sparse.ec";
   std::shared_ptr<Collection> collection_;
   std::string name_;
+
+  // The collection's own kind of `ctx`; the message names this module and the stage.
+  Context& own_context(ShardedModuleContext& ctx, const char* stage) const {
+    Context* c = dynamic_cast<Context*>(&ctx);
+    FERRY_CHECK(c != nullptr, InvalidArgument, "ShardedModule \"", name_, "\"::", stage,
+                ": the batch's context is another kind of module's (pass the one this module's "
+                "create_context made)");
+    return *c;
+  }
 };
 
 using ShardedEbcModule = ShardedCollectionModule<ShardedEmbeddingBagCollection>;

@@ -11,6 +11,11 @@
 // one agreement it exchanges before each batch anyway: input_check_status (this rank's words,
 // local), raise_input_check (the verdict over every rank's words: the same InvalidArgument on
 // every rank), then input_dist_checked, which issues no check of its own.
+//
+// Each module keeps a batch's state between its stages in a context of its own kind (a bag
+// collection's EmbeddingBagCollectionContext, a sequence one's EmbeddingCollectionContext), so
+// a caller driving any set of modules asks each one for it (create_context, as torchrec's
+// ShardedModule) and hands it back to the same module's stages.
 #pragma once
 
 #include <ferry/collectives/group.h>
@@ -22,6 +27,7 @@
 #include <ferry/collectives/torchrec/sharding/sharded_input_check.h>
 
 #include <cstdint>
+#include <memory>
 #include <variant>
 #include <vector>
 
@@ -40,13 +46,16 @@ class ShardedEmbeddingModule : public ShardedModule {
   // The verdict over every rank's words in world rank order (collective data, local call).
   virtual void raise_input_check(const std::vector<int64_t>& all_words,
                                  const detail::InputCheckStatus& mine) const = 0;
+  // An empty context of this module's kind, for one batch.
+  virtual std::unique_ptr<ShardedModuleContext> create_context() const = 0;
   // The input dist of an already checked batch: phase 1 issued at once (the outer wait finishes
   // it and issues phase 2, the inner one gives the module's per-sharding KJTs).
-  virtual ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
+  // `ctx`: one create_context made (InvalidArgument for another module kind's).
+  virtual ShardedInputDistAwaitable input_dist_checked(ShardedModuleContext& ctx,
                                                        const KeyedJaggedTensor& features) = 0;
   // The lookups, then the output dist started; the result waits for it on first use.
   virtual LazyAwaitable<EmbeddingModuleOutput> compute_and_output_dist(
-      ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) = 0;
+      ShardedModuleContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) = 0;
 };
 
 }  // namespace ferry::torchrec

@@ -82,6 +82,43 @@ struct Plan {
   }
 };
 
+// The ids lo..hi of `it`'s bags as local rows of `t` (-1: a row of another shard), each checked
+// against the whole table as the table's bounds-check mode says.
+void resolve_rows(const Plan& p, const Plan::Item& it, const EmbeddingTable& t, const int64_t* ids,
+                  int64_t lo, int64_t hi, int64_t* rows) {
+  const char* op = p.op;
+  const int64_t R = t.total_rows(), r0 = t.shard().row_offset, nr = t.shard().num_rows;
+  bool warned = false;
+  for (int64_t i = lo; i < hi; ++i) {
+    int64_t id = ids[i];
+    if (id < 0 || id >= R) [[unlikely]] {
+      switch (t.bounds_check_mode()) {
+        case BoundsCheckMode::Fatal: {
+          const int64_t bag =
+              std::upper_bound(p.offsets.begin() + it.first_bag,
+                               p.offsets.begin() + it.first_bag + p.B + 1, i) -
+              (p.offsets.begin() + it.first_bag) - 1;
+          FERRY_THROW(InvalidArgument, op, ": id ", id, " of feature \"", it.feature,
+                      "\" (sample ", bag, ") is out of range for table \"", t.name(),
+                      "\" of ", R, " rows (ids must be in [0, ", R, "))");
+        }
+        case BoundsCheckMode::Warning:
+          if (!warned) {
+            std::cerr << "ferry: " << op << ": warning: id " << id << " of feature \""
+                      << it.feature << "\" is out of range for table \"" << t.name()
+                      << "\" of " << R << " rows; using row 0 (BoundsCheckMode::Warning)\n";
+            warned = true;
+          }
+          id = 0;
+          break;
+        case BoundsCheckMode::Clip: id = id < 0 ? 0 : R - 1; break;
+      }
+    }
+    const int64_t local = id - r0;
+    rows[i - lo] = local >= 0 && local < nr ? local : -1;
+  }
+}
+
 Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
                const KeyedJaggedTensor& kjt, const Tensor& mean_divisors) {
   // A plan made by an earlier call on this thread and dropped with its backward: its lists
@@ -129,41 +166,11 @@ Plan make_plan(const char* op, const std::vector<FeatureLookup>& lookups,
     it.pooling = l.pooling;
 
     // Resolve ids to local rows, checking bounds against the whole table.
-    const EmbeddingTable& t = *l.table;
     const int64_t lo = p.offsets[it.first_bag], hi = p.offsets[it.first_bag + p.B];
-    const int64_t R = t.total_rows(), r0 = t.shard().row_offset, nr = t.shard().num_rows;
     rows_at.push_back(p.row_storage.size());
     p.row_storage.resize(p.row_storage.size() + static_cast<size_t>(hi - lo));
     int64_t* rows = p.row_storage.data() + rows_at.back();
-    bool warned = false;
-    for (int64_t i = lo; i < hi; ++i) {
-      int64_t id = ids[i];
-      if (id < 0 || id >= R) [[unlikely]] {
-        switch (t.bounds_check_mode()) {
-          case BoundsCheckMode::Fatal: {
-            const int64_t bag =
-                std::upper_bound(p.offsets.begin() + it.first_bag,
-                                 p.offsets.begin() + it.first_bag + p.B + 1, i) -
-                (p.offsets.begin() + it.first_bag) - 1;
-            FERRY_THROW(InvalidArgument, op, ": id ", id, " of feature \"", it.feature,
-                        "\" (sample ", bag, ") is out of range for table \"", t.name(),
-                        "\" of ", R, " rows (ids must be in [0, ", R, "))");
-          }
-          case BoundsCheckMode::Warning:
-            if (!warned) {
-              std::cerr << "ferry: " << op << ": warning: id " << id << " of feature \""
-                        << it.feature << "\" is out of range for table \"" << t.name()
-                        << "\" of " << R << " rows; using row 0 (BoundsCheckMode::Warning)\n";
-              warned = true;
-            }
-            id = 0;
-            break;
-          case BoundsCheckMode::Clip: id = id < 0 ? 0 : R - 1; break;
-        }
-      }
-      const int64_t local = id - r0;
-      rows[i - lo] = local >= 0 && local < nr ? local : -1;
-    }
+    resolve_rows(p, it, *l.table, ids, lo, hi, rows);
     it.rows = std::span<const int64_t>(rows, static_cast<size_t>(hi - lo));
     p.items.push_back(std::move(it));
   }

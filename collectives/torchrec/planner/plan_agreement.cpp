@@ -62,8 +62,7 @@ uint64_t plan_fingerprint(const ShardingPlan& plan) {
 }
 
 void check_plan_agreement(const ShardingPlan& plan, const Group& group) {
-  FERRY_CHECK(group.valid(), InvalidArgument,
-              "torchrec check_plan_agreement: the group is null (this rank is not a member)");
+  detail::check_group(group, "torchrec check_plan_agreement");
   const int w = group.size();
   const uint64_t mine = plan_fingerprint(plan);
   Tensor in = from_vector<int64_t>({0});

@@ -35,11 +35,11 @@ void ShardedCollectionBase::check_input(const KeyedJaggedTensor& features,
   detail::check_input(tables_, features, weighted_, input_dist_op(), weights, allow_vbe_);
 }
 
-void ShardedCollectionBase::check_dist_input(const ShardedEmbeddingContext& ctx,
+void ShardedCollectionBase::check_dist_input(const ShardedModuleContext& ctx,
                                              const std::vector<KeyedJaggedTensor>& dist_input,
                                              size_t groups, const char* op) const {
-  FERRY_CHECK(dist_input.size() == groups && ctx.shardings.size() == groups, InvalidArgument, op,
-              ": expected the input dist's result (", groups, " KJTs) and its context, got ",
+  FERRY_CHECK(dist_input.size() == groups && ctx.sharding_contexts.size() == groups,
+              InvalidArgument, op, ": expected the input dist's result (", groups, " KJTs) and its context, got ",
               dist_input.size());
 }
 

@@ -21,16 +21,17 @@
 
 namespace ferry::torchrec {
 
-// One batch's state between the stages (torchrec's EmbeddingBagCollectionContext /
-// EmbeddingCollectionContext): the batch size and each sharding group's context. Fill it with
-// input_dist, pass it on unchanged.
-struct ShardedEmbeddingContext {
+// One batch's state between a sharded module's stages, the part every kind of module has
+// (torchrec's ShardedModuleContext, the base of EmbeddingBagCollectionContext and
+// EmbeddingCollectionContext): the batch size and each sharding group's context. Each
+// collection's own kind adds what only it needs; make one with the collection's
+// create_context() (or as the collection's Context type), fill it with input_dist, pass it on
+// unchanged.
+struct ShardedModuleContext {
+  virtual ~ShardedModuleContext() = default;
   int64_t batch_size = 0;
-  // VBE (bag collections): each feature's inverse-index row (the output's B_out samples), by
-  // collection feature.
-  std::vector<std::vector<int64_t>> inverse_rows;
-  std::vector<std::shared_ptr<EmbeddingShardingContext>> shardings;  // each made by its sharding
-  std::vector<Tensor> lengths_per_feature;  // sequence collections: each feature's lengths
+  // Each made by its sharding, in the collection's sharding-group order.
+  std::vector<std::shared_ptr<EmbeddingShardingContext>> sharding_contexts;
 };
 
 // What input_dist returns: the outer wait finishes phase 1 of every group's input dist (and
@@ -92,7 +93,7 @@ class ShardedCollectionBase {
   void check_input(const KeyedJaggedTensor& features, const Variable& weights = Variable()) const;
   // InvalidArgument naming `op` unless compute_and_output_dist got one KJT and one context per
   // sharding group (what input_dist filled).
-  void check_dist_input(const ShardedEmbeddingContext& ctx,
+  void check_dist_input(const ShardedModuleContext& ctx,
                         const std::vector<KeyedJaggedTensor>& dist_input, size_t groups,
                         const char* op) const;
   const detail::ShardedTables& sharded_tables() const { return tables_; }

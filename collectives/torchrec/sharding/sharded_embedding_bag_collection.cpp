@@ -218,22 +218,22 @@ PooledEmbeddings pooled_output(std::vector<Awaitable<Variable>>& outs,
 }  // namespace
 
 ShardedInputDistAwaitable ShardedEmbeddingBagCollection::input_dist(
-    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features,
+    Context& ctx, const KeyedJaggedTensor& features,
     const Variable& per_sample_weights) const {
   check_input(features, per_sample_weights);
   return start_input_dist(ctx, features, per_sample_weights);
 }
 
 ShardedInputDistAwaitable ShardedEmbeddingBagCollection::input_dist_checked(
-    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
+    Context& ctx, const KeyedJaggedTensor& features) const {
   return start_input_dist(ctx, features, Variable());
 }
 
 ShardedInputDistAwaitable ShardedEmbeddingBagCollection::start_input_dist(
-    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features,
+    Context& ctx, const KeyedJaggedTensor& features,
     const Variable& per_sample_weights) const {
   ctx.batch_size = features.stride();
-  ctx.shardings.clear();
+  ctx.sharding_contexts.clear();
   const bool vbe = features.variable_stride_per_key();
   ctx.inverse_rows.clear();
   if (vbe) ctx.inverse_rows = detail::inverse_rows(features, feature_names(), input_dist_op(),
@@ -247,27 +247,27 @@ ShardedInputDistAwaitable ShardedEmbeddingBagCollection::start_input_dist(
     std::shared_ptr<PooledShardingContext> c = s->create_context();
     c->weights = trained;
     if (vbe) c->vbe_input = features;
-    ctx.shardings.push_back(c);
+    ctx.sharding_contexts.push_back(c);
     phase1.push_back(s->input_dist(features, c));
   }
   return detail::join_input_dists(std::move(phase1));
 }
 
 LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_output_dist(
-    ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const {
+    Context& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const {
   check_dist_input(ctx, dist_input, shardings_.size(),
                    "ShardedEmbeddingBagCollection::compute_and_output_dist");
   std::vector<Awaitable<Variable>> outs;
   outs.reserve(shardings_.size());
   bool vbe = !ctx.inverse_rows.empty();
   for (size_t i = 0; i < shardings_.size(); ++i) {
-    const std::shared_ptr<PooledShardingContext> c = pooled_context(ctx.shardings[i]);
+    const std::shared_ptr<PooledShardingContext> c = pooled_context(ctx.sharding_contexts[i]);
     outs.push_back(shardings_[i]->compute_and_output_dist(dist_input[i], c));
     vbe = vbe || c->vbe_input.has_value();
   }
   if (vbe) {
     std::vector<std::vector<detail::VbeBlock>> blocks;
-    for (const auto& c : ctx.shardings) blocks.push_back(pooled_context(c)->vbe_blocks);
+    for (const auto& c : ctx.sharding_contexts) blocks.push_back(pooled_context(c)->vbe_blocks);
     return LazyAwaitable<PooledEmbeddings>(
         [outs = std::move(outs), blocks, inverse = ctx.inverse_rows,
          parts = output_parts_]() mutable {
@@ -281,7 +281,7 @@ LazyAwaitable<PooledEmbeddings> ShardedEmbeddingBagCollection::compute_and_outpu
 
 PooledEmbeddings ShardedEmbeddingBagCollection::forward(const KeyedJaggedTensor& features,
                                                         const Variable& per_sample_weights) const {
-  ShardedEmbeddingContext ctx;
+  Context ctx;
   std::vector<KeyedJaggedTensor> d = input_dist(ctx, features, per_sample_weights).wait().wait();
   return compute_and_output_dist(ctx, d).value();
 }

@@ -15,7 +15,7 @@
 // averaging step: step_data_parallel() (or reduce_data_parallel_gradients() and a step by hand).
 //
 // The stages, for a pipeline that overlaps batch i+1's input dist with batch i's compute:
-//   ShardedEmbeddingContext ctx;
+//   EmbeddingBagCollectionContext ctx;            // or sebc.create_context()
 //   auto in = sebc.input_dist(ctx, kjt);          // phase 1 of every group's KJT all-to-all
 //   auto feats = in.wait();                       // phase 1 done, phase 2 issued
 //   std::vector<KeyedJaggedTensor> d = feats.wait();
@@ -67,6 +67,16 @@
 
 namespace ferry::torchrec {
 
+// One batch's state between a bag collection's stages (torchrec's
+// EmbeddingBagCollectionContext): the common part, and for a variable batch per feature (VBE)
+// each feature's inverse-index rows (the output's B_out samples), by collection feature.
+struct EmbeddingBagCollectionContext : ShardedModuleContext {
+  std::vector<std::vector<int64_t>> inverse_rows;  // empty unless the batch is VBE
+};
+// The name of the one context both collections shared before each got its own kind; kept for
+// callers written against it.
+using ShardedEmbeddingContext = EmbeddingBagCollectionContext;
+
 class ShardedEmbeddingBagCollection : public ShardedCollectionBase {
  public:
   // Collective over `world` (plan agreement; the intra/cross-node groups when a table is
@@ -77,20 +87,23 @@ class ShardedEmbeddingBagCollection : public ShardedCollectionBase {
                                 std::optional<FusedOptimizerConfig> fused = std::nullopt,
                                 uint64_t seed = 0);
 
+  // A batch's context: fill it with input_dist, hand it to compute_and_output_dist.
+  using Context = EmbeddingBagCollectionContext;
+  std::unique_ptr<Context> create_context() const { return std::make_unique<Context>(); }
+
   // per_sample_weights (weighted collections only): the KJT's weights as a Variable, e.g. a leaf
   // requiring grad or the output of a weight model; one element per value, the KJT's weights'
   // dtype. When it requires grad (on every rank: checked), its gradient comes back to the caller
   // through the input dist (weights_dist.h; torchrec's KJTAllToAll drops it). The forward values
   // are always the KJT's weights.
-  ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
-                                       const KeyedJaggedTensor& features,
+  ShardedInputDistAwaitable input_dist(Context& ctx, const KeyedJaggedTensor& features,
                                        const Variable& per_sample_weights = Variable()) const;
   // input_dist without its own check and without per-sample weights, for a caller that ran
   // the check's halves (input_check_status, raise_input_check: ShardedCollectionBase).
-  ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
+  ShardedInputDistAwaitable input_dist_checked(Context& ctx,
                                                const KeyedJaggedTensor& features) const;
   LazyAwaitable<PooledEmbeddings> compute_and_output_dist(
-      ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
+      Context& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
   // input_dist, both waits, compute_and_output_dist, wait.
   PooledEmbeddings forward(const KeyedJaggedTensor& features,
                            const Variable& per_sample_weights = Variable()) const;
@@ -105,7 +118,7 @@ class ShardedEmbeddingBagCollection : public ShardedCollectionBase {
  private:
   std::vector<EmbeddingBagConfig> configs_;
   bool is_weighted_;
-  ShardedInputDistAwaitable start_input_dist(ShardedEmbeddingContext& ctx,
+  ShardedInputDistAwaitable start_input_dist(Context& ctx,
                                              const KeyedJaggedTensor& features,
                                              const Variable& per_sample_weights) const;
 

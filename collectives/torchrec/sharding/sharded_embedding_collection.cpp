@@ -50,33 +50,33 @@ ShardedEmbeddingCollection::ShardedEmbeddingCollection(std::vector<EmbeddingConf
 }
 
 ShardedInputDistAwaitable ShardedEmbeddingCollection::input_dist(
-    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
+    Context& ctx, const KeyedJaggedTensor& features) const {
   check_input(features);
   return input_dist_checked(ctx, features);
 }
 
 ShardedInputDistAwaitable ShardedEmbeddingCollection::input_dist_checked(
-    ShardedEmbeddingContext& ctx, const KeyedJaggedTensor& features) const {
+    Context& ctx, const KeyedJaggedTensor& features) const {
   ctx.batch_size = features.stride();
-  ctx.shardings.clear();
+  ctx.sharding_contexts.clear();
   ctx.lengths_per_feature.clear();
   for (const auto& f : feature_names()) ctx.lengths_per_feature.push_back(features[f].lengths());
   std::vector<DistFeaturesAwaitable> phase1;
   for (const auto& s : shardings_) {
     std::shared_ptr<SequenceShardingContext> c = s->create_context();
-    ctx.shardings.push_back(c);
+    ctx.sharding_contexts.push_back(c);
     phase1.push_back(s->input_dist(features, c));
   }
   return detail::join_input_dists(std::move(phase1));
 }
 
 LazyAwaitable<SequenceEmbeddings> ShardedEmbeddingCollection::compute_and_output_dist(
-    ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const {
+    Context& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const {
   check_dist_input(ctx, dist_input, shardings_.size(),
                    "ShardedEmbeddingCollection::compute_and_output_dist");
   std::vector<Awaitable<std::vector<Variable>>> outs;
   for (size_t i = 0; i < shardings_.size(); ++i) {
-    const std::shared_ptr<EmbeddingShardingContext>& c = ctx.shardings[i];
+    const std::shared_ptr<EmbeddingShardingContext>& c = ctx.sharding_contexts[i];
     outs.push_back(shardings_[i]->compute_and_output_dist(
         dist_input[i],
         std::shared_ptr<SequenceShardingContext>(
@@ -109,7 +109,7 @@ LazyAwaitable<SequenceEmbeddings> ShardedEmbeddingCollection::compute_and_output
 }
 
 SequenceEmbeddings ShardedEmbeddingCollection::forward(const KeyedJaggedTensor& features) const {
-  ShardedEmbeddingContext ctx;
+  Context ctx;
   std::vector<KeyedJaggedTensor> d = input_dist(ctx, features).wait().wait();
   return compute_and_output_dist(ctx, d).value();
 }

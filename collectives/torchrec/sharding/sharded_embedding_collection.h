@@ -29,6 +29,13 @@
 
 namespace ferry::torchrec {
 
+// One batch's state between a sequence collection's stages (torchrec's
+// EmbeddingCollectionContext): the common part and each feature's lengths, in collection
+// feature order (the output's lengths_per_key).
+struct EmbeddingCollectionContext : ShardedModuleContext {
+  std::vector<Tensor> lengths_per_feature;
+};
+
 class ShardedEmbeddingCollection : public ShardedCollectionBase {
  public:
   ShardedEmbeddingCollection(std::vector<EmbeddingConfig> tables, const ModuleShardingPlan& plan,
@@ -36,14 +43,17 @@ class ShardedEmbeddingCollection : public ShardedCollectionBase {
                              std::optional<FusedOptimizerConfig> fused = std::nullopt,
                              uint64_t seed = 0);
 
-  ShardedInputDistAwaitable input_dist(ShardedEmbeddingContext& ctx,
-                                       const KeyedJaggedTensor& features) const;
+  // A batch's context: fill it with input_dist, hand it to compute_and_output_dist.
+  using Context = EmbeddingCollectionContext;
+  std::unique_ptr<Context> create_context() const { return std::make_unique<Context>(); }
+
+  ShardedInputDistAwaitable input_dist(Context& ctx, const KeyedJaggedTensor& features) const;
   // input_dist without its own check, for a caller that ran the check's halves
   // (input_check_status, raise_input_check: ShardedCollectionBase).
-  ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
+  ShardedInputDistAwaitable input_dist_checked(Context& ctx,
                                                const KeyedJaggedTensor& features) const;
   LazyAwaitable<SequenceEmbeddings> compute_and_output_dist(
-      ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
+      Context& ctx, const std::vector<KeyedJaggedTensor>& dist_input) const;
   SequenceEmbeddings forward(const KeyedJaggedTensor& features) const;
 
   const std::vector<EmbeddingConfig>& embedding_configs() const { return configs_; }

@@ -143,7 +143,8 @@ void TrainPipeline::start(InFlight& f, StepTimes& times) {
   const auto t0 = Clock::now();
   for (size_t m = 0; m < modules_.size(); ++m) {
     ModuleBatch& mb = f.modules[m];
-    mb.phase1 = modules_[m]->input_dist_checked(mb.ctx, mb.input);
+    mb.ctx = modules_[m]->create_context();
+    mb.phase1 = modules_[m]->input_dist_checked(*mb.ctx, mb.input);
   }
   f.stage = 1;
   times.input_dist += seconds_since(t0);
@@ -176,7 +177,7 @@ TrainStepOutput TrainPipeline::compute_step(InFlight& f, StepTimes& times,
   sparse.outputs.clear();
   for (size_t m = 0; m < modules_.size(); ++m)
     sparse.outputs.push_back(
-        modules_[m]->compute_and_output_dist(f.modules[m].ctx, f.modules[m].dist_input));
+        modules_[m]->compute_and_output_dist(*f.modules[m].ctx, f.modules[m].dist_input));
   for (LazyAwaitable<EmbeddingModuleOutput>& a : sparse.outputs) a.value();
   const double lookup = seconds_since(t0);
   times.lookup_output_dist += lookup;

@@ -151,11 +151,11 @@ class TrainPipeline {
 
  protected:
   // One module's part of a batch: its input, this rank's half of its input check, then its
-  // input dist's context, awaitables and result.
+  // input dist's context (of the module's own kind: its create_context), awaitables and result.
   struct ModuleBatch {
     KeyedJaggedTensor input;
     detail::InputCheckStatus check;
-    ShardedEmbeddingContext ctx;
+    std::unique_ptr<ShardedModuleContext> ctx;
     ShardedInputDistAwaitable phase1;
     Awaitable<std::vector<KeyedJaggedTensor>> phase2;
     std::vector<KeyedJaggedTensor> dist_input;

@@ -2,6 +2,7 @@
 // where an op ran (the engine's where). One form each, so that every message reads the same.
 #pragma once
 
+#include <ferry/collectives/differentiable/checks.h>
 #include <ferry/collectives/group.h>
 
 #include <cstddef>
@@ -25,6 +26,9 @@ std::string keys_str(const std::vector<std::string>& keys, size_t limit = 16);
 // "<op> on rank R of group G (size W)": the start of an error about one op's call on one rank,
 // the engine's own form (group.h), so that torchrec's errors read as the raw collectives' do.
 using ferry::detail::where;
+// "<op>: called on a null Group (...)": the raw collectives' refusal of a null group (their
+// Validator's), for every torchrec op and module that takes a group.
+using ferry::detail::check_group;
 // The sum of `values` (0 for none).
 int64_t sum_of(const std::vector<int64_t>& values);
 

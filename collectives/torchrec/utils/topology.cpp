@@ -69,8 +69,7 @@ void check_rank(int world_size, int rank, const char* fn) {
 }
 
 void check_member(const Group& world, const char* fn) {
-  FERRY_CHECK(world.valid(), InvalidArgument, "torchrec ", fn,
-              ": the group is null (this rank is not a member)");
+  detail::check_group(world, (std::string("torchrec ") + fn).c_str());
 }
 
 }  // namespace

@@ -97,6 +97,9 @@ DG_CASE("torchrec bad input: alltoall_sequence and alltoallv", "[torchrec][bad_i
                  "a backward recat that is not the inverse");
 
   const Variable table(mat({1, 2, 3}, 3, 1));
+  expect_invalid([&] { alltoallv({table}, Group()); },
+                 {"alltoallv: called on a null Group"}, g,
+                 "alltoallv on a null group (the raw collectives' words)");
   expect_invalid([&] { alltoallv({table}, g); },
                  {"alltoallv", on_rank(g), "out_split or per_rank_split_lengths"}, g,
                  "alltoallv without output dims");

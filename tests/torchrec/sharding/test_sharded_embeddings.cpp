@@ -211,7 +211,7 @@ DG_CASE("sharded EBC: the staged API (input_dist, both waits, compute_and_output
   ShardedEmbeddingBagCollection staged(configs, true, plan, g, {.local_size = L}, std::nullopt, kSeed);
   EmbeddingBagCollection ref(configs, true, kSeed);
   const auto b0 = batches_of(mixed_specs(), 2, W, 0), b1 = batches_of(mixed_specs(), 2, W, 1);
-  ShardedEmbeddingContext c0, c1;
+  EmbeddingBagCollectionContext c0, c1;
   auto in0 = staged.input_dist(c0, to_kjt({b0[static_cast<size_t>(me)]}, true));
   auto d0 = in0.wait().wait();
   auto in1 = staged.input_dist(c1, to_kjt({b1[static_cast<size_t>(me)]}, true));  // in flight

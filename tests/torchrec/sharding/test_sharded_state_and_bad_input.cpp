@@ -1,7 +1,8 @@
 // Sharded embedding collections' state and their refusals: gathered full tables, local shards
 // with offsets, a full-table state resharded from W = 4 to 2 and 3; bad input (ids out of range,
 // missing features or weights, plans that do not fit the tables or the world or disagree across
-// ranks) raising the same error on every rank before any payload moves.
+// ranks, a batch's context of another kind of module) raising the same error on every rank
+// before any payload moves.
 // SPMD cases: local worlds in test_torchrec, mpiexec / ferry-run in the torchrec-{mpi,ucx}-*
 // suites.
 #include <ferry/autograd/ops.h>
@@ -144,4 +145,39 @@ DG_CASE("sharded EBC: bad input raises the same error on every rank before any p
     }
     expect(thrown, g, "disagreeing plans: no MismatchError");
   }
+}
+
+DG_CASE("sharded EBC / EC modules: each makes a context of its own kind, and refuses the other "
+        "kind's before any payload moves",
+        "[torchrec][sharded][context]", 1, 2) {
+  const int W = g.size(), me = g.rank(), L = local_size_for(W);
+  auto ebc = std::make_shared<ShardedEmbeddingBagCollection>(
+      bag_configs(bag_specs(), PoolingType::Sum), false,
+      uniform_plan(bag_specs(), ShardingType::TABLE_WISE, W, L), g,
+      ShardedEmbeddingOptions{.local_size = L}, std::nullopt, kSeed);
+  auto ec = std::make_shared<ShardedEmbeddingCollection>(
+      seq_configs(seq_specs()), uniform_plan(seq_specs(), ShardingType::TABLE_WISE, W, L), g,
+      ShardedEmbeddingOptions{.local_size = L}, std::nullopt, kSeed);
+  ShardedEbcModule bags(ebc);
+  ShardedEcModule seqs(ec);
+  const std::unique_ptr<ShardedModuleContext> bag_ctx = bags.create_context();
+  const std::unique_ptr<ShardedModuleContext> seq_ctx = seqs.create_context();
+  expect(dynamic_cast<EmbeddingBagCollectionContext*>(bag_ctx.get()) != nullptr &&
+             dynamic_cast<EmbeddingCollectionContext*>(seq_ctx.get()) != nullptr,
+         g, "a module's create_context made another kind of context");
+  const uint64_t before = g.sequence_number();
+  const KeyedJaggedTensor bag_kjt =
+      to_kjt({batches_of(bag_specs(), 2, W, 0)[static_cast<size_t>(me)]}, false);
+  expect_invalid([&] { bags.input_dist_checked(*seq_ctx, bag_kjt); },
+                 {"ShardedModule \"sparse.ebc\"::input_dist_checked", "another kind of module"}, g,
+                 "a bag module given a sequence module's context");
+  expect_invalid([&] { seqs.compute_and_output_dist(*bag_ctx, {}); },
+                 {"ShardedModule \"sparse.ec\"::compute_and_output_dist", "another kind of module"},
+                 g, "a sequence module given a bag module's context");
+  expect(g.sequence_number() == before, g, "a refused context moved data");
+  // The module's own kind runs: its input dist equals the collection's forward.
+  auto d = bags.input_dist_checked(*bag_ctx, bag_kjt).wait().wait();
+  const EmbeddingModuleOutput out = bags.compute_and_output_dist(*bag_ctx, d).value();
+  expect_same(std::get<PooledEmbeddings>(out).values.value(), ebc->forward(bag_kjt).values.value(),
+              g, "the staged bag module");
 }

@@ -96,7 +96,10 @@ class Traced : public ShardedEmbeddingModule {
                          const torchrec::detail::InputCheckStatus& mine) const override {
     inner_->raise_input_check(all, mine);
   }
-  ShardedInputDistAwaitable input_dist_checked(ShardedEmbeddingContext& ctx,
+  std::unique_ptr<ShardedModuleContext> create_context() const override {
+    return inner_->create_context();
+  }
+  ShardedInputDistAwaitable input_dist_checked(ShardedModuleContext& ctx,
                                                const KeyedJaggedTensor& f) override {
     const int64_t k = started_++;
     log_->push_back({kStart, index_, k});
@@ -113,7 +116,7 @@ class Traced : public ShardedEmbeddingModule {
     return a;
   }
   LazyAwaitable<EmbeddingModuleOutput> compute_and_output_dist(
-      ShardedEmbeddingContext& ctx, const std::vector<KeyedJaggedTensor>& d) override {
+      ShardedModuleContext& ctx, const std::vector<KeyedJaggedTensor>& d) override {
     return inner_->compute_and_output_dist(ctx, d);
   }
   void new_pass() { started_ = 0; }
