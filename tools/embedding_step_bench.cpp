@@ -347,7 +347,7 @@ TypeResult run_type(const Setup& s, ShardingType type, const Group& world,
     const size_t bi = static_cast<size_t>(step) % batches.size();
     barrier(world).wait();
     const auto t0 = Clock::now();
-    ShardedEmbeddingContext ctx;
+    EmbeddingBagCollectionContext ctx;
     ShardedInputDistAwaitable in = sebc.input_dist(ctx, batches[bi]);
     auto feats = in.wait();
     const std::vector<KeyedJaggedTensor> dist = feats.wait();

@@ -353,8 +353,8 @@ void expect_invalid(Ctx& ctx, const std::string& where, const std::function<Work
   Work work;
   try {
     work = call();
-  } catch (const ferry::InvalidArgument&) {
-    ctx.expect(true, [] { return std::string(); });
+  } catch (const ferry::InvalidArgument& e) {
+    ctx.expect(e.what()[0] != '\0', [&] { return where + ": InvalidArgument without a message"; });
     return;
   } catch (const std::exception& e) {
     ctx.fail(where + ": expected InvalidArgument from the call, got " + error_kind(e) + ": " +

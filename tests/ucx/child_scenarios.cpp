@@ -171,7 +171,7 @@ int p2p_contract() {
     Work b = send(full({12}, 1.0), 0, g, 10);
     a.wait();
     b.wait();
-    c.expect(true, "the sender's sends complete");
+    c.expect(a.is_completed() && b.is_completed(), "the sender's sends complete");
   }
   barrier(g).wait();
   c.expect(!g.poisoned(), "point-to-point errors do not poison the group");

@@ -73,9 +73,6 @@ namespace ferry::torchrec {
 struct EmbeddingBagCollectionContext : ShardedModuleContext {
   std::vector<std::vector<int64_t>> inverse_rows;  // empty unless the batch is VBE
 };
-// The name of the one context both collections shared before each got its own kind; kept for
-// callers written against it.
-using ShardedEmbeddingContext = EmbeddingBagCollectionContext;
 
 class ShardedEmbeddingBagCollection : public ShardedCollectionBase {
  public:
