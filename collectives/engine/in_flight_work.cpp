@@ -209,6 +209,11 @@ void InFlightWork::wait_timed_out(const std::string& why) {
 }
 
 void InFlightWork::finish_before_group_ends(GroupImpl& group) {
+  // The group's last handle can be the one its op's driver took for the drive (wait_until,
+  // fail_op), released while this thread still holds the drive lock: the group then ends on the
+  // driving thread, whose frame finishes the op. Locking again would refuse (an exception out of
+  // the group's destructor: the process terminated).
+  if (driver_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return;
   DriveLock drive(*this);
   drive.lock();
   if (pending_) drive_to_the_end(group);
