@@ -143,7 +143,9 @@ void TrainPipeline::start(InFlight& f, StepTimes& times) {
   const auto t0 = Clock::now();
   for (size_t m = 0; m < modules_.size(); ++m) {
     ModuleBatch& mb = f.modules[m];
-    mb.ctx = modules_[m]->create_context();
+    // Made once per module slot and kept with the slot from batch to batch (the input dist
+    // resets it), so a step allocates no context or lists in it.
+    if (!mb.ctx) mb.ctx = modules_[m]->create_context();
     mb.phase1 = modules_[m]->input_dist_checked(*mb.ctx, mb.input);
   }
   f.stage = 1;
@@ -280,8 +282,14 @@ std::optional<TrainStepOutput> TrainPipelineSparseDist::progress(BatchSource& so
     if (next) advance(*next, 2, times);
   });
   if (next) advance(*next, 3, times);
-  spare_modules_ = std::move(current_->modules);  // emptied; the next proposal refills it
-  spare_modules_.clear();
+  // The next proposal refills these: each slot keeps only its module's context (which the next
+  // input dist resets), so neither the list nor the contexts are made again.
+  spare_modules_ = std::move(current_->modules);
+  for (ModuleBatch& mb : spare_modules_) {
+    std::unique_ptr<ShardedModuleContext> ctx = std::move(mb.ctx);
+    mb = ModuleBatch{};
+    mb.ctx = std::move(ctx);
+  }
   current_ = std::move(next);  // empty when the data ended: the next call returns nullopt
   times.total = seconds_since(step_start);
   out.times = times;
