@@ -30,13 +30,15 @@ for transport in "$@"; do
   cp "$ck/ckpt-00000002/metadata" "$dir/metadata.good"
   for case in "0 16" "1 100" "0 300"; do
     read -r victim_index kib <<<"$case"
-    # A long third epoch (seconds), so that the limit is in place well before its save.
-    launch --epochs 3 "${small[@]}" --train-samples 131072 --resume "$ck" --checkpoint "$ck" \
+    # A long third epoch, so that the limit is in place well before its save: 4096 steps, about
+    # 1.5 s at the step's fastest here (0.35 ms), against the 50 ms poll below. The step got ten
+    # times faster since this case was written; at 1024 steps the save sometimes came first.
+    launch --epochs 3 "${small[@]}" --train-samples 524288 --resume "$ck" --checkpoint "$ck" \
       > "$dir/crash.txt" 2>&1 &
     launcher=$!
     limited=""
-    for _ in $(seq 1 600); do  # up to 60 s for the resume
-      sleep 0.1
+    for _ in $(seq 1 1200); do  # up to 60 s for the resume
+      sleep 0.05
       if grep -q "resumed from" "$dir/crash.txt"; then
         mapfile -t pids < <(ranks_of "$launcher" | sort -n)
         if [ "${#pids[@]}" -eq 2 ]; then
