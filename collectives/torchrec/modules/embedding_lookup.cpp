@@ -88,6 +88,23 @@ void resolve_rows(const Plan& p, const Plan::Item& it, const EmbeddingTable& t, 
                   int64_t lo, int64_t hi, int64_t* rows) {
   const char* op = p.op;
   const int64_t R = t.total_rows(), r0 = t.shard().row_offset, nr = t.shard().num_rows;
+  // Nearly always every id is in range: that is checked first over all of them (one OR of
+  // each id and R - 1 - id, whose top bit is set only for an id out of range, in unsigned
+  // arithmetic that wraps), and the local rows are then computed without a branch per id; both
+  // loops run in whole registers. Otherwise the loop below finds the bad ids one by one.
+  const auto last = static_cast<uint64_t>(R - 1);
+  uint64_t signs = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    const auto id = static_cast<uint64_t>(ids[i]);
+    signs |= id | (last - id);
+  }
+  if (signs >> 63 == 0) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t local = ids[i] - r0;
+      rows[i - lo] = static_cast<uint64_t>(local) < static_cast<uint64_t>(nr) ? local : -1;
+    }
+    return;
+  }
   bool warned = false;
   for (int64_t i = lo; i < hi; ++i) {
     int64_t id = ids[i];

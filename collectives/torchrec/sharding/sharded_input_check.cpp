@@ -84,10 +84,20 @@ Words id_problem(const ShardedTables& tables, const KeyedJaggedTensor& kjt,
     const auto k = static_cast<size_t>(key);
     const int64_t* ids = all_ids + key_offsets[k];
     const int64_t n = key_offsets[k + 1] - key_offsets[k];
-    // One pass over the ids; the sample of a bad one is looked up only when there is one.
-    int64_t bad = 0;
-    while (bad < n && ids[bad] >= 0 && ids[bad] < rows) ++bad;
-    if (bad < n) {
+    // An id is in range when neither it nor rows - 1 - id has its top bit set (in unsigned
+    // arithmetic, which wraps instead of overflowing): one OR of the two over all ids says
+    // whether any is out, in a loop without an early exit, which the compiler runs in whole
+    // registers (this runs on every batch, over every id). Only when one is out of range is the
+    // first bad id, and its sample, searched for.
+    const auto last = static_cast<uint64_t>(rows - 1);
+    uint64_t signs = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto id = static_cast<uint64_t>(ids[i]);
+      signs |= id | (last - id);
+    }
+    if (signs >> 63 != 0) {
+      int64_t bad = 0;
+      while (ids[bad] >= 0 && ids[bad] < rows) ++bad;
       const Tensor lengths = kjt[features[f]].lengths();
       int64_t b = 0, end = lengths.numel() > 0 ? static_cast<int64_t>(lengths.get_flat(0)) : 0;
       while (bad >= end && b + 1 < lengths.numel())

@@ -13,6 +13,7 @@
 #include "tests/torchrec/sharding/sharded_collections_case.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -91,6 +92,15 @@ DG_CASE("sharded EBC: bad input raises the same error on every rank before any p
   expect_invalid([&] { s.forward(to_kjt({b}, false)); },
                  {str("rank ", bad), "table \"t1\"", "feature \"f2\"", "id 7", "sample 1"}, g,
                  "id out of range");
+  // A negative id, and the greatest int64 (no arithmetic on it may overflow), likewise.
+  for (const int64_t id : {int64_t{-3}, std::numeric_limits<int64_t>::max()}) {
+    IdBatch n = make_batch(bag_specs(), 2, me, 0);
+    if (me == bad) n.ids[2][0] = {0, id};
+    expect_invalid([&] { s.forward(to_kjt({n}, false)); },
+                   {str("rank ", bad), "table \"t1\"", "feature \"f2\"", str("id ", id),
+                    "sample 0"},
+                   g, "id out of range");
+  }
   // A configured feature missing from one rank's KJT.
   {
     IdBatch m = make_batch(bag_specs(), 2, me, 0);
