@@ -226,7 +226,7 @@ Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> cvec(const T* p, int64_t n)
 // Rows are read at random places of tables larger than the caches: asking for the row of the
 // id this many ids ahead hides most of each miss behind the work on the ids before it (what
 // fbgemm's TBE kernels do on the CPU too).
-constexpr int64_t kPrefetchAhead = 8;
+constexpr int64_t kPrefetchAhead = 32;
 
 // Items (or tables) per block when intra-op threads split a lookup or its backward: each costs
 // tens of microseconds at a training batch, so a block of two is worth a helper thread.
