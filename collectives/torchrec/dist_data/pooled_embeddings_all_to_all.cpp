@@ -3,6 +3,7 @@
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
 #include <ferry/autograd/ops_detail.h>
+#include <ferry/collectives/torchrec/comm/alltoall_pooled_in_order.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 #include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
@@ -125,7 +126,31 @@ PooledEmbeddingsAwaitable PooledEmbeddingsAllToAll::forward(
   }
   // The comm op checks the sizes against the input (naming alltoall_pooled).
   info.dim_sum_per_rank.assign(dim_sum_per_rank_.begin(), dim_sum_per_rank_.end());
-  return with_callbacks(alltoall_pooled(local_embs, info, group_, codecs_), callbacks_);
+  if (!order_) return with_callbacks(alltoall_pooled(local_embs, info, group_, codecs_), callbacks_);
+  if (W == 1) {
+    PooledEmbeddingsAwaitable a(alltoall_pooled(local_embs, info, group_, codecs_));
+    a.then(order_callback_);
+    for (const EmbeddingsCallback& cb : callbacks_) a.then(cb);
+    return a;
+  }
+  return with_callbacks(detail::alltoall_pooled_in_order(local_embs, info, order_, group_, codecs_),
+                        callbacks_);
+}
+
+void PooledEmbeddingsAllToAll::permute_in_exchange(const PermutePooledEmbeddingsSplit& permute) {
+  // Made, and so checked against dim_sum_per_rank, whether or not it is kept.
+  auto order = std::make_shared<const detail::PooledColumnOrder>(dim_sum_per_rank_,
+                                                                 permute.dims(), permute.permute());
+  const std::vector<int64_t>& p = permute.permute();
+  bool identity = true;
+  for (size_t i = 0; i < p.size(); ++i) identity = identity && p[i] == static_cast<int64_t>(i);
+  if (identity) {  // already in order: the blocks land in their columns directly, no pass at all
+    order_.reset();
+    order_callback_ = nullptr;
+    return;
+  }
+  order_ = std::move(order);
+  order_callback_ = permute_pooled_embs_callback(permute);
 }
 
 // ---- VariableBatchPooledEmbeddingsAllToAll ----

@@ -20,10 +20,15 @@
 #include <ferry/collectives/torchrec/sparse/bucketize.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 namespace ferry::torchrec {
+
+namespace detail {
+class PooledColumnOrder;  // comm/alltoall_pooled_in_order.h
+}
 
 using EmbeddingsCallback = Awaitable<Variable>::Callback;
 
@@ -54,6 +59,15 @@ class PooledEmbeddingsAllToAll {
     return forward(local_embs, batch_size_per_rank);
   }
 
+  // Puts every forward's result in `permute`'s column order as part of the exchange, before
+  // the callbacks run: the values and gradients of permute_pooled_embs_callback(permute) as the
+  // first callback, bit for bit, without that callback's own pass over the output forward and
+  // over its gradient backward (each received block is written straight to its columns, and
+  // gathered back from them). permute.dims() must split each rank's dim_sum_per_rank in rank
+  // order (InvalidArgument otherwise). ferry's addition: the sharded collections use it to
+  // bring the features received in rank order back to the collection's order.
+  void permute_in_exchange(const PermutePooledEmbeddingsSplit& permute);
+
   // The module's callbacks (torchrec's `callbacks` property): appending here affects later
   // forwards, not awaitables already returned.
   std::vector<EmbeddingsCallback>& callbacks() { return callbacks_; }
@@ -67,6 +81,10 @@ class PooledEmbeddingsAllToAll {
   std::vector<int64_t> dim_sum_per_rank_;
   std::vector<EmbeddingsCallback> callbacks_;
   Codecs codecs_;
+  // permute_in_exchange's: the columns' places in the exchange (null: none), and the same
+  // permutation as a callback, for a group of one rank, which exchanges nothing.
+  std::shared_ptr<const detail::PooledColumnOrder> order_;
+  EmbeddingsCallback order_callback_;
 };
 
 // Per-feature variable batch (VBE).

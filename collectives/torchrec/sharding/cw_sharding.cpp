@@ -11,7 +11,7 @@ std::vector<std::string> unit_names(const std::vector<ShardUnit>& units) {
   return keys;
 }
 
-EmbeddingsCallback column_order_callback(const std::vector<ShardUnit>& units) {
+PermutePooledEmbeddingsSplit column_order(const std::vector<ShardUnit>& units) {
   std::vector<int64_t> order(units.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
@@ -21,7 +21,7 @@ EmbeddingsCallback column_order_callback(const std::vector<ShardUnit>& units) {
   });
   std::vector<int64_t> dims;
   for (const auto& u : units) dims.push_back(u.width);
-  return permute_pooled_embs_callback(PermutePooledEmbeddingsSplit(dims, order));
+  return PermutePooledEmbeddingsSplit(dims, order);
 }
 
 }  // namespace ferry::torchrec::detail

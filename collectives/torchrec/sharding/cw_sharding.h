@@ -16,6 +16,6 @@ namespace ferry::torchrec::detail {
 std::vector<std::string> unit_names(const std::vector<ShardUnit>& units);
 
 // The column permutation putting the units' blocks (in rank order) in (feature, column) order.
-EmbeddingsCallback column_order_callback(const std::vector<ShardUnit>& units);
+PermutePooledEmbeddingsSplit column_order(const std::vector<ShardUnit>& units);
 
 }  // namespace ferry::torchrec::detail

@@ -19,16 +19,16 @@ TwCwPooledEmbeddingSharding::TwCwPooledEmbeddingSharding(const detail::ShardedTa
       dims_per_rank_(detail::dims_per_rank(units_, world_.size())),
       lookups_(detail::unit_lookups(units_, world_.rank(), /*pooled=*/true)),
       input_a2a_(world_, detail::units_per_rank(units_, world_.size())),
-      output_a2a_(world_, dims_per_rank_,
-                  units_.empty() ? std::vector<EmbeddingsCallback>{}
-                                 : std::vector<EmbeddingsCallback>{detail::column_order_callback(units_)},
-                  tables.codecs()),
+      output_a2a_(world_, dims_per_rank_, {}, tables.codecs()),
       vbe_a2a_(world_, detail::unit_widths_per_rank(units_, world_.size()), {}, tables.codecs()) {
   std::vector<detail::ShardUnit> sorted = units_;
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return a.feature != b.feature ? a.feature < b.feature : a.col_offset < b.col_offset;
   });
   for (const auto& u : sorted) blocks_.push_back({u.feature, u.col_offset, u.width});
+  // The units arrive in rank order; each one is written straight to its (feature, column)
+  // place as it arrives.
+  if (!units_.empty()) output_a2a_.permute_in_exchange(detail::column_order(units_));
 }
 
 DistFeaturesAwaitable TwCwPooledEmbeddingSharding::input_dist(

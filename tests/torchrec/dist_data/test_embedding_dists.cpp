@@ -10,6 +10,8 @@
 #include "tests/torchrec/comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
 
+#include <algorithm>
+#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -191,6 +193,66 @@ DG_CASE("embedding dists: column-wise output dist with the permute callback, and
   check_op(g, "PooledEmbeddingsAllToAll (permuted, uneven batches)",
            pooled([&](const Variable& v) { return dist.forward(v, batch); }),
            {rank_input({total(batch), dims[me]}, g)});
+}
+
+DG_CASE("embedding dists: PooledEmbeddingsAllToAll permuting in the exchange gives the permute "
+        "callback's values and gradients bit for bit (float32, uneven batches, division on and "
+        "off, fp16 codec)",
+        "[torchrec][dists][pooled_a2a][permute_in_exchange]", 1, 2, 3, 4) {
+  const int W = g.size(), me = g.rank();
+  // Rank i holds 1 + i % 3 blocks of widths 16, 3 and 16 (one rank none when W = 4: its
+  // dim_sum is 0); the permutation is a shuffle with a fixed seed, the same on every rank.
+  V dims, dim_sum(static_cast<size_t>(W), 0);
+  const V widths = {16, 3, 16};
+  for (int i = 0; i < W; ++i) {
+    const int blocks = i == 3 ? 0 : 1 + i % 3;
+    for (int k = 0; k < blocks; ++k) {
+      dims.push_back(widths[static_cast<size_t>(k)]);
+      dim_sum[static_cast<size_t>(i)] += widths[static_cast<size_t>(k)];
+    }
+  }
+  V perm(dims.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+  const PermutePooledEmbeddingsSplit permute(dims, perm);
+  V batch;
+  for (int j = 0; j < W; ++j) batch.push_back((2 * j + 3) % 4);
+  const int64_t rows = total(batch), out_rows = batch[static_cast<size_t>(me)];
+  std::mt19937 rng(100 + me);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Tensor x = empty({rows, dim_sum[static_cast<size_t>(me)]}, DType::Float32);
+  Tensor grad = empty({out_rows, total(dims)}, DType::Float32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+  for (int64_t i = 0; i < grad.numel(); ++i) grad.data<float>()[i] = u(rng);
+  QuantizedCommCodecs fp16;
+  fp16.forward = std::make_shared<FbgemmQuantizedCommCodec>(CommType::FP16);
+  fp16.backward = std::make_shared<FbgemmQuantizedCommCodec>(CommType::FP16);
+  for (const Codecs& codecs : {Codecs(std::nullopt), Codecs(fp16)}) {
+    const PooledEmbeddingsAllToAll as_callback(g, dim_sum, {permute_pooled_embs_callback(permute)},
+                                               codecs);
+    PooledEmbeddingsAllToAll in_exchange(g, dim_sum, {}, codecs);
+    in_exchange.permute_in_exchange(permute);
+    for (bool division : {true, false}) {
+      with_gradient_division(g, division, [&] {
+        const std::string what = cat_str(codecs ? "fp16" : "no codec",
+                                         division ? ", division on" : ", division off");
+        const auto want = forward_backward(
+            [&](const Variable& v) { return as_callback.forward(v, batch).wait(); }, x, grad);
+        const auto got = forward_backward(
+            [&](const Variable& v) { return in_exchange.forward(v, batch).wait(); }, x, grad);
+        expect_equal(got.outputs[0], want.outputs[0], g, "Y, " + what);
+        expect_equal(got.input_grads[0], want.input_grads[0], g, "dX, " + what);
+      });
+    }
+  }
+  // Blocks that do not split the ranks' columns are refused when the permutation is given.
+  PooledEmbeddingsAllToAll other(g, dim_sum);
+  V wider = dims;
+  wider.back() += 1;
+  V order(wider.size());
+  std::iota(order.begin(), order.end(), 0);
+  expect_invalid([&] { other.permute_in_exchange(PermutePooledEmbeddingsSplit(wider, order)); },
+                 {"alltoall_pooled_in_order", "do not"}, g, "blocks wider than the ranks' columns");
 }
 
 DG_CASE("embedding dists: VariableBatchPooledEmbeddingsAllToAll, torchrec's docs example and "
