@@ -17,12 +17,23 @@ using Clock = std::chrono::steady_clock;
 
 class ProgressDriver {
  public:
-  void watch(std::weak_ptr<WorkState> state, std::function<void()> on_completed) {
-    const Clock::time_point give_up_at =
-        Clock::now() + 2 * default_timeout() + std::chrono::seconds(1);
+  void watch(std::weak_ptr<WorkState> state, std::function<void()> on_completed,
+             Clock::duration first_look) {
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point give_up_at = now + 2 * default_timeout() + std::chrono::seconds(1);
+    const Clock::time_point not_before = now + first_look;
     std::lock_guard<std::mutex> lock(mu_);
-    list_.push_back({std::move(state), std::move(on_completed), give_up_at});
+    list_.push_back({std::move(state), std::move(on_completed), give_up_at, not_before});
     start_locked();
+    if (first_look.count() > 0) {
+      // Looked at no sooner than asked: the thread is woken only when it would otherwise sleep
+      // past that time (a thread that sleeps until its next round wakes in time anyway).
+      if (not_before < sleeps_until_) {
+        fresh_ = true;  // a round now, which finds the next time to look
+        cv_.notify_one();
+      }
+      return;
+    }
     // A new op may finish within microseconds: look soon, not after the backed-off pause.
     fresh_ = true;
     cv_.notify_one();
@@ -68,6 +79,7 @@ class ProgressDriver {
     std::weak_ptr<WorkState> state;
     std::function<void()> on_completed;
     Clock::time_point give_up_at;
+    Clock::time_point not_before;  // not tested before then (watch's first_look)
   };
 
   static constexpr auto kFirstPause = std::chrono::microseconds(50);
@@ -104,7 +116,9 @@ class ProgressDriver {
           continue;
         }
         asleep_.store(true);
+        sleeps_until_ = Clock::time_point::max();
         cv_.wait(lock, [&] { return stopping_ || !list_.empty() || poller_work_.load(); });
+        sleeps_until_ = Clock::time_point{};
         asleep_.store(false);
         pause = kFirstPause;
         continue;
@@ -129,10 +143,18 @@ class ProgressDriver {
       // Ops watched meanwhile are in list_ already; the ones still in flight join them.
       for (Watched& w : round) list_.push_back(std::move(w));
       pause = completed_any ? kFirstPause : std::min<Clock::duration>(2 * pause, kLongestPause);
-      if (!list_.empty())
-        cv_.wait_for(lock, pause, [&] { return stopping_ || fresh_; });
-      else if (Clock::now() < pollers_busy_until)
-        cv_.wait_for(lock, kLongestPause, [&] { return stopping_ || fresh_; });
+      // Until the next round: the pause when an op may be tested now, else until the first one
+      // that may, or the pollers' next round.
+      const Clock::time_point after = Clock::now();
+      Clock::time_point next = Clock::time_point::max();
+      for (const Watched& w : list_)
+        next = std::min(next, w.not_before <= after ? after + pause : w.not_before);
+      if (after < pollers_busy_until) next = std::min(next, after + kLongestPause);
+      if (next != Clock::time_point::max()) {
+        sleeps_until_ = next;
+        cv_.wait_until(lock, next, [&] { return stopping_ || fresh_ || Clock::now() >= next; });
+        sleeps_until_ = Clock::time_point{};
+      }
       // else: nothing in flight; the top of the loop sleeps unless a poller has work again
     }
   }
@@ -143,6 +165,7 @@ class ProgressDriver {
     bool completed_any = false;
     const Clock::time_point now = Clock::now();
     std::erase_if(round, [&](Watched& w) {
+      if (now < w.not_before) return false;  // not to be looked at yet
       std::shared_ptr<WorkState> state = w.state.lock();
       if (!state) return true;
       // Switched off, the thread only reads the completion flag (non-virtual): an op then
@@ -164,6 +187,9 @@ class ProgressDriver {
   std::thread thread_;
   bool stopping_ = false;
   bool fresh_ = false;
+  // When the thread's current sleep ends (max: asleep with nothing watched; the epoch: awake).
+  // Under mu_.
+  Clock::time_point sleeps_until_{};
   std::atomic<bool> started_{false};
   std::atomic<bool> poller_work_{false};
   std::atomic<uint64_t> rounds_{0};
@@ -178,8 +204,9 @@ ProgressDriver& driver() {
 
 }  // namespace
 
-void progress_in_background(std::weak_ptr<WorkState> state, std::function<void()> on_completed) {
-  driver().watch(std::move(state), std::move(on_completed));
+void progress_in_background(std::weak_ptr<WorkState> state, std::function<void()> on_completed,
+                            std::chrono::microseconds first_look) {
+  driver().watch(std::move(state), std::move(on_completed), first_look);
 }
 
 void add_background_poller(BackgroundPoller* poller) { driver().add_poller(poller); }

@@ -39,6 +39,7 @@
 
 #include <ferry/runtime/work.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,9 +47,14 @@
 namespace ferry::detail {
 
 // Tests `state` in the background until it completed, then calls `on_completed` (may be null)
-// on the progress thread, whether the op succeeded or failed.
+// on the progress thread, whether the op succeeded or failed. With `first_look`, the first test
+// comes no sooner than that after the call, and the thread is not woken for the op before then:
+// for an op that its waiter will most likely move first (see Work::progress_in_background on a
+// host whose ranks fill its cores), the thread then costs no wake-up and takes no lock of the
+// transport's while the ranks compute.
 void progress_in_background(std::weak_ptr<WorkState> state,
-                            std::function<void()> on_completed = nullptr);
+                            std::function<void()> on_completed = nullptr,
+                            std::chrono::microseconds first_look = {});
 
 // Something the progress thread steps while it has work (see "Pollers" above).
 class BackgroundPoller {

@@ -58,6 +58,31 @@ TEST_CASE("progress: an op that moves only when tested completes while nobody wa
   CHECK(detail::background_progress_asleep());
 }
 
+TEST_CASE("progress: an op watched with a first look is not tested before it, then completes; "
+          "ops watched meanwhile are not held up",
+          "[progress]") {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kFirstLook = std::chrono::milliseconds(40);
+  auto late = std::make_shared<MovesWhenTested>(1);
+  std::atomic<int64_t> completed_after_us{-1};
+  const auto t0 = Clock::now();
+  detail::progress_in_background(late, [&] {
+    completed_after_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+  }, kFirstLook);
+  // An op watched without a first look meanwhile completes at once (within the 30 s bound), not
+  // after the first one's look.
+  auto soon = std::make_shared<MovesWhenTested>(2);
+  std::promise<void> soon_done;
+  Work(soon).progress_in_background([&] { soon_done.set_value(); });
+  REQUIRE(soon_done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  REQUIRE(eventually([&] { return completed_after_us.load() >= 0; }));
+  // The op completes at its first test: that test came no sooner than the first look.
+  CHECK(completed_after_us.load() >=
+        std::chrono::duration_cast<std::chrono::microseconds>(kFirstLook).count());
+  CHECK(late->WorkState::is_completed());
+}
+
 TEST_CASE("progress: a dropped Work is forgotten, and its callback never runs", "[progress]") {
   std::atomic<bool> called{false};
   {
