@@ -168,9 +168,9 @@ class ProgressDriver {
       if (now < w.not_before) return false;  // not to be looked at yet
       std::shared_ptr<WorkState> state = w.state.lock();
       if (!state) return true;
-      // Switched off, the thread only reads the completion flag (non-virtual): an op then
-      // moves only if its group's worker or a waiter moves it.
-      if (drive_ ? state->is_completed() : state->WorkState::is_completed()) {
+      // Switched off, the thread only reads the completion flag: an op then moves only if its
+      // group's worker or a waiter moves it.
+      if (drive_ ? state->progress(Mover::kTester, {}, state) : state->is_completed()) {
         completed_any = true;
         if (w.on_completed) w.on_completed();
         return true;

@@ -72,8 +72,19 @@ bool WorkState::is_completed() const {
   return done_;
 }
 
-bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline, bool may_help) {
-  (void)may_help;  // nothing to run here: see the override of a queued op's state
+bool WorkState::progress(Mover who, std::chrono::milliseconds timeout,
+                         const std::shared_ptr<WorkState>& self) {
+  (void)self;
+  switch (who) {
+    case Mover::kTester: return is_completed();
+    case Mover::kNobody: return false;
+    case Mover::kWaiter:
+    case Mover::kHelper: break;
+  }
+  return await(deadline_after(timeout));
+}
+
+bool WorkState::await(std::chrono::steady_clock::time_point deadline) {
   // Most waits end within microseconds of being called: spin a little before sleeping.
   if (spin_then_yield([&] { return is_completed(); })) return true;
   // A thread with work of its own does it before sleeping (idle_work.h).
@@ -82,6 +93,10 @@ bool WorkState::wait_until(std::chrono::steady_clock::time_point deadline, bool 
   }
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_until(lock, deadline, [&] { return done_; });
+}
+
+std::string WorkState::expired_wait(std::chrono::milliseconds timeout) const {
+  return str(description(), ": not completed within ", timeout.count(), " ms (Work::wait)");
 }
 
 void WorkState::rethrow_if_failed() const {
@@ -97,27 +112,27 @@ Work Work::completed(std::vector<Tensor> outputs, std::string description) {
   return Work(std::move(state));
 }
 
-bool Work::is_completed() const { return !state_ || state_->is_completed(); }
+bool Work::is_completed() const {
+  return !state_ || state_->progress(detail::Mover::kTester, {}, state_);
+}
 
 void Work::wait() {
   if (!state_) return;
   // A self-timed op needs its own deadline, and may queue behind one op that uses up its
   // deadline before failing (the ops behind it then fail at once): two deadlines bound that.
-  auto budget = state_->self_timed ? 2 * default_timeout() + std::chrono::seconds(1)
-                                   : default_timeout();
-  wait_for(budget, /*may_help=*/state_->self_timed);
+  if (state_->self_timed)
+    wait_for(2 * default_timeout() + std::chrono::seconds(1), detail::Mover::kHelper);
+  else
+    wait_for(default_timeout(), detail::Mover::kWaiter);
 }
 
-void Work::wait(std::chrono::milliseconds timeout) { wait_for(timeout, /*may_help=*/false); }
+void Work::wait(std::chrono::milliseconds timeout) { wait_for(timeout, detail::Mover::kWaiter); }
 
-void Work::wait_for(std::chrono::milliseconds timeout, bool may_help) {
+void Work::wait_for(std::chrono::milliseconds timeout, detail::Mover who) {
   if (!state_) return;
-  if (!state_->wait_until(detail::deadline_after(timeout), may_help)) {
-    std::string why = detail::str(state_->description(), ": not completed within ",
-                                  timeout.count(), " ms (Work::wait)");
-    state_->wait_timed_out(why);
-    FERRY_THROW(TimeoutError, why);
-  }
+  // On expiry the op has been given up already (a collective's group poisoned: progress()).
+  if (!state_->progress(who, timeout, state_))
+    FERRY_THROW(TimeoutError, state_->expired_wait(timeout));
   state_->rethrow_if_failed();
 }
 
@@ -140,7 +155,7 @@ void Work::progress_in_background(std::function<void()> on_completed) const {
     if (on_completed) on_completed();
     return;
   }
-  if (state_->hand_off_progress(state_)) {
+  if (state_->progress(detail::Mover::kNobody, {}, state_)) {
     state_->on_completion(std::move(on_completed));
     return;
   }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -21,7 +22,22 @@ namespace ferry {
 
 namespace detail {
 
+// Who asks an op to move, through its Work (WorkState::progress).
+enum class Mover : uint8_t {
+  kTester,  // one look that never blocks (Work::is_completed, the progress thread's rounds)
+  kWaiter,  // a caller's wait (Work::wait(timeout), or wait() on an op without a deadline of
+            // its own): the op is not run on the waiting thread
+  kHelper,  // a wait at least as long as the op's own deadline (Work::wait() on a self-timed
+            // op): the waiting thread may run the op itself (an op queued on its group's worker
+            // runs on the waiter when it comes first), since a running op cannot be left early
+  kNobody,  // nobody waits for it (Work::progress_in_background)
+};
+
 // Shared between the Work handles a user holds and whoever completes the op.
+//
+// A kind of op says how it moves in one hook, progress(), and whether it keeps a deadline of
+// its own in one flag, self_timed. The plain state (an op that another thread completes, or one
+// complete at birth) moves by itself: a test reads the flag, a wait blocks for it.
 class WorkState {
  public:
   explicit WorkState(std::string description) : description_(std::move(description)) {}
@@ -38,37 +54,42 @@ class WorkState {
   void complete(std::vector<Tensor> outputs = {});
   void fail(std::exception_ptr error);
 
-  virtual bool is_completed() const;
-  // How the op moves while nobody waits (Work::progress_in_background): true when it completes
-  // without a thread of ferry's testing it, because whoever runs it completes it anyway (an op
-  // queued on its group's worker) or because it was handed to one who can (a collective started
-  // at issue: its group's worker waits it out). `self` is this state's own handle, for the task
-  // that drives it. False: the process's progress thread tests it (runtime/progress.h).
-  virtual bool hand_off_progress(const std::shared_ptr<WorkState>& self) {
-    (void)self;
-    return false;
-  }
+  // The one hook: moves the op as `who` asks, and says whether the asker is done with it.
+  //   kTester: true once the op completed (succeeded or failed). Never blocks.
+  //   kWaiter, kHelper: blocks until the op completed (true) or `timeout` passed (false). On
+  //     expiry the op has been given up as its kind requires before this returns: a collective
+  //     poisons its group (MPI-style collectives cannot be cancelled half-way, so the ranks are
+  //     out of step), a send or a recv is withdrawn too. Rethrows nothing.
+  //   kNobody: true when the op completes without a thread of ferry's testing it, because
+  //     whoever runs it completes it anyway (an op queued on its group's worker) or because it
+  //     was handed to one who can (a collective started at issue: its group's worker waits it
+  //     out); `self` is this state's own handle, for the task that drives it. False: the
+  //     process's progress thread tests it (runtime/progress.h).
+  // Here: nothing to move; a test reads the flag, a wait blocks, nothing is handed off.
+  virtual bool progress(Mover who, std::chrono::milliseconds timeout,
+                        const std::shared_ptr<WorkState>& self);
+
+  // Whether the op completed, without moving it (a read of the flag).
+  bool is_completed() const;
   // Calls `fn` once the op completed or failed: from complete() / fail(), on the thread that
   // completes it, or at once on the calling thread when it already has.
   void on_completion(std::function<void()> fn);
-  // Blocks until completed or `deadline`; returns false on expiry. Rethrows nothing. With
-  // `may_help`, the waiting thread may run the op itself (an op queued on its group's worker
-  // runs on the waiter when it comes first); only a wait that lasts at least as long as the op's
-  // own deadline may, since a running op cannot be left early.
-  virtual bool wait_until(std::chrono::steady_clock::time_point deadline, bool may_help = false);
   // After completion: rethrows the op's error, if any.
   void rethrow_if_failed() const;
   const std::vector<Tensor>& outputs() const { return outputs_; }
+  // What a wait of `timeout` that expired says (the TimeoutError's message, the reason a
+  // collective's group is poisoned with).
+  std::string expired_wait(std::chrono::milliseconds timeout) const;
 
   // True when the op enforces its own deadline (collectives: FERRY_TIMEOUT from the moment it
   // starts, failing with a TimeoutError that names the silent peers). Work::wait() then waits
-  // for that error rather than racing it with a deadline of its own.
+  // for that error rather than racing it with a deadline of its own, as a helper (kHelper).
   bool self_timed = false;
 
-  // What Work does when a user's wait expired: nothing here; a collective poisons its group.
-  virtual void wait_timed_out(const std::string& why) { (void)why; }
-
  protected:
+  // Blocks until completed or `deadline`; returns false on expiry. Spins briefly, does the
+  // calling thread's idle work (idle_work.h), then sleeps: for an op another thread completes.
+  bool await(std::chrono::steady_clock::time_point deadline);
   // complete() and fail() without the completion hooks, which the caller runs with
   // run_completion_hooks() once it let go of its own locks: a hook may test or wait for this
   // same op (a Work::then callback), which takes them again. Waiters are woken at once.
@@ -136,7 +157,7 @@ class Work {
   Work then(std::function<void(Work)> callback) const;
 
  private:
-  void wait_for(std::chrono::milliseconds timeout, bool may_help);
+  void wait_for(std::chrono::milliseconds timeout, detail::Mover who);
   std::shared_ptr<detail::WorkState> state_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/engine/queued_work.h>
+#include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
@@ -134,28 +135,51 @@ bool InFlightWork::lock_drive(DriveLock& drive, Clock::time_point deadline, bool
   return true;
 }
 
-bool InFlightWork::is_completed() const {
-  if (WorkState::is_completed()) return true;
+bool InFlightWork::progress(Mover who, std::chrono::milliseconds timeout,
+                            const std::shared_ptr<WorkState>& self) {
+  switch (who) {
+    case Mover::kTester: return test();
+    case Mover::kNobody: {
+      if (!self_timed) return false;
+      auto group = op_.group.lock();
+      if (!group) return false;
+      group->executor().enqueue(
+          [work = std::static_pointer_cast<InFlightWork>(self), g = group.get()] {
+            DriveLock drive(*work);
+            drive.lock();
+            if (work->pending_) work->drive_to_the_end(*g);
+          });
+      return true;
+    }
+    case Mover::kWaiter:
+    case Mover::kHelper: break;
+  }
+  if (wait(deadline_after(timeout))) return true;
+  give_up(expired_wait(timeout));
+  return false;
+}
+
+bool InFlightWork::test() {
+  if (is_completed()) return true;
   DriveLock drive(*this);
-  if (!drive.try_lock() || !pending_) return WorkState::is_completed();
-  auto* self = const_cast<InFlightWork*>(this);
+  if (!drive.try_lock() || !pending_) return is_completed();
   try {
     if (!pending_->test()) return false;
   } catch (...) {
-    self->fail_op(std::current_exception());
+    fail_op(std::current_exception());
     return true;
   }
-  self->settle();
+  settle();
   return true;
 }
 
-bool InFlightWork::wait_until(Clock::time_point deadline, bool may_help) {
+bool InFlightWork::wait(Clock::time_point deadline) {
   DriveLock drive(*this);
   bool completed = false;
   if (!lock_drive(drive, deadline, completed)) return completed;
   if (!pending_) {  // settled already
     drive.unlock();
-    return WorkState::wait_until(deadline, may_help);
+    return await(deadline);
   }
   try {
     if (pending_->polls_first() &&
@@ -164,8 +188,9 @@ bool InFlightWork::wait_until(Clock::time_point deadline, bool may_help) {
       return true;
     }
     if (deadline < deadline_) {
-      // A caller's own shorter timeout (Work::wait(ms)): poll; on expiry Work poisons the group
-      // and the op stays in flight for a later wait (or the group's end) to finish.
+      // A caller's own shorter timeout (Work::wait(ms)): poll; on expiry the caller gives up
+      // (give_up poisons the group) and the op stays in flight for a later wait (or the
+      // group's end) to finish.
       while (!pending_->poll_until(std::min(deadline, Clock::now() + kSlice))) {
         if (Clock::now() >= deadline) return false;
       }
@@ -181,28 +206,13 @@ bool InFlightWork::wait_until(Clock::time_point deadline, bool may_help) {
     return true;
   }
   drive.unlock();
-  return WorkState::wait_until(deadline, may_help);  // the group ended: it finished the op
+  return await(deadline);  // the group ended: it finished the op
 }
 
-bool InFlightWork::hand_off_progress(const std::shared_ptr<WorkState>& self) {
-  auto group = op_.group.lock();
-  if (!group) return false;
-  group->executor().enqueue([work = std::static_pointer_cast<InFlightWork>(self), g = group.get()] {
-    DriveLock drive(*work);
-    drive.lock();
-    if (work->pending_) work->drive_to_the_end(*g);
-  });
-  return true;
-}
-
-void InFlightWork::wait_timed_out(const std::string& why) {
+void InFlightWork::give_up(const std::string& why) {
   auto group = op_.group.lock();
   if (!group) return;
   poison_after_wait_timeout(*group, why);
-  // Then as a queued op does in a poisoned group: an exchange that can be withdrawn gives up (its
-  // wait sees the poison within one slice) and tells the peers, so that they fail at once rather
-  // than at their deadline. A native collective cannot be withdrawn: it stays in flight for a
-  // later wait (or the group's end) to finish.
   DriveLock drive(*this);
   drive.lock();
   if (pending_ && pending_->on_failure() == OnFailure::kPoisonTellPeers) drive_to_the_end(*group);

@@ -80,14 +80,15 @@ class InFlightWork : public WorkState, public InFlightNative {
   ~InFlightWork() override;
 
   std::string description() const override { return op_.format(); }
-  bool is_completed() const override;
-  bool wait_until(Clock::time_point deadline, bool may_help) override;
-  // Background progress: the group's worker drives the op to the end, as it would a queued
-  // one. The process's progress thread would instead wake up every 50 us to 1 ms to test it; on
-  // a host with no core to spare (2 ranks on 2 cores) those wake-ups took a core from a rank,
-  // and the KJT all-to-all over MPI cost twice as long.
-  bool hand_off_progress(const std::shared_ptr<WorkState>& self) override;
-  void wait_timed_out(const std::string& why) override;
+  // A test tests the transport's part once (if no other thread drives it); a wait drives the
+  // op (see the top); an expired wait gives up (give_up). Background progress (kNobody): the
+  // group's worker drives the op to the end, as it would a queued one. The process's progress
+  // thread would instead wake up every 50 us to 1 ms to test it; on a host with no core to
+  // spare (2 ranks on 2 cores) those wake-ups took a core from a rank, and the KJT all-to-all
+  // over MPI cost twice as long. An op without a deadline of its own (a send, a recv) is left
+  // to the progress thread: the worker would wait for it without bound.
+  bool progress(Mover who, std::chrono::milliseconds timeout,
+                const std::shared_ptr<WorkState>& self) override;
   void finish_before_group_ends(GroupImpl& group) override;
 
  protected:
@@ -116,6 +117,14 @@ class InFlightWork : public WorkState, public InFlightNative {
     bool held_ = false;
   };
 
+  // What a wait that expired does to the op, before the waiter's TimeoutError: the group is
+  // poisoned with `why`; then, as a queued op does in a poisoned group, an exchange that can be
+  // withdrawn gives up (its wait sees the poison within one slice) and tells the peers, so that
+  // they fail at once rather than at their deadline. A native collective cannot be withdrawn:
+  // it stays in flight for a later wait (or the group's end) to finish. A send or a recv
+  // withdraws its message instead (point_to_point.cpp).
+  virtual void give_up(const std::string& why);
+
   // For a Work with its own way of letting go (a send or a recv is withdrawn when dropped):
   // the op still in flight, taken under the drive lock; null once settled.
   std::unique_ptr<InFlight> take_pending();
@@ -123,6 +132,11 @@ class InFlightWork : public WorkState, public InFlightNative {
   std::shared_ptr<GroupImpl> group_of_op() const { return op_.group.lock(); }
 
  private:
+  // Tests the op once, unless another thread drives it; true once completed.
+  bool test();
+  // Drives the op (or waits while another thread does) until it completed (true) or
+  // `deadline` (false).
+  bool wait(Clock::time_point deadline);
   // Takes the drive lock, or returns early: true with `drive` held, or false when the op
   // completed meanwhile (`completed`) or `deadline` passed.
   bool lock_drive(DriveLock& drive, Clock::time_point deadline, bool& completed);

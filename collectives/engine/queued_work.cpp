@@ -85,18 +85,24 @@ void QueuedWork::run() {
   fail(error);
 }
 
-bool QueuedWork::wait_until(Clock::time_point deadline, bool may_help) {
-  if (may_help) {
-    while (!WorkState::is_completed()) {
+bool QueuedWork::progress(Mover who, std::chrono::milliseconds timeout,
+                          const std::shared_ptr<WorkState>&) {
+  switch (who) {
+    case Mover::kTester: return is_completed();
+    case Mover::kNobody: return true;
+    case Mover::kWaiter:
+    case Mover::kHelper: break;
+  }
+  const Clock::time_point deadline = deadline_after(timeout);
+  if (who == Mover::kHelper) {
+    while (!is_completed()) {
       auto g = op_.group.lock();  // weak: a Work may outlive its group (and its worker)
       if (!g || !g->executor().run_one_here()) break;
     }
   }
-  return WorkState::wait_until(deadline, may_help);
-}
-
-void QueuedWork::wait_timed_out(const std::string& why) {
-  if (auto g = op_.group.lock()) poison_after_wait_timeout(*g, why);
+  if (await(deadline)) return true;
+  if (auto g = op_.group.lock()) poison_after_wait_timeout(*g, expired_wait(timeout));
+  return false;
 }
 
 }  // namespace ferry::detail

@@ -21,8 +21,8 @@ void poison_after_wait_timeout(GroupImpl& group, const std::string& why);
 
 // The Work of an op queued on its group's executor (issue.h); the other kind, an op started at
 // issue, is in_flight_work.h's. What describes it, lets a waiter run it and poisons the group
-// after a user's wait expired lives here rather than in std::functions of WorkState, each of
-// which would cost an allocation per op.
+// after a user's wait expired lives here (its description and progress) rather than in
+// std::functions of WorkState, each of which would cost an allocation per op.
 //
 // It also holds what the worker runs (the op's body, kept inline: op_body.h), so that queueing
 // an op allocates nothing beyond the Work, which the issuing thread's pool recycles.
@@ -42,12 +42,12 @@ class QueuedWork final : public WorkState {
   static bool run_here_if_idle(const std::shared_ptr<QueuedWork>& work);
 
   std::string description() const override { return op_.format(); }
-  // The group's worker runs every queued op (a waiter may take one first), dropped ones too.
-  bool hand_off_progress(const std::shared_ptr<WorkState>&) override { return true; }
-  // With `may_help`, runs the group's oldest queued ops on the waiting thread first
-  // (Executor::run_one_here) while this op is not complete.
-  bool wait_until(Clock::time_point deadline, bool may_help) override;
-  void wait_timed_out(const std::string& why) override;
+  // The group's worker runs every queued op, dropped ones too: nothing to hand off (kNobody),
+  // and a test only reads the flag. A helper (kHelper) runs the group's oldest queued ops on
+  // its own thread first (Executor::run_one_here) while this op is not complete. A wait that
+  // expires poisons the group.
+  bool progress(Mover who, std::chrono::milliseconds timeout,
+                const std::shared_ptr<WorkState>& self) override;
 
  private:
   // Runs the body on the worker or a helping waiter, completes or fails the Work, and drops the

@@ -56,9 +56,10 @@ class RequestInFlight final : public detail::InFlight {
   std::unique_ptr<Request> request_;
 };
 
-// The Work of a send or a recv. Unlike a collective's, it has no deadline of its own, is tested
-// by the process's progress thread in the background (no worker runs point-to-point requests),
-// and a wait that expired withdraws the message; the group is poisoned all the same.
+// The Work of a send or a recv. Unlike a collective's, it has no deadline of its own, so it is
+// tested by the process's progress thread in the background (no worker runs point-to-point
+// requests: InFlightWork::progress), and a wait that expired withdraws the message; the group
+// is poisoned all the same.
 class RequestWork final : public detail::InFlightWork {
  public:
   RequestWork(std::string description, detail::OpDescription op, std::unique_ptr<Request> request,
@@ -74,8 +75,9 @@ class RequestWork final : public detail::InFlightWork {
   }
 
   std::string description() const override { return description_; }
-  bool hand_off_progress(const std::shared_ptr<WorkState>&) override { return false; }
-  void wait_timed_out(const std::string& why) override {
+
+ protected:
+  void give_up(const std::string& why) override {
     if (auto group = group_of_op()) detail::poison_after_wait_timeout(*group, why);
     DriveLock drive(*this);
     drive.lock();

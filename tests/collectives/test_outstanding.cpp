@@ -357,7 +357,7 @@ FT_SPMD_CASE("outstanding: a Work dropped before it completed still completes it
 
 // Background progress with nobody waiting: each op's callback runs once it completed, whoever
 // moves it (a queued op: the group's worker; an MPI collective started at issue: handed to the
-// group's worker too, InFlightWork::hand_off_progress), and an op issued after one that was
+// group's worker too, InFlightWork::progress), and an op issued after one that was
 // handed off still completes, in order, with the right values.
 FT_SPMD_CASE("outstanding: ops handed to background progress complete while nobody waits", "[outstanding]", 1, 2, 3, 4) {
   const int W = g.size();

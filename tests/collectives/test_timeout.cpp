@@ -211,6 +211,38 @@ TEST_CASE("timeout: Work::wait(50 ms) on an op that cannot complete", "[timeout]
   });
 }
 
+// Each kind of Work gives up in its own way when a user's wait expires (WorkState::progress):
+// an op queued on the group's worker, and a recv (which also withdraws its message), poison the
+// group as an op started at issue does (the case above).
+TEST_CASE("timeout: an expired wait poisons the group whichever Work carries the op",
+          "[timeout]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(1000));  // the 50 ms must be what fires
+  for (const std::string kind : {"queued all_reduce", "recv"}) {
+    // The ring is never started at issue: the op goes to the group's worker.
+    ScopedAlgorithm ring("all_reduce:ring");
+    std::latch waiter_done(1);
+    run_checked(2, [&](Group& g, Ctx& ctx) {
+      const CountDownOnExit done(waiter_done, g.rank() == 0);
+      if (g.rank() == 1) {
+        waiter_done.wait();
+        return;
+      }
+      const std::string w = where(g, kind + " with rank 1 absent, wait(50 ms)");
+      Tensor t = ferry::ones({4});
+      Work work = kind == "recv" ? ferry::recv(t, 1, g) : ferry::all_reduce(t, g);
+      FT_CHECK(ctx, !work.is_completed(), w + ": cannot be complete");
+      const std::exception_ptr e = capture([&] { work.wait(std::chrono::milliseconds(50)); });
+      ctx.expect(error_kind(e) == "TimeoutError",
+                 [&] { return w + ": expected TimeoutError, got " + error_kind(e) + ": " + what_of(e); });
+      const std::string op = kind == "recv" ? "recv" : "all_reduce";
+      FT_CHECK(ctx, what_of(e).find(op) != std::string::npos, w + ": names the op: " + what_of(e));
+      FT_CHECK(ctx, g.poisoned(), w + ": an expired wait poisons the group");
+      FT_CHECK(ctx, g.poison_reason().find("not completed within 50 ms") != std::string::npos,
+               w + ": the poison quotes the expired wait: " + g.poison_reason());
+    });
+  }
+}
+
 TEST_CASE("mismatch: ranks disagree about the size", "[timeout][mismatch]") {
   ScopedDefaultTimeout timeout(std::chrono::milliseconds(3000));
   const std::string op = GENERATE(as<std::string>{}, "all_reduce", "broadcast", "all_gather");

@@ -18,14 +18,16 @@ namespace {
 class MovesWhenTested final : public detail::WorkState {
  public:
   explicit MovesWhenTested(int tests) : WorkState(std::string("moves when tested")), left_(tests) {}
-  bool is_completed() const override {
-    if (WorkState::is_completed()) return true;
-    if (left_.fetch_sub(1) <= 1) const_cast<MovesWhenTested*>(this)->complete();
-    return WorkState::is_completed();
+  bool progress(detail::Mover who, std::chrono::milliseconds timeout,
+                const std::shared_ptr<WorkState>& self) override {
+    if (who != detail::Mover::kTester) return WorkState::progress(who, timeout, self);
+    if (is_completed()) return true;
+    if (left_.fetch_sub(1) <= 1) complete();
+    return is_completed();
   }
 
  private:
-  mutable std::atomic<int> left_;
+  std::atomic<int> left_;
 };
 
 // Polls `done` until it holds or 30 s passed (a bound for a broken build, not a timing).
@@ -49,7 +51,7 @@ TEST_CASE("progress: an op that moves only when tested completes while nobody wa
   work.progress_in_background([&] { completed.set_value(); });
   // Nobody tests or waits on this thread: only the progress thread can finish the op.
   REQUIRE(completed.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
-  CHECK(state->WorkState::is_completed());
+  CHECK(state->is_completed());
   // Nothing in flight any more: the thread sleeps and runs no more rounds.
   REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
   const uint64_t rounds = detail::background_progress_rounds();
@@ -118,12 +120,13 @@ namespace {
 class RunByItsOwner final : public detail::WorkState {
  public:
   RunByItsOwner() : WorkState(std::string("run by its owner")) {}
-  bool hand_off_progress(const std::shared_ptr<WorkState>&) override { return true; }
-  bool is_completed() const override {
-    ++tests;
-    return WorkState::is_completed();
+  bool progress(detail::Mover who, std::chrono::milliseconds timeout,
+                const std::shared_ptr<WorkState>& self) override {
+    if (who == detail::Mover::kNobody) return true;
+    if (who == detail::Mover::kTester) ++tests;
+    return WorkState::progress(who, timeout, self);
   }
-  mutable std::atomic<int> tests{0};
+  std::atomic<int> tests{0};
 };
 
 }  // namespace
