@@ -124,8 +124,10 @@ class ProgressDriver {
         continue;
       }
       fresh_ = false;
-      std::vector<Watched> round = std::move(list_);
-      list_.clear();
+      // The two lists trade places, each keeping its capacity: watching an op and a round
+      // allocate nothing once the lists have grown.
+      std::vector<Watched>& round = round_;
+      round.swap(list_);
       pollers = pollers_;  // the capacity stays: no allocation per round
       lock.unlock();
       bool completed_any = test_all(round);
@@ -142,6 +144,7 @@ class ProgressDriver {
       lock.lock();
       // Ops watched meanwhile are in list_ already; the ones still in flight join them.
       for (Watched& w : round) list_.push_back(std::move(w));
+      round.clear();
       pause = completed_any ? kFirstPause : std::min<Clock::duration>(2 * pause, kLongestPause);
       // Until the next round: the pause when an op may be tested now, else until the first one
       // that may, or the pollers' next round.
@@ -183,6 +186,7 @@ class ProgressDriver {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Watched> list_;
+  std::vector<Watched> round_;  // the ops of the round being tested (the thread's own)
   std::vector<BackgroundPoller*> pollers_;  // never removed: they live as long as the process
   std::thread thread_;
   bool stopping_ = false;

@@ -54,6 +54,11 @@ void WorkState::on_completion(std::function<void()> fn) {
   fn();
 }
 
+bool WorkState::has_completion_hooks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !done_ && first_hook_ != nullptr;
+}
+
 void WorkState::run_completion_hooks() {
   std::function<void()> first;
   std::vector<std::function<void()>> more;
@@ -155,11 +160,10 @@ void Work::progress_in_background(std::function<void()> on_completed) const {
     if (on_completed) on_completed();
     return;
   }
-  if (state_->progress(detail::Mover::kNobody, {}, state_)) {
-    state_->on_completion(std::move(on_completed));
-    return;
-  }
-  detail::progress_in_background(state_, std::move(on_completed));
+  // The callback first: whoever completes the op runs it, and the hook can tell whether anyone
+  // is owed a completion (an op nobody waits for must then still be moved).
+  state_->on_completion(std::move(on_completed));
+  if (!state_->progress(detail::Mover::kNobody, {}, state_)) detail::progress_in_background(state_);
 }
 
 Work Work::then(std::function<void(Work)> callback) const {

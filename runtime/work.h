@@ -74,6 +74,8 @@ class WorkState {
   // Calls `fn` once the op completed or failed: from complete() / fail(), on the thread that
   // completes it, or at once on the calling thread when it already has.
   void on_completion(std::function<void()> fn);
+  // Whether a hook added by on_completion still waits for the op to complete.
+  bool has_completion_hooks() const;
   // After completion: rethrows the op's error, if any.
   void rethrow_if_failed() const;
   const std::vector<Tensor>& outputs() const { return outputs_; }

@@ -13,10 +13,11 @@ GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> memb
     : transport_(std::move(transport)),
       native_(std::move(native)),
       members_(std::move(members)),
+      ranks_fill_cores_(host_full(*transport_)),
       rank_(rank),
       id_(id) {
   if (native_) {
-    const std::chrono::microseconds grace = caller_first_grace(*transport_);
+    const std::chrono::microseconds grace = caller_first_grace(ranks_fill_cores_);
     executor_.set_caller_first(grace);
     if (id_ == 0) {
       FERRY_LOG(Info, "coll", "a queued collective waits ", grace.count(),
@@ -25,7 +26,13 @@ GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> memb
   }
 }
 
-std::chrono::microseconds GroupImpl::caller_first_grace(const Transport& transport) {
+bool GroupImpl::host_full(const Transport& transport) {
+  const int ranks = transport.ranks_on_host();
+  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
+  return ranks > 0 && cores > 0 && ranks >= cores;
+}
+
+std::chrono::microseconds GroupImpl::caller_first_grace(bool ranks_fill_cores) {
   // The worker runs a queued op that no caller waited for within the grace. With a core to
   // spare it runs beside the rank's own thread: a short grace starts ops early. When the host's
   // ranks fill its cores, the worker can only run by taking the core from its rank, and the op
@@ -33,9 +40,7 @@ std::chrono::microseconds GroupImpl::caller_first_grace(const Transport& transpo
   // them (the worker still starts any op within kMaxPoll, so one nobody waits for progresses).
   // 2 ranks on 2 cores, DLRM step at batch 128: 2.2 ms with the short grace, 1.6 ms with the
   // long one (ferry-dlrm --bench, alternating).
-  const int ranks = transport.ranks_on_host();
-  const auto cores = static_cast<int>(std::thread::hardware_concurrency());
-  if (ranks > 0 && cores > 0 && ranks >= cores) return Executor::kMaxPoll;
+  if (ranks_fill_cores) return Executor::kMaxPoll;
   return std::chrono::microseconds(100);
 }
 

@@ -83,6 +83,10 @@ class GroupImpl {
   // handshake): the algorithm table's shared-memory rows apply. False while the transport
   // cannot tell (before the handshake, the local transport, a world made outside init).
   bool one_host() const;
+  // Whether this host's ranks fill its cores (the transport knows how many share the host, and
+  // they are at least as many as its cores): a thread of ferry's beside a rank's own can then
+  // run only by taking the core of a rank. Fixed for the group's life.
+  bool ranks_fill_cores() const { return ranks_fill_cores_; }
   // The group's shared-memory state (collectives/shm/), made by its first shared-memory op
   // under shm_mutex(). Opaque here: the engine comes before the folder that defines it. It
   // outlives the group's ops (declared before the executor, which goes first).
@@ -103,11 +107,13 @@ class GroupImpl {
 
  private:
   // How long a queued native op waits for a caller to run it before the worker does.
-  static std::chrono::microseconds caller_first_grace(const Transport& transport);
+  static std::chrono::microseconds caller_first_grace(bool ranks_fill_cores);
+  static bool host_full(const Transport& transport);
 
   std::shared_ptr<Transport> transport_;
   std::shared_ptr<NativeCollectives> native_;
   std::vector<int> members_;
+  bool ranks_fill_cores_ = false;
   int rank_;
   uint32_t id_;
   std::atomic<uint64_t> seq_{0};

@@ -5,6 +5,7 @@
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
+#include <ferry/runtime/progress.h>
 
 #include <algorithm>
 #include <utility>
@@ -18,6 +19,9 @@ namespace {
 constexpr auto kQuickPoll = std::chrono::microseconds(20);
 // A caller's own shorter timeout polls in slices this long.
 constexpr auto kSlice = std::chrono::milliseconds(50);
+// How long an op handed to background progress on a host with no core to spare is left to its
+// waiter before the progress thread first tests it (then as often as it tests any op).
+constexpr auto kUnwaitedFirstLook = std::chrono::microseconds(10000);
 // A waiter that finds the drive lock taken waits for the op's completion, trying the lock again
 // after this, doubling up to kLongestDriveSlice: a test holds the lock for microseconds, a
 // driver until the op completed (which wakes the waiter at once).
@@ -143,6 +147,18 @@ bool InFlightWork::progress(Mover who, std::chrono::milliseconds timeout,
       if (!self_timed) return false;
       auto group = op_.group.lock();
       if (!group) return false;
+      if (group->ranks_fill_cores()) {
+        // No core to spare: the group's worker could drive the op only on a rank's core, and
+        // would contend with the rank for the transport (MPICH serialises its threads' calls);
+        // the rank's own wait moves it instead, as MPI's and Gloo's requests move only in their
+        // waits (and a Work dropped unwaited is finished by its group). Only an op with a
+        // completion hook (a Work::then callback, which must run though nobody waits) is
+        // watched, by the progress thread, from kUnwaitedFirstLook on. 2 MPI ranks on 2 cores,
+        // DLRM step at batch 512: 4.50 ms against 5.06 with the worker driving (six alternated
+        // rounds).
+        if (has_completion_hooks()) detail::progress_in_background(self, nullptr, kUnwaitedFirstLook);
+        return true;
+      }
       group->executor().enqueue(
           [work = std::static_pointer_cast<InFlightWork>(self), g = group.get()] {
             DriveLock drive(*work);

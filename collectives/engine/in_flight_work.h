@@ -85,8 +85,11 @@ class InFlightWork : public WorkState, public InFlightNative {
   // group's worker drives the op to the end, as it would a queued one. The process's progress
   // thread would instead wake up every 50 us to 1 ms to test it; on a host with no core to
   // spare (2 ranks on 2 cores) those wake-ups took a core from a rank, and the KJT all-to-all
-  // over MPI cost twice as long. An op without a deadline of its own (a send, a recv) is left
-  // to the progress thread: the worker would wait for it without bound.
+  // over MPI cost twice as long. On such a host the worker takes cores from the ranks too: the
+  // op is then left to its waiter, and the progress thread first tests it after 10 ms (a
+  // Work::then callback of an op nobody waits for still runs). An op without a deadline of its
+  // own (a send, a recv) is left to the progress thread: the worker would wait for it without
+  // bound.
   bool progress(Mover who, std::chrono::milliseconds timeout,
                 const std::shared_ptr<WorkState>& self) override;
   void finish_before_group_ends(GroupImpl& group) override;
