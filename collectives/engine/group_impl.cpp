@@ -13,7 +13,7 @@ GroupImpl::GroupImpl(std::shared_ptr<Transport> transport, std::vector<int> memb
     : transport_(std::move(transport)),
       native_(std::move(native)),
       members_(std::move(members)),
-      ranks_fill_cores_(host_full(*transport_)),
+      ranks_fill_cores_(transport_ != nullptr && host_full(*transport_)),
       rank_(rank),
       id_(id) {
   if (native_) {

@@ -8,6 +8,9 @@
 //  2. Rank 0 waits for a ferry recv that rank 1 sends only after its all_reduce completed.
 //  3. Every rank issues an all_reduce and calls ferry::finalize() without waiting for it, then
 //     drops the Work: nothing may call MPI after MPI_Finalize (MPICH aborts the job).
+//  4. (Run before 3, which ends MPI.) Every rank issues the ops with a Work::then callback each
+//     and waits for none: every callback runs (the ranks fill this machine's cores, so nobody
+//     drives the ops but the progress thread, which looks at them late).
 // Every wait has FERRY_TIMEOUT = 10 s here, so a regression fails instead of hanging.
 //
 // Run as its own mpiexec job (mpiexec -n 2|3 test_progress_mpi); exit status 0 when every check
@@ -17,9 +20,11 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -143,6 +148,21 @@ int main() {
       wait_and_check(c, ops, scenario, me);
       if (me == 1) send(full({1}, 42.0), 0, g, 5).wait();
     }
+  }
+
+  {  // 4. A Work::then callback runs though nobody waits for the op: with the ranks filling
+     // the cores the op is left to its waiter, and the progress thread still moves it later.
+    Group g = world.split(0, me);
+    std::vector<InFlight> ops = issue_all(g);
+    std::atomic<int> ran{0};
+    for (InFlight& op : ops) op.work.then([&ran](Work) { ran.fetch_add(1); });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ran.load() < static_cast<int>(ops.size()) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    c.expect(ran.load() == static_cast<int>(ops.size()),
+             "rank " + std::to_string(me) + ": " + std::to_string(ran.load()) + " of " +
+                 std::to_string(ops.size()) + " then-callbacks ran without a wait");
+    wait_and_check(c, ops, "then-callbacks without a wait", me);
   }
 
   const bool ok = every_rank_passed(c, world, "progress");
