@@ -12,6 +12,7 @@
 
 #include <array>
 #include <typeinfo>
+#include <functional>
 #include <latch>
 #include <thread>
 #include <cctype>
@@ -187,8 +188,10 @@ TEST_CASE("timeout: a rank that gives up waiting makes a late peer fail fast", "
   });
 }
 
-TEST_CASE("timeout: Work::wait(50 ms) on an op that cannot complete", "[timeout]") {
-  ScopedDefaultTimeout timeout(std::chrono::milliseconds(1000));  // the 50 ms must be what fires
+namespace {
+
+// Runs `body` on rank 0 of two, whose peer joins nothing and returns once rank 0 is done.
+void with_rank1_absent(const std::function<void(Group&, Ctx&)>& body) {
   std::latch waiter_done(1);
   run_checked(2, [&](Group& g, Ctx& ctx) {
     const CountDownOnExit done(waiter_done, g.rank() == 0);
@@ -196,6 +199,15 @@ TEST_CASE("timeout: Work::wait(50 ms) on an op that cannot complete", "[timeout]
       waiter_done.wait();
       return;
     }
+    body(g, ctx);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("timeout: Work::wait(50 ms) on an op that cannot complete", "[timeout]") {
+  ScopedDefaultTimeout timeout(std::chrono::milliseconds(1000));  // the 50 ms must be what fires
+  with_rank1_absent([&](Group& g, Ctx& ctx) {
     const std::string w = where(g, "all_reduce with rank 1 absent, wait(50 ms)");
     Tensor t = ferry::ones({4});
     Work work = ferry::all_reduce(t, g);
@@ -220,13 +232,7 @@ TEST_CASE("timeout: an expired wait poisons the group whichever Work carries the
   for (const std::string kind : {"queued all_reduce", "recv"}) {
     // The ring is never started at issue: the op goes to the group's worker.
     ScopedAlgorithm ring("all_reduce:ring");
-    std::latch waiter_done(1);
-    run_checked(2, [&](Group& g, Ctx& ctx) {
-      const CountDownOnExit done(waiter_done, g.rank() == 0);
-      if (g.rank() == 1) {
-        waiter_done.wait();
-        return;
-      }
+    with_rank1_absent([&](Group& g, Ctx& ctx) {
       const std::string w = where(g, kind + " with rank 1 absent, wait(50 ms)");
       Tensor t = ferry::ones({4});
       Work work = kind == "recv" ? ferry::recv(t, 1, g) : ferry::all_reduce(t, g);
