@@ -3,6 +3,7 @@
 #include <ferry/collectives/ddp/gradient_reducer.h>
 
 #include <ferry/collectives/collectives.h>
+#include <ferry/collectives/engine/validator.h>
 #include <ferry/runtime/error.h>
 
 #include <cstring>
@@ -231,7 +232,7 @@ void check_agreement(const std::vector<std::string>& lines, const Group& group) 
 GradientReducer::GradientReducer(std::vector<Variable> parameters, Group group,
                                  GradientReducerOptions options)
     : state_(std::make_shared<State>()) {
-  FERRY_CHECK(group.valid(), InvalidArgument, "GradientReducer: the group is null");
+  detail::check_group(group, "GradientReducer");
   FERRY_CHECK(options.reduce_op == ReduceOp::Avg || options.reduce_op == ReduceOp::Sum,
               InvalidArgument, "GradientReducer: reduce_op must be avg or sum, given ",
               reduce_op_name(options.reduce_op));

@@ -1,5 +1,6 @@
 #include <ferry/collectives/fairchem/fairchem.h>
 
+#include <ferry/collectives/engine/validator.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
@@ -55,8 +56,7 @@ GraphParallel& GraphParallel::operator=(GraphParallel&& other) noexcept {
 }
 
 GraphParallel GraphParallel::setup(const Group& world, int gp_size, GpSizePolicy policy) {
-  FERRY_CHECK(world.valid(), InvalidArgument,
-              "GraphParallel::setup: the world group is null (this rank is not a member)");
+  detail::check_group(world, "GraphParallel::setup");
   const int w = world.size();
   const int r = world.rank();
   FERRY_CHECK(gp_size >= 1, InvalidArgument, "GraphParallel::setup on rank ", r,

@@ -5,6 +5,7 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/differentiable/differentiable.h>
 #include <ferry/collectives/differentiable/checks.h>
+#include <ferry/collectives/engine/validator.h>
 #include <ferry/collectives/fairchem/internal.h>
 #include <ferry/runtime/error.h>
 
@@ -204,8 +205,7 @@ int64_t checked_dim(const Variable& x, const Group& gp, int64_t dim, const char*
 }  // namespace
 
 Tensor gather_with_padding(const Tensor& x, const Group& group, int64_t dim) {
-  FERRY_CHECK(group.valid(), InvalidArgument, "gather_with_padding: the group is null (this "
-              "rank is not a member of it)");
+  detail::check_group(group, "gather_with_padding");
   FERRY_CHECK(x.defined(), InvalidArgument, "gather_with_padding on rank ", group.rank(),
               ": the input is an undefined tensor");
   dim = normalize_partition_dim("gather_with_padding", dim, x.shape(), group.rank());

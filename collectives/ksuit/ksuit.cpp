@@ -4,6 +4,7 @@
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/differentiable/differentiable.h>
 #include <ferry/collectives/differentiable/checks.h>
+#include <ferry/collectives/engine/validator.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
@@ -15,8 +16,7 @@ namespace {
 
 // The nograd forms move values only, so any dtype will do (ksuit gathers labels and indices).
 void check_values_input(const Variable& x, const Group& group, const char* op) {
-  FERRY_CHECK(group.valid(), InvalidArgument, op, ": the group is null (this rank is not a "
-              "member of it)");
+  detail::check_group(group, op);
   FERRY_CHECK(x.defined(), InvalidArgument, op, " on rank ", group.rank(),
               ": the input is an undefined variable");
 }

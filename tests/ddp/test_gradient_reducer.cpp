@@ -388,7 +388,7 @@ DG_CASE("ddp: bad arguments", "[ddp]", 1) {
   rejects([&] { GradientReducer r({a * 2.0}, g); }, "must be a leaf that requires grad");
   rejects([&] { GradientReducer r({a}, g, {.reduce_op = ReduceOp::Max}); },
           "reduce_op must be avg or sum");
-  rejects([&] { GradientReducer r({a}, Group()); }, "the group is null");
+  rejects([&] { GradientReducer r({a}, Group()); }, "GradientReducer: called on a null Group");
   // A destroyed reducer leaves hooks that do nothing.
   { GradientReducer r({a}, g); }
   sum(a * 3.0).backward();
