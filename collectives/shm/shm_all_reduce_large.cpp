@@ -84,18 +84,27 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
   // In place, this rank's input is the `out` the sum goes into: from rank 2 on, the sum of
   // ranks 0 and 1 lands there before this rank's own piece is combined, so that piece is
   // copied aside first.
-  const bool own_aside = mine.in + first * elem == reinterpret_cast<uintptr_t>(out) && rank_ >= 2;
+  const uintptr_t own_first = mine.in + first * elem, own_last = mine.in + last * elem;
+  const auto to_first = reinterpret_cast<uintptr_t>(out);
+  const bool own_aside = own_first == to_first && rank_ >= 2;
   if (own_aside && own_.size() < kChunkBytes) own_.resize(kChunkBytes);
+  // Out of place (`out` holds none of this rank's input), a chunk's first peer piece is read
+  // straight into `out` and summed there, instead of through a buffer of its own: the kernel's
+  // copy writes whole lines of `out` without reading them first, where the combine's stores
+  // would first fetch each line of an `out` not in the cache from memory, a pass over the
+  // output that in place costs nothing (those lines are this rank's own input, read anyway).
+  // The operands and their order are unchanged: the same bits.
+  const bool into_out = to_first + (last - first) * elem <= own_first || to_first >= own_last;
   // Rank r's piece of a chunk: this rank's own where it lies (or aside), a peer's read into
   // `into`.
-  auto piece = [&](int r, size_t offset, size_t bytes, std::vector<unsigned char>& into) {
+  auto piece = [&](int r, size_t offset, size_t bytes, unsigned char* into) {
     if (r == rank_)
       return own_aside ? static_cast<const unsigned char*>(own_.data())
                        : reinterpret_cast<const unsigned char*>(mine.in + offset);
     LargeBuffers theirs;
     std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
-    read_peer(r, theirs.in + offset, into.data(), bytes, p);
-    return static_cast<const unsigned char*>(into.data());
+    read_peer(r, theirs.in + offset, into, bytes, p);
+    return static_cast<const unsigned char*>(into);
   };
   for (size_t at = first; at < last; at += per_chunk) {
     const size_t elems = std::min(per_chunk, last - at);
@@ -105,12 +114,25 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
       std::memcpy(own_.data(), reinterpret_cast<const void*>(mine.in + offset), bytes);
     // Rank 0's piece, then every other rank's combined in rank order, summed straight into
     // `out`: in place `out` is this rank's `in`, whose slice only this rank reads, and a
-    // combine may write over its own operand.
-    const unsigned char* sum = piece(0, offset, bytes, acc_);
+    // combine may write over its own operand. A peer's piece goes into `out` while `out`
+    // holds nothing yet that the sum still needs (out of place, until the first combine).
+    bool to_free = into_out;
+    // Where rank r's piece is read to (none for this rank's own): `out` while it is free, else
+    // the chunk buffer the running sum is not in.
+    auto into = [&](int r, const unsigned char* sum) -> unsigned char* {
+      if (r == rank_) return nullptr;
+      if (to_free) {
+        to_free = false;
+        return to;
+      }
+      return sum == chunk_.data() ? acc_.data() : chunk_.data();
+    };
+    const unsigned char* sum = piece(0, offset, bytes, into(0, nullptr));
     for (int r = 1; r < size_; ++r) {
-      const unsigned char* next = piece(r, offset, bytes, sum == chunk_.data() ? acc_ : chunk_);
+      const unsigned char* next = piece(r, offset, bytes, into(r, sum));
       combine(to, sum, next, elems, p.dtype, p.reduce);
       sum = to;
+      to_free = false;
     }
     if (size_ == 1 && sum != to) std::memmove(to, sum, bytes);
   }

@@ -16,9 +16,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace ftest;
@@ -215,6 +217,60 @@ void mismatches_found_first(Group& world, Ctx& ctx) {
   }
 }
 
+// Large out-of-place reductions, whose slices span many of the single copy's chunks and whose
+// first peer piece of each chunk is read straight into the output: bit for bit what the direct
+// exchange's all_reduce gives (the same rank order), on values whose float sums depend on the
+// order of the additions (so a changed order would show), with every rank's slice uneven.
+void large_out_of_place_match_direct(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  const int64_t block = (int64_t{4} << 20) / W + 1;  // ~16 MiB of float32 in all
+  const int64_t n = block * W;
+  // Two cases are enough here (16 MiB each): every dtype and reduction is compared above,
+  // below a chunk.
+  for (auto [dt, op] : {std::pair{DType::Float32, ReduceOp::Sum},
+                        std::pair{DType::Float64, ReduceOp::Max}}) {
+    Tensor in = ferry::empty({n}, dt);
+    uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(me + 1);
+    for (int64_t i = 0; i < n; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      // Magnitudes from 2^-8 to 2^8, either sign: sums round differently in another order.
+      const double v = (static_cast<double>(x >> 11) * 0x1p-53 - 0.5) *
+                       std::ldexp(1.0, static_cast<int>((x >> 3) % 17) - 8);
+      in.set_flat(i, v);
+    }
+    const Tensor before = snapshot(in);
+    const std::string w = where(g, std::to_string(n) + " " + ferry::dtype_name(dt) +
+                                       (op == ReduceOp::Sum ? " sum" : " max"));
+    Tensor by_direct = ferry::empty({n}, dt);
+    {
+      ScopedAlgorithm o("all_reduce:direct");
+      ferry::all_reduce(in, by_direct, g, op).wait();
+    }
+    ScopedAlgorithm o("all_reduce:shm,reduce_scatter:shm,reduce:shm");
+    const uint64_t ar = runs(g, Collective::AllReduce, Algorithm::SharedMemory);
+    const uint64_t rs = runs(g, Collective::ReduceScatter, Algorithm::SharedMemory);
+    Tensor by_shm = ferry::full({n}, -7.0, dt);
+    ferry::all_reduce(in, by_shm, g, op).wait();
+    ctx.expect(same_bytes(by_shm, by_direct),
+               [&] { return w + ": all_reduce: shm and direct differ"; });
+    Tensor scattered_out = ferry::full({block}, -7.0, dt);
+    ferry::reduce_scatter(in, scattered_out, g, op).wait();
+    ctx.expect(same_bytes(scattered_out, by_direct.narrow(0, me * block, block)),
+               [&] { return w + ": reduce_scatter: shm and direct's block differ"; });
+    const int root = W - 1;
+    Tensor reduced_out = me == root ? ferry::full({n}, -7.0, dt) : Tensor();
+    ferry::reduce(in, reduced_out, root, g, op).wait();
+    if (me == root)
+      ctx.expect(same_bytes(reduced_out, by_direct),
+                 [&] { return w + ": reduce: shm and direct differ on the root"; });
+    ctx.expect_unchanged(w + " input", in, before);
+    ctx.expect(runs(g, Collective::AllReduce, Algorithm::SharedMemory) == ar + 1 &&
+                   runs(g, Collective::ReduceScatter, Algorithm::SharedMemory) == rs + 1,
+               [&] { return w + ": shm did not run"; });
+  }
+}
+
 bool add(const char* name, void (*body)(Group&, Ctx&)) {
   return register_spmd_case(name, "[shm]", body, not_one_host);
 }
@@ -226,6 +282,8 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
         reduce_scatter_v_matches_ring) &&
     add("shm: reduce equals the tree, every dtype and reduction", reduce_matches_tree) &&
     add("shm: reductions in flight past the segment's depth", reductions_in_flight) &&
-    add("shm: reductions whose calls differ raise MismatchError first", mismatches_found_first);
+    add("shm: reductions whose calls differ raise MismatchError first", mismatches_found_first) &&
+    add("shm: 16 MiB out-of-place all_reduce, reduce_scatter and reduce equal the direct "
+        "exchange bit for bit", large_out_of_place_match_direct);
 
 }  // namespace
