@@ -22,7 +22,9 @@
 // a thousand short wake-ups a second while an op is in flight, and never spins (2 cores, 3-4
 // ranks in the tests). Watching holds the Work weakly: a dropped Work is handled as before
 // (its group finishes it), and the driver forgets it. A Work still in flight after twice its
-// default deadline is forgotten too: its waiter reports the timeout.
+// default deadline is forgotten too: its waiter reports the timeout. A Work watched with a first
+// look (an op its waiter will most likely move first) is not tested, and does not wake the
+// thread, before that time.
 //
 // Pollers: a transport whose ops need a step of ferry's own between their rounds (MPI's
 // point-to-point all_reduce posts its second round once the first finished) registers a poller,
