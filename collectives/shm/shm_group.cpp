@@ -366,30 +366,22 @@ void GroupShm::check_peers_or_throw(const OpRef& op) {
     give_up();
     group_->throw_if_poisoned(op.name);
   }
-  // A rank that ended is named before one that gave up on its account: the rank that saw the
-  // death records it in the header before it gives up, so a waiter that has not seen the death
-  // itself yet still names the rank that died, not the one that let go (as fail_read does). The
-  // give-up is read first: once it is seen, the death recorded before it is seen too.
   const int32_t gave_up = header()->gave_up.load(std::memory_order_acquire);
-  int ended = peers_.first_ended();
-  if (ended < 0) {
-    const int32_t recorded = header()->ended.load(std::memory_order_acquire);
-    if (recorded != 0) ended = recorded - 1;
+  if (gave_up != 0 && gave_up - 1 != rank_)
+    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
+                who(gave_up - 1), " gave up on the group (its op failed) while this rank ",
+                "waited in shared memory");
+  if (op.ctx != nullptr) {
+    if (const std::string gone = op.ctx->departed_peer(); !gone.empty())
+      FERRY_THROW(PeerFailure, op.name, " (seq ", op.seq, ") on ", describe_, ": ", gone);
   }
+  const int ended = peers_.first_ended();
   if (ended >= 0) {
     int32_t none = 0;
     header()->ended.compare_exchange_strong(none, ended + 1);
     FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
                 who(ended), " ended while this rank waited for it in shared memory");
   }
-  if (op.ctx != nullptr) {
-    if (const std::string gone = op.ctx->departed_peer(); !gone.empty())
-      FERRY_THROW(PeerFailure, op.name, " (seq ", op.seq, ") on ", describe_, ": ", gone);
-  }
-  if (gave_up != 0 && gave_up - 1 != rank_)
-    FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
-                who(gave_up - 1), " gave up on the group (its op failed) while this rank ",
-                "waited in shared memory");
 }
 
 bool GroupShm::wait_for(FunctionRef<bool()> ready, Clock::time_point until, const OpRef& op) {
