@@ -367,10 +367,17 @@ void GroupShm::check_peers_or_throw(const OpRef& op) {
     group_->throw_if_poisoned(op.name);
   }
   const int32_t gave_up = header()->gave_up.load(std::memory_order_acquire);
-  if (gave_up != 0 && gave_up - 1 != rank_)
+  if (gave_up != 0 && gave_up - 1 != rank_) {
+    // A rank that gave up because a process ended recorded that death before its give-up (as a
+    // failed read names it too): the rank that died is named, not the one that let go.
+    const int32_t dead = header()->ended.load(std::memory_order_acquire);
+    if (dead != 0)
+      FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ", who(dead - 1),
+                  " ended while this rank waited for it in shared memory");
     FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
                 who(gave_up - 1), " gave up on the group (its op failed) while this rank ",
                 "waited in shared memory");
+  }
   if (op.ctx != nullptr) {
     if (const std::string gone = op.ctx->departed_peer(); !gone.empty())
       FERRY_THROW(PeerFailure, op.name, " (seq ", op.seq, ") on ", describe_, ": ", gone);
