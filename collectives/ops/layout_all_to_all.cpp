@@ -510,9 +510,25 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
     }
     return post(std::move(ctx));
   };
+  // On a transport with collectives of its own the one native call starts at issue, as the
+  // plain all_to_all_single's does: an op queued here would hold every later op of the group
+  // in the queue behind it, and a queued op moves only once a thread runs it (on a host whose
+  // ranks fill the cores, the thread that waits), so the KJT all-to-all issued before a
+  // backward pass made the gradients' all-to-all and all_reduce wait for it in turn instead
+  // of moving together with it.
+  auto start = [&](NativeCollectives&) {
+    for (size_t p = 0; p < num_parts; ++p) Tensor(parts[p].output).bump_version();
+    return detail::call_native(group.impl(), Collective::AllToAll, algo,
+                               [&](NativeCollectives& native, NativePath& path) {
+                                 return std::make_unique<NativeLayoutExchange>(
+                                     native, path, me, group.size(),
+                                     queued_blocks(parts, num_parts, group.size()), num_parts);
+                               });
+  };
   return detail::issue(group, {
       .name = "all_to_all_single",
       .what = summary,
+      .native_start = detail::native_start_if(uses_native_collectives(algo), start),
       .post = !postable ? detail::OnePost()
               : shm     ? detail::OnePost(post_shm)
                         : detail::OnePost(post),

@@ -7,6 +7,7 @@
 #include <ferry/collectives/ops/direct_post.h>
 #include <ferry/collectives/ops/dispatch.h>
 #include <ferry/collectives/shm/shm_ops.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <cstring>
 
@@ -72,6 +73,47 @@ std::unique_ptr<NativeRequest> native_all_reduce(detail::GroupImpl& g, Algorithm
                                return native.all_reduce(in, out, count, dtype, op, path);
                              });
 }
+
+// An average started at issue on a transport whose collectives have none (MPI's): the native
+// sum, divided by the group's size in the output once it succeeded, as the queued body's
+// Accumulation::finish divides (the same kernel: the same bits). Started at issue rather than
+// queued because a queued op holds every later op of its group in the queue behind it: a
+// gradient bucket's average ahead of the embeddings' gradient all-to-all made the two run one
+// after the other.
+class AverageOfSum final : public NativeRequest, public detail::Pooled {
+ public:
+  AverageOfSum(std::unique_ptr<NativeRequest> sum, void* out, size_t count, DType dtype, int world)
+      : sum_(std::move(sum)), out_(out), count_(count), dtype_(dtype), world_(world) {}
+
+  bool test() override { return divide_if(sum_->test()); }
+  bool wait_until(Clock::time_point deadline) override {
+    return divide_if(sum_->wait_until(deadline));
+  }
+  void rethrow_if_failed() override { sum_->rethrow_if_failed(); }
+  void give_up() override { sum_->give_up(); }
+
+ private:
+  // Once, and only after success: a failed sum leaves the output as the failure left it.
+  bool divide_if(bool finished) {
+    if (finished && !divided_) {
+      divided_ = true;
+      try {
+        sum_->rethrow_if_failed();
+      } catch (...) {
+        return true;
+      }
+      detail::divide(out_, count_, dtype_, world_);
+    }
+    return finished;
+  }
+
+  std::unique_ptr<NativeRequest> sum_;
+  void* out_;
+  size_t count_;
+  DType dtype_;
+  int world_;
+  bool divided_ = false;
+};
 
 // reduce_scatter's one native call. Equal blocks (`sizes` empty) take the transport's form
 // without lists: building them would cost a small op more than its MPI call.
@@ -158,10 +200,19 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes(),
                                               detail::ShmForm::kHas);
   const bool as_is = natively_reducible(input.dtype(), op);
-  auto start = [&](NativeCollectives&) {
+  // Avg starts natively too (a sum, then the division), when no widening is needed.
+  const bool average =
+      op == ReduceOp::Avg && detail::accumulation_dtype(input.dtype()) == input.dtype();
+  auto start = [&](NativeCollectives&) -> std::unique_ptr<NativeRequest> {
     output.bump_version();
-    return native_all_reduce(group.impl(), algo, input.raw_data(), output.raw_data(),
-                             static_cast<size_t>(input.numel()), input.dtype(), op);
+    const size_t count = static_cast<size_t>(input.numel());
+    if (!average)
+      return native_all_reduce(group.impl(), algo, input.raw_data(), output.raw_data(), count,
+                               input.dtype(), op);
+    return std::make_unique<AverageOfSum>(
+        native_all_reduce(group.impl(), algo, input.raw_data(), output.raw_data(), count,
+                          input.dtype(), ReduceOp::Sum),
+        output.raw_data(), count, input.dtype(), world);
   };
   auto post = [&](std::unique_ptr<OpContext> ctx) {
     return detail::post_direct_all_reduce_now(std::move(ctx), input, output, op);
@@ -172,13 +223,13 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   return detail::issue(group, {
       .name = "all_reduce",
       .what = detail::OpSummary::of(input, op),
-      .native_start = detail::native_start_if(uses_native_collectives(algo) && as_is, start),
+      .native_start =
+          detail::native_start_if(uses_native_collectives(algo) && (as_is || average), start),
       // The direct exchange posts all of its messages in one go; shared memory publishes this
       // rank's payload at once.
-      .post = !as_is                            ? detail::OnePost()
-              : algo == Algorithm::Direct       ? detail::OnePost(post)
-              : algo == Algorithm::SharedMemory ? detail::OnePost(post_shm)
-                                                : detail::OnePost(),
+      .post = algo == Algorithm::Direct && as_is                   ? detail::OnePost(post)
+              : algo == Algorithm::SharedMemory && (as_is || average) ? detail::OnePost(post_shm)
+                                                                      : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] { return detail::OpBody([input = Tensor(input), output, op, world,
                                            algo](OpContext& ctx) mutable {

@@ -1,5 +1,6 @@
 #include <ferry/collectives/shm/shm_ops.h>
 
+#include <ferry/collectives/engine/reduce_kernels.h>
 #include <ferry/collectives/shm/shm_group.h>
 #include <ferry/runtime/object_pool.h>
 
@@ -86,6 +87,14 @@ class ShmInFlight final : public InFlight, public Pooled {
               const OpRef& op, std::unique_ptr<AllToAllBlocks> blocks = nullptr)
       : shm_(std::move(shm)), n_(n), ctx_(std::move(ctx)), op_(op), blocks_(std::move(blocks)) {}
 
+  // An all_reduce's Avg, run as a sum: its output is divided by the group's size once done.
+  struct Average {
+    void* out = nullptr;
+    size_t count = 0;
+    DType dtype = DType::Float32;
+  };
+  void average_when_done(const Average& a) { average_ = a; }
+
   bool test() override { return shm_->test(n_); }
   bool poll_until(Clock::time_point deadline) override {
     return shm_->wait(n_, std::min(deadline, op_.deadline), op_);
@@ -93,7 +102,13 @@ class ShmInFlight final : public InFlight, public Pooled {
   void wait_to_the_end(GroupImpl&, const char*, uint64_t, Clock::time_point) override {
     run_to_the_end(*shm_, n_, *ctx_, op_);
   }
-  std::vector<Tensor> finish() override { return {}; }
+  std::vector<Tensor> finish() override {
+    if (average_.out != nullptr) {
+      divide(average_.out, average_.count, average_.dtype, shm_->size());
+      average_.out = nullptr;
+    }
+    return {};
+  }
   // The caller's buffers are read by peers only in an all_to_all, and only until every peer
   // said done; a failed op's peers fail too, so nothing needs keeping for the process's life.
   OnFailure on_failure() const override { return OnFailure::kPoisonTellPeers; }
@@ -106,6 +121,7 @@ class ShmInFlight final : public InFlight, public Pooled {
   std::unique_ptr<OpContext> ctx_;
   OpRef op_;
   std::unique_ptr<AllToAllBlocks> blocks_;  // an all_to_all's, read until the op completed
+  Average average_;
 };
 
 // Whether the single copy can carry an all-to-all of `parts` parts: the ranks read each other's
@@ -194,9 +210,13 @@ std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const 
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   output.bump_version();
   ctx->ran(Collective::AllReduce, Algorithm::SharedMemory);
+  const bool average = op == ReduceOp::Avg;
+  const size_t count = static_cast<size_t>(input.numel());
   const uint32_t n = start_any_all_reduce(*shm, *ctx, ref, input.raw_data(), output.raw_data(),
-                                          static_cast<size_t>(input.numel()), input.dtype(), op);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+                                          count, input.dtype(), average ? ReduceOp::Sum : op);
+  auto started = std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+  if (average) started->average_when_done({output.raw_data(), count, input.dtype()});
+  return started;
 }
 
 void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,

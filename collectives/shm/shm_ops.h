@@ -27,7 +27,7 @@ void prepare_group(GroupImpl& g);
 
 // all_reduce of any size: up to kSlotBytes through the segment's slots, above by single copy
 // from the peers' buffers (shm_all_reduce_large.cpp), or slot by slot where the ranks cannot
-// read each other's memory.
+// read each other's memory. Avg runs as a sum whose output is divided once the op is done.
 std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
                                           Tensor& output, ReduceOp op);
 void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,

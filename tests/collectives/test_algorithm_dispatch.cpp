@@ -73,6 +73,9 @@ int run_forms(Collective c, Ctx& ctx, const Group& g) {
       // Small enough for the direct exchange started at issue, and a widened 16-bit sum.
       run(start_all_reduce, small_case(f, 37, ReduceOp::Sum, 0, 1));
       run(start_all_reduce, small_case(DType::Float16, 5, ReduceOp::Avg, 0, 2));
+      // An average with no widening: started at issue as a sum divided once it is done, by
+      // shared memory and by MPI's own calls (which have no average).
+      run(start_all_reduce, small_case(f, 37, ReduceOp::Avg, 0, 3));
       break;
     case Collective::Reduce:
       run(start_reduce, small_case(f, 37, ReduceOp::Sum, W - 1, 1));
