@@ -26,8 +26,12 @@ Group Group::world(std::shared_ptr<Transport> transport) {
   // its communicators). Only MPI's and UCX's ranks are processes that may share a host; the
   // local transport's are threads of one process (and a test's scripted transport answers
   // only the messages it was written for).
-  if (transport->name() == "mpi" || transport->name() == "ucx")
+  if (transport->name() == "mpi" || transport->name() == "ucx") {
+    // One rank per process: its log lines and FERRY_TIMELINE's %r name it from here on, also
+    // where the program made the transport itself (make_mpi_transport) instead of ferry::init.
+    if (transport->size() > 1) detail::set_process_log_rank(rank);
     detail::exchange_host_keys(*transport, Clock::now() + default_timeout());
+  }
   // FERRY_ALGO naming a way of the transport's own collectives where it has none stops here,
   // at init, rather than at the first op of that collective.
   detail::check_algorithm_overrides(native != nullptr, transport->name());

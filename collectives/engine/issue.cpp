@@ -7,6 +7,7 @@
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 #include <ferry/runtime/object_pool.h>
+#include <ferry/runtime/timeline.h>
 
 #include <mutex>
 
@@ -14,16 +15,28 @@ namespace ferry::detail {
 namespace {
 
 // A native collective's request: the transport moves it only inside its own calls (MPI).
+// It has no OpContext unless a wait runs it to the end, so it puts its own event on
+// FERRY_TIMELINE once it is seen finished (a context records the rest of the ops').
 class NativeInFlight final : public InFlight, public Pooled {
  public:
-  explicit NativeInFlight(std::unique_ptr<NativeRequest> request) : request_(std::move(request)) {}
+  NativeInFlight(std::unique_ptr<NativeRequest> request, GroupImpl& group, const char* op,
+                 uint64_t seq)
+      : request_(std::move(request)), group_(group), op_(op), seq_(seq) {
+    if (timeline_on()) wall_start_ = std::chrono::system_clock::now();
+  }
 
-  bool test() override { return request_->test(); }
-  bool poll_until(Clock::time_point deadline) override { return request_->wait_until(deadline); }
+  bool test() override { return seen(request_->test()); }
+  bool poll_until(Clock::time_point deadline) override {
+    return seen(request_->wait_until(deadline));
+  }
   void wait_to_the_end(GroupImpl& group, const char* op, uint64_t seq,
                        Clock::time_point deadline) override {
     OpContext ctx(group, op, seq, deadline);
     ctx.uses_no_scratch();
+    if (timeline_on()) {  // the context's event, from the start at issue
+      ctx.started_on_the_wall_at(wall_start_);
+      recorded_ = true;
+    }
     ctx.wait_native(std::move(request_), {});  // throws on timeout, poisoned, failure
   }
   std::vector<Tensor> finish() override {
@@ -35,7 +48,30 @@ class NativeInFlight final : public InFlight, public Pooled {
   bool polls_first() const override { return true; }
 
  private:
+  bool seen(bool finished) {
+    if (finished && !recorded_ && timeline_on()) {
+      recorded_ = true;
+      bool failed = false;
+      try {
+        request_->rethrow_if_failed();
+      } catch (...) {
+        failed = true;
+      }
+      const int rank = group_.rank();
+      timeline_event(op_, group_.members()[static_cast<size_t>(rank)], group_.id(), wall_start_,
+                     std::chrono::system_clock::now(),
+                     str("\"seq\": ", seq_, ", \"group_rank\": ", rank, ", \"group_size\": ",
+                         group_.size(), failed ? ", \"failed\": true" : ""));
+    }
+    return finished;
+  }
+
   std::unique_ptr<NativeRequest> request_;
+  GroupImpl& group_;
+  const char* op_;
+  uint64_t seq_;
+  std::chrono::system_clock::time_point wall_start_{};  // for FERRY_TIMELINE
+  bool recorded_ = false;
 };
 
 KeptBuffers kept_buffers(const Op& op) {
@@ -83,7 +119,7 @@ Work start_native(GroupImpl& g, const Group& group, const Op& op,
     return failed_at_issue(group, op, seq, start_error);
   }
   return started(g, group, op, seq, deadline,
-                 std::make_unique<NativeInFlight>(std::move(request)));
+                 std::make_unique<NativeInFlight>(std::move(request), g, op.name, seq));
 }
 
 Work post_now(GroupImpl& g, const Group& group, const Op& op,

@@ -120,6 +120,9 @@ class OpContext : public Pooled {
   // For an op that uses none of the group's scratch (one started at issue, waited on by a
   // caller's thread): giving it up must not touch the scratch the worker may be using.
   void uses_no_scratch() { leak_scratch_on_abandon_ = false; }
+  // For a context made only to wait out an op that started earlier (a native start at issue):
+  // FERRY_TIMELINE shows the op from when it started, not from when this wait began.
+  void started_on_the_wall_at(std::chrono::system_clock::time_point t) { wall_start_ = t; }
 
   // For a path that waits on something else than this context's requests (shared memory,
   // collectives/shm/): the op's fingerprint, the moment its wait gives up (the deadline less
