@@ -1,16 +1,21 @@
 // Which algorithm carries each collective: the dispatch of every raw collective.
 //
 // Every collective asks the table when it is issued, from what every rank agrees on (the op,
-// the payload size, the group size, whether the transport has collectives of its own), so all
-// ranks run the same algorithm. On a transport with its own collectives (MPI) the automatic
-// choice is one of the transport's three ways, by size and group size: a persistent request
-// for small ops, rounds of its point-to-point messages posted at once in groups of 2-4 ranks,
-// else its non-blocking collective call. Elsewhere (local, UCX) it is one of the engine's
-// point-to-point algorithms, also by size and group size. FERRY_ALGO="all_reduce:ring,
-// all_gather:direct" (or set_algorithm_override) gives a collective one algorithm instead: a
-// point-to-point algorithm runs on any transport (over MPI's point-to-point messages too); the
-// transport's own ways only where it has collectives, which the world group checks when it is
-// made (at init). The spec is parsed once, into enums; the issue path compares no strings. The
+// the payload size, the group size, whether the transport has collectives of its own, whether
+// the group's ranks all share one host), so all ranks run the same algorithm. Processes that
+// share one host (not the local transport's threads) first take the shared-memory path where
+// it was measured faster, by op and size.
+// Otherwise, on a transport with its own collectives (MPI) the automatic choice is one of the
+// transport's three ways, by size and group size: a persistent request for small ops, rounds
+// of its point-to-point messages posted at once in groups of 2-4 ranks, else its non-blocking
+// collective call; elsewhere (local, UCX) it is one of the engine's point-to-point algorithms,
+// also by size and group size.
+//
+// FERRY_ALGO="all_reduce:ring,all_gather:direct" (or set_algorithm_override) gives a collective
+// one algorithm instead: a point-to-point algorithm runs on any transport (over MPI's
+// point-to-point messages too); the transport's own ways only where it has collectives, which
+// the world group checks when it is made (at init); shm only for ranks on one host. The
+// override is parsed once, into enums: the path that issues an op compares no strings. The
 // table is printable (ferry-info, and FERRY_DEBUG=info at init).
 #pragma once
 

@@ -6,7 +6,6 @@
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/differentiable/checks.h>
-#include <ferry/collectives/engine/validator.h>
 #include <ferry/collectives/differentiable/launch_and_wait.h>
 #include <ferry/runtime/error.h>
 
@@ -69,19 +68,14 @@ void check_equal(const Variable& x, const Group& group, const char* op) {
   detail::check_rows_divisible(x, group, op);
 }
 
-void check_splits(const std::vector<int64_t>& splits, const char* name, const Group& group,
-                  const char* op) {
-  detail::Validator(op, group).sizes(splits, name);
-}
-
 // The split form's checks; the raw op checks that the input splits add up to x's rows.
 void check_split(const Variable& x, const std::vector<int64_t>& output_split_sizes,
                  const std::vector<int64_t>& input_split_sizes, const Group& group,
                  const char* op) {
   detail::check_differentiable_input(x, group, op);
   detail::check_has_rows(x, group, op);
-  check_splits(output_split_sizes, "output_split_sizes", group, op);
-  check_splits(input_split_sizes, "input_split_sizes", group, op);
+  detail::check_per_rank(output_split_sizes, "output_split_sizes", group, op);
+  detail::check_per_rank(input_split_sizes, "input_split_sizes", group, op);
 }
 
 AsyncRequest<Variable> launch(const Variable& x, std::vector<int64_t> output_splits,

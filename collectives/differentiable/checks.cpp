@@ -21,6 +21,11 @@ void check_rows_divisible(const Variable& x, const Group& group, const char* op)
   Validator(op, group).rows_divisible(x.shape(), "the input");
 }
 
+void check_per_rank(const std::vector<int64_t>& sizes, const char* name, const Group& group,
+                    const char* op) {
+  Validator(op, group).sizes(sizes, name);
+}
+
 int64_t shape_fingerprint(const Shape& shape, int64_t skip_dim) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };

@@ -6,6 +6,9 @@
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/group.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace ferry::detail {
 
 // Every check here speaks as the raw collectives' Validator does: InvalidArgument "<op> on rank
@@ -24,6 +27,10 @@ void check_has_rows(const Variable& x, const Group& group, const char* op);
 
 // `x`'s rows are a multiple of the group size (ops that cut them into one block per rank).
 void check_rows_divisible(const Variable& x, const Group& group, const char* op);
+
+// `sizes` (split sizes, batch sizes, ... named `name`) has one entry per rank, each >= 0.
+void check_per_rank(const std::vector<int64_t>& sizes, const char* name, const Group& group,
+                    const char* op);
 
 // A fingerprint of every dim of `shape` but `skip_dim` (and of the number of dims), so that
 // ranks can check with one int64 each that they agree on the dims a gather does not

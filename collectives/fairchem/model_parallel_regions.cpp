@@ -90,7 +90,7 @@ std::vector<int64_t> exchange_sizes(const Tensor& x, int64_t dim, const Group& g
   std::vector<int64_t> sizes(static_cast<size_t>(w));
   for (int k = 0; k < w; ++k) {
     sizes[static_cast<size_t>(k)] = v[2 * k];
-    FERRY_CHECK(v[2 * k + 1] == v[1], InvalidArgument, op, " on rank ", group.rank(),
+    FERRY_CHECK(v[2 * k + 1] == v[1], InvalidArgument, detail::where(op, group),
                 ": ranks 0 and ", k, " disagree about the dims other than dim ", dim,
                 " (this rank's shape is ", shape_str(x.shape()), ")");
   }
@@ -103,7 +103,7 @@ std::vector<int64_t> exchange_canonical_sizes(const Tensor& x, int64_t dim, cons
                                               const char* op) {
   const std::vector<int64_t> sizes = exchange_sizes(x, dim, group, op);
   const std::vector<int64_t> canonical = canonical_partition(total_of(sizes), group.size());
-  FERRY_CHECK(sizes == canonical, InvalidArgument, op, " on rank ", group.rank(),
+  FERRY_CHECK(sizes == canonical, InvalidArgument, detail::where(op, group),
               ": the per-rank sizes along dim ", dim, " are ", list_str(sizes),
               ", expected the canonical partition ", list_str(canonical), " of their total ",
               total_of(sizes), " over ", group.size(), " ranks (what "

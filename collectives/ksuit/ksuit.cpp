@@ -17,7 +17,7 @@ namespace {
 // The nograd forms move values only, so any dtype will do (ksuit gathers labels and indices).
 void check_values_input(const Variable& x, const Group& group, const char* op) {
   detail::check_group(group, op);
-  FERRY_CHECK(x.defined(), InvalidArgument, op, " on rank ", group.rank(),
+  FERRY_CHECK(x.defined(), InvalidArgument, detail::where(op, group),
               ": the input is an undefined variable");
 }
 
@@ -41,7 +41,7 @@ Tensor gather_rows(const Tensor& v, const Group& group) {
 int64_t normalize_batch_dim(int64_t dim, const Shape& shape, const Group& group,
                             const char* op) {
   const auto rank = static_cast<int64_t>(shape.size());
-  FERRY_CHECK(dim >= -rank && dim < rank, InvalidArgument, op, " on rank ", group.rank(),
+  FERRY_CHECK(dim >= -rank && dim < rank, InvalidArgument, detail::where(op, group),
               ": batch_dim ", dim, " is out of range for the input's shape ", shape_str(shape),
               " (expected [", -rank, ", ", rank - 1, "])");
   return dim < 0 ? dim + rank : dim;
@@ -87,7 +87,7 @@ Variable all_gather_nograd(const Variable& x, const Group& group) {
 Variable all_gather_nograd_clipped(const Variable& x, const Group& group, int64_t max_length) {
   constexpr const char* kOp = "ksuit::all_gather_nograd_clipped";
   check_values_input(x, group, kOp);
-  FERRY_CHECK(max_length >= 0, InvalidArgument, kOp, " on rank ", group.rank(),
+  FERRY_CHECK(max_length >= 0, InvalidArgument, detail::where(kOp, group),
               ": max_length must be >= 0, given ", max_length);
   const Tensor v = as_rows(x.value());
   const int world = group.size();

@@ -42,10 +42,10 @@ Variable all_reduce_cross_replica_sum(const Variable& x, const Group& group,
 Variable all_to_all_single_cross_replica(const Variable& x, const Group& group) {
   constexpr const char* kOp = "all_to_all_single_cross_replica";
   detail::check_differentiable_input(x, group, kOp);
-  FERRY_CHECK(x.dim() >= 1, InvalidArgument, kOp, " on rank ", group.rank(),
+  FERRY_CHECK(x.dim() >= 1, InvalidArgument, detail::where(kOp, group),
               ": the input needs a leading axis to cut into ", group.size(),
               " chunks (one per replica), given a 0-d tensor");
-  FERRY_CHECK(x.size(0) % group.size() == 0, InvalidArgument, kOp, " on rank ", group.rank(),
+  FERRY_CHECK(x.size(0) % group.size() == 0, InvalidArgument, detail::where(kOp, group),
               ": the leading axis (size ", x.size(0), ", shape ", shape_str(x.shape()),
               ") must be divisible by the number of replicas R = ", group.size(),
               " (uneven chunks are not supported)");

@@ -36,7 +36,7 @@ void check_same_batch_on_every_rank(const Variable& x, const Group& group, const
             << ")";
   }
   by_rank << "; this rank's shape is " << shape_str(x.shape());
-  FERRY_THROW(InvalidArgument, op, " on rank ", group.rank(),
+  FERRY_THROW(InvalidArgument, detail::where(op, group),
               ": every rank must have the same batch size and row shape (towhee slices the "
               "gradient at B*rank), given ", by_rank.str());
 }

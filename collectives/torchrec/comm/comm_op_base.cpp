@@ -102,14 +102,6 @@ void check_non_negative(const std::vector<int64_t>& values, const char* name, si
     if (v < 0) check_non_negative(values, ferry::detail::str(name, "[", index, "]"), group, op);
 }
 
-void check_per_rank(const std::vector<int64_t>& values, const char* name, const Group& group,
-                    const char* op) {
-  FERRY_CHECK(values.size() == static_cast<size_t>(group.size()), InvalidArgument,
-              where(op, group), ": ", name, " must have one entry per rank (", group.size(),
-              "), given ", values.size(), ": ", list_str(values));
-  check_non_negative(values, name, group, op);
-}
-
 void check_reducible_codec(const std::optional<QuantizedCommCodecs>& codecs, bool forward,
                            DType dtype, const Group& group, const char* op) {
   if (!codecs) return;

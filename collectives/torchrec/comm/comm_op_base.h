@@ -107,15 +107,14 @@ Awaitable<Variable> run_comm_op_single(std::shared_ptr<TorchrecCommOp> op,
 // ---- argument checks: InvalidArgument naming the op, the rank and the values ----
 
 // In the raw collectives' words: "<op> on rank R of group G (size W): <expected>, given
-// <given>" (where(op, group); the lists by list_str, utils/format.h). The group, input, rows
-// and dtype checks are the differentiable collectives' (differentiable/checks.h), which phrase
-// them through the engine's Validator.
+// <given>" (where(op, group); the lists by list_str, utils/format.h). The group, input, rows,
+// dtype and per-rank size checks are the differentiable collectives' (differentiable/checks.h),
+// which phrase them through the engine's Validator.
 
 // A valid group and a defined float32 / float64 input.
 void check_input(const Variable& x, const Group& group, const char* op);
-// `values` has one entry per rank, each >= 0.
-void check_per_rank(const std::vector<int64_t>& values, const char* name, const Group& group,
-                    const char* op);
+// `values` has one entry per rank, each >= 0: the raw collectives' own check of split sizes.
+using ferry::detail::check_per_rank;
 // Every entry of `values` is >= 0.
 void check_non_negative(const std::vector<int64_t>& values, std::string_view name,
                         const Group& group, const char* op);

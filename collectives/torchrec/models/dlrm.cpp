@@ -1,22 +1,9 @@
 #include <ferry/collectives/torchrec/models/dlrm.h>
 
 #include <ferry/autograd/ops.h>
-
-#include <sstream>
+#include <ferry/collectives/torchrec/utils/format.h>
 
 namespace ferry::torchrec {
-
-namespace {
-
-std::string join(const std::vector<std::string>& xs) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < xs.size(); ++i) os << (i ? ", " : "") << xs[i];
-  os << ']';
-  return os.str();
-}
-
-}  // namespace
 
 KeyedTensor SparseArchOutput::keyed_tensor() const {
   return KeyedTensor(keys, length_per_key, values.value());
@@ -31,7 +18,8 @@ void SparseArch::check_config() const {
 SparseArchOutput SparseArch::forward(const KeyedJaggedTensor& features) const {
   SparseArchOutput out = fn_(features);
   FERRY_CHECK(out.keys == features_, InvalidArgument, "SparseArch: the component returned keys ",
-              join(out.keys), " but the model expects ", join(features_));
+              detail::keys_str(out.keys, detail::kEveryEntry), " but the model expects ",
+              detail::keys_str(features_, detail::kEveryEntry));
   for (size_t k = 0; k < out.length_per_key.size(); ++k) {
     FERRY_CHECK(out.length_per_key[k] == dim_, InvalidArgument, "SparseArch: feature '",
                 features_[k], "' has dim ", out.length_per_key[k], " but the model expects ",

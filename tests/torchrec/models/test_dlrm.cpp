@@ -375,7 +375,7 @@ TEST_CASE("SparseArch: keyed outputs plug in; mismatches are named", "[dlrm]") {
     return KeyedOut{tables.keys, {3, 3}, tables.lookup(kjt, tables.tables)};
   });
   CHECK_THROWS_WITH(wrong_keys.forward(small_kjt()),
-                    Contains("[f0, f1]") && Contains("[f1, f0]"));
+                    Contains(R"(["f0", "f1"])") && Contains(R"(["f1", "f0"])"));
   SparseArch wrong_dim(tables.keys, 3, [&](const KeyedJaggedTensor& kjt) {
     return KeyedOut{tables.keys, {3, 4}, tables.lookup(kjt, tables.tables)};
   });
