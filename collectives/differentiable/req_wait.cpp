@@ -4,6 +4,7 @@
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/node.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <atomic>
 #include <cstdint>
@@ -17,7 +18,7 @@ namespace detail {
 class ReqWaitCore {
  public:
   explicit ReqWaitCore(std::shared_ptr<ReqWaitOp> op)
-      : op_(std::move(op)), flags_(std::make_shared<Flags>()) {}
+      : op_(std::move(op)), flags_(make_pooled<Flags>()) {}
 
   const ReqWaitOp& op() const { return *op_; }
 
@@ -232,7 +233,7 @@ class RequestHandle {
                 "wait records the node that completes the collective), so keep the outputs of "
                 "the first wait");
     std::vector<Variable> outputs =
-        ferry::apply(std::make_shared<WaitFunction>(core_, dtype_), {placeholder_});
+        ferry::apply(detail::make_pooled<WaitFunction>(core_, dtype_), {placeholder_});
     waited_ = true;
     placeholder_ = Variable();
     return outputs;
@@ -248,7 +249,7 @@ class RequestHandle {
     try {
       EnableGradGuard recording;  // the drop may happen inside a NoGradGuard
       Variable dropped =
-          ferry::apply(std::make_shared<DroppedWaitFunction>(core_, dtype_), {placeholder_})[0];
+          ferry::apply(detail::make_pooled<DroppedWaitFunction>(core_, dtype_), {placeholder_})[0];
       detail::keep_until_backward(dropped.impl()->producer);
     } catch (...) {
       // Out of memory at most; a destructor cannot report it, and the peers then time out.
@@ -274,10 +275,12 @@ DType placeholder_dtype(const std::vector<Variable>& inputs) {
 AsyncRequest<std::vector<Variable>> launch_async(std::shared_ptr<ReqWaitOp> op,
                                                  const std::vector<Variable>& inputs) {
   FERRY_CHECK(op != nullptr, InvalidArgument, "launch_async: the op is null");
-  auto core = std::make_shared<ReqWaitCore>(std::move(op));
+  // The request's objects come from the thread's pools (object_pool.h): a call makes and drops
+  // the same few every time.
+  auto core = detail::make_pooled<ReqWaitCore>(std::move(op));
   const DType dtype = placeholder_dtype(inputs);
-  Variable req = ferry::apply(std::make_shared<ReqFunction>(core, dtype), inputs)[0];
-  auto handle = std::make_shared<RequestHandle>(core, std::move(req), dtype);
+  Variable req = ferry::apply(detail::make_pooled<ReqFunction>(core, dtype), inputs)[0];
+  auto handle = detail::make_pooled<RequestHandle>(core, std::move(req), dtype);
   return AsyncRequest<std::vector<Variable>>(
       Awaitable<std::vector<Variable>>([handle] { return handle->wait(); }), std::move(core));
 }
