@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -54,6 +55,22 @@ class ProgressDriver {
     std::lock_guard<std::mutex> lock(mu_);
     start_locked();
     cv_.notify_one();
+  }
+
+  // A round of the pollers no sooner than `at` (the earliest of all such asks). Locks only when
+  // `at` is the new earliest: then the thread may sleep past it and must recompute its sleep.
+  void wake_at(Clock::time_point at) {
+    const int64_t ticks = at.time_since_epoch().count();
+    int64_t due = poller_due_.load();
+    while (ticks < due && !poller_due_.compare_exchange_weak(due, ticks)) {
+    }
+    if (ticks >= due) return;  // an earlier round is asked for already
+    std::lock_guard<std::mutex> lock(mu_);
+    start_locked();
+    if (at < sleeps_until_) {
+      fresh_ = true;
+      cv_.notify_one();
+    }
   }
 
   void stop() {
@@ -109,15 +126,26 @@ class ProgressDriver {
     while (!stopping_) {
       const Clock::time_point now = Clock::now();
       const bool asked = poller_work_.load();
-      const bool pollers_due = (asked && now >= next_poller_round) || now < pollers_busy_until;
+      const Clock::time_point due_at = poller_due_at();
+      const bool pollers_due =
+          (asked && now >= next_poller_round) || now < pollers_busy_until || now >= due_at;
       if (list_.empty() && !pollers_due) {
-        if (asked) {  // a wake too soon after the last round: its round comes when the gap ends
-          cv_.wait_until(lock, next_poller_round, [&] { return stopping_ || !list_.empty(); });
+        if (asked || due_at != Clock::time_point::max()) {
+          // A wake too soon after the last round, or a delayed one: its round comes then.
+          const Clock::time_point until = asked ? std::min(next_poller_round, due_at) : due_at;
+          sleeps_until_ = until;
+          fresh_ = false;
+          cv_.wait_until(lock, until, [&] {
+            return stopping_ || !list_.empty() || fresh_ || poller_work_.load();
+          });
+          sleeps_until_ = Clock::time_point{};
           continue;
         }
         asleep_.store(true);
         sleeps_until_ = Clock::time_point::max();
-        cv_.wait(lock, [&] { return stopping_ || !list_.empty() || poller_work_.load(); });
+        fresh_ = false;  // set by a delayed wake (wake_at) meanwhile
+        cv_.wait(lock,
+                 [&] { return stopping_ || !list_.empty() || poller_work_.load() || fresh_; });
         sleeps_until_ = Clock::time_point{};
         asleep_.store(false);
         pause = kFirstPause;
@@ -134,6 +162,10 @@ class ProgressDriver {
       if (pollers_due) {
         next_poller_round = Clock::now() + kPollerRoundEvery;
         poller_work_.store(false);  // work added from here on sets it again
+        if (Clock::now() >= due_at) {  // a delayed wake's round: asks made from here on count
+          int64_t seen = due_at.time_since_epoch().count();
+          poller_due_.compare_exchange_strong(seen, kNoRound);
+        }
         bool busy = false;
         for (BackgroundPoller* p : pollers) busy = p->poll() || busy;
         if (busy) {
@@ -153,6 +185,7 @@ class ProgressDriver {
       for (const Watched& w : list_)
         next = std::min(next, w.not_before <= after ? after + pause : w.not_before);
       if (after < pollers_busy_until) next = std::min(next, after + kLongestPause);
+      next = std::min(next, poller_due_at());
       if (next != Clock::time_point::max()) {
         sleeps_until_ = next;
         cv_.wait_until(lock, next, [&] { return stopping_ || fresh_ || Clock::now() >= next; });
@@ -196,6 +229,14 @@ class ProgressDriver {
   Clock::time_point sleeps_until_{};
   std::atomic<bool> started_{false};
   std::atomic<bool> poller_work_{false};
+  // The earliest delayed wake's round (wake_at), as steady_clock ticks; kNoRound: none asked.
+  static constexpr int64_t kNoRound = std::numeric_limits<int64_t>::max();
+  std::atomic<int64_t> poller_due_{kNoRound};
+  Clock::time_point poller_due_at() const {
+    const int64_t ticks = poller_due_.load();
+    return ticks == kNoRound ? Clock::time_point::max()
+                             : Clock::time_point(Clock::duration(ticks));
+  }
   std::atomic<uint64_t> rounds_{0};
   std::atomic<bool> asleep_{true};  // no thread yet: nothing runs
   const bool drive_ = config().progress_thread;
@@ -216,6 +257,10 @@ void progress_in_background(std::weak_ptr<WorkState> state, std::function<void()
 void add_background_poller(BackgroundPoller* poller) { driver().add_poller(poller); }
 
 void wake_background_progress() { driver().wake(); }
+
+void wake_background_progress_after(std::chrono::microseconds after) {
+  driver().wake_at(Clock::now() + after);
+}
 
 void stop_background_progress() { driver().stop(); }
 

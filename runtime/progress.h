@@ -32,7 +32,9 @@
 // last did at 1 ms intervals (so a stream of such ops costs no wake-up per op). The poller wakes
 // the thread when work appears (wake_background_progress): one atomic store and load while the
 // thread is awake, a notify only when it sleeps; the rounds that wakes ask for run at least
-// 0.5 ms apart (a wake is never dropped, only its round delayed).
+// 0.5 ms apart (a wake is never dropped, only its round delayed). A delayed wake
+// (wake_background_progress_after) asks for a round at a later time instead: the thread sleeps
+// until the earliest such time, and a poller then reports work only for what is still due.
 //
 // FERRY_PROGRESS_THREAD=0 (a diagnostic switch) stops the thread from testing: it only reads
 // whether a watched op completed, so an op moves only if its group's worker or a waiter moves it,
@@ -71,6 +73,11 @@ class BackgroundPoller {
 void add_background_poller(BackgroundPoller* poller);
 // A registered poller has work: the thread starts polling (and starts, if it is not running).
 void wake_background_progress();
+// The same for work that the thread that started it will most likely move itself (a collective
+// on a host whose ranks fill its cores): the pollers' round comes `after` from now, and the
+// thread is not woken for it sooner. Each wake-up of the thread took a core from a rank. Asks
+// share the earliest one's round: a poller whose work is not due yet then asks again.
+void wake_background_progress_after(std::chrono::microseconds after);
 
 // Stops the thread and forgets what it watched (pollers stay registered); a later watch or wake
 // starts it again. Called before MPI_Finalize: nothing may test an MPI request during or after

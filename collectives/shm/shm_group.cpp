@@ -21,6 +21,12 @@ namespace {
 // a peer that runs answers within microseconds; one that does not is better waited for asleep.
 constexpr auto kSpinFor = std::chrono::microseconds(50);
 constexpr auto kYieldFor = std::chrono::microseconds(20);
+// On a host whose ranks fill its cores, how long an op is left to the threads that wait for it
+// before the progress thread first looks at it. Every look of that thread took a core from a
+// rank: with a look per op, it woke about five times per DLRM step (2 MPI ranks on 2 cores),
+// each time putting the rank's own thread off its core. An op nobody waits for (a rank that
+// waits in its own MPI_Barrier meanwhile) still moves, this much later.
+constexpr auto kFirstLook = std::chrono::milliseconds(10);
 // A sleeper wakes at least this often to check its deadline, its peers' processes and the
 // group's poison: a peer's death is noticed within about this long.
 constexpr auto kSleepSlice = std::chrono::milliseconds(10);
@@ -140,6 +146,7 @@ GroupShm::GroupShm(GroupImpl& g, SharedSegment segment)
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int on_host = std::max(size_, g.transport().ranks_on_host());
   oversubscribed_ = cores > 0 && on_host > cores;
+  looked_at_late_ = g.ranks_fill_cores();
   FERRY_LOG(Info, "shm", g.describe(), ": shared-memory ops ready (", size_, " rank(s), ",
             oversubscribed_ ? "more ranks than cores: waits yield, then sleep"
                             : "a core per rank: waits spin, then sleep",
@@ -170,8 +177,13 @@ void GroupShm::arrive(uint32_t n) {
   // wakes it (one atomic store and load while it is awake): a wake skipped because the thread
   // polled a moment ago was lost when it then went to sleep, and a rank that sat in its own
   // MPI_Barrier never read its part. The thread spaces the rounds that wakes ask for itself
-  // (runtime/progress.cpp), so a stream of ops does not keep it polling back to back.
-  wake_background_progress();
+  // (runtime/progress.cpp), so a stream of ops does not keep it polling back to back. Where the
+  // ranks fill the cores, the round comes kFirstLook later.
+  if (looked_at_late_) {
+    wake_background_progress_after(kFirstLook);
+  } else {
+    wake_background_progress();
+  }
 }
 
 void GroupShm::give_up() {
@@ -210,6 +222,7 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   p.name = nullptr;
   p.first = 0;
   p.gather = true;
+  if (looked_at_late_) p.started = Clock::now();
   return p;
 }
 
@@ -342,6 +355,16 @@ bool GroupShm::poll_in_background() {
   if (abandoned_.load(std::memory_order_acquire)) return false;
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return true;  // its owner is progressing it
+  if (looked_at_late_ && head_ != tail_) {
+    // Left to its waiters until the oldest op is kFirstLook old; the thread comes back then.
+    const Clock::duration age = Clock::now() - ring_[head_ % kRing].started;
+    if (age < kFirstLook) {
+      wake_background_progress_after(
+          std::chrono::duration_cast<std::chrono::microseconds>(kFirstLook - age) +
+          std::chrono::microseconds(1));
+      return false;
+    }
+  }
   try {
     progress();
   } catch (...) {

@@ -166,6 +166,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     const char* name = nullptr;  // the collective, for messages (null: by kind)
     size_t first = 0;     // a reduce_scatter's block: its first element in the input
     bool gather = true;   // a large all_reduce's second half reads the slices
+    Clock::time_point started{};  // when this rank started it (the progress thread's first look)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
 
@@ -225,6 +226,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   int rank_;
   int size_;
   bool oversubscribed_;  // more ranks on this host than cores: yield and sleep soon
+  // The host's ranks fill its cores: the progress thread first looks at an op only once it has
+  // been in flight for kFirstLook (arrive, poll_in_background).
+  bool looked_at_late_;
   std::mutex mu_;        // the ring and the reads; never held while sleeping
   uint32_t next_ = 0;    // the last op number taken (starts are serialized by the group)
   int readable_ = -1;    // peers_readable(): -1 not asked yet

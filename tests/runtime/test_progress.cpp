@@ -85,6 +85,44 @@ TEST_CASE("progress: an op watched with a first look is not tested before it, th
   CHECK(late->WorkState::is_completed());
 }
 
+namespace {
+
+// A poller that counts its rounds and reports no work: only wakes ask for its rounds.
+class CountingPoller final : public detail::BackgroundPoller {
+ public:
+  bool poll() override {
+    rounds.fetch_add(1);
+    last_round = std::chrono::steady_clock::now();
+    return false;
+  }
+  std::atomic<int> rounds{0};
+  std::atomic<std::chrono::steady_clock::time_point> last_round{};
+};
+
+}  // namespace
+
+TEST_CASE("progress: a delayed wake's poller round comes no sooner than asked, then comes",
+          "[progress]") {
+  using Clock = std::chrono::steady_clock;
+  static auto* poller = new CountingPoller();  // a poller lives as long as the process
+  static const bool added = (detail::add_background_poller(poller), true);
+  (void)added;
+  REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
+  constexpr auto kAfter = std::chrono::milliseconds(40);
+  const int before = poller->rounds.load();
+  const auto t0 = Clock::now();
+  detail::wake_background_progress_after(kAfter);
+  // A later delayed wake does not move the round; it is one round for both.
+  detail::wake_background_progress_after(2 * kAfter);
+  REQUIRE(eventually([&] { return poller->rounds.load() > before; }));
+  CHECK(poller->last_round.load() - t0 >= kAfter);
+  // The thread sleeps again once the round found no work.
+  REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
+  const int after = poller->rounds.load();
+  std::this_thread::sleep_for(3 * kAfter);
+  CHECK(poller->rounds.load() == after);
+}
+
 TEST_CASE("progress: a dropped Work is forgotten, and its callback never runs", "[progress]") {
   std::atomic<bool> called{false};
   {
