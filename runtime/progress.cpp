@@ -201,9 +201,15 @@ class ProgressDriver {
     bool completed_any = false;
     const Clock::time_point now = Clock::now();
     std::erase_if(round, [&](Watched& w) {
-      if (now < w.not_before) return false;  // not to be looked at yet
       std::shared_ptr<WorkState> state = w.state.lock();
       if (!state) return true;
+      if (now < w.not_before) {
+        // Not to be tested yet. One its waiter completed meanwhile is done with here, so that
+        // the thread does not wake at its first look only to find it complete.
+        if (!state->is_completed()) return false;
+        if (w.on_completed) w.on_completed();
+        return true;
+      }
       // Switched off, the thread only reads the completion flag: an op then moves only if its
       // group's worker or a waiter moves it.
       if (drive_ ? state->progress(Mover::kTester, {}, state) : state->is_completed()) {

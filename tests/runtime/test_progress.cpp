@@ -9,6 +9,7 @@
 #include <chrono>
 #include <future>
 #include <thread>
+#include <vector>
 
 using namespace ferry;
 
@@ -121,6 +122,34 @@ TEST_CASE("progress: a delayed wake's poller round comes no sooner than asked, t
   const int after = poller->rounds.load();
   std::this_thread::sleep_for(3 * kAfter);
   CHECK(poller->rounds.load() == after);
+}
+
+TEST_CASE("progress: ops their waiters completed before their first looks cost one round, not "
+          "one each",
+          "[progress]") {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kFirstLook = std::chrono::milliseconds(500);
+  REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
+  const uint64_t before = detail::background_progress_rounds();
+  constexpr int kOps = 5;
+  std::vector<std::shared_ptr<MovesWhenTested>> ops;
+  const auto t0 = Clock::now();
+  for (int k = 0; k < kOps; ++k) {
+    ops.push_back(std::make_shared<MovesWhenTested>(1 << 30));  // only complete() ends it
+    detail::progress_in_background(ops.back(), nullptr, kFirstLook);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // first looks 2 ms apart
+  }
+  for (auto& op : ops) op->complete();  // as their waiters would
+  const bool completed_in_time = Clock::now() - t0 < kFirstLook;
+  REQUIRE(eventually([] { return detail::background_progress_asleep(); }));
+  if (!completed_in_time) {  // a machine that stalled this thread for half a second
+    WARN("the ops completed after their first look: nothing to conclude");
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  // The first look's round finds every op complete and forgets them all: no round for the
+  // later looks (a round at each would be kOps).
+  CHECK(detail::background_progress_rounds() - before <= 2);
 }
 
 TEST_CASE("progress: a dropped Work is forgotten, and its callback never runs", "[progress]") {
