@@ -130,7 +130,7 @@ bool InFlightWork::lock_drive(DriveLock& drive, Clock::time_point deadline, bool
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return false;
     std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_until(lock, std::min(deadline, now + slice), [&] { return done_; })) {
+    if (cv_.wait_until(lock, std::min(deadline, now + slice), [&] { return done_.load(); })) {
       completed = true;
       return false;
     }
@@ -255,8 +255,7 @@ void InFlightWork::settle() {
   }
   release();
   FERRY_LOG(Trace, "coll", description(), " done");
-  mark_completed(std::move(outputs));
-  hooks_due_ = true;
+  hooks_due_ = mark_completed(std::move(outputs));
 }
 
 void InFlightWork::drive_to_the_end(GroupImpl& group) {
@@ -275,13 +274,12 @@ void InFlightWork::fail_op(std::exception_ptr error) {
   auto group = op_.group.lock();
   error = after_failure(group.get(), std::move(error), policy, keep_);
   release();
-  mark_failed(error);
-  hooks_due_ = true;
+  hooks_due_ = mark_failed(error);
 }
 
 void InFlightWork::release() {
   pending_.reset();
-  keep_ = {};
+  for (auto& k : keep_) k.reset();  // most are empty: no temporary array to assign from
 }
 
 }  // namespace ferry::detail
