@@ -18,8 +18,8 @@ namespace {
 // (check_hash: the op, the dtype within its width, the reduce op, the root), and what their
 // byte counts would have shown (the dtype itself, the element count, the split sizes), since
 // nothing here counts bytes.
-uint32_t shm_check(const Fingerprint& f) {
-  uint32_t h = check_hash(f);
+uint32_t shm_check(const Fingerprint& f, uint32_t check) {
+  uint32_t h = check;  // check_hash(f), which the context computed already
   auto mix = [&h](const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 16777619u;
@@ -34,7 +34,7 @@ uint32_t shm_check(const Fingerprint& f) {
 // leaving the diagnosis window to OpContext::fail_timeout_waiting_for.
 OpRef op_of(const OpContext& ctx) {
   return OpRef{ctx.op(), ctx.seq(), ctx.give_up(), &ctx.fingerprint(),
-               shm_check(ctx.fingerprint()), &ctx};
+               shm_check(ctx.fingerprint(), ctx.check()), &ctx};
 }
 
 // Waits for op n on `shm` under the op's deadline; at it, the engine's diagnosis of the ranks
