@@ -187,12 +187,20 @@ uint32_t GroupShm::begin(const OpRef& op) {
   // Op n writes data[n % kDepth]: free once every rank is done with op n - kDepth. (For the
   // first kDepth ops the subtraction wraps to an op number every counter has "reached".)
   const uint32_t freed = n - kDepth;
+  // The peers' `done` lines are read only when the last look does not free op n's buffer:
+  // a look finds them done with the op before, which frees the next kDepth - 1 ops' buffers,
+  // so most ops take no line from a peer here (it costs one hand-off each time it is read).
   auto free = [&] {
-    for (int r = 0; r < size_; ++r)
-      if (!reached(slot(r)->done.load(std::memory_order_acquire), freed)) return false;
-    return true;
+    uint32_t least = slot(0)->done.load(std::memory_order_acquire);
+    for (int r = 1; r < size_; ++r) {
+      const uint32_t d = slot(r)->done.load(std::memory_order_acquire);
+      if (!reached(d, least)) least = d;
+    }
+    all_done_ = least;
+    return reached(least, freed);
   };
-  if (!free() && !wait_for(free, op.deadline, op)) fail_timeout(freed, op);
+  if (!reached(all_done_, freed) && !free() && !wait_for(free, op.deadline, op))
+    fail_timeout(freed, op);
   next_ = n;
   return n;
 }

@@ -227,6 +227,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   bool oversubscribed_;  // more ranks on this host than cores: yield and sleep soon
   std::mutex mu_;        // the ring and the reads; never held while sleeping
   uint32_t next_ = 0;    // the last op number taken (starts are serialized by the group)
+  // Every rank's `done` had reached this when begin() last read them (as next_: by starts).
+  uint32_t all_done_ = 0;
   int readable_ = -1;    // peers_readable(): -1 not asked yet
   std::atomic<uint32_t> completed_{0};
   std::atomic<uint32_t> head_n_{0};  // the oldest started op not completed, 0 if none
