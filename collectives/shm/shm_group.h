@@ -166,6 +166,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     const char* name = nullptr;  // the collective, for messages (null: by kind)
     size_t first = 0;     // a reduce_scatter's block: its first element in the input
     bool gather = true;   // a large all_reduce's second half reads the slices
+    bool small = false;   // an all_reduce whose inputs are in the slots' `small` (kSmallBytes)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
 
