@@ -60,8 +60,8 @@ std::exception_ptr after_failure(GroupImpl* group, std::exception_ptr error, OnF
   return error;
 }
 
-InFlightWork::InFlightWork(OpDescription op, Clock::time_point deadline,
-                           std::unique_ptr<InFlight> pending, KeptBuffers keep)
+InFlightWork::InFlightWork(OpDescription&& op, Clock::time_point deadline,
+                           std::unique_ptr<InFlight> pending, KeptBuffers&& keep)
     : WorkState(std::string()), op_(std::move(op)), deadline_(deadline),
       pending_(std::move(pending)), keep_(std::move(keep)) {
   self_timed = deadline != Clock::time_point::max();

@@ -74,8 +74,8 @@ class InFlight {
 class InFlightWork : public WorkState, public InFlightNative {
  public:
   // `deadline`: the op's own (time_point::max() for an op that has none: send, recv).
-  InFlightWork(OpDescription op, Clock::time_point deadline, std::unique_ptr<InFlight> pending,
-               KeptBuffers keep);
+  InFlightWork(OpDescription&& op, Clock::time_point deadline, std::unique_ptr<InFlight> pending,
+               KeptBuffers&& keep);
   // Dropped before the op finished: the group's worker waits it out (see the top).
   ~InFlightWork() override;
 
