@@ -171,17 +171,19 @@ bool InFlightWork::progress(Mover who, std::chrono::milliseconds timeout,
     case Mover::kHelper: break;
   }
   // One look first, as a tester's: an op whose peers are there already (a rank that came last
-  // to a small collective) completes without the clock reads and set-up of a wait.
-  if (test()) return true;
+  // to a small collective) completes without the clock reads and set-up of a wait. Only an op
+  // whose wait polls first anyway (a native request, shared memory).
+  if (test(/*only_if_polled=*/true)) return true;
   if (wait(deadline_after(timeout))) return true;
   give_up(expired_wait(timeout));
   return false;
 }
 
-bool InFlightWork::test() {
+bool InFlightWork::test(bool only_if_polled) {
   if (is_completed()) return true;
   DriveLock drive(*this);
   if (!drive.try_lock() || !pending_) return is_completed();
+  if (only_if_polled && !pending_->polls_first()) return false;
   try {
     if (!pending_->test()) return false;
   } catch (...) {

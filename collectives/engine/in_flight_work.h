@@ -135,8 +135,11 @@ class InFlightWork : public WorkState, public InFlightNative {
   std::shared_ptr<GroupImpl> group_of_op() const { return op_.group.lock(); }
 
  private:
-  // Tests the op once, unless another thread drives it; true once completed.
-  bool test();
+  // Tests the op once, unless another thread drives it; true once completed. With
+  // `only_if_polled`, only an op whose wait would poll it first (InFlight::polls_first): a
+  // point-to-point exchange is left to its wait, which tells a withdrawn message from a peer's
+  // announced failure.
+  bool test(bool only_if_polled = false);
   // Drives the op (or waits while another thread does) until it completed (true) or
   // `deadline` (false).
   bool wait(Clock::time_point deadline);
