@@ -11,31 +11,36 @@ namespace ferry {
 namespace detail {
 
 void WorkState::complete(std::vector<Tensor> outputs) {
-  mark_completed(std::move(outputs));
-  run_completion_hooks();
+  if (mark_completed(std::move(outputs))) run_completion_hooks();
 }
 
 void WorkState::fail(std::exception_ptr error) {
-  mark_failed(std::move(error));
-  run_completion_hooks();
+  if (mark_failed(std::move(error))) run_completion_hooks();
 }
 
-void WorkState::mark_completed(std::vector<Tensor> outputs) {
+bool WorkState::mark_completed(std::vector<Tensor> outputs) {
+  bool hooks = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    outputs_ = std::move(outputs);
-    done_ = true;
+    if (!outputs.empty()) outputs_ = std::move(outputs);
+    done_.store(true, std::memory_order_release);
+    hooks = first_hook_ != nullptr;
   }
   cv_.notify_all();
+  return hooks;
 }
 
-void WorkState::mark_failed(std::exception_ptr error) {
+bool WorkState::mark_failed(std::exception_ptr error) {
+  bool hooks = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = std::move(error);
-    done_ = true;
+    failed_.store(true, std::memory_order_release);
+    done_.store(true, std::memory_order_release);
+    hooks = first_hook_ != nullptr;
   }
   cv_.notify_all();
+  return hooks;
 }
 
 void WorkState::on_completion(std::function<void()> fn) {
@@ -72,10 +77,7 @@ void WorkState::run_completion_hooks() {
   for (auto& hook : more) hook();
 }
 
-bool WorkState::is_completed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
-}
+bool WorkState::is_completed() const { return done_.load(std::memory_order_acquire); }
 
 bool WorkState::progress(Mover who, std::chrono::milliseconds timeout,
                          const std::shared_ptr<WorkState>& self) {
@@ -97,7 +99,7 @@ bool WorkState::await(std::chrono::steady_clock::time_point deadline) {
     if (is_completed()) return true;
   }
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_until(lock, deadline, [&] { return done_; });
+  return cv_.wait_until(lock, deadline, [&] { return done_.load(); });
 }
 
 std::string WorkState::expired_wait(std::chrono::milliseconds timeout) const {
@@ -105,6 +107,7 @@ std::string WorkState::expired_wait(std::chrono::milliseconds timeout) const {
 }
 
 void WorkState::rethrow_if_failed() const {
+  if (!failed_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (error_) std::rethrow_exception(error_);
 }

@@ -8,6 +8,7 @@
 
 #include <ferry/runtime/tensor.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -95,8 +96,9 @@ class WorkState {
   // complete() and fail() without the completion hooks, which the caller runs with
   // run_completion_hooks() once it let go of its own locks: a hook may test or wait for this
   // same op (a Work::then callback), which takes them again. Waiters are woken at once.
-  void mark_completed(std::vector<Tensor> outputs);
-  void mark_failed(std::exception_ptr error);
+  // Return whether hooks were added before completion (then run_completion_hooks is due).
+  bool mark_completed(std::vector<Tensor> outputs);
+  bool mark_failed(std::exception_ptr error);
   // Runs (once) the hooks added before completion; nothing when none are due.
   void run_completion_hooks();
 
@@ -104,7 +106,12 @@ class WorkState {
   std::function<std::string()> describe_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
+  // Written under mu_ (a waiter's predicate reads it there), read without it by is_completed:
+  // a test of a finished op then takes no lock.
+  std::atomic<bool> done_{false};
+  // Set under mu_ once error_ is, never cleared: rethrow_if_failed of an op that succeeded takes
+  // no lock.
+  std::atomic<bool> failed_{false};
   std::exception_ptr error_;
   std::vector<Tensor> outputs_;
   // The hooks in the order given: nearly every op has one at most, which is held inline (a

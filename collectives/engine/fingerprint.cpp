@@ -122,20 +122,30 @@ uint8_t dtype_within_width(DType t) {
 
 }  // namespace
 
-uint32_t check_hash(const Fingerprint& fingerprint) {
-  const Fingerprint f = canonical(fingerprint);
+uint32_t check_hash(const Fingerprint& f) {
   // FNV-1a over the op, the reduce op, the root and the dtype within its width (see above); the
   // tag carries the group and the sequence number. Not the element count or the split sizes:
   // ranks that disagree on those move other byte counts, which fail at once where the tags
   // match (a torchrec caller relies on that), but would only be diagnosed at the deadline.
+  // The fields of canonical(f) that the hash reads, without copying the whole fingerprint (it
+  // runs for every op): both all-to-all forms hash as "all_to_all", without rows.
+  static constexpr char kAllToAll[] = "all_to_all";
+  constexpr size_t kAllToAllLength = sizeof(kAllToAll) - 1;
+  const size_t length = strnlen(f.op, sizeof(f.op));
+  const bool all_to_all =
+      length >= kAllToAllLength && std::memcmp(f.op, kAllToAll, kAllToAllLength) == 0 &&
+      (length == kAllToAllLength || std::strncmp(f.op, "all_to_all_single", sizeof(f.op)) == 0);
   uint32_t h = 2166136261u;
   auto mix = [&h](const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 16777619u;
   };
-  mix(f.op, strnlen(f.op, sizeof(f.op)));
+  if (all_to_all)
+    mix(kAllToAll, kAllToAllLength);
+  else
+    mix(f.op, length);
   const uint8_t small[] = {dtype_within_width(static_cast<DType>(f.dtype)), f.has_reduce_op,
-                           f.reduce_op, f.per_row};
+                           f.reduce_op, static_cast<uint8_t>(all_to_all ? 0 : f.per_row)};
   mix(small, sizeof(small));
   mix(&f.root, sizeof(f.root));
   return h == 0 ? 1 : h;

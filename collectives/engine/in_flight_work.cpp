@@ -60,8 +60,8 @@ std::exception_ptr after_failure(GroupImpl* group, std::exception_ptr error, OnF
   return error;
 }
 
-InFlightWork::InFlightWork(OpDescription op, Clock::time_point deadline,
-                           std::unique_ptr<InFlight> pending, KeptBuffers keep)
+InFlightWork::InFlightWork(OpDescription&& op, Clock::time_point deadline,
+                           std::unique_ptr<InFlight> pending, KeptBuffers&& keep)
     : WorkState(std::string()), op_(std::move(op)), deadline_(deadline),
       pending_(std::move(pending)), keep_(std::move(keep)) {
   self_timed = deadline != Clock::time_point::max();
@@ -130,7 +130,7 @@ bool InFlightWork::lock_drive(DriveLock& drive, Clock::time_point deadline, bool
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return false;
     std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_until(lock, std::min(deadline, now + slice), [&] { return done_; })) {
+    if (cv_.wait_until(lock, std::min(deadline, now + slice), [&] { return done_.load(); })) {
       completed = true;
       return false;
     }
@@ -170,15 +170,20 @@ bool InFlightWork::progress(Mover who, std::chrono::milliseconds timeout,
     case Mover::kWaiter:
     case Mover::kHelper: break;
   }
+  // One look first, as a tester's: an op whose peers are there already (a rank that came last
+  // to a small collective) completes without the clock reads and set-up of a wait. Only an op
+  // whose wait polls first anyway (a native request, shared memory).
+  if (test(/*only_if_polled=*/true)) return true;
   if (wait(deadline_after(timeout))) return true;
   give_up(expired_wait(timeout));
   return false;
 }
 
-bool InFlightWork::test() {
+bool InFlightWork::test(bool only_if_polled) {
   if (is_completed()) return true;
   DriveLock drive(*this);
   if (!drive.try_lock() || !pending_) return is_completed();
+  if (only_if_polled && !pending_->polls_first()) return false;
   try {
     if (!pending_->test()) return false;
   } catch (...) {
@@ -255,8 +260,7 @@ void InFlightWork::settle() {
   }
   release();
   FERRY_LOG(Trace, "coll", description(), " done");
-  mark_completed(std::move(outputs));
-  hooks_due_ = true;
+  hooks_due_ = mark_completed(std::move(outputs));
 }
 
 void InFlightWork::drive_to_the_end(GroupImpl& group) {
@@ -275,13 +279,12 @@ void InFlightWork::fail_op(std::exception_ptr error) {
   auto group = op_.group.lock();
   error = after_failure(group.get(), std::move(error), policy, keep_);
   release();
-  mark_failed(error);
-  hooks_due_ = true;
+  hooks_due_ = mark_failed(error);
 }
 
 void InFlightWork::release() {
   pending_.reset();
-  keep_ = {};
+  for (auto& k : keep_) k.reset();  // most are empty: no temporary array to assign from
 }
 
 }  // namespace ferry::detail

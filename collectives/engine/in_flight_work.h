@@ -74,8 +74,8 @@ class InFlight {
 class InFlightWork : public WorkState, public InFlightNative {
  public:
   // `deadline`: the op's own (time_point::max() for an op that has none: send, recv).
-  InFlightWork(OpDescription op, Clock::time_point deadline, std::unique_ptr<InFlight> pending,
-               KeptBuffers keep);
+  InFlightWork(OpDescription&& op, Clock::time_point deadline, std::unique_ptr<InFlight> pending,
+               KeptBuffers&& keep);
   // Dropped before the op finished: the group's worker waits it out (see the top).
   ~InFlightWork() override;
 
@@ -135,8 +135,11 @@ class InFlightWork : public WorkState, public InFlightNative {
   std::shared_ptr<GroupImpl> group_of_op() const { return op_.group.lock(); }
 
  private:
-  // Tests the op once, unless another thread drives it; true once completed.
-  bool test();
+  // Tests the op once, unless another thread drives it; true once completed. With
+  // `only_if_polled`, only an op whose wait would poll it first (InFlight::polls_first): a
+  // point-to-point exchange is left to its wait, which tells a withdrawn message from a peer's
+  // announced failure.
+  bool test(bool only_if_polled = false);
   // Drives the op (or waits while another thread does) until it completed (true) or
   // `deadline` (false).
   bool wait(Clock::time_point deadline);

@@ -97,7 +97,7 @@ Work started(GroupImpl& g, const Group& group, const Op& op, uint64_t seq,
       std::move(pending), kept_buffers(op));
   g.track_in_flight(state);
   FERRY_LOG(Trace, "coll", state->description(), " started at issue");
-  return Work(state);
+  return Work(std::move(state));
 }
 
 Work start_native(GroupImpl& g, const Group& group, const Op& op,
@@ -125,10 +125,11 @@ Work start_native(GroupImpl& g, const Group& group, const Op& op,
 Work post_now(GroupImpl& g, const Group& group, const Op& op,
               std::unique_lock<std::mutex>& issuing) {
   const uint64_t seq = g.take_sequence_number();
-  const Clock::time_point deadline = Clock::now() + default_timeout();
-  auto ctx = std::make_unique<OpContext>(g, op.name, seq, deadline);
+  const Clock::time_point now = Clock::now();
+  const Clock::time_point deadline = now + default_timeout();
+  auto ctx = std::make_unique<OpContext>(
+      g, op.name, Fingerprint::of(op.name, seq, g.id(), op.what), now, deadline);
   ctx->uses_no_scratch();
-  ctx->set_fingerprint(Fingerprint::of(op.name, seq, g.id(), op.what));
   std::unique_ptr<InFlight> pending;
   try {
     pending = op.post(std::move(ctx));

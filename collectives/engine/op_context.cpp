@@ -26,6 +26,17 @@ OpContext::OpContext(GroupImpl& group, const char* op, uint64_t seq, Clock::time
     : group_(group), op_(op), seq_(seq), start_(Clock::now()), deadline_(deadline),
       fingerprint_(Fingerprint::of(op, seq, group.id(), OpSummary{})) {
   fingerprint_.complete = 0;  // only the op's name and seq are known until set_fingerprint
+  set_times();
+}
+
+OpContext::OpContext(GroupImpl& group, const char* op, const Fingerprint& f,
+                     Clock::time_point start, Clock::time_point deadline)
+    : group_(group), op_(op), seq_(f.seq), start_(start), deadline_(deadline),
+      check_(check_hash(f)), fingerprint_(f) {
+  set_times();
+}
+
+void OpContext::set_times() {
   // The diagnosis after a timeout listens for the peers for a while: it takes that while out
   // of the op's own deadline, so the op fails at its deadline rather than after it.
   diagnosis_window_ = std::clamp<Clock::duration>((deadline_ - start_) / 4,

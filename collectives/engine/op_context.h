@@ -43,6 +43,11 @@ class OpContext : public Pooled {
   // `op` names the op in messages; it must outlive the context (every op's name is a literal):
   // a std::string of it would allocate for each op.
   OpContext(GroupImpl& group, const char* op, uint64_t seq, Clock::time_point deadline);
+  // An op whose fingerprint is known when it starts (one started at issue): the fingerprint
+  // and its hash are set once, and `start` is the moment its deadline was taken from, so that
+  // the issue path reads the clock and hashes the call once each.
+  OpContext(GroupImpl& group, const char* op, const Fingerprint& f, Clock::time_point start,
+            Clock::time_point deadline);
   ~OpContext();  // cancels whatever is still pending
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
@@ -131,6 +136,8 @@ class OpContext : public Pooled {
   // MismatchError naming both), `waiting_for` (" group rank 1 did not arrive;") says whom this
   // rank waited for. Throws OwnDeadlineExpired or MismatchError.
   const Fingerprint& fingerprint() const { return fingerprint_; }
+  // check_hash(fingerprint()), as set_fingerprint computed it.
+  uint32_t check() const { return check_; }
   Clock::time_point give_up() const { return give_up_; }
   [[noreturn]] void fail_timeout_waiting_for(const std::string& waiting_for);
   // A member of the group that entered finalize without issuing this op (it never will): why,
@@ -139,6 +146,8 @@ class OpContext : public Pooled {
   std::string departed_peer() const;
 
  private:
+  // The deadline's derived times (the diagnosis window, the give-up and stall times).
+  void set_times();
   Tag tag(uint32_t step) const;
   // The group ranks the pending requests wait on: receives not yet heard from, and sends a
   // peer has not come to take. Both the stall warning and the timeout name them.

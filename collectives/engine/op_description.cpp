@@ -11,9 +11,15 @@ OpSummary OpSummary::of(const Tensor& t) {
   OpSummary s;
   s.has_tensor = true;
   s.dtype = t.dtype();
-  s.ndim = static_cast<int>(t.dim());
-  for (int d = 0; d < std::min(s.ndim, kDims); ++d) s.dims[static_cast<size_t>(d)] = t.size(d);
-  s.agreed = t.numel();
+  // One look at the shape: every accessor of the tensor checks it is defined again.
+  const Shape& shape = t.shape();
+  s.ndim = static_cast<int>(shape.size());
+  int64_t elements = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (d < static_cast<size_t>(kDims)) s.dims[d] = shape[d];
+    elements *= shape[d];
+  }
+  s.agreed = elements;
   return s;
 }
 

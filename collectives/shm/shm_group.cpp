@@ -199,12 +199,20 @@ uint32_t GroupShm::begin(const OpRef& op) {
   // Op n writes data[n % kDepth]: free once every rank is done with op n - kDepth. (For the
   // first kDepth ops the subtraction wraps to an op number every counter has "reached".)
   const uint32_t freed = n - kDepth;
+  // The peers' `done` lines are read only when the last look does not free op n's buffer:
+  // a look finds them done with the op before, which frees the next kDepth - 1 ops' buffers,
+  // so most ops take no line from a peer here (it costs one hand-off each time it is read).
   auto free = [&] {
-    for (int r = 0; r < size_; ++r)
-      if (!reached(slot(r)->done.load(std::memory_order_acquire), freed)) return false;
-    return true;
+    uint32_t least = slot(0)->done.load(std::memory_order_acquire);
+    for (int r = 1; r < size_; ++r) {
+      const uint32_t d = slot(r)->done.load(std::memory_order_acquire);
+      if (!reached(d, least)) least = d;
+    }
+    all_done_ = least;
+    return reached(least, freed);
   };
-  if (!free() && !wait_for(free, op.deadline, op)) fail_timeout(freed, op);
+  if (!reached(all_done_, freed) && !free() && !wait_for(free, op.deadline, op))
+    fail_timeout(freed, op);
   next_ = n;
   return n;
 }
@@ -222,6 +230,7 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   p.name = nullptr;
   p.first = 0;
   p.gather = true;
+  p.small = false;
   if (looked_at_late_) p.started = Clock::now();
   return p;
 }
@@ -229,8 +238,7 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
 void GroupShm::sign(uint32_t n, const OpRef& op) {
   Slot* me = slot(rank_);
   const uint32_t b = n % kDepth;
-  me->check[b] = op.check;
-  me->seq[b] = static_cast<uint32_t>(op.seq);
+  me->call[b] = call_word(op.check, op.seq);
   std::memcpy(me->fingerprint[b], op.fingerprint, sizeof(Fingerprint));
 }
 
@@ -239,7 +247,7 @@ void GroupShm::compare_calls(const Pending& p) {
   const Slot* me = slot(rank_);
   for (int r = 0; r < size_; ++r) {
     const Slot* s = slot(r);
-    if (r == rank_ || (s->check[b] == me->check[b] && s->seq[b] == me->seq[b])) continue;
+    if (r == rank_ || s->call[b] == me->call[b]) continue;
     Fingerprint mine, theirs;
     std::memcpy(&mine, me->fingerprint[b], sizeof mine);
     std::memcpy(&theirs, s->fingerprint[b], sizeof theirs);
@@ -271,10 +279,13 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, 
               "most ", kSlotBytes, " (internal error: the op should have chosen another path)");
   const uint32_t n = begin(op);
   sign(n, op);
-  if (bytes > 0) std::memcpy(slot(rank_)->data[n % kDepth], in, bytes);
+  const bool small = bytes <= kSmallBytes;
+  if (bytes > 0)
+    std::memcpy(small ? slot(rank_)->small[n % kDepth] : slot(rank_)->data[n % kDepth], in, bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = push(n, Kind::AllReduce);
+    p.small = small;
     p.out = out;
     p.first = first;
     p.count = block == kWhole ? count : block;
@@ -292,9 +303,11 @@ void GroupShm::read_all_reduce(const Pending& p) {
   // Rank 0's payload, then every other rank's combined in rank order: the direct exchange's
   // order (algorithms/direct_all_reduce.cpp), so both paths give the same bits on every rank.
   const size_t at = p.first * dtype_size(p.dtype);
-  std::memcpy(p.out, slot(0)->data[b] + at, bytes);
-  for (int r = 1; r < size_; ++r)
-    combine(p.out, p.out, slot(r)->data[b] + at, p.count, p.dtype, p.reduce);
+  auto input = [&](int r) -> const unsigned char* {
+    return (p.small ? slot(r)->small[b] : slot(r)->data[b]) + at;
+  };
+  std::memcpy(p.out, input(0), bytes);
+  for (int r = 1; r < size_; ++r) combine(p.out, p.out, input(r), p.count, p.dtype, p.reduce);
 }
 
 void GroupShm::abandon(std::exception_ptr why) {

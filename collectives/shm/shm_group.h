@@ -166,6 +166,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     const char* name = nullptr;  // the collective, for messages (null: by kind)
     size_t first = 0;     // a reduce_scatter's block: its first element in the input
     bool gather = true;   // a large all_reduce's second half reads the slices
+    bool small = false;   // an all_reduce whose inputs are in the slots' `small` (kSmallBytes)
     Clock::time_point started{};  // when this rank started it (the progress thread's first look)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
@@ -231,6 +232,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   bool looked_at_late_;
   std::mutex mu_;        // the ring and the reads; never held while sleeping
   uint32_t next_ = 0;    // the last op number taken (starts are serialized by the group)
+  // Every rank's `done` had reached this when begin() last read them (as next_: by starts).
+  uint32_t all_done_ = 0;
   int readable_ = -1;    // peers_readable(): -1 not asked yet
   std::atomic<uint32_t> completed_{0};
   std::atomic<uint32_t> head_n_{0};  // the oldest started op not completed, 0 if none

@@ -9,8 +9,9 @@
 // signed difference.
 //
 // An op n of a rank moves through two counters of its slot:
-//   arrived = n  its part is published: its payload copied into data[n % kDepth] (all_reduce),
-//                or its buffer's address and block places written there (all_to_all);
+//   arrived = n  its part is published: its payload copied into data[n % kDepth] (all_reduce;
+//                small[n % kDepth], on the counters' line, up to kSmallBytes), or its buffer's
+//                address and block places written there (all_to_all);
 //   done = n     it finished reading every peer's part of op n.
 // A rank may write data[n % kDepth] for op n only once every peer's `done` reached n - kDepth:
 // nobody reads the old payload any more. Depth 4 lets a rank run 3 ops ahead of the slowest
@@ -28,8 +29,19 @@ inline constexpr uint32_t kDepth = 4;
 // The payload per rank and op that the all_reduce copies through the segment (the algorithm
 // table's shm rows stay at or below it); 4 of them a rank, so a group of 4 maps 260 KiB.
 inline constexpr size_t kSlotBytes = 16 * 1024;
-inline constexpr uint64_t kMagic = 0x6665727279736d31ull;  // "ferrysm1"
+inline constexpr uint64_t kMagic = 0x6665727279736d32ull;  // "ferrysm2"
 inline constexpr size_t kFingerprintBytes = 128;
+// The largest all_reduce input carried on a slot's counter line (Slot::small): an 8 B
+// all_reduce (two float32, one float64) is then one line per rank and hand-off.
+inline constexpr size_t kSmallBytes = 8;
+
+// The word a slot's `call` holds for an op: its check hash with its sequence number mixed in by
+// a bijection (multiplying by an odd constant), so that two calls of one collective at different
+// sequence numbers never give the same word, and calls that differ otherwise collide as rarely
+// as their check hashes do.
+constexpr uint32_t call_word(uint32_t check, uint64_t seq) {
+  return check ^ (static_cast<uint32_t>(seq) * 0x9E3779B1u);
+}
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
@@ -71,16 +83,24 @@ struct alignas(kLine) Slot {
   uint64_t segment_address;    // where this rank mapped the segment (for the CMA probe)
   alignas(kLine) std::atomic<uint32_t> arrived;
   std::atomic<uint32_t> done;
-  // Op n's call, written before `arrived` = n, on the line the peers read anyway: the hash of its
-  // fingerprint (engine/fingerprint.h's check_hash) and its sequence number's low bits. Every
-  // rank compares them before it reads op n's data, as the tags of the point-to-point paths do,
-  // so ranks that called different collectives get MismatchError instead of mixed data.
-  uint32_t check[kDepth];
-  uint32_t seq[kDepth];
+  // Op n's call, written before `arrived` = n, on the line the peers read anyway: call_word() of
+  // the hash of its fingerprint (engine/fingerprint.h's check_hash) and its sequence number.
+  // Every rank compares them before it reads op n's data, as the tags of the point-to-point
+  // paths do, so ranks that called different collectives get MismatchError instead of mixed
+  // data.
+  uint32_t call[kDepth];
+  // An all_reduce's input of at most kSmallBytes (the whole op's, every rank's the same size):
+  // on the line the peers read anyway, so that they take one line from this rank, not two.
+  // Written for op n before `arrived` = n, and, as data[n % kDepth], only once every rank is done
+  // with op n - kDepth.
+  unsigned char small[kDepth][kSmallBytes];
   // The whole fingerprint, read only to describe a mismatch.
   alignas(kLine) unsigned char fingerprint[kDepth][kFingerprintBytes];
   alignas(kLine) unsigned char data[kDepth][kSlotBytes];
 };
+
+static_assert(offsetof(Slot, small) + sizeof(Slot::small) - offsetof(Slot, arrived) <= kLine,
+              "a slot's counters, calls and small inputs share one cache line");
 
 inline size_t segment_bytes(int ranks) {
   return sizeof(Header) + static_cast<size_t>(ranks) * sizeof(Slot);

@@ -46,7 +46,9 @@ void all_reduce_matches_direct(Group& world, Ctx& ctx) {
       // then above them (single copy from the peers' buffers, in slices; odd counts leave
       // uneven slices).
       const int64_t fill = 16384 / static_cast<int64_t>(std::max<size_t>(4, ferry::dtype_size(dt)));
-      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, fill, fill + 1, int64_t{70001}}) {
+      // 1 and 2 elements: at most 8 bytes, carried on the slot's counter line (kSmallBytes).
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{37}, fill, fill + 1,
+                        int64_t{70001}}) {
         Gen gen(pattern_for(op), dt, g.rank(), static_cast<uint64_t>(n * 131));
         Tensor in = make_tensor(gen, {n}, dt);
         const Tensor before = snapshot(in);
@@ -62,22 +64,26 @@ void all_reduce_matches_direct(Group& world, Ctx& ctx) {
     }
   }
   // In place, and many ops in flight at once, waited for in reverse (more than the segment's
-  // depth: a rank that runs ahead waits for the buffers its peers still read).
+  // depth: a rank that runs ahead waits for the buffers its peers still read). 2 float32 go on
+  // the counter line, 5 through the data buffers.
   ScopedAlgorithm o("all_reduce:shm");
-  std::vector<Tensor> ts;
-  std::vector<Work> works;
-  for (int k = 0; k < 11; ++k) {
-    ts.push_back(ferry::full({5}, static_cast<double>(k + g.rank())));
-    works.push_back(ferry::all_reduce(ts.back(), g));
-  }
-  for (int k = 10; k >= 0; --k) works[k].wait();
   const int W = g.size();
-  for (int k = 0; k < 11; ++k) {
-    const double want = W * k + W * (W - 1) / 2.0;
-    ctx.expect(ts[k].get_flat(4) == want, [&] {
-      return where(g, "in flight " + std::to_string(k)) + ": expected " + std::to_string(want) +
-             ", given " + std::to_string(ts[k].get_flat(4));
-    });
+  for (int64_t len : {int64_t{2}, int64_t{5}}) {
+    std::vector<Tensor> ts;
+    std::vector<Work> works;
+    for (int k = 0; k < 11; ++k) {
+      ts.push_back(ferry::full({len}, static_cast<double>(k + g.rank())));
+      works.push_back(ferry::all_reduce(ts.back(), g));
+    }
+    for (int k = 10; k >= 0; --k) works[k].wait();
+    for (int k = 0; k < 11; ++k) {
+      const double want = W * k + W * (W - 1) / 2.0;
+      ctx.expect(ts[k].get_flat(0) == want && ts[k].get_flat(len - 1) == want, [&] {
+        return where(g, "in flight " + std::to_string(k) + " of " + std::to_string(len)) +
+               ": expected " + std::to_string(want) + ", given " +
+               std::to_string(ts[k].get_flat(len - 1));
+      });
+    }
   }
   // Larger than the slots, in place, several in flight: the single copy reads the peers'
   // buffers until every rank is done with them.
