@@ -162,8 +162,8 @@ bool HostLayout::contiguous() const {
 std::string HostLayout::describe() const {
   std::string out = detail::str(num_hosts(), num_hosts() == 1 ? " host" : " hosts");
   if (uniform()) {
-    out += detail::str(", ", hosts.front().size(), hosts.front().size() == 1 ? " rank" : " ranks",
-               num_hosts() == 1 ? "" : " each");
+    const size_t n = hosts.front().size();
+    out += detail::str(", ", n, n == 1 ? " rank" : " ranks", num_hosts() == 1 ? "" : " each");
   } else {
     out += ", ";
     for (size_t h = 0; h < hosts.size(); ++h) out += detail::str(h ? " + " : "", hosts[h].size());

@@ -85,8 +85,8 @@ std::optional<HostLayout> job_hosts(const Group& group, const char* fn) {
                         int job) {
     if (!var || var->first == job) return;
     FERRY_THROW(InvalidArgument, "torchrec ", detail::where(fn, group), ": the launcher's ",
-                var->second, "=", var->first, " disagrees with where the ranks run: the job's hosts "
-                "(learnt at init from every rank's host key) give this rank ", what, " ", job,
+                var->second, "=", var->first, " disagrees with where the ranks run: the job's "
+                "hosts (learnt at init from every rank's host key) give this rank ", what, " ", job,
                 " (", layout.describe(), "); the launcher started the ranks on other hosts than "
                 "it says, or the variable was set by hand");
   };
@@ -235,7 +235,8 @@ std::pair<Group, Group> intra_and_cross_node_pg(const Group& world, int local_si
   Group intra = world.split(/*color=*/hosts ? hosts->host() : r / local_size, /*key=*/r);
   Group cross = world.split(/*color=*/hosts ? hosts->local_rank() : r % local_size, /*key=*/r);
   FERRY_LOG(Info, "torchrec", "intra_and_cross_node_pg: ", world.describe(),
-            hosts ? " by hosts (" + hosts->describe() + ")" : ferry::detail::str(" local size ", local_size),
+            hosts ? " by hosts (" + hosts->describe() + ")"
+                  : ferry::detail::str(" local size ", local_size),
             ": intra ", intra.describe(), ", cross ", cross.describe());
   std::lock_guard<std::mutex> lock(cache().mu);
   // Only this rank's thread uses this key, so nothing can have filled it meanwhile unless the
