@@ -60,10 +60,12 @@ case "$what" in
     run_harness --mode "$mode" $(layout_args "$layout") --timeout 60 -- \
       env FERRY_DEBUG=info FERRY_DEBUG_SUBSYS=init "$info" --layout
     [ "$status" = 0 ] || fail "ferry-info --layout ended with status $status"
-    grep -q "^layout: $world ranks on $hosts hosts" <<<"$out" || fail "no layout line for $world ranks on $hosts hosts"
+    grep -q "^layout: $world ranks on $hosts hosts" <<<"$out" ||
+      fail "no layout line for $world ranks on $hosts hosts"
     r=0
     for ((h = 0; h < hosts; h++)); do
-      grep -q "^  host $h (ferry-h$h): ${sizes[h]} rank" <<<"$out" || fail "no line for host $h with ${sizes[h]} ranks"
+      grep -q "^  host $h (ferry-h$h): ${sizes[h]} rank" <<<"$out" ||
+        fail "no line for host $h with ${sizes[h]} ranks"
       for ((l = 0; l < sizes[h]; l++)); do
         grep -q "^rank $r: host $h (ferry-h$h), local rank $l of ${sizes[h]}$" <<<"$out" \
           || fail "rank $r is not reported as local rank $l of ${sizes[h]} on host $h"
@@ -84,7 +86,11 @@ case "$what" in
       sleep 0.1
     done
     wait_status=0
-    [ -n "$(leftovers_of "$pid")" ] || { wait "$pid"; [ $? = 77 ] && exit 77; fail "the hosts never appeared"; }
+    if [ -z "$(leftovers_of "$pid")" ]; then
+      wait "$pid"
+      [ $? = 77 ] && exit 77
+      fail "the hosts never appeared"
+    fi
     sleep 0.5  # its ranks started
     kill -TERM "$pid"
     wait "$pid" || wait_status=$?
