@@ -45,6 +45,14 @@ Group Group::world(std::shared_ptr<Transport> transport) {
               " of ", transport->size(), " (rank 0 prints the algorithm table)");
   Group world(detail::make_group_impl(std::move(transport), std::move(members), rank, /*id=*/0,
                                        std::move(native)));
+  // Where the ranks run, once per job (rank 0) and per rank (its host and local rank), from
+  // the keys just exchanged.
+  if (log_enabled(LogLevel::Info, "init") && world.size() > 1) {
+    const HostLayout layout = world.host_layout();
+    if (rank == 0) FERRY_LOG(Info, "init", "hosts: ", layout.describe());
+    FERRY_LOG(Info, "init", "rank ", rank, ": host ", layout.host(), " of ", layout.num_hosts(),
+              ", local rank ", layout.local_rank(), " of ", layout.local_size());
+  }
   detail::shm::prepare_group(world.impl());  // ranks on one host: the group's shared segment
   return world;
 }
@@ -107,6 +115,71 @@ Group Group::split(int color, int key) const {
                                        std::move(native)));
   detail::shm::prepare_group(group.impl());  // ranks on one host: the group's shared segment
   return group;
+}
+
+HostLayout Group::host_layout() const {
+  detail::GroupImpl& g = impl();
+  const std::vector<int>& members = g.members();
+  const Transport& transport = g.transport();
+  HostLayout layout;
+  layout.rank = g.rank();
+  layout.host_of.resize(members.size());
+  std::vector<uint64_t> keys;  // by host
+  for (size_t r = 0; r < members.size(); ++r) {
+    // 0 (unknown: the local transport, whose ranks are threads of one process, or a transport
+    // made outside init) is a key like any other: every such rank is on one host.
+    const uint64_t key = transport.host_key(members[r]);
+    if (key != 0) layout.known = true;
+    const auto it = std::find(keys.begin(), keys.end(), key);
+    const size_t h = static_cast<size_t>(it - keys.begin());
+    if (it == keys.end()) {
+      keys.push_back(key);
+      layout.hosts.emplace_back();
+    }
+    layout.host_of[r] = static_cast<int>(h);
+    layout.hosts[h].push_back(static_cast<int>(r));
+  }
+  return layout;
+}
+
+int HostLayout::local_rank() const {
+  const std::vector<int>& mine = hosts[static_cast<size_t>(host())];
+  return static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
+}
+
+bool HostLayout::uniform() const {
+  for (const auto& h : hosts)
+    if (h.size() != hosts.front().size()) return false;
+  return true;
+}
+
+bool HostLayout::contiguous() const {
+  for (const auto& h : hosts)
+    if (h.back() - h.front() + 1 != static_cast<int>(h.size())) return false;
+  return true;
+}
+
+std::string HostLayout::describe() const {
+  std::string out = detail::str(num_hosts(), num_hosts() == 1 ? " host" : " hosts");
+  if (uniform()) {
+    const size_t n = hosts.front().size();
+    out += detail::str(", ", n, n == 1 ? " rank" : " ranks", num_hosts() == 1 ? "" : " each");
+  } else {
+    out += ", ";
+    for (size_t h = 0; h < hosts.size(); ++h) out += detail::str(h ? " + " : "", hosts[h].size());
+    out += " ranks";
+  }
+  out += ":";
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const std::vector<int>& r = hosts[h];
+    out += detail::str(h ? "," : "", " host ", h, " rank", r.size() == 1 ? " " : "s ");
+    if (r.size() > 1 && r.back() - r.front() + 1 == static_cast<int>(r.size())) {
+      out += detail::str(r.front(), "-", r.back());
+    } else {
+      for (size_t i = 0; i < r.size(); ++i) out += detail::str(i ? "," : "", r[i]);
+    }
+  }
+  return out;
 }
 
 std::string detail::where(const char* op, const Group& group) {

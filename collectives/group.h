@@ -23,6 +23,33 @@ class GroupImpl;
 // Color that leaves the caller out of every group in split (MPI_UNDEFINED).
 inline constexpr int kUndefinedColor = -1;
 
+// Which members of a group share a host: learnt from the host keys every rank sent every other
+// when the world group was made (backends/host_identity.h: host name, boot, IPC and pid
+// namespaces, /dev/shm), so it holds whatever launched the job and needs no launcher variable.
+// Hosts are numbered by their first (lowest) group rank; a host's ranks are in group-rank
+// order. Hosts may hold different numbers of ranks (3 + 1). A local world (threads of one
+// process) is one host.
+struct HostLayout {
+  // Whether the hosts come from exchanged keys (MPI, UCX); false on the local transport, whose
+  // ranks are threads of one process (one host), and on a transport made outside init.
+  bool known = false;
+  int rank = 0;                        // this rank, in the group
+  std::vector<int> host_of;            // by group rank: the index of its host
+  std::vector<std::vector<int>> hosts; // by host: its group ranks, ascending
+
+  int num_hosts() const { return static_cast<int>(hosts.size()); }
+  int host() const { return host_of[static_cast<size_t>(rank)]; }  // this rank's host
+  int local_size() const { return static_cast<int>(hosts[static_cast<size_t>(host())].size()); }
+  int local_rank() const;  // this rank's index among its host's ranks
+  // Every host holds the same number of ranks.
+  bool uniform() const;
+  // Every host's ranks are consecutive group ranks (host h holds ranks h*L .. h*L+L-1 when
+  // also uniform: the layout torchrec's node groups assume).
+  bool contiguous() const;
+  // "2 hosts, 2 ranks each: host 0 ranks 0-1, host 1 ranks 2-3" ("3 + 1 ranks" when uneven).
+  std::string describe() const;
+};
+
 class Group {
  public:
   Group() = default;  // a null group (valid() is false), as returned to ranks split out
@@ -51,6 +78,10 @@ class Group {
   std::string poison_reason() const;
 
   std::string describe() const;  // "group 2 [world ranks 0,2] rank 1/2"
+
+  // Which members share a host (see HostLayout). Local: no communication, computed from the
+  // keys the world group learnt. Throws InvalidArgument on a null group.
+  HostLayout host_layout() const;
 
   detail::GroupImpl& impl() const;
   std::weak_ptr<detail::GroupImpl> weak_impl() const { return impl_; }

@@ -1,9 +1,13 @@
 // ferry-info: what this ferry is and how it would run here, in the manner of ucx_info / ucc_info:
 // the version of the library and of the headers, what it was built with, the transports compiled
 // in, the settings in effect (FERRY_* read the way the library reads them, and every FERRY_* and
-// UCX_* variable set), and the algorithm table the engine chooses from.
+// UCX_* variable set), and the algorithm table the engine chooses from. With --layout it joins
+// the job instead (ferry::init, as any rank of it) and prints where its ranks run: the hosts,
+// the ranks on each, and each rank's host and local rank.
 #include <ferry/backends/rendezvous/launch_env.h>
 #include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/collectives.h>
+#include <ferry/collectives/init.h>
 #include <ferry/runtime/build_info.h>
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
@@ -16,6 +20,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 extern char** environ;
 
@@ -31,13 +37,65 @@ void print_environment(const char* prefix) {
   if (!any) std::printf("  (none set)\n");
 }
 
+// --layout: one rank of the job. Rank 0 prints the hosts (by index, with the host name its
+// first rank reports) and the ranks on each; every rank then prints its own line, in rank order
+// (a barrier between ranks' turns), flushed.
+int print_layout() {
+  ferry::Group world = ferry::init();
+  const ferry::HostLayout layout = world.host_layout();
+  constexpr int64_t kName = 64;
+  ferry::Tensor mine = ferry::zeros({kName}, ferry::DType::UInt8);
+  char name[kName] = {};
+  (void)gethostname(name, kName - 1);
+  std::memcpy(mine.data<uint8_t>(), name, std::strlen(name));
+  ferry::Tensor all = ferry::zeros({kName * world.size()}, ferry::DType::UInt8);
+  ferry::all_gather(mine, all, world).wait();
+  const auto host_name = [&](int rank) {
+    const char* p = reinterpret_cast<const char*>(all.data<uint8_t>()) + kName * rank;
+    return std::string(p, strnlen(p, kName));
+  };
+  if (world.rank() == 0) {
+    std::printf("layout: %d ranks on %d host%s (transport %s%s): %s\n", world.size(),
+                layout.num_hosts(), layout.num_hosts() == 1 ? "" : "s",
+                world.transport().name().c_str(), layout.known ? "" : ", one process",
+                layout.describe().c_str());
+    for (int h = 0; h < layout.num_hosts(); ++h) {
+      const std::vector<int>& ranks = layout.hosts[static_cast<size_t>(h)];
+      std::string list;
+      for (int r : ranks) {
+        if (!list.empty()) list.push_back(',');
+        list.append(std::to_string(r));
+      }
+      std::printf("  host %d (%s): %zu rank%s: %s\n", h, host_name(ranks.front()).c_str(),
+                  ranks.size(), ranks.size() == 1 ? "" : "s", list.c_str());
+    }
+    std::fflush(stdout);
+  }
+  for (int r = 0; r < world.size(); ++r) {
+    ferry::barrier(world).wait();
+    if (r != world.rank()) continue;
+    std::printf("rank %d: host %d (%s), local rank %d of %d\n", r, layout.host(),
+                host_name(r).c_str(), layout.local_rank(), layout.local_size());
+    std::fflush(stdout);
+  }
+  ferry::barrier(world).wait();
+  ferry::finalize();
+  return 0;
+}
+
 int run_main(int argc, char** argv) {
-  bool algorithms = true;
-  ferry::cli::Parser("ferry-info", "[--no-algorithms]",
+  bool algorithms = true, layout = false;
+  ferry::cli::Parser("ferry-info", "[--no-algorithms] [--layout]",
                      "Prints this ferry's version, build, transports, settings in effect and\n"
-                     "algorithm table. Exit status 0, or 1 when a FERRY_* variable is invalid.")
+                     "algorithm table. Exit status 0, or 1 when a FERRY_* variable is invalid.\n"
+                     "With --layout, run as every rank of a job (mpiexec, ferry-run, torchrun,\n"
+                     "srun), it prints where the job's ranks run instead: the hosts and the\n"
+                     "ranks on each (rank 0), and each rank's host and local rank.")
       .flag("--no-algorithms", "leave out the algorithm table", [&] { algorithms = false; })
+      .flag("--layout", "join the job and print its hosts and ranks per host",
+            [&] { layout = true; })
       .parse(argc, argv);
+  if (layout) return print_layout();
 
   const ferry::BuildInfo& b = ferry::build_info();
   std::printf("ferry %s (library), headers %s\n", ferry::version(), FERRY_VERSION_STRING);

@@ -72,6 +72,43 @@ void check_member(const Group& world, const char* fn) {
   detail::check_group(world, (std::string("torchrec ") + fn).c_str());
 }
 
+// The hosts of `group`'s members when the job knows them (host keys exchanged at init: MPI,
+// UCX), else nullopt (the local transport, whose ranks are threads of one process and whose
+// tests give the node layout through the launcher variables). On the world group (every rank of
+// the transport) the launcher's variables, where set, must agree with it: they describe the
+// world's hosts, and a sub-group's hosts hold fewer of its ranks.
+std::optional<HostLayout> job_hosts(const Group& group, const char* fn) {
+  HostLayout layout = group.host_layout();
+  if (!layout.known) return std::nullopt;
+  if (group.size() != group.transport().size()) return layout;
+  const auto says = [&](const char* what, const std::optional<std::pair<int, const char*>>& var,
+                        int job) {
+    if (!var || var->first == job) return;
+    FERRY_THROW(InvalidArgument, "torchrec ", detail::where(fn, group), ": the launcher's ",
+                var->second, "=", var->first, " disagrees with where the ranks run: the job's "
+                "hosts (learnt at init from every rank's host key) give this rank ", what, " ", job,
+                " (", layout.describe(), "); the launcher started the ranks on other hosts than "
+                "it says, or the variable was set by hand");
+  };
+  says("local size", first_non_negative(kLocalSizeVars), layout.local_size());
+  says("local rank", first_non_negative(kLocalRankVars), layout.local_rank());
+  return layout;
+}
+
+// The one local size of a job whose hosts are known: torchrec's node groups (and the sharding
+// types built on them) take host g to hold ranks g*L .. g*L+L-1.
+int uniform_local_size(const Group& group, const HostLayout& layout, const char* fn) {
+  FERRY_CHECK(layout.uniform(), InvalidArgument, "torchrec ", detail::where(fn, group),
+              ": the hosts hold different numbers of ranks (", layout.describe(),
+              "); torchrec's node groups need the same number on every host: give the local "
+              "size explicitly, or use Group::host_layout() for each host's own");
+  FERRY_CHECK(layout.contiguous(), InvalidArgument, "torchrec ", detail::where(fn, group),
+              ": a host's ranks are not consecutive (", layout.describe(),
+              "); torchrec's node groups take host g to hold ranks g*L .. g*L+L-1: start the "
+              "ranks host by host (mpiexec fills each host of -hosts in turn)");
+  return layout.local_size();
+}
+
 }  // namespace
 
 int get_local_size(int world_size) {
@@ -113,18 +150,23 @@ int get_num_groups(int world_size) { return world_size / get_local_size(world_si
 
 int get_local_size(const Group& world) {
   check_member(world, "get_local_size");
+  if (const auto hosts = job_hosts(world, "get_local_size"))
+    return uniform_local_size(world, *hosts, "get_local_size");
   return get_local_size(world.size());
 }
 int get_local_rank(const Group& world) {
   check_member(world, "get_local_rank");
+  if (const auto hosts = job_hosts(world, "get_local_rank")) return hosts->local_rank();
   return get_local_rank(world.size(), world.rank());
 }
 int get_group_rank(const Group& world) {
   check_member(world, "get_group_rank");
+  if (const auto hosts = job_hosts(world, "get_group_rank")) return hosts->host();
   return get_group_rank(world.size(), world.rank());
 }
 int get_num_groups(const Group& world) {
   check_member(world, "get_num_groups");
+  if (const auto hosts = job_hosts(world, "get_num_groups")) return hosts->num_hosts();
   return get_num_groups(world.size());
 }
 
@@ -159,7 +201,20 @@ std::pair<Group, Group> intra_and_cross_node_pg(const Group& world, int local_si
   if (!world.valid()) return {Group(), Group()};
   const int w = world.size();
   const int r = world.rank();
-  if (local_size == 0) {
+  // By the job's hosts when it knows them and none was given: node g is the g-th host (by its
+  // first rank), also when hosts hold different numbers of ranks or their ranks are not
+  // consecutive (local size 0 in the cache key: "by hosts"); on hosts of L consecutive ranks
+  // each, the same groups as local size L.
+  std::optional<HostLayout> hosts;
+  if (local_size == 0 && (hosts = job_hosts(world, "intra_and_cross_node_pg"))) {
+    if (hosts->uniform() && hosts->contiguous()) {
+      local_size = hosts->local_size();
+      hosts.reset();
+    }
+  }
+  if (hosts) {
+    // (the cache key's local size stays 0)
+  } else if (local_size == 0) {
     local_size = get_local_size(w);
   } else {
     FERRY_CHECK(local_size >= 1 && w % local_size == 0, InvalidArgument,
@@ -177,10 +232,12 @@ std::pair<Group, Group> intra_and_cross_node_pg(const Group& world, int local_si
   }
   // Not under the lock: the splits are collective, and the other ranks of a local world are
   // threads of this process that need the cache meanwhile.
-  Group intra = world.split(/*color=*/r / local_size, /*key=*/r);
-  Group cross = world.split(/*color=*/r % local_size, /*key=*/r);
-  FERRY_LOG(Info, "torchrec", "intra_and_cross_node_pg: ", world.describe(), " local size ",
-            local_size, ": intra ", intra.describe(), ", cross ", cross.describe());
+  Group intra = world.split(/*color=*/hosts ? hosts->host() : r / local_size, /*key=*/r);
+  Group cross = world.split(/*color=*/hosts ? hosts->local_rank() : r % local_size, /*key=*/r);
+  FERRY_LOG(Info, "torchrec", "intra_and_cross_node_pg: ", world.describe(),
+            hosts ? " by hosts (" + hosts->describe() + ")"
+                  : ferry::detail::str(" local size ", local_size),
+            ": intra ", intra.describe(), ", cross ", cross.describe());
   std::lock_guard<std::mutex> lock(cache().mu);
   // Only this rank's thread uses this key, so nothing can have filled it meanwhile unless the
   // caller raced two calls on one group (itself an ordering error); keep the first then.

@@ -18,6 +18,20 @@
 //
 // Ranks here are ranks of the group the caller has in mind (the world group, in torchrec); the
 // original's default arguments (dist.get_world_size(), dist.get_rank()) are the Group overloads.
+//
+// The Group overloads know where the ranks run when the job does: on the MPI and UCX
+// transports every rank learnt at init which ranks share its host (Group::host_layout, from the
+// host keys the ranks exchange), and they answer from that, launcher or not: local size = ranks
+// on a host, local rank = index among them, group rank = the host's index (hosts numbered by
+// their first rank), number of groups = hosts. On the world group, a launcher variable that is
+// set must agree with it (InvalidArgument naming the variable, its value and the job's layout
+// otherwise: the launcher put the ranks elsewhere than it says). Hosts holding different
+// numbers of ranks (3 + 1), or ranks not consecutive on a host, are handled by get_local_rank,
+// get_group_rank, get_num_groups and intra_and_cross_node_pg; get_local_size, whose single
+// value the sharding types take to mean "host g holds ranks g*L .. g*L+L-1", refuses them with
+// InvalidArgument (the same on every rank). On the local transport (ranks are threads of one
+// process) and in the int overloads, which see no group, the launcher variables and the
+// default below are used as described above.
 #pragma once
 
 #include <ferry/collectives/group.h>
@@ -48,7 +62,9 @@ int get_group_rank(const Group& world);
 int get_num_groups(const Group& world);
 
 // This rank's (intra-node, cross-node) groups over `world` (any group; group ranks are used),
-// with L = local_size, or get_local_size(world.size()) when local_size is 0:
+// with L = local_size; when local_size is 0, by the job's hosts where it knows them (one intra
+// group per host, one cross group per local rank: uneven hosts too), else
+// L = get_local_size(world.size()):
 //   intra groups: ranks [g*L, g*L+1, ..., g*L+L-1] for each node g (group rank = local rank)
 //   cross groups: ranks [l, l+L, l+2L, ...] for each local rank l (group rank = node index)
 // An explicit local_size must be >= 1 and divide world.size() (InvalidArgument otherwise: no

@@ -243,3 +243,39 @@ TEST_CASE("node groups: explicit local size, sub-group as world, cache per local
     CHECK(s.same_pair_again);
   }
 }
+
+TEST_CASE("host layout: what it says of hosts by hand, and of a local world", "[topology][hosts]") {
+  // 3 + 1: hosts by their first rank, the uneven sizes in the description.
+  HostLayout uneven{true, 3, {0, 0, 0, 1}, {{0, 1, 2}, {3}}};
+  CHECK(uneven.num_hosts() == 2);
+  CHECK(uneven.host() == 1);
+  CHECK(uneven.local_rank() == 0);
+  CHECK(uneven.local_size() == 1);
+  CHECK_FALSE(uneven.uniform());
+  CHECK(uneven.contiguous());
+  CHECK(uneven.describe() == "2 hosts, 3 + 1 ranks: host 0 ranks 0-2, host 1 rank 3");
+  // Round robin: even, but a host's ranks are not consecutive.
+  HostLayout round_robin{true, 2, {0, 1, 0, 1}, {{0, 2}, {1, 3}}};
+  CHECK(round_robin.uniform());
+  CHECK_FALSE(round_robin.contiguous());
+  CHECK(round_robin.local_rank() == 1);
+  CHECK(round_robin.describe() == "2 hosts, 2 ranks each: host 0 ranks 0,2, host 1 ranks 1,3");
+  // A local world is one host; the helpers keep reading the launcher variables there.
+  EnvGuard env;
+  env.set("LOCAL_WORLD_SIZE", "2");
+  std::vector<HostLayout> seen(3);
+  std::vector<int> local_size(3);
+  run_ranks(3, [&](Group& world) {
+    seen[static_cast<size_t>(world.rank())] = world.host_layout();
+    local_size[static_cast<size_t>(world.rank())] = get_local_size(world);
+  });
+  for (int r = 0; r < 3; ++r) {
+    const HostLayout& l = seen[static_cast<size_t>(r)];
+    CHECK_FALSE(l.known);
+    CHECK(l.num_hosts() == 1);
+    CHECK(l.local_rank() == r);
+    CHECK(l.local_size() == 3);
+    CHECK(l.describe() == "1 host, 3 ranks: host 0 ranks 0-2");
+    CHECK(local_size[static_cast<size_t>(r)] == 3);  // 2 does not divide 3: one node
+  }
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The simulated-hosts tests (tools/hosts): each runs a job on hosts the harness makes and then
+# checks that the harness left nothing behind (no namespace named after its run, no folder).
+#
+#   hosts_test.sh HARNESS job MODE LAYOUT PROGRAM [ARG...]
+#       the job (PROGRAM on every rank) must succeed
+#   hosts_test.sh HARNESS info MODE LAYOUT FERRY_INFO
+#       ferry-info --layout and FERRY_DEBUG=info print the layout the harness made
+#   hosts_test.sh HARNESS leftovers
+#       runs ended by SIGTERM and by the harness's own timeout leave nothing; one killed by
+#       SIGKILL leaves its namespaces, which `tools/hosts cleanup` then removes
+#
+# Exit status 77 (skip) where the harness cannot make hosts here (it says why).
+set -uo pipefail
+harness="$1" what="$2"
+shift 2
+fail() { echo "hosts_test: FAILED: $*" >&2; exit 1; }
+export TMPDIR="${TMPDIR:-/tmp}"
+
+# The names a run of pid $1 would have left.
+leftovers_of() {
+  ip netns list 2>/dev/null | awk '{print $1}' | grep "^ferryhosts-$1-" || true
+  ls -d "$TMPDIR/ferryhosts-$1" 2>/dev/null || true
+}
+
+# Runs the harness with "$@" in the background (so its pid is known), waits, checks leftovers.
+# Sets `status` and `out` (its stdout and stderr).
+run_harness() {
+  local log
+  log="$(mktemp)"
+  "$harness" "$@" >"$log" 2>&1 &
+  local pid=$!
+  wait "$pid"
+  status=$?
+  out="$(cat "$log")"
+  rm -f "$log"
+  printf '%s\n' "$out"
+  [ "$status" = 77 ] && exit 77
+  local left
+  left="$(leftovers_of "$pid")"
+  [ -z "$left" ] || fail "the run (status $status) left: $left"
+}
+
+layout_args() { echo "--layout ${1// /,}"; }
+
+case "$what" in
+  job)
+    mode="$1" layout="$2"
+    shift 2
+    # shellcheck disable=SC2046
+    run_harness --mode "$mode" $(layout_args "$layout") --timeout 100 --launcher-vars -- "$@"
+    [ "$status" = 0 ] || fail "the job ended with status $status"
+    ;;
+  info)
+    mode="$1" layout="$2" info="$3"
+    IFS=, read -r -a sizes <<<"$layout"
+    hosts=${#sizes[@]} world=0
+    for s in "${sizes[@]}"; do world=$((world + s)); done
+    # shellcheck disable=SC2046
+    run_harness --mode "$mode" $(layout_args "$layout") --timeout 60 -- \
+      env FERRY_DEBUG=info FERRY_DEBUG_SUBSYS=init "$info" --layout
+    [ "$status" = 0 ] || fail "ferry-info --layout ended with status $status"
+    grep -q "^layout: $world ranks on $hosts hosts" <<<"$out" ||
+      fail "no layout line for $world ranks on $hosts hosts"
+    r=0
+    for ((h = 0; h < hosts; h++)); do
+      grep -q "^  host $h (ferry-h$h): ${sizes[h]} rank" <<<"$out" ||
+        fail "no line for host $h with ${sizes[h]} ranks"
+      for ((l = 0; l < sizes[h]; l++)); do
+        grep -q "^rank $r: host $h (ferry-h$h), local rank $l of ${sizes[h]}$" <<<"$out" \
+          || fail "rank $r is not reported as local rank $l of ${sizes[h]} on host $h"
+        grep -q "rank $r: host $h of $hosts, local rank $l of ${sizes[h]}" <<<"$out" \
+          || fail "FERRY_DEBUG=info does not say where rank $r runs"
+        r=$((r + 1))
+      done
+    done
+    grep -q "hosts: $hosts hosts" <<<"$out" || fail "FERRY_DEBUG=info has no hosts line"
+    ;;
+  leftovers)
+    # Ended by SIGTERM while its job runs: its trap removes everything.
+    "$harness" --timeout 60 -- sleep 30 >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do
+      [ -n "$(ip netns list | grep "^ferryhosts-$pid-h1")" ] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    wait_status=0
+    if [ -z "$(leftovers_of "$pid")" ]; then
+      wait "$pid"
+      [ $? = 77 ] && exit 77
+      fail "the hosts never appeared"
+    fi
+    sleep 0.5  # its ranks started
+    kill -TERM "$pid"
+    wait "$pid" || wait_status=$?
+    [ "$wait_status" = 143 ] || fail "a run ended by SIGTERM exits with $wait_status, not 143"
+    [ -z "$(leftovers_of "$pid")" ] || fail "a run ended by SIGTERM left: $(leftovers_of "$pid")"
+    echo "hosts_test: a run ended by SIGTERM left nothing"
+    # Its own timeout.
+    run_harness --timeout 2 -- sleep 30
+    [ "$status" = 124 ] || fail "a run past --timeout exits with $status, not 124"
+    grep -q "did not end within 2 s" <<<"$out" || fail "the timeout is not reported"
+    echo "hosts_test: a run past its timeout left nothing"
+    # Killed by SIGKILL: nothing can run then; cleanup removes what it left, and only that.
+    "$harness" --timeout 60 -- sleep 30 >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do
+      [ -n "$(ip netns list | grep "^ferryhosts-$pid-h1")" ] && break
+      sleep 0.1
+    done
+    sleep 0.5
+    kill -KILL "$pid"
+    wait "$pid" 2>/dev/null
+    [ -n "$(leftovers_of "$pid")" ] || fail "a run killed by SIGKILL left nothing to clean up (?)"
+    "$harness" cleanup || fail "tools/hosts cleanup failed"
+    [ -z "$(leftovers_of "$pid")" ] || fail "cleanup left: $(leftovers_of "$pid")"
+    echo "hosts_test: cleanup removed what a run killed by SIGKILL left"
+    ;;
+  *) fail "unknown test $what" ;;
+esac
+echo "hosts_test: $what passed"
