@@ -56,7 +56,7 @@ class ProgressDriver {
     // a stream of small ops.
     if (poller_work_.load() && started_.load() && !asleep_.load()) return;
     poller_work_.store(true);
-    if (started_.load() && !asleep_.load()) return;
+    if (started_.load() && !asleep_.load() && !long_sleep_.load()) return;
     std::lock_guard<std::mutex> lock(mu_);
     start_locked();
     cv_.notify_one();
@@ -138,12 +138,7 @@ class ProgressDriver {
         if (asked || due_at != Clock::time_point::max()) {
           // A wake too soon after the last round, or a delayed one: its round comes then.
           const Clock::time_point until = asked ? std::min(next_poller_round, due_at) : due_at;
-          sleeps_until_ = until;
-          fresh_ = false;
-          cv_.wait_until(lock, until, [&] {
-            return stopping_ || !list_.empty() || fresh_ || poller_work_.load();
-          });
-          sleeps_until_ = Clock::time_point{};
+          sleep_until(lock, until);
           continue;
         }
         asleep_.store(true);
@@ -190,15 +185,26 @@ class ProgressDriver {
       for (const Watched& w : list_)
         next = std::min(next, w.not_before <= after ? after + pause : w.not_before);
       if (after < pollers_busy_until) next = std::min(next, after + kLongestPause);
-      next = std::min(next, poller_due_at());
-      if (next != Clock::time_point::max()) {
-        sleeps_until_ = next;
-        cv_.wait_until(lock, next, [&] { return stopping_ || fresh_ || Clock::now() >= next; });
-        sleeps_until_ = Clock::time_point{};
-      }
+      if (next != Clock::time_point::max()) sleep_until(lock, std::min(next, poller_due_at()));
       // else: nothing in flight; the top of the loop sleeps unless a poller has work again
     }
   }
+  // Sleeps until `until`, a new watch (fresh_), a stop or, for a sleep longer than the pause
+  // between rounds, a poller's wake: during such a sleep (a delayed wake's round, an op's first
+  // look) wake() notifies, as for a thread asleep, instead of leaving its round to a thread that
+  // would not look for milliseconds.
+  void sleep_until(std::unique_lock<std::mutex>& lock, Clock::time_point until) {
+    const bool long_sleep = until - Clock::now() > kLongestPause;
+    sleeps_until_ = until;
+    fresh_ = false;
+    if (long_sleep) long_sleep_.store(true);
+    cv_.wait_until(lock, until, [&] {
+      return stopping_ || fresh_ || Clock::now() >= until || (long_sleep && poller_work_.load());
+    });
+    if (long_sleep) long_sleep_.store(false);
+    sleeps_until_ = Clock::time_point{};
+  }
+
   // Tests each op once; drops from `round` those that completed, died or outlived their
   // deadline. Runs without the lock (a test may take microseconds; callbacks may watch more).
   bool test_all(std::vector<Watched>& round) {
@@ -250,6 +256,7 @@ class ProgressDriver {
   }
   std::atomic<uint64_t> rounds_{0};
   std::atomic<bool> asleep_{true};  // no thread yet: nothing runs
+  std::atomic<bool> long_sleep_{false};  // in a sleep longer than a round's pause (sleep_until)
   const bool drive_ = config().progress_thread;
 };
 
