@@ -68,6 +68,39 @@ std::unique_ptr<NativeRequest> call_native(GroupImpl& g, Collective c, Algorithm
   return request;
 }
 
+// A transport's request followed by a step of ferry's own (an average's division, a laid-out
+// receive's unpacking), run once by whichever test or wait first sees the request finished, and
+// only if it succeeded: a failed request leaves the outputs as the failure left them. A
+// subclass sets `inner_` in its constructor.
+class NativeRequestThen : public NativeRequest {
+ public:
+  bool test() override { return then_if(inner_->test()); }
+  bool wait_until(Clock::time_point deadline) override {
+    return then_if(inner_->wait_until(deadline));
+  }
+  void rethrow_if_failed() override { inner_->rethrow_if_failed(); }
+  void give_up() override { inner_->give_up(); }
+
+ protected:
+  virtual void after_success() = 0;
+  std::unique_ptr<NativeRequest> inner_;
+
+ private:
+  bool then_if(bool finished) {
+    if (finished && !done_) {
+      done_ = true;
+      try {
+        inner_->rethrow_if_failed();
+      } catch (...) {
+        return true;
+      }
+      after_success();
+    }
+    return finished;
+  }
+  bool done_ = false;
+};
+
 // For a switch's default: the table gave `c` an algorithm its op has no code for (the table
 // and the op disagree; the parse refuses such a choice before it gets here).
 [[noreturn]] inline void no_such_algorithm(Collective c, Algorithm a) {

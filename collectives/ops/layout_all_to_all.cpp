@@ -346,7 +346,7 @@ void run_queued_laid_out(OpContext& ctx, const QueuedBlocks& blocks, size_t num_
 // and out again: two passes over it instead of one). The request owns the blocks (and so the
 // tensors) and comes from the pool, its span lists inline: the op costs no allocation beyond
 // the staging buffers'.
-class NativeLayoutExchange final : public NativeRequest, public detail::Pooled {
+class NativeLayoutExchange final : public detail::NativeRequestThen, public detail::Pooled {
  public:
   // `blocks` as queued_blocks made them; `me` is this rank. `path` is the way the table chose;
   // it holds the way taken once constructed.
@@ -363,13 +363,6 @@ class NativeLayoutExchange final : public NativeRequest, public detail::Pooled {
     inner_ = native.all_to_all_spans(SpanLists{out_.begin(), parts_},
                                      SpanLists{in_.begin(), parts_}, path);
   }
-
-  bool test() override { return unpack_if(inner_->test()); }
-  bool wait_until(Clock::time_point deadline) override {
-    return unpack_if(inner_->wait_until(deadline));
-  }
-  void rethrow_if_failed() override { inner_->rethrow_if_failed(); }
-  void give_up() override { inner_->give_up(); }
 
  private:
   size_t block(size_t part, bool receive, size_t rank) const {
@@ -406,20 +399,11 @@ class NativeLayoutExchange final : public NativeRequest, public detail::Pooled {
     }
   }
 
-  // Once, and only after success: a failed exchange leaves the outputs alone.
-  bool unpack_if(bool finished) {
-    if (finished && !unpacked_) {
-      unpacked_ = true;
-      try {
-        inner_->rethrow_if_failed();
-      } catch (...) {
-        return true;
-      }
-      for (const Unpack& u : unpack_) blocks_.unpack(u.from, u.block);
-      for (size_t p = 0; p < parts_; ++p)
-        blocks_.copy(send_block(world_, p, me_), recv_block(world_, p, me_));
-    }
-    return finished;
+  // The staged blocks unpacked and this rank's own block copied, once the exchange succeeded.
+  void after_success() override {
+    for (const Unpack& u : unpack_) blocks_.unpack(u.from, u.block);
+    for (size_t p = 0; p < parts_; ++p)
+      blocks_.copy(send_block(world_, p, me_), recv_block(world_, p, me_));
   }
 
   struct Unpack {
@@ -431,8 +415,6 @@ class NativeLayoutExchange final : public NativeRequest, public detail::Pooled {
   size_t parts_, world_, me_;
   detail::SmallVector<ByteSpan, kInlineSpans> out_, in_;
   detail::SmallVector<Unpack, kInlineSpans> unpack_;
-  std::unique_ptr<NativeRequest> inner_;
-  bool unpacked_ = false;
 };
 
 // "input", or "parts[p].input" when there are several parts.

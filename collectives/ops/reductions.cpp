@@ -80,39 +80,20 @@ std::unique_ptr<NativeRequest> native_all_reduce(detail::GroupImpl& g, Algorithm
 // queued because a queued op holds every later op of its group in the queue behind it: a
 // gradient bucket's average ahead of the embeddings' gradient all-to-all made the two run one
 // after the other.
-class AverageOfSum final : public NativeRequest, public detail::Pooled {
+class AverageOfSum final : public detail::NativeRequestThen, public detail::Pooled {
  public:
   AverageOfSum(std::unique_ptr<NativeRequest> sum, void* out, size_t count, DType dtype, int world)
-      : sum_(std::move(sum)), out_(out), count_(count), dtype_(dtype), world_(world) {}
-
-  bool test() override { return divide_if(sum_->test()); }
-  bool wait_until(Clock::time_point deadline) override {
-    return divide_if(sum_->wait_until(deadline));
+      : out_(out), count_(count), dtype_(dtype), world_(world) {
+    inner_ = std::move(sum);
   }
-  void rethrow_if_failed() override { sum_->rethrow_if_failed(); }
-  void give_up() override { sum_->give_up(); }
 
  private:
-  // Once, and only after success: a failed sum leaves the output as the failure left it.
-  bool divide_if(bool finished) {
-    if (finished && !divided_) {
-      divided_ = true;
-      try {
-        sum_->rethrow_if_failed();
-      } catch (...) {
-        return true;
-      }
-      detail::divide(out_, count_, dtype_, world_);
-    }
-    return finished;
-  }
+  void after_success() override { detail::divide(out_, count_, dtype_, world_); }
 
-  std::unique_ptr<NativeRequest> sum_;
   void* out_;
   size_t count_;
   DType dtype_;
   int world_;
-  bool divided_ = false;
 };
 
 // reduce_scatter's one native call. Equal blocks (`sizes` empty) take the transport's form
