@@ -3,6 +3,7 @@
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/node.h>
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/object_pool.h>
 
@@ -160,6 +161,13 @@ class RequestNode : public Function {
   // The placeholder linking the Req node to the nodes that consume it: one element of a
   // floating dtype, so that it can carry a (meaningless) gradient back to the Req node.
   Tensor placeholder() const { return zeros({1}, dtype_); }
+  // The placeholder (or nothing) as a node's one result, in a list from this thread's spares:
+  // the tape hands such lists back, so a call allocates none.
+  std::vector<Tensor> placeholder_list(bool with_placeholder) const {
+    std::vector<Tensor> out = detail::tensor_list(1);
+    if (with_placeholder) out[0] = placeholder();
+    return out;
+  }
 
   std::shared_ptr<ReqWaitCore> core_;
 
@@ -181,7 +189,7 @@ class ReqFunction final : public RequestNode {
     // nothing has no tape to link, so it goes without (a tensor's allocations per call).
     bool recorded = false;
     for (size_t i = 0; i < ctx.num_inputs() && !recorded; ++i) recorded = ctx.needs_input_grad(i);
-    return {recorded ? placeholder() : Tensor()};
+    return placeholder_list(recorded);
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>&) override {
     return core_->wait_gradient();
@@ -198,7 +206,7 @@ class WaitFunction final : public RequestNode {
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>& grad_outputs) override {
     core_->launch_gradient(grad_outputs);
-    return {placeholder()};
+    return placeholder_list(true);
   }
 };
 
@@ -211,11 +219,11 @@ class DroppedWaitFunction final : public RequestNode {
 
   // The forward collective finishes in the background (or in backward): nothing to wait for.
   std::vector<Tensor> forward(Context&, const std::vector<Tensor>&) override {
-    return {placeholder()};
+    return placeholder_list(true);
   }
   std::vector<Tensor> backward(Context&, const std::vector<Tensor>&) override {
     core_->launch_zero_gradient();
-    return {placeholder()};
+    return placeholder_list(true);
   }
 };
 
@@ -232,8 +240,10 @@ class RequestHandle {
                 ": this request was waited for already; a request is waited for once (its "
                 "wait records the node that completes the collective), so keep the outputs of "
                 "the first wait");
+    detail::ScopedSpare<std::vector<Variable>> inputs;  // the thread's list: none allocated
+    inputs->push_back(placeholder_);
     std::vector<Variable> outputs =
-        ferry::apply(detail::make_pooled<WaitFunction>(core_, dtype_), {placeholder_});
+        ferry::apply(detail::make_pooled<WaitFunction>(core_, dtype_), *inputs);
     waited_ = true;
     placeholder_ = Variable();
     return outputs;
