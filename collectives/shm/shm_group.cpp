@@ -173,9 +173,9 @@ void GroupShm::publish(std::atomic<uint32_t>& counter, uint32_t value) {
 
 void GroupShm::advance(std::atomic<uint32_t> Slot::*counter, uint32_t value) {
   // Every wait on `arrived` or `done` is for all ranks' counter to reach some number, and this
-  // rank's moves up from `before`: its store can only complete a wait for a number after
-  // `before`, and the weakest of them is every rank at before + 1. So the sleepers are woken
-  // only when that holds. Where more ranks than cores share the host (4 ranks on 2 cores), the
+  // rank's moves up from its old value: its store can only complete a wait for a number after
+  // that value, and the weakest of those waits is for every rank at old + 1. So the sleepers
+  // are woken only when that holds. Where more ranks than cores share the host (4 ranks on 2 cores), the
   // wakes of the ranks that arrive before the last would each put every sleeper on a core to
   // find that it must sleep again. Of ranks that store at once, the last store's loads see the
   // others' (all sequentially consistent), so the rank that completes a wait always wakes.
