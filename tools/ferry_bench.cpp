@@ -245,21 +245,32 @@ bool bench_memcpy(const Sweep& sweep, Group& world, RankSync& sync) {
   return true;
 }
 
-// The copy bandwidth (bytes per second) behind the rows' ideal_us: rank 0 copies
-// kIdealCopyBytes a few times while the others wait (as --op memcpy does, so they do not compete
-// for the cores), and every rank returns after it finished; 0 on the other ranks.
-double copy_bandwidth(const Group& world, RankSync& sync) {
-  double bytes_per_second = 0;
-  if (world.rank() == 0) {
-    MemcpyCase copy(kIdealCopyBytes);
-    copy.time_one_seconds();  // the pages' first touch by the copy itself
-    std::vector<double> seconds;
-    for (int i = 0; i < 5; ++i) seconds.push_back(copy.time_one_seconds());
+// The copy bandwidths behind the rows' ideal_us, both medians of a few copies of
+// kIdealCopyBytes: every rank copying its own buffer at once (each copy's time the slowest
+// rank's), the rate a collective's ranks each get while they all move bytes, as they do in
+// every op, and, for comparison, rank 0 copying alone while the others wait (0 elsewhere).
+CopyBandwidth copy_bandwidth(const Group& world, RankSync& sync) {
+  constexpr int kCopies = 5;
+  CopyBandwidth bw;
+  MemcpyCase copy(kIdealCopyBytes);
+  copy.time_one_seconds();  // the pages' first touch by the copy itself
+  auto rate = [](const std::vector<double>& seconds) {
     const double median = summarize(seconds).median;
-    bytes_per_second = median > 0 ? static_cast<double>(kIdealCopyBytes) / median : 0;
+    return median > 0 ? static_cast<double>(kIdealCopyBytes) / median : 0;
+  };
+  std::vector<double> together;
+  for (int i = 0; i < kCopies; ++i) {
+    sync.all_of(true);
+    together.push_back(copy.time_one_seconds());
+  }
+  bw.together = rate(sync.max_over_ranks(together));
+  if (world.rank() == 0) {
+    std::vector<double> alone;
+    for (int i = 0; i < kCopies; ++i) alone.push_back(copy.time_one_seconds());
+    bw.alone = rate(alone);
   }
   sync.all_of(true);
-  return bytes_per_second;
+  return bw;
 }
 
 std::string sizes_str(const Options& o, const std::vector<size_t>& sizes) {
@@ -378,7 +389,7 @@ int run(int argc, char** argv) {
       }
       Sweep sweep{opts, sizes, world.rank() == 0 ? &report : nullptr, launcher.get()};
       if (!opts.differentiable) {
-        const double copy = copy_bandwidth(world, sync);
+        const CopyBandwidth copy = copy_bandwidth(world, sync);
         if (sweep.report) sweep.report->set_copy_bandwidth(copy);
       }
       for (OpKind op : opts.ops) {

@@ -171,8 +171,27 @@ void GroupShm::publish(std::atomic<uint32_t>& counter, uint32_t value) {
   }
 }
 
+void GroupShm::advance(std::atomic<uint32_t> Slot::*counter, uint32_t value) {
+  // Every wait on `arrived` or `done` is for all ranks' counter to reach some number, and this
+  // rank's moves up from its old value: its store can only complete a wait for a number after
+  // that value, and the weakest of those waits is for every rank at old + 1. So the sleepers
+  // are woken only when that holds. Where more ranks than cores share the host (4 ranks on 2 cores), the
+  // wakes of the ranks that arrive before the last would each put every sleeper on a core to
+  // find that it must sleep again. Of ranks that store at once, the last store's loads see the
+  // others' (all sequentially consistent), so the rank that completes a wait always wakes.
+  std::atomic<uint32_t>& mine = slot(rank_)->*counter;
+  const uint32_t first_new = mine.load(std::memory_order_relaxed) + 1;
+  mine.store(value, std::memory_order_seq_cst);
+  Header* h = header();
+  if (h->sleepers.load(std::memory_order_seq_cst) == 0) return;
+  for (int r = 0; r < size_; ++r)
+    if (!reached((slot(r)->*counter).load(std::memory_order_seq_cst), first_new)) return;
+  h->epoch.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&h->epoch);
+}
+
 void GroupShm::arrive(uint32_t n) {
-  publish(slot(rank_)->arrived, n);
+  advance(&Slot::arrived, n);
   // The progress thread reads for this rank when its thread waits on something else. Every op
   // wakes it (one atomic store and load while it is awake): a wake skipped because the thread
   // polled a moment ago was lost when it then went to sleep, and a rank that sat in its own
@@ -351,7 +370,7 @@ void GroupShm::progress() {
         throw;
       }
       p.read = true;
-      publish(slot(rank_)->done, p.n);
+      advance(&Slot::done, p.n);
     }
     // An all_to_all's peers read this rank's buffer: it is the caller's again only once they
     // all said done.

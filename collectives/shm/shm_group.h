@@ -198,6 +198,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
   // Stores `value` into a counter and wakes the sleepers, if any.
   void publish(std::atomic<uint32_t>& counter, uint32_t value);
+  // Stores `value` into this rank's `counter` (`arrived` or `done`, which only grow) and wakes
+  // the sleepers when every rank's counter has reached its old value + 1, if anyone sleeps.
+  void advance(std::atomic<uint32_t> Slot::*counter, uint32_t value);
   // Publishes `arrived` = n (the op's part is in place).
   void arrive(uint32_t n);
   // Writes op n's call into this rank's slot (before publishing `arrived`).

@@ -105,17 +105,21 @@ double bus_factor(OpKind op, int world_size) {
   return 1;
 }
 
-double ideal_bytes(OpKind op, size_t bytes, int world_size) {
+double ideal_bytes(OpKind op, size_t bytes, int world_size, Place place) {
   const double w = world_size, size = static_cast<double>(bytes);
+  if (op == OpKind::Memcpy) return size;
+  if (world_size < 2) return 0;
+  // (bytes read + bytes written) / 2 per rank: ops.h says why each.
   switch (op) {
     case OpKind::AllReduce:
-    case OpKind::Reduce: return 2 * (w - 1) / w * size;
-    case OpKind::AllGather:
+    case OpKind::AllToAll: return size;
     case OpKind::ReduceScatter:
-    case OpKind::AllToAll: return (w - 1) / w * size;
-    case OpKind::Broadcast: return world_size > 1 ? size : 0;
-    case OpKind::Barrier: return 0;
-    case OpKind::Memcpy: return size;
+    case OpKind::Reduce: return (size + size / w) / 2;
+    case OpKind::AllGather:
+      return place == Place::InPlace ? size / 2 : (size / w + size) / 2;
+    case OpKind::Broadcast: return size / 2;
+    case OpKind::Barrier:
+    case OpKind::Memcpy: break;
   }
   return 0;
 }

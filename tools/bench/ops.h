@@ -32,24 +32,6 @@ int64_t element_count(OpKind op, size_t bytes, DType dtype, int world_size);
 // its slowest link, so busbw of a good implementation approaches the link bandwidth whatever W is.
 double bus_factor(OpKind op, int world_size);
 
-// The bytes one rank must copy for `op` on a per-rank buffer of `bytes` (the row's size), by the
-// best one-host scheme, where every byte moves once between two processes' memory at copy speed
-// (a single copy: the reader reads it where the writer left it):
-//   all_reduce: 2 (W-1)/W x size: each rank reduces its 1/W slice, reading the W-1 peers' pieces
-//     of it where they lie, then copies the W-1 other finished slices (2 ranks: one pass of size);
-//   all_gather, all_to_all: (W-1)/W x size, the bytes each rank receives;
-//   reduce_scatter: (W-1)/W x size, the peers' pieces of this rank's block, read to reduce it;
-//   broadcast: size, what every non-root receives;
-//   reduce: 2 (W-1)/W x size, a reduce-scatter then the root's gather of the slices;
-//   barrier: 0 (no bytes: no ideal time); memcpy: size.
-// ideal_us = these bytes / the copy bandwidth measured at the start of the run (a memcpy of
-// kIdealCopyBytes); the reduction's arithmetic is taken to hide behind the copy.
-double ideal_bytes(OpKind op, size_t bytes, int world_size);
-
-// The copy that measures the bandwidth behind ideal_us: well beyond the caches, as the large
-// collectives' buffers are.
-inline constexpr size_t kIdealCopyBytes = size_t{64} << 20;
-
 // Where an op writes its result. nccl-tests times both forms of the ops that have them; so does
 // ferry-bench. all_reduce: output is input; all_gather: input is this rank's block of output;
 // reduce_scatter: output is this rank's block of input; reduce: output is input on the root.
@@ -58,6 +40,38 @@ enum class Place { OutOfPlace, InPlace };
 const char* place_name(Place place);  // "out", "in"
 // The forms `op` has, out-of-place first.
 std::vector<Place> places_of(OpKind op);
+
+// The bytes one rank must copy for `op` on a per-rank buffer of `bytes` (the row's size): the
+// bytes it must read plus those it must write, / 2, since a memcpy of n bytes reads n and
+// writes n. Every rank's input is read once and every rank's output written once, by some
+// rank, the work split evenly, each byte read where it lies (single copy; a reduction's
+// operands are read, a rank's result may be written into its peers' outputs). Per rank, with
+// W ranks and S = size:
+//   all_reduce: (S + S) / 2 = S: its 1/W of every input, its 1/W slice into every output;
+//   reduce_scatter: (S + S/W) / 2: its block of every input (its own too: it is an operand),
+//     written once;
+//   all_gather out of place: (S/W + S) / 2: every block of its output is written, its own
+//     too; in place: (S/W + (W-1)/W S) / 2 = S/2, its own block already lies in place;
+//   all_to_all: (S + S) / 2 = S: its whole input read, its whole output written, its own block
+//     included (always out of place);
+//   broadcast: (S/W + (W-1)/W S) / 2 = S/2: the root's S read once, W-1 outputs written;
+//   reduce: (S + S/W) / 2: every input read once, the root's output written once;
+//   barrier: 0 (no bytes: no ideal time); memcpy: size. A group of one rank: 0.
+// ideal_us = these bytes / the copy bandwidth measured at the start of the run, every rank
+// copying kIdealCopyBytes at once, as every rank moves bytes at once in an op; the
+// reduction's arithmetic is taken to hide behind the copy.
+double ideal_bytes(OpKind op, size_t bytes, int world_size, Place place);
+
+// The copy rates behind ideal_us (bytes per second): per rank with every rank copying at once
+// (what ideal_us uses), and rank 0 copying alone (printed for comparison; 0 elsewhere).
+struct CopyBandwidth {
+  double together = 0;
+  double alone = 0;
+};
+
+// The copy that measures the bandwidth behind ideal_us: well beyond the caches, as the large
+// collectives' buffers are.
+inline constexpr size_t kIdealCopyBytes = size_t{64} << 20;
 
 // The algorithm the runtime picks for `count` elements, as printed in the table, on a transport
 // with (`native`) or without collectives of its own. choose_algorithm takes the bytes of one

@@ -50,13 +50,14 @@ void Report::header(const std::string& sizes, const std::string& iters,
   std::fflush(stdout);
 }
 
-void Report::set_copy_bandwidth(double bytes_per_second) {
-  copy_bps_ = bytes_per_second;
+void Report::set_copy_bandwidth(const CopyBandwidth& bw) {
+  copy_bps_ = bw.together;
   if (setup_.differentiable) return;  // two collectives per row: no one op's ideal
-  std::printf("# ideal: copy bandwidth %.2f GB/s (memcpy of %zu MiB on rank 0, median of its "
-              "copies); ideal(us) = the bytes a rank must copy for the op (ferry-bench --help) "
-              "/ that, x_ideal = time / ideal\n",
-              bytes_per_second / 1e9, kIdealCopyBytes >> 20);
+  std::printf("# ideal: copy bandwidth %.2f GB/s per rank, every rank copying %zu MiB at once "
+              "(rank 0 alone: %.2f GB/s); ideal(us) = the bytes a rank must read and write for "
+              "the op, / 2 (a memcpy reads and writes each byte; ferry-bench --help), at that "
+              "rate; x_ideal = time / ideal\n",
+              bw.together / 1e9, kIdealCopyBytes >> 20, bw.alone / 1e9);
   std::fflush(stdout);
 }
 
@@ -77,7 +78,7 @@ void Report::begin_op(OpKind op) {
 
 void Report::row(const Row& given) {
   Row r = given;
-  const double ideal = ideal_bytes(r.op, r.bytes, setup_.world_size);
+  const double ideal = ideal_bytes(r.op, r.bytes, setup_.world_size, r.place);
   r.ideal_us = copy_bps_ > 0 && !setup_.differentiable && ideal > 0 ? ideal / copy_bps_ * 1e6 : 0;
   const double x_ideal = r.ideal_us > 0 ? r.time.median * 1e6 / r.ideal_us : 0;
   const std::string wrong = r.wrong < 0 ? "-" : std::to_string(r.wrong);

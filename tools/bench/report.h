@@ -54,9 +54,9 @@ class Report {
   Report(Setup setup, std::FILE* csv);
 
   void header(const std::string& sizes, const std::string& iters, const std::string& algo_table);
-  // The copy bandwidth (bytes per second) that ideal_us is measured against, printed as a
+  // The copy bandwidths that ideal_us is measured against (its `together`), printed as a
   // header line; rows before it get no ideal_us.
-  void set_copy_bandwidth(double bytes_per_second);
+  void set_copy_bandwidth(const CopyBandwidth& bw);
   void begin_op(OpKind op);
   // Prints `row` with its ideal_us filled in, and keeps it.
   void row(const Row& row);
