@@ -62,8 +62,8 @@ class AllToAllPooledOp final : public AllToAllCommOp {
   }
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
     const int64_t b = info_.batch_size_per_rank[rank()];
-    if (order_) return {ordered(received, b)};
-    return {columns_side_by_side(received, b)};
+    if (order_) return detail::one_tensor(ordered(received, b));
+    return detail::one_tensor(columns_side_by_side(received, b));
   }
   Tensor gradient_send(const std::vector<Tensor>& grad_outputs, bool divide) override {
     if (order_) return blocks_from_ordered(grad_outputs[0], divide ? world() : 1);
@@ -71,7 +71,7 @@ class AllToAllPooledOp final : public AllToAllCommOp {
   }
   bool divides_in_gradient_send() const override { return true; }
   std::vector<Tensor> input_gradients(const Tensor& received) override {
-    return {received.reshape(input_shape_)};
+    return detail::one_tensor(received.reshape(input_shape_));
   }
 
  private:
@@ -244,12 +244,14 @@ class VariableBatchAllToAllPooledOp final : public AllToAllCommOp {
     input_shape_ = inputs[0].shape();
     return inputs[0].flatten();
   }
-  std::vector<Tensor> forward_outputs(const Tensor& received) override { return {received}; }
+  std::vector<Tensor> forward_outputs(const Tensor& received) override {
+    return detail::one_tensor(received);
+  }
   Tensor gradient_send(const std::vector<Tensor>& grad_outputs, bool) override {
     return grad_outputs[0].flatten();
   }
   std::vector<Tensor> input_gradients(const Tensor& received) override {
-    return {received.reshape(input_shape_)};
+    return detail::one_tensor(received.reshape(input_shape_));
   }
 
  private:

@@ -103,16 +103,16 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
     return std::make_shared<const Placement>(std::move(p));
   }
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
-    return {received.reshape({-1, dim_})};
+    return detail::one_tensor(received.reshape({-1, dim_}));
   }
   Tensor gradient_send(const std::vector<Tensor>& grad_outputs, bool) override {
     return grad_outputs[0];
   }
   std::vector<Tensor> input_gradients(const Tensor& received) override {
     Tensor rows = received.reshape({-1, dim_});
-    if (!permutation_) return {rows};
-    return {permute_segments(rows, dim_, permutation_->backward_recat,
-                             permutation_->permuted_segment_rows)};
+    if (!permutation_) return detail::one_tensor(rows);
+    return detail::one_tensor(permute_segments(rows, dim_, permutation_->backward_recat,
+                                               permutation_->permuted_segment_rows));
   }
 
  private:

@@ -5,6 +5,7 @@
 // the two collective shapes of alltoall_op.h and reduce_scatter_op.h.
 #pragma once
 
+#include <ferry/autograd/ops_detail.h>
 #include <ferry/autograd/variable.h>
 #include <ferry/collectives/differentiable/req_wait.h>
 #include <ferry/collectives/group.h>
@@ -21,6 +22,14 @@
 #include <vector>
 
 namespace ferry::torchrec::detail {
+
+// One tensor as an op's list of outputs or gradients, the list from this thread's spares: the
+// tape hands such lists back, so a call allocates none for it.
+inline std::vector<Tensor> one_tensor(Tensor t) {
+  std::vector<Tensor> out = ferry::detail::tensor_list(1);
+  out[0] = std::move(t);
+  return out;
+}
 
 // Division by the group size as torchrec's grad.div_(W), bit for bit. For a power-of-two W the
 // product with 1/W (exact) is the same float as the quotient (both are the correctly rounded

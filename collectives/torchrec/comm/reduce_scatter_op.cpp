@@ -78,7 +78,7 @@ Work ReduceScatterGatherOp::launch(const std::vector<Tensor>& inputs) {
 std::vector<Tensor> ReduceScatterGatherOp::finish() {
   Tensor values = forward_pass_->decode(received_);
   received_ = Tensor();
-  return {values.reshape(output_shape_)};
+  return one_tensor(values.reshape(output_shape_));
 }
 
 Work ReduceScatterGatherOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
@@ -104,12 +104,11 @@ std::vector<Tensor> ReduceScatterGatherOp::finish_gradient() {
   Tensor values = backward_pass_->decode(received_);
   received_ = Tensor();
   if (!divided_before_send_) divide_if_enabled(values);
-  std::vector<Tensor> grads;
-  grads.reserve(input_shapes_.size());
+  std::vector<Tensor> grads = ferry::detail::tensor_list(input_shapes_.size());
   int64_t start = 0;
-  for (const Shape& shape : input_shapes_) {
-    const int64_t n = shape_numel(shape);
-    grads.push_back(values.narrow(0, start, n).reshape(shape));
+  for (size_t i = 0; i < input_shapes_.size(); ++i) {
+    const int64_t n = shape_numel(input_shapes_[i]);
+    grads[i] = values.narrow(0, start, n).reshape(input_shapes_[i]);
     start += n;
   }
   return grads;
