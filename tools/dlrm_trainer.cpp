@@ -533,9 +533,14 @@ int run_main(int argc, char** argv) {
   const bool one_process_per_rank = launched.size() > 1;
   const int world_size = one_process_per_rank ? launched.size() : o.world_size;
   o.world_size = world_size;
-  // The local transport's ranks are this process's threads; processes learn theirs from the
-  // launcher (get_local_size: one host when it does not say).
-  o.ranks_on_host = one_process_per_rank ? get_local_size(world_size) : world_size;
+  // The local transport's ranks are this process's threads, on one host; processes learnt at
+  // init which ranks share their host (Group::host_layout).
+  o.ranks_on_host = o.ranks_per_node = world_size;
+  if (one_process_per_rank) {
+    const HostLayout layout = launched.host_layout();
+    o.ranks_on_host = layout.known ? layout.local_size() : get_local_size(world_size);
+    o.ranks_per_node = ranks_per_node(launched);
+  }
   if (o.test_samples < o.batch * world_size || o.train_samples < o.batch * world_size)
     throw cli::UsageError("--train-samples and --test-samples must hold at least one global batch");
   if (!one_process_per_rank || launched.rank() == 0) {

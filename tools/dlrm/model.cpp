@@ -55,10 +55,35 @@ std::vector<PlannerTable> planner_tables(const Options& o) {
   return out;
 }
 
+int ranks_per_node(const Group& world) {
+  const HostLayout layout = world.host_layout();
+  if (!layout.known) return get_local_size(world.size());  // the launcher's say, or one host
+  return layout.uniform() && layout.contiguous() ? layout.local_size() : 0;
+}
+
+namespace {
+
+// The node size the plan and the sharded tables use: on hosts of different sizes every rank
+// is a node of its own (the planner then prices all traffic as crossing nodes), and the types
+// that keep a table on one node's ranks are refused.
+int node_size(const Options& o, int world_size) {
+  if (o.ranks_per_node > 0) return o.ranks_per_node;
+  const bool by_node = o.sharding == "twrw" || o.sharding == "twcw" || o.sharding == "mixed";
+  if (by_node)
+    throw InvalidArgument("--sharding " + o.sharding +
+                          " keeps a table on one node's ranks, and this job's " +
+                          std::to_string(world_size) +
+                          " ranks run on hosts of different sizes (ferry-info --layout shows "
+                          "them): use planner, tw, rw, cw or dp, or as many ranks on each host");
+  return 1;
+}
+
+}  // namespace
+
 Topology topology(const Options& o, int world_size) {
   Topology topo;
   topo.world_size = world_size;
-  topo.local_world_size = world_size;
+  topo.local_world_size = node_size(o, world_size);
   topo.batch_size = o.batch;
   topo.memory_budget = int64_t{1} << 30;
   return topo;
@@ -87,8 +112,9 @@ ShardingPlan make_plan(const Options& o, int world_size) {
     gens[shapes[t].name] = g;
   }
   ShardingPlan plan;
-  plan.set_plan_for_module("sparse.ebc", construct_module_sharding_plan(shapes, gens, world_size,
-                                                                        world_size, "sparse.ebc"));
+  plan.set_plan_for_module("sparse.ebc",
+                           construct_module_sharding_plan(shapes, gens, world_size,
+                                                          node_size(o, world_size), "sparse.ebc"));
   return plan;
 }
 
@@ -162,7 +188,7 @@ Variable ShardedDlrm::logits(const Batch& b, const PooledEmbeddings& pooled) con
 std::unique_ptr<ShardedDlrm> build(const Options& o, const ModuleShardingPlan& plan, Group& world) {
   auto m = std::make_unique<ShardedDlrm>();
   ShardedEmbeddingOptions so;
-  so.local_size = world.size();
+  so.local_size = node_size(o, world.size());
   if (o.codec != "fp32") {
     const size_t comma = o.codec.find(',');
     const CommType fwd = comm_type_from_name(o.codec.substr(0, comma));

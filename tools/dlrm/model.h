@@ -38,6 +38,11 @@ struct Options {
   // ranks fill its cores (a loader thread would take a core from a rank), else "thread".
   std::string loader = "auto";
   int ranks_on_host = 1;  // set at start: the ranks of this job on this rank's host
+  // Set at start: the ranks of a node, for the sharding types that keep a table inside one
+  // (table-row-wise, table-column-wise) and for the planner: every host's ranks when the
+  // job's hosts hold as many each, in consecutive ranks (torchrec's nodes); 0 when they do not
+  // (3 + 1 ranks), where no two ranks are taken to share a node.
+  int ranks_per_node = 1;
   // A split's batches are kept in memory after the first epoch while they fit in this many MiB
   // per rank and split (CachingSource); 0: every epoch makes them again.
   int64_t data_cache_mb = 1024;
@@ -60,6 +65,8 @@ std::vector<int64_t> cardinalities(const Options& o);
 torchrec::SyntheticCriteo make_data(const Options& o);
 std::vector<torchrec::EmbeddingBagConfig> table_configs(const Options& o);
 std::vector<torchrec::PlannerTable> planner_tables(const Options& o);
+// The node size of a job of processes, from where its ranks run (Options::ranks_per_node).
+int ranks_per_node(const Group& world);
 torchrec::Topology topology(const Options& o, int world_size);
 // The plan: the planner's, or every table (or a cycle over the tables) of one type.
 torchrec::ShardingPlan make_plan(const Options& o, int world_size);
