@@ -478,6 +478,10 @@ Options parse(int argc, char** argv) {
                   "their backward, and the interaction (default 1; pays only with idle cores, "
                   "one rank per host: where ranks fill the cores, helpers take cores from them)",
                   &o.threads, 1, 256)
+      .int_option("--ranks-per-node", "plan and shard as if each node held this many "
+                  "consecutive ranks, whatever the job's hosts (for comparing a plan that ignores "
+                  "them; default: each host's ranks, as the job found them at start)",
+                  &o.forced_ranks_per_node, 1, 65536)
       .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: no "
                   "loader: each batch is made when the step asks for it)", &o.prefetch, 0, 64)
       .choice_option("--loader", "where the synthetic batches are made: a loader thread; a "
@@ -540,6 +544,12 @@ int run_main(int argc, char** argv) {
     const HostLayout layout = launched.host_layout();
     o.ranks_on_host = layout.known ? layout.local_size() : get_local_size(world_size);
     o.ranks_per_node = ranks_per_node(launched);
+  }
+  if (o.forced_ranks_per_node > 0) {
+    if (world_size % o.forced_ranks_per_node != 0)
+      throw cli::UsageError("--ranks-per-node " + std::to_string(o.forced_ranks_per_node) +
+                            " must divide the world size " + std::to_string(world_size));
+    o.ranks_per_node = o.forced_ranks_per_node;
   }
   if (o.test_samples < o.batch * world_size || o.train_samples < o.batch * world_size)
     throw cli::UsageError("--train-samples and --test-samples must hold at least one global batch");

@@ -43,6 +43,7 @@ struct Options {
   // job's hosts hold as many each, in consecutive ranks (torchrec's nodes); 0 when they do not
   // (3 + 1 ranks), where no two ranks are taken to share a node.
   int ranks_per_node = 1;
+  int forced_ranks_per_node = 0;  // --ranks-per-node: plan with nodes of this many ranks (0: off)
   // A split's batches are kept in memory after the first epoch while they fit in this many MiB
   // per rank and split (CachingSource); 0: every epoch makes them again.
   int64_t data_cache_mb = 1024;
