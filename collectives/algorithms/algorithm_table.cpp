@@ -112,6 +112,15 @@ constexpr size_t kStaged = 8 * 1024;
 // 0.84-1.10, 256 KiB 0.16-0.19 against 0.31-0.40, 16 MiB 0.24-0.30 against 0.36-0.40), the
 // tree between, whose one message beats the two halves' hand-offs there (64 KiB 0.36 against
 // 0.54-0.61, 32 KiB 0.56-0.58 against 0.63-0.64, 128 KiB at par).
+//
+// Ranks on several hosts, some of which hold several of them (Placement::SharedHosts), take the
+// hierarchical all_reduce above the small-payload rows where the transport has no collectives
+// of its own: between hosts it sends each byte about once per host where the ring sends 3/2 of
+// it (2 + 2 and 3 + 1 ranks, 512 KiB: 528 KB on a host's link against the ring's 792 KB,
+// tests/hosts), in 2 (L-1) ring steps inside the hosts plus the rounds across them. Below 32 KiB
+// the direct exchange and recursive doubling keep their one or log2 W rounds, which cross the
+// slower link once per round either way. With MPI's collectives the rows stay MPI's own ways.
+// Timings on simulated hosts: docs/hosts.md.
 constexpr size_t kShmSlotBytes = 16 * 1024;  // collectives/shm/shm_layout.h's kSlotBytes
 constexpr size_t kShmScatterUcx = size_t{1} << 20;
 constexpr size_t kShmGatherMpi = size_t{4} << 20;  // all of the output: an in_all row

@@ -197,6 +197,15 @@ TEST_CASE("hierarchical all_reduce: every rank gets the same bits, run after run
       }
     });
   }
+  // 4 KB, forced: the direct exchange across the hosts (three of them in the last layout).
+  ScopedAlgorithm o("all_reduce:hierarchical");
+  for (const auto& keys : kLayouts) {
+    INFO(layout_text(keys));
+    run_checked(static_cast<int>(keys.size()), [&keys](Group& g, Ctx& ctx) {
+      simulate_hosts(g, keys);
+      (void)identical_bits(ctx, g, 1001);
+    });
+  }
 }
 
 // On the job's own hosts (the MPI and UCX suites, and across simulated hosts in tests/hosts):
