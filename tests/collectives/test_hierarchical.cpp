@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,17 @@ std::string layout_text(const std::vector<uint64_t>& keys) {
 
 const std::vector<std::vector<uint64_t>> kLayouts = {
     {1, 1, 2, 2}, {1, 1, 1, 2}, {1, 2, 1, 2}, {1, 1, 2, 2, 2}, {1, 1, 2, 2, 3, 3}};
+
+// `body` on every layout of kLayouts, each rank's transport given the layout's keys first.
+void on_every_layout(const std::function<void(Group&, Ctx&)>& body) {
+  for (const auto& keys : kLayouts) {
+    INFO(layout_text(keys));
+    run_checked(static_cast<int>(keys.size()), [&keys, &body](Group& g, Ctx& ctx) {
+      simulate_hosts(g, keys);
+      body(g, ctx);
+    });
+  }
+}
 
 uint64_t hierarchical_runs(const Group& g) {
   return g.impl().runs(Collective::AllReduce, Algorithm::Hierarchical);
@@ -140,72 +152,56 @@ TEST_CASE("hierarchical all_reduce: the table's row for ranks on shared hosts",
 TEST_CASE("hierarchical all_reduce: chosen and exact on simulated hosts",
           "[algorithms][hierarchical]") {
   ferry::set_algorithm_override("");
-  for (const auto& keys : kLayouts) {
-    INFO(layout_text(keys));
-    run_checked(static_cast<int>(keys.size()), [&keys](Group& g, Ctx& ctx) {
-      simulate_hosts(g, keys);
-      FT_CHECK(ctx, g.impl().placement() == Placement::SharedHosts, where(g, "placement"));
-      // 64 KiB and an odd count above the small-payload rows: the automatic choice.
-      for (int64_t rows : {int64_t{16384}, int64_t{20011}})
-        check_all_reduce(ctx, g, reduce_case(DType::Float32, rows, ReduceOp::Sum, 0, 1),
-                         Algorithm::Hierarchical);
-      check_all_reduce(ctx, g, reduce_case(DType::Int64, 9001, ReduceOp::Max, 1, 2),
+  on_every_layout([](Group& g, Ctx& ctx) {
+    FT_CHECK(ctx, g.impl().placement() == Placement::SharedHosts, where(g, "placement"));
+    // 64 KiB and an odd count above the small-payload rows: the automatic choice.
+    for (int64_t rows : {int64_t{16384}, int64_t{20011}})
+      check_all_reduce(ctx, g, reduce_case(DType::Float32, rows, ReduceOp::Sum, 0, 1),
                        Algorithm::Hierarchical);
-      check_all_reduce(ctx, g, reduce_case(DType::Float16, 20000, ReduceOp::Avg, 2, 3),
-                       Algorithm::Hierarchical);
-      // A small payload keeps the direct exchange.
-      check_all_reduce(ctx, g, reduce_case(DType::Float32, 37, ReduceOp::Sum, 0, 4),
-                       Algorithm::Direct);
-    });
-  }
+    check_all_reduce(ctx, g, reduce_case(DType::Int64, 9001, ReduceOp::Max, 1, 2),
+                     Algorithm::Hierarchical);
+    check_all_reduce(ctx, g, reduce_case(DType::Float16, 20000, ReduceOp::Avg, 2, 3),
+                     Algorithm::Hierarchical);
+    // A small payload keeps the direct exchange.
+    check_all_reduce(ctx, g, reduce_case(DType::Float32, 37, ReduceOp::Sum, 0, 4),
+                     Algorithm::Direct);
+  });
 }
 
 TEST_CASE("hierarchical all_reduce: forced, every size down to fewer elements than ranks",
           "[algorithms][hierarchical]") {
   ScopedAlgorithm o("all_reduce:hierarchical");
-  for (const auto& keys : kLayouts) {
-    INFO(layout_text(keys));
-    run_checked(static_cast<int>(keys.size()), [&keys](Group& g, Ctx& ctx) {
-      simulate_hosts(g, keys);
-      uint64_t salt = 10;
-      for (int64_t rows : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{37}, int64_t{5000}})
-        for (int variant : {0, 1, 2})
-          check_all_reduce(ctx, g, reduce_case(DType::Float32, rows, ReduceOp::Sum, variant,
-                                               ++salt),
-                           Algorithm::Hierarchical);
-      check_all_reduce(ctx, g, reduce_case(DType::Int32, 777, ReduceOp::Min, 0, ++salt),
-                       Algorithm::Hierarchical);
-    });
-  }
+  on_every_layout([](Group& g, Ctx& ctx) {
+    uint64_t salt = 10;
+    for (int64_t rows : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{37}, int64_t{5000}})
+      for (int variant : {0, 1, 2})
+        check_all_reduce(ctx, g, reduce_case(DType::Float32, rows, ReduceOp::Sum, variant,
+                                             ++salt),
+                         Algorithm::Hierarchical);
+    check_all_reduce(ctx, g, reduce_case(DType::Int32, 777, ReduceOp::Min, 0, ++salt),
+                     Algorithm::Hierarchical);
+  });
 }
 
 TEST_CASE("hierarchical all_reduce: every rank gets the same bits, run after run",
           "[algorithms][hierarchical]") {
   ferry::set_algorithm_override("");
-  for (const auto& keys : kLayouts) {
-    INFO(layout_text(keys));
-    run_checked(static_cast<int>(keys.size()), [&keys](Group& g, Ctx& ctx) {
-      simulate_hosts(g, keys);
-      // 64 KiB (recursive doubling across the hosts) and 200 KiB (the ring across them).
-      for (int64_t n : {int64_t{16396}, int64_t{50001}}) {
-        const uint64_t before = hierarchical_runs(g);
-        const std::vector<float> first = identical_bits(ctx, g, n);
-        const std::vector<float> again = identical_bits(ctx, g, n);
-        FT_CHECK(ctx, hierarchical_runs(g) == before + 2, where(g, "hierarchical ran"));
-        FT_CHECK(ctx, std::memcmp(first.data(), again.data(), first.size() * sizeof(float)) == 0,
-                 where(g, "the same bits on the second run"));
-      }
-    });
-  }
+  on_every_layout([](Group& g, Ctx& ctx) {
+    // 64 KiB (recursive doubling across the hosts) and 200 KiB (the ring across them).
+    for (int64_t n : {int64_t{16396}, int64_t{50001}}) {
+      const uint64_t before = hierarchical_runs(g);
+      const std::vector<float> first = identical_bits(ctx, g, n);
+      const std::vector<float> again = identical_bits(ctx, g, n);
+      FT_CHECK(ctx, hierarchical_runs(g) == before + 2, where(g, "hierarchical ran"));
+      FT_CHECK(ctx, std::memcmp(first.data(), again.data(), first.size() * sizeof(float)) == 0,
+               where(g, "the same bits on the second run"));
+    }
+  });
   // 4 KB, forced: the direct exchange across the hosts (three of them in the last layout).
   ScopedAlgorithm o("all_reduce:hierarchical");
-  for (const auto& keys : kLayouts) {
-    INFO(layout_text(keys));
-    run_checked(static_cast<int>(keys.size()), [&keys](Group& g, Ctx& ctx) {
-      simulate_hosts(g, keys);
-      (void)identical_bits(ctx, g, 1001);
-    });
-  }
+  on_every_layout([](Group& g, Ctx& ctx) {
+    (void)identical_bits(ctx, g, 1001);
+  });
 }
 
 // On the job's own hosts (the MPI and UCX suites, and across simulated hosts in tests/hosts):
