@@ -29,20 +29,34 @@ namespace {
 // The hosts of the group: by host (numbered by their lowest rank), its group ranks ascending.
 // Ranks whose host is unknown (key 0: the local transport, before init's handshake) are one
 // host: the algorithm is then the ring all_reduce.
-void group_hosts(GroupImpl& g, std::vector<std::vector<int>>& hosts, int& my_host) {
+struct Hosts {
+  std::vector<std::vector<int>> ranks;
+  int mine = 0;       // this rank's host
+  size_t fewest = 0;  // ranks on the smallest host
+  size_t most = 0;    // and on the largest
+};
+
+Hosts hosts_of(GroupImpl& g) {
+  Hosts h;
   std::vector<uint64_t> keys;
   const std::vector<int>& members = g.members();
   for (size_t r = 0; r < members.size(); ++r) {
     const uint64_t key = g.transport().host_key(members[r]);
     const auto it = std::find(keys.begin(), keys.end(), key);
-    const size_t h = static_cast<size_t>(it - keys.begin());
+    const size_t i = static_cast<size_t>(it - keys.begin());
     if (it == keys.end()) {
       keys.push_back(key);
-      hosts.emplace_back();
+      h.ranks.emplace_back();
     }
-    hosts[h].push_back(static_cast<int>(r));
-    if (static_cast<int>(r) == g.rank()) my_host = static_cast<int>(h);
+    h.ranks[i].push_back(static_cast<int>(r));
+    if (static_cast<int>(r) == g.rank()) h.mine = static_cast<int>(i);
   }
+  h.fewest = h.most = h.ranks.front().size();
+  for (const auto& on : h.ranks) {
+    h.fewest = std::min(h.fewest, on.size());
+    h.most = std::max(h.most, on.size());
+  }
+  return h;
 }
 
 // Blocks of `slices` even slices of `count` elements, then empty blocks up to `ranks` blocks.
@@ -68,31 +82,30 @@ void all_reduce_across(OpContext& ctx, Algorithm algorithm, char* data, size_t c
 
 void hierarchical_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
                              const ReduceSpec& spec) {
-  std::vector<std::vector<int>> hosts;
-  int my_host = 0;
-  group_hosts(ctx.group(), hosts, my_host);
-  const std::vector<int>& mine = hosts[static_cast<size_t>(my_host)];
-  const int num_hosts = static_cast<int>(hosts.size());
-  size_t fewest = mine.size(), most = mine.size();
-  for (const auto& h : hosts) {
-    fewest = std::min(fewest, h.size());
-    most = std::max(most, h.size());
-  }
+  const Hosts hosts = hosts_of(ctx.group());
+  const std::vector<int>& mine = hosts.ranks[static_cast<size_t>(hosts.mine)];
+  const int num_hosts = static_cast<int>(hosts.ranks.size());
   // Steps: part 1 below `most`, part 2 (at most num_hosts + 2) next, part 3 after. A layout
   // whose steps would not fit the transports' tags runs the flat ring (every rank decides alike).
-  const auto inter_step = static_cast<uint32_t>(most);
+  const auto inter_step = static_cast<uint32_t>(hosts.most);
   const uint32_t gather_step = inter_step + static_cast<uint32_t>(num_hosts) + 2;
-  if (gather_step + most >= OpContext::kFingerprintStep) {
+  if (gather_step + hosts.most >= OpContext::kFingerprintStep) {
     ring_all_reduce(ctx, in, out, count, spec);
     return;
   }
-  const int slices = static_cast<int>(fewest);
+  const int slices = static_cast<int>(hosts.fewest);
   const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), ctx.rank()) -
                                           mine.begin());
   const Blocks blocks =
       host_blocks(count, slices, static_cast<int>(mine.size()), spec.elem_bytes());
   const OpContext::View host{mine.data(), static_cast<int>(mine.size()), local_rank, 0};
 
+  // Whichever way the parts end (a failure unwinds through them too), the context is the whole
+  // group's again: what reports the failure names group ranks, and `peers` goes out of scope.
+  struct Widen {
+    OpContext& ctx;
+    ~Widen() { ctx.widen(); }
+  } widen{ctx};
   ctx.narrow(host);
   ring_reduce_scatter(ctx, in, out, out + blocks.offset[local_rank], blocks, spec);
   // Part 2 takes the table's point-to-point choice for the largest slice among the hosts, for
@@ -101,9 +114,9 @@ void hierarchical_all_reduce(OpContext& ctx, const char* in, char* out, size_t c
                                                num_hosts, /*native=*/false);
   if (local_rank < slices && num_hosts > 1) {
     std::vector<int> peers;  // local rank `local_rank` of every host
-    peers.reserve(hosts.size());
-    for (const auto& h : hosts) peers.push_back(h[static_cast<size_t>(local_rank)]);
-    ctx.narrow({peers.data(), num_hosts, my_host, inter_step});
+    peers.reserve(hosts.ranks.size());
+    for (const auto& on : hosts.ranks) peers.push_back(on[static_cast<size_t>(local_rank)]);
+    ctx.narrow({peers.data(), num_hosts, hosts.mine, inter_step});
     all_reduce_across(ctx, across, out + blocks.offset[local_rank],
                       blocks.bytes[local_rank] / spec.elem_bytes(), spec);
   }
@@ -113,7 +126,6 @@ void hierarchical_all_reduce(OpContext& ctx, const char* in, char* out, size_t c
   if (ctx.phase() == 0) ctx.next_phase();
   ctx.narrow({host.ranks, host.size, host.rank, gather_step});
   ring_all_gather(ctx, out, blocks);
-  ctx.widen();
 }
 
 }  // namespace ferry::detail
