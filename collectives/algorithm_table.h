@@ -51,8 +51,21 @@ enum class Algorithm : uint8_t {
   // all run on one host (learnt at init; never on the local transport, whose ranks are threads
   // of one process), on any transport. Spelled "shm".
   SharedMemory,
+  // all_reduce for ranks on several hosts: a ring reduce-scatter inside each host, an all_reduce
+  // of each slice among one rank per host, a ring all_gather inside each host, over point-to-point
+  // messages on any transport (collectives/algorithms/hierarchical.cpp). Forced where the hosts
+  // are unknown or each holds one rank, it is the ring or the one all_reduce across the hosts.
+  Hierarchical,
 };
-inline constexpr size_t kAlgorithmCount = 11;
+inline constexpr size_t kAlgorithmCount = 12;
+
+// Where a group's ranks run, as the table reads it (from the host keys exchanged at init).
+enum class Placement : uint8_t {
+  Unknown,       // not learnt: the local transport, a world made outside init
+  OneHost,       // every rank on one host: the shared-memory rows apply
+  ApartHosts,    // several hosts, each holding one of the ranks
+  SharedHosts,   // several hosts, some holding several of the ranks: the hierarchical rows apply
+};
 const char* algorithm_name(Algorithm a);  // "native", "ring", "recursive_doubling", ...
 
 // Whether `a` is one of the transport's own ways (Native, Persistent, Exchange), which only a
@@ -67,15 +80,21 @@ const std::vector<Algorithm>& algorithms_for(Collective c);
 
 // The algorithm that carries `c` moving `bytes` (per rank's input) among `world_size` ranks, on
 // a transport that has (`native`) or has not collectives of its own, for a group whose ranks
-// all share one host (`one_host`: the shared-memory rows apply) or not: the override if one is
-// set, else the automatic rule. Throws InvalidArgument when the override is one of the
-// transport's own ways and the transport has none, when it is shm and the ranks are not on one
-// host, or when FERRY_ALGO does not parse.
+// run where `placement` says: the override if one is set, else the automatic rule. Throws
+// InvalidArgument when the override is one of the transport's own ways and the transport has
+// none, when it is shm and the ranks are not on one host, or when FERRY_ALGO does not parse.
 Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native,
-                           bool one_host = false);
+                           Placement placement);
+// The same for a group whose ranks all share one host (`one_host`) or whose hosts are unknown.
+inline Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native,
+                                  bool one_host = false) {
+  return choose_algorithm(c, bytes, world_size, native,
+                          one_host ? Placement::OneHost : Placement::Unknown);
+}
 
 // The automatic rule alone, the override set aside, for a group whose ranks are not all on one
-// host: what an op takes where the algorithm chosen cannot carry it (shm above its slots).
+// host and not spread over shared hosts: what an op takes where the algorithm chosen cannot
+// carry it (shm above its slots), and the hierarchical all_reduce's choice among the hosts.
 Algorithm automatic_algorithm(Collective c, size_t bytes, int world_size, bool native);
 
 // Same syntax as FERRY_ALGO; an empty string restores the automatic choice. Throws

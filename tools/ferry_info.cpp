@@ -6,6 +6,7 @@
 // the ranks on each, and each rank's host and local rank.
 #include <ferry/backends/rendezvous/launch_env.h>
 #include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/init.h>
 #include <ferry/runtime/build_info.h>
@@ -35,6 +36,28 @@ void print_environment(const char* prefix) {
     any = true;
   }
   if (!any) std::printf("  (none set)\n");
+}
+
+// What the table gives all_reduce on this job's world, where its ranks run (the hierarchical
+// algorithm for ranks on several hosts sharing some, shared memory on one host).
+void print_all_reduce_choice(const ferry::Group& world, const ferry::HostLayout& layout) {
+  using ferry::Placement;
+  bool shared = false;
+  for (const auto& ranks : layout.hosts) shared = shared || ranks.size() > 1;
+  const Placement placement = !layout.known              ? Placement::Unknown
+                              : layout.num_hosts() == 1 ? Placement::OneHost
+                              : shared                  ? Placement::SharedHosts
+                                                        : Placement::ApartHosts;
+  const bool native = world.impl().native() != nullptr;
+  std::string line;
+  for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{16} << 20}) {
+    const ferry::Algorithm a = ferry::choose_algorithm(ferry::Collective::AllReduce, bytes,
+                                                       world.size(), native, placement);
+    if (!line.empty()) line.append(", ");
+    line.append(std::to_string(bytes < 1024 ? bytes : bytes >> 10));
+    line.append(bytes < 1024 ? " B " : " KiB ").append(ferry::algorithm_name(a));
+  }
+  std::printf("all_reduce on this world: %s\n", line.c_str());
 }
 
 // --layout: one rank of the job. Rank 0 prints the hosts (by index, with the host name its
@@ -69,6 +92,7 @@ int print_layout() {
       std::printf("  host %d (%s): %zu rank%s: %s\n", h, host_name(ranks.front()).c_str(),
                   ranks.size(), ranks.size() == 1 ? "" : "s", list.c_str());
     }
+    print_all_reduce_choice(world, layout);
     std::fflush(stdout);
   }
   for (int r = 0; r < world.size(); ++r) {

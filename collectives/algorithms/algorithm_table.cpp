@@ -25,7 +25,7 @@ constexpr std::array kAlgorithms = {Algorithm::Native,    Algorithm::Ring,
                                     Algorithm::Direct,    Algorithm::Pairwise,
                                     Algorithm::Linear,    Algorithm::Dissemination,
                                     Algorithm::Persistent, Algorithm::Exchange,
-                                    Algorithm::SharedMemory};
+                                    Algorithm::SharedMemory, Algorithm::Hierarchical};
 static_assert(kAlgorithms.size() == kAlgorithmCount);
 
 constexpr size_t kAnyBytes = SIZE_MAX;
@@ -39,12 +39,13 @@ struct Rule {
   int min_ranks = 1;
   bool in_all = false;  // the bound is on W times the bytes (all_gather's staged blocks)
   bool one_host = false;  // only for a group whose ranks all share one host
+  bool shared_hosts = false;  // only for a group on several hosts, some holding several ranks
 };
 
 // A collective's automatic rule, held inline: the issue path reads it with no lock, guard or
 // pointer to follow (a constant table).
 struct Rules {
-  std::array<Rule, 5> row{};
+  std::array<Rule, 6> row{};
   size_t count = 0;
   constexpr Rules(std::initializer_list<Rule> rows) {
     for (const Rule& r : rows) row[count++] = r;
@@ -111,17 +112,28 @@ constexpr size_t kStaged = 8 * 1024;
 // 0.84-1.10, 256 KiB 0.16-0.19 against 0.31-0.40, 16 MiB 0.24-0.30 against 0.36-0.40), the
 // tree between, whose one message beats the two halves' hand-offs there (64 KiB 0.36 against
 // 0.54-0.61, 32 KiB 0.56-0.58 against 0.63-0.64, 128 KiB at par).
+//
+// Ranks on several hosts, some of which hold several of them (Placement::SharedHosts), take the
+// hierarchical all_reduce above the small-payload rows where the transport has no collectives
+// of its own: between hosts it sends each byte about once per host where the ring sends 3/2 of
+// it (2 + 2 and 3 + 1 ranks, 512 KiB: 528 KB on a host's link against the ring's 792 KB,
+// tests/hosts), in 2 (L-1) ring steps inside the hosts plus the rounds across them. Below 32 KiB
+// the direct exchange and recursive doubling keep their one or log2 W rounds, which cross the
+// slower link once per round either way. With MPI's collectives the rows stay MPI's own ways.
+// Timings on simulated hosts: docs/hosts.md.
 constexpr size_t kShmSlotBytes = 16 * 1024;  // collectives/shm/shm_layout.h's kSlotBytes
 constexpr size_t kShmScatterUcx = size_t{1} << 20;
 constexpr size_t kShmGatherMpi = size_t{4} << 20;  // all of the output: an in_all row
 constexpr size_t kShmBroadcastMpi = size_t{1} << 20;
 using A = Algorithm;
 constexpr Rule kShmAny{kAnyBytes, kAnyRanks, A::SharedMemory, 1, false, true};
+constexpr Rule kHierarchicalAny{kAnyBytes, kAnyRanks, A::Hierarchical, 1, false, false, true};
 constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
     {{kShmAny,
       {4 * 1024, 8, A::Direct},
       {32 * 1024, kAnyRanks, A::RecursiveDoubling},
       {kAnyBytes, 1, A::RecursiveDoubling},
+      kHierarchicalAny,
       {kAnyBytes, kAnyRanks, A::Ring}},
      {kShmAny,
       {kStaged, kAnyRanks, A::Persistent},
@@ -167,7 +179,7 @@ const Automatic& automatic_rules(Collective c) { return kAutomaticRules[static_c
 const std::vector<Algorithm>& algorithms_of(Collective c) {
   static const std::array<std::vector<Algorithm>, kCollectiveCount> table = {{
       {A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct,
-       A::SharedMemory},
+       A::SharedMemory, A::Hierarchical},
       {A::Native, A::Tree, A::SharedMemory},
       {A::Native, A::Persistent, A::Exchange, A::Ring, A::SharedMemory},
       {A::Native, A::Persistent, A::Exchange, A::Ring, A::Direct, A::SharedMemory},
@@ -275,8 +287,9 @@ bool switched_on(const Overrides& o, Algorithm a) {
   return true;
 }
 
-bool fits(const Overrides& o, const Rule& r, size_t bytes, int world_size, bool one_host) {
-  if (r.one_host && !one_host) return false;
+bool fits(const Overrides& o, const Rule& r, size_t bytes, int world_size, Placement placement) {
+  if (r.one_host && placement != Placement::OneHost) return false;
+  if (r.shared_hosts && placement != Placement::SharedHosts) return false;
   const size_t ranks = static_cast<size_t>(world_size);
   const bool small = !r.in_all ? bytes <= r.max_bytes
                                : r.max_bytes == kAnyBytes || bytes <= r.max_bytes / ranks;
@@ -285,10 +298,10 @@ bool fits(const Overrides& o, const Rule& r, size_t bytes, int world_size, bool 
 }
 
 Algorithm automatic(const Overrides& o, Collective c, size_t bytes, int world_size,
-                    bool native, bool one_host) {
+                    bool native, Placement placement) {
   const Rules& rules = native ? automatic_rules(c).native_rules : automatic_rules(c).rules;
   for (const Rule& r : rules)
-    if (fits(o, r, bytes, world_size, one_host)) return r.algorithm;
+    if (fits(o, r, bytes, world_size, placement)) return r.algorithm;
   return rules.back().algorithm;
 }
 
@@ -314,6 +327,8 @@ std::string rule_text(const Rules& rules) {
       ranks = "<= " + std::to_string(r.max_ranks) + " ranks";
     if (!ranks.empty()) when.append(when.empty() ? "" : " and ").append(ranks);
     if (r.one_host) when.append(when.empty() ? "" : " and ").append("ranks on one host");
+    if (r.shared_hosts)
+      when.append(when.empty() ? "" : " and ").append("ranks on several hosts, some sharing one");
     const std::string name = algorithm_name(r.algorithm);
     if (!switched_on(overrides(), r.algorithm)) continue;
     if (when.empty())
@@ -354,6 +369,7 @@ const char* algorithm_name(Algorithm a) {
     case Algorithm::Persistent: return "persistent";
     case Algorithm::Exchange: return "exchange";
     case Algorithm::SharedMemory: return "shm";
+    case Algorithm::Hierarchical: return "hierarchical";
   }
   return "?";
 }
@@ -369,12 +385,12 @@ std::vector<Algorithm> point_to_point(Collective c) {
 }
 
 Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool native,
-                           bool one_host) {
+                           Placement placement) {
   const Overrides& all = loaded_overrides();
   const uint8_t o = all.algo[static_cast<size_t>(c)].load(std::memory_order_relaxed);
-  if (o == kAutomatic) return automatic(all, c, bytes, world_size, native, one_host);
+  if (o == kAutomatic) return automatic(all, c, bytes, world_size, native, placement);
   const Algorithm a = static_cast<Algorithm>(o);
-  if (a == Algorithm::SharedMemory && !one_host) {
+  if (a == Algorithm::SharedMemory && placement != Placement::OneHost) {
     std::vector<Algorithm> others = point_to_point(c);
     std::erase(others, Algorithm::SharedMemory);
     FERRY_THROW(InvalidArgument, "algorithm override: ", collective_name(c), ":shm, but this "
@@ -391,7 +407,7 @@ Algorithm choose_algorithm(Collective c, size_t bytes, int world_size, bool nati
 }
 
 Algorithm automatic_algorithm(Collective c, size_t bytes, int world_size, bool native) {
-  return automatic(loaded_overrides(), c, bytes, world_size, native, /*one_host=*/false);
+  return automatic(loaded_overrides(), c, bytes, world_size, native, Placement::Unknown);
 }
 
 void detail::load_algorithm_overrides() { loaded_overrides(); }

@@ -98,6 +98,12 @@ void direct_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
 void recursive_doubling_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
                                    const ReduceSpec& spec);
 
+// ---- hierarchical (ranks on several hosts): a ring reduce-scatter inside each host, an
+// all_reduce of each slice among one rank per host, a ring all_gather inside each host ----
+// `out` may be `in`. Every rank ends with the same bits (hierarchical.cpp).
+void hierarchical_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
+                             const ReduceSpec& spec);
+
 // ---- pairwise exchange: at step s rank r sends to r+s and receives from r-s ----
 // send[j] / recv[k]: the buffer going to rank j / coming from rank k.
 struct Exchange {

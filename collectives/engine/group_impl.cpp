@@ -3,6 +3,7 @@
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
+#include <algorithm>
 #include <thread>
 
 
@@ -44,15 +45,21 @@ std::chrono::microseconds GroupImpl::caller_first_grace(bool ranks_fill_cores) {
   return std::chrono::microseconds(100);
 }
 
-bool GroupImpl::one_host() const {
-  const int known = one_host_.load(std::memory_order_relaxed);
-  if (known >= 0) return known == 1;
+Placement GroupImpl::placement() const {
+  const int known = placement_.load(std::memory_order_relaxed);
+  if (known >= 0) return static_cast<Placement>(known);
   const uint64_t mine = transport_->host_key(transport_->rank());
-  if (mine == 0) return false;  // not learnt yet: asked again next time
-  bool same = true;
-  for (int m : members_) same = same && transport_->host_key(m) == mine;
-  one_host_.store(same ? 1 : 0, std::memory_order_relaxed);
-  return same;
+  if (mine == 0) return Placement::Unknown;  // not learnt yet: asked again next time
+  std::vector<uint64_t> keys;
+  keys.reserve(members_.size());
+  for (int m : members_) keys.push_back(transport_->host_key(m));
+  std::sort(keys.begin(), keys.end());
+  const bool shared = std::adjacent_find(keys.begin(), keys.end()) != keys.end();
+  const Placement p = keys.front() == keys.back() ? Placement::OneHost
+                      : shared                     ? Placement::SharedHosts
+                                                   : Placement::ApartHosts;
+  placement_.store(static_cast<int>(p), std::memory_order_relaxed);
+  return p;
 }
 
 GroupImpl::~GroupImpl() {

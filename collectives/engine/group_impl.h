@@ -82,7 +82,10 @@ class GroupImpl {
   // Whether every member runs on this rank's host (Transport::host_key, learnt in init's
   // handshake): the algorithm table's shared-memory rows apply. False while the transport
   // cannot tell (before the handshake, the local transport, a world made outside init).
-  bool one_host() const;
+  bool one_host() const { return placement() == Placement::OneHost; }
+  // Where the members run (algorithm_table.h): one host, several hosts some of which hold
+  // several members (the hierarchical rows apply), or Unknown while the transport cannot tell.
+  Placement placement() const;
   // Whether this host's ranks fill its cores (the transport knows how many share the host, and
   // they are at least as many as its cores): a thread of ferry's beside a rank's own can then
   // run only by taking the core of a rank. Fixed for the group's life.
@@ -131,7 +134,7 @@ class GroupImpl {
 
   void finish_in_flight();
 
-  mutable std::atomic<int> one_host_{-1};  // -1 not known yet, else 0 / 1
+  mutable std::atomic<int> placement_{-1};  // -1 not known yet, else a Placement
   std::mutex shm_mu_;
   std::shared_ptr<void> shm_;
   std::atomic<void*> shm_fast_{nullptr};

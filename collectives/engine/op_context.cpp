@@ -62,34 +62,35 @@ OpContext::~OpContext() {
     // An op that ends by an exception (timeout, peer failure) is marked, so the trace shows
     // where a job stopped.
     const bool failed = std::uncaught_exceptions() > 0;
-    timeline_event(op_, group_.members()[static_cast<size_t>(rank())], group_.id(), wall_start_,
-                   std::chrono::system_clock::now(),
-                   str("\"seq\": ", seq_, ", \"group_rank\": ", rank(),
-                       ", \"group_size\": ", size(), failed ? ", \"failed\": true" : ""));
+    timeline_event(op_, group_.members()[static_cast<size_t>(group_.rank())], group_.id(),
+                   wall_start_, std::chrono::system_clock::now(),
+                   str("\"seq\": ", seq_, ", \"group_rank\": ", group_.rank(),
+                       ", \"group_size\": ", group_.size(), failed ? ", \"failed\": true" : ""));
   }
 }
 
 Tag OpContext::tag(uint32_t step) const {
   // 8 bits of phase, 24 of step: steps count at most a few times the group size.
+  step += view_.first_step;
   return Tag{group_.id(), (phase_ << 24) | (step & 0xFFFFFF), seq_, check_};
 }
 
 void OpContext::send(int peer, uint32_t step, const void* data, size_t bytes) {
-  pending_.push_back(group_.transport().isend(group_.members()[peer], tag(step), data, bytes));
+  pending_.push_back(group_.transport().isend(member(peer), tag(step), data, bytes));
 }
 
 void OpContext::recv(int peer, uint32_t step, void* data, size_t bytes) {
-  pending_.push_back(group_.transport().irecv(group_.members()[peer], tag(step), data, bytes));
+  pending_.push_back(group_.transport().irecv(member(peer), tag(step), data, bytes));
 }
 
 void OpContext::send(int peer, uint32_t step, ByteLayout layout) {
   pending_.push_back(
-      group_.transport().isend_layout(group_.members()[peer], tag(step), std::move(layout)));
+      group_.transport().isend_layout(member(peer), tag(step), std::move(layout)));
 }
 
 void OpContext::recv(int peer, uint32_t step, ByteLayout layout) {
   pending_.push_back(
-      group_.transport().irecv_layout(group_.members()[peer], tag(step), std::move(layout)));
+      group_.transport().irecv_layout(member(peer), tag(step), std::move(layout)));
 }
 
 void OpContext::wait_all() {
@@ -230,7 +231,7 @@ std::string OpContext::departed_peer() const {
   if (!watch) return "";
   const std::vector<int>& members = group_.members();
   for (size_t i = 0; i < members.size(); ++i) {
-    if (static_cast<int>(i) == rank()) continue;
+    if (static_cast<int>(i) == group_.rank()) continue;
     std::string why = watch->departed_before(group_.id(), members[i], seq_);
     if (!why.empty()) {
       group_.note_member_ended(members[i]);
@@ -268,7 +269,7 @@ OpContext::Diagnosis OpContext::diagnose(const std::function<void()>& meanwhile)
   // let some ranks through): a silent rank is therefore never said to be absent, only silent.
   // It costs nothing until a timeout. It can reach each rank once per group: the timeout
   // poisons the group, and ops on a poisoned group fail before they get here.
-  const int n = size(), me = rank();
+  const int n = group_.size(), me = group_.rank();
   const Tag tag{group_.id(), 0, kDiagnosisSeq, 0};
   const auto window = diagnosis_window_;
   std::vector<Fingerprint> theirs(static_cast<size_t>(n));

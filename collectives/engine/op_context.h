@@ -52,8 +52,24 @@ class OpContext : public Pooled {
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
 
-  int rank() const { return group_.rank(); }
-  int size() const { return group_.size(); }
+  // This rank and the ranks it talks to: the group's, or those of a view (narrow()).
+  int rank() const { return view_.size > 0 ? view_.rank : group_.rank(); }
+  int size() const { return view_.size > 0 ? view_.size : group_.size(); }
+
+  // Some of the group's ranks seen as a group of their own, for an algorithm made of others run
+  // on parts of the group (the hierarchical all_reduce: a host's ranks, then one rank per host).
+  // While narrowed, rank(), size() and the peers of send / recv are the view's (view rank k is
+  // group rank ranks[k]), and every step is offset by `first_step`, so that the messages of two
+  // parts between one pair of ranks never match each other. `ranks` must outlive the view.
+  struct View {
+    const int* ranks = nullptr;
+    int size = 0;  // 0: no view
+    int rank = 0;  // this rank's index in `ranks`
+    uint32_t first_step = 0;
+  };
+  void narrow(const View& v) { view_ = v; }
+  uint32_t phase() const { return phase_; }
+  void widen() { view_ = View{}; }
   const char* op() const { return op_; }
   uint64_t seq() const { return seq_; }
   Clock::time_point deadline() const { return deadline_; }
@@ -194,6 +210,11 @@ class OpContext : public Pooled {
   bool stall_warned_ = false;
   std::chrono::system_clock::time_point wall_start_;  // for FERRY_TIMELINE
   uint32_t phase_ = 0;
+  View view_;
+  // The world rank of `peer`, a rank of the view if one is set, else of the group.
+  int member(int peer) const {
+    return group_.members()[static_cast<size_t>(view_.size > 0 ? view_.ranks[peer] : peer)];
+  }
   uint32_t check_ = 0;
   Fingerprint fingerprint_;
   // Inline: an op of a few ranks posts a few requests, and a list of them allocated per op

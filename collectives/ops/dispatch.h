@@ -38,7 +38,7 @@ inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes,
                               ShmForm form = ShmForm::kNone) {
   const GroupImpl& g = group.impl();
   const Algorithm a =
-      choose_algorithm(c, bytes, group.size(), g.native() != nullptr, g.one_host());
+      choose_algorithm(c, bytes, group.size(), g.native() != nullptr, g.placement());
   if (a == Algorithm::SharedMemory && form == ShmForm::kNone)
     return automatic_algorithm(c, bytes, group.size(), g.native() != nullptr);
   return a;

@@ -234,6 +234,9 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
         detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);
         break;
       case Algorithm::Ring: detail::ring_all_reduce(ctx, in, out, count, a.spec); break;
+      case Algorithm::Hierarchical:
+        detail::hierarchical_all_reduce(ctx, in, out, count, a.spec);
+        break;
       case Algorithm::SharedMemory:
         detail::shm::all_reduce(ctx, in, out, count, a.spec.dtype, a.spec.op);
         break;

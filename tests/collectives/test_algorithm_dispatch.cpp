@@ -278,7 +278,7 @@ void spmd_dispatch(Collective c, Group& world, Ctx& ctx) {
     ferry::detail::GroupImpl& impl = g.impl();
     for (int64_t rows : {int64_t{4096}, int64_t{16384}}) {  // 16 KiB, 64 KiB
       const Algorithm want = ferry::choose_algorithm(c, static_cast<size_t>(rows) * 4, g.size(),
-                                                     impl.native() != nullptr, impl.one_host());
+                                                     impl.native() != nullptr, impl.placement());
       const uint64_t before = impl.runs(c, want);
       run_case(ctx, g, start_all_reduce, small_case(DType::Float32, rows, ReduceOp::Sum, 0, 9));
       ctx.expect(impl.runs(c, want) == before + 1, [&] {

@@ -13,6 +13,10 @@
 //  4. all_reduce, all_gather and all_to_all_single (8 B to 1 MiB per peer) across the hosts,
 //     every value checked, and the bytes seen leaving this host's eth0 (its only link to the
 //     others) during the largest all_to_all: at least what this rank sent to the other hosts.
+//  5. The hierarchical all_reduce: the table's choice for 1 MiB ran (the hierarchical algorithm
+//     where the transport has no collectives of its own); forced, every rank ends with the same
+//     bits of an order-sensitive float sum, and its host's eth0 carries less than the flat
+//     ring's (each byte about once per host, where the ring sends 3/2 of it on 2 + 2 and 3 + 1).
 //
 // Exit status 0 when every check passed on every rank. Under mpiexec it initializes MPI itself
 // and ends without MPI_Finalize (see the end of main).
@@ -21,10 +25,14 @@
 #include <ferry/backends/mpi/mpi_launcher_exit.h>
 #include <mpi.h>
 #endif
+#include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 #include <ferry/ferry.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -61,6 +69,55 @@ std::string error_of(F&& f) {
 
 bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+// Element i of rank r's order-sensitive floats: magnitudes from 1e-3 to 1e5, so that the order
+// of the additions changes the float sum's last bits.
+float sensitive(int r, int64_t i) {
+  uint64_t h = static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i);
+  h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 29;
+  const double unit = static_cast<double>(h >> 11) / 9007199254740992.0;
+  return static_cast<float>((unit - 0.5) * std::pow(10.0, static_cast<double>(h % 9) - 3.0));
+}
+
+// Part 5: a forced all_reduce of `n` order-sensitive floats, checked; returns the bytes its
+// host's eth0 sent meanwhile.
+int64_t forced_all_reduce(ftest_mpi::Checks& c, ferry::Group& world, const char* algo,
+                          int64_t n) {
+  using namespace ferry;
+  const int W = world.size(), me = world.rank();
+  set_algorithm_override(std::string("all_reduce:") + algo);
+  Tensor x = empty({n}, DType::Float32);
+  for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = sensitive(me, i);
+  const uint64_t runs = world.impl().runs(Collective::AllReduce, Algorithm::Hierarchical);
+  // Every rank reads the counter between two barriers: a rank that leaves a barrier first must
+  // not start sending before the others have read it (MPI's barrier lets ranks go one by one).
+  barrier(world).wait();
+  const int64_t before = tx_bytes();
+  barrier(world).wait();
+  all_reduce(x, world).wait();
+  barrier(world).wait();
+  const int64_t sent = tx_bytes() - before;
+  barrier(world).wait();
+  set_algorithm_override("");
+  const bool hierarchical = std::string(algo) == "hierarchical";
+  c.expect(world.impl().runs(Collective::AllReduce, Algorithm::Hierarchical) ==
+               runs + (hierarchical ? 1 : 0),
+           std::string("forced ") + algo + " ran");
+  Tensor all = empty({n * W}, DType::Float32);
+  all_gather(x, all, world).wait();
+  bool same = true, near = true;
+  for (int r = 0; r < W; ++r)
+    same = same && std::memcmp(all.data<float>() + r * n, x.data<float>(), n * 4) == 0;
+  for (int64_t i = 0; i < n && near; ++i) {
+    double sum = 0;
+    for (int r = 0; r < W; ++r) sum += sensitive(r, i);
+    near = std::fabs(x.data<float>()[i] - sum) <= 0.01 * W;
+  }
+  c.expect(same, std::string(algo) + " all_reduce: every rank has the same bits");
+  c.expect(near, std::string(algo) + " all_reduce: the sum's values");
+  return sent;
 }
 
 }  // namespace
@@ -214,6 +271,32 @@ int main() {
                      std::to_string(after - before) + " B sent, at least " +
                      std::to_string(least) + " B expected");
       }
+    }
+    // 5. The hierarchical all_reduce.
+    {
+      ferry::detail::GroupImpl& g = world.impl();
+      const bool native = g.native() != nullptr;
+      c.expect(g.placement() == Placement::SharedHosts, "the world's ranks share hosts");
+      const Algorithm want =
+          choose_algorithm(Collective::AllReduce, size_t{1} << 20, W, native, g.placement());
+      c.expect(native || want == Algorithm::Hierarchical,
+               "without collectives of the transport's own, 1 MiB takes hierarchical");
+      uint64_t ran = 0;  // by part 4's 1 MiB; the transport's own ways count as one
+      for (size_t a = 0; a < kAlgorithmCount; ++a) {
+        const auto algo = static_cast<Algorithm>(a);
+        if (algo == want || (uses_native_collectives(want) && uses_native_collectives(algo)))
+          ran += g.runs(Collective::AllReduce, algo);
+      }
+      c.expect(ran >= 1, std::string("the 1 MiB all_reduce ran ") + algorithm_name(want));
+      const int64_t n = int64_t{1} << 17;  // 512 KiB
+      const int64_t hier = forced_all_reduce(c, world, "hierarchical", n);
+      const int64_t ring = forced_all_reduce(c, world, "ring", n);
+      if (me == 0)
+        std::printf("eth0 of host 0 during 512 KiB all_reduce: hierarchical %lld B, ring %lld B\n",
+                    static_cast<long long>(hier), static_cast<long long>(ring));
+      c.expect(hier >= n * 4 / 2 && hier < ring,
+               "the hierarchical all_reduce sent less between hosts than the ring: " +
+                   std::to_string(hier) + " B against " + std::to_string(ring) + " B");
     }
     ok = ftest_mpi::every_rank_passed(c, world, "hosts-check");
   }

@@ -58,7 +58,7 @@ case "$what" in
     for s in "${sizes[@]}"; do world=$((world + s)); done
     # shellcheck disable=SC2046
     run_harness --mode "$mode" $(layout_args "$layout") --timeout 60 -- \
-      env FERRY_DEBUG=info FERRY_DEBUG_SUBSYS=init "$info" --layout
+      env FERRY_DEBUG=info FERRY_DEBUG_SUBSYS=init,ucx "$info" --layout
     [ "$status" = 0 ] || fail "ferry-info --layout ended with status $status"
     grep -q "^layout: $world ranks on $hosts hosts" <<<"$out" ||
       fail "no layout line for $world ranks on $hosts hosts"
@@ -71,10 +71,18 @@ case "$what" in
           || fail "rank $r is not reported as local rank $l of ${sizes[h]} on host $h"
         grep -q "rank $r: host $h of $hosts, local rank $l of ${sizes[h]}" <<<"$out" \
           || fail "FERRY_DEBUG=info does not say where rank $r runs"
+        # The UCX transport reads by CMA only from the ranks it counts on its host.
+        if [ "$mode" = ucx ]; then
+          grep -q "ucx\] rank $r of $world: UCP worker ready, ${sizes[h]} ranks on this host" \
+            <<<"$out" || fail "the UCX transport of rank $r does not count ${sizes[h]} ranks on its host"
+        fi
         r=$((r + 1))
       done
     done
     grep -q "hosts: $hosts hosts" <<<"$out" || fail "FERRY_DEBUG=info has no hosts line"
+    # Ranks on several hosts sharing some, without MPI's collectives: the hierarchical all_reduce.
+    grep -q "^all_reduce on this world: 8 B direct, 64 KiB hierarchical, 16384 KiB hierarchical$" \
+      <<<"$out" || fail "ferry-info does not say that all_reduce takes the hierarchical algorithm"
     ;;
   leftovers)
     # Ended by SIGTERM while its job runs: its trap removes everything.

@@ -55,7 +55,10 @@ for tool in "$@"; do
       # The table: per collective its algorithms and both automatic choices (without and with
       # collectives of the transport's own); an override shows.
       # shm (shared memory) first, for ranks that share a host.
-      expect 0 "^all_reduce  *native|persistent|exchange|ring|tree|recursive_doubling|direct|shm  *shm if ranks on one host; direct if <= 4 KiB" \
+      expect 0 "^all_reduce  *native|persistent|exchange|ring|tree|recursive_doubling|direct|shm|hierarchical  *shm if ranks on one host; direct if <= 4 KiB" \
+        "$tool"
+      # The hierarchical all_reduce, for ranks on several hosts some of which hold several.
+      expect 0 "^all_reduce .*; hierarchical if ranks on several hosts, some sharing one; else ring " \
         "$tool"
       expect 0 "^barrier  *native|persistent|dissemination|shm  *shm if ranks on one host; else dissemination  *shm if ranks on one host; else persistent; else native  *-" \
         "$tool"
