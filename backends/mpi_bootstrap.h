@@ -4,6 +4,8 @@
 
 #include <ferry/backends/transport.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +25,20 @@ std::shared_ptr<Transport> mpi_world_transport();
 // ferry skips it and tells mpiexec that the rank ends on purpose (one line on stderr says so);
 // under another launcher, or after a collective timed out on another group (MPI cannot cancel
 // it), it still runs, under a watchdog that ends the process should it wait for the other ranks.
+// MPI_Finalize returns within a bound (10 s, or FERRY_TIMEOUT when shorter): past it, the
+// process ends with the status the job meant (0 after every rank finished, 1 after a failure),
+// as finalize_within says.
 bool mpi_finalize(bool peers_closed);
+
+// Runs `finalize_mpi` (MPI_Finalize) on this thread within `bound`. First flushes the output:
+// the program's stdout and stderr (C and C++ streams), ferry's log and timeline files. Should it
+// not return within `bound`, another thread prints on stderr that rank `rank`'s MPI_Finalize did
+// not return (`context` saying when), stops this thread for good (a signal whose handler never
+// returns), tells mpiexec that the rank ends on purpose where it can (mpi_launcher_exit.h, so
+// that mpiexec reports the job by its ranks' statuses instead of killing it as crashed) and ends
+// the process with `status` (std::_Exit: the program's code after finalize does not run). Only
+// with MPI (no_mpi.cpp has no stand-in); public for its test, which injects a slow finalize.
+void finalize_within(const std::function<void()>& finalize_mpi, std::chrono::milliseconds bound,
+                     int rank, int status, const char* context);
 
 }  // namespace ferry::detail
