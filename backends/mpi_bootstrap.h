@@ -24,10 +24,9 @@ std::shared_ptr<Transport> mpi_world_transport();
 // then knows), MPI_Finalize would wait for every rank, a hung one too: under MPICH's mpiexec
 // ferry skips it and tells mpiexec that the rank ends on purpose (one line on stderr says so);
 // under another launcher, or after a collective timed out on another group (MPI cannot cancel
-// it), it still runs, under a watchdog that ends the process should it wait for the other ranks.
-// MPI_Finalize returns within a bound (10 s, or FERRY_TIMEOUT when shorter): past it, the
-// process ends with the status the job meant (0 after every rank finished, 1 after a failure),
-// as finalize_within says.
+// it), it still runs. MPI_Finalize runs within a bound (10 s, or FERRY_TIMEOUT when shorter):
+// past it the process ends with the status the job meant (0 after every rank finished, 1 after
+// a failure), as finalize_within says.
 bool mpi_finalize(bool peers_closed);
 
 // Runs `finalize_mpi` (MPI_Finalize) on this thread within `bound`. First flushes the output:

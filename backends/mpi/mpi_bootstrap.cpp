@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -65,6 +66,12 @@ void flush_output() {
   std::fflush(nullptr);
 }
 
+// One line for stderr, written without stdio, whose lock the parked thread may hold.
+constexpr size_t kLineMax = 512;
+void say(const char* line, int length) {
+  if (length > 0) (void)!::write(2, line, std::min(static_cast<size_t>(length), kLineMax - 1));
+}
+
 // The end of a process whose MPI_Finalize did not return in time, on the bound's thread: the
 // thread in MPI_Finalize (`stuck`) is stopped for good, mpiexec is told that this rank ends on
 // purpose (the PMI command MPI_Finalize would have sent last; with the stuck thread parked the
@@ -72,10 +79,15 @@ void flush_output() {
 // runs on: its output was flushed before MPI_Finalize.
 [[noreturn]] void end_stuck_finalize(pid_t stuck, int rank, std::chrono::milliseconds bound,
                                      int status, const char* context) {
-  std::fprintf(stderr, "ferry: rank %d: MPI_Finalize did not return within %lld ms %s (MPICH "
-               "over UCX's TCP can wait there forever); ending the process with status %d\n",
-               rank, static_cast<long long>(bound.count()), context, status);
-  std::fflush(stderr);
+  char line[kLineMax];
+  say(line, std::snprintf(line, sizeof line, "ferry: rank %d: MPI_Finalize did not return within "
+                          "%lld ms %s (MPICH over UCX's TCP can wait there forever); ending the "
+                          "process with status %d\n", rank,
+                          static_cast<long long>(bound.count()), context, status));
+  // Should anything below wait after all (the parked thread holding a lock it needs), the
+  // alarm's default action ends the process rather than leave it hanging.
+  std::signal(SIGALRM, SIG_DFL);
+  ::alarm(kLauncherAckMs / 1000 + 3);
   struct sigaction action{};
   action.sa_handler = park;
   sigemptyset(&action.sa_mask);
@@ -86,13 +98,12 @@ void flush_output() {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::string why = "the thread in MPI_Finalize did not stop";
   if (g_parked.load() && tell_launcher_rank_ends(kLauncherAckMs, &why)) {
-    std::fprintf(stderr, "ferry: rank %d: mpiexec was told that this rank ends on purpose\n",
-                 rank);
+    say(line, std::snprintf(line, sizeof line, "ferry: rank %d: mpiexec was told that this rank "
+                            "ends on purpose\n", rank));
   } else {
-    std::fprintf(stderr, "ferry: rank %d: mpiexec could not be told that this rank ends on "
-                 "purpose (%s)\n", rank, why.c_str());
+    say(line, std::snprintf(line, sizeof line, "ferry: rank %d: mpiexec could not be told that "
+                            "this rank ends on purpose (%s)\n", rank, why.c_str()));
   }
-  std::fflush(stderr);
   std::_Exit(status);
 }
 
