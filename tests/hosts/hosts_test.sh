@@ -100,8 +100,8 @@ case "$what" in
     [ "$kind" = kill ] && survivors=$((world - sizes[host])) killed=${sizes[host]}
     passed="$(grep -cE "^hosts-faults: rank [0-9]+ .*: ok$" <<<"$out")"
     [ "$passed" = "$survivors" ] || fail "$passed of $survivors surviving ranks passed their checks"
-    dead="$(grep -cE "^tools/hosts: rank [0-9]+ \(host $host\): status 137 \(killed by the fault\)$" \
-      <<<"$out")"
+    dead="$(grep -cE \
+      "^tools/hosts: rank [0-9]+ \(host $host\): status 137 \(killed by the fault\)$" <<<"$out")"
     [ "$dead" = "$killed" ] || fail "$dead of $killed ranks on host $host were killed by the fault"
     [ "$status" = 0 ] || fail "the run ended with status $status"
     ;;
@@ -118,7 +118,8 @@ case "$what" in
       [ "$status" = 0 ] || fail "run $run ended with status $status"
       lines="$(grep -cE "^rank [0-9]+: host [0-9]+ " <<<"$out")"
       [ "$lines" = "$world" ] || fail "run $run: $lines of $world ranks printed their line"
-      stuck="$(grep -cE "^ferry: rank [0-9]+: MPI_Finalize did not return within 3000 ms" <<<"$out")"
+      stuck="$(grep -cE "^ferry: rank [0-9]+: MPI_Finalize did not return within 3000 ms" \
+        <<<"$out")"
       told="$(grep -cE "^ferry: rank [0-9]+: mpiexec was told that this rank ends" <<<"$out")"
       [ "$told" = "$stuck" ] || fail "run $run: $stuck ranks passed the bound, $told told mpiexec"
       [ "$stuck" = 0 ] || bounded=$((bounded + 1))
