@@ -25,8 +25,9 @@ std::shared_ptr<Transport> mpi_world_transport();
 // ferry skips it and tells mpiexec that the rank ends on purpose (one line on stderr says so);
 // under another launcher, or after a collective timed out on another group (MPI cannot cancel
 // it), it still runs. MPI_Finalize runs within a bound (10 s, or FERRY_TIMEOUT when shorter):
-// past it the process ends with the status the job meant (0 after every rank finished, 1 after
-// a failure), as finalize_within says.
+// past it the process ends with status 0 when every rank finished, 1 after a failure (ferry's
+// judgement of the job: what the program would have returned is not known here), as
+// finalize_within says.
 bool mpi_finalize(bool peers_closed);
 
 // Runs `finalize_mpi` (MPI_Finalize) on this thread within `bound`. First flushes the output:
