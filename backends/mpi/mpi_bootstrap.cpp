@@ -39,6 +39,8 @@ constexpr std::chrono::seconds kFinalizeBound{10};
 constexpr int kLauncherAckMs = 5000;
 // How long the thread stuck in MPI_Finalize may take to stop once signalled.
 constexpr std::chrono::seconds kParkWait{1};
+// How much longer a rank waiting in mpiexec's barrier gives MPI_Finalize (see finalize_within).
+constexpr std::chrono::seconds kBarrierGrace{2};
 
 // Set by the thread stuck in MPI_Finalize once it stopped for good (park).
 std::atomic<bool> g_parked{false};
@@ -64,6 +66,21 @@ void flush_output() {
   std::clog.flush();
   std::cerr.flush();
   std::fflush(nullptr);
+}
+
+// Whether thread `tid` of this process is reading mpiexec's socket (PMI_FD): MPI_Finalize waits
+// there in mpiexec's barrier. From /proc/self/task/<tid>/syscall: the call and its arguments.
+bool in_launcher_barrier(pid_t tid) {
+  const char* fd = std::getenv("PMI_FD");
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
+  std::FILE* f = fd != nullptr ? std::fopen(path, "r") : nullptr;
+  if (f == nullptr) return false;
+  long call = -1;
+  unsigned long first = 0;
+  const bool read_call = std::fscanf(f, "%ld %lx", &call, &first) == 2 && call == SYS_read;
+  std::fclose(f);
+  return read_call && first == std::strtoul(fd, nullptr, 10);
 }
 
 // One line for stderr, written without stdio, whose lock the parked thread may hold.
@@ -119,6 +136,13 @@ void finalize_within(const std::function<void()>& finalize_mpi, std::chrono::mil
   std::thread watch([&] {
     std::unique_lock<std::mutex> lock(mu);
     if (cv.wait_for(lock, bound, [&] { return returned; })) return;
+    // A rank in mpiexec's barrier waits for one still in MPI_Finalize's earlier steps: either
+    // that one enters the barrier soon (a slow finalize) and every rank returns, or it passes
+    // its own bound and ends, after which the barrier can never complete. Telling mpiexec that
+    // this rank ends while the barrier may still complete would break mpiexec (it would answer
+    // the barrier on a socket it closed), so this rank waits that long first.
+    if (in_launcher_barrier(self) && cv.wait_for(lock, kBarrierGrace, [&] { return returned; }))
+      return;
     lock.unlock();
     end_stuck_finalize(self, rank, bound, status, context);
   });

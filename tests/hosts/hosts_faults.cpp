@@ -57,13 +57,16 @@ double seconds_since(const std::string& file) {
 // The ranks the error blames: those a TimeoutError says "did not answer" ("rank 2 did not
 // answer", "ranks 2, 3 did not answer"), and the one a PeerFailure says failed ("rank 2 of the
 // ucx world failed", also when it comes second hand: "world rank 1 gave up on group 0 after:
-// ... rank 2 of the ucx world failed"). A rank named otherwise (the caller's place "rank 1/4",
+// ... rank 2 of the ucx world failed"; "send to rank 2 ... failed: rank 2 is unreachable";
+// "rank 2 ended before it reached ..."). A rank named otherwise (the caller's place "rank 1/4",
 // the group's members, a neighbour it was "waiting for data from" that waits as well, the
 // rank that passed the news on) is not blamed.
 std::set<int> blamed_ranks(const std::string& message) {
   std::set<int> out;
   const std::regex patterns[] = {std::regex(R"(\branks? ((?:\d+, )*\d+) did not answer)"),
-                                 std::regex(R"(\brank (\d+) of the \w+ world failed)")};
+                                 std::regex(R"(\brank (\d+) of the \w+ world failed)"),
+                                 std::regex(R"(\brank (\d+) is unreachable)"),
+                                 std::regex(R"(\brank (\d+) ended before it reached)")};
   const std::regex number(R"(\d+)");
   for (const std::regex& pattern : patterns) {
     for (std::sregex_iterator it(message.begin(), message.end(), pattern), end; it != end; ++it) {
