@@ -32,12 +32,13 @@ bool mpi_finalize(bool peers_closed);
 
 // Runs `finalize_mpi` (MPI_Finalize) on this thread within `bound`. First flushes the output:
 // the program's stdout and stderr (C and C++ streams), ferry's log and timeline files. Should it
-// not return within `bound`, another thread prints on stderr that rank `rank`'s MPI_Finalize did
-// not return (`context` saying when), stops this thread for good (a signal whose handler never
-// returns), tells mpiexec that the rank ends on purpose where it can (mpi_launcher_exit.h, so
-// that mpiexec reports the job by its ranks' statuses instead of killing it as crashed) and ends
-// the process with `status` (std::_Exit: the program's code after finalize does not run). Only
-// with MPI (no_mpi.cpp has no stand-in); public for its test, which injects a slow finalize.
+// not return within `bound` (2 s more when this thread waits in mpiexec's barrier), another
+// thread prints on stderr that rank `rank`'s MPI_Finalize did not return (`context` saying
+// when), stops this thread for good (a signal whose handler never returns), tells mpiexec that
+// the rank ends on purpose where it can (mpi_launcher_exit.h, so that mpiexec reports the job by
+// its ranks' statuses instead of killing it as crashed) and ends the process with `status`
+// (std::_Exit: the program's code after finalize does not run). Only with MPI (no_mpi.cpp has
+// no stand-in); public for its test, which injects a slow finalize.
 void finalize_within(const std::function<void()>& finalize_mpi, std::chrono::milliseconds bound,
                      int rank, int status, const char* context);
 
