@@ -4,6 +4,8 @@
 
 #include <ferry/backends/transport.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,7 +24,22 @@ std::shared_ptr<Transport> mpi_world_transport();
 // then knows), MPI_Finalize would wait for every rank, a hung one too: under MPICH's mpiexec
 // ferry skips it and tells mpiexec that the rank ends on purpose (one line on stderr says so);
 // under another launcher, or after a collective timed out on another group (MPI cannot cancel
-// it), it still runs, under a watchdog that ends the process should it wait for the other ranks.
+// it), it still runs. MPI_Finalize runs within a bound (10 s, or FERRY_TIMEOUT when shorter):
+// past it the process ends with status 0 when every rank finished, 1 after a failure (ferry's
+// judgement of the job: what the program would have returned is not known here), as
+// finalize_within says.
 bool mpi_finalize(bool peers_closed);
+
+// Runs `finalize_mpi` (MPI_Finalize) on this thread within `bound`. First flushes the output:
+// the program's stdout and stderr (C and C++ streams), ferry's log and timeline files. Should it
+// not return within `bound` (2 s more when this thread waits in mpiexec's barrier), another
+// thread prints on stderr that rank `rank`'s MPI_Finalize did not return (`context` saying
+// when), stops this thread for good (a signal whose handler never returns), tells mpiexec that
+// the rank ends on purpose where it can (mpi_launcher_exit.h, so that mpiexec reports the job by
+// its ranks' statuses instead of killing it as crashed) and ends the process with `status`
+// (std::_Exit: the program's code after finalize does not run). Only with MPI (no_mpi.cpp has
+// no stand-in); public for its test, which injects a slow finalize.
+void finalize_within(const std::function<void()>& finalize_mpi, std::chrono::milliseconds bound,
+                     int rank, int status, const char* context);
 
 }  // namespace ferry::detail

@@ -100,6 +100,16 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
   const bool peer_errors = ucx_peer_error_handling();
   for (int p = 0; p < n; ++p) {
     peer_args_[p] = PeerArg{this, p};
+    if (side_ && p != rank && !peers[p].local) {
+      // The side channel serves this host's ranks only (ucx_transport.cpp's SideChannel says
+      // why): made when a diagnosis first needs it, an endpoint to another host would connect
+      // then, and UCX 1.13 connects a TCP endpoint blocking, for as long as the kernel retries
+      // a host that no longer answers (a cut link: over a minute here, the deadline long past).
+      eps_[p] = nullptr;
+      cut_[p] = true;
+      dead_why_[p] = "the side channel reaches only the ranks of this host";
+      continue;
+    }
     const std::string& address = side_ ? peers[p].side_address : peers[p].address;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |

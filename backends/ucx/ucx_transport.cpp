@@ -73,7 +73,11 @@ class UcxRequest final : public Request {
 // worker's queue sees no traffic until a diagnosis, so a rank stopped in the middle of the
 // data's traffic cannot hold it. Its endpoints are made when a diagnosis first needs them
 // (a job that never times out pays only for the worker); until then its worker is never
-// progressed.
+// progressed. It serves the ranks of this host only: a rank on another host sends over a TCP
+// connection of its own, which a stopped sender holds up for nobody else, and an endpoint made
+// to another host at diagnosis time would connect then, blocking (UCX 1.13's TCP) for as long as
+// the kernel retries a host that stopped answering (a cut link), long past the deadline. The
+// diagnosis of a rank on another host goes with the data.
 class SideChannel {
  public:
   SideChannel(std::unique_ptr<UcxWorker> worker, int rank, std::vector<UcxPeerInfo> peers)
@@ -98,6 +102,8 @@ class SideChannel {
     std::lock_guard<std::mutex> lock(mu_);
     if (comm_) comm_->begin_closing();
   }
+  // Whether the diagnosis with `peer` takes this channel (peers_ does not change).
+  bool serves(int peer) const { return peers_[static_cast<size_t>(peer)].local; }
 
  private:
   std::mutex mu_;
@@ -158,7 +164,7 @@ class UcxTransport final : public Transport {
   std::unique_ptr<Request> post(int peer, const Tag& tag, bool is_send, void* data,
                                 size_t bytes) {
     std::shared_ptr<UcxComm> comm = comm_;
-    if (tag.seq == kDiagnosisSeq) {
+    if (tag.seq == kDiagnosisSeq && side_->serves(peer)) {
       if (std::shared_ptr<UcxComm> side = side_->comm()) comm = std::move(side);
     }
     return start(comm, make_op(peer, tag, is_send, bytes), data);

@@ -6,6 +6,15 @@
 #       the job (PROGRAM on every rank) must succeed
 #   hosts_test.sh HARNESS info MODE LAYOUT FERRY_INFO
 #       ferry-info --layout and FERRY_DEBUG=info print the layout the harness made
+#   hosts_test.sh HARNESS fault MODE LAYOUT KIND HOST PROGRAM [ARG...]
+#       a fault (KIND kill or cut, of host HOST) strikes the job of hosts_faults (PROGRAM, whose
+#       ranks check their own errors): over UCX every rank the fault did not kill must report
+#       its check passed, the killed ones must have been killed, and the run must succeed
+#   hosts_test.sh HARNESS finalize LAYOUT RUNS FERRY_INFO
+#       ferry-info --layout under mpiexec across the hosts, RUNS times, ferry starting and ending
+#       MPI: every run must end with status 0 and every rank's line; where MPI_Finalize did not
+#       return within its bound (FERRY_TIMEOUT=3 here), every rank must say so and have told
+#       mpiexec that it ends on purpose
 #   hosts_test.sh HARNESS leftovers
 #       runs ended by SIGTERM and by the harness's own timeout leave nothing; one killed by
 #       SIGKILL leaves its namespaces, which `tools/hosts cleanup` then removes
@@ -83,6 +92,47 @@ case "$what" in
     # Ranks on several hosts sharing some, without MPI's collectives: the hierarchical all_reduce.
     grep -q "^all_reduce on this world: 8 B direct, 64 KiB hierarchical, 16384 KiB hierarchical$" \
       <<<"$out" || fail "ferry-info does not say that all_reduce takes the hierarchical algorithm"
+    ;;
+  fault)
+    mode="$1" layout="$2" kind="$3" host="$4"
+    shift 4
+    IFS=, read -r -a sizes <<<"$layout"
+    world=0
+    for s in "${sizes[@]}"; do world=$((world + s)); done
+    # init keeps a long deadline (a loaded machine may start slowly); the program sets its own.
+    # shellcheck disable=SC2046
+    run_harness --mode "$mode" $(layout_args "$layout") --timeout 60 "--$kind" "$host" -- \
+      env FERRY_TIMEOUT=30 "$@"
+    grep -q "^tools/hosts: fault: " <<<"$out" || fail "the fault never struck"
+    survivors=$world killed=0
+    [ "$kind" = kill ] && survivors=$((world - sizes[host])) killed=${sizes[host]}
+    passed="$(grep -cE "^hosts-faults: rank [0-9]+ .*: ok$" <<<"$out")"
+    [ "$passed" = "$survivors" ] || fail "$passed of $survivors surviving ranks passed their checks"
+    dead="$(grep -cE \
+      "^tools/hosts: rank [0-9]+ \(host $host\): status 137 \(killed by the fault\)$" <<<"$out")"
+    [ "$dead" = "$killed" ] || fail "$dead of $killed ranks on host $host were killed by the fault"
+    [ "$status" = 0 ] || fail "the run ended with status $status"
+    ;;
+  finalize)
+    layout="$1" runs="$2" info="$3"
+    IFS=, read -r -a sizes <<<"$layout"
+    world=0
+    for s in "${sizes[@]}"; do world=$((world + s)); done
+    bounded=0
+    for ((run = 1; run <= runs; run++)); do
+      # shellcheck disable=SC2046
+      run_harness --mode mpi $(layout_args "$layout") --timeout 60 -- \
+        env FERRY_TIMEOUT=3 "$info" --layout
+      [ "$status" = 0 ] || fail "run $run ended with status $status"
+      lines="$(grep -cE "^rank [0-9]+: host [0-9]+ " <<<"$out")"
+      [ "$lines" = "$world" ] || fail "run $run: $lines of $world ranks printed their line"
+      stuck="$(grep -cE "^ferry: rank [0-9]+: MPI_Finalize did not return within 3000 ms" \
+        <<<"$out")"
+      told="$(grep -cE "^ferry: rank [0-9]+: mpiexec was told that this rank ends" <<<"$out")"
+      [ "$told" = "$stuck" ] || fail "run $run: $stuck ranks passed the bound, $told told mpiexec"
+      [ "$stuck" = 0 ] || bounded=$((bounded + 1))
+    done
+    echo "hosts_test: MPI_Finalize passed its bound in $bounded of $runs runs"
     ;;
   leftovers)
     # Ended by SIGTERM while its job runs: its trap removes everything.
