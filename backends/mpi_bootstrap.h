@@ -25,10 +25,11 @@ std::shared_ptr<Transport> mpi_world_transport();
 // ferry skips it and tells mpiexec that the rank ends on purpose (one line on stderr says so);
 // under another launcher, or after a collective timed out on another group (MPI cannot cancel
 // it), it still runs. MPI_Finalize runs within a bound (10 s, or FERRY_TIMEOUT when shorter):
-// past it the process ends with status 0 when every rank finished, 1 after a failure (ferry's
-// judgement of the job: what the program would have returned is not known here), as
-// finalize_within says.
-bool mpi_finalize(bool peers_closed);
+// past it the process ends, as finalize_within says, with `exit_status` when ferry finalizes as
+// the process exits (the status exit() was given; at least 1 after a failure), else (an explicit
+// ferry::finalize(), after which the program's own status is not known) with 0 when every rank
+// finished and 1 after a failure.
+bool mpi_finalize(bool peers_closed, int exit_status = -1);
 
 // Runs `finalize_mpi` (MPI_Finalize) on this thread within `bound`. First flushes the output:
 // the program's stdout and stderr (C and C++ streams), ferry's log and timeline files. Should it

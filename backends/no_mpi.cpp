@@ -14,6 +14,6 @@ std::shared_ptr<Transport> mpi_world_transport() {
               "not find mpich); install libmpich-dev and rebuild, or set FERRY_BACKEND=local");
 }
 
-bool mpi_finalize(bool) { return false; }
+bool mpi_finalize(bool, int) { return false; }
 
 }  // namespace ferry::detail

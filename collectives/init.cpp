@@ -25,6 +25,7 @@ struct InitState {
   bool finalized = false;
   bool mpi_started = false;  // mpi, or ucx bootstrapped through MPI: finalize MPI at the end
   bool at_exit_registered = false;
+  int exit_status = -1;  // the status exit() was given, once the process exits; -1 before
 };
 
 InitState& state() {
@@ -44,8 +45,11 @@ std::string mpi_launcher_hint() {
   return "";
 }
 
-// At exit nothing can catch: the error is printed, and the process still ends.
-void finalize_at_exit() {
+// At exit nothing can catch: the error is printed, and the process still ends. glibc's on_exit
+// hands over the status exit() was given: should MPI_Finalize have to be cut short, the process
+// still ends with the program's own status.
+void finalize_at_exit(int status, void*) {
+  state().exit_status = status;
   try {
     finalize();
   } catch (const std::exception& e) {
@@ -124,7 +128,7 @@ Group init(const InitOptions& options) {
                 backend, "'");
   }
   if (backend != "local" && !s.at_exit_registered) {
-    std::atexit(finalize_at_exit);
+    on_exit(finalize_at_exit, nullptr);
     s.at_exit_registered = true;
   }
   if (transport->size() > 1) detail::set_process_log_rank(transport->rank());
@@ -192,7 +196,7 @@ void finalize() {
   detail::set_close_watch(nullptr);
   // The world group's worker and communicators go next, while MPI still works.
   s.world = Group();
-  if (s.mpi_started) detail::mpi_finalize(/*peers_closed=*/closed);
+  if (s.mpi_started) detail::mpi_finalize(/*peers_closed=*/closed, s.exit_status);
   if (error) std::rethrow_exception(error);
 }
 

@@ -192,7 +192,7 @@ std::shared_ptr<Transport> mpi_world_transport() {
   return make_mpi_transport(MPI_COMM_WORLD);
 }
 
-bool mpi_finalize(bool peers_closed) {
+bool mpi_finalize(bool peers_closed, int exit_status) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_ferry_initialized_mpi || !mpi_usable()) return false;
   // The thread that tests in-flight ops and steps all_reduce's second rounds must not call MPI
@@ -202,7 +202,7 @@ bool mpi_finalize(bool peers_closed) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const auto bound = std::min<std::chrono::milliseconds>(kFinalizeBound, default_timeout());
   if (peers_closed && !anything_kept_forever()) {
-    finalize_within([] { MPI_Finalize(); }, bound, rank, /*status=*/0,
+    finalize_within([] { MPI_Finalize(); }, bound, rank, std::max(exit_status, 0),
                     "although every rank had finished");
     return true;
   }
@@ -230,7 +230,8 @@ bool mpi_finalize(bool peers_closed) {
   // wait, with the status of a failed job.
   FERRY_LOG(Info, "init", "MPI_Finalize after a failure; exiting in ", bound.count(),
             " ms if it does not return");
-  finalize_within([] { MPI_Finalize(); }, bound, rank, /*status=*/1, "after a failure");
+  finalize_within([] { MPI_Finalize(); }, bound, rank, exit_status > 0 ? exit_status : 1,
+                  "after a failure");
   return true;
 }
 
