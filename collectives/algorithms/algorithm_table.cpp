@@ -106,9 +106,11 @@ constexpr size_t kStaged = 8 * 1024;
 // collectives shm at every size (reduce_scatter 8 B 1.18-1.34 of MPICH's time against the
 // persistent request's 1.52-1.63, 64 KiB to 16 MiB 0.36-0.73 against the exchange's 0.69-1.24;
 // reduce 8 B 1.19-1.38 against MPI's call 2.44-3.32, 64 KiB to 16 MiB 0.29-0.79 against
-// 0.75-1.55). Without them (UCX): reduce_scatter up to 1 MiB of input (64 KiB 0.37 against the
-// ring's 0.64-0.65, 1 MiB 0.58-0.63 against 0.68-0.71; from 4 MiB the two swap places from run
-// to run); reduce through the slots and above 128 KiB (16 KiB 0.65-0.74 against the tree's
+// 0.75-1.55). Without them (UCX): reduce_scatter at every size (64 KiB 0.37 against the ring's
+// 0.64-0.65, 1 MiB 0.58-0.63 against 0.68-0.71; above 1 MiB, once the large ops read their
+// peers' buffers in place, shm took 0.60-0.75 of the ring's time at 2, 4 and 16 MiB out of place
+// in three alternated rounds, and was faster in 23 of 24 pairs at 4-64 MiB, in and out of place);
+// reduce through the slots and above 128 KiB (16 KiB 0.65-0.74 against the tree's
 // 0.84-1.10, 256 KiB 0.16-0.19 against 0.31-0.40, 16 MiB 0.24-0.30 against 0.36-0.40), the
 // tree between, whose one message beats the two halves' hand-offs there (64 KiB 0.36 against
 // 0.54-0.61, 32 KiB 0.56-0.58 against 0.63-0.64, 128 KiB at par).
@@ -122,7 +124,6 @@ constexpr size_t kStaged = 8 * 1024;
 // slower link once per round either way. With MPI's collectives the rows stay MPI's own ways.
 // Timings on simulated hosts: docs/hosts.md.
 constexpr size_t kShmSlotBytes = 16 * 1024;  // collectives/shm/shm_layout.h's kSlotBytes
-constexpr size_t kShmScatterUcx = size_t{1} << 20;
 constexpr size_t kShmGatherMpi = size_t{4} << 20;  // all of the output: an in_all row
 constexpr size_t kShmBroadcastMpi = size_t{1} << 20;
 using A = Algorithm;
@@ -144,7 +145,7 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       kShmAny,
       {kAnyBytes, kAnyRanks, A::Tree}},
      {kShmAny, {kAnyBytes, kAnyRanks, A::Native}}},                           // reduce
-    {{{kShmScatterUcx, kAnyRanks, A::SharedMemory, 1, false, true},
+    {{kShmAny,
       {kAnyBytes, kAnyRanks, A::Ring}},
      {kShmAny,
       {kStaged, kAnyRanks, A::Persistent},

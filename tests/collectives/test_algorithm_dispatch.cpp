@@ -446,11 +446,12 @@ TEST_CASE("algorithm table: the automatic choice for ranks on one host", "[algor
       {C::Broadcast, 1 << 20, 8, S, S},
       {C::Broadcast, (1 << 20) + 1, 2, S, A::Exchange},
       {C::Broadcast, 4 << 20, 3, S, A::Native},
-      // reduce_scatter (per rank's whole input): without MPI's collectives shm up to 1 MiB.
+      // reduce_scatter (per rank's whole input): shm at every size, with or without MPI's
+      // collectives.
       {C::ReduceScatter, 8, 2, S, S},
       {C::ReduceScatter, 1 << 20, 3, S, S},
-      {C::ReduceScatter, (1 << 20) + 1, 2, A::Ring, S},
-      {C::ReduceScatter, 16 << 20, 8, A::Ring, S},
+      {C::ReduceScatter, (1 << 20) + 1, 2, S, S},
+      {C::ReduceScatter, 16 << 20, 8, S, S},
       // reduce: without them the slots, the tree to 128 KiB, shm above.
       {C::Reduce, 8, 2, S, S},
       {C::Reduce, 16 << 10, 4, S, S},
