@@ -124,11 +124,12 @@ double ideal_bytes(OpKind op, size_t bytes, int world_size, Place place) {
   return 0;
 }
 
-std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size, bool native) {
+std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size, bool native,
+                          Placement placement) {
   const int64_t input_count = op == OpKind::AllGather ? count / world_size : count;
   const size_t bytes = static_cast<size_t>(input_count) * dtype_size(dtype);
   auto name = [&](Collective c) {
-    return std::string(algorithm_name(choose_algorithm(c, bytes, world_size, native)));
+    return std::string(algorithm_name(choose_algorithm(c, bytes, world_size, native, placement)));
   };
   switch (op) {
     case OpKind::AllReduce: return name(Collective::AllReduce);

@@ -74,9 +74,12 @@ struct CopyBandwidth {
 inline constexpr size_t kIdealCopyBytes = size_t{64} << 20;
 
 // The algorithm the runtime picks for `count` elements, as printed in the table, on a transport
-// with (`native`) or without collectives of its own. choose_algorithm takes the bytes of one
-// rank's input, which for all_gather is 1/W of the reported size.
-std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size, bool native);
+// with (`native`) or without collectives of its own, for ranks placed as `placement` says (one
+// host: the shared-memory rows; several hosts sharing some: the hierarchical ones).
+// choose_algorithm takes the bytes of one rank's input, which for all_gather is 1/W of the
+// reported size.
+std::string algorithm_for(OpKind op, int64_t count, DType dtype, int world_size, bool native,
+                          Placement placement);
 // The collective `op` is (none for memcpy): the key of GroupImpl::runs, which says which
 // algorithm ran.
 std::optional<Collective> collective_of(OpKind op);
