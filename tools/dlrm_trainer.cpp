@@ -478,9 +478,8 @@ Options parse(int argc, char** argv) {
                   "their backward, and the interaction (default 1; pays only with idle cores, "
                   "one rank per host: where ranks fill the cores, helpers take cores from them)",
                   &o.threads, 1, 256)
-      .int_option("--ranks-per-node", "plan and shard as if each node held this many "
-                  "consecutive ranks, whatever the job's hosts (for comparing a plan that ignores "
-                  "them; default: each host's ranks, as the job found them at start)",
+      .int_option("--ranks-per-node", "plan and shard as if each node held this many ranks, "
+                  "whatever the job's hosts (default: each host's ranks)",
                   &o.forced_ranks_per_node, 1, 65536)
       .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: no "
                   "loader: each batch is made when the step asks for it)", &o.prefetch, 0, 64)
@@ -537,20 +536,7 @@ int run_main(int argc, char** argv) {
   const bool one_process_per_rank = launched.size() > 1;
   const int world_size = one_process_per_rank ? launched.size() : o.world_size;
   o.world_size = world_size;
-  // The local transport's ranks are this process's threads, on one host; processes learnt at
-  // init which ranks share their host (Group::host_layout).
-  o.ranks_on_host = o.ranks_per_node = world_size;
-  if (one_process_per_rank) {
-    const HostLayout layout = launched.host_layout();
-    o.ranks_on_host = layout.known ? layout.local_size() : get_local_size(world_size);
-    o.ranks_per_node = ranks_per_node(launched);
-  }
-  if (o.forced_ranks_per_node > 0) {
-    if (world_size % o.forced_ranks_per_node != 0)
-      throw cli::UsageError("--ranks-per-node " + std::to_string(o.forced_ranks_per_node) +
-                            " must divide the world size " + std::to_string(world_size));
-    o.ranks_per_node = o.forced_ranks_per_node;
-  }
+  learn_nodes(o, launched, one_process_per_rank);
   if (o.test_samples < o.batch * world_size || o.train_samples < o.batch * world_size)
     throw cli::UsageError("--train-samples and --test-samples must hold at least one global batch");
   if (!one_process_per_rank || launched.rank() == 0) {

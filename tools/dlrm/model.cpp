@@ -61,6 +61,21 @@ int ranks_per_node(const Group& world) {
   return layout.uniform() && layout.contiguous() ? layout.local_size() : 0;
 }
 
+void learn_nodes(Options& o, const Group& launched, bool processes) {
+  o.ranks_on_host = o.ranks_per_node = o.world_size;
+  if (processes) {
+    const HostLayout layout = launched.host_layout();
+    o.ranks_on_host = layout.known ? layout.local_size() : get_local_size(o.world_size);
+    o.ranks_per_node = ranks_per_node(launched);
+  }
+  if (o.forced_ranks_per_node > 0) {
+    if (o.world_size % o.forced_ranks_per_node != 0)
+      throw InvalidArgument("--ranks-per-node " + std::to_string(o.forced_ranks_per_node) +
+                            " must divide the world size " + std::to_string(o.world_size));
+    o.ranks_per_node = o.forced_ranks_per_node;
+  }
+}
+
 namespace {
 
 // The node size the plan and the sharded tables use: on hosts of different sizes every rank

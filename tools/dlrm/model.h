@@ -68,6 +68,10 @@ std::vector<torchrec::EmbeddingBagConfig> table_configs(const Options& o);
 std::vector<torchrec::PlannerTable> planner_tables(const Options& o);
 // The node size of a job of processes, from where its ranks run (Options::ranks_per_node).
 int ranks_per_node(const Group& world);
+// Sets o.ranks_on_host and o.ranks_per_node (o.world_size set): for the local transport's
+// threads one host, for processes (`processes`) the hosts the ranks learnt at init, then
+// --ranks-per-node if given (InvalidArgument when it does not divide the world size).
+void learn_nodes(Options& o, const Group& launched, bool processes);
 torchrec::Topology topology(const Options& o, int world_size);
 // The plan: the planner's, or every table (or a cycle over the tables) of one type.
 torchrec::ShardingPlan make_plan(const Options& o, int world_size);
