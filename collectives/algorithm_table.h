@@ -66,6 +66,9 @@ enum class Placement : uint8_t {
   ApartHosts,    // several hosts, each holding one of the ranks
   SharedHosts,   // several hosts, some holding several of the ranks: the hierarchical rows apply
 };
+struct HostLayout;
+// The placement of the ranks `layout` describes (Group::host_layout).
+Placement placement_of(const HostLayout& layout);
 const char* algorithm_name(Algorithm a);  // "native", "ring", "recursive_doubling", ...
 
 // Whether `a` is one of the transport's own ways (Native, Persistent, Exchange), which only a

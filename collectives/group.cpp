@@ -117,8 +117,9 @@ Group Group::split(int color, int key) const {
   return group;
 }
 
-HostLayout Group::host_layout() const {
-  detail::GroupImpl& g = impl();
+HostLayout Group::host_layout() const { return detail::host_layout_of(impl()); }
+
+HostLayout detail::host_layout_of(const GroupImpl& g) {
   const std::vector<int>& members = g.members();
   const Transport& transport = g.transport();
   HostLayout layout;
@@ -140,6 +141,14 @@ HostLayout Group::host_layout() const {
     layout.hosts[h].push_back(static_cast<int>(r));
   }
   return layout;
+}
+
+Placement placement_of(const HostLayout& layout) {
+  if (!layout.known) return Placement::Unknown;
+  if (layout.num_hosts() == 1) return Placement::OneHost;
+  for (const std::vector<int>& host : layout.hosts)
+    if (host.size() > 1) return Placement::SharedHosts;
+  return Placement::ApartHosts;
 }
 
 int HostLayout::local_rank() const {

@@ -95,6 +95,9 @@ namespace detail {
 // Where an op runs, in the one form every argument error and op description uses:
 // "all_reduce on rank 1 of group 0 (size 2)".
 std::string where(const char* op, const Group& group);
+// Group::host_layout of the group `g` is (for the engine's algorithms, which hold the
+// GroupImpl).
+HostLayout host_layout_of(const GroupImpl& g);
 }  // namespace detail
 
 }  // namespace ferry

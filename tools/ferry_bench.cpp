@@ -107,17 +107,6 @@ std::vector<Place> places_to_time(OpKind op, const Options& o) {
   return out;
 }
 
-// Where the world's ranks run, as the algorithm table reads it (GroupImpl::placement), from the
-// layout the ranks learnt at init: for the label of a row whose op ran no algorithm.
-Placement placement_of(const Group& world) {
-  const HostLayout layout = world.host_layout();
-  if (!layout.known) return Placement::Unknown;
-  if (layout.num_hosts() == 1) return Placement::OneHost;
-  for (const std::vector<int>& host : layout.hosts)
-    if (host.size() > 1) return Placement::SharedHosts;
-  return Placement::ApartHosts;
-}
-
 // One row: one op, size and form. Every rank returns the same: false when any rank's result
 // was wrong before timing (the sweep stops there); #wrong after timing goes into the row.
 bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group& world,
@@ -191,7 +180,7 @@ bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group
     const std::string algorithm =
         !ran.empty() ? ran
                      : algorithm_for(op, count, o.dtype, w, o.transport == "mpi",
-                                     placement_of(world));
+                                     placement_of(world.host_layout()));
     Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count, algorithm, iters,
             summarize(slowest), 0, 0, baseline_stats, place, wrong};
     set_bandwidth(row, w);

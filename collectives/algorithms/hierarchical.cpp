@@ -1,6 +1,7 @@
 #include <ferry/collectives/algorithms/algorithms.h>
 
 #include <ferry/collectives/algorithm_table.h>
+#include <ferry/collectives/group.h>
 
 #include <algorithm>
 #include <cstring>
@@ -26,33 +27,19 @@ namespace ferry::detail {
 // same from run to run for a given layout and size.
 namespace {
 
-// The hosts of the group: by host (numbered by their lowest rank), its group ranks ascending.
-// Ranks whose host is unknown (key 0: the local transport, before init's handshake) are one
-// host: the algorithm is then the ring all_reduce.
+// The group's hosts (Group::host_layout: ranks whose host is unknown, key 0 as on the local
+// transport before init's handshake, are one host, and the algorithm is then the ring
+// all_reduce), with the fewest and the most ranks any host holds.
 struct Hosts {
-  std::vector<std::vector<int>> ranks;
-  int mine = 0;       // this rank's host
-  size_t fewest = 0;  // ranks on the smallest host
-  size_t most = 0;    // and on the largest
+  HostLayout layout;
+  size_t fewest = 0;
+  size_t most = 0;
 };
 
 Hosts hosts_of(GroupImpl& g) {
-  Hosts h;
-  std::vector<uint64_t> keys;
-  const std::vector<int>& members = g.members();
-  for (size_t r = 0; r < members.size(); ++r) {
-    const uint64_t key = g.transport().host_key(members[r]);
-    const auto it = std::find(keys.begin(), keys.end(), key);
-    const size_t i = static_cast<size_t>(it - keys.begin());
-    if (it == keys.end()) {
-      keys.push_back(key);
-      h.ranks.emplace_back();
-    }
-    h.ranks[i].push_back(static_cast<int>(r));
-    if (static_cast<int>(r) == g.rank()) h.mine = static_cast<int>(i);
-  }
-  h.fewest = h.most = h.ranks.front().size();
-  for (const auto& on : h.ranks) {
+  Hosts h{host_layout_of(g)};
+  h.fewest = h.most = h.layout.hosts.front().size();
+  for (const auto& on : h.layout.hosts) {
     h.fewest = std::min(h.fewest, on.size());
     h.most = std::max(h.most, on.size());
   }
@@ -83,8 +70,8 @@ void all_reduce_across(OpContext& ctx, Algorithm algorithm, char* data, size_t c
 void hierarchical_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
                              const ReduceSpec& spec) {
   const Hosts hosts = hosts_of(ctx.group());
-  const std::vector<int>& mine = hosts.ranks[static_cast<size_t>(hosts.mine)];
-  const int num_hosts = static_cast<int>(hosts.ranks.size());
+  const std::vector<int>& mine = hosts.layout.hosts[static_cast<size_t>(hosts.layout.host())];
+  const int num_hosts = hosts.layout.num_hosts();
   // Steps: part 1 below `most`, part 2 (at most num_hosts + 2) next, part 3 after. A layout
   // whose steps would not fit the transports' tags runs the flat ring (every rank decides alike).
   const auto inter_step = static_cast<uint32_t>(hosts.most);
@@ -94,8 +81,7 @@ void hierarchical_all_reduce(OpContext& ctx, const char* in, char* out, size_t c
     return;
   }
   const int slices = static_cast<int>(hosts.fewest);
-  const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), ctx.rank()) -
-                                          mine.begin());
+  const int local_rank = hosts.layout.local_rank();
   const Blocks blocks =
       host_blocks(count, slices, static_cast<int>(mine.size()), spec.elem_bytes());
   const OpContext::View host{mine.data(), static_cast<int>(mine.size()), local_rank, 0};
@@ -114,9 +100,10 @@ void hierarchical_all_reduce(OpContext& ctx, const char* in, char* out, size_t c
                                                num_hosts, /*native=*/false);
   if (local_rank < slices && num_hosts > 1) {
     std::vector<int> peers;  // local rank `local_rank` of every host
-    peers.reserve(hosts.ranks.size());
-    for (const auto& on : hosts.ranks) peers.push_back(on[static_cast<size_t>(local_rank)]);
-    ctx.narrow({peers.data(), num_hosts, hosts.mine, inter_step});
+    peers.reserve(hosts.layout.hosts.size());
+    for (const auto& on : hosts.layout.hosts)
+      peers.push_back(on[static_cast<size_t>(local_rank)]);
+    ctx.narrow({peers.data(), num_hosts, hosts.layout.host(), inter_step});
     all_reduce_across(ctx, across, out + blocks.offset[local_rank],
                       blocks.bytes[local_rank] / spec.elem_bytes(), spec);
   }

@@ -1,5 +1,7 @@
 #include <ferry/collectives/engine/group_impl.h>
 
+#include <ferry/collectives/group.h>
+
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
@@ -48,16 +50,8 @@ std::chrono::microseconds GroupImpl::caller_first_grace(bool ranks_fill_cores) {
 Placement GroupImpl::placement() const {
   const int known = placement_.load(std::memory_order_relaxed);
   if (known >= 0) return static_cast<Placement>(known);
-  const uint64_t mine = transport_->host_key(transport_->rank());
-  if (mine == 0) return Placement::Unknown;  // not learnt yet: asked again next time
-  std::vector<uint64_t> keys;
-  keys.reserve(members_.size());
-  for (int m : members_) keys.push_back(transport_->host_key(m));
-  std::sort(keys.begin(), keys.end());
-  const bool shared = std::adjacent_find(keys.begin(), keys.end()) != keys.end();
-  const Placement p = keys.front() == keys.back() ? Placement::OneHost
-                      : shared                     ? Placement::SharedHosts
-                                                   : Placement::ApartHosts;
+  if (transport_->host_key(transport_->rank()) == 0) return Placement::Unknown;  // asked again
+  const Placement p = placement_of(host_layout_of(*this));
   placement_.store(static_cast<int>(p), std::memory_order_relaxed);
   return p;
 }

@@ -39,6 +39,7 @@ class GroupImpl {
   ~GroupImpl();
 
   Transport& transport() { return *transport_; }
+  const Transport& transport() const { return *transport_; }
   NativeCollectives* native() const { return native_.get(); }
   const std::shared_ptr<Transport>& transport_ptr() const { return transport_; }
   const std::vector<int>& members() const { return members_; }
