@@ -139,7 +139,7 @@ std::shared_ptr<GroupShm> GroupShm::of(GroupImpl& g, const OpRef& op) {
 
 GroupShm::GroupShm(GroupImpl& g, SharedSegment segment)
     : group_(&g), describe_(g.describe()), members_(g.members()), segment_(std::move(segment)),
-      rank_(g.rank()), size_(g.size()) {
+      arenas_(g.size()), rank_(g.rank()), size_(g.size()) {
   std::vector<int> pids(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) pids[r] = slot(r)->pid;
   peers_ = PeerProcesses(pids, rank_);

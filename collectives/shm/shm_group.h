@@ -24,6 +24,7 @@
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/shm/all_to_all_blocks.h>
 #include <ferry/collectives/shm/gather_blocks.h>
+#include <ferry/collectives/shm/peer_arenas.h>
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
@@ -185,6 +186,17 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void check_block_sizes(const Pending& p) const;
   // Reads rank r's block `from` (published in its slot) into this rank's block `to`.
   void read_block(int r, const Block& from, const BlockRef& to, const Pending& p);
+  // A peer's block as read_block finds it: `count` runs over `base` in the peer's process
+  // (a whole block is one run), holding `bytes`.
+  struct RemoteBlock {
+    uint64_t base;
+    const ByteRun* runs;
+    size_t count;
+    uint64_t bytes;
+  };
+  // Copies `from` into `to` out of the peer's mapped arena when all of it lies there: false
+  // (nothing copied) when it does not.
+  bool copy_mapped(int r, const RemoteBlock& from, const BlockRef& to);
   void read_reduce_slice(const Pending& p);
   void read_gather_slices(const Pending& p);
   void read_gather(const Pending& p);
@@ -194,8 +206,14 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out);
   // The collective that `p` is, for messages.
   static const char* name_of(const Pending& p);
-  // Copies `bytes` at `address` of group rank r (this rank: a plain copy) into `to`.
+  // Copies `bytes` at `address` of group rank r (this rank, or a peer's mapped arena: a plain
+  // copy) into `to`.
   void copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
+  // Where `bytes` at `address` of peer r lie in this process when r placed them in its shared
+  // arena and this rank could map it (peer_arenas.h), else null. mu_ held.
+  const unsigned char* mapped(int r, uint64_t address, size_t bytes);
+  // Lists this process's shared-arena chunks in its slot, before a large op arrives.
+  void publish_arenas() { arenas_.publish(*slot(rank_)); }
   // Stores `value` into a counter and wakes the sleepers, if any.
   void publish(std::atomic<uint32_t>& counter, uint32_t value);
   // Stores `value` into this rank's `counter` (`arrived` or `done`, which only grow) and wakes
@@ -227,6 +245,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::vector<int> members_;
   SharedSegment segment_;
   PeerProcesses peers_;
+  PeerArenas arenas_;  // the peers' mapped chunks (read under mu_; published by starts)
   int rank_;
   int size_;
   bool oversubscribed_;  // more ranks on this host than cores: yield and sleep soon
@@ -247,6 +266,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
   std::vector<unsigned char> acc_, chunk_, own_;
+  // Per peer, where its input's slice lies mapped in this process, or null (under mu_ only).
+  std::vector<const unsigned char*> direct_;
   // A laid-out block's runs, fetched from the peer that sends it (read under mu_ only).
   std::vector<ByteRun> peer_runs_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed

@@ -1,0 +1,194 @@
+// The shared-memory path on tensors in shared memory (empty_shared, share_memory_): a peer's
+// buffer that lies in its shared arena is read straight out of a mapping of it
+// (collectives/shm/peer_arenas.h), with no system call, and must give the bytes the
+// point-to-point algorithms give, for every dtype and reduction, in place and out of place, with
+// uneven slices; the process's counters of bytes read by each way show which ran. Where only
+// some ranks' buffers are shared, each rank reads those by mapping and the others through the
+// kernel, with the same result. Once the group is gone no peer's arena stays mapped. As
+// test_shm.cpp: only where the group's ranks share a host (the mpiexec and UCX suites).
+#include "checks.h"
+#include "shm_checks.h"
+#include "spmd_case.h"
+
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/engine/reduce_kernels.h>
+#include <ferry/collectives/shm/peer_arenas.h>
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace ftest;
+
+namespace {
+
+using ferry::Algorithm;
+using ferry::Collective;
+using ferry::detail::shm::single_copy_bytes;
+using ferry::detail::shm::SingleCopyBytes;
+
+// Elements per rank: above the slots, not a multiple of any group size, so slices are uneven.
+constexpr int64_t kCount = 30001;
+
+// A copy of `t`, in shared memory when `shared`.
+Tensor placed(const Tensor& t, bool shared) {
+  Tensor s = shared ? ferry::empty_shared(t.shape(), t.dtype()) : ferry::empty(t.shape(), t.dtype());
+  s.copy_(t);
+  return s;
+}
+
+// What one collective is run on: its input, and a fresh output of `out_count` elements (none:
+// in place), both shared or not.
+struct Call {
+  const char* name;    // for messages and --algo
+  const char* other;   // the point-to-point algorithm it is compared with
+  Collective c;
+  int64_t out_count;   // 0: in place
+  std::function<void(const Tensor& in, Tensor& out, const Group& g, ReduceOp op)> run;
+};
+
+std::vector<Call> calls(int W) {
+  return {
+      {"all_reduce", "direct", Collective::AllReduce, kCount,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
+         ferry::all_reduce(in, out, g, op).wait();
+       }},
+      {"all_reduce", "direct", Collective::AllReduce, 0,
+       [](const Tensor&, Tensor& out, const Group& g, ReduceOp op) {
+         ferry::all_reduce(out, g, op).wait();
+       }},
+      {"reduce_scatter", "ring", Collective::ReduceScatter, kCount / W,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
+         ferry::reduce_scatter(in.narrow(0, 0, out.numel() * g.size()), out, g, op).wait();
+       }},
+      {"all_gather", "ring", Collective::AllGather, kCount * W,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
+         ferry::all_gather(in, out, g).wait();
+       }},
+      {"all_to_all", "pairwise", Collective::AllToAll, kCount / W * W,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
+         ferry::all_to_all_single(in.narrow(0, 0, out.numel()), out, g).wait();
+       }},
+  };
+}
+
+// Runs `call` forced to `algo` on `in` (shared or not) into a fresh output placed alike.
+Tensor run(const Call& call, const Group& g, const Tensor& in, ReduceOp op, bool shared,
+           const char* algo) {
+  ScopedAlgorithm o(std::string(call.name) + ":" + algo);
+  Tensor input = placed(in, shared);
+  if (call.out_count == 0) {
+    call.run(input, input, g, op);
+    return snapshot(input);
+  }
+  Tensor out = placed(ferry::zeros({call.out_count}, in.dtype()), shared);
+  call.run(input, out, g, op);
+  return snapshot(out);
+}
+
+bool is_reduction(Collective c) {
+  return c == Collective::AllReduce || c == Collective::ReduceScatter;
+}
+
+// Every rank's buffers shared, or only rank 0's: shm equals `other`, and
+// the counters show each peer's buffer read the way its placement allows.
+void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  const bool mine_shared = !only_rank_0 || me == 0;
+  // This rank reads peers whose buffers are shared (all, or rank 0 only) and peers whose are not.
+  const bool reads_mapped = !only_rank_0 || me != 0;
+  const bool reads_kernel = only_rank_0 && (me == 0 || W > 2);
+  for (const Call& call : calls(W)) {
+    for (DType dt : shm_dtypes()) {
+      const std::vector<ReduceOp> ops =
+          is_reduction(call.c) ? ops_for(dt) : std::vector<ReduceOp>{ReduceOp::Sum};
+      for (ReduceOp op : ops) {
+        Gen gen(pattern_for(op), dt, me, 7);
+        const Tensor in = make_tensor(gen, {kCount}, dt);
+        const uint64_t ran = runs(g, call.c, Algorithm::SharedMemory);
+        const SingleCopyBytes before = single_copy_bytes();
+        Tensor by_shm = run(call, g, in, op, mine_shared, "shm");
+        const SingleCopyBytes after = single_copy_bytes();
+        Tensor by_other = run(call, g, in, op, false, call.other);
+        const std::string w = where(g, call.name) + (call.out_count == 0 ? " in place " : " ") +
+                              ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
+        expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
+        // 16-bit floats reduce in float32 buffers of the group's own, which are not shared.
+        if (is_reduction(call.c) && ferry::detail::accumulation_dtype(dt) != dt) continue;
+        const bool mapped = after.mapped > before.mapped;
+        const bool by_kernel = after.by_kernel > before.by_kernel;
+        ctx.expect(mapped == reads_mapped && by_kernel == reads_kernel, [&] {
+          return w + ": expected reads " + (reads_mapped ? "by mapping " : "") +
+                 (reads_kernel ? "through the kernel" : "") + ", given " +
+                 std::to_string(after.mapped - before.mapped) + " B mapped, " +
+                 std::to_string(after.by_kernel - before.by_kernel) + " B through the kernel";
+        });
+      }
+    }
+  }
+}
+
+void all_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, false); }
+void rank_0_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, true); }
+
+// The mappings of peers' arenas in this process ("/memfd:ferry-arena-<pid>-<n>", pid not ours).
+int peer_arena_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  const std::string mine = "ferry-arena-" + std::to_string(getpid()) + "-";
+  int n = 0;
+  for (std::string line; std::getline(maps, line);)
+    if (line.find("ferry-arena-") != std::string::npos && line.find(mine) == std::string::npos)
+      ++n;
+  return n;
+}
+
+// Several large shared all_reduces in flight, waited for in reverse; then, the group gone, no
+// peer's arena is mapped any more.
+void in_flight_then_unmapped(Group& world, Ctx& ctx) {
+  const int before = peer_arena_mappings();
+  {
+    Group g = world.split(0, world.rank());
+    const int W = g.size();
+    ScopedAlgorithm o("all_reduce:shm");
+    std::vector<Tensor> ts;
+    std::vector<Work> works;
+    for (int k = 0; k < 6; ++k) {
+      ts.push_back(ferry::empty_shared({kCount}));
+      ts.back().fill_(static_cast<double>(k + g.rank()));
+      works.push_back(ferry::all_reduce(ts.back(), g));
+    }
+    for (int k = 5; k >= 0; --k) works[k].wait();
+    for (int k = 0; k < 6; ++k) {
+      const double want = W * k + W * (W - 1) / 2.0;
+      ctx.expect(ts[k].get_flat(0) == want && ts[k].get_flat(kCount - 1) == want,
+                 [&] { return where(g, "shared in flight " + std::to_string(k)) + ": wrong sum"; });
+    }
+    ctx.expect(peer_arena_mappings() > before,
+               [&] { return where(g, "maps") + ": no peer arena mapped while the group lives"; });
+  }
+  ctx.expect(peer_arena_mappings() == before, [&] {
+    return "rank " + std::to_string(world.rank()) + ": " +
+           std::to_string(peer_arena_mappings() - before) +
+           " peer arena mapping(s) left after the group ended";
+  });
+}
+
+bool add(const char* name, void (*body)(Group&, Ctx&)) {
+  return register_spmd_case(name, "[shm]", body, not_one_host);
+}
+
+[[maybe_unused]] const bool registered =
+    add("shm: shared tensors are read by mapping, equal to the point-to-point algorithms",
+        all_shared) &&
+    add("shm: only rank 0's tensors shared: mapped from it, through the kernel from the others",
+        rank_0_shared) &&
+    add("shm: shared tensors in flight, and no peer arena mapped once the group is gone",
+        in_flight_then_unmapped);
+
+}  // namespace
