@@ -20,11 +20,12 @@ namespace {
 std::atomic<uint64_t> g_mapped_bytes{0};
 std::atomic<uint64_t> g_kernel_bytes{0};
 
-// Maps `chunk` of process `pid` read-only: "" and `*base`, or why not.
-std::string map_chunk(int pid, const SharedChunk& chunk, const unsigned char** base) {
+// Maps `chunk` of process `pid`, read-only or also for writing: "" and `*base`, or why not.
+std::string map_chunk(int pid, const SharedChunk& chunk, bool writable,
+                      const unsigned char** base) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, static_cast<int>(chunk.fd));
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  const int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) return str("open(", path, "): ", std::strerror(errno));
   std::string why;
   struct stat st {};
@@ -35,7 +36,8 @@ std::string map_chunk(int pid, const SharedChunk& chunk, const unsigned char** b
     why = str(path, " is not the chunk listed (inode ", st.st_ino, " of ", st.st_size,
               " B, expected inode ", chunk.inode, " of ", chunk.bytes, " B)");
   } else {
-    void* p = mmap(nullptr, chunk.bytes, PROT_READ, MAP_SHARED, fd, 0);
+    void* p = mmap(nullptr, chunk.bytes, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED,
+                   fd, 0);
     if (p == MAP_FAILED)
       why = str("mmap(", chunk.bytes, " B): ", std::strerror(errno));
     else
@@ -56,13 +58,15 @@ void count_single_copy(bool mapped, size_t bytes) {
   (mapped ? g_mapped_bytes : g_kernel_bytes).fetch_add(bytes, std::memory_order_relaxed);
 }
 
-PeerArenas::PeerArenas(int ranks) : maps_(static_cast<size_t>(ranks)) {}
+PeerArenas::PeerArenas(int ranks) {
+  for (std::vector<Chunks>& by_rank : maps_) by_rank.resize(static_cast<size_t>(ranks));
+}
 
 PeerArenas::~PeerArenas() { unmap_all(); }
 
 PeerArenas::PeerArenas(PeerArenas&& other) noexcept
     : maps_(std::move(other.maps_)), published_(other.published_) {
-  other.maps_.clear();
+  for (std::vector<Chunks>& by_rank : other.maps_) by_rank.clear();
 }
 
 PeerArenas& PeerArenas::operator=(PeerArenas&& other) noexcept {
@@ -70,16 +74,18 @@ PeerArenas& PeerArenas::operator=(PeerArenas&& other) noexcept {
     unmap_all();
     maps_ = std::move(other.maps_);
     published_ = other.published_;
-    other.maps_.clear();
+    for (std::vector<Chunks>& by_rank : other.maps_) by_rank.clear();
   }
   return *this;
 }
 
 void PeerArenas::unmap_all() {
-  for (Chunks& rank : maps_)
-    for (Mapping& m : rank)
-      if (m.base != nullptr) munmap(const_cast<unsigned char*>(m.base), m.bytes);
-  maps_.clear();
+  for (std::vector<Chunks>& by_rank : maps_) {
+    for (Chunks& rank : by_rank)
+      for (Mapping& m : rank)
+        if (m.base != nullptr) munmap(const_cast<unsigned char*>(m.base), m.bytes);
+    by_rank.clear();
+  }
 }
 
 void PeerArenas::publish(Slot& mine) {
@@ -90,8 +96,9 @@ void PeerArenas::publish(Slot& mine) {
   mine.arena_count.store(made, std::memory_order_release);
 }
 
-const unsigned char* PeerArenas::find(int r, const Slot& theirs, int pid, uint64_t address,
-                                      size_t bytes, const std::string& describe) {
+const unsigned char* PeerArenas::find_in(Access access, int r, const Slot& theirs, int pid,
+                                         uint64_t address, size_t bytes,
+                                         const std::string& describe) {
   // Bounded by the list's capacity whatever the peer wrote: its entries are only compared.
   const uint32_t listed = std::min<uint32_t>(theirs.arena_count.load(std::memory_order_acquire),
                                              static_cast<uint32_t>(kMaxSharedChunks));
@@ -100,15 +107,16 @@ const unsigned char* PeerArenas::find(int r, const Slot& theirs, int pid, uint64
     if (address < c.address || address - c.address > c.bytes ||
         bytes > c.bytes - (address - c.address))
       continue;
-    Mapping& m = maps_[static_cast<size_t>(r)][i];
+    Mapping& m = maps_[access][static_cast<size_t>(r)][i];
     if (!m.tried) {
       m.tried = true;
-      const std::string why = map_chunk(pid, c, &m.base);
+      const std::string why = map_chunk(pid, c, access == kWrite, &m.base);
       if (why.empty()) {
         m.bytes = c.bytes;
       } else {
-        FERRY_LOG(Info, "shm", describe, ": cannot map rank ", r, "'s shared chunk ", i, " (",
-                  why, "): its buffers there are read through the kernel");
+        FERRY_LOG(Info, "shm", describe, ": cannot map rank ", r, "'s shared chunk ", i,
+                  access == kWrite ? " for writing (" : " (", why,
+                  "): its buffers there are read through the kernel");
       }
     }
     return m.base == nullptr ? nullptr : m.base + (address - c.address);

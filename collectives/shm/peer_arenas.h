@@ -7,6 +7,8 @@
 // through /proc/<pid>/fd, after checking the memory file's inode and size against the list)
 // and copies or reduces straight out of the mapping, with no system call; otherwise, or when
 // the chunk cannot be mapped (logged once per chunk), it reads through the kernel as before.
+// A chunk holding a peer's output that the algorithm writes into (a gather's pushes) is mapped
+// a second time, writable, only for that.
 // The choice is the reader's, per peer and buffer, from what the peers published for the op:
 // no rank waits for another to agree on it, and a group of some ranks with shared buffers
 // and some without needs no extra round. Mappings last as long as the group's segment.
@@ -23,8 +25,9 @@
 
 namespace ferry::detail::shm {
 
-// Bytes the large shared-memory ops of this process read from peers so far, by way: straight
-// from a mapped peer arena, or through the kernel (process_vm_readv). For tests and tools.
+// Bytes the large shared-memory ops of this process moved between peers' buffers and its own
+// so far, by way: through a mapped peer arena (read, or a gather's block written into a
+// peer's output), or read through the kernel (process_vm_readv). For tests and tools.
 struct SingleCopyBytes {
   uint64_t mapped = 0;
   uint64_t by_kernel = 0;
@@ -51,19 +54,30 @@ class PeerArenas {
   // or null (read it through the kernel). `theirs`: r's slot; `pid`: its process;
   // `describe`: the group, for the log. Under the group's lock.
   const unsigned char* find(int r, const Slot& theirs, int pid, uint64_t address, size_t bytes,
-                            const std::string& describe);
+                            const std::string& describe) {
+    return find_in(kRead, r, theirs, pid, address, bytes, describe);
+  }
+  // The same, mapped for writing (a peer's output that this rank writes its part into), or
+  // null (the peer reads that part itself).
+  unsigned char* find_writable(int r, const Slot& theirs, int pid, uint64_t address,
+                               size_t bytes, const std::string& describe) {
+    return const_cast<unsigned char*>(find_in(kWrite, r, theirs, pid, address, bytes, describe));
+  }
 
  private:
+  enum Access { kRead = 0, kWrite = 1 };
   struct Mapping {
     const unsigned char* base = nullptr;  // null: not mapped (yet, or ever when `tried`)
     size_t bytes = 0;
     bool tried = false;
   };
   using Chunks = std::array<Mapping, kMaxSharedChunks>;
+  const unsigned char* find_in(Access access, int r, const Slot& theirs, int pid,
+                               uint64_t address, size_t bytes, const std::string& describe);
   void unmap_all();
 
-  std::vector<Chunks> maps_;  // by group rank, by entry of its list
-  uint32_t published_ = 0;    // entries of this rank's own list
+  std::array<std::vector<Chunks>, 2> maps_;  // by access, by group rank, by entry of its list
+  uint32_t published_ = 0;                   // entries of this rank's own list
 };
 
 }  // namespace ferry::detail::shm

@@ -105,6 +105,16 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // lands at its place in `blocks.out()`. A block of at most kGatherPiece is one piece at 0.
   uint32_t start_gather(const OpRef& op, const GatherBlocks& blocks, size_t at);
 
+  // Whether a large gather's block places for `ranks` ranks fit a slot.
+  static bool large_gather_fits(int ranks);
+  // Starts a gather whose largest block is above kGatherPiece by single copy (peers_readable()
+  // said yes; shm_gather_large.cpp): this rank's block is copied into every peer's output that
+  // lies in shared memory and accepts it, the others read it themselves; every rank's block
+  // lands at its place in `blocks.out()`. `accept_writes`: peers may write into this rank's
+  // output (only where a failed op keeps the output for the life of the process). `blocks`
+  // must stay until the op completed. Takes two op numbers; returns the later one.
+  uint32_t start_large_gather(const OpRef& op, const GatherBlocks& blocks, bool accept_writes);
+
   // Starts an all_reduce larger than the slots by reading peers' memory (peers_readable() said
   // yes): this rank reduces slice `rank` of every rank's `in` (read straight from the peers'
   // buffers, in rank order, so the bits are the direct exchange's) into its `out`, then copies
@@ -151,8 +161,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   GroupShm(GroupImpl& g, SharedSegment segment);
 
   // ReduceSlice and GatherSlices are the two halves of a large all_reduce (ops n and n + 1).
+  // PushBlocks and PullBlocks are the two halves of a large gather (ops n and n + 1).
   enum class Kind : uint8_t {
-    Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices, Gather, ReduceBlock
+    Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices, Gather, ReduceBlock, PushBlocks,
+    PullBlocks
   };
   struct Pending {
     uint32_t n = 0;
@@ -201,6 +213,11 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void read_gather_slices(const Pending& p);
   void read_gather(const Pending& p);
   void read_reduce_block(const Pending& p);
+  // Throws MismatchError naming the first pair of ranks whose block sizes in a large gather
+  // disagree.
+  void check_gather_sizes(const Pending& p) const;
+  void read_push_blocks(const Pending& p);
+  void read_pull_blocks(const Pending& p);
   // Reduces elements [first, last) of every rank's input (its address published in buffer `b`
   // of each slot) in rank order into `out`, which holds element `first` at its start.
   void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out);
@@ -268,6 +285,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::vector<unsigned char> acc_, chunk_, own_;
   // Per peer, where its input's slice lies mapped in this process, or null (under mu_ only).
   std::vector<const unsigned char*> direct_;
+  // Where a large gather writes this rank's block (read under mu_ only).
+  std::vector<unsigned char*> targets_;
   // A laid-out block's runs, fetched from the peer that sends it (read under mu_ only).
   std::vector<ByteRun> peer_runs_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed

@@ -2,9 +2,10 @@
 // buffer that lies in its shared arena is read straight out of a mapping of it
 // (collectives/shm/peer_arenas.h), with no system call, and must give the bytes the
 // point-to-point algorithms give, for every dtype and reduction, in place and out of place, with
-// uneven slices; the process's counters of bytes read by each way show which ran. Where only
+// uneven slices; the process's counters of bytes moved by each way show which ran. Where only
 // some ranks' buffers are shared, each rank reads those by mapping and the others through the
-// kernel, with the same result. Once the group is gone no peer's arena stays mapped. As
+// kernel (an all_gather's ranks write their blocks into the shared outputs), with the same
+// result. Once the group is gone no peer's arena stays mapped. As
 // test_shm.cpp: only where the group's ranks share a host (the mpiexec and UCX suites).
 #include "checks.h"
 #include "shm_checks.h"
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -42,39 +44,72 @@ Tensor placed(const Tensor& t, bool shared) {
   return s;
 }
 
+// How a collective's ranks move bytes between processes: each reads its peers' buffers
+// (Pull); a gather's ranks write their blocks into the peers' outputs that are shared and read
+// the other blocks (Push); a broadcast from rank 0 is a gather in which only the root has a
+// block (Root).
+enum class Moves { Pull, Push, Root };
+
 // What one collective is run on: its input, and a fresh output of `out_count` elements (none:
 // in place), both shared or not.
 struct Call {
   const char* name;    // for messages and --algo
+  const char* form;    // for messages
   const char* other;   // the point-to-point algorithm it is compared with
   Collective c;
   int64_t out_count;   // 0: in place
+  Moves moves;
   std::function<void(const Tensor& in, Tensor& out, const Group& g, ReduceOp op)> run;
 };
 
 std::vector<Call> calls(int W) {
   return {
-      {"all_reduce", "direct", Collective::AllReduce, kCount,
+      {"all_reduce", "out of place", "direct", Collective::AllReduce, kCount, Moves::Pull,
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
          ferry::all_reduce(in, out, g, op).wait();
        }},
-      {"all_reduce", "direct", Collective::AllReduce, 0,
+      {"all_reduce", "in place", "direct", Collective::AllReduce, 0, Moves::Pull,
        [](const Tensor&, Tensor& out, const Group& g, ReduceOp op) {
          ferry::all_reduce(out, g, op).wait();
        }},
-      {"reduce_scatter", "ring", Collective::ReduceScatter, kCount / W,
+      {"reduce_scatter", "out of place", "ring", Collective::ReduceScatter, kCount / W, Moves::Pull,
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
          ferry::reduce_scatter(in.narrow(0, 0, out.numel() * g.size()), out, g, op).wait();
        }},
-      {"all_gather", "ring", Collective::AllGather, kCount * W,
+      {"all_gather", "out of place", "ring", Collective::AllGather, kCount * W, Moves::Push,
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
          ferry::all_gather(in, out, g).wait();
        }},
-      {"all_to_all", "pairwise", Collective::AllToAll, kCount / W * W,
+      // In place: the input is this rank's block of the output.
+      {"all_gather", "in place", "ring", Collective::AllGather, kCount * W, Moves::Push,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
+         Tensor own = out.narrow(0, g.rank() * in.numel(), in.numel());
+         own.copy_(in);
+         ferry::all_gather(own, out, g).wait();
+       }},
+      {"broadcast", "from rank 0", "tree", Collective::Broadcast, 0, Moves::Root,
+       [](const Tensor&, Tensor& out, const Group& g, ReduceOp) {
+         ferry::broadcast(out, 0, g).wait();
+       }},
+      {"all_to_all", "single", "pairwise", Collective::AllToAll, kCount / W * W, Moves::Pull,
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
          ferry::all_to_all_single(in.narrow(0, 0, out.numel()), out, g).wait();
        }},
   };
+}
+
+// Whether rank `me` of `W` moves bytes to or from its peers by mapping (first) and reads
+// through the kernel (second), every rank's buffers shared or only rank 0's.
+std::pair<bool, bool> expected_ways(Moves moves, int me, int W, bool only_rank_0) {
+  switch (moves) {
+    case Moves::Pull: return {!only_rank_0 || me != 0, only_rank_0 && (me == 0 || W > 2)};
+    case Moves::Push:
+      if (!only_rank_0) return {true, false};
+      return {me != 0, me != 0 && W > 2};  // rank 0's peers write to it and read its block
+    case Moves::Root:  // the root writes to shared outputs; the others read it where not
+      return {only_rank_0 ? me != 0 : me == 0, false};
+  }
+  return {false, false};
 }
 
 // Runs `call` forced to `algo` on `in` (shared or not) into a fresh output placed alike.
@@ -101,10 +136,8 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
   Group g = world.split(0, world.rank());
   const int W = g.size(), me = g.rank();
   const bool mine_shared = !only_rank_0 || me == 0;
-  // This rank reads peers whose buffers are shared (all, or rank 0 only) and peers whose are not.
-  const bool reads_mapped = !only_rank_0 || me != 0;
-  const bool reads_kernel = only_rank_0 && (me == 0 || W > 2);
   for (const Call& call : calls(W)) {
+    const auto [reads_mapped, reads_kernel] = expected_ways(call.moves, me, W, only_rank_0);
     for (DType dt : shm_dtypes()) {
       const std::vector<ReduceOp> ops =
           is_reduction(call.c) ? ops_for(dt) : std::vector<ReduceOp>{ReduceOp::Sum};
@@ -116,7 +149,7 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
         Tensor by_shm = run(call, g, in, op, mine_shared, "shm");
         const SingleCopyBytes after = single_copy_bytes();
         Tensor by_other = run(call, g, in, op, false, call.other);
-        const std::string w = where(g, call.name) + (call.out_count == 0 ? " in place " : " ") +
+        const std::string w = where(g, call.name) + " " + call.form + " " +
                               ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
         expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
         // 16-bit floats reduce in float32 buffers of the group's own, which are not shared.
