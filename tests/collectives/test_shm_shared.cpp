@@ -5,7 +5,8 @@
 // uneven slices; the process's counters of bytes moved by each way show which ran. Where only
 // some ranks' buffers are shared, each rank reads those by mapping and the others through the
 // kernel (an all_gather's ranks write their blocks into the shared outputs), with the same
-// result. Once the group is gone no peer's arena stays mapped. As
+// result. Calls that differ write nothing into a peer's shared output. Once the group is gone
+// no peer's arena stays mapped. As
 // test_shm.cpp: only where the group's ranks share a host (the mpiexec and UCX suites).
 #include "checks.h"
 #include "shm_checks.h"
@@ -212,6 +213,30 @@ void in_flight_then_unmapped(Group& world, Ctx& ctx) {
   });
 }
 
+// Gathers into shared outputs whose calls differ across ranks (split sizes, roots): every rank
+// raises MismatchError, and no peer wrote into an output that accepts writes.
+void mismatch_writes_nothing(Group& world, Ctx& ctx) {
+  const int W = world.size(), me = world.rank();
+  const bool odd = me % 2 == 1;
+  ScopedAlgorithm o("all_gather:shm,broadcast:shm");
+  std::vector<int64_t> sizes(static_cast<size_t>(W), 2);
+  if (odd) {
+    sizes[0] = 1;
+    sizes[1] = 3;
+  }
+  Tensor in = ferry::full({sizes[static_cast<size_t>(me)], 8192}, 1.0);
+  Tensor out = ferry::empty_shared({2 * W, 8192});
+  out.fill_(-7);
+  expect_mismatch(world, ctx, "shared all_gather_v split 2,2,... vs 1,3,...",
+                  [&](Group& g) { ferry::all_gather_v(in, out, sizes, g).wait(); }, out);
+  const int root = odd ? 1 : 0;
+  Tensor t = ferry::empty_shared({100000});
+  t.fill_(me == root ? 5.0 : -7.0);
+  expect_mismatch(world, ctx, "shared broadcast from root 0 vs 1",
+                  [&](Group& g) { ferry::broadcast(t, root, g).wait(); },
+                  me == root ? Tensor() : t);
+}
+
 bool add(const char* name, void (*body)(Group&, Ctx&)) {
   return register_spmd_case(name, "[shm]", body, not_one_host);
 }
@@ -222,6 +247,8 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
     add("shm: only rank 0's tensors shared: mapped from it, through the kernel from the others",
         rank_0_shared) &&
     add("shm: shared tensors in flight, and no peer arena mapped once the group is gone",
-        in_flight_then_unmapped);
+        in_flight_then_unmapped) &&
+    add("shm: shared gathers whose calls differ raise MismatchError, nothing written",
+        mismatch_writes_nothing);
 
 }  // namespace
