@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -80,39 +81,39 @@ int kill_between_ops() {
   Group world = init();
   Checks c(world.rank());
   const int victim = std::atoi(std::getenv(kParamVar));
-  {
-    Group g = world.split(0, world.rank());
-    set_algorithm_override("all_reduce:shm,barrier:shm");
-    Tensor t = full({2}, 1.0);
-    for (int k = 0; k < 10; ++k) {
-      t.fill_(1.0);
-      all_reduce(t, g).wait();
-    }
-    c.expect(t.get_flat(0) == g.size(), "the shm all_reduce sums");
-    Tensor big = empty_shared({100000});  // above the slots: read where it lies
-    for (int k = 0; k < 3; ++k) {
-      big.fill_(1.0);
-      all_reduce(big, g).wait();
-    }
-    c.expect(big.get_flat(99999) == g.size(), "the shm all_reduce of shared tensors sums");
-    c.expect(peer_arena_mappings() > 0, "the peers' arenas are mapped");
-    if (world.rank() == victim) raise(SIGKILL);
-    const auto t0 = Clock::now();
-    Caught e = capture([&] {
-      for (int k = 0; k < 100000; ++k) all_reduce(t, g).wait();  // ends by throwing
-    });
-    const double took = seconds_since(t0);
-    std::fprintf(stderr, "[rank %d] failed after %.3f s with %s: %s\n", world.rank(), took,
-                 e.kind.c_str(), e.what.c_str());
-    c.expect(e.kind == "PeerFailure", "the survivor raises PeerFailure, got " + e.kind);
-    c.expect(contains(e.what, "rank " + std::to_string(victim)),
-             "the error names the dead rank: " + e.what);
-    c.expect(took < 5.0, "the failure comes within 5 s, took " + std::to_string(took));
-    const auto t1 = Clock::now();
-    Caught later = capture([&] { barrier(g).wait(); });
-    c.expect(!later.kind.empty() && seconds_since(t1) < 1.0,
-             "a later op on the group fails at once, got '" + later.kind + "'");
+  std::optional<Group> group(world.split(0, world.rank()));  // dropped before the last check
+  Group& g = *group;
+  set_algorithm_override("all_reduce:shm,barrier:shm");
+  Tensor t = full({2}, 1.0);
+  for (int k = 0; k < 10; ++k) {
+    t.fill_(1.0);
+    all_reduce(t, g).wait();
   }
+  c.expect(t.get_flat(0) == g.size(), "the shm all_reduce sums");
+  Tensor big = empty_shared({100000});  // above the slots: read where it lies
+  for (int k = 0; k < 3; ++k) {
+    big.fill_(1.0);
+    all_reduce(big, g).wait();
+  }
+  c.expect(big.get_flat(99999) == g.size(), "the shm all_reduce of shared tensors sums");
+  c.expect(peer_arena_mappings() > 0, "the peers' arenas are mapped");
+  if (world.rank() == victim) raise(SIGKILL);
+  const auto t0 = Clock::now();
+  Caught e = capture([&] {
+    for (int k = 0; k < 100000; ++k) all_reduce(t, g).wait();  // ends by throwing
+  });
+  const double took = seconds_since(t0);
+  std::fprintf(stderr, "[rank %d] failed after %.3f s with %s: %s\n", world.rank(), took,
+               e.kind.c_str(), e.what.c_str());
+  c.expect(e.kind == "PeerFailure", "the survivor raises PeerFailure, got " + e.kind);
+  c.expect(contains(e.what, "rank " + std::to_string(victim)),
+           "the error names the dead rank: " + e.what);
+  c.expect(took < 5.0, "the failure comes within 5 s, took " + std::to_string(took));
+  const auto t1 = Clock::now();
+  Caught later = capture([&] { barrier(g).wait(); });
+  c.expect(!later.kind.empty() && seconds_since(t1) < 1.0,
+           "a later op on the group fails at once, got '" + later.kind + "'");
+  group.reset();
   c.expect(peer_arena_mappings() == 0,
            "no peer arena mapped once the group is gone, found " +
                std::to_string(peer_arena_mappings()));
