@@ -18,6 +18,7 @@ namespace ferry::detail::shm {
 namespace {
 
 std::atomic<uint64_t> g_mapped_bytes{0};
+std::atomic<uint64_t> g_written_bytes{0};
 std::atomic<uint64_t> g_kernel_bytes{0};
 
 // Maps `chunk` of process `pid`, read-only or also for writing: "" and `*base`, or why not.
@@ -51,11 +52,15 @@ std::string map_chunk(int pid, const SharedChunk& chunk, bool writable,
 
 SingleCopyBytes single_copy_bytes() {
   return {g_mapped_bytes.load(std::memory_order_relaxed),
+          g_written_bytes.load(std::memory_order_relaxed),
           g_kernel_bytes.load(std::memory_order_relaxed)};
 }
 
-void count_single_copy(bool mapped, size_t bytes) {
-  (mapped ? g_mapped_bytes : g_kernel_bytes).fetch_add(bytes, std::memory_order_relaxed);
+void count_single_copy(Way way, size_t bytes) {
+  std::atomic<uint64_t>& counter = way == Way::Mapped    ? g_mapped_bytes
+                                   : way == Way::Written ? g_written_bytes
+                                                         : g_kernel_bytes;
+  counter.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 PeerArenas::PeerArenas(int ranks) {

@@ -29,12 +29,14 @@ namespace ferry::detail::shm {
 // so far, by way: through a mapped peer arena (read, or a gather's block written into a
 // peer's output), or read through the kernel (process_vm_readv). For tests and tools.
 struct SingleCopyBytes {
-  uint64_t mapped = 0;
-  uint64_t by_kernel = 0;
+  uint64_t mapped = 0;     // read from a peer's mapped arena
+  uint64_t written = 0;    // written into a peer's mapped output
+  uint64_t by_kernel = 0;  // read through the kernel
 };
 SingleCopyBytes single_copy_bytes();
-// Counts `bytes` read one way or the other.
-void count_single_copy(bool mapped, size_t bytes);
+enum class Way { Mapped, Written, Kernel };
+// Counts `bytes` moved `way`.
+void count_single_copy(Way way, size_t bytes);
 
 class PeerArenas {
  public:

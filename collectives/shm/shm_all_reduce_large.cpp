@@ -104,7 +104,7 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
     LargeBuffers theirs;
     std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
     direct_[r] = mapped(r, theirs.in + first * elem, (last - first) * elem);
-    if (direct_[r] != nullptr) count_single_copy(true, (last - first) * elem);
+    if (direct_[r] != nullptr) count_single_copy(Way::Mapped, (last - first) * elem);
   }
   for (size_t at = first; at < last; at += per_chunk) {
     const size_t elems = std::min(per_chunk, last - at);

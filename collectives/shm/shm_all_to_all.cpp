@@ -192,7 +192,7 @@ void GroupShm::copy_from(int r, uint64_t address, void* to, size_t bytes, const 
     std::memcpy(to, reinterpret_cast<const void*>(static_cast<uintptr_t>(address)), bytes);
   } else if (const unsigned char* from = mapped(r, address, bytes)) {
     std::memcpy(to, from, bytes);
-    count_single_copy(true, bytes);
+    count_single_copy(Way::Mapped, bytes);
   } else {
     read_peer(r, address, to, bytes, p);
   }
@@ -205,7 +205,7 @@ const unsigned char* GroupShm::mapped(int r, uint64_t address, size_t bytes) {
 void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p) {
   const int err = cma_read(peers_.pid(r), address, to, bytes);
   if (err != 0) fail_read(r, err, bytes, p);
-  count_single_copy(false, bytes);
+  count_single_copy(Way::Kernel, bytes);
 }
 
 void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p) {
@@ -301,7 +301,7 @@ bool GroupShm::copy_mapped(int r, const RemoteBlock& from, const BlockRef& to) {
                            from.count};
   ByteRun to_whole{0, 1, to.bytes, 0};
   copy_runs(source, to.runs.count > 0 ? to.runs : ByteRunsRef{to.span, &to_whole, 1});
-  count_single_copy(true, total);
+  count_single_copy(Way::Mapped, total);
   return true;
 }
 
@@ -322,7 +322,7 @@ void GroupShm::read_block(int r, const Block& from, const BlockRef& to, const Pe
                                     to.runs.count};
   const int err = cma_read_pieces(peers_.pid(r), local, remote);
   if (err != 0) fail_read(r, err, from.bytes, p);
-  count_single_copy(false, from.bytes);
+  count_single_copy(Way::Kernel, from.bytes);
 }
 
 }  // namespace ferry::detail::shm

@@ -129,7 +129,7 @@ void GroupShm::read_push_blocks(const Pending& p) {
             arenas_.find_writable(q, *slot(q), peers_.pid(q), to.address, bytes, describe_)) {
       targets_.push_back(at);
       wrote[q] = 1;
-      count_single_copy(true, bytes);
+      count_single_copy(Way::Written, bytes);
     }
   }
   // A piece at a time, so that the block is read from memory once and its copies come out of

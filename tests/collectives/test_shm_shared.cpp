@@ -40,7 +40,8 @@ constexpr int64_t kCount = 30001;
 
 // A copy of `t`, in shared memory when `shared`.
 Tensor placed(const Tensor& t, bool shared) {
-  Tensor s = shared ? ferry::empty_shared(t.shape(), t.dtype()) : ferry::empty(t.shape(), t.dtype());
+  Tensor s =
+      shared ? ferry::empty_shared(t.shape(), t.dtype()) : ferry::empty(t.shape(), t.dtype());
   s.copy_(t);
   return s;
 }
@@ -99,18 +100,39 @@ std::vector<Call> calls(int W) {
   };
 }
 
+// Whether a way must be taken (Yes), must not (No), or may be (Either).
+enum class Want { No, Yes, Either };
+
+bool meets(Want want, bool taken) { return want == Want::Either || taken == (want == Want::Yes); }
+
+const char* describe(Want want) {
+  return want == Want::Yes ? "yes" : want == Want::No ? "no" : "either";
+}
+
+Want want(bool yes) { return yes ? Want::Yes : Want::No; }
+
 // Whether rank `me` of `W` moves bytes to or from its peers by mapping (first) and reads
-// through the kernel (second), every rank's buffers shared or only rank 0's.
-std::pair<bool, bool> expected_ways(Moves moves, int me, int W, bool only_rank_0) {
+// through the kernel (second), every rank's buffers shared or only rank 0's. A gather's rank
+// accepts writes into its output only when its op was started at issue, which an op queued
+// behind the one before it is not (a matter of timing): so whether a peer wrote its block or
+// the rank read it is known only where no shared output could take the write.
+std::pair<Want, Want> expected_ways(Moves moves, int me, int W, bool only_rank_0) {
   switch (moves) {
-    case Moves::Pull: return {!only_rank_0 || me != 0, only_rank_0 && (me == 0 || W > 2)};
+    case Moves::Pull:
+      return {want(!only_rank_0 || me != 0), want(only_rank_0 && (me == 0 || W > 2))};
     case Moves::Push:
-      if (!only_rank_0) return {true, false};
-      return {me != 0, me != 0 && W > 2};  // rank 0's peers write to it and read its block
-    case Moves::Root:  // the root writes to shared outputs; the others read it where not
-      return {only_rank_0 ? me != 0 : me == 0, false};
+      // Every output shared: each block moves by mapping, written or read, though a rank whose
+      // peers all wrote to it while none accepted its own block moves nothing itself.
+      if (!only_rank_0) return {Want::Either, Want::No};
+      // Rank 0's peers write to it or it reads theirs; they read its block and each other's.
+      if (me == 0) return {Want::No, Want::Either};
+      return {Want::Yes, want(W > 2)};
+    case Moves::Root:
+      // Every output shared: the root writes to those that accept, they read the rest.
+      if (!only_rank_0) return {Want::Either, Want::No};
+      return {want(me != 0), Want::No};  // nobody accepts: the others read the root's
   }
-  return {false, false};
+  return {Want::No, Want::No};
 }
 
 // Runs `call` forced to `algo` on `in` (shared or not) into a fresh output placed alike.
@@ -138,7 +160,7 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
   const int W = g.size(), me = g.rank();
   const bool mine_shared = !only_rank_0 || me == 0;
   for (const Call& call : calls(W)) {
-    const auto [reads_mapped, reads_kernel] = expected_ways(call.moves, me, W, only_rank_0);
+    const auto [by_mapping, by_kernel_wanted] = expected_ways(call.moves, me, W, only_rank_0);
     for (DType dt : shm_dtypes()) {
       const std::vector<ReduceOp> ops =
           is_reduction(call.c) ? ops_for(dt) : std::vector<ReduceOp>{ReduceOp::Sum};
@@ -155,12 +177,13 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
         expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
         // 16-bit floats reduce in float32 buffers of the group's own, which are not shared.
         if (is_reduction(call.c) && ferry::detail::accumulation_dtype(dt) != dt) continue;
-        const bool mapped = after.mapped > before.mapped;
+        const bool mapped = after.mapped + after.written > before.mapped + before.written;
         const bool by_kernel = after.by_kernel > before.by_kernel;
-        ctx.expect(mapped == reads_mapped && by_kernel == reads_kernel, [&] {
-          return w + ": expected reads " + (reads_mapped ? "by mapping " : "") +
-                 (reads_kernel ? "through the kernel" : "") + ", given " +
-                 std::to_string(after.mapped - before.mapped) + " B mapped, " +
+        ctx.expect(meets(by_mapping, mapped) && meets(by_kernel_wanted, by_kernel), [&] {
+          return w + ": expected bytes by mapping " + describe(by_mapping) +
+                 ", through the kernel " + describe(by_kernel_wanted) + "; given " +
+                 std::to_string(after.mapped - before.mapped) + " B read and " +
+                 std::to_string(after.written - before.written) + " B written by mapping, " +
                  std::to_string(after.by_kernel - before.by_kernel) + " B through the kernel";
         });
       }
@@ -213,6 +236,47 @@ void in_flight_then_unmapped(Group& world, Ctx& ctx) {
   });
 }
 
+// On a group whose every op so far started at issue (so every rank's gather does, and accepts
+// writes): each rank writes its block into every peer's shared output and reads nothing; a
+// broadcast's root writes, the others move nothing.
+void gathers_write_blocks(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  ScopedAlgorithm o("all_gather:shm,broadcast:shm,barrier:shm");
+  Tensor in = ferry::empty_shared({kCount});
+  in.fill_(me + 1);
+  Tensor out = ferry::empty_shared({kCount * W});
+  out.fill_(-1);
+  Tensor cast = ferry::empty_shared({kCount});
+  cast.fill_(me == 0 ? 9.0 : -1.0);
+  ferry::barrier(g).wait();
+  const SingleCopyBytes before = single_copy_bytes();
+  ferry::all_gather(in, out, g).wait();
+  const SingleCopyBytes between = single_copy_bytes();
+  ferry::broadcast(cast, 0, g).wait();
+  const SingleCopyBytes after = single_copy_bytes();
+  bool right = cast.get_flat(kCount - 1) == 9.0;
+  for (int r = 0; r < W; ++r)
+    right = right && out.get_flat(r * kCount) == r + 1 &&
+            out.get_flat(r * kCount + kCount - 1) == r + 1;
+  ctx.expect(right, [&] { return where(g, "written gathers") + ": wrong values"; });
+  const uint64_t block = kCount * sizeof(float), peers = static_cast<uint64_t>(W - 1);
+  auto moved = [](const SingleCopyBytes& a, const SingleCopyBytes& b) {
+    return std::to_string(b.written - a.written) + " B written, " +
+           std::to_string(b.mapped - a.mapped) + " B read by mapping, " +
+           std::to_string(b.by_kernel - a.by_kernel) + " B through the kernel";
+  };
+  ctx.expect(between.written - before.written == peers * block &&
+                 between.mapped == before.mapped && between.by_kernel == before.by_kernel,
+             [&] { return where(g, "all_gather") + ": expected " + std::to_string(peers * block) +
+                          " B written and nothing read, given " + moved(before, between); });
+  const uint64_t root_writes = me == 0 ? peers * block : 0;
+  ctx.expect(after.written - between.written == root_writes && after.mapped == between.mapped &&
+                 after.by_kernel == between.by_kernel,
+             [&] { return where(g, "broadcast") + ": expected " + std::to_string(root_writes) +
+                          " B written and nothing read, given " + moved(between, after); });
+}
+
 // Gathers into shared outputs whose calls differ across ranks (split sizes, roots): every rank
 // raises MismatchError, and no peer wrote into an output that accepts writes.
 void mismatch_writes_nothing(Group& world, Ctx& ctx) {
@@ -248,6 +312,8 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
         rank_0_shared) &&
     add("shm: shared tensors in flight, and no peer arena mapped once the group is gone",
         in_flight_then_unmapped) &&
+    add("shm: gathers into shared outputs write each block into the peers' outputs",
+        gathers_write_blocks) &&
     add("shm: shared gathers whose calls differ raise MismatchError, nothing written",
         mismatch_writes_nothing);
 

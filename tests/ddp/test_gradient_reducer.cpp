@@ -1,8 +1,8 @@
 // GradientReducer (collectives/ddp/gradient_reducer.h): averages against hand-computed ones for
 // several bucket layouts and mixed dtypes, the launch of an early bucket during backward shown
 // by ordering, the broadcast of initial values, the agreement check, unused parameters, no_sync
-// accumulation and misuse; under mpiexec, buckets in shared memory. SPMD cases: local worlds here, one process per rank under mpiexec
-// (ddp-mpi-*).
+// accumulation and misuse; under mpiexec, buckets in shared memory. SPMD cases: local worlds
+// here, one process per rank under mpiexec (ddp-mpi-*).
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/algorithm_table.h>
