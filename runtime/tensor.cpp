@@ -4,6 +4,7 @@
 
 #include <ferry/runtime/block_cache.h>
 #include <ferry/runtime/object_pool.h>
+#include <ferry/runtime/shared_arena.h>
 
 #include <algorithm>
 #include <cstring>
@@ -25,12 +26,27 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   }
 }
 
+std::shared_ptr<Storage> Storage::allocate_shared(size_t nbytes) {
+  void* p = acquire_shared_block(nbytes, "empty_shared");
+  try {
+    auto s = make_pooled<Storage>(static_cast<std::byte*>(p), nbytes, true);
+    s->shared_ = true;
+    return s;
+  } catch (...) {
+    release_shared_block(p, nbytes);
+    throw;
+  }
+}
+
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) {
   return make_pooled<Storage>(static_cast<std::byte*>(data), nbytes, false);
 }
 
 Storage::~Storage() {
-  if (owned_) release_block(data_, nbytes_ == 0 ? kAlignment : nbytes_);
+  if (shared_)
+    release_shared_block(data_, nbytes_);
+  else if (owned_)
+    release_block(data_, nbytes_ == 0 ? kAlignment : nbytes_);
 }
 
 int64_t checked_numel(const Shape& shape, const char* op) {
@@ -184,6 +200,26 @@ uint64_t Tensor::version() const {
 void Tensor::bump_version() {
   check_defined("Tensor::bump_version");
   storage_->version_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool Tensor::is_shared() const {
+  check_defined("Tensor::is_shared");
+  return storage_->shared_;
+}
+
+Tensor& Tensor::share_memory_() {
+  check_defined("Tensor::share_memory_");
+  detail::Storage& s = *storage_;
+  if (s.shared_) return *this;
+  FERRY_CHECK(s.owned_, InvalidArgument, "Tensor::share_memory_: the tensor wraps memory its "
+              "caller owns (from_blob), which ferry cannot move; expected a tensor ferry "
+              "allocated, given one of ", s.nbytes_, " borrowed bytes");
+  void* moved = detail::acquire_shared_block(s.nbytes_, "Tensor::share_memory_");
+  if (s.nbytes_ > 0) std::memcpy(moved, s.data_, s.nbytes_);
+  detail::release_block(s.data_, s.nbytes_ == 0 ? detail::Storage::kAlignment : s.nbytes_);
+  s.data_ = static_cast<std::byte*>(moved);
+  s.shared_ = true;
+  return *this;
 }
 
 // ---- views ----

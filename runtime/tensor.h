@@ -72,6 +72,17 @@ class Tensor {
   uint64_t version() const;
   void bump_version();
 
+  // ---- shared memory (torch's share_memory_ and is_shared) ----
+  // Whether the storage lies in memory the other ranks on this host can map: their
+  // collectives then read (and copy out of) this tensor straight where it lies, with no
+  // system call (docs/shared-tensors.md). Views share their base's answer.
+  bool is_shared() const;
+  // Moves the storage there (a copy of its bytes, once), for this tensor and every view of
+  // it; nothing when it is there already. Not while an op or another thread uses the tensor:
+  // the bytes move. Throws InvalidArgument for a tensor made by from_blob (its memory is the
+  // caller's), Error when no shared memory can be had.
+  Tensor& share_memory_();
+
   // ---- views: share storage, never copy ----
   // A view along `dim`; only possible while the result stays contiguous, i.e. dim == 0 or every
   // dim before `dim` has size 1. Otherwise throws InvalidArgument (use narrow_copy).
@@ -127,10 +138,15 @@ class Tensor {
   DType dtype_ = DType::Float32;
 
   friend Tensor empty(Shape shape, DType dtype);
+  friend Tensor empty_shared(Shape shape, DType dtype);
 };
 
 // ---- factories ----
 Tensor empty(Shape shape, DType dtype = DType::Float32);  // uninitialised
+// Uninitialised, in shared memory (Tensor::is_shared): for the buffers of collectives among
+// ranks on one host. Page-granular: meant for large buffers. Throws Error when no shared
+// memory can be had.
+Tensor empty_shared(Shape shape, DType dtype = DType::Float32);
 Tensor zeros(Shape shape, DType dtype = DType::Float32);
 Tensor ones(Shape shape, DType dtype = DType::Float32);
 Tensor full(Shape shape, double value, DType dtype = DType::Float32);

@@ -21,6 +21,8 @@ struct Storage {
   static constexpr size_t kAlignment = kBlockAlignment;
 
   static std::shared_ptr<Storage> allocate(size_t nbytes);
+  // In the process's shared arena (shared_arena.h), which the other ranks on the host can map.
+  static std::shared_ptr<Storage> allocate_shared(size_t nbytes);
   static std::shared_ptr<Storage> borrow(void* data, size_t nbytes);
 
   Storage(std::byte* data, size_t nbytes, bool owned) : data_(data), nbytes_(nbytes), owned_(owned) {}
@@ -31,6 +33,7 @@ struct Storage {
   std::byte* data_ = nullptr;  // null only for a borrowed zero-byte blob
   size_t nbytes_ = 0;
   bool owned_ = false;
+  bool shared_ = false;  // owned, in the shared arena (given back there)
   std::atomic<uint64_t> version_{0};
 };
 

@@ -21,6 +21,15 @@ Tensor empty(Shape shape, DType dtype) {
   return Tensor(detail::Storage::allocate(nbytes), 0, std::move(shape), dtype);
 }
 
+Tensor empty_shared(Shape shape, DType dtype) {
+  const int64_t n = detail::checked_numel(shape, "empty_shared");
+  size_t nbytes = 0;
+  FERRY_CHECK(!__builtin_mul_overflow(static_cast<size_t>(n), dtype_size(dtype), &nbytes),
+              InvalidArgument, "empty_shared: shape ", shape_str(shape), " of ",
+              dtype_name(dtype), " needs more bytes than size_t can count");
+  return Tensor(detail::Storage::allocate_shared(nbytes), 0, std::move(shape), dtype);
+}
+
 Tensor zeros(Shape shape, DType dtype) {
   Tensor out = empty(std::move(shape), dtype);
   // All-zero bytes are +0 or 0 in every dtype.

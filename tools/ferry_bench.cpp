@@ -107,10 +107,19 @@ std::vector<Place> places_to_time(OpKind op, const Options& o) {
   return out;
 }
 
-// One row: one op, size and form. Every rank returns the same: false when any rank's result
+// Where the rows' tensors lie (--memory), private first. --differentiable allocates its own.
+std::vector<Memory> memories_to_time(const Options& o) {
+  if (o.differentiable) return {Memory::Private};
+  std::vector<Memory> out;
+  if (o.private_memory) out.push_back(Memory::Private);
+  if (o.shared_memory) out.push_back(Memory::Shared);
+  return out;
+}
+
+// One row: one op, size, form and memory. Every rank returns the same: false when any rank's result
 // was wrong before timing (the sweep stops there); #wrong after timing goes into the row.
-bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group& world,
-                RankSync& sync) {
+bool bench_case(OpKind op, int64_t count, Place place, Memory memory, const Sweep& sweep,
+                Group& world, RankSync& sync) {
   const Options& o = sweep.opts;
   const int w = world.size();
   // Checked once per size, before timing: a runtime that returns early or moves the wrong
@@ -128,7 +137,7 @@ bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group
     step = [&] { diff_case->run_autograd(); };
     baseline = diff_case->raw_baseline();
   } else {
-    op_case.emplace(op, count, o.dtype, world, place);
+    op_case.emplace(op, count, o.dtype, world, place, memory);
     op_case->launch().wait();
     error = op_case->check();
     step = [&] { op_case->launch().wait(); };
@@ -178,9 +187,10 @@ bool bench_case(OpKind op, int64_t count, Place place, const Sweep& sweep, Group
   if (sweep.report) {
     // MPI has collectives of its own: the table's automatic choice there is one of its ways.
     const std::string algorithm =
-        !ran.empty() ? ran
-                     : algorithm_for(op, count, o.dtype, w, o.transport == "mpi",
-                                     placement_of(world.host_layout()));
+        (!ran.empty() ? ran
+                      : algorithm_for(op, count, o.dtype, w, o.transport == "mpi",
+                                      placement_of(world.host_layout()))) +
+        (memory == Memory::Shared ? "+shared" : "");
     Row row{op, static_cast<size_t>(count) * dtype_size(o.dtype), count, algorithm, iters,
             summarize(slowest), 0, 0, baseline_stats, place, wrong};
     set_bandwidth(row, w);
@@ -199,7 +209,8 @@ bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& syn
     if (count == previous_count) continue;  // rounding down made it the previous size again
     previous_count = count;
     for (Place place : places_to_time(op, o))
-      if (!bench_case(op, count, place, sweep, world, sync)) return false;
+      for (Memory memory : memories_to_time(o))
+        if (!bench_case(op, count, place, memory, sweep, world, sync)) return false;
   }
   if (sweep.report) sweep.report->end_op();
   return true;

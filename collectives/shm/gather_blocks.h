@@ -2,9 +2,9 @@
 // blocks or one per rank's rows) and broadcast (the root's tensor, every other rank's block
 // empty). Every rank's block lands at its place in every rank's output, in rank order.
 //
-// As an all-to-all whose every rank sends the same block to all, a large gather takes the
-// all_to_all's single copy unchanged (each rank reads each peer's block straight out of the
-// peer's tensor into its own); a small one goes through the segment's slots.
+// As an all-to-all whose every rank sends the same block to all, a large gather copies blocks
+// between the ranks' tensors (shm_gather_large.cpp; the all_to_all's single copy where a
+// group is too large for its places); a small one goes through the segment's slots.
 #pragma once
 
 #include <ferry/collectives/algorithms/algorithms.h>

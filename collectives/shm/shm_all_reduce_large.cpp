@@ -43,6 +43,7 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
   const uint32_t gather = begin(op);
   sign(n, op);
   sign(gather, op);
+  publish_arenas();
   // In the buffers of both numbers: the second half reads them after every rank is done with
   // the first, when a rank that ran ahead may already reuse the first's buffer for a later op.
   LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out)};
@@ -95,17 +96,16 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
   // output that in place costs nothing (those lines are this rank's own input, read anyway).
   // The operands and their order are unchanged: the same bits.
   const bool into_out = to_first + (last - first) * elem <= own_first || to_first >= own_last;
-  // Rank r's piece of a chunk: this rank's own where it lies (or aside), a peer's read into
-  // `into`.
-  auto piece = [&](int r, size_t offset, size_t bytes, unsigned char* into) {
-    if (r == rank_)
-      return own_aside ? static_cast<const unsigned char*>(own_.data())
-                       : reinterpret_cast<const unsigned char*>(mine.in + offset);
+  // Each peer's slice, where it lies mapped in this process (its arena), else null: read
+  // through the kernel a chunk at a time.
+  direct_.assign(static_cast<size_t>(size_), nullptr);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
     LargeBuffers theirs;
     std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
-    read_peer(r, theirs.in + offset, into, bytes, p);
-    return static_cast<const unsigned char*>(into);
-  };
+    direct_[r] = mapped(r, theirs.in + first * elem, (last - first) * elem);
+    if (direct_[r] != nullptr) count_single_copy(Way::Mapped, (last - first) * elem);
+  }
   for (size_t at = first; at < last; at += per_chunk) {
     const size_t elems = std::min(per_chunk, last - at);
     const size_t bytes = elems * elem, offset = at * elem;
@@ -114,22 +114,25 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
       std::memcpy(own_.data(), reinterpret_cast<const void*>(mine.in + offset), bytes);
     // Rank 0's piece, then every other rank's combined in rank order, summed straight into
     // `out`: in place `out` is this rank's `in`, whose slice only this rank reads, and a
-    // combine may write over its own operand. A peer's piece goes into `out` while `out`
-    // holds nothing yet that the sum still needs (out of place, until the first combine).
+    // combine may write over its own operand. A peer's piece read through the kernel goes
+    // into `out` while `out` holds nothing yet that the sum still needs (out of place, until
+    // the first combine), else into the chunk buffer the running sum is not in.
     bool to_free = into_out;
-    // Where rank r's piece is read to (none for this rank's own): `out` while it is free, else
-    // the chunk buffer the running sum is not in.
-    auto into = [&](int r, const unsigned char* sum) -> unsigned char* {
-      if (r == rank_) return nullptr;
-      if (to_free) {
-        to_free = false;
-        return to;
-      }
-      return sum == chunk_.data() ? acc_.data() : chunk_.data();
+    auto piece = [&](int r, const unsigned char* sum) -> const unsigned char* {
+      if (r == rank_)
+        return own_aside ? static_cast<const unsigned char*>(own_.data())
+                         : reinterpret_cast<const unsigned char*>(mine.in + offset);
+      if (direct_[r] != nullptr) return direct_[r] + (offset - first * elem);
+      unsigned char* into = to_free ? to : sum == chunk_.data() ? acc_.data() : chunk_.data();
+      to_free = false;
+      LargeBuffers theirs;
+      std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
+      read_peer(r, theirs.in + offset, into, bytes, p);
+      return into;
     };
-    const unsigned char* sum = piece(0, offset, bytes, into(0, nullptr));
+    const unsigned char* sum = piece(0, nullptr);
     for (int r = 1; r < size_; ++r) {
-      const unsigned char* next = piece(r, offset, bytes, into(r, sum));
+      const unsigned char* next = piece(r, sum);
       combine(to, sum, next, elems, p.dtype, p.reduce);
       sum = to;
       to_free = false;
@@ -158,6 +161,7 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
                                         ReduceOp reduce) {
   const uint32_t n = begin(op);
   sign(n, op);
+  publish_arenas();
   LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out)};
   std::memcpy(slot(rank_)->data[n % kDepth], &mine, sizeof mine);
   {

@@ -156,6 +156,7 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
               "holds");
   const uint32_t n = begin(op);
   sign(n, op);
+  publish_arenas();
   // This rank's blocks for part p and rank q at [p * W + q]: where they lie in this process;
   // then the bytes it expects from each, so that every rank can check every pair.
   const size_t w = static_cast<size_t>(size_);
@@ -187,15 +188,24 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
 
 void GroupShm::copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p) {
   if (bytes == 0) return;
-  if (r == rank_)
+  if (r == rank_) {
     std::memcpy(to, reinterpret_cast<const void*>(static_cast<uintptr_t>(address)), bytes);
-  else
+  } else if (const unsigned char* from = mapped(r, address, bytes)) {
+    std::memcpy(to, from, bytes);
+    count_single_copy(Way::Mapped, bytes);
+  } else {
     read_peer(r, address, to, bytes, p);
+  }
+}
+
+const unsigned char* GroupShm::mapped(int r, uint64_t address, size_t bytes) {
+  return arenas_.find(r, *slot(r), peers_.pid(r), address, bytes, describe_);
 }
 
 void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p) {
   const int err = cma_read(peers_.pid(r), address, to, bytes);
   if (err != 0) fail_read(r, err, bytes, p);
+  count_single_copy(Way::Kernel, bytes);
 }
 
 void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p) {
@@ -265,15 +275,46 @@ void GroupShm::read_all_to_all(const Pending& p) {
   }
 }
 
+bool GroupShm::copy_mapped(int r, const RemoteBlock& from, const BlockRef& to) {
+  // The bytes the runs span in the peer ([lo, hi) from its base), which must lie in one mapped
+  // chunk; runs that overflow or hold other than the block's bytes go through the kernel,
+  // whose reads check every piece.
+  uint64_t lo = UINT64_MAX, hi = 0, total = 0;
+  for (size_t i = 0; i < from.count; ++i) {
+    const ByteRun& run = from.runs[i];
+    if (run.count == 0 || run.block == 0) continue;
+    uint64_t last = 0, end = 0, bytes = 0;
+    if (__builtin_mul_overflow(run.count - 1, run.stride, &last) ||
+        __builtin_add_overflow(last, run.offset, &last) ||
+        __builtin_add_overflow(last, run.block, &end) ||
+        __builtin_mul_overflow(run.count, run.block, &bytes) ||
+        __builtin_add_overflow(total, bytes, &total))
+      return false;
+    lo = std::min<uint64_t>(lo, run.offset);
+    hi = std::max(hi, end);
+  }
+  if (total != from.bytes) return false;
+  if (total == 0) return true;
+  const unsigned char* at = mapped(r, from.base + lo, hi - lo);
+  if (at == nullptr) return false;
+  const ByteRunsRef source{const_cast<char*>(reinterpret_cast<const char*>(at)) - lo, from.runs,
+                           from.count};
+  ByteRun to_whole{0, 1, to.bytes, 0};
+  copy_runs(source, to.runs.count > 0 ? to.runs : ByteRunsRef{to.span, &to_whole, 1});
+  count_single_copy(Way::Mapped, total);
+  return true;
+}
+
 void GroupShm::read_block(int r, const Block& from, const BlockRef& to, const Pending& p) {
   ByteRun from_whole{0, 1, from.bytes, 0};
   Pieces remote{from.address, &from_whole, 1};
   if (from.run_count > 0) {
     // The sender's runs, fetched from its process; they stay there until this rank said done.
     peer_runs_.resize(from.run_count);
-    read_peer(r, from.runs, peer_runs_.data(), from.run_count * sizeof(ByteRun), p);
+    copy_from(r, from.runs, peer_runs_.data(), from.run_count * sizeof(ByteRun), p);
     remote = Pieces{from.address, peer_runs_.data(), peer_runs_.size()};
   }
+  if (copy_mapped(r, RemoteBlock{remote.base, remote.runs, remote.count, from.bytes}, to)) return;
   ByteRun to_whole{0, 1, to.bytes, 0};
   const Pieces local = to.runs.count == 0
                            ? Pieces{reinterpret_cast<uintptr_t>(to.span), &to_whole, 1}
@@ -281,6 +322,7 @@ void GroupShm::read_block(int r, const Block& from, const BlockRef& to, const Pe
                                     to.runs.count};
   const int err = cma_read_pieces(peers_.pid(r), local, remote);
   if (err != 0) fail_read(r, err, from.bytes, p);
+  count_single_copy(Way::Kernel, from.bytes);
 }
 
 }  // namespace ferry::detail::shm

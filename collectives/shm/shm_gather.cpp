@@ -2,8 +2,8 @@
 // each rank copies its block, or a piece of it, into its buffer of the op, and every rank copies
 // every rank's piece to its place in its output once all arrived. As the small all_reduce, it
 // costs a copy in and W copies out, with no system call: the path for blocks of up to a slot.
-// Larger blocks take the all_to_all's single copy (shm_all_to_all.cpp), or, where the ranks
-// cannot read each other's memory, go through the slots a piece at a time.
+// Larger blocks are copied between the ranks' tensors in two halves (shm_gather_large.cpp), or,
+// where the ranks cannot read each other's memory, go through the slots a piece at a time.
 #include <ferry/collectives/shm/shm_group.h>
 
 #include <ferry/runtime/error.h>

@@ -139,7 +139,7 @@ std::shared_ptr<GroupShm> GroupShm::of(GroupImpl& g, const OpRef& op) {
 
 GroupShm::GroupShm(GroupImpl& g, SharedSegment segment)
     : group_(&g), describe_(g.describe()), members_(g.members()), segment_(std::move(segment)),
-      rank_(g.rank()), size_(g.size()) {
+      arenas_(g.size()), rank_(g.rank()), size_(g.size()) {
   std::vector<int> pids(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) pids[r] = slot(r)->pid;
   peers_ = PeerProcesses(pids, rank_);
@@ -352,8 +352,8 @@ void GroupShm::progress() {
     if (!p.read) {
       for (int r = 0; r < size_; ++r)
         if (!reached(slot(r)->arrived.load(std::memory_order_acquire), p.n)) return;
-      // The gather half reads slices that are final only once every rank reduced its own.
-      if (p.kind == Kind::GatherSlices)
+      // The second halves read what is final only once every rank did its first.
+      if (p.kind == Kind::GatherSlices || p.kind == Kind::PullBlocks)
         for (int r = 0; r < size_; ++r)
           if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n - 1)) return;
       try {
@@ -364,6 +364,8 @@ void GroupShm::progress() {
         if (p.kind == Kind::GatherSlices) read_gather_slices(p);
         if (p.kind == Kind::Gather) read_gather(p);
         if (p.kind == Kind::ReduceBlock) read_reduce_block(p);
+        if (p.kind == Kind::PushBlocks) read_push_blocks(p);
+        if (p.kind == Kind::PullBlocks) read_pull_blocks(p);
       } catch (...) {
         give_up();  // this rank will never say done: its peers must not wait for it
         abandon_locked(std::current_exception());
@@ -374,7 +376,8 @@ void GroupShm::progress() {
     }
     // An all_to_all's peers read this rank's buffer: it is the caller's again only once they
     // all said done.
-    if (p.kind == Kind::AllToAll || p.kind == Kind::GatherSlices || p.kind == Kind::ReduceBlock)
+    if (p.kind == Kind::AllToAll || p.kind == Kind::GatherSlices ||
+        p.kind == Kind::ReduceBlock || p.kind == Kind::PullBlocks)
       for (int r = 0; r < size_; ++r)
         if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n)) return;
     head_ += 1;

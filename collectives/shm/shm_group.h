@@ -24,6 +24,7 @@
 #include <ferry/collectives/engine/op_context.h>
 #include <ferry/collectives/shm/all_to_all_blocks.h>
 #include <ferry/collectives/shm/gather_blocks.h>
+#include <ferry/collectives/shm/peer_arenas.h>
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
@@ -104,6 +105,16 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // lands at its place in `blocks.out()`. A block of at most kGatherPiece is one piece at 0.
   uint32_t start_gather(const OpRef& op, const GatherBlocks& blocks, size_t at);
 
+  // Whether a large gather's block places for `ranks` ranks fit a slot.
+  static bool large_gather_fits(int ranks);
+  // Starts a gather whose largest block is above kGatherPiece by single copy (peers_readable()
+  // said yes; shm_gather_large.cpp): this rank's block is copied into every peer's output that
+  // lies in shared memory and accepts it, the others read it themselves; every rank's block
+  // lands at its place in `blocks.out()`. `accept_writes`: peers may write into this rank's
+  // output (only where a failed op keeps the output for the life of the process). `blocks`
+  // must stay until the op completed. Takes two op numbers; returns the later one.
+  uint32_t start_large_gather(const OpRef& op, const GatherBlocks& blocks, bool accept_writes);
+
   // Starts an all_reduce larger than the slots by reading peers' memory (peers_readable() said
   // yes): this rank reduces slice `rank` of every rank's `in` (read straight from the peers'
   // buffers, in rank order, so the bits are the direct exchange's) into its `out`, then copies
@@ -150,8 +161,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   GroupShm(GroupImpl& g, SharedSegment segment);
 
   // ReduceSlice and GatherSlices are the two halves of a large all_reduce (ops n and n + 1).
+  // PushBlocks and PullBlocks are the two halves of a large gather (ops n and n + 1).
   enum class Kind : uint8_t {
-    Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices, Gather, ReduceBlock
+    Barrier, AllReduce, AllToAll, ReduceSlice, GatherSlices, Gather, ReduceBlock, PushBlocks,
+    PullBlocks
   };
   struct Pending {
     uint32_t n = 0;
@@ -185,17 +198,39 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void check_block_sizes(const Pending& p) const;
   // Reads rank r's block `from` (published in its slot) into this rank's block `to`.
   void read_block(int r, const Block& from, const BlockRef& to, const Pending& p);
+  // A peer's block as read_block finds it: `count` runs over `base` in the peer's process
+  // (a whole block is one run), holding `bytes`.
+  struct RemoteBlock {
+    uint64_t base;
+    const ByteRun* runs;
+    size_t count;
+    uint64_t bytes;
+  };
+  // Copies `from` into `to` out of the peer's mapped arena when all of it lies there: false
+  // (nothing copied) when it does not.
+  bool copy_mapped(int r, const RemoteBlock& from, const BlockRef& to);
   void read_reduce_slice(const Pending& p);
   void read_gather_slices(const Pending& p);
   void read_gather(const Pending& p);
   void read_reduce_block(const Pending& p);
+  // Throws MismatchError naming the first pair of ranks whose block sizes in a large gather
+  // disagree.
+  void check_gather_sizes(const Pending& p) const;
+  void read_push_blocks(const Pending& p);
+  void read_pull_blocks(const Pending& p);
   // Reduces elements [first, last) of every rank's input (its address published in buffer `b`
   // of each slot) in rank order into `out`, which holds element `first` at its start.
   void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out);
   // The collective that `p` is, for messages.
   static const char* name_of(const Pending& p);
-  // Copies `bytes` at `address` of group rank r (this rank: a plain copy) into `to`.
+  // Copies `bytes` at `address` of group rank r (this rank, or a peer's mapped arena: a plain
+  // copy) into `to`.
   void copy_from(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
+  // Where `bytes` at `address` of peer r lie in this process when r placed them in its shared
+  // arena and this rank could map it (peer_arenas.h), else null. mu_ held.
+  const unsigned char* mapped(int r, uint64_t address, size_t bytes);
+  // Lists this process's shared-arena chunks in its slot, before a large op arrives.
+  void publish_arenas() { arenas_.publish(*slot(rank_)); }
   // Stores `value` into a counter and wakes the sleepers, if any.
   void publish(std::atomic<uint32_t>& counter, uint32_t value);
   // Stores `value` into this rank's `counter` (`arrived` or `done`, which only grow) and wakes
@@ -227,6 +262,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::vector<int> members_;
   SharedSegment segment_;
   PeerProcesses peers_;
+  PeerArenas arenas_;  // the peers' mapped chunks (read under mu_; published by starts)
   int rank_;
   int size_;
   bool oversubscribed_;  // more ranks on this host than cores: yield and sleep soon
@@ -247,6 +283,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
   std::vector<unsigned char> acc_, chunk_, own_;
+  // Per peer, where its input's slice lies mapped in this process, or null (under mu_ only).
+  std::vector<const unsigned char*> direct_;
+  // Where a large gather writes this rank's block (read under mu_ only).
+  std::vector<unsigned char*> targets_;
   // A laid-out block's runs, fetched from the peer that sends it (read under mu_ only).
   std::vector<ByteRun> peer_runs_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed

@@ -18,6 +18,8 @@
 // before it waits, which is more than a training step's back-to-back collectives need.
 #pragma once
 
+#include <ferry/runtime/shared_arena.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +29,7 @@ namespace ferry::detail::shm {
 inline constexpr size_t kLine = 64;
 inline constexpr uint32_t kDepth = 4;
 // The payload per rank and op that the all_reduce copies through the segment (the algorithm
-// table's shm rows stay at or below it); 4 of them a rank, so a group of 4 maps 260 KiB.
+// table's shm rows stay at or below it); 4 of them a rank, so a group of 4 maps 265 KiB.
 inline constexpr size_t kSlotBytes = 16 * 1024;
 inline constexpr uint64_t kMagic = 0x6665727279736d32ull;  // "ferrysm2"
 inline constexpr size_t kFingerprintBytes = 128;
@@ -96,6 +98,12 @@ struct alignas(kLine) Slot {
   unsigned char small[kDepth][kSmallBytes];
   // The whole fingerprint, read only to describe a mismatch.
   alignas(kLine) unsigned char fingerprint[kDepth][kFingerprintBytes];
+  // The rank's shared-arena chunks (runtime/shared_arena.h) that its peers may map, in its
+  // order of making: entries [0, arena_count) are final. A rank appends the chunks it made
+  // since its last large op before that op arrives, so a peer that sees the op's `arrived`
+  // sees every chunk its buffers can lie in (peer_arenas.h).
+  alignas(kLine) std::atomic<uint32_t> arena_count;
+  SharedChunk arenas[kMaxSharedChunks];
   alignas(kLine) unsigned char data[kDepth][kSlotBytes];
 };
 

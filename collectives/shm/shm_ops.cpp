@@ -3,6 +3,7 @@
 #include <ferry/collectives/engine/reduce_kernels.h>
 #include <ferry/collectives/shm/shm_group.h>
 #include <ferry/runtime/object_pool.h>
+#include <ferry/runtime/shared_arena.h>
 
 #include <algorithm>
 #include <cstring>
@@ -109,9 +110,15 @@ class ShmInFlight final : public InFlight, public Pooled {
     }
     return {};
   }
-  // The caller's buffers are read by peers only in an all_to_all, and only until every peer
-  // said done; a failed op's peers fail too, so nothing needs keeping for the process's life.
-  OnFailure on_failure() const override { return OnFailure::kPoisonTellPeers; }
+  // Peers write into this rank's output (a large gather's): if the op fails here, a peer
+  // that has not noticed yet may still write, so the buffers are kept for the process's life.
+  void keep_buffers_on_failure() { keep_on_failure_ = true; }
+
+  // Otherwise the caller's buffers are only read by peers, and only until every peer said
+  // done; a failed op's peers fail too, so nothing needs keeping for the process's life.
+  OnFailure on_failure() const override {
+    return keep_on_failure_ ? OnFailure::kPoisonKeepBuffers : OnFailure::kPoisonTellPeers;
+  }
   // A peer's part arrives within microseconds when it runs: poll before the full wait.
   bool polls_first() const override { return true; }
 
@@ -122,6 +129,7 @@ class ShmInFlight final : public InFlight, public Pooled {
   OpRef op_;
   std::unique_ptr<AllToAllBlocks> blocks_;  // an all_to_all's, read until the op completed
   Average average_;
+  bool keep_on_failure_ = false;
 };
 
 // Whether the single copy can carry an all-to-all of `parts` parts: the ranks read each other's
@@ -131,12 +139,20 @@ bool single_copy_fits(GroupShm& shm, size_t parts, const OpRef& ref) {
 }
 
 // A gather of any size (shm_ops.h's post_gather says which way). Returns the op number that
-// completes it.
+// completes it. `accept_writes`: peers may write their blocks into this rank's output, which
+// then lies in shared memory (*accepted: so it does).
 uint32_t start_any_gather(GroupShm& shm, OpContext& ctx, const OpRef& ref,
-                          const GatherBlocks& blocks) {
+                          const GatherBlocks& blocks, bool accept_writes = false,
+                          bool* accepted = nullptr) {
   const size_t most = blocks.max_block();
   if (most <= GroupShm::kGatherPiece) return shm.start_gather(ref, blocks, 0);
-  if (shm.peers_readable(ref)) return shm.start_all_to_all(ref, blocks, ref.name);
+  if (shm.peers_readable(ref)) {
+    if (!GroupShm::large_gather_fits(shm.size()))
+      return shm.start_all_to_all(ref, blocks, ref.name);
+    const bool accept = accept_writes && in_shared_arena(blocks.out(), 1);
+    if (accepted != nullptr) *accepted = accept;
+    return shm.start_large_gather(ref, blocks, accept);
+  }
   uint32_t n = 0;
   for (size_t at = 0; at < most; at += GroupShm::kGatherPiece) {
     n = shm.start_gather(ref, blocks, at);
@@ -266,8 +282,13 @@ std::unique_ptr<InFlight> post_gather(std::unique_ptr<OpContext> ctx,
   const OpRef ref = op_of(*ctx);
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   ctx->ran(c, Algorithm::SharedMemory);
-  const uint32_t n = start_any_gather(*shm, *ctx, ref, *blocks);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref, std::move(blocks));
+  bool written_by_peers = false;
+  const uint32_t n = start_any_gather(*shm, *ctx, ref, *blocks, /*accept_writes=*/true,
+                                      &written_by_peers);
+  auto started =
+      std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref, std::move(blocks));
+  if (written_by_peers) started->keep_buffers_on_failure();
+  return started;
 }
 
 void gather(OpContext& ctx, const GatherBlocks& blocks, Collective c) {

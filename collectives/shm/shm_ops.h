@@ -47,7 +47,8 @@ std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx,
 bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks);
 
 // A gather (all_gather, all_gather_v, broadcast: `c`, as recorded): blocks of up to a slot go
-// through the segment's slots, larger ones by single copy from the peers' tensors, or, where
+// through the segment's slots, larger ones by single copy between the tensors (written into
+// the peers' outputs that lie in shared memory, read from the others), or, where
 // the ranks cannot read each other's memory, through the slots a piece at a time (a fallback
 // the issuing thread runs to its end). Every rank takes the same way: it depends on the largest
 // block, which all know. Started, the op owns `blocks` until it completed.

@@ -1,12 +1,14 @@
 // GradientReducer (collectives/ddp/gradient_reducer.h): averages against hand-computed ones for
 // several bucket layouts and mixed dtypes, the launch of an early bucket during backward shown
 // by ordering, the broadcast of initial values, the agreement check, unused parameters, no_sync
-// accumulation and misuse. SPMD cases: local worlds here, one process per rank under mpiexec
-// (ddp-mpi-*).
+// accumulation and misuse; under mpiexec, buckets in shared memory. SPMD cases: local worlds
+// here, one process per rank under mpiexec (ddp-mpi-*).
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
+#include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/ddp/gradient_reducer.h>
+#include <ferry/collectives/shm/peer_arenas.h>
 #include <ferry/runtime/error.h>
 #include "tests/differentiable/spmd_gradcheck.h"
 
@@ -125,6 +127,23 @@ DG_CASE("ddp: averaged gradients for one bucket, one parameter per bucket, a par
     expect(layout(reducer) == l.buckets, g, what + ": unexpected bucket layout");
     check_steps(g, params, reducer, 1e-15, what);
   }
+}
+
+DG_CASE("ddp: where the ranks share a host, a bucket above the slots is reduced where it lies "
+        "(shared memory), and averages as before",
+        "[ddp]", 1, 2) {
+  // One float64 bucket of 80 KB (above the shared-memory slots' 16 KiB).
+  std::vector<Variable> params;
+  params.emplace_back(uniform({10000}, -1, 1, 50 + g.rank(), DType::Float64), true, "w");
+  GradientReducer reducer(params, g);
+  const uint64_t before = detail::shm::single_copy_bytes().mapped;
+  check_steps(g, params, reducer, 1e-12, "shared bucket");
+  // Local worlds (ranks as threads) have no shared-memory path; mpiexec's ranks share a host.
+  const bool one_host = g.size() > 1 && placement_of(g.host_layout()) == Placement::OneHost;
+  const bool mapped = detail::shm::single_copy_bytes().mapped > before;
+  expect(mapped == one_host, g,
+         std::string("the bucket's all_reduce ") + (mapped ? "read" : "did not read") +
+             " peers' gradients by mapping on " + (one_host ? "one host" : "no shared host"));
 }
 
 DG_CASE("ddp: float32 and float64 parameters go to separate buckets", "[ddp]", 1, 2, 3) {

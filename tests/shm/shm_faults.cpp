@@ -3,7 +3,8 @@
 // end the whole job when a rank is killed): a rank SIGKILLed between ops makes every survivor
 // raise PeerFailure naming it, well before the deadline; a rank that never issues an op makes
 // the others raise TimeoutError at the deadline, naming the op, its sequence number and the
-// absent rank; and after either, /dev/shm holds no segment name.
+// absent rank; and after either, /dev/shm holds no segment name, and no shared arena: a
+// survivor unmaps a dead peer's arena with the group, and an arena is never named in /dev/shm.
 #include <ferry/ferry.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/shm/shared_segment.h>
@@ -13,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -21,6 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -58,13 +62,27 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The victim (world rank, from the parameter) kills itself after ten shm all_reduces; the
-// others go on and must fail with PeerFailure naming it within a few seconds of a 60 s deadline.
+// The mappings of peers' shared arenas in this process ("/memfd:ferry-arena-<pid>-<n>" of
+// another pid): a survivor keeps a dead peer's memory alive only while it maps it.
+int peer_arena_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  const std::string mine = "ferry-arena-" + std::to_string(getpid()) + "-";
+  int n = 0;
+  for (std::string line; std::getline(maps, line);)
+    if (contains(line, "ferry-arena-") && !contains(line, mine)) ++n;
+  return n;
+}
+
+// The victim (world rank, from the parameter) kills itself after ten shm all_reduces and three
+// on tensors in shared memory (which its peers map); the others go on and must fail with
+// PeerFailure naming it within a few seconds of a 60 s deadline, and once their group is gone
+// they map nothing of the victim's.
 int kill_between_ops() {
   Group world = init();
   Checks c(world.rank());
   const int victim = std::atoi(std::getenv(kParamVar));
-  Group g = world.split(0, world.rank());
+  std::optional<Group> group(world.split(0, world.rank()));  // dropped before the last check
+  Group& g = *group;
   set_algorithm_override("all_reduce:shm,barrier:shm");
   Tensor t = full({2}, 1.0);
   for (int k = 0; k < 10; ++k) {
@@ -72,6 +90,13 @@ int kill_between_ops() {
     all_reduce(t, g).wait();
   }
   c.expect(t.get_flat(0) == g.size(), "the shm all_reduce sums");
+  Tensor big = empty_shared({100000});  // above the slots: read where it lies
+  for (int k = 0; k < 3; ++k) {
+    big.fill_(1.0);
+    all_reduce(big, g).wait();
+  }
+  c.expect(big.get_flat(99999) == g.size(), "the shm all_reduce of shared tensors sums");
+  c.expect(peer_arena_mappings() > 0, "the peers' arenas are mapped");
   if (world.rank() == victim) raise(SIGKILL);
   const auto t0 = Clock::now();
   Caught e = capture([&] {
@@ -88,6 +113,10 @@ int kill_between_ops() {
   Caught later = capture([&] { barrier(g).wait(); });
   c.expect(!later.kind.empty() && seconds_since(t1) < 1.0,
            "a later op on the group fails at once, got '" + later.kind + "'");
+  group.reset();
+  c.expect(peer_arena_mappings() == 0,
+           "no peer arena mapped once the group is gone, found " +
+               std::to_string(peer_arena_mappings()));
   std::fflush(stderr);
   _exit(c.status());  // skip finalize: the transport's flush would wait on the dead peer
 }
@@ -156,6 +185,16 @@ int unreadable() {
   return c.status();
 }
 
+// Whether /dev/shm holds a name of a shared arena (it never should: arenas are memory files).
+bool arena_names_in_dev_shm() {
+  bool found = false;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir)) found = found || contains(e->d_name, "ferry-arena");
+    closedir(dir);
+  }
+  return found;
+}
+
 std::vector<run::RankExit> launch(const std::string& scenario, int ranks,
                                   const std::string& param) {
   run::LaunchOptions o;
@@ -182,6 +221,7 @@ TEST_CASE("shm: a rank killed between ops makes every survivor raise PeerFailure
       CHECK((e.exited && e.status == 0));
   }
   CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
+  CHECK_FALSE(arena_names_in_dev_shm());
 }
 
 TEST_CASE("shm: all_to_all_single where ranks may not read each other's memory",

@@ -63,6 +63,11 @@ void settings(std::ostringstream& os, const JsonRun& run) {
   os << "    \"warmup\": " << o.warmup << ",\n";
   os << "    \"place\": "
      << quoted(o.out_of_place && o.in_place ? "both" : o.in_place ? "in" : "out") << ",\n";
+  os << "    \"memory\": "
+     << quoted(o.private_memory && o.shared_memory ? "both"
+               : o.shared_memory                   ? "shared"
+                                                   : "private")
+     << ",\n";
   os << "    \"vs_mpi\": " << (o.vs_mpi ? "true" : "false") << ",\n";
   os << "    \"mpi_nonblocking\": " << (o.mpi_nonblocking ? "true" : "false") << ",\n";
   os << "    \"differentiable\": " << (o.differentiable ? "true" : "false") << ",\n";

@@ -160,6 +160,8 @@ std::optional<Collective> collective_of(OpKind op) {
 
 const char* place_name(Place place) { return place == Place::InPlace ? "in" : "out"; }
 
+const char* memory_name(Memory memory) { return memory == Memory::Shared ? "shared" : "private"; }
+
 std::vector<Place> places_of(OpKind op) {
   switch (op) {
     case OpKind::AllReduce:
@@ -185,7 +187,8 @@ constexpr double kUnwritten = 0;
 constexpr double kCorrupted = 0;
 }  // namespace
 
-OpCase::OpCase(OpKind op, int64_t count, DType dtype, const Group& group, Place place)
+OpCase::OpCase(OpKind op, int64_t count, DType dtype, const Group& group, Place place,
+               Memory memory)
     : op_(op), count_(count), dtype_(dtype), group_(group), place_(place),
       block_(splits_in_blocks(op) ? count / group.size() : count) {
   FERRY_CHECK(op != OpKind::Memcpy, InvalidArgument, "OpCase: memcpy is measured by MemcpyCase");
@@ -194,31 +197,34 @@ OpCase::OpCase(OpKind op, int64_t count, DType dtype, const Group& group, Place 
               "OpCase: ", op_name(op), " has no ", place_name(place), "-of-place form");
   const int me = group.rank();
   const bool in = place == Place::InPlace;
+  auto buffer = [&](int64_t n) {
+    return memory == Memory::Shared ? empty_shared({n}, dtype) : empty({n}, dtype);
+  };
   switch (op) {
     case OpKind::AllReduce:
-      input_ = empty({count}, dtype);
-      output_ = in ? input_ : empty({count}, dtype);
+      input_ = buffer(count);
+      output_ = in ? input_ : buffer(count);
       break;
     case OpKind::AllGather:
-      output_ = empty({count}, dtype);
-      input_ = in ? output_.narrow(0, me * block_, block_) : empty({block_}, dtype);
+      output_ = buffer(count);
+      input_ = in ? output_.narrow(0, me * block_, block_) : buffer(block_);
       break;
     case OpKind::ReduceScatter:
-      input_ = empty({count}, dtype);
-      output_ = in ? input_.narrow(0, me * block_, block_) : empty({block_}, dtype);
+      input_ = buffer(count);
+      output_ = in ? input_.narrow(0, me * block_, block_) : buffer(block_);
       break;
     case OpKind::AllToAll:
-      input_ = empty({count}, dtype);
-      output_ = empty({count}, dtype);
+      input_ = buffer(count);
+      output_ = buffer(count);
       break;
     case OpKind::Broadcast:
-      input_ = empty({count}, dtype);
+      input_ = buffer(count);
       output_ = input_;
       break;
     case OpKind::Reduce:
-      input_ = empty({count}, dtype);
+      input_ = buffer(count);
       // Non-roots pass no output (allowed by the contract), as a real caller would.
-      if (me == kRoot) output_ = in ? input_ : empty({count}, dtype);
+      if (me == kRoot) output_ = in ? input_ : buffer(count);
       break;
     case OpKind::Barrier:  // no tensor
     case OpKind::Memcpy: break;

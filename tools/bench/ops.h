@@ -41,6 +41,12 @@ const char* place_name(Place place);  // "out", "in"
 // The forms `op` has, out-of-place first.
 std::vector<Place> places_of(OpKind op);
 
+// Where a row's tensors lie (--memory): ordinary storage, or shared memory (empty_shared),
+// which the shared-memory path reads straight out of a peer's buffers. Shared rows carry
+// "+shared" after their algorithm.
+enum class Memory { Private, Shared };
+const char* memory_name(Memory memory);  // "private", "shared"
+
 // The bytes one rank must copy for `op` on a per-rank buffer of `bytes` (the row's size): the
 // bytes it must read plus those it must write, / 2, since a memcpy of n bytes reads n and
 // writes n. Every rank's input is read once and every rank's output written once, by some
@@ -92,7 +98,7 @@ class OpCase {
   // `op` must not be Memcpy; `place` must be one of places_of(op). Allocates and touches every
   // buffer, so no page fault lands in a timed iteration.
   OpCase(OpKind op, int64_t count, DType dtype, const Group& group,
-         Place place = Place::OutOfPlace);
+         Place place = Place::OutOfPlace, Memory memory = Memory::Private);
 
   // Issues the op once. Out of place, repeating it is harmless: inputs are never written
   // (broadcast rewrites the root's own values). In place, each run reduces the previous

@@ -251,6 +251,19 @@ cli::Parser make_parser(Options& o, bool& ops_given, std::string& codec_text) {
                 o.out_of_place = p != "in";
                 o.in_place = p != "out";
               })
+      .option("--memory", "private|shared|both",
+              "where the collectives' tensors lie: ordinary storage (default),\n"
+              "shared memory (empty_shared: on one host the shared-memory path\n"
+              "reads peers' tensors where they lie), or a row of each per size;\n"
+              "a shared row's algorithm reads e.g. shm+shared",
+              [&](const std::string& v) {
+                const std::string m = lower(v);
+                if (m != "private" && m != "shared" && m != "both")
+                  throw UsageError("--memory: expected private, shared or both, given '" + v +
+                                   "'");
+                o.private_memory = m != "shared";
+                o.shared_memory = m != "private";
+              })
       .option("--test-corrupt", "N",
               "(testing the #wrong column) overwrite N output elements on the\n"
               "last rank after the timed iterations, before they are counted",

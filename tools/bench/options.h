@@ -32,6 +32,10 @@ struct Options {
   // one form runs it whatever this says.
   bool out_of_place = true;
   bool in_place = true;
+  // --memory: the collectives' rows with ordinary tensors, with tensors in shared memory
+  // (empty_shared), or each size with both, private first.
+  bool private_memory = true;
+  bool shared_memory = false;
   // --test-corrupt N: after the timed iterations, N output elements on the last rank are
   // overwritten before #wrong counts them (tests the column; the run then exits 1).
   int64_t test_corrupt = 0;

@@ -1,0 +1,146 @@
+#include <ferry/runtime/shared_arena.h>
+
+#include <ferry/runtime/error.h>
+#include <ferry/runtime/free_ranges.h>
+#include <ferry/runtime/log.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <mutex>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ferry::detail {
+namespace {
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+class SharedArena {
+ public:
+  static SharedArena& get() {
+    static auto* arena = new SharedArena();  // its chunks live as long as the process
+    return *arena;
+  }
+
+  void* acquire(size_t nbytes, const char* op) {
+    const size_t size = round_up(std::max<size_t>(nbytes, 1), kSharedGrain);
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<FreeRanges::Place> at = free_.take(size);
+    if (!at) {
+      grow(size, op);
+      at = free_.take(size);
+    }
+    in_use_ += size;
+    return reinterpret_cast<void*>(chunks_[at->region].address + at->offset);
+  }
+
+  void release(void* block, size_t nbytes) {
+    const size_t size = round_up(std::max<size_t>(nbytes, 1), kSharedGrain);
+    const auto at = reinterpret_cast<uintptr_t>(block);
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t c = chunk_of(at, size);
+    if (c == count_.load(std::memory_order_relaxed)) {  // from a destructor: never throws
+      FERRY_LOG(Warn, "arena", "the shared arena was given back a block it never handed out "
+                "(internal error): ", size, " B at ", block);
+      return;
+    }
+    free_.give({c, at - chunks_[c].address}, size);
+    in_use_ -= size;
+  }
+
+  size_t count() const { return count_.load(std::memory_order_acquire); }
+  const SharedChunk& chunk(size_t i) const { return chunks_[i]; }
+  size_t in_use() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return in_use_;
+  }
+  // The chunk holding [at, at + bytes), or count() when none does. Lock-free: chunks are only
+  // ever added.
+  size_t chunk_of(uintptr_t at, size_t bytes) const {
+    const size_t n = count();
+    for (size_t i = 0; i < n; ++i) {
+      const SharedChunk& c = chunks_[i];
+      if (at >= c.address && at - c.address <= c.bytes && bytes <= c.bytes - (at - c.address))
+        return i;
+    }
+    return n;
+  }
+
+ private:
+  SharedArena() = default;
+
+  // A new chunk that holds `size` bytes at least: a memory file, sized, mapped, its descriptor
+  // kept. mu_ held.
+  void grow(size_t size, const char* op) {
+    const size_t n = count_.load(std::memory_order_relaxed);
+    FERRY_CHECK(n < kMaxSharedChunks, Error, op, ": the shared arena already has ",
+                kMaxSharedChunks, " chunks (", total_ >> 20, " MiB); cannot place ", size,
+                " more bytes in shared memory");
+    const size_t bytes = std::max({round_up(size, size_t{2} << 20), kMinSharedChunk, total_});
+    char name[64];
+    std::snprintf(name, sizeof name, "ferry-arena-%d-%zu", static_cast<int>(getpid()), n);
+    const int fd = memfd_create(name, MFD_CLOEXEC);
+    FERRY_CHECK(fd >= 0, Error, op, ": cannot make shared memory for tensors: memfd_create: ",
+                std::strerror(errno));
+    std::string why;
+    struct stat st {};
+    void* base = MAP_FAILED;
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+      why = str("ftruncate(", bytes, " B): ", std::strerror(errno));
+    else if (fstat(fd, &st) != 0)
+      why = str("fstat: ", std::strerror(errno));
+    else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+             MAP_FAILED)
+      why = str("mmap(", bytes, " B): ", std::strerror(errno));
+    if (!why.empty()) {
+      close(fd);
+      FERRY_THROW(Error, op, ": cannot make shared memory for tensors: ", why);
+    }
+    chunks_[n] = SharedChunk{reinterpret_cast<uintptr_t>(base), bytes,
+                             static_cast<uint64_t>(st.st_ino), fd, 0};
+    total_ += bytes;
+    free_.add_region(n, bytes);
+    count_.store(n + 1, std::memory_order_release);
+    FERRY_LOG(Info, "arena", "shared arena: chunk ", n, " of ", bytes >> 20, " MiB (", name,
+              ", fd ", fd, ")");
+  }
+
+  std::mutex mu_;
+  std::array<SharedChunk, kMaxSharedChunks> chunks_{};
+  std::atomic<size_t> count_{0};
+  size_t total_ = 0;   // bytes of every chunk
+  size_t in_use_ = 0;  // bytes handed out
+  FreeRanges free_;    // by chunk
+};
+
+}  // namespace
+
+void* acquire_shared_block(size_t nbytes, const char* op) {
+  return SharedArena::get().acquire(nbytes, op);
+}
+
+void release_shared_block(void* block, size_t nbytes) {
+  SharedArena::get().release(block, nbytes);
+}
+
+size_t shared_chunk_count() { return SharedArena::get().count(); }
+
+const SharedChunk& shared_chunk(size_t i) { return SharedArena::get().chunk(i); }
+
+bool in_shared_arena(const void* p, size_t bytes) {
+  SharedArena& a = SharedArena::get();
+  return a.chunk_of(reinterpret_cast<uintptr_t>(p), bytes) < a.count();
+}
+
+size_t shared_bytes_in_use() { return SharedArena::get().in_use(); }
+
+}  // namespace ferry::detail

@@ -1,0 +1,320 @@
+// The shared-memory path on tensors in shared memory (empty_shared, share_memory_): a peer's
+// buffer that lies in its shared arena is read straight out of a mapping of it
+// (collectives/shm/peer_arenas.h), with no system call, and must give the bytes the
+// point-to-point algorithms give, for every dtype and reduction, in place and out of place, with
+// uneven slices; the process's counters of bytes moved by each way show which ran. Where only
+// some ranks' buffers are shared, each rank reads those by mapping and the others through the
+// kernel (an all_gather's ranks write their blocks into the shared outputs), with the same
+// result. Calls that differ write nothing into a peer's shared output. Once the group is gone
+// no peer's arena stays mapped. As
+// test_shm.cpp: only where the group's ranks share a host (the mpiexec and UCX suites).
+#include "checks.h"
+#include "shm_checks.h"
+#include "spmd_case.h"
+
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/engine/reduce_kernels.h>
+#include <ferry/collectives/shm/peer_arenas.h>
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace ftest;
+
+namespace {
+
+using ferry::Algorithm;
+using ferry::Collective;
+using ferry::detail::shm::single_copy_bytes;
+using ferry::detail::shm::SingleCopyBytes;
+
+// Elements per rank: above the slots, not a multiple of any group size, so slices are uneven.
+constexpr int64_t kCount = 30001;
+
+// A copy of `t`, in shared memory when `shared`.
+Tensor placed(const Tensor& t, bool shared) {
+  Tensor s =
+      shared ? ferry::empty_shared(t.shape(), t.dtype()) : ferry::empty(t.shape(), t.dtype());
+  s.copy_(t);
+  return s;
+}
+
+// How a collective's ranks move bytes between processes: each reads its peers' buffers
+// (Pull); a gather's ranks write their blocks into the peers' outputs that are shared and read
+// the other blocks (Push); a broadcast from rank 0 is a gather in which only the root has a
+// block (Root).
+enum class Moves { Pull, Push, Root };
+
+// What one collective is run on: its input, and a fresh output of `out_count` elements (none:
+// in place), both shared or not.
+struct Call {
+  const char* name;    // for messages and --algo
+  const char* form;    // for messages
+  const char* other;   // the point-to-point algorithm it is compared with
+  Collective c;
+  int64_t out_count;   // 0: in place
+  Moves moves;
+  std::function<void(const Tensor& in, Tensor& out, const Group& g, ReduceOp op)> run;
+};
+
+std::vector<Call> calls(int W) {
+  return {
+      {"all_reduce", "out of place", "direct", Collective::AllReduce, kCount, Moves::Pull,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
+         ferry::all_reduce(in, out, g, op).wait();
+       }},
+      {"all_reduce", "in place", "direct", Collective::AllReduce, 0, Moves::Pull,
+       [](const Tensor&, Tensor& out, const Group& g, ReduceOp op) {
+         ferry::all_reduce(out, g, op).wait();
+       }},
+      {"reduce_scatter", "out of place", "ring", Collective::ReduceScatter, kCount / W, Moves::Pull,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
+         ferry::reduce_scatter(in.narrow(0, 0, out.numel() * g.size()), out, g, op).wait();
+       }},
+      {"all_gather", "out of place", "ring", Collective::AllGather, kCount * W, Moves::Push,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
+         ferry::all_gather(in, out, g).wait();
+       }},
+      // In place: the input is this rank's block of the output.
+      {"all_gather", "in place", "ring", Collective::AllGather, kCount * W, Moves::Push,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
+         Tensor own = out.narrow(0, g.rank() * in.numel(), in.numel());
+         own.copy_(in);
+         ferry::all_gather(own, out, g).wait();
+       }},
+      {"broadcast", "from rank 0", "tree", Collective::Broadcast, 0, Moves::Root,
+       [](const Tensor&, Tensor& out, const Group& g, ReduceOp) {
+         ferry::broadcast(out, 0, g).wait();
+       }},
+      {"all_to_all", "single", "pairwise", Collective::AllToAll, kCount / W * W, Moves::Pull,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
+         ferry::all_to_all_single(in.narrow(0, 0, out.numel()), out, g).wait();
+       }},
+  };
+}
+
+// Whether a way must be taken (Yes), must not (No), or may be (Either).
+enum class Want { No, Yes, Either };
+
+bool meets(Want want, bool taken) { return want == Want::Either || taken == (want == Want::Yes); }
+
+const char* describe(Want want) {
+  return want == Want::Yes ? "yes" : want == Want::No ? "no" : "either";
+}
+
+Want want(bool yes) { return yes ? Want::Yes : Want::No; }
+
+// Whether rank `me` of `W` moves bytes to or from its peers by mapping (first) and reads
+// through the kernel (second), every rank's buffers shared or only rank 0's. A gather's rank
+// accepts writes into its output only when its op was started at issue, which an op queued
+// behind the one before it is not (a matter of timing): so whether a peer wrote its block or
+// the rank read it is known only where no shared output could take the write.
+std::pair<Want, Want> expected_ways(Moves moves, int me, int W, bool only_rank_0) {
+  switch (moves) {
+    case Moves::Pull:
+      return {want(!only_rank_0 || me != 0), want(only_rank_0 && (me == 0 || W > 2))};
+    case Moves::Push:
+      // Every output shared: each block moves by mapping, written or read, though a rank whose
+      // peers all wrote to it while none accepted its own block moves nothing itself.
+      if (!only_rank_0) return {Want::Either, Want::No};
+      // Rank 0's peers write to it or it reads theirs; they read its block and each other's.
+      if (me == 0) return {Want::No, Want::Either};
+      return {Want::Yes, want(W > 2)};
+    case Moves::Root:
+      // Every output shared: the root writes to those that accept, they read the rest.
+      if (!only_rank_0) return {Want::Either, Want::No};
+      return {want(me != 0), Want::No};  // nobody accepts: the others read the root's
+  }
+  return {Want::No, Want::No};
+}
+
+// Runs `call` forced to `algo` on `in` (shared or not) into a fresh output placed alike.
+Tensor run(const Call& call, const Group& g, const Tensor& in, ReduceOp op, bool shared,
+           const char* algo) {
+  ScopedAlgorithm o(std::string(call.name) + ":" + algo);
+  Tensor input = placed(in, shared);
+  if (call.out_count == 0) {
+    call.run(input, input, g, op);
+    return snapshot(input);
+  }
+  Tensor out = placed(ferry::zeros({call.out_count}, in.dtype()), shared);
+  call.run(input, out, g, op);
+  return snapshot(out);
+}
+
+bool is_reduction(Collective c) {
+  return c == Collective::AllReduce || c == Collective::ReduceScatter;
+}
+
+// Every rank's buffers shared, or only rank 0's: shm equals `other`, and
+// the counters show each peer's buffer read the way its placement allows.
+void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  const bool mine_shared = !only_rank_0 || me == 0;
+  for (const Call& call : calls(W)) {
+    const auto [by_mapping, by_kernel_wanted] = expected_ways(call.moves, me, W, only_rank_0);
+    for (DType dt : shm_dtypes()) {
+      const std::vector<ReduceOp> ops =
+          is_reduction(call.c) ? ops_for(dt) : std::vector<ReduceOp>{ReduceOp::Sum};
+      for (ReduceOp op : ops) {
+        Gen gen(pattern_for(op), dt, me, 7);
+        const Tensor in = make_tensor(gen, {kCount}, dt);
+        const uint64_t ran = runs(g, call.c, Algorithm::SharedMemory);
+        const SingleCopyBytes before = single_copy_bytes();
+        Tensor by_shm = run(call, g, in, op, mine_shared, "shm");
+        const SingleCopyBytes after = single_copy_bytes();
+        Tensor by_other = run(call, g, in, op, false, call.other);
+        const std::string w = where(g, call.name) + " " + call.form + " " +
+                              ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
+        expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
+        // 16-bit floats reduce in float32 buffers of the group's own, which are not shared.
+        if (is_reduction(call.c) && ferry::detail::accumulation_dtype(dt) != dt) continue;
+        const bool mapped = after.mapped + after.written > before.mapped + before.written;
+        const bool by_kernel = after.by_kernel > before.by_kernel;
+        ctx.expect(meets(by_mapping, mapped) && meets(by_kernel_wanted, by_kernel), [&] {
+          return w + ": expected bytes by mapping " + describe(by_mapping) +
+                 ", through the kernel " + describe(by_kernel_wanted) + "; given " +
+                 std::to_string(after.mapped - before.mapped) + " B read and " +
+                 std::to_string(after.written - before.written) + " B written by mapping, " +
+                 std::to_string(after.by_kernel - before.by_kernel) + " B through the kernel";
+        });
+      }
+    }
+  }
+}
+
+void all_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, false); }
+void rank_0_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, true); }
+
+// The mappings of peers' arenas in this process ("/memfd:ferry-arena-<pid>-<n>", pid not ours).
+int peer_arena_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  const std::string mine = "ferry-arena-" + std::to_string(getpid()) + "-";
+  int n = 0;
+  for (std::string line; std::getline(maps, line);)
+    if (line.find("ferry-arena-") != std::string::npos && line.find(mine) == std::string::npos)
+      ++n;
+  return n;
+}
+
+// Several large shared all_reduces in flight, waited for in reverse; then, the group gone, no
+// peer's arena is mapped any more.
+void in_flight_then_unmapped(Group& world, Ctx& ctx) {
+  const int before = peer_arena_mappings();
+  {
+    Group g = world.split(0, world.rank());
+    const int W = g.size();
+    ScopedAlgorithm o("all_reduce:shm");
+    std::vector<Tensor> ts;
+    std::vector<Work> works;
+    for (int k = 0; k < 6; ++k) {
+      ts.push_back(ferry::empty_shared({kCount}));
+      ts.back().fill_(static_cast<double>(k + g.rank()));
+      works.push_back(ferry::all_reduce(ts.back(), g));
+    }
+    for (int k = 5; k >= 0; --k) works[k].wait();
+    for (int k = 0; k < 6; ++k) {
+      const double want = W * k + W * (W - 1) / 2.0;
+      ctx.expect(ts[k].get_flat(0) == want && ts[k].get_flat(kCount - 1) == want,
+                 [&] { return where(g, "shared in flight " + std::to_string(k)) + ": wrong sum"; });
+    }
+    ctx.expect(peer_arena_mappings() > before,
+               [&] { return where(g, "maps") + ": no peer arena mapped while the group lives"; });
+  }
+  ctx.expect(peer_arena_mappings() == before, [&] {
+    return "rank " + std::to_string(world.rank()) + ": " +
+           std::to_string(peer_arena_mappings() - before) +
+           " peer arena mapping(s) left after the group ended";
+  });
+}
+
+// On a group whose every op so far started at issue (so every rank's gather does, and accepts
+// writes): each rank writes its block into every peer's shared output and reads nothing; a
+// broadcast's root writes, the others move nothing.
+void gathers_write_blocks(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  ScopedAlgorithm o("all_gather:shm,broadcast:shm,barrier:shm");
+  Tensor in = ferry::empty_shared({kCount});
+  in.fill_(me + 1);
+  Tensor out = ferry::empty_shared({kCount * W});
+  out.fill_(-1);
+  Tensor cast = ferry::empty_shared({kCount});
+  cast.fill_(me == 0 ? 9.0 : -1.0);
+  ferry::barrier(g).wait();
+  const SingleCopyBytes before = single_copy_bytes();
+  ferry::all_gather(in, out, g).wait();
+  const SingleCopyBytes between = single_copy_bytes();
+  ferry::broadcast(cast, 0, g).wait();
+  const SingleCopyBytes after = single_copy_bytes();
+  bool right = cast.get_flat(kCount - 1) == 9.0;
+  for (int r = 0; r < W; ++r)
+    right = right && out.get_flat(r * kCount) == r + 1 &&
+            out.get_flat(r * kCount + kCount - 1) == r + 1;
+  ctx.expect(right, [&] { return where(g, "written gathers") + ": wrong values"; });
+  const uint64_t block = kCount * sizeof(float), peers = static_cast<uint64_t>(W - 1);
+  auto moved = [](const SingleCopyBytes& a, const SingleCopyBytes& b) {
+    return std::to_string(b.written - a.written) + " B written, " +
+           std::to_string(b.mapped - a.mapped) + " B read by mapping, " +
+           std::to_string(b.by_kernel - a.by_kernel) + " B through the kernel";
+  };
+  ctx.expect(between.written - before.written == peers * block &&
+                 between.mapped == before.mapped && between.by_kernel == before.by_kernel,
+             [&] { return where(g, "all_gather") + ": expected " + std::to_string(peers * block) +
+                          " B written and nothing read, given " + moved(before, between); });
+  const uint64_t root_writes = me == 0 ? peers * block : 0;
+  ctx.expect(after.written - between.written == root_writes && after.mapped == between.mapped &&
+                 after.by_kernel == between.by_kernel,
+             [&] { return where(g, "broadcast") + ": expected " + std::to_string(root_writes) +
+                          " B written and nothing read, given " + moved(between, after); });
+}
+
+// Gathers into shared outputs whose calls differ across ranks (split sizes, roots): every rank
+// raises MismatchError, and no peer wrote into an output that accepts writes.
+void mismatch_writes_nothing(Group& world, Ctx& ctx) {
+  const int W = world.size(), me = world.rank();
+  const bool odd = me % 2 == 1;
+  ScopedAlgorithm o("all_gather:shm,broadcast:shm");
+  std::vector<int64_t> sizes(static_cast<size_t>(W), 2);
+  if (odd) {
+    sizes[0] = 1;
+    sizes[1] = 3;
+  }
+  Tensor in = ferry::full({sizes[static_cast<size_t>(me)], 8192}, 1.0);
+  Tensor out = ferry::empty_shared({2 * W, 8192});
+  out.fill_(-7);
+  expect_mismatch(world, ctx, "shared all_gather_v split 2,2,... vs 1,3,...",
+                  [&](Group& g) { ferry::all_gather_v(in, out, sizes, g).wait(); }, out);
+  const int root = odd ? 1 : 0;
+  Tensor t = ferry::empty_shared({100000});
+  t.fill_(me == root ? 5.0 : -7.0);
+  expect_mismatch(world, ctx, "shared broadcast from root 0 vs 1",
+                  [&](Group& g) { ferry::broadcast(t, root, g).wait(); },
+                  me == root ? Tensor() : t);
+}
+
+bool add(const char* name, void (*body)(Group&, Ctx&)) {
+  return register_spmd_case(name, "[shm]", body, not_one_host);
+}
+
+[[maybe_unused]] const bool registered =
+    add("shm: shared tensors are read by mapping, equal to the point-to-point algorithms",
+        all_shared) &&
+    add("shm: only rank 0's tensors shared: mapped from it, through the kernel from the others",
+        rank_0_shared) &&
+    add("shm: shared tensors in flight, and no peer arena mapped once the group is gone",
+        in_flight_then_unmapped) &&
+    add("shm: gathers into shared outputs write each block into the peers' outputs",
+        gathers_write_blocks) &&
+    add("shm: shared gathers whose calls differ raise MismatchError, nothing written",
+        mismatch_writes_nothing);
+
+}  // namespace
