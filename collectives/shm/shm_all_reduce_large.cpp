@@ -22,11 +22,14 @@ namespace {
 // core's 2 MiB L2 with room to spare.
 constexpr size_t kChunkBytes = 256 * 1024;
 
-// The addresses a rank publishes for its large all_reduce (in its buffer of the op's first
-// number).
+// The addresses a rank publishes for its large all_reduce (in its buffers of both numbers),
+// and whether its peers may write their finished slices into its output. In the second
+// number's buffer, after it, a byte per rank: 1 where this rank wrote its slice.
 struct LargeBuffers {
   uint64_t in;
   uint64_t out;
+  uint64_t accepts;
+  uint64_t pad;
 };
 
 // Slice r of `count` elements among `ranks`: [first, first + size).
@@ -38,7 +41,7 @@ size_t slice_first(size_t count, int ranks, int r) {
 
 uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void* out,
                                           size_t count, DType dtype, ReduceOp reduce,
-                                          bool gather_here) {
+                                          bool gather_here, bool accept_writes) {
   const uint32_t n = begin(op);
   const uint32_t gather = begin(op);
   sign(n, op);
@@ -46,7 +49,8 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
   publish_arenas();
   // In the buffers of both numbers: the second half reads them after every rank is done with
   // the first, when a rank that ran ahead may already reuse the first's buffer for a later op.
-  LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out)};
+  LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out),
+                    accept_writes && gather_here ? 1u : 0u, 0};
   std::memcpy(slot(rank_)->data[n % kDepth], &mine, sizeof mine);
   std::memcpy(slot(rank_)->data[gather % kDepth], &mine, sizeof mine);
   {
@@ -68,12 +72,31 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
 void GroupShm::read_reduce_slice(const Pending& p) {
   const size_t first = slice_first(p.count, size_, rank_);
   const size_t last = slice_first(p.count, size_, rank_ + 1);
-  reduce_range(p, p.n % kDepth, first, last,
-               static_cast<unsigned char*>(p.out) + first * dtype_size(p.dtype));
+  const size_t elem = dtype_size(p.dtype), bytes = (last - first) * elem;
+  const uint32_t b = p.n % kDepth;
+  // The peers whose outputs take this rank's finished slice (those that accept, in shared
+  // memory this rank could map for writing), listed in the second half's buffer, which is
+  // this rank's until it says done with op n + 1 (its peers read it once it said done with n).
+  unsigned char* wrote = slot(rank_)->data[(p.n + 1) % kDepth] + sizeof(LargeBuffers);
+  std::memset(wrote, 0, static_cast<size_t>(size_));
+  targets_.clear();
+  for (int k = 1; k < size_ && bytes > 0; ++k) {
+    const int q = (rank_ + k) % size_;
+    LargeBuffers theirs;
+    std::memcpy(&theirs, slot(q)->data[b], sizeof theirs);
+    if (theirs.accepts != 1) continue;
+    if (unsigned char* at = arenas_.find_writable(q, *slot(q), peers_.pid(q),
+                                                  theirs.out + first * elem, bytes, describe_)) {
+      targets_.push_back(at);
+      wrote[q] = 1;
+      count_single_copy(Way::Written, bytes);
+    }
+  }
+  reduce_range(p, b, first, last, static_cast<unsigned char*>(p.out) + first * elem, &targets_);
 }
 
 void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t last,
-                            unsigned char* out) {
+                            unsigned char* out, const std::vector<unsigned char*>* copies) {
   const size_t elem = dtype_size(p.dtype);
   if (acc_.size() < kChunkBytes) {
     acc_.resize(kChunkBytes);
@@ -138,6 +161,9 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
       to_free = false;
     }
     if (size_ == 1 && sum != to) std::memmove(to, sum, bytes);
+    // The finished chunk, still in the cache, into the peers' outputs that take it.
+    if (copies != nullptr)
+      for (unsigned char* peer : *copies) std::memcpy(peer + (at - first) * elem, to, bytes);
   }
 }
 
@@ -148,6 +174,7 @@ void GroupShm::read_gather_slices(const Pending& p) {
   auto* out = static_cast<unsigned char*>(p.out);
   for (int k = 1; k < size_; ++k) {
     const int r = (rank_ + k) % size_;
+    if (slot(r)->data[b][sizeof(LargeBuffers) + static_cast<size_t>(rank_)] == 1) continue;
     LargeBuffers theirs;
     std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
     const size_t first = slice_first(p.count, size_, r);
@@ -162,7 +189,7 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
   const uint32_t n = begin(op);
   sign(n, op);
   publish_arenas();
-  LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out)};
+  LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out), 0, 0};
   std::memcpy(slot(rank_)->data[n % kDepth], &mine, sizeof mine);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -179,7 +206,8 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
 }
 
 void GroupShm::read_reduce_block(const Pending& p) {
-  reduce_range(p, p.n % kDepth, p.first, p.first + p.count, static_cast<unsigned char*>(p.out));
+  reduce_range(p, p.n % kDepth, p.first, p.first + p.count, static_cast<unsigned char*>(p.out),
+               nullptr);
 }
 
 }  // namespace ferry::detail::shm

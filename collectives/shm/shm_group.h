@@ -122,8 +122,12 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // completed: its peers read them. Takes two op numbers; returns the later one. Without
   // `gather_here` this rank reads no slice in the second half (a reduce's ranks other than the
   // root: their `out` only holds their own slice, for the root to read).
+  // With `accept_writes` (only where a failed op keeps `out` for the life of the process),
+  // peers write their finished slices into `out` when it lies in shared memory, instead of
+  // this rank reading them.
   uint32_t start_large_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
-                                  DType dtype, ReduceOp reduce, bool gather_here = true);
+                                  DType dtype, ReduceOp reduce, bool gather_here = true,
+                                  bool accept_writes = false);
 
   // Starts a reduce_scatter by reading peers' memory (peers_readable() said yes;
   // shm_all_reduce_large.cpp):
@@ -219,8 +223,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void read_push_blocks(const Pending& p);
   void read_pull_blocks(const Pending& p);
   // Reduces elements [first, last) of every rank's input (its address published in buffer `b`
-  // of each slot) in rank order into `out`, which holds element `first` at its start.
-  void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out);
+  // of each slot) in rank order into `out`, which holds element `first` at its start, and
+  // copies each finished chunk into `copies` (peers' outputs, at the same place; may be null).
+  void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out,
+                    const std::vector<unsigned char*>* copies);
   // The collective that `p` is, for messages.
   static const char* name_of(const Pending& p);
   // Copies `bytes` at `address` of group rank r (this rank, or a peer's mapped arena: a plain
@@ -285,7 +291,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::vector<unsigned char> acc_, chunk_, own_;
   // Per peer, where its input's slice lies mapped in this process, or null (under mu_ only).
   std::vector<const unsigned char*> direct_;
-  // Where a large gather writes this rank's block (read under mu_ only).
+  // Where a large gather writes this rank's block, or a large all_reduce its finished slice
+  // (read under mu_ only).
   std::vector<unsigned char*> targets_;
   // A laid-out block's runs, fetched from the peer that sends it (read under mu_ only).
   std::vector<ByteRun> peer_runs_;

@@ -59,15 +59,31 @@ std::shared_ptr<GroupShm> shm_of(OpContext& ctx, const OpRef& ref) {
 
 char* data_at(Tensor& t, size_t offset) { return static_cast<char*>(t.raw_data()) + offset; }
 
+// Whether an op started at issue lets peers write into this rank's output (`*accepted`: it
+// does, its output lying in shared memory), which its Work then keeps for the life of the
+// process if the op fails: a peer that has not noticed the failure yet may still write. The
+// forms run on a context pass none.
+struct PeerWrites {
+  bool accepted = false;
+  // Whether an output of `bytes` at `out` takes them; records the answer.
+  bool accept(const void* out, size_t bytes) {
+    accepted = in_shared_arena(out, std::max<size_t>(bytes, 1));
+    return accepted;
+  }
+};
+
 // An all_reduce of any size: through the slots when it fits them; above, by single copy from
 // the peers' buffers, or, where the ranks cannot read each other's memory, slot by slot (each
 // piece waited for before the next starts: a fallback, which the issuing thread runs to its end).
 // Returns the op number that completes it.
 uint32_t start_any_all_reduce(GroupShm& shm, OpContext& ctx, const OpRef& ref, const void* in,
-                              void* out, size_t count, DType dtype, ReduceOp op) {
+                              void* out, size_t count, DType dtype, ReduceOp op,
+                              PeerWrites* writes = nullptr) {
   const size_t elem = dtype_size(dtype);
   if (count * elem <= kSlotBytes) return shm.start_all_reduce(ref, in, out, count, dtype, op);
-  if (shm.peers_readable(ref)) return shm.start_large_all_reduce(ref, in, out, count, dtype, op);
+  if (shm.peers_readable(ref))
+    return shm.start_large_all_reduce(ref, in, out, count, dtype, op, /*gather_here=*/true,
+                                      writes != nullptr && writes->accept(out, count * elem));
   const size_t per = kSlotBytes / elem;
   uint32_t n = 0;
   for (size_t at = 0; at < count; at += per) {
@@ -110,8 +126,9 @@ class ShmInFlight final : public InFlight, public Pooled {
     }
     return {};
   }
-  // Peers write into this rank's output (a large gather's): if the op fails here, a peer
-  // that has not noticed yet may still write, so the buffers are kept for the process's life.
+  // Peers write into this rank's output (a large gather or all_reduce that accepted): if the
+  // op fails here, a peer that has not noticed yet may still write, so the buffers are kept
+  // for the process's life.
   void keep_buffers_on_failure() { keep_on_failure_ = true; }
 
   // Otherwise the caller's buffers are only read by peers, and only until every peer said
@@ -139,19 +156,16 @@ bool single_copy_fits(GroupShm& shm, size_t parts, const OpRef& ref) {
 }
 
 // A gather of any size (shm_ops.h's post_gather says which way). Returns the op number that
-// completes it. `accept_writes`: peers may write their blocks into this rank's output, which
-// then lies in shared memory (*accepted: so it does).
+// completes it.
 uint32_t start_any_gather(GroupShm& shm, OpContext& ctx, const OpRef& ref,
-                          const GatherBlocks& blocks, bool accept_writes = false,
-                          bool* accepted = nullptr) {
+                          const GatherBlocks& blocks, PeerWrites* writes = nullptr) {
   const size_t most = blocks.max_block();
   if (most <= GroupShm::kGatherPiece) return shm.start_gather(ref, blocks, 0);
   if (shm.peers_readable(ref)) {
     if (!GroupShm::large_gather_fits(shm.size()))
       return shm.start_all_to_all(ref, blocks, ref.name);
-    const bool accept = accept_writes && in_shared_arena(blocks.out(), 1);
-    if (accepted != nullptr) *accepted = accept;
-    return shm.start_large_gather(ref, blocks, accept);
+    return shm.start_large_gather(ref, blocks,
+                                  writes != nullptr && writes->accept(blocks.out(), 1));
   }
   uint32_t n = 0;
   for (size_t at = 0; at < most; at += GroupShm::kGatherPiece) {
@@ -181,7 +195,8 @@ uint32_t start_any_reduce_scatter(GroupShm& shm, OpContext& ctx, const OpRef& re
 
 // A reduce of any size (shm_ops.h says which way). Returns the op number that completes it.
 uint32_t start_any_reduce(GroupShm& shm, OpContext& ctx, const OpRef& ref, const void* in,
-                          void* out, size_t count, int root, DType dtype, ReduceOp op) {
+                          void* out, size_t count, int root, DType dtype, ReduceOp op,
+                          PeerWrites* writes = nullptr) {
   const size_t elem = dtype_size(dtype);
   const bool is_root = shm.rank() == root;
   if (count * elem <= kSlotBytes || !shm.peers_readable(ref)) {
@@ -199,7 +214,9 @@ uint32_t start_any_reduce(GroupShm& shm, OpContext& ctx, const OpRef& ref, const
     } while (at < count);
     return n;
   }
-  if (is_root) return shm.start_large_all_reduce(ref, in, out, count, dtype, op);
+  if (is_root)
+    return shm.start_large_all_reduce(ref, in, out, count, dtype, op, /*gather_here=*/true,
+                                      writes != nullptr && writes->accept(out, count * elem));
   // A rank other than the root keeps only its slice, in memory the op holds, published as
   // the base of a whole tensor would be (the root reads the slice at its offset from it).
   const size_t first = count * static_cast<size_t>(shm.rank()) / static_cast<size_t>(shm.size());
@@ -228,10 +245,13 @@ std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const 
   ctx->ran(Collective::AllReduce, Algorithm::SharedMemory);
   const bool average = op == ReduceOp::Avg;
   const size_t count = static_cast<size_t>(input.numel());
+  PeerWrites writes;
   const uint32_t n = start_any_all_reduce(*shm, *ctx, ref, input.raw_data(), output.raw_data(),
-                                          count, input.dtype(), average ? ReduceOp::Sum : op);
+                                          count, input.dtype(), average ? ReduceOp::Sum : op,
+                                          &writes);
   auto started = std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
   if (average) started->average_when_done({output.raw_data(), count, input.dtype()});
+  if (writes.accepted) started->keep_buffers_on_failure();
   return started;
 }
 
@@ -282,12 +302,11 @@ std::unique_ptr<InFlight> post_gather(std::unique_ptr<OpContext> ctx,
   const OpRef ref = op_of(*ctx);
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   ctx->ran(c, Algorithm::SharedMemory);
-  bool written_by_peers = false;
-  const uint32_t n = start_any_gather(*shm, *ctx, ref, *blocks, /*accept_writes=*/true,
-                                      &written_by_peers);
+  PeerWrites writes;
+  const uint32_t n = start_any_gather(*shm, *ctx, ref, *blocks, &writes);
   auto started =
       std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref, std::move(blocks));
-  if (written_by_peers) started->keep_buffers_on_failure();
+  if (writes.accepted) started->keep_buffers_on_failure();
   return started;
 }
 
@@ -325,8 +344,11 @@ std::unique_ptr<InFlight> post_reduce(std::unique_ptr<OpContext> ctx, const void
   const OpRef ref = op_of(*ctx);
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   ctx->ran(Collective::Reduce, Algorithm::SharedMemory);
-  const uint32_t n = start_any_reduce(*shm, *ctx, ref, in, out, count, root, dtype, op);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+  PeerWrites writes;
+  const uint32_t n = start_any_reduce(*shm, *ctx, ref, in, out, count, root, dtype, op, &writes);
+  auto started = std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
+  if (writes.accepted) started->keep_buffers_on_failure();
+  return started;
 }
 
 void reduce(OpContext& ctx, const void* in, void* out, size_t count, int root, DType dtype,

@@ -49,8 +49,10 @@ Tensor placed(const Tensor& t, bool shared) {
 // How a collective's ranks move bytes between processes: each reads its peers' buffers
 // (Pull); a gather's ranks write their blocks into the peers' outputs that are shared and read
 // the other blocks (Push); a broadcast from rank 0 is a gather in which only the root has a
-// block (Root).
-enum class Moves { Pull, Push, Root };
+// block (Root); a reduce's ranks read their slices of every input, and the root reads the
+// others' finished slices from memory their ops hold, unless they wrote them into its output
+// (ToRoot).
+enum class Moves { Pull, Push, Root, ToRoot };
 
 // What one collective is run on: its input, and a fresh output of `out_count` elements (none:
 // in place), both shared or not.
@@ -93,6 +95,12 @@ std::vector<Call> calls(int W) {
        [](const Tensor&, Tensor& out, const Group& g, ReduceOp) {
          ferry::broadcast(out, 0, g).wait();
        }},
+      // The others' slices reduced into memory the op holds, which the root reads, or which
+      // they write into the root's output when it is shared.
+      {"reduce", "to rank 0", "tree", Collective::Reduce, kCount, Moves::ToRoot,
+       [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
+         ferry::reduce(in, g.rank() == 0 ? out : Tensor(), 0, g, op).wait();
+       }},
       {"all_to_all", "single", "pairwise", Collective::AllToAll, kCount / W * W, Moves::Pull,
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
          ferry::all_to_all_single(in.narrow(0, 0, out.numel()), out, g).wait();
@@ -127,6 +135,9 @@ std::pair<Want, Want> expected_ways(Moves moves, int me, int W, bool only_rank_0
       // Rank 0's peers write to it or it reads theirs; they read its block and each other's.
       if (me == 0) return {Want::No, Want::Either};
       return {Want::Yes, want(W > 2)};
+    case Moves::ToRoot:
+      if (me == 0) return {want(!only_rank_0), only_rank_0 ? Want::Yes : Want::Either};
+      return {Want::Yes, want(only_rank_0 && W > 2)};
     case Moves::Root:
       // Every output shared: the root writes to those that accept, they read the rest.
       if (!only_rank_0) return {Want::Either, Want::No};
@@ -150,7 +161,8 @@ Tensor run(const Call& call, const Group& g, const Tensor& in, ReduceOp op, bool
 }
 
 bool is_reduction(Collective c) {
-  return c == Collective::AllReduce || c == Collective::ReduceScatter;
+  return c == Collective::AllReduce || c == Collective::ReduceScatter ||
+         c == Collective::Reduce;
 }
 
 // Every rank's buffers shared, or only rank 0's: shm equals `other`, and
@@ -175,8 +187,11 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
         const std::string w = where(g, call.name) + " " + call.form + " " +
                               ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
         expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
-        // 16-bit floats reduce in float32 buffers of the group's own, which are not shared.
+        // 16-bit floats reduce in float32 buffers of the group's own, which are not shared; a
+        // reduce's average runs on the group's worker, the others' slices in memory the op
+        // holds, which the root reads through the kernel.
         if (is_reduction(call.c) && ferry::detail::accumulation_dtype(dt) != dt) continue;
+        if (call.c == Collective::Reduce && op == ReduceOp::Avg) continue;
         const bool mapped = after.mapped + after.written > before.mapped + before.written;
         const bool by_kernel = after.by_kernel > before.by_kernel;
         ctx.expect(meets(by_mapping, mapped) && meets(by_kernel_wanted, by_kernel), [&] {
@@ -236,10 +251,12 @@ void in_flight_then_unmapped(Group& world, Ctx& ctx) {
   });
 }
 
-// On a group whose every op so far started at issue (so every rank's gather does, and accepts
-// writes): each rank writes its block into every peer's shared output and reads nothing; a
-// broadcast's root writes, the others move nothing.
-void gathers_write_blocks(Group& world, Ctx& ctx) {
+// On a group whose every op so far started at issue (so every rank's op does, and accepts
+// writes): an all_reduce's rank reads its slice of every peer's input and writes the finished
+// slice into every peer's output, reading nothing else; each rank of an all_gather writes its
+// block into every peer's output and reads nothing; a broadcast's root writes, the others move
+// nothing.
+void writes_into_peers(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   const int W = g.size(), me = g.rank();
   ScopedAlgorithm o("all_gather:shm,broadcast:shm,barrier:shm");
@@ -250,6 +267,26 @@ void gathers_write_blocks(Group& world, Ctx& ctx) {
   Tensor cast = ferry::empty_shared({kCount});
   cast.fill_(me == 0 ? 9.0 : -1.0);
   ferry::barrier(g).wait();
+  {
+    ScopedAlgorithm shm("all_reduce:shm");
+    Tensor sum = ferry::empty_shared({kCount});
+    const SingleCopyBytes start = single_copy_bytes();
+    ferry::all_reduce(in, sum, g).wait();
+    const SingleCopyBytes end = single_copy_bytes();
+    const uint64_t slice = (kCount * (me + 1) / W - kCount * me / W) * sizeof(float);
+    const uint64_t peers = static_cast<uint64_t>(W - 1);
+    ctx.expect(sum.get_flat(0) == W * (W + 1) / 2 && sum.get_flat(kCount - 1) == W * (W + 1) / 2,
+               [&] { return where(g, "written all_reduce") + ": wrong sum"; });
+    ctx.expect(end.written - start.written == peers * slice &&
+                   end.mapped - start.mapped == peers * slice && end.by_kernel == start.by_kernel,
+               [&] {
+                 return where(g, "all_reduce") + ": expected " + std::to_string(peers * slice) +
+                        " B read and as many written by mapping, given " +
+                        std::to_string(end.mapped - start.mapped) + " B read, " +
+                        std::to_string(end.written - start.written) + " B written, " +
+                        std::to_string(end.by_kernel - start.by_kernel) + " B by the kernel";
+               });
+  }
   const SingleCopyBytes before = single_copy_bytes();
   ferry::all_gather(in, out, g).wait();
   const SingleCopyBytes between = single_copy_bytes();
@@ -312,8 +349,7 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
         rank_0_shared) &&
     add("shm: shared tensors in flight, and no peer arena mapped once the group is gone",
         in_flight_then_unmapped) &&
-    add("shm: gathers into shared outputs write each block into the peers' outputs",
-        gathers_write_blocks) &&
+    add("shm: large ops into shared outputs write into the peers' outputs", writes_into_peers) &&
     add("shm: shared gathers whose calls differ raise MismatchError, nothing written",
         mismatch_writes_nothing);
 
