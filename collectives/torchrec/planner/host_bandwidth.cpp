@@ -223,7 +223,7 @@ HostBandwidths measure_host_bandwidths(const Group& group, const BandwidthProbeO
   all_reduce(figures, group, ReduceOp::Min).wait();
 
   HostBandwidths bw;
-  bw.note = "measured at start: " + format_bytes(o.message_bytes) + " each way, the median of " +
+  bw.note = "at start, " + format_bytes(o.message_bytes) + " each way, the median of " +
             std::to_string(o.rounds) + " round trips, between " + pairs_text(pairs);
   take(figures.data<double>()[1], bw.cross_host, bw.cross_source, "cross-host", o, bw.note);
   take(figures.data<double>()[0], bw.intra_host, bw.intra_source, "intra-host", o, bw.note);
