@@ -163,9 +163,7 @@ double print_plan_and_threshold(const Options& o, const SyntheticCriteo& data,
                                 const ShardingPlan& plan, int W, bool printer) {
   if (!printer) return 0;
   double threshold = 0;
-  const std::string plan_text =
-      format_plan(plan, {{"sparse.ebc", planner_tables(o)}}, topology(o, W));
-  std::printf("%s\n", plan_text.c_str());
+  std::printf("%s\n", plan_report(o, plan, W).c_str());
   if (o.data.empty()) {
     const double bayes = data.bayes_auc(8192), dense_only = data.dense_only_auc(8192);
     threshold = o.min_auc >= 0 ? o.min_auc : dense_only + 0.25 * (bayes - dense_only);
@@ -481,6 +479,8 @@ Options parse(int argc, char** argv) {
       .int_option("--ranks-per-node", "plan and shard as if each node held this many ranks, "
                   "whatever the job's hosts (default: each host's ranks)",
                   &o.forced_ranks_per_node, 1, 65536)
+      .option("--cross-host-bandwidth", "RATE", kCrossHostBandwidthHelp,
+              [&](const std::string& v) { parse_cross_host_bandwidth(o, v); })
       .int_option("--prefetch", "batches a loader thread prepares ahead (default 2; 0: no "
                   "loader: each batch is made when the step asks for it)", &o.prefetch, 0, 64)
       .choice_option("--loader", "where the synthetic batches are made: a loader thread; a "

@@ -43,8 +43,9 @@
 //                            sparse optimizers.
 //   planner/                 the plan types (types.h), plans written by hand (sharding_plan.h),
 //                            the agreement of a plan across ranks (plan_agreement.h),
-//                            the planner's cost model (cost_model.h), the planner (planner.h) and
-//                            the plan printer (plan_printer.h).
+//                            the planner's cost model (cost_model.h), the bandwidths it prices
+//                            bytes at, from the job (host_bandwidth.h), the planner (planner.h)
+//                            and the plan printer (plan_printer.h).
 //   train_pipeline/          TrainPipelineBase, TrainPipelineSparseDist (exhaustion agreed).
 //   model_parallel/          DistributedModelParallel: shards a ShardableModel's collections by
 //                            a plan (shard_model.h) or wraps sharded modules (ShardedModule,
@@ -102,6 +103,7 @@
 #include <ferry/collectives/torchrec/modules/fused_optimizer.h>
 #include <ferry/collectives/torchrec/modules/sparse_row_gradient.h>
 #include <ferry/collectives/torchrec/planner/cost_model.h>
+#include <ferry/collectives/torchrec/planner/host_bandwidth.h>
 #include <ferry/collectives/torchrec/planner/plan_agreement.h>
 #include <ferry/collectives/torchrec/planner/plan_printer.h>
 #include <ferry/collectives/torchrec/planner/planner.h>

@@ -107,6 +107,7 @@ int run_bench(const Options& o, Group& world) {
   const bool printer = world.rank() == 0;
   const SyntheticCriteo data = make_data(o);
   const ShardingPlan plan = make_plan(o, W);
+  if (printer) std::printf("%s\n", plan_report(o, plan, W).c_str());  // what is timed, and why
   std::unique_ptr<ShardedDlrm> m = build(o, *plan.get_plan_for_module("sparse.ebc"), world);
 
   // A batch of its own for every step (up to 256, then they repeat), generated before anything

@@ -1,5 +1,6 @@
 #include "tools/dlrm/model.h"
 
+#include "tools/cli/args.h"
 #include "tools/dlrm/checkpoint.h"  // MomentumSgd
 
 #include <algorithm>
@@ -74,6 +75,43 @@ void learn_nodes(Options& o, const Group& launched, bool processes) {
                             " must divide the world size " + std::to_string(o.world_size));
     o.ranks_per_node = o.forced_ranks_per_node;
   }
+  if (o.cross_host_bandwidth > 0) {
+    o.bandwidths = given_cross_host_bandwidth(o.cross_host_bandwidth);
+  } else if (!o.measure_bandwidth) {
+    o.bandwidths = default_host_bandwidths(
+        "not measured (--cross-host-bandwidth measure measures them at start, or give it)");
+  } else {
+    // The local transport's world here is this process alone: nothing to measure, and said so.
+    o.bandwidths = measure_host_bandwidths(launched);
+  }
+}
+
+const char* const kCrossHostBandwidthHelp =
+    "the bandwidth between hosts the planner prices bytes at: a rate (10gbit, 800mbit, "
+    "1.25GB/s, 900MB/s), or `measure`: a short ping-pong between the hosts at start (the "
+    "slowest pair's figure, and the intra-host one too); default: the planner's 12.5 GB/s across "
+    "and 100 GB/s inside a host";
+
+void parse_cross_host_bandwidth(Options& o, const std::string& text) {
+  if (text == "measure") {
+    o.measure_bandwidth = true;
+    return;
+  }
+  // A number and its unit, as tc and link ratings write rates; the unit's bytes per second.
+  const std::pair<const char*, double> units[] = {
+      {"gbit", 1e9 / 8}, {"mbit", 1e6 / 8}, {"GB/s", 1e9}, {"MB/s", 1e6}};
+  for (const auto& [unit, scale] : units) {
+    const std::string u = unit;
+    if (text.size() > u.size() && text.compare(text.size() - u.size(), u.size(), u) == 0) {
+      o.cross_host_bandwidth =
+          cli::parse_double("--cross-host-bandwidth", text.substr(0, text.size() - u.size()),
+                            1e-6, 1e9) * scale;
+      return;
+    }
+  }
+  throw cli::UsageError("--cross-host-bandwidth " + text +
+                        ": expected `measure` or a rate with its unit (10gbit, 800mbit, 1.25GB/s, "
+                        "900MB/s)");
 }
 
 namespace {
@@ -101,7 +139,13 @@ Topology topology(const Options& o, int world_size) {
   topo.local_world_size = node_size(o, world_size);
   topo.batch_size = o.batch;
   topo.memory_budget = int64_t{1} << 30;
+  o.bandwidths.apply_to(topo);
   return topo;
+}
+
+std::string plan_report(const Options& o, const ShardingPlan& plan, int world_size) {
+  return "ferry-dlrm: " + o.bandwidths.describe() + "\n" +
+         format_plan(plan, {{"sparse.ebc", planner_tables(o)}}, topology(o, world_size));
 }
 
 ShardingPlan make_plan(const Options& o, int world_size) {

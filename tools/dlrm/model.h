@@ -44,6 +44,11 @@ struct Options {
   // (3 + 1 ranks), where no two ranks are taken to share a node.
   int ranks_per_node = 1;
   int forced_ranks_per_node = 0;  // --ranks-per-node: plan with nodes of this many ranks (0: off)
+  // --cross-host-bandwidth: measure it at start, or the bytes per second given (0: not given).
+  bool measure_bandwidth = false;
+  double cross_host_bandwidth = 0;
+  // Set at start (learn_nodes): the bandwidths the planner prices bytes at, and whence they came.
+  torchrec::HostBandwidths bandwidths;
   // A split's batches are kept in memory after the first epoch while they fit in this many MiB
   // per rank and split (CachingSource); 0: every epoch makes them again.
   int64_t data_cache_mb = 1024;
@@ -70,9 +75,19 @@ std::vector<torchrec::PlannerTable> planner_tables(const Options& o);
 int ranks_per_node(const Group& world);
 // Sets o.ranks_on_host and o.ranks_per_node (o.world_size set): for the local transport's
 // threads one host, for processes (`processes`) the hosts the ranks learnt at init, then
-// --ranks-per-node if given (InvalidArgument when it does not divide the world size).
+// --ranks-per-node if given (InvalidArgument when it does not divide the world size); and
+// o.bandwidths: the given cross-host figure, else with --cross-host-bandwidth measure the
+// figures measured between the hosts (collective over `launched`: every rank calls this), else
+// the planner's defaults, saying why.
 void learn_nodes(Options& o, const Group& launched, bool processes);
+// --cross-host-bandwidth's value: "measure", or a rate such as 10gbit, 800mbit, 1.25GB/s or
+// 900MB/s (cli::UsageError otherwise).
+void parse_cross_host_bandwidth(Options& o, const std::string& text);
+extern const char* const kCrossHostBandwidthHelp;
 torchrec::Topology topology(const Options& o, int world_size);
+// What rank 0 prints before training: the bandwidths the plan was priced at (and whence), then
+// the plan (format_plan: its tables, ranks, costs and the bytes that cross nodes per step).
+std::string plan_report(const Options& o, const torchrec::ShardingPlan& plan, int world_size);
 // The plan: the planner's, or every table (or a cycle over the tables) of one type.
 torchrec::ShardingPlan make_plan(const Options& o, int world_size);
 torchrec::DlrmConfig dlrm_config(const Options& o);

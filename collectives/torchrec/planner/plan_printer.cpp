@@ -91,6 +91,25 @@ std::string render(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+// The bandwidths the plan's bytes were priced at, and the bytes that cross nodes in a step:
+// what a plan for several hosts is chosen by.
+std::string traffic_line(const PlanEstimate& est, const Topology& t) {
+  if (t.world_size == t.local_world_size)
+    return "one node: no byte crosses nodes (intra-node bandwidth " +
+           format_bandwidth(t.intra_node_bandwidth) + ")\n";
+  double total = 0;
+  size_t busiest = 0;
+  for (size_t r = 0; r < est.rank_totals.size(); ++r) {
+    total += est.rank_totals[r].cross_bytes;
+    if (est.rank_totals[r].cross_bytes > est.rank_totals[busiest].cross_bytes) busiest = r;
+  }
+  return "cross-node traffic per step: " + format_bytes(static_cast<int64_t>(total)) +
+         " (sent plus received, summed over the ranks; rank " + std::to_string(busiest) + " " +
+         format_bytes(static_cast<int64_t>(est.rank_totals[busiest].cross_bytes)) +
+         "), priced at " + format_bandwidth(t.cross_node_bandwidth) + " across nodes and " +
+         format_bandwidth(t.intra_node_bandwidth) + " inside one\n";
+}
+
 }  // namespace
 
 std::string format_bytes(int64_t bytes) {
@@ -99,6 +118,17 @@ std::string format_bytes(int64_t bytes) {
   double v = static_cast<double>(bytes);
   int u = -1;
   while (v >= 1024 && u < 3) v /= 1024, ++u;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v,
+                units[u]);
+  return buf;
+}
+
+std::string format_bandwidth(double bytes_per_second) {
+  const char* units[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s"};
+  double v = bytes_per_second;
+  int u = 0;
+  while (v >= 1000 && u < 4) v /= 1000, ++u;
   char buf[64];
   std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v,
                 units[u]);
@@ -177,6 +207,7 @@ std::string format_plan(const ShardingPlan& plan,
   out += "estimated cost per step: max " + number(est.max_seconds() * 1e3) + " ms (rank " +
          std::to_string(max_rank) + "), mean " + number(mean * 1e3) + " ms, max/mean " +
          (mean > 0 ? number(est.max_seconds() / mean) : std::string("-")) + "\n";
+  out += traffic_line(est, topology);
   // The figures above are the cost model's, not a forecast of the step a trainer measures.
   // (cost_model.h: bytes at assumed bandwidths plus lookups; no dense part, no waiting.)
   out += "(a cost model of the embedding tables' communication and lookups, for ranking "

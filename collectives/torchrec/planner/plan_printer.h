@@ -1,8 +1,9 @@
 // A plan as a text table, in the spirit of torchrec's planner stats output: one row per table
 // (module, table, sharding type, compute kernel, ranks, rows x dim, memory on each rank holding a
 // shard, estimated cost on those ranks), then one row per rank (memory used against the budget,
-// estimated cost per step, bytes communicated, values looked up, shards held) and the balance
-// (max and mean estimated cost), with a line saying what the estimate covers. Tables are listed
+// estimated cost per step, bytes communicated, values looked up, shards held), the balance
+// (max and mean estimated cost), the bytes that cross nodes in a step with the bandwidths the
+// bytes were priced at, and a line saying what the estimate covers. Tables are listed
 // in natural order (t_2 before t_10). Costs come from estimate_plan (cost_model.h), so a hand-written
 // plan prints the same way as a generated one. The planner logs this table under
 // FERRY_DEBUG=info (subsystem "torchrec"); the string is the caller's to print.
@@ -20,6 +21,7 @@
 //   0    | 186 MiB     | 191 MiB | 97.6% | 1.31      | 9.35       | 1.32              | 5
 //   ...
 //   estimated cost per step: max 1.31 ms (rank 0), mean 1.31 ms, max/mean 1
+//   cross-node traffic per step: 37.4 MiB (sent plus received, summed over the ranks; rank 0 9.35 MiB), priced at 12.5 GB/s across nodes and 100 GB/s inside one
 //   (a cost model of the embedding tables' communication and lookups, for ranking placements: not a step-time prediction)
 #pragma once
 
@@ -40,5 +42,7 @@ std::string format_plan(const ShardingPlan& plan,
 
 // "512 B", "6.2 KiB", "12.2 MiB", "1.50 GiB" (binary units, 3 significant digits).
 std::string format_bytes(int64_t bytes);
+// "1.10 GB/s", "850 MB/s" (decimal units, as links are rated; 3 significant digits).
+std::string format_bandwidth(double bytes_per_second);
 
 }  // namespace ferry::torchrec

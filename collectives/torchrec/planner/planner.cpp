@@ -3,6 +3,7 @@
 #include <ferry/collectives/torchrec/comm/collective_utils.h>
 #include <ferry/collectives/torchrec/planner/plan_printer.h>
 #include <ferry/collectives/torchrec/planner/sharding_plan.h>
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
@@ -304,6 +305,12 @@ ShardingPlan EmbeddingShardingPlanner::plan(
 
 ShardingPlan EmbeddingShardingPlanner::collective_plan(
     const std::map<std::string, std::vector<PlannerTable>>& modules, const Group& group) const {
+  detail::check_group(group, "torchrec EmbeddingShardingPlanner::collective_plan");
+  // Checked on every rank before the broadcast, so that all refuse alike and none waits.
+  FERRY_CHECK(group.size() == topology_.world_size, InvalidArgument,
+              detail::where("torchrec EmbeddingShardingPlanner::collective_plan", group),
+              ": the topology's world_size is ", topology_.world_size, ", the group has ",
+              group.size(), " ranks");
   return invoke_on_rank_and_broadcast_result(group, 0, [&] { return plan(modules); });
 }
 

@@ -58,7 +58,10 @@ class EmbeddingShardingPlanner {
   ShardingPlan plan(const std::map<std::string, std::vector<PlannerTable>>& modules) const;
 
   // plan() on group rank 0, broadcast to every member (collective over `group`; a failure on
-  // rank 0 is raised on every member, see invoke_on_rank_and_broadcast_result).
+  // rank 0 is raised on every member, see invoke_on_rank_and_broadcast_result). The topology's
+  // world_size must be the group's size (InvalidArgument on every member otherwise). Its nodes
+  // and bandwidths are the caller's: for the job's own, local_world_size from get_local_size(group)
+  // (the hosts) and the bandwidths from measure_host_bandwidths(group) (host_bandwidth.h).
   ShardingPlan collective_plan(const std::map<std::string, std::vector<PlannerTable>>& modules,
                                const Group& group) const;
 

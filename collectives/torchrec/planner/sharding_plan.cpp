@@ -1,5 +1,6 @@
 #include <ferry/collectives/torchrec/planner/sharding_plan.h>
 
+#include <ferry/collectives/torchrec/utils/format.h>
 #include <ferry/collectives/torchrec/utils/topology.h>
 #include <ferry/runtime/error.h>
 
@@ -20,6 +21,23 @@ std::vector<int> node_ranks(int host_index, const TableShape& t, int world_size,
   std::vector<int> r(static_cast<size_t>(local_size));
   for (int j = 0; j < local_size; ++j) r[static_cast<size_t>(j)] = host_index * local_size + j;
   return r;
+}
+
+// The int overload's local size when none is given: the launcher's, else torchrec's default of
+// 8 -- refused where it would split the world into nodes of 8, which on ferry's CPU ranks is a
+// guess about hosts nobody made (a plan keeping tables on "nodes" that are not hosts would send
+// their traffic across hosts while pricing it as inside one).
+int assumed_local_size(int world_size, const std::string& module_path) {
+  const bool guess = !launcher_local_size() && world_size > kDefaultLocalSize &&
+                     world_size % kDefaultLocalSize == 0;
+  FERRY_CHECK(!guess, InvalidArgument, "torchrec construct_module_sharding_plan: module '",
+              module_path, "': no local size was given and no launcher variable says one "
+              "(LOCAL_WORLD_SIZE, MPI_LOCALNRANKS, ...), so torchrec's default of ",
+              kDefaultLocalSize, " ranks per node (its GPUs per host) would split the ",
+              world_size, " ranks into ", world_size / kDefaultLocalSize, " nodes, which says "
+              "nothing about where CPU ranks run: pass the local size (ranks per host), or the "
+              "Group, whose overload takes the job's hosts");
+  return get_local_size(world_size);
 }
 
 }  // namespace
@@ -114,7 +132,7 @@ ModuleShardingPlan construct_module_sharding_plan(
     const std::vector<TableShape>& tables,
     const std::map<std::string, ParameterShardingGenerator>& generators, int world_size,
     int local_size, const std::string& module_path) {
-  if (local_size == 0) local_size = get_local_size(world_size);
+  if (local_size == 0) local_size = assumed_local_size(world_size, module_path);
   ModuleShardingPlan plan;
   for (const auto& t : tables) {
     auto it = generators.find(t.name);
@@ -127,6 +145,15 @@ ModuleShardingPlan construct_module_sharding_plan(
                 "': a sharding is given for table '", name, "', which the module does not have");
   validate_module_plan(plan, tables, world_size, local_size, module_path);
   return plan;
+}
+
+ModuleShardingPlan construct_module_sharding_plan(
+    const std::vector<TableShape>& tables,
+    const std::map<std::string, ParameterShardingGenerator>& generators, const Group& group,
+    const std::string& module_path) {
+  detail::check_group(group, "torchrec construct_module_sharding_plan");
+  return construct_module_sharding_plan(tables, generators, group.size(), get_local_size(group),
+                                        module_path);
 }
 
 }  // namespace ferry::torchrec

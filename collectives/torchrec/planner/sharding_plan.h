@@ -16,6 +16,7 @@
 // InvalidArgument naming the table.
 #pragma once
 
+#include <ferry/collectives/group.h>
 #include <ferry/collectives/torchrec/planner/types.h>
 
 #include <functional>
@@ -60,10 +61,28 @@ std::vector<int64_t> even_column_widths(int64_t dim, int n);
 
 // One module's plan: generators[t.name] applied to each table, validated as a whole
 // (validate_module_plan). A generator for a table the module does not have, or a table without a
-// generator, raises InvalidArgument. local_size 0 means get_local_size(world_size).
+// generator, raises InvalidArgument.
+//
+// local_size 0: this overload sees no group, so it cannot know where the ranks run; it assumes
+// what torchrec's does, the launcher's variable (get_local_size(world_size): LOCAL_WORLD_SIZE,
+// MPI_LOCALNRANKS, ...), else torchrec's 8 ranks per node (its GPUs per host), else one node.
+// Where no variable is set and 8 would split the world into several nodes (16, 24, ... ranks), it
+// raises InvalidArgument instead: ferry's ranks run on CPUs, where 8 is no count of anything,
+// and a plan built on it would keep tables inside "nodes" that may span hosts. Give the local
+// size, or use the Group overload below.
 ModuleShardingPlan construct_module_sharding_plan(
     const std::vector<TableShape>& tables,
     const std::map<std::string, ParameterShardingGenerator>& generators, int world_size,
     int local_size = 0, const std::string& module_path = "");
+// The same over `group`'s ranks, with its hosts as the nodes: world size group.size(), local
+// size get_local_size(group), which answers from Group::host_layout() when the job knows its
+// hosts (MPI, UCX; hosts of different sizes, or whose ranks are not consecutive, are refused
+// with InvalidArgument, as torchrec's nodes need L consecutive ranks each) and from the
+// launcher's variable or torchrec's default on the local transport, as the sharded modules
+// built on `group` do (so the plan and the modules agree on the nodes).
+ModuleShardingPlan construct_module_sharding_plan(
+    const std::vector<TableShape>& tables,
+    const std::map<std::string, ParameterShardingGenerator>& generators, const Group& group,
+    const std::string& module_path = "");
 
 }  // namespace ferry::torchrec

@@ -111,14 +111,17 @@ int uniform_local_size(const Group& group, const HostLayout& layout, const char*
 
 }  // namespace
 
+std::optional<std::pair<int, const char*>> launcher_local_size() {
+  const auto found = first_non_negative(kLocalSizeVars);
+  FERRY_CHECK(!found || found->first != 0, InvalidArgument,
+              "torchrec get_local_size: environment variable ", found->second,
+              "=0 is not a valid number of ranks per node");
+  return found;
+}
+
 int get_local_size(int world_size) {
   check_world_size(world_size, "get_local_size");
-  const auto found = first_non_negative(kLocalSizeVars);
-  if (found) {
-    FERRY_CHECK(found->first != 0, InvalidArgument,
-                "torchrec get_local_size: environment variable ", found->second,
-                "=0 is not a valid number of ranks per node");
-  }
+  const auto found = launcher_local_size();
   const int local_size = found ? found->first : kDefaultLocalSize;
   if (world_size % local_size != 0) {
     FERRY_LOG(Info, "torchrec", "get_local_size: warning: local size ", local_size, " (",

@@ -36,12 +36,22 @@
 
 #include <ferry/collectives/group.h>
 
+#include <optional>
 #include <utility>
 
 namespace ferry::torchrec {
 
-// The local size when no launcher variable is set (torchrec's default: 8 GPUs per host).
+// The local size when no launcher variable is set (torchrec's default: 8 GPUs per host). ferry's
+// ranks run on CPUs, where 8 says nothing about a host: the int overloads below keep it only for
+// parity with torchrec (its own helpers answer the same), and a plan written through
+// construct_module_sharding_plan's int overload refuses it where it would split the world into
+// several nodes (sharding_plan.h). The Group overloads take the job's hosts instead.
 inline constexpr int kDefaultLocalSize = 8;
+
+// The launcher's ranks per node: the first local-size variable above that is set and
+// non-negative, with its name, or nullopt when none is. Throws InvalidArgument for a malformed
+// variable or a value of 0.
+std::optional<std::pair<int, const char*>> launcher_local_size();
 
 // Ranks per node for a world of `world_size` (>= 1) ranks: the launcher's value, else 8. When
 // that does not divide world_size, world_size (one node), logged under FERRY_DEBUG=info

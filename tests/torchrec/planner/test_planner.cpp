@@ -292,10 +292,15 @@ TEST_CASE("torchrec planner: deterministic, on one rank and across ranks", "[tor
   CHECK(planner.plan(tables, "ebc") == a);
   CHECK(plan_fingerprint(planner.plan(tables, "ebc")) == plan_fingerprint(a));
 
-  // Each rank plans on its own; the plans agree and equal the collective (rank 0) plan.
+  // Each rank plans on its own; the plans agree and equal the collective (rank 0) plan, which
+  // is for a topology of the group's size (another size is refused on every rank alike).
+  Topology three = kMany;
+  three.world_size = three.local_world_size = 3;
+  three.memory_budget = 4'000'000'000;  // the tables of 8 ranks on 3
+  const ShardingPlan for_three = EmbeddingShardingPlanner(three).plan(tables, "ebc");
   std::vector<uint64_t> prints(3);
   std::vector<ShardingPlan> collective(3);
-  std::vector<std::string> errors(3);
+  std::vector<std::string> errors(3), refusals(3);
   run_ranks(3, [&](Group& world) {
     const auto r = static_cast<size_t>(world.rank());
     const ShardingPlan mine = EmbeddingShardingPlanner(kMany).plan(many_tables(), "ebc");
@@ -305,12 +310,18 @@ TEST_CASE("torchrec planner: deterministic, on one rank and across ranks", "[tor
     } catch (const Error& e) {
       errors[r] = e.what();
     }
-    collective[r] = EmbeddingShardingPlanner(kMany).collective_plan({{"ebc", many_tables()}}, world);
+    collective[r] = EmbeddingShardingPlanner(three).collective_plan({{"ebc", many_tables()}}, world);
+    try {
+      EmbeddingShardingPlanner(kMany).collective_plan({{"ebc", many_tables()}}, world);
+    } catch (const InvalidArgument& e) {
+      refusals[r] = e.what();
+    }
   });
   for (size_t r = 0; r < 3; ++r) {
     CHECK(prints[r] == plan_fingerprint(a));
     CHECK(errors[r].empty());
-    CHECK(collective[r] == a);
+    CHECK(collective[r] == for_three);
+    CHECK_THAT(refusals[r], Contains("the topology's world_size is 8, the group has 3 ranks"));
   }
 }
 

@@ -4,10 +4,12 @@
 // bodies record; Catch2 checks on the main thread.
 #include <ferry/collectives/run_ranks.h>
 #include <ferry/collectives/torchrec/torchrec.h>
+#include "../utils/env_guard.h"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -159,6 +161,37 @@ TEST_CASE("torchrec plan: helpers reject shardings that cannot apply", "[torchre
   CHECK_THROWS_WITH(
       construct_module_sharding_plan(tables, {{"t", row_wise()}, {"u", row_wise()}}, 4, 2),
       Contains("table 'u', which the module does not have"));
+}
+
+TEST_CASE("torchrec plan: without a local size, the nodes come from the launcher, the group, or "
+          "one node, never from torchrec's GPU default of 8", "[torchrec][plan]") {
+  const std::vector<TableShape> tables{{"t", 64, 4}};
+  const std::map<std::string, ParameterShardingGenerator> twrw{{"t", table_row_wise(1)}};
+  torchrec_test::EnvGuard env;  // no launcher variable
+  // 16 ranks: 8 would make 2 nodes of 8 that say nothing about a CPU job's hosts.
+  CHECK_THROWS_WITH(construct_module_sharding_plan(tables, twrw, 16, 0, "ebc"),
+                    Contains("module 'ebc': no local size was given") &&
+                        Contains("split the 16 ranks into 2 nodes") &&
+                        Contains("pass the local size"));
+  // A launcher's variable, or an explicit local size, is taken as given.
+  env.set("LOCAL_WORLD_SIZE", "4");
+  CHECK(construct_module_sharding_plan(tables, twrw, 16).at("t").ranks ==
+        std::vector<int>{4, 5, 6, 7});
+  env.unset("LOCAL_WORLD_SIZE");
+  CHECK(construct_module_sharding_plan(tables, twrw, 16, 2).at("t").ranks == std::vector<int>{2, 3});
+  // Where 8 does not divide the world, one node (torchrec's answer too): table_row_wise(1) has
+  // no node 1 to go to.
+  CHECK(construct_module_sharding_plan(tables, {{"t", table_row_wise(0)}}, 6).at("t").ranks ==
+        std::vector<int>{0, 1, 2, 3, 4, 5});
+  // The Group overload: the group's size, and its nodes as the sharded modules on it take them
+  // (here the launcher's variable: the local transport's ranks are threads of one process).
+  env.set("LOCAL_WORLD_SIZE", "2");
+  std::vector<std::vector<int>> ranks(4);
+  run_ranks(4, [&](Group& world) {
+    ranks[static_cast<size_t>(world.rank())] =
+        construct_module_sharding_plan(tables, twrw, world).at("t").ranks;
+  });
+  for (const auto& r : ranks) CHECK(r == std::vector<int>{2, 3});
 }
 
 TEST_CASE("torchrec plan: each invalid sharding is rejected with a message naming the table",
