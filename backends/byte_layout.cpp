@@ -1,8 +1,11 @@
 #include <ferry/backends/byte_layout.h>
 
+#include <ferry/runtime/object_pool.h>
+
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <utility>
 
 namespace ferry {
 namespace {
@@ -69,6 +72,18 @@ void pack_layout(const ByteLayout& from, char* to) { detail::pack_runs(ref(from)
 void unpack_layout(const char* from, const ByteLayout& to) { detail::unpack_runs(from, ref(to)); }
 
 namespace detail {
+
+namespace {
+using ByteRunSpares = ThreadSpares<std::vector<ByteRun>, 16>;
+}  // namespace
+
+std::vector<ByteRun> spare_byte_runs() { return ByteRunSpares::take(); }
+
+void give_byte_runs(std::vector<ByteRun>&& runs) noexcept {
+  if (runs.capacity() == 0) return;
+  runs.clear();
+  ByteRunSpares::give(std::move(runs));
+}
 
 size_t bytes_of(const ByteRunsRef& l) {
   size_t n = 0;

@@ -45,6 +45,13 @@ struct ByteRunsRef {
 };
 size_t bytes_of(const ByteRunsRef& l);
 
+// A run list for a ByteLayout from this thread's spares (empty, with the capacity an earlier
+// layout left), and its return once that layout is done with. A transport that holds a layout
+// while its message is in flight (the local one) gives the list back when it lets the message
+// go, so that the messages of a laid-out all-to-all allocate no list in a steady state.
+std::vector<ByteRun> spare_byte_runs();
+void give_byte_runs(std::vector<ByteRun>&& runs) noexcept;
+
 // Walks the pieces of `count` runs over `base` in order, a piece at a time. Address is char*
 // for this process's memory, or uint64_t for an address in another process (the shared-memory
 // path's reads of a peer's layout).

@@ -39,6 +39,9 @@ struct LocalOp {
   std::exception_ptr error;          // written before state becomes Done
   std::shared_ptr<LocalOp> partner;  // a Matched receive's send, until the copy is done
 
+  // The layout's run list goes back to this thread's spares (byte_layout.h).
+  ~LocalOp() { detail::give_byte_runs(std::move(layout.runs)); }
+
   int receiver() const { return is_send ? peer : owner; }
   int sender() const { return is_send ? owner : peer; }
 };

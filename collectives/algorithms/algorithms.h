@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace ferry::detail {
@@ -28,15 +29,18 @@ Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes);
 Blocks even_blocks(size_t count, int parts, size_t elem_bytes);
 // `parts` blocks of `block_bytes` each.
 Blocks equal_blocks(int parts, size_t block_bytes);
-// even_blocks(count, parts, elem_bytes) in lists taken from the running thread's spares
-// (ThreadSpares, object_pool.h) and given back, emptied, when it goes: a queued op runs on its
-// group's worker, so its block lists are refilled at each call instead of allocated.
-class SpareEvenBlocks {
+// Blocks in lists taken from the running thread's spares (ThreadSpares, object_pool.h) and
+// given back, emptied, when it goes: a queued op runs on its group's worker, so its block lists
+// are refilled at each call instead of allocated.
+class SpareBlocks {
  public:
-  SpareEvenBlocks(size_t count, int parts, size_t elem_bytes);
-  ~SpareEvenBlocks();
-  SpareEvenBlocks(const SpareEvenBlocks&) = delete;
-  SpareEvenBlocks& operator=(const SpareEvenBlocks&) = delete;
+  // even_blocks(count, parts, elem_bytes).
+  SpareBlocks(size_t count, int parts, size_t elem_bytes);
+  // contiguous_blocks(rows, row_bytes).
+  SpareBlocks(std::span<const int64_t> rows, size_t row_bytes);
+  ~SpareBlocks();
+  SpareBlocks(const SpareBlocks&) = delete;
+  SpareBlocks& operator=(const SpareBlocks&) = delete;
   const Blocks& get() const { return blocks_; }
 
  private:

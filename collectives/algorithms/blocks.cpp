@@ -11,8 +11,11 @@ size_t Blocks::max_bytes() const {
   return bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
 }
 
-Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes) {
-  Blocks b;
+namespace {
+
+void fill_contiguous_blocks(Blocks& b, std::span<const int64_t> rows, size_t row_bytes) {
+  b.offset.clear();
+  b.bytes.clear();
   b.offset.reserve(rows.size());  // one allocation per list, not one per doubling
   b.bytes.reserve(rows.size());
   size_t at = 0;
@@ -21,10 +24,7 @@ Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes) {
     b.bytes.push_back(static_cast<size_t>(r) * row_bytes);
     at += b.bytes.back();
   }
-  return b;
 }
-
-namespace {
 
 // Built in place, without a list of rows first: a queued ring all_reduce or all_gather makes
 // these at every call, and the rows list was one allocation more than the two it needs.
@@ -45,6 +45,12 @@ void fill_even_blocks(Blocks& b, size_t count, int parts, size_t elem_bytes) {
 
 }  // namespace
 
+Blocks contiguous_blocks(const std::vector<int64_t>& rows, size_t row_bytes) {
+  Blocks b;
+  fill_contiguous_blocks(b, rows, row_bytes);
+  return b;
+}
+
 Blocks even_blocks(size_t count, int parts, size_t elem_bytes) {
   Blocks b;
   fill_even_blocks(b, count, parts, elem_bytes);
@@ -55,12 +61,17 @@ Blocks equal_blocks(int parts, size_t block_bytes) {
   return even_blocks(static_cast<size_t>(parts), parts, block_bytes);
 }
 
-SpareEvenBlocks::SpareEvenBlocks(size_t count, int parts, size_t elem_bytes)
+SpareBlocks::SpareBlocks(size_t count, int parts, size_t elem_bytes)
     : blocks_(ThreadSpares<Blocks>::take()) {
   fill_even_blocks(blocks_, count, parts, elem_bytes);
 }
 
-SpareEvenBlocks::~SpareEvenBlocks() {
+SpareBlocks::SpareBlocks(std::span<const int64_t> rows, size_t row_bytes)
+    : blocks_(ThreadSpares<Blocks>::take()) {
+  fill_contiguous_blocks(blocks_, rows, row_bytes);
+}
+
+SpareBlocks::~SpareBlocks() {
   blocks_.offset.clear();
   blocks_.bytes.clear();
   ThreadSpares<Blocks>::give(std::move(blocks_));

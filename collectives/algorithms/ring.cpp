@@ -106,7 +106,7 @@ void ring_all_gather(OpContext& ctx, char* buf, const Blocks& blocks, const char
 void ring_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
                      const ReduceSpec& spec) {
   const int n = ctx.size(), r = ctx.rank();
-  const SpareEvenBlocks spare(count, n, spec.elem_bytes());
+  const SpareBlocks spare(count, n, spec.elem_bytes());
   const Blocks& blocks = spare.get();
   if (n == 1) {
     if (out != in) std::memcpy(out, in, count * spec.elem_bytes());

@@ -4,22 +4,23 @@
 #include <ferry/autograd/grad_mode.h>
 #include <ferry/autograd/node.h>
 #include <ferry/autograd/ops_detail.h>
+#include <ferry/collectives/differentiable/stage_bits.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/object_pool.h>
+#include <ferry/runtime/small_vector.h>
 
-#include <atomic>
-#include <cstdint>
+#include <cstddef>
 #include <mutex>
 
 namespace ferry {
 namespace detail {
 
 // The state one request's nodes share: the op, the Works in flight and how far it went. The
-// flags are atomics because the progress thread sets the `completed` ones.
+// stage's `completed` bits are set by the callbacks of whoever completes the collectives, which
+// may run after the request is gone (stage_bits.h).
 class ReqWaitCore {
  public:
-  explicit ReqWaitCore(std::shared_ptr<ReqWaitOp> op)
-      : op_(std::move(op)), flags_(make_pooled<Flags>()) {}
+  explicit ReqWaitCore(std::shared_ptr<ReqWaitOp> op) : op_(std::move(op)) {}
 
   const ReqWaitOp& op() const { return *op_; }
 
@@ -27,8 +28,9 @@ class ReqWaitCore {
   void launch(const std::vector<Tensor>& inputs) {
     num_inputs_ = inputs.size();
     forward_ = op_->launch(inputs);
-    flags_->launched = true;
-    forward_.progress_in_background([flags = flags_] { flags->completed = true; });
+    stage_.set(StageBits::kLaunched);
+    forward_.progress_in_background(
+        [ticket = stage_.ticket()] { ticket.set(StageBits::kCompleted); });
   }
 
   // Wait, forward.
@@ -38,7 +40,7 @@ class ReqWaitCore {
                 "and gave its outputs up (wait for a request before the backward of a loss "
                 "recorded after it)");
     std::vector<Tensor> outputs = complete_forward();
-    flags_->waited = true;
+    stage_.set(StageBits::kWaited);
     return outputs;
   }
 
@@ -47,15 +49,13 @@ class ReqWaitCore {
     FERRY_CHECK(!gradient_in_flight_, InvalidArgument, op_->describe(),
                 ": a second gradient collective launched before the first was waited for");
     // A backward under retain_graph launches again: a late callback of the previous gradient
-    // collective must not mark this one completed.
-    const uint64_t generation = ++flags_->gradient_generation;
-    flags_->gradient_completed = false;
+    // collective must not mark this one completed (its ticket is renewed away).
+    stage_.renew(StageBits::kGradientCompleted);
     gradient_ = op_->launch_gradient(grad_outputs);
     gradient_in_flight_ = true;
-    flags_->gradient_launched = true;
-    gradient_.progress_in_background([flags = flags_, generation] {
-      if (flags->gradient_generation.load() == generation) flags->gradient_completed = true;
-    });
+    stage_.set(StageBits::kGradientLaunched);
+    gradient_.progress_in_background(
+        [ticket = stage_.ticket()] { ticket.set(StageBits::kGradientCompleted); });
   }
 
   // The backward of a request whose outputs nobody received (dropped, or its Wait node not in
@@ -75,36 +75,31 @@ class ReqWaitCore {
     gradient_.wait();
     gradient_ = Work();
     gradient_in_flight_ = false;
-    flags_->gradient_completed = true;
+    stage_.set(StageBits::kGradientCompleted);
     std::vector<Tensor> grads = op_->finish_gradient();
     FERRY_CHECK(grads.size() == num_inputs_, InvalidArgument, op_->describe(),
                 ": finish_gradient returned ", grads.size(), " gradients for ", num_inputs_,
                 " inputs");
-    flags_->gradient_waited = true;
+    stage_.set(StageBits::kGradientWaited);
     return grads;
   }
 
   bool gradient_started_or_done() const {
-    return gradient_in_flight_ || flags_->gradient_waited.load();
+    return gradient_in_flight_ || stage_.has(StageBits::kGradientWaited);
   }
 
   ReqWaitStage stage() const {
     ReqWaitStage s;
-    s.launched = flags_->launched;
-    s.completed = flags_->completed;
-    s.waited = flags_->waited;
-    s.gradient_launched = flags_->gradient_launched;
-    s.gradient_completed = flags_->gradient_completed;
-    s.gradient_waited = flags_->gradient_waited;
+    s.launched = stage_.has(StageBits::kLaunched);
+    s.completed = stage_.has(StageBits::kCompleted);
+    s.waited = stage_.has(StageBits::kWaited);
+    s.gradient_launched = stage_.has(StageBits::kGradientLaunched);
+    s.gradient_completed = stage_.has(StageBits::kGradientCompleted);
+    s.gradient_waited = stage_.has(StageBits::kGradientWaited);
     return s;
   }
 
  private:
-  struct Flags {
-    std::atomic<bool> launched{false}, completed{false}, waited{false};
-    std::atomic<bool> gradient_launched{false}, gradient_completed{false}, gradient_waited{false};
-    std::atomic<uint64_t> gradient_generation{0};
-  };
   // What a zero gradient of each output looks like.
   struct Output {
     bool defined = false;
@@ -115,7 +110,7 @@ class ReqWaitCore {
   std::vector<Tensor> complete_forward() {
     forward_.wait();  // under the op's deadline; rethrows its error
     forward_ = Work();
-    flags_->completed = true;
+    stage_.set(StageBits::kCompleted);
     std::vector<Tensor> outputs = op_->finish();
     forward_done_ = true;
     outputs_.clear();
@@ -126,11 +121,11 @@ class ReqWaitCore {
   }
 
   std::shared_ptr<ReqWaitOp> op_;
-  std::shared_ptr<Flags> flags_;  // shared with the progress thread's callbacks
+  StageBits stage_;
   size_t num_inputs_ = 0;
   Work forward_;
   bool forward_done_ = false;
-  std::vector<Output> outputs_;
+  SmallVector<Output, 2> outputs_;  // inline: a list per request cost an allocation
   Work gradient_;
   bool gradient_in_flight_ = false;
 };
@@ -289,7 +284,7 @@ AsyncRequest<std::vector<Variable>> launch_async(std::shared_ptr<ReqWaitOp> op,
   // the same few every time.
   auto core = detail::make_pooled<ReqWaitCore>(std::move(op));
   const DType dtype = placeholder_dtype(inputs);
-  Variable req = ferry::apply(detail::make_pooled<ReqFunction>(core, dtype), inputs)[0];
+  Variable req = detail::apply_first(detail::make_pooled<ReqFunction>(core, dtype), inputs);
   auto handle = detail::make_pooled<RequestHandle>(core, std::move(req), dtype);
   return AsyncRequest<std::vector<Variable>>(
       Awaitable<std::vector<Variable>>([handle] { return handle->wait(); }), std::move(core));

@@ -13,12 +13,11 @@ Executor::~Executor() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Executor::enqueue(std::function<void()> task) {
+void Executor::enqueue(Task task) {
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    tasks_.push_back(std::move(task));
-    queued_at_.push_back(std::chrono::steady_clock::now());
+    tasks_.push(std::move(task), std::chrono::steady_clock::now());
     unfinished_.fetch_add(1, std::memory_order_relaxed);
     if (!thread_.joinable()) {
       thread_ = std::thread([this] { grace_.count() > 0 ? caller_first_loop() : loop(); });
@@ -29,20 +28,18 @@ void Executor::enqueue(std::function<void()> task) {
 }
 
 bool Executor::run_one_here() {
-  std::function<void()> task;
+  Task task;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (running_ || tasks_.empty()) return false;
-    task = std::move(tasks_.front());
-    tasks_.pop_front();
-    queued_at_.pop_front();
+    task = tasks_.pop();
     running_ = true;
   }
   run(task);
   return true;
 }
 
-bool Executor::run_here_if_idle(const std::function<void()>& task) {
+bool Executor::run_here_if_idle(Task task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (running_ || !tasks_.empty()) return false;
@@ -67,7 +64,7 @@ void Executor::drain() {
   }
 }
 
-void Executor::run(const std::function<void()>& task) {
+void Executor::run(Task& task) {
   // Tasks report their errors through their Work; should one escape anyway, the queue must not
   // stay blocked behind a `running_` that is never reset.
   struct Done {
@@ -91,7 +88,7 @@ void Executor::finished_one() {
 void Executor::loop() {
   auto runnable = [&] { return (!tasks_.empty() && !running_) || (stopping_ && tasks_.empty()); };
   for (;;) {
-    std::function<void()> task;
+    Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!runnable()) {
@@ -108,9 +105,7 @@ void Executor::loop() {
         cv_.wait(lock, [&] { return !running_; });
         return;
       }
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-      queued_at_.pop_front();
+      task = tasks_.pop();
       running_ = true;
     }
     run(task);
@@ -120,7 +115,7 @@ void Executor::loop() {
 void Executor::caller_first_loop() {
   auto interval = grace_;
   for (;;) {
-    std::function<void()> task;
+    Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (stopping_ && tasks_.empty()) {
@@ -140,15 +135,13 @@ void Executor::caller_first_loop() {
         interval = std::min(2 * interval, kMaxPoll);
         continue;
       }
-      const auto due = queued_at_.front() + grace_;
+      const auto due = tasks_.front_queued_at() + grace_;
       if (!stopping_ && std::chrono::steady_clock::now() < due) {
         cv_.wait_until(lock, due);  // a waiting caller may take it meanwhile
         continue;
       }
       interval = grace_;
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-      queued_at_.pop_front();
+      task = tasks_.pop();
       running_ = true;
     }
     run(task);

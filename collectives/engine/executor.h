@@ -5,11 +5,11 @@
 // different workers, so they progress independently.
 #pragma once
 
-#include <chrono>
+#include <ferry/collectives/engine/task_queue.h>
+
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
-#include <deque>
-#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -24,7 +24,8 @@ class Executor {
   ~Executor();
 
   // The thread starts at the first task, so groups that never run a collective cost nothing.
-  void enqueue(std::function<void()> task);
+  // A task keeps what it captures inline up to Task::kInlineBytes (task.h): no allocation.
+  void enqueue(Task task);
 
   // Runs the oldest queued task on the calling thread, unless a task is running already or none
   // is queued (then returns false). A caller about to block in Work::wait helps this way: the
@@ -34,7 +35,7 @@ class Executor {
   // Runs `task` on the calling thread at once, as if it had been queued and taken at once,
   // when nothing is queued or running (returns true); otherwise does nothing (returns false).
   // For a group of one rank, whose ops wait for nobody: no hand-off to the worker.
-  bool run_here_if_idle(const std::function<void()>& task);
+  bool run_here_if_idle(Task task);
   // Nothing queued and nothing running.
   bool idle();
 
@@ -57,13 +58,12 @@ class Executor {
  private:
   void loop();
   void caller_first_loop();
-  void run(const std::function<void()>& task);
+  void run(Task& task);
   void finished_one();
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  std::deque<std::chrono::steady_clock::time_point> queued_at_;  // one per task
+  TaskQueue tasks_;
   std::chrono::microseconds grace_{0};
   bool stopping_ = false;
   bool sleeping_ = false;  // caller-first mode: the worker waits for an enqueue to wake it

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 namespace ferry {
 namespace {
@@ -23,8 +24,10 @@ using detail::OpContext;
 // Where each rank's block of `t` lies: `splits` rows each (equal blocks when empty), for the
 // pairwise exchange. Inline lists: a call of a few ranks allocates nothing for them.
 using BlockPlaces = detail::SmallVector<size_t, 16>;
-void place_blocks(const std::vector<int64_t>& splits, const Tensor& t, int world,
-                  BlockPlaces& offset, BlockPlaces& bytes) {
+// Split sizes where they lie: the caller's lists, or a queued op's copies.
+using Splits = std::span<const int64_t>;
+void place_blocks(Splits splits, const Tensor& t, int world, BlockPlaces& offset,
+                  BlockPlaces& bytes) {
   const size_t rb = row_bytes(t);
   size_t at = 0;
   for (int k = 0; k < world; ++k) {
@@ -38,8 +41,8 @@ void place_blocks(const std::vector<int64_t>& splits, const Tensor& t, int world
 // all_to_all_single's one native call: without split lists (`equal`), the transport's form
 // without lists, which no block list is built for.
 std::unique_ptr<NativeRequest> native_all_to_all_single(
-    detail::GroupImpl& g, Algorithm algo, const Tensor& input, Tensor& output,
-    const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits, bool equal) {
+    detail::GroupImpl& g, Algorithm algo, const Tensor& input, Tensor& output, Splits in_splits,
+    Splits out_splits, bool equal) {
   return detail::call_native(
       g, Collective::AllToAll, algo, [&](NativeCollectives& native, NativePath& path) {
         const int world = g.size();
@@ -58,9 +61,8 @@ std::unique_ptr<NativeRequest> native_all_to_all_single(
 
 // all_to_all_single's pairwise exchange, every message posted at once (over `ctx`, which waits
 // for them).
-void post_split_all_to_all(OpContext& ctx, const Tensor& input, Tensor& output,
-                           const std::vector<int64_t>& in_splits,
-                           const std::vector<int64_t>& out_splits) {
+void post_split_all_to_all(OpContext& ctx, const Tensor& input, Tensor& output, Splits in_splits,
+                           Splits out_splits) {
   BlockPlaces send_offset, send_bytes, recv_offset, recv_bytes;
   place_blocks(in_splits, input, ctx.size(), send_offset, send_bytes);
   place_blocks(out_splits, output, ctx.size(), recv_offset, recv_bytes);
@@ -76,8 +78,8 @@ void post_split_all_to_all(OpContext& ctx, const Tensor& input, Tensor& output,
 // same context.
 class SplitBlocks final : public detail::shm::AllToAllBlocks, public detail::Pooled {
  public:
-  SplitBlocks(const Tensor& input, Tensor& output, const std::vector<int64_t>& in_splits,
-              const std::vector<int64_t>& out_splits, int world) {
+  SplitBlocks(const Tensor& input, Tensor& output, Splits in_splits, Splits out_splits,
+              int world) {
     place_blocks(in_splits, input, world, send_offset_, send_bytes_);
     place_blocks(out_splits, output, world, recv_offset_, recv_bytes_);
     in_ = const_cast<char*>(data_of(input));
@@ -99,8 +101,7 @@ class SplitBlocks final : public detail::shm::AllToAllBlocks, public detail::Poo
 
 std::unique_ptr<detail::InFlight> post_shm_all_to_all(std::unique_ptr<OpContext> ctx,
                                                       const Tensor& input, Tensor& output,
-                                                      const std::vector<int64_t>& in_splits,
-                                                      const std::vector<int64_t>& out_splits) {
+                                                      Splits in_splits, Splits out_splits) {
   output.bump_version();
   std::unique_ptr<detail::shm::AllToAllBlocks> blocks =
       std::make_unique<SplitBlocks>(input, output, in_splits, out_splits, ctx->size());
@@ -183,10 +184,15 @@ Work all_to_all_single(const Tensor& input, Tensor output,
                                                 : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
-    // The caller's split lists, copied for a queued op (equal blocks: empty lists, no copy).
+    // The caller's split lists, copied for a queued op (equal blocks: empty lists, no copy),
+    // into the pool's memory: the group's worker that drops them most often hands it back to
+    // the issuing thread (object_pool.h), where a std::vector cost two allocations per op.
+    using SplitCopy = std::vector<int64_t, detail::PoolAllocator<int64_t>>;
+    const auto& ins = input_split_sizes;
+    const auto& outs = output_split_sizes;
     return detail::OpBody([input = Tensor(input), output,
-                           in_splits = std::vector<int64_t>(input_split_sizes),
-                           out_splits = std::vector<int64_t>(output_split_sizes), equal,
+                           in_splits = SplitCopy(ins.begin(), ins.end()),
+                           out_splits = SplitCopy(outs.begin(), outs.end()), equal,
                            algo](OpContext& ctx) mutable {
     if (uses_native_collectives(algo)) {  // the same call as when started at issue
       ctx.wait_native(native_all_to_all_single(ctx.group(), algo, input, output, in_splits,

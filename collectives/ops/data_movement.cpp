@@ -234,8 +234,8 @@ Work all_gather(const Tensor& input, Tensor output, const Group& group) {
       output.bump_version();
       return std::vector<Tensor>{};
     }
-    const detail::SpareEvenBlocks blocks(static_cast<size_t>(world), world,
-                                         static_cast<size_t>(rows) * row_bytes(input));
+    const detail::SpareBlocks blocks(static_cast<size_t>(world), world,
+                                     static_cast<size_t>(rows) * row_bytes(input));
     gather_blocks(ctx, output, input, blocks.get(), algo);
     return std::vector<Tensor>{};
   }); }});

@@ -51,11 +51,13 @@ size_t check_layouts(const detail::Validator& v, const Tensor& t,
   return own;
 }
 
-// A checked layout in bytes over `t`'s storage (empty runs left out).
+// A checked layout in bytes over `t`'s storage (empty runs left out), its run list from this
+// thread's spares (given back by the transport that carried it, or by the caller).
 ByteLayout byte_layout(const Tensor& t, const BlockLayout& layout) {
   const size_t elem = t.element_size();
   ByteLayout out;
   out.base = static_cast<char*>(const_cast<void*>(t.raw_data()));
+  out.runs = detail::spare_byte_runs();
   out.runs.reserve(layout.size());
   for (const StridedRun& r : layout) {
     if (r.count == 0 || r.length == 0) continue;
@@ -141,13 +143,20 @@ void post_laid_out(OpContext& ctx, const PartRef* parts, size_t num_parts) {
     char* to = span_of(parts[p].output, recv, out_bytes);
     if (from != nullptr && to != nullptr) {
       if (in_bytes > 0) std::memcpy(to, from, in_bytes);
-    } else if (from != nullptr) {
-      unpack_layout(from, byte_layout(parts[p].output, recv));
-    } else if (to != nullptr) {
-      pack_layout(byte_layout(parts[p].input, send), to);
-    } else {
-      copy_layout(byte_layout(parts[p].input, send), byte_layout(parts[p].output, recv));
+      continue;
     }
+    ByteLayout in_layout, out_layout;
+    if (from == nullptr) in_layout = byte_layout(parts[p].input, send);
+    if (to == nullptr) out_layout = byte_layout(parts[p].output, recv);
+    if (from != nullptr) {
+      unpack_layout(from, out_layout);
+    } else if (to != nullptr) {
+      pack_layout(in_layout, to);
+    } else {
+      copy_layout(in_layout, out_layout);
+    }
+    detail::give_byte_runs(std::move(in_layout.runs));
+    detail::give_byte_runs(std::move(out_layout.runs));
   }
 }
 
@@ -158,7 +167,9 @@ void post_laid_out(OpContext& ctx, const PartRef* parts, size_t num_parts) {
 // in bytes. A list of byte layouts per part and side cost 2 + 2W allocations per part. The
 // lists (and the parts' tensors, kept alive until the op ran) are ones an earlier op emptied on
 // this thread, with their capacity: they go back to the thread that drops the op's body, so an
-// issuing thread that also drops its bodies allocates none of them.
+// issuing thread that also drops its bodies allocates none of them. Their memory comes from the
+// pool (object_pool.h), whose blocks find their way back to the issuing thread when the group's
+// worker drops the bodies instead (a queued op runs on whichever of the two comes first).
 class QueuedBlocks final : public detail::shm::AllToAllBlocks, public detail::Pooled {
  public:
   QueuedBlocks(size_t parts, int world)
@@ -178,7 +189,7 @@ class QueuedBlocks final : public detail::shm::AllToAllBlocks, public detail::Po
 
   // Keeps `t` alive as long as the blocks.
   void keep(const Tensor& t) { lists_.kept.push_back(t); }
-  std::vector<Tensor>& kept() { return lists_.kept; }
+  auto& kept() { return lists_.kept; }
 
   // Appends every block of `layouts` over `t`; blocks are numbered in the order added.
   void add(const Tensor& t, const std::vector<BlockLayout>& layouts) {
@@ -281,14 +292,17 @@ class QueuedBlocks final : public detail::shm::AllToAllBlocks, public detail::Po
   ByteLayout layout(const Block& b) const {
     ByteLayout l;
     l.base = b.base;
+    l.runs = detail::spare_byte_runs();  // given back by the transport that carries it
     l.runs.assign(lists_.runs.begin() + static_cast<std::ptrdiff_t>(b.first),
                   lists_.runs.begin() + static_cast<std::ptrdiff_t>(b.first + b.runs));
     return l;
   }
+  template <class T>
+  using PooledList = std::vector<T, detail::PoolAllocator<T>>;
   struct Lists {
-    std::vector<Block> blocks;
-    std::vector<ByteRun> runs;
-    std::vector<Tensor> kept;
+    PooledList<Block> blocks;
+    PooledList<ByteRun> runs;
+    PooledList<Tensor> kept;
   };
   Lists lists_;
   size_t parts_, world_;
@@ -523,7 +537,7 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
           ctx.ran(Collective::AllToAll, Algorithm::Pairwise);
           run_queued_laid_out(ctx, blocks, num_parts);
         }
-        std::vector<Tensor>& keep = blocks.kept();
+        auto& keep = blocks.kept();
         for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
         return std::vector<Tensor>{};
       });
@@ -532,7 +546,7 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
     return detail::OpBody([blocks = std::move(blocks), num_parts, algo](OpContext& ctx) mutable {
     if (!uses_native_collectives(algo)) detail::no_such_algorithm(Collective::AllToAll, algo);
     // The outputs count as written from here (the blocks, tensors included, go to the request).
-    std::vector<Tensor>& keep = blocks.kept();
+    auto& keep = blocks.kept();
     for (size_t t = 1; t < keep.size(); t += 2) keep[t].bump_version();
     ctx.wait_native(detail::call_native(ctx.group(), Collective::AllToAll, algo,
                                         [&](NativeCollectives& native, NativePath& path) {

@@ -8,8 +8,10 @@
 #include <ferry/collectives/ops/dispatch.h>
 #include <ferry/collectives/shm/shm_ops.h>
 #include <ferry/runtime/object_pool.h>
+#include <ferry/runtime/small_vector.h>
 
 #include <cstring>
+#include <span>
 
 namespace ferry {
 
@@ -17,6 +19,8 @@ namespace {
 
 using detail::OpContext;
 using detail::ReduceSpec;
+template <class T>
+using PooledList = std::vector<T, detail::PoolAllocator<T>>;
 
 // The buffers a reduction runs on. 16-bit floats are widened to float32 once on the way in and
 // rounded once on the way out, so sums accumulate in float32 whatever the algorithm. The widened
@@ -100,7 +104,7 @@ class AverageOfSum final : public detail::NativeRequestThen, public detail::Pool
 // without lists: building them would cost a small op more than its MPI call.
 std::unique_ptr<NativeRequest> native_reduce_scatter(detail::GroupImpl& g, Algorithm algo,
                                                      const void* in, void* out,
-                                                     const std::vector<int64_t>& sizes,
+                                                     std::span<const int64_t> sizes,
                                                      size_t per_row, size_t out_count,
                                                      DType dtype, ReduceOp op) {
   return detail::call_native(
@@ -115,7 +119,7 @@ std::unique_ptr<NativeRequest> native_reduce_scatter(detail::GroupImpl& g, Algor
 
 // reduce_scatter over blocks of `sizes` rows (`equal`: W blocks alike), run to completion.
 detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
-                                   std::vector<int64_t> sizes, bool equal, int world,
+                                   PooledList<int64_t> sizes, bool equal, int world,
                                    Algorithm algo) {
   return [input, output, op, sizes = std::move(sizes), equal, world,
           algo](OpContext& ctx) mutable {
@@ -131,7 +135,7 @@ detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
                                  ? 0
                                  : static_cast<size_t>(a.in.numel() / a.in.size(0));
       ctx.wait_native(native_reduce_scatter(ctx.group(), algo, a.in.raw_data(), out,
-                                            equal ? std::vector<int64_t>{} : sizes, per_row,
+                                            equal ? std::span<const int64_t>() : sizes, per_row,
                                             static_cast<size_t>(a.out.numel()), a.spec.dtype,
                                             a.spec.op),
                       {input, output});
@@ -154,9 +158,9 @@ detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
     }
     if (algo != Algorithm::Ring) detail::no_such_algorithm(Collective::ReduceScatter, algo);
     ctx.ran(Collective::ReduceScatter, algo);
-    detail::Blocks blocks = detail::contiguous_blocks(sizes, row_bytes(a.in));
+    const detail::SpareBlocks blocks(sizes, row_bytes(a.in));
     detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
-                                static_cast<char*>(a.out.raw_data()), blocks, a.spec);
+                                static_cast<char*>(a.out.raw_data()), blocks.get(), a.spec);
     a.finish(output, op, world);
     return std::vector<Tensor>{};
   };
@@ -349,7 +353,9 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
                   : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
-        return reduce_scatter_body(input, output, op, sizes, /*equal=*/false, world, algo);
+        return reduce_scatter_body(input, output, op,
+                                   PooledList<int64_t>(sizes.begin(), sizes.end()),
+                                   /*equal=*/false, world, algo);
       }});
 }
 
@@ -407,7 +413,7 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
                   : detail::OnePost(),
       .keep = {&input, &output},
       .body = [&] {
-        return reduce_scatter_body(input, output, op, std::vector<int64_t>(world, rows),
+        return reduce_scatter_body(input, output, op, PooledList<int64_t>(world, rows),
                                    /*equal=*/true, world, algo);
       }});
 }
@@ -420,8 +426,8 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   v.reduce_op(op, output.dtype());
   // Every input is rows of the same shape as inputs[0]'s; output is shaped like ours.
   const Tensor& first = inputs[0];
-  std::vector<int64_t> sizes;
-  sizes.reserve(inputs.size());
+  detail::ScopedSpare<std::vector<int64_t>> spare_sizes;  // a list of this thread's
+  std::vector<int64_t>& sizes = *spare_sizes;
   int64_t total = 0;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Tensor& t = inputs[k];
@@ -452,15 +458,18 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   return detail::issue(group, {
       .name = "reduce_scatter",
       .what = summary,
-      .body = [&] { return detail::OpBody([inputs = std::vector<Tensor>(inputs), output, op,
-                                           sizes = std::move(sizes)](OpContext& ctx) mutable {
+      .body = [&] {
+    // The lists copied into the pool's memory, which finds its way back to the issuing thread
+    // when the group's worker drops the body (object_pool.h).
+    return detail::OpBody([inputs = PooledList<Tensor>(inputs.begin(), inputs.end()), output,
+                           op, sizes = PooledList<int64_t>(sizes.begin(), sizes.end())](
+                              OpContext& ctx) mutable {
     ctx.ran(Collective::ReduceScatter, Algorithm::Ring);
-    std::vector<const char*> in_block;
-    in_block.reserve(inputs.size());
+    detail::SmallVector<const char*, 16> in_block;  // inline for up to 16 ranks
     for (const Tensor& t : inputs) in_block.push_back(static_cast<const char*>(t.raw_data()));
-    detail::ring_reduce_scatter(ctx, in_block.data(), nullptr,
-                                static_cast<char*>(output.raw_data()),
-                                detail::contiguous_blocks(sizes, row_bytes(inputs[0])),
+    const detail::SpareBlocks blocks(sizes, row_bytes(inputs[0]));
+    detail::ring_reduce_scatter(ctx, in_block.begin(), nullptr,
+                                static_cast<char*>(output.raw_data()), blocks.get(),
                                 ReduceSpec{output.dtype(), op});
     output.bump_version();
     return std::vector<Tensor>{};

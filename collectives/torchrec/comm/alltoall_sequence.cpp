@@ -4,6 +4,7 @@
 #include <ferry/collectives/torchrec/comm/alltoall_op.h>
 #include <ferry/collectives/torchrec/comm/comm_ops.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
 
@@ -16,12 +17,17 @@ using detail::where;
 
 constexpr const char* kSequence = "alltoall_sequence";
 
-// An int32 / int64 tensor's values (typed reads: get_flat's per-element conversion cost more
-// than the op's data movement at a few thousand ids).
-std::vector<int64_t> integers_of(const Tensor& t) {
-  if (t.dtype() == DType::Int64) return t.to_vector<int64_t>();
-  const std::vector<int32_t> narrow = t.to_vector<int32_t>();
-  return std::vector<int64_t>(narrow.begin(), narrow.end());
+// An int32 / int64 tensor's values into `out` (typed reads: get_flat's per-element conversion
+// cost more than the op's data movement at a few thousand ids).
+void read_integers(const Tensor& t, std::vector<int64_t>& out) {
+  const auto n = static_cast<size_t>(t.numel());
+  if (t.dtype() == DType::Int64) {
+    const int64_t* p = t.data<int64_t>();
+    out.assign(p, p + n);
+  } else {
+    const int32_t* p = t.data<int32_t>();
+    out.assign(p, p + n);
+  }
 }
 
 bool is_integer(const Tensor& t) {
@@ -30,10 +36,10 @@ bool is_integer(const Tensor& t) {
 
 // Rows of `rows` ([N, D], flat) in segment order recat[0], recat[1], ...: output segment q is
 // input segment recat[q], whose row count is segment_rows[recat[q]] (fbgemm's permute_2D /
-// permute_1D_sparse_data on values of D elements per id).
+// permute_1D_sparse_data on values of D elements per id). `start` is scratch.
 Tensor permute_segments(const Tensor& rows, int64_t d, const std::vector<int64_t>& recat,
-                        const std::vector<int64_t>& segment_rows) {
-  std::vector<int64_t> start(segment_rows.size() + 1, 0);
+                        const std::vector<int64_t>& segment_rows, std::vector<int64_t>& start) {
+  start.assign(segment_rows.size() + 1, 0);
   for (size_t s = 0; s < segment_rows.size(); ++s) start[s + 1] = start[s] + segment_rows[s];
   Tensor out = empty(rows.shape(), rows.dtype());
   const size_t row_bytes = static_cast<size_t>(d) * rows.element_size();
@@ -47,28 +53,63 @@ Tensor permute_segments(const Tensor& rows, int64_t d, const std::vector<int64_t
   return out;
 }
 
-// The permutation forward and its inverse backward, over segments of known row counts.
-struct SegmentPermutation {
+// What one call reads from its arguments and lays out: the permutation forward and its inverse
+// backward over segments of known row counts, the block sizes and the placement. In lists that
+// the calls on a thread hand on to each other (ThreadSpares), refilled rather than allocated:
+// building them anew cost about twenty allocations per call.
+struct SequencePlan {
+  std::vector<int64_t> lengths;  // lengths_after_sparse_data_all2all's values
+  bool permuted = false;         // the lists below hold a permutation
   std::vector<int64_t> forward_recat, backward_recat;
   std::vector<int64_t> segment_rows;           // before the forward permutation
   std::vector<int64_t> permuted_segment_rows;  // after it (torchrec's permuted lengths)
+  std::vector<int64_t> scratch;                // a permutation check's marks, segment starts
+  detail::AllToAllCommOp::Splits splits;       // value elements per rank
+  std::vector<BlockLayout> send_layouts, recv_layouts;
+};
+// By pointer: inside the op it would make the op too large for the pool (object_pool.h).
+using PlanPtr = std::unique_ptr<SequencePlan>;
+using PlanSpares = ferry::detail::ThreadSpares<PlanPtr>;
+
+// Holds a call's plan for its op, and hands it back to this thread's spares when the op goes.
+// A base of the op, so that the plan exists before the op's AllToAllCommOp part, which is given
+// its splits.
+class PlanHolder {
+ public:
+  explicit PlanHolder(PlanPtr plan) : plan_(std::move(plan)) {}
+  PlanHolder(const PlanHolder&) = delete;
+  PlanHolder& operator=(const PlanHolder&) = delete;
+  ~PlanHolder() { PlanSpares::give(std::move(plan_)); }
+
+ protected:
+  // Without an owner: the op owns the plan, and its AllToAllCommOp part (destroyed first) is the
+  // only holder of these pointers.
+  std::shared_ptr<const detail::AllToAllCommOp::Splits> splits() const {
+    return {std::shared_ptr<const void>(), &plan_->splits};
+  }
+  PlanPtr plan_;
 };
 
-class AllToAllSequenceOp final : public detail::AllToAllCommOp {
+class AllToAllSequenceOp final : private PlanHolder, public detail::AllToAllCommOp {
  public:
-  AllToAllSequenceOp(Group group, const Codecs& codecs, int64_t dim,
-                     std::optional<SegmentPermutation> permutation, std::vector<int64_t> send,
-                     std::vector<int64_t> recv)
-      : AllToAllCommOp(kSequence, std::move(group), codecs, detail::Division::kTorchrec,
-                       std::move(send), std::move(recv)),
-        dim_(dim),
-        permutation_(std::move(permutation)) {}
+  AllToAllSequenceOp(Group group, const Codecs& codecs, int64_t dim, PlanPtr plan)
+      : PlanHolder(std::move(plan)),
+        AllToAllCommOp(kSequence, std::move(group), codecs, detail::Division::kTorchrec,
+                       splits()),
+        dim_(dim) {
+    laid_out_.send.swap(plan_->send_layouts);
+    laid_out_.recv.swap(plan_->recv_layouts);
+  }
+  ~AllToAllSequenceOp() override {
+    laid_out_.send.swap(plan_->send_layouts);
+    laid_out_.recv.swap(plan_->recv_layouts);
+  }
 
  protected:
   Tensor forward_send(const std::vector<Tensor>& inputs) override {
-    if (!permutation_) return inputs[0];
-    return permute_segments(inputs[0], dim_, permutation_->forward_recat,
-                            permutation_->segment_rows);
+    if (!plan_->permuted) return inputs[0];
+    return permute_segments(inputs[0], dim_, plan_->forward_recat, plan_->segment_rows,
+                            plan_->scratch);
   }
   // With a permutation and no codec, the segments are sent from where they lie in the input,
   // in recat order, and backward writes their gradients back there: no permuted copy. Without
@@ -77,30 +118,15 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
   // runs the laid-out one as a different collective).
   std::shared_ptr<const Placement> placement(const std::vector<Tensor>&) override {
     if (dim_ == 0) return nullptr;  // the same on every rank: the embedding dim
-    if (!permutation_)
-      return std::make_shared<const Placement>(Placement{
-          contiguous(sends()), contiguous(receives()), {sum_of(receives()) / dim_, dim_}});
-    const std::vector<int64_t>& rows = permutation_->segment_rows;
-    std::vector<int64_t> start(rows.size() + 1, 0);
-    for (size_t s = 0; s < rows.size(); ++s) start[s + 1] = start[s] + rows[s] * dim_;
-    Placement p;
-    p.send.resize(sends().size());
-    size_t block = 0;
-    int64_t room = sends().empty() ? 0 : sends()[0];  // elements block `block` still takes
-    for (int64_t s : permutation_->forward_recat) {
-      int64_t at = start[s], left = rows[s] * dim_;
-      while (left > 0) {  // a segment may straddle two ranks' blocks
-        while (room == 0) room = sends()[++block];
-        const int64_t n = std::min(left, room);
-        p.send[block].push_back(StridedRun{at, 1, n, 0});
-        at += n;
-        left -= n;
-        room -= n;
-      }
+    laid_out_.output_shape = {sum_of(receives()) / dim_, dim_};
+    lay_out_contiguous(receives(), laid_out_.recv);
+    if (!plan_->permuted) {
+      lay_out_contiguous(sends(), laid_out_.send);
+    } else {
+      lay_out_permuted();
     }
-    p.recv = contiguous(receives());
-    p.output_shape = {sum_of(receives()) / dim_, dim_};
-    return std::make_shared<const Placement>(std::move(p));
+    // Without an owner, as splits(): the op owns the placement.
+    return {std::shared_ptr<const void>(), &laid_out_};
   }
   std::vector<Tensor> forward_outputs(const Tensor& received) override {
     return detail::one_tensor(received.reshape({-1, dim_}));
@@ -110,70 +136,137 @@ class AllToAllSequenceOp final : public detail::AllToAllCommOp {
   }
   std::vector<Tensor> input_gradients(const Tensor& received) override {
     Tensor rows = received.reshape({-1, dim_});
-    if (!permutation_) return detail::one_tensor(rows);
-    return detail::one_tensor(permute_segments(rows, dim_, permutation_->backward_recat,
-                                               permutation_->permuted_segment_rows));
+    if (!plan_->permuted) return detail::one_tensor(rows);
+    return detail::one_tensor(permute_segments(rows, dim_, plan_->backward_recat,
+                                               plan_->permuted_segment_rows, plan_->scratch));
   }
 
  private:
+  // Contiguous blocks of `sizes` elements one after the other into `layouts`, whose lists (the
+  // plan's) keep their storage.
+  static void lay_out_contiguous(const std::vector<int64_t>& sizes,
+                                 std::vector<BlockLayout>& layouts) {
+    layouts.resize(sizes.size());
+    int64_t offset = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      layouts[k].assign(1, StridedRun{offset, 1, sizes[k], 0});
+      offset += sizes[k];
+    }
+  }
+  // The input's segments in recat order, cut into the ranks' blocks (a segment may straddle
+  // two blocks).
+  void lay_out_permuted() {
+    const std::vector<int64_t>& rows = plan_->segment_rows;
+    std::vector<int64_t>& start = plan_->scratch;
+    start.assign(rows.size() + 1, 0);
+    for (size_t s = 0; s < rows.size(); ++s) start[s + 1] = start[s] + rows[s] * dim_;
+    std::vector<BlockLayout>& send = laid_out_.send;
+    send.resize(sends().size());
+    for (BlockLayout& l : send) l.clear();
+    size_t block = 0;
+    int64_t room = sends().empty() ? 0 : sends()[0];  // elements block `block` still takes
+    for (int64_t s : plan_->forward_recat) {
+      int64_t at = start[s], left = rows[s] * dim_;
+      while (left > 0) {
+        while (room == 0) room = sends()[++block];
+        const int64_t n = std::min(left, room);
+        send[block].push_back(StridedRun{at, 1, n, 0});
+        at += n;
+        left -= n;
+        room -= n;
+      }
+    }
+  }
+
   int64_t dim_;
-  std::optional<SegmentPermutation> permutation_;
+  Placement laid_out_;  // its layout lists are the plan's, lent for the op's life
 };
 
-// recat as a list, checked to be a permutation of 0..n-1.
-std::vector<int64_t> permutation_of(const Tensor& recat, const char* name, int64_t n,
-                                    const Group& group) {
+// recat into `p`, checked to be a permutation of 0..n-1.
+void read_permutation(const Tensor& recat, const char* name, int64_t n, const Group& group,
+                      std::vector<int64_t>& p, std::vector<int64_t>& seen) {
   FERRY_CHECK(is_integer(recat), InvalidArgument, where(kSequence, group), ": ", name,
               " must be int32 or int64, given ", dtype_name(recat.dtype()));
-  std::vector<int64_t> p = integers_of(recat);
+  read_integers(recat, p);
   FERRY_CHECK(static_cast<int64_t>(p.size()) == n, InvalidArgument, where(kSequence, group),
               ": ", name, " has ", p.size(), " entries, forward_recat_tensor ", n);
-  std::vector<bool> seen(p.size(), false);
+  seen.assign(p.size(), 0);
   for (int64_t s : p) {
-    FERRY_CHECK(s >= 0 && s < n && !seen[s], InvalidArgument, where(kSequence, group), ": ",
+    FERRY_CHECK(s >= 0 && s < n && seen[s] == 0, InvalidArgument, where(kSequence, group), ": ",
                 name, " must be a permutation of 0..", n - 1, ", given ", list_str(p));
-    seen[s] = true;
+    seen[s] = 1;
   }
-  return p;
 }
 
-// `len`: lengths_after_sparse_data_all2all's values (read once by the caller).
-SegmentPermutation segment_permutation(const All2AllSequenceInfo& info,
-                                       const std::vector<int64_t>& len, int64_t rows,
-                                       const Group& group) {
+// The plan's permutation, from the info and plan.lengths, for an input of `rows` rows.
+void read_segment_permutation(const All2AllSequenceInfo& info, int64_t rows, const Group& group,
+                              SequencePlan& plan) {
   const int64_t n = info.forward_recat_tensor.numel();
-  SegmentPermutation p;
-  p.forward_recat = permutation_of(info.forward_recat_tensor, "forward_recat_tensor", n, group);
+  read_permutation(info.forward_recat_tensor, "forward_recat_tensor", n, group,
+                   plan.forward_recat, plan.scratch);
   FERRY_CHECK(info.backward_recat_tensor.defined(), InvalidArgument, where(kSequence, group),
               ": forward_recat_tensor is given but backward_recat_tensor is not");
-  p.backward_recat = permutation_of(info.backward_recat_tensor, "backward_recat_tensor", n, group);
+  read_permutation(info.backward_recat_tensor, "backward_recat_tensor", n, group,
+                   plan.backward_recat, plan.scratch);
   for (int64_t q = 0; q < n; ++q) {
-    FERRY_CHECK(p.backward_recat[p.forward_recat[q]] == q, InvalidArgument,
-                where(kSequence, group), ": backward_recat_tensor ", list_str(p.backward_recat),
-                " is not the inverse of forward_recat_tensor ", list_str(p.forward_recat),
+    FERRY_CHECK(plan.backward_recat[plan.forward_recat[q]] == q, InvalidArgument,
+                where(kSequence, group), ": backward_recat_tensor ", list_str(plan.backward_recat),
+                " is not the inverse of forward_recat_tensor ", list_str(plan.forward_recat),
                 " (the backward would not be the forward's transpose)");
   }
+  const std::vector<int64_t>& len = plan.lengths;
   if (info.variable_batch_size) {
     FERRY_CHECK(static_cast<int64_t>(len.size()) == n, InvalidArgument, where(kSequence, group),
                 ": with variable_batch_size every length is a segment, so the recat needs ",
                 len.size(), " entries, given ", n);
-    p.segment_rows = len;
+    plan.segment_rows.assign(len.begin(), len.end());
   } else {
     FERRY_CHECK(static_cast<int64_t>(len.size()) % n == 0, InvalidArgument,
                 where(kSequence, group), ": lengths_after_sparse_data_all2all has ", len.size(),
                 " entries, not a multiple of the ", n, " segments of forward_recat_tensor");
     const int64_t per = static_cast<int64_t>(len.size()) / n;
-    p.segment_rows.assign(n, 0);
+    plan.segment_rows.assign(n, 0);
     for (int64_t s = 0; s < n; ++s)
-      for (int64_t b = 0; b < per; ++b) p.segment_rows[s] += len[s * per + b];
+      for (int64_t b = 0; b < per; ++b) plan.segment_rows[s] += len[s * per + b];
   }
-  FERRY_CHECK(sum_of(p.segment_rows) == rows, InvalidArgument, where(kSequence, group),
-              ": lengths_after_sparse_data_all2all adds up to ", sum_of(p.segment_rows),
+  FERRY_CHECK(sum_of(plan.segment_rows) == rows, InvalidArgument, where(kSequence, group),
+              ": lengths_after_sparse_data_all2all adds up to ", sum_of(plan.segment_rows),
               " ids but the input has ", rows, " rows");
-  p.permuted_segment_rows.reserve(static_cast<size_t>(n));
+  plan.permuted_segment_rows.clear();
   for (int64_t q = 0; q < n; ++q)
-    p.permuted_segment_rows.push_back(p.segment_rows[p.forward_recat[q]]);
-  return p;
+    plan.permuted_segment_rows.push_back(plan.segment_rows[plan.forward_recat[q]]);
+  plan.permuted = true;
+}
+
+// The info read and checked into a plan from this thread's spares.
+PlanPtr plan_of(const Variable& x, const All2AllSequenceInfo& info, const Group& group) {
+  const int64_t d = info.embedding_dim;
+  PlanPtr kept = PlanSpares::take();
+  if (!kept) kept = std::make_unique<SequencePlan>();
+  SequencePlan& plan = *kept;
+  plan.permuted = false;
+  const Tensor& lengths = info.lengths_after_sparse_data_all2all;
+  plan.lengths.clear();
+  if (lengths.defined()) {
+    FERRY_CHECK(is_integer(lengths), InvalidArgument, where(kSequence, group),
+                ": lengths_after_sparse_data_all2all must be int32 or int64, given ",
+                dtype_name(lengths.dtype()));
+    read_integers(lengths, plan.lengths);
+    detail::check_non_negative(plan.lengths, "lengths_after_sparse_data_all2all", group,
+                               kSequence);
+  }
+  if (info.forward_recat_tensor.defined() && info.forward_recat_tensor.numel() > 0) {
+    FERRY_CHECK(lengths.defined(), InvalidArgument, where(kSequence, group),
+                ": forward_recat_tensor needs lengths_after_sparse_data_all2all");
+    read_segment_permutation(info, x.size(0), group, plan);
+  }
+  plan.splits.send.clear();
+  plan.splits.recv.clear();
+  for (int i = 0; i < group.size(); ++i) {
+    plan.splits.send.push_back(info.output_splits[i] * d);
+    plan.splits.recv.push_back(info.input_splits[i] * d);
+  }
+  return kept;
 }
 
 }  // namespace
@@ -189,33 +282,15 @@ Awaitable<Variable> alltoall_sequence(const Variable& x, const All2AllSequenceIn
   FERRY_CHECK(sum_of(info.output_splits) == x.size(0), InvalidArgument, where(kSequence, group),
               ": output_splits ", list_str(info.output_splits), " add up to ",
               sum_of(info.output_splits), " ids but the input has ", x.size(0), " rows");
-  const Tensor& lengths = info.lengths_after_sparse_data_all2all;
-  std::vector<int64_t> len;
-  if (lengths.defined()) {
-    FERRY_CHECK(is_integer(lengths), InvalidArgument, where(kSequence, group),
-                ": lengths_after_sparse_data_all2all must be int32 or int64, given ",
-                dtype_name(lengths.dtype()));
-    len = integers_of(lengths);
-    detail::check_non_negative(len, "lengths_after_sparse_data_all2all", group, kSequence);
+  PlanPtr plan = plan_of(x, info, group);
+  if (group.size() == 1) {
+    PlanSpares::give(std::move(plan));
+    return NoWait<Variable>(x);
   }
-  std::optional<SegmentPermutation> permutation;
-  if (info.forward_recat_tensor.defined() && info.forward_recat_tensor.numel() > 0) {
-    FERRY_CHECK(lengths.defined(), InvalidArgument, where(kSequence, group),
-                ": forward_recat_tensor needs lengths_after_sparse_data_all2all");
-    permutation = segment_permutation(info, len, x.size(0), group);
-  }
-  if (group.size() == 1) return NoWait<Variable>(x);
-  std::vector<int64_t> send, recv;
-  send.reserve(info.output_splits.size());
-  recv.reserve(info.input_splits.size());
-  for (int i = 0; i < group.size(); ++i) {
-    send.push_back(info.output_splits[i] * d);
-    recv.push_back(info.input_splits[i] * d);
-  }
+  ferry::detail::ScopedSpare<std::vector<Variable>> inputs;  // the thread's list: none allocated
+  inputs->push_back(x);
   return detail::run_comm_op_single(
-      std::make_shared<AllToAllSequenceOp>(group, codecs, d, std::move(permutation),
-                                           std::move(send), std::move(recv)),
-      {x});
+      ferry::detail::make_pooled<AllToAllSequenceOp>(group, codecs, d, std::move(plan)), *inputs);
 }
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <ferry/collectives/collectives.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <algorithm>
 
@@ -28,7 +29,16 @@ ReduceScatterGatherOp::ReduceScatterGatherOp(const char* name, Group group,
       sizes_(std::move(sizes)),
       equal_(std::adjacent_find(sizes_.begin(), sizes_.end(), std::not_equal_to<>()) ==
              sizes_.end()),
-      output_shape_(std::move(output_shape)) {}
+      output_shape_(std::move(output_shape)),
+      input_shapes_(ShapeListSpares::take()) {}
+
+ReduceScatterGatherOp::~ReduceScatterGatherOp() {
+  // The lists go to this thread's spares: the next call's (SizeListSpares) and launch's.
+  sizes_.clear();
+  SizeListSpares::give(std::move(sizes_));
+  input_shapes_.clear();
+  ShapeListSpares::give(std::move(input_shapes_));
+}
 
 Work ReduceScatterGatherOp::reduce_scatter(CodecPass& pass, const Tensor& values,
                                            const std::vector<int64_t>& wire) {
@@ -61,11 +71,10 @@ Work ReduceScatterGatherOp::launch(const std::vector<Tensor>& inputs) {
     if (inputs.size() > 1 && forward_pass_->passthrough()) {
       // reduce_scatter_pooled without a codec: the list form reads each input where it lies
       // instead of a copy of all W put end to end (the ring's transports; MPI still copies).
-      std::vector<Tensor> flats;
-      flats.reserve(inputs.size());
-      for (const Tensor& t : inputs) flats.push_back(t.flatten());
+      ferry::detail::ScopedSpare<std::vector<Tensor>> flats;  // a list of this thread's
+      for (const Tensor& t : inputs) flats->push_back(t.flatten());
       received_ = empty({sizes_[rank()]}, dtype);
-      return ferry::reduce_scatter(flats, received_, group());
+      return ferry::reduce_scatter(*flats, received_, group());
     }
     return reduce_scatter(*forward_pass_, flat_concat(inputs),
                           forward_pass_->wire_or_values(forward_wire_, sizes_));

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <ferry/collectives/torchrec/comm/comm_op_base.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <optional>
 #include <vector>
@@ -19,12 +20,19 @@ namespace ferry::torchrec::detail {
 
 enum class ForwardCollective { kReduceScatter, kAllGather };
 
+// The per-call lists of the ops below, handed from one call on a thread to the next: the op
+// gives its block sizes and its inputs' shapes back when it goes, and a call builds its sizes
+// in a list taken here, so that a steady state allocates none of them.
+using SizeListSpares = ferry::detail::ThreadSpares<std::vector<int64_t>>;
+using ShapeListSpares = ferry::detail::ThreadSpares<std::vector<Shape>>;
+
 class ReduceScatterGatherOp final : public TorchrecCommOp {
  public:
   ReduceScatterGatherOp(const char* name, Group group,
                         const std::optional<QuantizedCommCodecs>& codecs,
                         ForwardCollective forward, std::vector<int64_t> sizes,
                         Shape output_shape);
+  ~ReduceScatterGatherOp() override;
 
   Work launch(const std::vector<Tensor>& inputs) override;
   std::vector<Tensor> finish() override;

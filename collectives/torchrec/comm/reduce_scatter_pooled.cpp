@@ -44,9 +44,19 @@ Awaitable<Variable> run(const char* op, const Group& group, const Codecs& codecs
   detail::check_reducible_codec(codecs, forward == ForwardCollective::kReduceScatter,
                                 inputs[0].dtype(), group, op);
   return detail::run_comm_op_single(
-      std::make_shared<detail::ReduceScatterGatherOp>(op, group, codecs, forward,
-                                                      std::move(sizes), std::move(output)),
+      ferry::detail::make_pooled<detail::ReduceScatterGatherOp>(op, group, codecs, forward,
+                                                                std::move(sizes),
+                                                                std::move(output)),
       inputs);
+}
+
+// The same for the one input `x`, in a list of this thread's (none allocated).
+Awaitable<Variable> run(const char* op, const Group& group, const Codecs& codecs,
+                        ForwardCollective forward, std::vector<int64_t> sizes, Shape output,
+                        const Variable& x) {
+  ferry::detail::ScopedSpare<std::vector<Variable>> inputs;
+  inputs->push_back(x);
+  return run(op, group, codecs, forward, std::move(sizes), std::move(output), *inputs);
 }
 
 // input_splits: one row count per rank, adding up to x's rows.
@@ -67,7 +77,7 @@ Awaitable<Variable> reduce_scatter_v(const char* op, const Variable& x,
   sizes.reserve(splits.size());
   for (int64_t s : splits) sizes.push_back(s * row_elements(x.shape()));
   return run(op, group, codecs, ForwardCollective::kReduceScatter, std::move(sizes),
-             with_rows(x.shape(), splits[group.rank()]), {x});
+             with_rows(x.shape(), splits[group.rank()]), x);
 }
 
 // The info's other fields must describe the same split of the input.
@@ -102,8 +112,8 @@ Awaitable<Variable> reduce_scatter_list(const std::vector<Variable>& inputs,
   FERRY_CHECK(!info || info->input_sizes.size() == inputs.size(), InvalidArgument,
               where(kList, group), ": input_sizes must have one shape per input (",
               inputs.size(), "), given ", info->input_sizes.size());
-  std::vector<int64_t> sizes;
-  sizes.reserve(inputs.size());
+  std::vector<int64_t> sizes = detail::SizeListSpares::take();  // the op gives it back
+  sizes.clear();
   for (size_t j = 0; j < inputs.size(); ++j) {
     detail::check_input(inputs[j], group, kList);
     FERRY_CHECK(inputs[j].dtype() == inputs[0].dtype(), InvalidArgument, where(kList, group),
@@ -142,7 +152,7 @@ Awaitable<Variable> reduce_scatter_base_pooled(const Variable& x,
   const int64_t rows = x.size(0) / world;
   return run(kBase, group, codecs, ForwardCollective::kReduceScatter,
              std::vector<int64_t>(world, rows * row_elements(x.shape())),
-             with_rows(x.shape(), rows), {x});
+             with_rows(x.shape(), rows), x);
 }
 
 Awaitable<Variable> reduce_scatter_base_pooled(const Variable& x, const Group& group,
@@ -196,7 +206,7 @@ Awaitable<Variable> reduce_scatter_v_per_feature_pooled(
   // As the original: a reduce-scatter-v of the flat buffer; the gradient takes x's shape back.
   if (group.size() == 1) return NoWait<Variable>(x);
   return run(kPerFeature, group, codecs, ForwardCollective::kReduceScatter, splits,
-             Shape{splits[group.rank()]}, {x});
+             Shape{splits[group.rank()]}, x);
 }
 
 Awaitable<Variable> all_gather_base_pooled(const Variable& x, const AllGatherBaseInfo& info,
@@ -209,7 +219,7 @@ Awaitable<Variable> all_gather_base_pooled(const Variable& x, const AllGatherBas
   if (world == 1) return NoWait<Variable>(x);
   return run(kAllGather, group, codecs, ForwardCollective::kAllGather,
              std::vector<int64_t>(world, x.numel()), with_rows(x.shape(), world * x.size(0)),
-             {x});
+             x);
 }
 
 Awaitable<Variable> all_gather_base_pooled(const Variable& x, const Group& group,
