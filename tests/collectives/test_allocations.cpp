@@ -24,11 +24,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -205,32 +207,47 @@ std::function<void()> raw_all_to_all_pair(Group& g) {
 class WorkerBlocker {
  public:
   explicit WorkerBlocker(Group& g) : g_(g) {}
-  // Puts a task on the worker that returns once release() was called (or after 30 s).
+  // Puts a task on the worker that sleeps until release() was called (or 30 s passed): a
+  // waiting worker, not a spinning one, so that both ranks' threads keep the two cores.
   void occupy() {
-    released_ = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ = false;
+    }
     g_.impl().executor().enqueue([this] {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (!released_.load() && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::yield();
-      ran_.fetch_add(1);
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(30), [this] { return released_; });
+      ran_ += 1;
+      cv_.notify_all();
     });
   }
-  void release() { released_ = true; }
-  // The blocker alone: occupies and releases the worker, and returns once its task ran.
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  // The blocker alone: occupies and releases the worker, and returns once its task ran. Throws
+  // (run_ranks reports it on the test's thread: Catch2's assertions are not for rank threads)
+  // if the worker never ran it.
   void occupy_and_wait() {
-    const uint64_t before = ran_.load();
+    uint64_t before;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      before = ran_;
+    }
     occupy();
     release();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (ran_.load() == before && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::yield();
-    REQUIRE(ran_.load() != before);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return ran_ != before; }))
+      throw std::runtime_error("the group's worker did not run the blocker's task in 30 s");
   }
 
  private:
   Group& g_;
-  std::atomic<bool> released_{false};
-  std::atomic<uint64_t> ran_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+  uint64_t ran_ = 0;
 };
 
 // `issue(g)` makes the op; the call issues it while the worker is busy, then waits for it.
