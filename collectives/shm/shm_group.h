@@ -12,7 +12,9 @@
 // group (so two ops left unwaited never block each other, nor a third that needs their
 // buffers): once every rank published, this rank reads what it needs (sums the payloads, or
 // copies its blocks out of its peers' memory) and says it is done; an all_to_all then also
-// waits until every peer said so, as they read from its buffer. A wait spins briefly, then
+// waits until every peer said so, as they read from its buffer. A rank whose ops fail marks
+// the segment before its caller gets its buffers back, and a rank that read peers' buffers
+// checks that mark before it says done (a peer's caller may have changed them meanwhile). A wait spins briefly, then
 // sleeps on the segment's futex (shm_wait.h), and between sleeps checks its deadline, its
 // peers' processes, a peer that gave up, and the group's poison.
 #pragma once
