@@ -347,7 +347,7 @@ void mismatch_writes_nothing(Group& world, Ctx& ctx) {
 void shared_all_gather_v(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   const int W = g.size(), me = g.rank();
-  constexpr int64_t kInner = 3001;  // a row of 12 KiB: two rows are above a slot
+  constexpr int64_t kInner = 3001;  // a row of 12004 B: two rows are above a slot
   std::vector<int64_t> sizes(static_cast<size_t>(W));
   for (int r = 0; r < W; ++r) sizes[static_cast<size_t>(r)] = r % 3 == 1 ? 0 : 2 + r % 3;
   int64_t total = 0, first = 0;
