@@ -32,6 +32,9 @@ class SharedArena {
   }
 
   void* acquire(size_t nbytes, const char* op) {
+    FERRY_CHECK(nbytes <= kMaxSharedBlock, InvalidArgument, op, ": cannot place ", nbytes,
+                " B in shared memory: a block holds at most ", kMaxSharedBlock, " B (",
+                kMaxSharedBlock >> 40, " TiB)");
     const size_t size = round_up(std::max<size_t>(nbytes, 1), kSharedGrain);
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<FreeRanges::Place> at = free_.take(size);
@@ -44,13 +47,15 @@ class SharedArena {
   }
 
   void release(void* block, size_t nbytes) {
-    const size_t size = round_up(std::max<size_t>(nbytes, 1), kSharedGrain);
+    // A size acquire refused is no block of the arena's (and would wrap when rounded up).
+    const size_t size =
+        nbytes <= kMaxSharedBlock ? round_up(std::max<size_t>(nbytes, 1), kSharedGrain) : 0;
     const auto at = reinterpret_cast<uintptr_t>(block);
     std::lock_guard<std::mutex> lock(mu_);
-    const size_t c = chunk_of(at, size);
+    const size_t c = size == 0 ? count() : chunk_of(at, size);
     if (c == count_.load(std::memory_order_relaxed)) {  // from a destructor: never throws
       FERRY_LOG(Warn, "arena", "the shared arena was given back a block it never handed out "
-                "(internal error): ", size, " B at ", block);
+                "(internal error): ", nbytes, " B at ", block);
       return;
     }
     free_.give({c, at - chunks_[c].address}, size);

@@ -39,9 +39,14 @@ inline constexpr size_t kMinSharedChunk = size_t{64} << 20;
 // Blocks are whole pages: page-aligned, and a block never shares a page with another.
 inline constexpr size_t kSharedGrain = 4096;
 
-// A block of at least `nbytes` bytes (0 is taken as 1) in the arena, page-aligned. Throws Error
-// naming `op` and why when the arena cannot grow (no memfd_create, out of memory, more than
-// kMaxSharedChunks chunks).
+// The largest block the arena hands out: 2^46 B (64 TiB), more than a host's memory and far
+// enough below SIZE_MAX that rounding a size up to pages or chunks never wraps.
+inline constexpr size_t kMaxSharedBlock = size_t{1} << 46;
+
+// A block of at least `nbytes` bytes (0 is taken as 1) in the arena, page-aligned. Throws
+// InvalidArgument naming `op` and the bytes asked when `nbytes` is above kMaxSharedBlock, and
+// Error naming `op` and why when the arena cannot grow (no memfd_create, out of memory, more
+// than kMaxSharedChunks chunks).
 void* acquire_shared_block(size_t nbytes, const char* op);
 // Gives back a block acquire_shared_block returned for the same `nbytes`.
 void release_shared_block(void* block, size_t nbytes);

@@ -3,8 +3,8 @@
 // empty). Every rank's block lands at its place in every rank's output, in rank order.
 //
 // As an all-to-all whose every rank sends the same block to all, a large gather copies blocks
-// between the ranks' tensors (shm_gather_large.cpp; the all_to_all's single copy where a
-// group is too large for its places); a small one goes through the segment's slots.
+// between the ranks' tensors (shm_gather_large.cpp); a small one, or a large one where a group
+// is too large for its block places (above 961 ranks), goes through the segment's slots.
 #pragma once
 
 #include <ferry/collectives/algorithms/algorithms.h>

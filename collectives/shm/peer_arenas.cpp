@@ -21,31 +21,48 @@ std::atomic<uint64_t> g_mapped_bytes{0};
 std::atomic<uint64_t> g_written_bytes{0};
 std::atomic<uint64_t> g_kernel_bytes{0};
 
-// Maps `chunk` of process `pid`, read-only or also for writing: "" and `*base`, or why not.
-std::string map_chunk(int pid, const SharedChunk& chunk, bool writable,
-                      const unsigned char** base) {
+// Why a chunk could not be mapped, and whether that lasts: a descriptor this rank may not
+// open (EACCES, EPERM), a process or descriptor gone (ENOENT), a memory file other than the
+// one listed, or a mapping refused for its access; or only for now (out of descriptors or
+// memory: EMFILE, ENFILE, ENOMEM), which a later op tries again.
+struct Refusal {
+  std::string why;  // empty: mapped
+  bool lasting = false;
+};
+
+bool lasting(int err) { return err == EACCES || err == EPERM || err == ENOENT; }
+
+// Maps `chunk` of process `pid`, read-only or also for writing: an empty refusal and `*base`,
+// or why not.
+Refusal map_chunk(int pid, const SharedChunk& chunk, bool writable, const unsigned char** base) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, static_cast<int>(chunk.fd));
   const int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return str("open(", path, "): ", std::strerror(errno));
-  std::string why;
+  if (fd < 0) {
+    const int err = errno;
+    return {str("open(", path, "): ", std::strerror(err)), lasting(err)};
+  }
+  Refusal refused;
   struct stat st {};
   if (fstat(fd, &st) != 0) {
-    why = str("fstat(", path, "): ", std::strerror(errno));
+    refused = {str("fstat(", path, "): ", std::strerror(errno)), false};
   } else if (static_cast<uint64_t>(st.st_ino) != chunk.inode ||
              static_cast<uint64_t>(st.st_size) != chunk.bytes) {
-    why = str(path, " is not the chunk listed (inode ", st.st_ino, " of ", st.st_size,
-              " B, expected inode ", chunk.inode, " of ", chunk.bytes, " B)");
+    refused = {str(path, " is not the chunk listed (inode ", st.st_ino, " of ", st.st_size,
+                   " B, expected inode ", chunk.inode, " of ", chunk.bytes, " B)"),
+               true};
   } else {
     void* p = mmap(nullptr, chunk.bytes, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED,
                    fd, 0);
-    if (p == MAP_FAILED)
-      why = str("mmap(", chunk.bytes, " B): ", std::strerror(errno));
-    else
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      refused = {str("mmap(", chunk.bytes, " B): ", std::strerror(err)), lasting(err)};
+    } else {
       *base = static_cast<const unsigned char*>(p);
+    }
   }
   close(fd);
-  return why;
+  return refused;
 }
 
 }  // namespace
@@ -114,14 +131,21 @@ const unsigned char* PeerArenas::find_in(Access access, int r, const Slot& their
       continue;
     Mapping& m = maps_[access][static_cast<size_t>(r)][i];
     if (!m.tried) {
-      m.tried = true;
-      const std::string why = map_chunk(pid, c, access == kWrite, &m.base);
-      if (why.empty()) {
+      const Refusal refused = map_chunk(pid, c, access == kWrite, &m.base);
+      if (refused.why.empty()) {
+        m.tried = true;
         m.bytes = c.bytes;
       } else {
-        FERRY_LOG(Info, "shm", describe, ": cannot map rank ", r, "'s shared chunk ", i,
-                  access == kWrite ? " for writing (" : " (", why,
-                  "): its buffers there are read through the kernel");
+        // Only a lasting refusal is kept: out of descriptors or memory now, a later op tries
+        // again. Logged once per chunk either way.
+        m.tried = refused.lasting;
+        if (!m.logged)
+          FERRY_LOG(Info, "shm", describe, ": cannot map rank ", r, "'s shared chunk ", i,
+                    access == kWrite ? " for writing (" : " (", refused.why, "): ",
+                    access == kWrite ? "that rank reads this rank's part itself"
+                                     : "its buffers there are read through the kernel",
+                    refused.lasting ? "" : " until a later op maps it");
+        m.logged = true;
       }
     }
     return m.base == nullptr ? nullptr : m.base + (address - c.address);

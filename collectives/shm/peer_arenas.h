@@ -6,7 +6,10 @@
 // list: when a chunk holds the whole buffer, the reader maps that chunk once (read-only,
 // through /proc/<pid>/fd, after checking the memory file's inode and size against the list)
 // and copies or reduces straight out of the mapping, with no system call; otherwise, or when
-// the chunk cannot be mapped (logged once per chunk), it reads through the kernel as before.
+// the chunk cannot be mapped (logged once per chunk), it reads through the kernel as before. A
+// refusal that may pass (out of descriptors or memory) is tried again at the next op that
+// meets the chunk; one that lasts (no permission, the process or memory file gone or another
+// one) is kept for the group's life.
 // A chunk holding a peer's output that the algorithm writes into (a gather's pushes) is mapped
 // a second time, writable, only for that.
 // The choice is the reader's, per peer and buffer, from what the peers published for the op:
@@ -71,7 +74,8 @@ class PeerArenas {
   struct Mapping {
     const unsigned char* base = nullptr;  // null: not mapped (yet, or ever when `tried`)
     size_t bytes = 0;
-    bool tried = false;
+    bool tried = false;   // mapped, or refused for good: not tried again
+    bool logged = false;  // a refusal was logged
   };
   using Chunks = std::array<Mapping, kMaxSharedChunks>;
   const unsigned char* find_in(Access access, int r, const Slot& theirs, int pid,

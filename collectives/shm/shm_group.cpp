@@ -33,6 +33,9 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 
 static_assert(sizeof(Fingerprint) <= kFingerprintBytes);
 
+// set_pause_before_reads_for_testing's hook.
+std::atomic<void (*)(const char*)> g_pause_before_reads{nullptr};
+
 // "all_reduce of 4096 float32 (sum)", "broadcast of 64 bytes from root 1", "all_gather of 16
 // bytes per rank", "reduce_scatter of 2 float32 (sum) per rank": a call as the MPI transport's
 // key check names it, so a mismatch reads alike whichever path found it (MPI moves the
@@ -105,6 +108,10 @@ class ShmPoller final : public BackgroundPoller {
 };
 
 }  // namespace
+
+void set_pause_before_reads_for_testing(void (*pause)(const char* op)) {
+  g_pause_before_reads.store(pause);
+}
 
 std::shared_ptr<GroupShm> GroupShm::of(GroupImpl& g, const OpRef& op) {
   // After the first op, without the group's lock: the pointer is set once and never cleared
@@ -336,9 +343,38 @@ void GroupShm::abandon(std::exception_ptr why) {
 
 void GroupShm::abandon_locked(std::exception_ptr why) {
   if (!failure_) failure_ = std::move(why);
+  // Before the op's Work fails and its caller may reuse the buffers the peers read: a peer that
+  // reads them after this store sees it in its check before it says done (progress).
+  int32_t none = 0;
+  header()->released.compare_exchange_strong(none, rank_ + 1, std::memory_order_seq_cst);
   abandoned_.store(true, std::memory_order_release);
   head_ = tail_;
   head_n_.store(0, std::memory_order_release);
+}
+
+bool GroupShm::reads_peers(Kind kind) {
+  return kind == Kind::AllToAll || kind == Kind::ReduceSlice || kind == Kind::GatherSlices ||
+         kind == Kind::ReduceBlock || kind == Kind::PullBlocks;
+}
+
+void GroupShm::pause_for_testing(const Pending& p) const {
+  if (auto* pause = g_pause_before_reads.load(std::memory_order_relaxed)) pause(name_of(p));
+}
+
+void GroupShm::check_nobody_released(const Pending& p) {
+  // Orders the reads above before the load: a peer stores `released` before its caller gets
+  // its buffers back, so reads that saw any byte the caller wrote since see the store here.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const int32_t released = header()->released.load(std::memory_order_seq_cst);
+  if (released == 0 || released - 1 == rank_) return;
+  // A peer that let go on another rank's death: name the rank that died (as a failed read does).
+  const int32_t dead = header()->ended.load(std::memory_order_acquire);
+  if (dead != 0)
+    FERRY_THROW(PeerFailure, name_of(p), " (shm op ", p.n, ") on ", describe_, ": ",
+                who(dead - 1), " ended while this rank read from its peers");
+  FERRY_THROW(PeerFailure, name_of(p), " (shm op ", p.n, ") on ", describe_, ": ",
+              who(released - 1), " failed the op and let go of its buffers while this rank read "
+              "them: the bytes read may be its caller's new ones, so the op fails here too");
 }
 
 void GroupShm::progress() {
@@ -358,6 +394,7 @@ void GroupShm::progress() {
           if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n - 1)) return;
       try {
         compare_calls(p);
+        if (reads_peers(p.kind) && p.kind != Kind::ReduceSlice) pause_for_testing(p);
         if (p.kind == Kind::AllReduce) read_all_reduce(p);
         if (p.kind == Kind::AllToAll) read_all_to_all(p);
         if (p.kind == Kind::ReduceSlice) read_reduce_slice(p);
@@ -366,6 +403,9 @@ void GroupShm::progress() {
         if (p.kind == Kind::ReduceBlock) read_reduce_block(p);
         if (p.kind == Kind::PushBlocks) read_push_blocks(p);
         if (p.kind == Kind::PullBlocks) read_pull_blocks(p);
+        // A peer's failure after this rank arrived (its own deadline, which tells nobody, or a
+        // death it noticed first) may have handed its buffers back while they were read.
+        if (reads_peers(p.kind)) check_nobody_released(p);
       } catch (...) {
         give_up();  // this rank will never say done: its peers must not wait for it
         abandon_locked(std::current_exception());

@@ -12,7 +12,9 @@
 // group (so two ops left unwaited never block each other, nor a third that needs their
 // buffers): once every rank published, this rank reads what it needs (sums the payloads, or
 // copies its blocks out of its peers' memory) and says it is done; an all_to_all then also
-// waits until every peer said so, as they read from its buffer. A wait spins briefly, then
+// waits until every peer said so, as they read from its buffer. A rank whose ops fail marks
+// the segment before its caller gets its buffers back, and a rank that read peers' buffers
+// checks that mark before it says done (a peer's caller may have changed them meanwhile). A wait spins briefly, then
 // sleeps on the segment's futex (shm_wait.h), and between sleeps checks its deadline, its
 // peers' processes, a peer that gave up, and the group's poison.
 #pragma once
@@ -57,6 +59,11 @@ struct OpRef {
 // read each other's memory, as where Yama or a container forbids it, so that the fallbacks run
 // on a host that allows the reads. Every rank must set it alike around making the group.
 void set_peers_unreadable_for_testing(bool on);
+// For tests: while set (null: unset), `pause(op)` runs before the reads of peers' buffers
+// that complete a large op (an all_to_all's, a large gather's or all_reduce's second half, a
+// reduce_scatter's), on whichever thread advances it, so that a test can hold one rank there
+// while a peer fails.
+void set_pause_before_reads_for_testing(void (*pause)(const char* op));
 
 class GroupShm : public std::enable_shared_from_this<GroupShm> {
  public:
@@ -196,6 +203,13 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   Pending& push(uint32_t n, Kind kind);
   // Advances this rank's started ops as far as the peers allow. mu_ held.
   void progress();
+  // Whether an op of `kind` reads its peers' own buffers (not the segment's slots).
+  static bool reads_peers(Kind kind);
+  // After reading peers' buffers, before saying done: throws PeerFailure when another rank
+  // abandoned its ops (Header::released), as what was read may be its caller's new bytes.
+  void check_nobody_released(const Pending& p);
+  // set_pause_before_reads_for_testing's hook, if set.
+  void pause_for_testing(const Pending& p) const;
   void read_all_reduce(const Pending& p);
   void read_all_to_all(const Pending& p);
   // Throws MismatchError naming the first pair of ranks whose block sizes disagree.

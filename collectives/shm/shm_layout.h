@@ -66,6 +66,11 @@ struct alignas(kLine) Header {
   // whose own read then fails (a peer that failed on that death and let go of its buffers, or
   // exited) names the rank that died, not the one that let go.
   std::atomic<int32_t> ended;
+  // 0, or 1 + the group rank of the first rank that abandoned its shared-memory ops, whatever
+  // the failure (its own deadline included, which does not give up): its callers may reuse the
+  // buffers its peers read. A peer that finishes reading a rank's buffers after this was set
+  // fails the op instead of completing it with bytes that may be the caller's new ones.
+  std::atomic<int32_t> released;
 };
 
 // A rank's all_to_all block as its peers read it, in its process: `bytes` at `address` when

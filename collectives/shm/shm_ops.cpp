@@ -132,7 +132,10 @@ class ShmInFlight final : public InFlight, public Pooled {
   void keep_buffers_on_failure() { keep_on_failure_ = true; }
 
   // Otherwise the caller's buffers are only read by peers, and only until every peer said
-  // done; a failed op's peers fail too, so nothing needs keeping for the process's life.
+  // done. A failed op's peers may still be reading them (a stopped peer that resumes), but the
+  // failure marked the group's segment before the Work fails (GroupShm::abandon), and a peer
+  // checks that mark after its reads and before it says done: it fails its op rather than
+  // completing it with the caller's new bytes. So nothing needs keeping for the process's life.
   OnFailure on_failure() const override {
     return keep_on_failure_ ? OnFailure::kPoisonKeepBuffers : OnFailure::kPoisonTellPeers;
   }
@@ -155,18 +158,27 @@ bool single_copy_fits(GroupShm& shm, size_t parts, const OpRef& ref) {
   return GroupShm::all_to_all_fits(parts, shm.size()) && shm.peers_readable(ref);
 }
 
+// Whether a peer of this rank sends it a block of some bytes: else nobody would write into
+// its output, which then need not be kept for the life of the process if the op fails (a
+// broadcast's root; an all_gather_v rank whose peers all send no rows).
+bool peers_send(const GatherBlocks& blocks, const GroupShm& shm) {
+  for (int r = 0; r < shm.size(); ++r)
+    if (r != shm.rank() && blocks.bytes(r) > 0) return true;
+  return false;
+}
+
 // A gather of any size (shm_ops.h's post_gather says which way). Returns the op number that
 // completes it.
 uint32_t start_any_gather(GroupShm& shm, OpContext& ctx, const OpRef& ref,
                           const GatherBlocks& blocks, PeerWrites* writes = nullptr) {
   const size_t most = blocks.max_block();
   if (most <= GroupShm::kGatherPiece) return shm.start_gather(ref, blocks, 0);
-  if (shm.peers_readable(ref)) {
-    if (!GroupShm::large_gather_fits(shm.size()))
-      return shm.start_all_to_all(ref, blocks, ref.name);
+  // The single copy needs a block place per rank in a slot (up to 961 ranks); above, or where
+  // the ranks cannot read each other's memory, piece by piece through the slots.
+  if (shm.peers_readable(ref) && GroupShm::large_gather_fits(shm.size()))
     return shm.start_large_gather(ref, blocks,
-                                  writes != nullptr && writes->accept(blocks.out(), 1));
-  }
+                                  writes != nullptr && peers_send(blocks, shm) &&
+                                      writes->accept(blocks.out(), 1));
   uint32_t n = 0;
   for (size_t at = 0; at < most; at += GroupShm::kGatherPiece) {
     n = shm.start_gather(ref, blocks, at);

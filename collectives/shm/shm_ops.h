@@ -49,8 +49,9 @@ bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks);
 // A gather (all_gather, all_gather_v, broadcast: `c`, as recorded): blocks of up to a slot go
 // through the segment's slots, larger ones by single copy between the tensors (written into
 // the peers' outputs that lie in shared memory, read from the others), or, where
-// the ranks cannot read each other's memory, through the slots a piece at a time (a fallback
-// the issuing thread runs to its end). Every rank takes the same way: it depends on the largest
+// the ranks cannot read each other's memory or more than 961 ranks have no room for their
+// block places in a slot, through the slots a piece at a time (a fallback the issuing thread
+// runs to its end). Every rank takes the same way: it depends on the largest
 // block, which all know. Started, the op owns `blocks` until it completed.
 std::unique_ptr<InFlight> post_gather(std::unique_ptr<OpContext> ctx,
                                       std::unique_ptr<GatherBlocks> blocks, Collective c);

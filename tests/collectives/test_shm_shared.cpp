@@ -15,6 +15,7 @@
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/engine/reduce_kernels.h>
 #include <ferry/collectives/shm/peer_arenas.h>
+#include <ferry/runtime/shared_arena.h>
 
 #include <catch2/catch.hpp>
 
@@ -24,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 using namespace ftest;
@@ -338,6 +341,168 @@ void mismatch_writes_nothing(Group& world, Ctx& ctx) {
                   me == root ? Tensor() : t);
 }
 
+// A large all_gather_v into outputs in shared memory, with uneven rows (so uneven offsets),
+// ranks of no rows, out of place and in place (each rank's input its rows of the output):
+// the ring's bytes.
+void shared_all_gather_v(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  constexpr int64_t kInner = 3001;  // a row of 12004 B: two rows are above a slot
+  std::vector<int64_t> sizes(static_cast<size_t>(W));
+  for (int r = 0; r < W; ++r) sizes[static_cast<size_t>(r)] = r % 3 == 1 ? 0 : 2 + r % 3;
+  int64_t total = 0, first = 0;
+  for (int r = 0; r < W; ++r) {
+    if (r == me) first = total;
+    total += sizes[static_cast<size_t>(r)];
+  }
+  const int64_t mine = sizes[static_cast<size_t>(me)];
+  Gen gen(pattern_for(ReduceOp::Sum), DType::Float32, me, 11);
+  const Tensor in = make_tensor(gen, {mine, kInner}, DType::Float32);
+  for (bool in_place : {false, true}) {
+    auto run = [&](const char* algo, bool shared) {
+      ScopedAlgorithm o(std::string("all_gather:") + algo);
+      Tensor out = placed(ferry::zeros({total, kInner}), shared);
+      Tensor own = in_place ? out.narrow(0, first, mine) : placed(in, shared);
+      if (in_place) own.copy_(in);
+      ferry::all_gather_v(own, out, sizes, g).wait();
+      return snapshot(out);
+    };
+    const uint64_t ran = runs(g, Collective::AllGather, Algorithm::SharedMemory);
+    Tensor by_shm = run("shm", true);
+    Tensor by_ring = run("ring", false);
+    expect_as_other(ctx, g, where(g, in_place ? "shared all_gather_v in place"
+                                              : "shared all_gather_v out of place"),
+                    Collective::AllGather, ran, by_shm, by_ring, "ring");
+  }
+}
+
+// The bytes per rank of the gathers below: above the slots.
+constexpr int64_t kGathered = 20000;
+
+// Whether every block of an all_gather of ranks' `base + rank` landed.
+bool gathered_right(const Tensor& out, int W, double base) {
+  bool ok = true;
+  for (int r = 0; r < W; ++r)
+    ok = ok && out.get_flat(r * kGathered) == base + r &&
+         out.get_flat(r * kGathered + kGathered - 1) == base + r;
+  return ok;
+}
+
+// A large gather takes two op numbers and notes in the second's buffer which peers it wrote
+// its block to; the buffers come round every two gathers. A gather into shared outputs (its
+// ranks write to each other, noting it), then two into outputs that are not shared: the
+// third's notes lie where the first's did, and must not make a rank skip a block nobody wrote.
+void written_notes_do_not_outlive_their_gather(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  ScopedAlgorithm o("all_gather:shm,barrier:shm");
+  ferry::barrier(g).wait();  // nothing in flight: the next gathers start at issue
+  Tensor in = ferry::empty_shared({kGathered});
+  in.fill_(me);
+  Tensor out = ferry::empty_shared({kGathered * W});
+  const SingleCopyBytes before = single_copy_bytes();
+  ferry::all_gather(in, out, g).wait();
+  ctx.expect(single_copy_bytes().written > before.written && gathered_right(out, W, 0),
+             [&] { return where(g, "shared all_gather") + ": no block written, or wrong"; });
+  for (int k = 1; k <= 2; ++k) {
+    Tensor plain_in = ferry::full({kGathered}, 100.0 * k + me);
+    Tensor plain_out = ferry::zeros({kGathered * W});
+    ferry::all_gather(plain_in, plain_out, g).wait();
+    ctx.expect(gathered_right(plain_out, W, 100.0 * k), [&] {
+      return where(g, "unshared all_gather " + std::to_string(k) +
+                          " after a shared one") + ": a block is missing";
+    });
+  }
+}
+
+// A broadcast from the last rank, every rank's tensor shared: the root writes into the others.
+void shared_broadcast_from_last(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank(), root = W - 1;
+  ScopedAlgorithm o("broadcast:shm,barrier:shm");
+  ferry::barrier(g).wait();
+  Gen gen(pattern_for(ReduceOp::Sum), DType::Float64, root, 5);
+  const Tensor values = make_tensor(gen, {kGathered}, DType::Float64);
+  Tensor t = placed(me == root ? values : ferry::zeros({kGathered}, DType::Float64), true);
+  const SingleCopyBytes before = single_copy_bytes();
+  ferry::broadcast(t, root, g).wait();
+  const SingleCopyBytes after = single_copy_bytes();
+  ctx.expect(same_bytes(snapshot(t), values),
+             [&] { return where(g, "shared broadcast from the last rank") + ": wrong bytes"; });
+  ctx.expect(me != root || after.written > before.written, [&] {
+    return where(g, "shared broadcast from the last rank") + ": the root wrote nothing";
+  });
+}
+
+// A broadcast's root receives nothing, so it accepts no writes into its tensor: when the op
+// fails (sizes that differ), its tensor is not kept for the life of the process and goes back
+// to the arena once dropped.
+void failed_root_keeps_nothing(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int me = g.rank();
+  ScopedAlgorithm o("broadcast:shm,barrier:shm");
+  ferry::barrier(g).wait();  // nothing in flight: the broadcast starts at issue
+  const size_t in_use = ferry::detail::shared_bytes_in_use();
+  std::string kind = "none";
+  {
+    Tensor t = ferry::empty_shared({me == 0 ? 100000 : 100256});
+    t.fill_(me == 0 ? 5.0 : -7.0);
+    try {
+      ferry::broadcast(t, 0, g).wait();
+    } catch (const std::exception& e) {
+      kind = error_kind(e);
+    }
+  }
+  // The root raises MismatchError; a peer that learns the root's failure first may raise that.
+  ctx.expect(me == 0 ? kind == "MismatchError" : kind != "none",
+             [&] { return where(g, "broadcast of differing sizes") + ": raised " + kind; });
+  ctx.expect(me != 0 || ferry::detail::shared_bytes_in_use() == in_use, [&] {
+    return where(g, "failed broadcast's root") + ": its shared tensor was kept (" +
+           std::to_string(ferry::detail::shared_bytes_in_use() - in_use) + " B)";
+  });
+}
+
+// A peer's chunk this rank could not map for want of descriptors (EMFILE: rank 1's limit
+// lowered to its lowest free one for one op) is read through the kernel then, and mapped at
+// the next op: a refusal that may pass is not kept for the group's life.
+void refusal_for_now_tried_again(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  ScopedAlgorithm o("all_reduce:shm");
+  Tensor in = ferry::empty_shared({kCount});
+  in.fill_(me + 1);
+  Tensor out = ferry::empty_shared({kCount});
+  rlimit old{};
+  getrlimit(RLIMIT_NOFILE, &old);
+  if (me == 1) {
+    const int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    close(lowest);
+    rlimit low = old;
+    low.rlim_cur = static_cast<rlim_t>(lowest);
+    setrlimit(RLIMIT_NOFILE, &low);
+  }
+  const SingleCopyBytes a = single_copy_bytes();
+  ferry::all_reduce(in, out, g).wait();
+  if (me == 1) setrlimit(RLIMIT_NOFILE, &old);
+  const SingleCopyBytes b = single_copy_bytes();
+  const double want = W * (W + 1) / 2.0;
+  const bool first_right = out.get_flat(0) == want && out.get_flat(kCount - 1) == want;
+  out.fill_(0);
+  ferry::all_reduce(in, out, g).wait();
+  const SingleCopyBytes c = single_copy_bytes();
+  ctx.expect(first_right && out.get_flat(0) == want && out.get_flat(kCount - 1) == want,
+             [&] { return where(g, "all_reduce with descriptors short") + ": wrong sums"; });
+  if (me != 1) return;
+  ctx.expect(b.mapped + b.written == a.mapped + a.written && b.by_kernel > a.by_kernel, [&] {
+    return where(g, "out of descriptors") + ": expected every read through the kernel, given " +
+           std::to_string(b.mapped - a.mapped) + " B read by mapping, " +
+           std::to_string(b.by_kernel - a.by_kernel) + " B through the kernel";
+  });
+  ctx.expect(c.mapped > b.mapped, [&] {
+    return where(g, "descriptors back") + ": the peers' chunks are still not mapped";
+  });
+}
+
 bool add(const char* name, void (*body)(Group&, Ctx&)) {
   return register_spmd_case(name, "[shm]", body, not_one_host);
 }
@@ -351,6 +516,14 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
         in_flight_then_unmapped) &&
     add("shm: large ops into shared outputs write into the peers' outputs", writes_into_peers) &&
     add("shm: shared gathers whose calls differ raise MismatchError, nothing written",
-        mismatch_writes_nothing);
+        mismatch_writes_nothing) &&
+    add("shm: large all_gather_v into shared outputs, empty ranks, in place",
+        shared_all_gather_v) &&
+    add("shm: a gather's notes of the peers it wrote to do not reach a later gather",
+        written_notes_do_not_outlive_their_gather) &&
+    add("shm: shared broadcast from the last rank", shared_broadcast_from_last) &&
+    add("shm: a failed broadcast's root keeps no shared tensor", failed_root_keeps_nothing) &&
+    add("shm: a peer chunk not mapped for want of descriptors is mapped at a later op",
+        refusal_for_now_tried_again);
 
 }  // namespace

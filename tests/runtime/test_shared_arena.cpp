@@ -150,3 +150,23 @@ TEST_CASE("a chunk opened through /proc/self/fd and mapped shows the tensor's by
   CHECK(seen[17] == -5);
   munmap(view, chunk->bytes);
 }
+
+TEST_CASE("a size whose rounding up would wrap is refused, naming the op and the bytes",
+          "[shared_arena]") {
+  const size_t chunks = detail::shared_chunk_count();
+  const size_t in_use = detail::shared_bytes_in_use();
+  // 2^64 - 8 B: no overflow in the shape, but rounding it up to a page wrapped to 0 B.
+  CHECK_THROWS_WITH(empty_shared({(int64_t{1} << 61) - 1}, DType::Float64),
+                    Catch::Contains("empty_shared") && Catch::Contains("18446744073709551608 B"));
+  CHECK_THROWS_AS(empty_shared({(int64_t{1} << 61) - 1}, DType::Float64), InvalidArgument);
+  // Near SIZE_MAX the page rounding holds, the chunk's 2 MiB rounding wrapped.
+  CHECK_THROWS_AS(detail::acquire_shared_block(SIZE_MAX - 8192, "test"), InvalidArgument);
+  CHECK_THROWS_AS(detail::acquire_shared_block(detail::kMaxSharedBlock + 1, "test"),
+                  InvalidArgument);
+  CHECK(detail::shared_chunk_count() == chunks);
+  CHECK(detail::shared_bytes_in_use() == in_use);
+  // release mirrors: such a size names no block, and nothing is given back.
+  Tensor t = empty_shared({10}, DType::UInt8);
+  detail::release_shared_block(t.raw_data(), SIZE_MAX - 8192);
+  CHECK(detail::shared_bytes_in_use() == in_use + detail::kSharedGrain);
+}

@@ -3,11 +3,14 @@
 // end the whole job when a rank is killed): a rank SIGKILLed between ops makes every survivor
 // raise PeerFailure naming it, well before the deadline; a rank that never issues an op makes
 // the others raise TimeoutError at the deadline, naming the op, its sequence number and the
-// absent rank; and after either, /dev/shm holds no segment name, and no shared arena: a
-// survivor unmaps a dead peer's arena with the group, and an arena is never named in /dev/shm.
+// absent rank; a rank held before its reads while a peer fails its op and writes over its
+// buffers raises PeerFailure rather than completing with those bytes; and after these,
+// /dev/shm holds no segment name, and no shared arena: a survivor unmaps a dead peer's arena
+// with the group, and an arena is never named in /dev/shm.
 #include <ferry/ferry.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/shm/shared_segment.h>
+#include <ferry/collectives/shm/shm_group.h>
 #include "tests/catch/caught_error.h"
 #include "tests/catch/run_catch.h"
 #include "tools/run/rank_processes.h"
@@ -185,6 +188,75 @@ int unreadable() {
   return c.status();
 }
 
+// The file world rank 1 creates once it failed its op and wrote over its buffers (the
+// `released` scenario's parameter).
+std::string g_marker;
+
+// Holds a rank before it reads its peers' buffers, until that file exists (30 s at most).
+void wait_for_marker(const char*) {
+  for (int k = 0; k < 3000 && access(g_marker.c_str(), F_OK) != 0; ++k) usleep(10'000);
+}
+
+// One large op of the kind named on `g` (every rank's block of 8192 float32, above the slots).
+void run_large(const std::string& op, Tensor& in, Tensor& out, Group& g) {
+  constexpr int64_t kBlock = 8192;
+  if (op == "all_gather") all_gather(in.narrow(0, 0, kBlock), out, g).wait();
+  if (op == "all_to_all") all_to_all_single(in, out, g).wait();
+  if (op == "all_reduce") all_reduce(in, g).wait();
+}
+
+// Three ranks run a large all_gather, all_to_all_single and all_reduce on buffers not in
+// shared memory. Rank 0 is held before its last reads of peers' buffers; rank 1 meanwhile
+// fails its op at its own 1 s deadline (which tells nobody), writes -99 over its input and
+// output, as a caller may once its Work failed, and lets rank 0 go: rank 0 reads those bytes,
+// and must raise PeerFailure instead of completing; rank 2, waiting for rank 0, raises too.
+int released_while_read() {
+  Group world = init();
+  Checks c(world.rank());
+  const std::string base = std::getenv(kParamVar);
+  set_algorithm_override("all_gather:shm,all_to_all:shm,all_reduce:shm");
+  for (const std::string op : {"all_gather", "all_to_all", "all_reduce"}) {
+    Group g = world.split(0, world.rank());
+    const int me = g.rank(), W = g.size();
+    g_marker = base + "-" + op;
+    Tensor in = full({8192 * W}, me + 1.0);
+    Tensor out = zeros({8192 * W});
+    run_large(op, in, out, g);  // first, every rank in time: the group's probe and a check
+    const double expect = op == "all_reduce" ? W * (W + 1) / 2.0 : 2.0;  // rank 1's block
+    c.expect((op == "all_reduce" ? in : out).get_flat(8192 + 5) == expect,
+             op + " before the failure moves the blocks");
+    in.fill_(me + 1.0);
+    barrier(world).wait();
+    if (me == 0) detail::shm::set_pause_before_reads_for_testing(&wait_for_marker);
+    if (me == 1) set_default_timeout(std::chrono::milliseconds(1000));
+    Caught e = capture([&] { run_large(op, in, out, g); });
+    if (me == 1) {
+      in.fill_(-99.0);
+      out.fill_(-99.0);
+      std::ofstream(g_marker).put('x');
+    }
+    detail::shm::set_pause_before_reads_for_testing(nullptr);
+    set_default_timeout(std::chrono::milliseconds(60000));
+    std::fprintf(stderr, "[rank %d] %s: %s: %s\n", me, op.c_str(), e.kind.c_str(),
+                 e.what.c_str());
+    if (me == 1) c.expect(e.kind == "TimeoutError", op + ": rank 1 times out, got " + e.kind);
+    // It names rank 1, or rank 2 where a stall of the whole job (all ranks stopped at once)
+    // let rank 1's deadline pass before rank 2 read, which then gave up first.
+    const bool names_a_peer = contains(e.what, "rank 1") || contains(e.what, "rank 2");
+    if (me == 0)
+      c.expect(e.kind == "PeerFailure" && names_a_peer,
+               op + ": rank 0 raises PeerFailure rather than completing with rank 1's new "
+               "bytes (rank 1's block holds " +
+                   std::to_string((op == "all_reduce" ? in : out).get_flat(8192 + 5)) +
+                   "), got '" + e.kind + "': " + e.what);
+    if (me == 2) c.expect(e.kind == "PeerFailure", op + ": rank 2 raises, got '" + e.kind + "'");
+    barrier(world).wait();  // rank 1's buffers stay until rank 0 read them
+    if (me == 1) std::remove(g_marker.c_str());
+  }
+  finalize();
+  return c.status();
+}
+
 // Whether /dev/shm holds a name of a shared arena (it never should: arenas are memory files).
 bool arena_names_in_dev_shm() {
   bool found = false;
@@ -234,6 +306,17 @@ TEST_CASE("shm: all_to_all_single where ranks may not read each other's memory",
   CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
 }
 
+TEST_CASE("shm: a rank that reads a peer's buffers after that peer failed raises",
+          "[shm][process][failure]") {
+  const std::string marker = "/tmp/ferry-shm-faults-" + std::to_string(getpid());
+  auto exits = launch("released", 3, marker);
+  for (const auto& e : exits) {
+    INFO(run::describe(e));
+    CHECK((e.exited && e.status == 0));
+  }
+  CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
+}
+
 TEST_CASE("shm: a rank that never issues an op makes the others time out", "[shm][process]") {
   auto exits = launch("timeout", 2, "");
   for (const auto& e : exits) {
@@ -250,6 +333,7 @@ int main(int argc, char** argv) {
       if (name == "kill") return kill_between_ops();
       if (name == "timeout") return skip_an_op();
       if (name == "unreadable") return unreadable();
+      if (name == "released") return released_while_read();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "child scenario '%s' failed: %s\n", name.c_str(), e.what());
       return 1;
