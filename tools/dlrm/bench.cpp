@@ -3,6 +3,8 @@
 #include "tools/heap_count/heap_allocations.h"
 #include "tools/dlrm/compute_limit.h"
 
+#include <ferry/backends/transport.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -157,7 +159,7 @@ int run_bench(const Options& o, Group& world) {
   limit = faster_of(limit, step_compute_limit(o, *m, ids_per_rank, world));
   const double allocs_per_rank =
       sum_over_ranks(allocs, world) / static_cast<double>(W) /
-      (backend_name() == "local" ? static_cast<double>(W) : 1.0);
+      (world.transport().name() == "local" ? static_cast<double>(W) : 1.0);
   const std::vector<double> slowest = slowest_rank(totals, world);
   // Where the ranks wait on each other: each rank's median time blocked in waits on
   // communication, and its median time at work (the step minus that).
@@ -184,7 +186,8 @@ int run_bench(const Options& o, Group& world) {
                 "compute limit %.3f ms (GEMMs %.3f at %.1f GFLOP/s, interaction %.3f, embedding "
                 "rows %.3f at %.1f GB/s): the step is %.2fx the limit; %.0f heap allocations per "
                 "step and rank\n",
-                W, backend_name().c_str(), static_cast<long long>(o.batch), o.sharding.c_str(),
+                W, world.transport().name().c_str(), static_cast<long long>(o.batch),
+                o.sharding.c_str(),
                 m->pipeline->name().c_str(), med, lo, p90, slowest.size(), o.warmup_steps,
                 samples_per_s, limit_ms, limit.gemm_ms, limit.gemm_gflops, limit.interaction_ms,
                 limit.embedding_ms, limit.copy_gbps, limit_ms > 0 ? med / limit_ms : 0.0,
@@ -200,7 +203,7 @@ int run_bench(const Options& o, Group& world) {
       std::printf("\n");
     }
     std::string json = "{\"bench\":\"ferry-dlrm\",\"ranks\":" + std::to_string(W) +
-                       ",\"transport\":\"" + backend_name() + "\",\"batch\":" +
+                       ",\"transport\":\"" + world.transport().name() + "\",\"batch\":" +
                        std::to_string(o.batch) + ",\"sharding\":\"" + o.sharding +
                        "\",\"pipeline\":\"" + m->pipeline->name() + "\",\"steps\":" +
                        std::to_string(slowest.size()) + ",\"warmup\":" +
