@@ -116,17 +116,25 @@ void hierarchical_all_gather(OpContext& ctx, char* buf, const Blocks& blocks, co
 
 namespace {
 
-// dst = the left fold of `parts` (at least one); dst may be any of them.
-void fold(char* dst, const std::vector<const char*>& parts, size_t bytes, const ReduceSpec& spec) {
+// dst = the left fold of `parts` (at least one). dst may be parts[0] or parts[1]; where it is a
+// later part (this rank's own block, read in place), the running value is kept in `spare`
+// (bytes that may be overwritten: parts[0] when it is a received copy) until that part's turn.
+void fold(char* dst, const std::vector<const char*>& parts, size_t bytes, const ReduceSpec& spec,
+          char* spare) {
   const size_t count = bytes / spec.elem_bytes();
   if (parts.size() == 1) {
     if (dst != parts[0] && bytes > 0) std::memmove(dst, parts[0], bytes);
     return;
   }
-  // Each step reads element i of the running value and of the next part before writing it.
-  combine(dst, parts[0], parts[1], count, spec.dtype, spec.op);
-  for (size_t k = 2; k < parts.size(); ++k)
-    combine(dst, dst, parts[k], count, spec.dtype, spec.op);
+  const auto later = std::find(parts.begin() + 2, parts.end(), dst);
+  const size_t dst_turn = static_cast<size_t>(later - parts.begin());  // parts.size(): none
+  const char* running = parts[0];
+  for (size_t k = 1; k < parts.size(); ++k) {
+    // Each step reads element i of the running value and of part k before writing it.
+    char* into = k >= dst_turn || dst_turn == parts.size() ? dst : spare;
+    combine(into, running, parts[k], count, spec.dtype, spec.op);
+    running = into;
+  }
 }
 
 }  // namespace
@@ -174,6 +182,7 @@ void hierarchical_reduce_scatter(OpContext& ctx, const char* const* in_block, ch
   const std::vector<int>& on_host = r.layout.hosts[static_cast<size_t>(r.host)];
   std::vector<const char*> parts;
   std::vector<const char*> to_send(static_cast<size_t>(world), nullptr);
+  std::vector<bool> sends(static_cast<size_t>(world), false);  // to_send may be null (0 bytes)
   size_t sum_at = 0;
   for (int t = 0; t < world; ++t) {
     if (r.for_block[static_cast<size_t>(t)] != r.me) continue;
@@ -182,12 +191,17 @@ void hierarchical_reduce_scatter(OpContext& ctx, const char* const* in_block, ch
     for (int p : on_host)
       parts.push_back(p == r.me ? in_block[t]
                                 : got + got_at[static_cast<size_t>(t)] + blocks.bytes[t] * peer++);
+    // parts[0] is a received copy whenever this rank is not its host's first.
+    char* spare = got + got_at[static_cast<size_t>(t)];
     if (t == r.me) {
-      fold(out, parts, blocks.bytes[t], spec);
-    } else if (peers == 0) {
+      fold(out, parts, blocks.bytes[t], spec, spare);
+      continue;
+    }
+    sends[static_cast<size_t>(t)] = true;
+    if (peers == 0) {
       to_send[static_cast<size_t>(t)] = in_block[t];  // a host of one rank: its block as it is
     } else {
-      fold(sums + sum_at, parts, blocks.bytes[t], spec);
+      fold(sums + sum_at, parts, blocks.bytes[t], spec, spare);
       to_send[static_cast<size_t>(t)] = sums + sum_at;
       sum_at += blocks.bytes[t];
     }
@@ -199,7 +213,7 @@ void hierarchical_reduce_scatter(OpContext& ctx, const char* const* in_block, ch
       ctx.recv(relay_of(r.layout, h, r.me), static_cast<uint32_t>(r.me),
                got + mine * static_cast<size_t>(h), mine);
   for (int t = 0; t < world; ++t)
-    if (to_send[static_cast<size_t>(t)] != nullptr)
+    if (sends[static_cast<size_t>(t)])
       ctx.send(t, static_cast<uint32_t>(t), to_send[static_cast<size_t>(t)], blocks.bytes[t]);
   ctx.wait_all();
   // The running value stays in host 0's buffer until this host's turn, then goes on in `out`
