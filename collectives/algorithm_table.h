@@ -55,6 +55,9 @@ enum class Algorithm : uint8_t {
   // of each slice among one rank per host, a ring all_gather inside each host, over point-to-point
   // messages on any transport (collectives/algorithms/hierarchical.cpp). Forced where the hosts
   // are unknown or each holds one rank, it is the ring or the one all_reduce across the hosts.
+  // reduce_scatter and all_gather: each block crosses between two hosts once, to one rank of the
+  // receiving host, which sums or hands it on inside its host (hierarchical_blocks.cpp); forced
+  // on one host, one round of messages inside it.
   Hierarchical,
 };
 inline constexpr size_t kAlgorithmCount = 12;

@@ -204,6 +204,11 @@ class UcxComm final : public UcxSleepHook {
   // Takes and drops the messages that arrived for receives never posted (a peer's data for a
   // collective this rank gave up on), so that UCX does not warn of them when the worker ends.
   void discard_unexpected_locked();
+  // Withdraws the receives UCX still holds when the worker is about to end (a CMA send's wait
+  // for an acknowledgement its peer, which withdrew the receive, never sends): a tag receive
+  // belongs to the worker, not to an endpoint, so closing the endpoints does not release it,
+  // and UCX would warn at the worker's end of a request never returned.
+  void release_held_receives_locked();
   // Whether a message from `peer` that a receive with `tag` would take has arrived already (it
   // may outlive its sender: a receive posted after the sender ended still gets it).
   bool delivered(uint64_t tag) const;

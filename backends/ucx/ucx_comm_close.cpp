@@ -45,6 +45,7 @@ UcxComm::~UcxComm() {
     worker_->set_sleep_hook(nullptr);
     close_endpoints();
     discard_unexpected_locked();
+    release_held_receives_locked();
   }
   // The worker goes while pending_ still holds what its callbacks may touch; worker_ is null
   // meanwhile, so finish() called from those callbacks does not touch it.
@@ -127,6 +128,24 @@ void UcxComm::discard_unexpected_locked() {
     if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_->worker(), r);
     ucp_request_free(r);
   }
+}
+
+void UcxComm::release_held_receives_locked() {
+  std::vector<void*> held;
+  for (const auto& [raw, op] : pending_)
+    for (const UcxLeg& leg : op->legs)
+      if (leg.held && !leg.is_send && leg.request != nullptr) held.push_back(leg.request);
+  if (held.empty()) return;
+  for (void* r : held) ucp_request_cancel(worker_->worker(), r);
+  // A cancelled receive completes, through its callback (which frees it), on a later progress.
+  auto any_held = [&] {
+    for (const auto& [raw, op] : pending_)
+      for (const UcxLeg& leg : op->legs)
+        if (leg.held && !leg.is_send) return true;
+    return false;
+  };
+  const auto until = Clock::now() + kCloseWait;
+  while (any_held() && Clock::now() < until) ucp_worker_progress(worker_->worker());
 }
 
 void UcxComm::begin_closing() {

@@ -107,6 +107,17 @@ void recursive_doubling_all_reduce(OpContext& ctx, const char* in, char* out, si
 // `out` may be `in`. Every rank ends with the same bits (hierarchical.cpp).
 void hierarchical_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
                              const ReduceSpec& spec);
+// all_gather and reduce_scatter for ranks on several hosts: each block crosses between two
+// hosts once, through one rank of the receiving host, and moves inside the hosts in a second
+// round (hierarchical_blocks.cpp, which gives the reduction's order). all_gather: as
+// ring_all_gather's `buf`, `blocks` and `own`. reduce_scatter: `out` receives the reduction of
+// block `rank`; it may be that block of the input, which is otherwise left unchanged.
+void hierarchical_all_gather(OpContext& ctx, char* buf, const Blocks& blocks,
+                             const char* own = nullptr);
+void hierarchical_reduce_scatter(OpContext& ctx, const char* in, char* out, const Blocks& blocks,
+                                 const ReduceSpec& spec);
+void hierarchical_reduce_scatter(OpContext& ctx, const char* const* in_block, char* out,
+                                 const Blocks& blocks, const ReduceSpec& spec);
 
 // ---- pairwise exchange: at step s rank r sends to r+s and receives from r-s ----
 // send[j] / recv[k]: the buffer going to rank j / coming from rank k.

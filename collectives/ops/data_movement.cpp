@@ -24,7 +24,7 @@ using detail::elements_per_row;
 Algorithm all_gather_algorithm(const detail::GroupImpl& g, size_t output_bytes) {
   const int world = g.size();
   return choose_algorithm(Collective::AllGather, output_bytes / static_cast<size_t>(world), world,
-                          g.native() != nullptr, g.one_host());
+                          g.native() != nullptr, g.placement());
 }
 Algorithm all_gather_algorithm(const Group& group, size_t output_bytes) {
   return all_gather_algorithm(group.impl(), output_bytes);
@@ -65,6 +65,7 @@ void all_gather_blocks(OpContext& ctx, const char* own, char* out, const detail:
     // The algorithms send our block from `own` and copy it into place meanwhile.
     case Algorithm::Direct: detail::direct_all_gather(ctx, out, blocks, own); break;
     case Algorithm::Ring: detail::ring_all_gather(ctx, out, blocks, own); break;
+    case Algorithm::Hierarchical: detail::hierarchical_all_gather(ctx, out, blocks, own); break;
     default: detail::no_such_algorithm(Collective::AllGather, algo);
   }
 }

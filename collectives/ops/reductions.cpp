@@ -156,11 +156,16 @@ detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
       a.finish(output, op, world);
       return std::vector<Tensor>{};
     }
-    if (algo != Algorithm::Ring) detail::no_such_algorithm(Collective::ReduceScatter, algo);
+    if (algo != Algorithm::Ring && algo != Algorithm::Hierarchical)
+      detail::no_such_algorithm(Collective::ReduceScatter, algo);
     ctx.ran(Collective::ReduceScatter, algo);
     const detail::SpareBlocks blocks(sizes, row_bytes(a.in));
-    detail::ring_reduce_scatter(ctx, static_cast<const char*>(a.in.raw_data()), nullptr,
-                                static_cast<char*>(a.out.raw_data()), blocks.get(), a.spec);
+    const auto* in = static_cast<const char*>(a.in.raw_data());
+    auto* out = static_cast<char*>(a.out.raw_data());
+    if (algo == Algorithm::Hierarchical)
+      detail::hierarchical_reduce_scatter(ctx, in, out, blocks.get(), a.spec);
+    else
+      detail::ring_reduce_scatter(ctx, in, nullptr, out, blocks.get(), a.spec);
     a.finish(output, op, world);
     return std::vector<Tensor>{};
   };
@@ -446,14 +451,16 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   detail::OpSummary summary = detail::OpSummary::of(first, op).with_splits(sizes);
   summary.dims[0] = total;
   summary.agreed = static_cast<int64_t>(row_bytes(first) / first.element_size()) * total;
-  // The ring reads each input where it lies. A native transport's call takes one buffer, and
-  // widened or averaged sums run through reduce_scatter_v's buffers: both get the inputs
-  // copied end to end first, as torch.distributed's list form does (reduce_scatter_v asks the
-  // table again, with the same bytes, and gets the same answer).
+  // The ring and the hierarchical algorithm read each input where it lies. A native
+  // transport's call takes one buffer, and widened or averaged sums run through
+  // reduce_scatter_v's buffers: both get the inputs copied end to end first, as
+  // torch.distributed's list form does (reduce_scatter_v asks the table again, with the same
+  // bytes, and gets the same answer).
   const Algorithm algo =
       detail::algorithm_of(group, Collective::ReduceScatter,
                            static_cast<size_t>(total) * row_bytes(first), detail::ShmForm::kHas);
-  if (algo != Algorithm::Ring || !natively_reducible(output.dtype(), op))
+  if ((algo != Algorithm::Ring && algo != Algorithm::Hierarchical) ||
+      !natively_reducible(output.dtype(), op))
     return reduce_scatter_v(cat(inputs, 0), output, sizes, group, op);
   return detail::issue(group, {
       .name = "reduce_scatter",
@@ -462,15 +469,19 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
     // The lists copied into the pool's memory, which finds its way back to the issuing thread
     // when the group's worker drops the body (object_pool.h).
     return detail::OpBody([inputs = PooledList<Tensor>(inputs.begin(), inputs.end()), output,
-                           op, sizes = PooledList<int64_t>(sizes.begin(), sizes.end())](
-                              OpContext& ctx) mutable {
-    ctx.ran(Collective::ReduceScatter, Algorithm::Ring);
+                           op, sizes = PooledList<int64_t>(sizes.begin(), sizes.end()),
+                           algo](OpContext& ctx) mutable {
+    ctx.ran(Collective::ReduceScatter, algo);
     detail::SmallVector<const char*, 16> in_block;  // inline for up to 16 ranks
     for (const Tensor& t : inputs) in_block.push_back(static_cast<const char*>(t.raw_data()));
     const detail::SpareBlocks blocks(sizes, row_bytes(inputs[0]));
-    detail::ring_reduce_scatter(ctx, in_block.begin(), nullptr,
-                                static_cast<char*>(output.raw_data()), blocks.get(),
-                                ReduceSpec{output.dtype(), op});
+    auto* out = static_cast<char*>(output.raw_data());
+    if (algo == Algorithm::Hierarchical)
+      detail::hierarchical_reduce_scatter(ctx, in_block.begin(), out, blocks.get(),
+                                          ReduceSpec{output.dtype(), op});
+    else
+      detail::ring_reduce_scatter(ctx, in_block.begin(), nullptr, out, blocks.get(),
+                                  ReduceSpec{output.dtype(), op});
     output.bump_version();
     return std::vector<Tensor>{};
   }); }});

@@ -212,10 +212,11 @@ std::string spec_of(Collective c, Algorithm a) {
 }
 
 // The automatic choice for the forms run_forms issues: what the table answers for them
-// (all_reduce's small payloads take one rule; the other collectives have one per transport).
+// (all_reduce's small payloads take one rule; the other collectives have one per transport,
+// and reduce_scatter and all_gather one more for ranks on shared hosts).
 Algorithm automatic_for(Collective c, const Group& g) {
   return ferry::choose_algorithm(c, 37 * sizeof(float), g.size(), g.impl().native() != nullptr,
-                                 g.impl().one_host());
+                                 g.impl().placement());
 }
 
 // all_to_all's forms ask the table differently: equal blocks by their size, split lists, lists

@@ -17,6 +17,11 @@
 //     where the transport has no collectives of its own); forced, every rank ends with the same
 //     bits of an order-sensitive float sum, and its host's eth0 carries less than the flat
 //     ring's (each byte about once per host, where the ring sends 3/2 of it on 2 + 2 and 3 + 1).
+//  6. The hierarchical reduce_scatter and all_gather: the table's choice without collectives of
+//     the transport's own; forced, the values, and the hosts' links carry fewer bytes in all
+//     than under the flat ring (2 + 2: each host 2 blocks where the ring sends 3; 3 + 1: the
+//     host of 3 ranks as many as the ring, the host of 1 one block or three where the ring
+//     sends 3), and no host's link more than the ring's.
 //
 // Exit status 0 when every check passed on every rank. Under mpiexec it initializes MPI itself
 // and ends without MPI_Finalize (see the end of main).
@@ -118,6 +123,57 @@ int64_t forced_all_reduce(ftest_mpi::Checks& c, ferry::Group& world, const char*
   c.expect(same, std::string(algo) + " all_reduce: every rank has the same bits");
   c.expect(near, std::string(algo) + " all_reduce: the sum's values");
   return sent;
+}
+
+// Part 6: a forced reduce_scatter or all_gather of blocks of `n` float32 (integers, so every
+// order of the additions gives the same sum), checked; returns the bytes its host's eth0 sent
+// meanwhile.
+int64_t forced_blocks(ftest_mpi::Checks& c, ferry::Group& world, ferry::Collective op,
+                      const char* algo, int64_t n) {
+  using namespace ferry;
+  const int W = world.size(), me = world.rank();
+  const bool rs = op == Collective::ReduceScatter;
+  const std::string what = std::string(algo) + " " + collective_name(op);
+  set_algorithm_override(std::string(collective_name(op)) + ":" + algo);
+  Tensor in = empty({rs ? n * W : n}, DType::Float32), out = empty({rs ? n : n * W}, DType::Float32);
+  for (int64_t i = 0; i < in.numel(); ++i)
+    in.data<float>()[i] = static_cast<float>((me + 1) * 1000 + i % 977);
+  const uint64_t runs = world.impl().runs(op, Algorithm::Hierarchical);
+  barrier(world).wait();  // as forced_all_reduce: every rank reads the counters first
+  const int64_t before = tx_bytes();
+  barrier(world).wait();
+  (rs ? reduce_scatter(in, out, world) : all_gather(in, out, world)).wait();
+  barrier(world).wait();
+  const int64_t sent = tx_bytes() - before;
+  barrier(world).wait();
+  set_algorithm_override("");
+  const bool hierarchical = std::string(algo) == "hierarchical";
+  c.expect(world.impl().runs(op, Algorithm::Hierarchical) == runs + (hierarchical ? 1 : 0),
+           "forced " + what + " ran");
+  bool good = true;
+  for (int64_t i = 0; i < out.numel() && good; ++i) {
+    double want = 0;
+    if (rs) {
+      for (int r = 0; r < W; ++r) want += (r + 1) * 1000 + (me * n + i) % 977;
+    } else {
+      want = (i / n + 1) * 1000 + (i % n) % 977;
+    }
+    good = out.data<float>()[i] == want;
+  }
+  c.expect(good, what + ": the values");
+  return sent;
+}
+
+// Every host's bytes, `sent` as its ranks measured it (the same eth0): by host, from its first
+// rank.
+std::vector<int64_t> per_host(ferry::Group& world, const ferry::HostLayout& layout, int64_t sent) {
+  using namespace ferry;
+  Tensor mine = full({1}, static_cast<double>(sent), DType::Int64);
+  Tensor all = empty({world.size()}, DType::Int64);
+  all_gather(mine, all, world).wait();
+  std::vector<int64_t> by_host;
+  for (const auto& on : layout.hosts) by_host.push_back(all.data<int64_t>()[on.front()]);
+  return by_host;
 }
 
 }  // namespace
@@ -297,6 +353,37 @@ int main() {
       c.expect(hier >= n * 4 / 2 && hier < ring,
                "the hierarchical all_reduce sent less between hosts than the ring: " +
                    std::to_string(hier) + " B against " + std::to_string(ring) + " B");
+    }
+    // 6. The hierarchical reduce_scatter and all_gather.
+    for (Collective op : {Collective::ReduceScatter, Collective::AllGather}) {
+      const bool native = world.impl().native() != nullptr;
+      const Algorithm want =
+          choose_algorithm(op, size_t{1} << 20, W, native, world.impl().placement());
+      c.expect(native || want == Algorithm::Hierarchical,
+               std::string("without collectives of the transport's own, ") + collective_name(op) +
+                   " takes hierarchical");
+      const int64_t n = int64_t{1} << 16;  // 256 KiB blocks
+      const std::vector<int64_t> hier =
+          per_host(world, layout, forced_blocks(c, world, op, "hierarchical", n));
+      const std::vector<int64_t> ring =
+          per_host(world, layout, forced_blocks(c, world, op, "ring", n));
+      int64_t hier_all = 0, ring_all = 0;
+      std::string text;
+      for (size_t h = 0; h < hier.size(); ++h) {
+        hier_all += hier[h];
+        ring_all += ring[h];
+        text += " host " + std::to_string(h) + " " + std::to_string(hier[h]) + " B against " +
+                std::to_string(ring[h]) + " B;";
+        // Beside the blocks, a link carries the acknowledgements of what comes in: allow 1/16.
+        c.expect(hier[h] <= ring[h] + ring[h] / 16,
+                 std::string(collective_name(op)) + ": no host's link carries more than the "
+                 "ring's:" + text);
+      }
+      if (me == 0) std::printf("eth0 during %s of 256 KiB blocks, hierarchical against ring:%s\n",
+                               collective_name(op), text.c_str());
+      c.expect(hier_all < ring_all * 3 / 4,
+               std::string(collective_name(op)) + ": the hosts' links carry at most 3/4 of the "
+               "ring's bytes in all:" + text);
     }
     ok = ftest_mpi::every_rank_passed(c, world, "hosts-check");
   }
