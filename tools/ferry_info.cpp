@@ -38,26 +38,21 @@ void print_environment(const char* prefix) {
   if (!any) std::printf("  (none set)\n");
 }
 
-// What the table gives all_reduce on this job's world, where its ranks run (the hierarchical
-// algorithm for ranks on several hosts sharing some, shared memory on one host).
-void print_all_reduce_choice(const ferry::Group& world, const ferry::HostLayout& layout) {
-  using ferry::Placement;
-  bool shared = false;
-  for (const auto& ranks : layout.hosts) shared = shared || ranks.size() > 1;
-  const Placement placement = !layout.known              ? Placement::Unknown
-                              : layout.num_hosts() == 1 ? Placement::OneHost
-                              : shared                  ? Placement::SharedHosts
-                                                        : Placement::ApartHosts;
+// What the table gives `c` on this job's world, where its ranks run (the hierarchical
+// algorithms for ranks on several hosts sharing some, shared memory on one host), at three
+// sizes per rank's input.
+void print_choice(const ferry::Group& world, const ferry::HostLayout& layout,
+                  ferry::Collective c, const char* name) {
+  const ferry::Placement placement = ferry::placement_of(layout);
   const bool native = world.impl().native() != nullptr;
   std::string line;
   for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{16} << 20}) {
-    const ferry::Algorithm a = ferry::choose_algorithm(ferry::Collective::AllReduce, bytes,
-                                                       world.size(), native, placement);
+    const ferry::Algorithm a = ferry::choose_algorithm(c, bytes, world.size(), native, placement);
     if (!line.empty()) line.append(", ");
     line.append(std::to_string(bytes < 1024 ? bytes : bytes >> 10));
     line.append(bytes < 1024 ? " B " : " KiB ").append(ferry::algorithm_name(a));
   }
-  std::printf("all_reduce on this world: %s\n", line.c_str());
+  std::printf("%s on this world: %s\n", name, line.c_str());
 }
 
 // --layout: one rank of the job. Rank 0 prints the hosts (by index, with the host name its
@@ -92,7 +87,9 @@ int print_layout() {
       std::printf("  host %d (%s): %zu rank%s: %s\n", h, host_name(ranks.front()).c_str(),
                   ranks.size(), ranks.size() == 1 ? "" : "s", list.c_str());
     }
-    print_all_reduce_choice(world, layout);
+    print_choice(world, layout, ferry::Collective::AllReduce, "all_reduce");
+    print_choice(world, layout, ferry::Collective::ReduceScatter, "reduce_scatter");
+    print_choice(world, layout, ferry::Collective::AllGather, "all_gather");
     std::fflush(stdout);
   }
   for (int r = 0; r < world.size(); ++r) {

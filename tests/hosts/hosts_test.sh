@@ -97,6 +97,10 @@ case "$what" in
     # Ranks on several hosts sharing some, without MPI's collectives: the hierarchical all_reduce.
     grep -q "^all_reduce on this world: 8 B direct, 64 KiB hierarchical, 16384 KiB hierarchical$" \
       <<<"$out" || fail "ferry-info does not say that all_reduce takes the hierarchical algorithm"
+    for c in reduce_scatter all_gather; do
+      grep -q "^$c on this world: 8 B hierarchical, 64 KiB hierarchical, 16384 KiB hierarchical$" \
+        <<<"$out" || fail "ferry-info does not say that $c takes the hierarchical algorithm"
+    done
     ;;
   fault)
     mode="$1" layout="$2" kind="$3" host="$4"
