@@ -2,6 +2,8 @@
 
 #include <ferry/runtime/error.h>
 
+#include <utility>
+
 namespace ferry::torchrec {
 
 EmbeddingTable::EmbeddingTable(std::string name, Tensor weight)
@@ -49,12 +51,12 @@ void EmbeddingTable::step(SparseOptimizer& opt) {
   zero_sparse_grad();
 }
 
-void EmbeddingTable::receive_gradient(const SparseRowGradient& g) {
+void EmbeddingTable::receive_gradient(SparseRowGradient&& g) {
   if (fused_) {
     Tensor w = weight_.value();
     fused_->step(w, g);
   } else {
-    grad_.add_(g);
+    grad_.add_(std::move(g));
   }
 }
 

@@ -84,7 +84,7 @@ class EmbeddingTable {
   void step(SparseOptimizer& opt);
 
   // Called by the lookups' backward with the gradient of this table's touched rows.
-  void receive_gradient(const SparseRowGradient& g);
+  void receive_gradient(SparseRowGradient&& g);
 
  private:
   std::string name_;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace ferry::torchrec::detail {
@@ -46,6 +47,7 @@ class RowAccumulator {
       mask_ = capacity - 1;
     }
     cols_ = cols;
+    table_rows_ = rows;
     count_ = 0;
     if (rows_.size() < static_cast<size_t>(ids)) rows_.resize(static_cast<size_t>(ids));
   }
@@ -84,25 +86,42 @@ class RowAccumulator {
   }
   std::span<const int64_t> rows() const { return {rows_.data(), count_}; }
   std::span<const T> values() const { return values_; }
-  // The non-fused path's SparseRowGradient: the rows sorted, as its contract wants.
+  // The non-fused path's SparseRowGradient: the rows sorted, as its contract wants. In the
+  // direct form, a walk over the slots by row when the table is not much larger than its rows
+  // touched (no comparisons), else a sort of (row, slot) packed in one integer (rows there are
+  // below 2^22); the hash form sorts by row through the slots.
   SparseRowGradient sorted(DType dtype) const {
     ferry::detail::ScopedSpare<std::vector<int64_t>> order_list;  // kept by the thread
-    std::vector<int64_t>& order = *order_list;
-    order.resize(count_);
-    std::iota(order.begin(), order.end(), int64_t{0});
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return rows_[static_cast<size_t>(a)] < rows_[static_cast<size_t>(b)];
-    });
+    std::vector<int64_t>& order = *order_list;  // slots in row order
+    order.clear();
+    if (direct_ && table_rows_ <= 8 * static_cast<int64_t>(count_) + 64) {
+      for (int64_t r = 0; r < table_rows_; ++r) {
+        const int32_t slot = slot_of_row_[static_cast<size_t>(r)];
+        if (slot >= 0) order.push_back(slot);
+      }
+    } else if (direct_) {
+      for (size_t k = 0; k < count_; ++k)
+        order.push_back(static_cast<int64_t>((static_cast<uint64_t>(rows_[k]) << 32) | k));
+      std::sort(order.begin(), order.end());
+      for (int64_t& o : order) o &= int64_t{0xffffffff};
+    } else {
+      order.resize(count_);
+      std::iota(order.begin(), order.end(), int64_t{0});
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return rows_[static_cast<size_t>(a)] < rows_[static_cast<size_t>(b)];
+      });
+    }
     Tensor rows = empty({static_cast<int64_t>(order.size())}, DType::Int64);
     Tensor values = empty({static_cast<int64_t>(order.size()), cols_}, dtype);
+    int64_t* to_row = rows.data<int64_t>();
+    T* to_values = values.data<T>();
+    const auto cols = static_cast<size_t>(cols_);
     for (size_t k = 0; k < order.size(); ++k) {
       const auto from = static_cast<size_t>(order[k]);
-      rows.data<int64_t>()[k] = rows_[from];
-      std::copy(values_.begin() + static_cast<std::ptrdiff_t>(from) * cols_,
-                values_.begin() + static_cast<std::ptrdiff_t>(from + 1) * cols_,
-                values.data<T>() + static_cast<int64_t>(k) * cols_);
+      to_row[k] = rows_[from];
+      std::copy_n(values_.data() + from * cols, cols, to_values + k * cols);
     }
-    return SparseRowGradient(rows, values);
+    return SparseRowGradient(std::move(rows), std::move(values));
   }
 
  private:
@@ -115,6 +134,7 @@ class RowAccumulator {
   size_t count_ = 0;
   std::vector<T> values_;       // by slot, cols_ each
   int64_t cols_ = 0;
+  int64_t table_rows_ = 0;
 };
 
 // Out of line: GCC otherwise recomputes a thread_local's address (a call into the TLS

@@ -3,6 +3,7 @@
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/object_pool.h>
 
+#include <utility>
 #include <vector>
 
 namespace ferry::torchrec {
@@ -26,7 +27,8 @@ SparseRowGradient::SparseRowGradient(Tensor rows, Tensor values)
               InvalidArgument, "SparseRowGradient: values must be float32 or float64, got ",
               dtype_name(values_.dtype()));
   const int64_t* r = rows_.data<int64_t>();
-  for (int64_t i = 0; i < rows_.numel(); ++i) {
+  const int64_t n = rows_.numel();
+  for (int64_t i = 0; i < n; ++i) {
     FERRY_CHECK(r[i] >= 0 && (i == 0 || r[i] > r[i - 1]), InvalidArgument,
                 "SparseRowGradient: rows must be >= 0 and strictly increasing, got ", r[i],
                 " at position ", i);
@@ -82,6 +84,13 @@ void SparseRowGradient::add_(const SparseRowGradient& other) {
     }
   });
   *this = SparseRowGradient(from_vector(merged), out);
+}
+
+void SparseRowGradient::add_(SparseRowGradient&& other) {
+  const bool adopt = !rows_.defined() || (empty() && cols_ == 0) ||
+                     (empty() && other.cols_ == cols_ && other.dtype_ == dtype_);
+  if (!adopt || (other.empty() && other.cols_ == 0)) return add_(other);
+  *this = std::move(other);
 }
 
 void SparseRowGradient::scale_(double factor) {

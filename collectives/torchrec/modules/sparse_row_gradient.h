@@ -40,6 +40,9 @@ class SparseRowGradient {
   // this + other: the union of the rows, shared rows added (this's value + other's). Both must
   // have the same cols and dtype (an empty default-constructed one adopts other's).
   void add_(const SparseRowGradient& other);
+  // The same, taking other's tensors instead of copying them when this holds no rows yet (the
+  // usual case: a table's first gradient since it was zeroed).
+  void add_(SparseRowGradient&& other);
   // Multiplies every value (e.g. 1 / world size when averaging by hand).
   void scale_(double factor);
   // The dense [num_rows, cols] gradient (zeros for untouched rows). For tests, small tables

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <utility>
 
 namespace ferry::torchrec::detail {
 namespace {
@@ -35,7 +36,7 @@ void install_average(EmbeddingTable& table, const std::vector<int64_t>& rows, co
   SparseRowGradient avg(from_vector(rows), sums);
   avg.scale_(1.0 / W);
   table.zero_sparse_grad();
-  table.receive_gradient(avg);
+  table.receive_gradient(std::move(avg));
 }
 
 // A table whose dense buffer holds at most this many bytes goes the dense way at every step
