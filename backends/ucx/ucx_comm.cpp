@@ -61,9 +61,8 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
   const int n = static_cast<int>(peers.size());
   FERRY_CHECK(n <= kUcxMaxRanks, InvalidArgument, "ucx transport: at most ", kUcxMaxRanks,
               " ranks fit its tags, given a world of ", n);
-  int local_ranks = 0;
-  for (const UcxPeerInfo& p : peers) local_ranks += p.local ? 1 : 0;
-  worker_->set_oversubscribed(local_ranks > static_cast<int>(std::thread::hardware_concurrency()));
+  for (const UcxPeerInfo& p : peers) local_ranks_ += p.local ? 1 : 0;
+  worker_->set_oversubscribed(local_ranks_ > static_cast<int>(std::thread::hardware_concurrency()));
   peer_args_.resize(peers.size());
   eps_.assign(peers.size(), nullptr);
   const bool cma = cma_min_bytes_ != SIZE_MAX;

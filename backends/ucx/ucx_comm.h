@@ -132,6 +132,8 @@ class UcxComm final : public UcxSleepHook {
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(eps_.size()); }
+  // The ranks on this host, this one included.
+  int ranks_on_host() const { return local_ranks_; }
   UcxWorker& worker() { return *worker_; }
 
   // Posts `op` (peer, tag, is_send, bytes set) on `data`. Never throws for a failed peer: the
@@ -231,6 +233,7 @@ class UcxComm final : public UcxSleepHook {
 
   std::unique_ptr<UcxWorker> worker_;
   int rank_;
+  int local_ranks_ = 0;  // ranks on this host (peers marked local), this one included
   bool side_;  // UcxChannel::Side
   std::vector<ucp_ep_h> eps_;
   std::vector<PeerArg> peer_args_;

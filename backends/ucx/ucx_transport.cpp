@@ -121,6 +121,7 @@ class UcxTransport final : public Transport {
   std::string name() const override { return "ucx"; }
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
+  int ranks_on_host() const override { return comm_->ranks_on_host(); }
 
   std::unique_ptr<Request> isend(int dst, const Tag& tag, const void* data,
                                  size_t bytes) override {

@@ -3,7 +3,8 @@
 //
 //  1. The layout (Group::host_layout) against the harness's: HOSTS_LAYOUT lists the ranks on
 //     each host ("3 1"), filled host by host; a rank on host h runs on ferry-h<h>. Hosts, local
-//     rank and size, node index; FERRY_DEBUG=info's line is the library's.
+//     rank and size, node index; FERRY_DEBUG=info's line is the library's; the UCX transport's
+//     count of the ranks on its host.
 //  2. The torchrec helpers on the world: local rank, group rank (= host), number of groups, the
 //     intra- and cross-host groups (members, and an all_reduce over each); get_local_size gives
 //     the ranks per host, or refuses hosts of different sizes with InvalidArgument.
@@ -220,6 +221,13 @@ int main() {
     bool uniform = true;
     for (int s : sizes) uniform = uniform && s == sizes.front();
     c.expect(layout.uniform() == uniform && layout.contiguous(), "uniform / contiguous");
+    // The UCX transport's count of the ranks on this host, which tells the engine whether a
+    // background thread would take a rank's core (MPI's comes from MPI_COMM_TYPE_SHARED).
+    const ferry::Transport& transport = world.impl().transport();
+    if (transport.name() == "ucx")
+      c.expect(transport.ranks_on_host() == layout.local_size(),
+               "the ucx transport counts " + std::to_string(transport.ranks_on_host()) +
+                   " ranks on this host, the layout " + std::to_string(layout.local_size()));
 
     // 2. torchrec's view.
     c.expect(get_local_rank(world) == me - first, "torchrec get_local_rank");
