@@ -1,6 +1,7 @@
 #include <ferry/backends/transport.h>
 
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/tensor.h>
 
 #include <mutex>
@@ -20,8 +21,9 @@ void keep_for_life(Tensor t) {
 // contiguous span goes as plain bytes; any other through a contiguous staging buffer, packed
 // before the send is posted, unpacked once the receive succeeded. The staging is a tensor, as in
 // the native path, so it comes from the block cache: a fresh zero-filled std::vector<char> per
-// message cost a zero fill, and above 128 KiB an mmap and its page faults, on every call.
-class StagedRequest final : public Request {
+// message cost a zero fill, and above 128 KiB an mmap and its page faults, on every call. The
+// request itself comes from the thread's pool (object_pool.h).
+class StagedRequest final : public Request, public detail::Pooled {
  public:
   StagedRequest(int peer, bool is_send, ByteLayout layout)
       : Request(peer, is_send),

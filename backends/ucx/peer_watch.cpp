@@ -90,8 +90,10 @@ bool PeerWatch::stopped(int rank) const {
 }
 
 std::vector<int> PeerWatch::take_dead() {
-  std::vector<pollfd> fds;
-  std::vector<int> rank_of;
+  std::vector<pollfd>& fds = poll_fds_;  // kept from call to call: no allocation per sleep
+  std::vector<int>& rank_of = poll_ranks_;
+  fds.clear();
+  rank_of.clear();
   for (size_t r = 0; r < fds_.size(); ++r) {
     if (fds_[r] < 0 || reported_[r]) continue;
     fds.push_back(pollfd{fds_[r], POLLIN, 0});

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-struct pollfd;
+#include <poll.h>
 
 namespace ferry::detail {
 
@@ -59,6 +59,9 @@ class PeerWatch {
   std::vector<int> fds_;  // by rank, -1 when not watched
   std::vector<uint32_t> pids_;
   std::vector<bool> reported_;
+  // take_dead's lists of the pidfds it polls and their ranks (its callers hold the worker's lock).
+  std::vector<pollfd> poll_fds_;
+  std::vector<int> poll_ranks_;
 };
 
 }  // namespace ferry::detail

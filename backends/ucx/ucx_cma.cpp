@@ -133,7 +133,8 @@ CmaReadResult cma_read(uint32_t pid, uint64_t remote, void* local, size_t bytes)
 CmaReadResult cma_read_scattered(uint32_t pid, uint64_t remote, const ByteLayout& to) {
   // The pieces in order, as iovecs, at most IOV_MAX per call; the remote side is the one
   // contiguous range they fill. A partial read resumes at the piece and offset where it stopped.
-  std::vector<iovec> pieces;
+  thread_local std::vector<iovec> pieces;  // this thread's, kept: no allocation per read
+  pieces.clear();
   for (const ByteRun& r : to.runs)
     for (size_t j = 0; r.block > 0 && j < r.count; ++j)
       pieces.push_back(iovec{to.base + r.offset + j * r.stride, r.block});

@@ -189,7 +189,7 @@ void UcxComm::post_leg(const std::shared_ptr<UcxOp>& op, LegKind kind, bool is_s
               " has no free leg (internal error)");
   *leg = UcxLeg{op.get(), kind, is_send, true, nullptr};
   // Registered first: the callback finds it even if UCX completes the leg very early.
-  pending_.emplace(op.get(), op);
+  pending_.try_emplace(op.get(), op);  // try_: no node made when the op's other leg is there
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.user_data = leg;

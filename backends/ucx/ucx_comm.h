@@ -27,11 +27,13 @@
 #include <ferry/backends/ucx/peer_watch.h>
 #include <ferry/backends/ucx/ucx_cma.h>
 #include <ferry/backends/ucx/ucx_worker.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <ucp/api/ucp.h>
 
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -245,7 +247,11 @@ class UcxComm final : public UcxSleepHook {
   std::vector<bool> unanswered_;
   std::vector<bool> cut_;  // cut_off_locked ran: the endpoint is gone, nothing more is posted
   std::map<std::pair<uint32_t, int>, std::string> abandoned_;  // (group, rank) -> why
-  std::unordered_map<UcxOp*, std::shared_ptr<UcxOp>> pending_;  // ops UCX holds, or being read
+  // Ops UCX holds, or being read; the map's nodes from the thread's pool (object_pool.h), so
+  // that a message allocates none once warm.
+  std::unordered_map<UcxOp*, std::shared_ptr<UcxOp>, std::hash<UcxOp*>, std::equal_to<UcxOp*>,
+                     PoolAllocator<std::pair<UcxOp* const, std::shared_ptr<UcxOp>>>>
+      pending_;
   std::vector<std::unique_ptr<AmSend>> am_sends_;
   PeerWatch watch_;
   // CMA: the smallest message sent by it (SIZE_MAX: off); to which ranks this rank sends

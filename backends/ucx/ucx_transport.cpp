@@ -7,6 +7,7 @@
 #include <ferry/backends/ucx/ucx_worker.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <unistd.h>
 
@@ -24,7 +25,8 @@ std::string host_name() {
   return std::string(buf, strnlen(buf, kMaxUcxHostBytes));
 }
 
-class UcxRequest final : public Request {
+// From the thread's pool (object_pool.h), as its op: a message allocates neither once warm.
+class UcxRequest final : public Request, public Pooled {
  public:
   UcxRequest(std::shared_ptr<UcxComm> comm, std::shared_ptr<UcxOp> op)
       : Request(op->peer, op->is_send), comm_(std::move(comm)), op_(std::move(op)) {}
@@ -150,7 +152,7 @@ class UcxTransport final : public Transport {
 
  private:
   static std::shared_ptr<UcxOp> make_op(int peer, const Tag& tag, bool is_send, size_t bytes) {
-    auto op = std::make_shared<UcxOp>();
+    auto op = make_pooled<UcxOp>();
     op->peer = peer;
     op->tag = tag;
     op->is_send = is_send;

@@ -142,7 +142,9 @@ bool UcxWorker::wait_until(const std::function<bool()>& done, Clock::time_point 
     // Then block. sleepers_ goes up before the last check, under the lock, so a thread that
     // completes our request after the check sees a sleeper and signals.
     ucs_status_t armed;
-    std::vector<pollfd> fds{pollfd{event_fd_, POLLIN, 0}};
+    // This thread's list, kept from sleep to sleep: a wait that sleeps allocates nothing.
+    thread_local std::vector<pollfd> fds;
+    fds.assign(1, pollfd{event_fd_, POLLIN, 0});
     {
       std::lock_guard<std::mutex> lock(mu_);
       sleepers_.fetch_add(1, std::memory_order_acq_rel);
