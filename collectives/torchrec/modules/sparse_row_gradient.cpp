@@ -87,10 +87,14 @@ void SparseRowGradient::add_(const SparseRowGradient& other) {
 }
 
 void SparseRowGradient::add_(SparseRowGradient&& other) {
-  const bool adopt = !rows_.defined() || (empty() && cols_ == 0) ||
-                     (empty() && other.cols_ == cols_ && other.dtype_ == dtype_);
-  if (!adopt || (other.empty() && other.cols_ == 0)) return add_(other);
-  *this = std::move(other);
+  // Where the copying form would make this a copy of other (this holds no rows, and its shape
+  // is unset or other's), other itself is taken; every other case is the copying form's.
+  if (!other.empty() && empty() &&
+      (cols_ == 0 || (other.cols_ == cols_ && other.dtype_ == dtype_))) {
+    *this = std::move(other);
+    return;
+  }
+  add_(other);
 }
 
 void SparseRowGradient::scale_(double factor) {
