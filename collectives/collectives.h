@@ -51,8 +51,9 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group,
 Work reduce_scatter(const Tensor& input, Tensor output, const Group& group,
                     ReduceOp op = ReduceOp::Sum);
 // torch.distributed's list form: inputs[k] (rows of one shape) is this rank's contribution to
-// rank k; output is shaped like inputs[rank]. The ring reads the inputs where they lie (no
-// copy into one buffer, except under MPI, whose call takes one).
+// rank k; output is shaped like inputs[rank]. The ring and the shared-memory path read the
+// inputs where they lie (no copy into one buffer, except for MPI's own collective, whose call
+// takes one).
 Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Group& group,
                     ReduceOp op = ReduceOp::Sum);
 // torch.distributed's name and argument order (output first) for code ported from torch: the

@@ -451,26 +451,59 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   detail::OpSummary summary = detail::OpSummary::of(first, op).with_splits(sizes);
   summary.dims[0] = total;
   summary.agreed = static_cast<int64_t>(row_bytes(first) / first.element_size()) * total;
-  // The ring and the hierarchical algorithm read each input where it lies. A native
-  // transport's call takes one buffer, and widened or averaged sums run through
+  // The ring, the hierarchical algorithm and shared memory read each input where it lies. A
+  // native transport's call takes one buffer, and widened or averaged sums run through
   // reduce_scatter_v's buffers: both get the inputs copied end to end first, as
   // torch.distributed's list form does (reduce_scatter_v asks the table again, with the same
   // bytes, and gets the same answer).
   const Algorithm algo =
       detail::algorithm_of(group, Collective::ReduceScatter,
                            static_cast<size_t>(total) * row_bytes(first), detail::ShmForm::kHas);
-  if ((algo != Algorithm::Ring && algo != Algorithm::Hierarchical) ||
+  const bool shm = algo == Algorithm::SharedMemory &&
+                   detail::shm::listed_reduce_scatter_fits(group.size());
+  if ((algo != Algorithm::Ring && algo != Algorithm::Hierarchical && !shm) ||
       !natively_reducible(output.dtype(), op))
     return reduce_scatter_v(cat(inputs, 0), output, sizes, group, op);
+  // Shared memory: this rank's blocks published where they lie at issue, its own block of
+  // every rank's reduced by whoever waits (as reduce_scatter_v's, on one buffer).
+  const int64_t per_row = static_cast<int64_t>(row_bytes(first) / first.element_size());
+  int64_t before = 0;  // rows of the blocks ahead of this rank's
+  for (int k = 0; k < group.rank(); ++k) before += sizes[static_cast<size_t>(k)];
+  const auto own_first = static_cast<size_t>(before * per_row);
+  const auto all = static_cast<size_t>(total * per_row);
+  auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
+    output.bump_version();
+    detail::SmallVector<detail::shm::InputPiece, 16> blocks;  // inline for up to 16 ranks
+    for (const Tensor& t : inputs) {
+      ctx->hold(t);  // the peers read it until the op completed
+      blocks.push_back({t.raw_data(), t.nbytes()});
+    }
+    return detail::shm::post_reduce_scatter(
+        std::move(ctx), std::span<const detail::shm::InputPiece>(blocks.begin(), blocks.size()),
+        output.raw_data(), own_first, static_cast<size_t>(output.numel()), all, output.dtype(),
+        op);
+  };
   return detail::issue(group, {
       .name = "reduce_scatter",
       .what = summary,
+      .post = shm ? detail::OnePost(post_shm) : detail::OnePost(),
+      .keep = {&output},
       .body = [&] {
     // The lists copied into the pool's memory, which finds its way back to the issuing thread
     // when the group's worker drops the body (object_pool.h).
     return detail::OpBody([inputs = PooledList<Tensor>(inputs.begin(), inputs.end()), output,
                            op, sizes = PooledList<int64_t>(sizes.begin(), sizes.end()),
-                           algo](OpContext& ctx) mutable {
+                           algo, own_first, all](OpContext& ctx) mutable {
+    if (algo == Algorithm::SharedMemory) {  // records what ran itself
+      detail::SmallVector<detail::shm::InputPiece, 16> blocks;
+      for (const Tensor& t : inputs) blocks.push_back({t.raw_data(), t.nbytes()});
+      detail::shm::reduce_scatter(
+          ctx, std::span<const detail::shm::InputPiece>(blocks.begin(), blocks.size()),
+          output.raw_data(), own_first, static_cast<size_t>(output.numel()), all,
+          output.dtype(), op);
+      output.bump_version();
+      return std::vector<Tensor>{};
+    }
     ctx.ran(Collective::ReduceScatter, algo);
     detail::SmallVector<const char*, 16> in_block;  // inline for up to 16 ranks
     for (const Tensor& t : inputs) in_block.push_back(static_cast<const char*>(t.raw_data()));

@@ -25,11 +25,14 @@ constexpr size_t kChunkBytes = 256 * 1024;
 // The addresses a rank publishes for its large all_reduce (in its buffers of both numbers),
 // and whether its peers may write their finished slices into its output. In the second
 // number's buffer, after it, a byte per rank: 1 where this rank wrote its slice.
+// A reduce_scatter whose input is a list (`listed`) is followed by one word per rank r: where
+// element 0 of the input would lie were block r where it is (its address less the elements
+// before it), so that a reader finds element i of its block at that word + i, as in one buffer.
 struct LargeBuffers {
   uint64_t in;
   uint64_t out;
   uint64_t accepts;
-  uint64_t pad;
+  uint64_t listed;
 };
 
 // Slice r of `count` elements among `ranks`: [first, first + size).
@@ -95,6 +98,10 @@ void GroupShm::read_reduce_slice(const Pending& p) {
   reduce_range(p, b, first, last, static_cast<unsigned char*>(p.out) + first * elem, &targets_);
 }
 
+size_t GroupShm::max_listed_blocks() {
+  return (kSlotBytes - sizeof(LargeBuffers)) / sizeof(uint64_t);
+}
+
 void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t last,
                             unsigned char* out, const std::vector<unsigned char*>* copies) {
   const size_t elem = dtype_size(p.dtype);
@@ -119,14 +126,22 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
   // output that in place costs nothing (those lines are this rank's own input, read anyway).
   // The operands and their order are unchanged: the same bits.
   const bool into_out = to_first + (last - first) * elem <= own_first || to_first >= own_last;
+  // Where rank r's input holds this rank's block, as one buffer's start (LargeBuffers).
+  auto their_in = [&](int r) {
+    LargeBuffers theirs;
+    std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
+    if (theirs.listed == 0) return theirs.in;
+    uint64_t base;
+    const size_t at = sizeof theirs + sizeof base * static_cast<size_t>(rank_);
+    std::memcpy(&base, slot(r)->data[b] + at, sizeof base);
+    return base;
+  };
   // Each peer's slice, where it lies mapped in this process (its arena), else null: read
   // through the kernel a chunk at a time.
   direct_.assign(static_cast<size_t>(size_), nullptr);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    LargeBuffers theirs;
-    std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
-    direct_[r] = mapped(r, theirs.in + first * elem, (last - first) * elem);
+    direct_[r] = mapped(r, their_in(r) + first * elem, (last - first) * elem);
     if (direct_[r] != nullptr) count_single_copy(Way::Mapped, (last - first) * elem);
   }
   for (size_t at = first; at < last; at += per_chunk) {
@@ -148,9 +163,7 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
       if (direct_[r] != nullptr) return direct_[r] + (offset - first * elem);
       unsigned char* into = to_free ? to : sum == chunk_.data() ? acc_.data() : chunk_.data();
       to_free = false;
-      LargeBuffers theirs;
-      std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
-      read_peer(r, theirs.in + offset, into, bytes, p);
+      read_peer(r, their_in(r) + offset, into, bytes, p);
       return into;
     };
     const unsigned char* sum = piece(0, nullptr);
@@ -185,12 +198,26 @@ void GroupShm::read_gather_slices(const Pending& p) {
 
 uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* out,
                                         size_t first, size_t count, DType dtype,
-                                        ReduceOp reduce) {
+                                        ReduceOp reduce, std::span<const InputPiece> blocks) {
+  FERRY_CHECK(blocks.empty() || (blocks.size() == static_cast<size_t>(size_) &&
+                                 blocks.size() <= max_listed_blocks()),
+              Error, op.name, ": ", blocks.size(), " input blocks for ", size_,
+              " ranks (internal error: the op should have chosen another path)");
   const uint32_t n = begin(op);
   sign(n, op);
   publish_arenas();
-  LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out), 0, 0};
-  std::memcpy(slot(rank_)->data[n % kDepth], &mine, sizeof mine);
+  unsigned char* data = slot(rank_)->data[n % kDepth];
+  LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out), 0,
+                    blocks.empty() ? 0u : 1u};
+  uint64_t before = 0;  // bytes of the blocks ahead of block r
+  for (size_t r = 0; r < blocks.size(); ++r) {
+    // Unsigned: the start may lie below the address space's first byte, the sum wraps back.
+    const uint64_t base = reinterpret_cast<uintptr_t>(blocks[r].data) - before;
+    std::memcpy(data + sizeof mine + r * sizeof base, &base, sizeof base);
+    if (r == static_cast<size_t>(rank_)) mine.in = base;
+    before += blocks[r].bytes;
+  }
+  std::memcpy(data, &mine, sizeof mine);
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = push(n, Kind::ReduceBlock);

@@ -298,16 +298,20 @@ uint32_t GroupShm::start_barrier(const OpRef& op) {
   return n;
 }
 
-uint32_t GroupShm::start_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
-                                    DType dtype, ReduceOp reduce, size_t first, size_t block) {
+uint32_t GroupShm::start_all_reduce(const OpRef& op, std::span<const InputPiece> in, void* out,
+                                    size_t count, DType dtype, ReduceOp reduce, size_t first,
+                                    size_t block) {
   const size_t bytes = count * dtype_size(dtype);
   FERRY_CHECK(bytes <= kSlotBytes, Error, op.name, ": ", bytes, " B through shared memory, at "
               "most ", kSlotBytes, " (internal error: the op should have chosen another path)");
   const uint32_t n = begin(op);
   sign(n, op);
   const bool small = bytes <= kSmallBytes;
-  if (bytes > 0)
-    std::memcpy(small ? slot(rank_)->small[n % kDepth] : slot(rank_)->data[n % kDepth], in, bytes);
+  unsigned char* to = small ? slot(rank_)->small[n % kDepth] : slot(rank_)->data[n % kDepth];
+  for (const InputPiece& piece : in) {
+    if (piece.bytes > 0) std::memcpy(to, piece.data, piece.bytes);
+    to += piece.bytes;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = push(n, Kind::AllReduce);

@@ -38,6 +38,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 namespace ferry::detail::shm {
@@ -85,7 +86,16 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // the reduction land in `out`, which holds element `first` at its start.
   static constexpr size_t kWhole = SIZE_MAX;
   uint32_t start_all_reduce(const OpRef& op, const void* in, void* out, size_t count, DType dtype,
-                            ReduceOp reduce, size_t first = 0, size_t block = kWhole);
+                            ReduceOp reduce, size_t first = 0, size_t block = kWhole) {
+    const InputPiece whole{in, count * dtype_size(dtype)};
+    return start_all_reduce(op, std::span<const InputPiece>(&whole, 1), out, count, dtype, reduce,
+                            first, block);
+  }
+  // The same with the input in pieces (reduce_scatter's list form), copied into the segment
+  // one after the other: their bytes add up to count elements.
+  uint32_t start_all_reduce(const OpRef& op, std::span<const InputPiece> in, void* out,
+                            size_t count, DType dtype, ReduceOp reduce, size_t first,
+                            size_t block);
   // Reads each peer's segment header through its process (process_vm_readv) and publishes
   // whether that worked; made once, with the segment, without waiting for anyone.
   void probe_peers();
@@ -141,8 +151,14 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // this rank reduces elements [first, first + count) of every rank's `in` (read straight from
   // the peers' buffers, in rank order) into its `out`, which may be that block of its own `in`.
   // `in` stays the caller's only once the op completed: its peers read it.
+  // With `blocks` (reduce_scatter's list form; `in` unused) the input is W pieces lying
+  // anywhere, rank r's block being blocks[r], read where it lies: each rank publishes where
+  // each of its blocks is, and a peer that published one buffer is read as before, so the two
+  // forms meet. At most max_listed_blocks() of them.
   uint32_t start_reduce_scatter(const OpRef& op, const void* in, void* out, size_t first,
-                                size_t count, DType dtype, ReduceOp reduce);
+                                size_t count, DType dtype, ReduceOp reduce,
+                                std::span<const InputPiece> blocks = {});
+  static size_t max_listed_blocks();
 
   // Never blocks: whether op `n` completed (then a later wait returns at once). Throws the
   // failure of a read (a mismatch, a peer's memory gone).

@@ -73,6 +73,12 @@ struct alignas(kLine) Header {
   std::atomic<int32_t> released;
 };
 
+// A piece of an op's input, `bytes` at `data` (reduce_scatter's list form: one per rank).
+struct InputPiece {
+  const void* data;
+  size_t bytes;
+};
+
 // A rank's all_to_all block as its peers read it, in its process: `bytes` at `address` when
 // `run_count` is 0, else laid out as the `run_count` runs (backends/byte_layout.h's ByteRun,
 // offsets from `address`) listed at `runs`, which the reader fetches first.

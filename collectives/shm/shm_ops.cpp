@@ -189,14 +189,29 @@ uint32_t start_any_gather(GroupShm& shm, OpContext& ctx, const OpRef& ref,
 
 // A reduce_scatter of any size (shm_ops.h says which way). Returns the op number that
 // completes it.
+// `blocks`: the list form's input (then `in` is unused).
 uint32_t start_any_reduce_scatter(GroupShm& shm, OpContext& ctx, const OpRef& ref,
-                                  const void* in, void* out, size_t first, size_t count,
-                                  size_t total, DType dtype, ReduceOp op) {
+                                  const void* in, std::span<const InputPiece> blocks, void* out,
+                                  size_t first, size_t count, size_t total, DType dtype,
+                                  ReduceOp op) {
   const size_t elem = dtype_size(dtype);
-  if (total * elem <= kSlotBytes)
+  if (total * elem <= kSlotBytes) {
+    if (!blocks.empty())
+      return shm.start_all_reduce(ref, blocks, out, total, dtype, op, first, count);
     return shm.start_all_reduce(ref, in, out, total, dtype, op, first, count);
+  }
   if (shm.peers_readable(ref))
-    return shm.start_reduce_scatter(ref, in, out, first, count, dtype, op);
+    return shm.start_reduce_scatter(ref, in, out, first, count, dtype, op, blocks);
+  if (!blocks.empty()) {  // the fallback below reduces one buffer
+    Tensor joined = empty({static_cast<int64_t>(total)}, dtype);
+    ctx.hold(joined);
+    char* to = data_at(joined, 0);
+    for (const InputPiece& piece : blocks) {
+      if (piece.bytes > 0) std::memcpy(to, piece.data, piece.bytes);
+      to += piece.bytes;
+    }
+    in = joined.raw_data();
+  }
   Tensor whole = empty({static_cast<int64_t>(total)}, dtype);
   ctx.hold(whole);
   const uint32_t n = start_any_all_reduce(shm, ctx, ref, in, whole.raw_data(), total, dtype, op);
@@ -329,26 +344,61 @@ void gather(OpContext& ctx, const GatherBlocks& blocks, Collective c) {
   run_to_the_end(*shm, start_any_gather(*shm, ctx, ref, blocks), ctx, ref);
 }
 
-std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx, const void* in,
-                                              void* out, size_t first, size_t count,
-                                              size_t total, DType dtype, ReduceOp op) {
+namespace {
+
+// Both forms of reduce_scatter: one buffer `in`, or the list form's `blocks`.
+std::unique_ptr<InFlight> post_any_reduce_scatter(std::unique_ptr<OpContext> ctx, const void* in,
+                                                  std::span<const InputPiece> blocks, void* out,
+                                                  size_t first, size_t count, size_t total,
+                                                  DType dtype, ReduceOp op) {
   const OpRef ref = op_of(*ctx);
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   ctx->ran(Collective::ReduceScatter, Algorithm::SharedMemory);
   const uint32_t n =
-      start_any_reduce_scatter(*shm, *ctx, ref, in, out, first, count, total, dtype, op);
+      start_any_reduce_scatter(*shm, *ctx, ref, in, blocks, out, first, count, total, dtype, op);
   return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
 }
 
-void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, size_t count,
-                    size_t total, DType dtype, ReduceOp op) {
+void run_any_reduce_scatter(OpContext& ctx, const void* in, std::span<const InputPiece> blocks,
+                            void* out, size_t first, size_t count, size_t total, DType dtype,
+                            ReduceOp op) {
   const OpRef ref = op_of(ctx);
   std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
   ctx.ran(Collective::ReduceScatter, Algorithm::SharedMemory);
   run_to_the_end(*shm,
-                 start_any_reduce_scatter(*shm, ctx, ref, in, out, first, count, total, dtype,
-                                          op),
+                 start_any_reduce_scatter(*shm, ctx, ref, in, blocks, out, first, count, total,
+                                          dtype, op),
                  ctx, ref);
+}
+
+}  // namespace
+
+std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx, const void* in,
+                                              void* out, size_t first, size_t count,
+                                              size_t total, DType dtype, ReduceOp op) {
+  return post_any_reduce_scatter(std::move(ctx), in, {}, out, first, count, total, dtype, op);
+}
+
+void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, size_t count,
+                    size_t total, DType dtype, ReduceOp op) {
+  run_any_reduce_scatter(ctx, in, {}, out, first, count, total, dtype, op);
+}
+
+bool listed_reduce_scatter_fits(int ranks) {
+  return static_cast<size_t>(ranks) <= GroupShm::max_listed_blocks();
+}
+
+std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx,
+                                              std::span<const InputPiece> blocks, void* out,
+                                              size_t first, size_t count, size_t total,
+                                              DType dtype, ReduceOp op) {
+  return post_any_reduce_scatter(std::move(ctx), nullptr, blocks, out, first, count, total,
+                                 dtype, op);
+}
+
+void reduce_scatter(OpContext& ctx, std::span<const InputPiece> blocks, void* out, size_t first,
+                    size_t count, size_t total, DType dtype, ReduceOp op) {
+  run_any_reduce_scatter(ctx, nullptr, blocks, out, first, count, total, dtype, op);
 }
 
 std::unique_ptr<InFlight> post_reduce(std::unique_ptr<OpContext> ctx, const void* in, void* out,

@@ -14,6 +14,7 @@
 #include <ferry/collectives/shm/shm_layout.h>
 
 #include <memory>
+#include <span>
 
 namespace ferry::detail::shm {
 
@@ -68,6 +69,18 @@ std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx, co
                                               size_t total, DType dtype, ReduceOp op);
 void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, size_t count,
                     size_t total, DType dtype, ReduceOp op);
+// The same with the input as W blocks lying anywhere (the list form; `blocks[r]` is rank r's
+// block, their bytes adding up to `total` elements), read where they lie: no copy of the blocks
+// put end to end, except where the ranks cannot read each other's memory. For at most
+// listed_reduce_scatter_fits() ranks. `blocks` is read only while the call runs; the memory it
+// points to stays the caller's only once the op completed.
+bool listed_reduce_scatter_fits(int ranks);
+std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx,
+                                              std::span<const InputPiece> blocks, void* out,
+                                              size_t first, size_t count, size_t total,
+                                              DType dtype, ReduceOp op);
+void reduce_scatter(OpContext& ctx, std::span<const InputPiece> blocks, void* out, size_t first,
+                    size_t count, size_t total, DType dtype, ReduceOp op);
 
 // reduce to `root` (`out`, on the root only; null elsewhere): through the slots up to a slot;
 // above, each rank reduces its 1/W slice straight from the peers' inputs (the root's into its

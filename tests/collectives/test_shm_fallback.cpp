@@ -99,6 +99,15 @@ void fallbacks_without_reads(Group& world, Ctx& ctx) {
                 ferry::reduce_scatter(in_w, out, g).wait();
                 return out;
               });
+  // The list form: its blocks put end to end for the fallback's one buffer.
+  expect_same(g, ctx, "reduce_scatter list", Collective::ReduceScatter, "reduce_scatter:shm",
+              "reduce_scatter:ring", [&] {
+                std::vector<Tensor> parts;
+                for (int r = 0; r < W; ++r) parts.push_back(snapshot(in_w.narrow(0, r * n, n)));
+                Tensor out = ferry::zeros({n});
+                ferry::reduce_scatter(parts, out, g).wait();
+                return out;
+              });
   // all_to_all_single takes the pairwise exchange instead, and records that.
   const uint64_t pairwise = g.impl().runs(Collective::AllToAll, Algorithm::Pairwise);
   Tensor a2a_out = ferry::zeros({n * W});

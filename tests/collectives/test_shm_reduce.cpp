@@ -105,13 +105,16 @@ void reduce_scatter_v_matches_ring(Group& world, Ctx& ctx) {
       for (int r = 0; r < W; ++r) sizes[static_cast<size_t>(r)] = (r + salt) % 3;  // some 0
       Gen gen(pattern_for(ReduceOp::Sum), DType::Float32, g.rank(), salt * 3 + inner);
       Tensor in = make_tensor(gen, {sum_of(sizes), inner}, DType::Float32);
-      for (bool list : {false, true}) {
+      // One buffer, the list form, and the two mixed across ranks (even ranks a list): the
+      // list form publishes where each of its blocks lies, which a peer of either form reads.
+      for (const char* form : {"", " list", " mixed"}) {
+        const bool list = form[0] != '\0' && (form[1] == 'l' || g.rank() % 2 == 0);
         const uint64_t ran = runs(g, Collective::ReduceScatter, Algorithm::SharedMemory);
         Tensor by_shm = scattered_v(g, in, sizes, list, "shm");
         Tensor by_ring = scattered_v(g, in, sizes, list, "ring");
         const std::string w = where(g, "reduce_scatter_v inner " + std::to_string(inner) +
                                            " salt " + std::to_string(salt)) +
-                              (list ? " list" : "");
+                              form;
         expect_as_other(ctx, g, w, Collective::ReduceScatter, ran, by_shm, by_ring, "ring");
       }
     }

@@ -70,7 +70,8 @@ Work ReduceScatterGatherOp::launch(const std::vector<Tensor>& inputs) {
   if (forward_ == ForwardCollective::kReduceScatter) {
     if (inputs.size() > 1 && forward_pass_->passthrough()) {
       // reduce_scatter_pooled without a codec: the list form reads each input where it lies
-      // instead of a copy of all W put end to end (the ring's transports; MPI still copies).
+      // instead of a copy of all W put end to end (the ring, and shared memory between the
+      // processes of one host; MPI's own collective, across hosts, still takes a copy).
       ferry::detail::ScopedSpare<std::vector<Tensor>> flats;  // a list of this thread's
       for (const Tensor& t : inputs) flats->push_back(t.flatten());
       received_ = empty({sizes_[rank()]}, dtype);
