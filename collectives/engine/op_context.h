@@ -101,7 +101,11 @@ class OpContext : public Pooled {
     phase_ += 1;
   }
 
-  char* scratch(int slot, size_t bytes) { return group_.scratch().get(slot, bytes); }
+  // Large buffers of a group on one host lie in shared memory, which its peers map (a 16-bit
+  // reduction's float32 copies are read by them: scratch_arena.h).
+  char* scratch(int slot, size_t bytes) {
+    return group_.scratch().get(slot, bytes, group_.one_host());
+  }
 
   // Memory the op allocated itself (an output, a size exchange's buffer) that its sends read or
   // its receives write: held until the context goes, and for the rest of the process when a

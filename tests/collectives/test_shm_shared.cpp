@@ -190,9 +190,10 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
         const std::string w = where(g, call.name) + " " + call.form + " " +
                               ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
         expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
-        // 16-bit floats reduce in float32 buffers of the group's own, which are not shared; a
-        // reduce's average runs on the group's worker, the others' slices in memory the op
-        // holds, which the root reads through the kernel.
+        // 16-bit floats reduce in float32 copies in the group's scratch, which lies in shared
+        // memory whatever the caller's tensors (private_16_bit_read_by_mapping); a reduce's
+        // average runs on the group's worker, the others' slices in memory the op holds,
+        // which the root reads through the kernel.
         if (is_reduction(call.c) && ferry::detail::accumulation_dtype(dt) != dt) continue;
         if (call.c == Collective::Reduce && op == ReduceOp::Avg) continue;
         const bool mapped = after.mapped + after.written > before.mapped + before.written;
@@ -211,6 +212,36 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
 
 void all_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, false); }
 void rank_0_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, true); }
+
+// A 16-bit reduction widens private tensors into float32 copies in the group's scratch, which
+// on one host lies in shared memory: the peers read those copies by mapping, none through the
+// kernel, and the result is the point-to-point algorithm's.
+void private_16_bit_read_by_mapping(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  for (const Call& call : calls(g.size())) {
+    if (call.c != Collective::AllReduce && call.c != Collective::ReduceScatter) continue;
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+      for (ReduceOp op : ops_for(dt)) {
+        Gen gen(pattern_for(op), dt, g.rank(), 11);
+        const Tensor in = make_tensor(gen, {kCount}, dt);
+        const uint64_t ran = runs(g, call.c, Algorithm::SharedMemory);
+        const SingleCopyBytes before = single_copy_bytes();
+        Tensor by_shm = run(call, g, in, op, /*shared=*/false, "shm");
+        const SingleCopyBytes after = single_copy_bytes();
+        Tensor by_other = run(call, g, in, op, false, call.other);
+        const std::string w = where(g, call.name) + " " + call.form + " " +
+                              ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
+        expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
+        ctx.expect(after.mapped > before.mapped && after.by_kernel == before.by_kernel, [&] {
+          return w + ": expected the float32 copies read by mapping only, given " +
+                 std::to_string(after.mapped - before.mapped) + " B read and " +
+                 std::to_string(after.written - before.written) + " B written by mapping, " +
+                 std::to_string(after.by_kernel - before.by_kernel) + " B through the kernel";
+        });
+      }
+    }
+  }
+}
 
 // The mappings of peers' arenas in this process ("/memfd:ferry-arena-<pid>-<n>", pid not ours).
 int peer_arena_mappings() {
@@ -512,6 +543,8 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
         all_shared) &&
     add("shm: only rank 0's tensors shared: mapped from it, through the kernel from the others",
         rank_0_shared) &&
+    add("shm: 16-bit reductions of private tensors read their float32 copies by mapping",
+        private_16_bit_read_by_mapping) &&
     add("shm: shared tensors in flight, and no peer arena mapped once the group is gone",
         in_flight_then_unmapped) &&
     add("shm: large ops into shared outputs write into the peers' outputs", writes_into_peers) &&
