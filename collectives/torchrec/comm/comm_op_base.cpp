@@ -1,6 +1,8 @@
 #include <ferry/collectives/torchrec/comm/comm_op_base.h>
 
 #include <ferry/collectives/differentiable/checks.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/torchrec/comm/comm_switches.h>
 #include <ferry/runtime/error.h>
 
@@ -48,8 +50,21 @@ void TorchrecCommOp::divide(Tensor& grad) const {
   grad.bump_version();
 }
 
+Tensor TorchrecCommOp::peer_buffer(Shape shape, DType dtype) const {
+  const int64_t n = shape_numel(shape);
+  if (world() > 1 && static_cast<size_t>(n) * dtype_size(dtype) > ferry::detail::shm::kSlotBytes &&
+      group_.impl().one_host()) {
+    try {
+      return empty_shared(std::move(shape), dtype);
+    } catch (const Error&) {
+      // Ordinary memory below: the peers read it through the kernel.
+    }
+  }
+  return empty(std::move(shape), dtype);
+}
+
 Tensor TorchrecCommOp::divided_copy(const Tensor& grad) const {
-  Tensor out = empty(grad.shape(), grad.dtype());
+  Tensor out = peer_buffer(grad.shape(), grad.dtype());
   if (grad.dtype() == DType::Float64) {
     GroupSizeDivider<double>(world()).apply(grad.data<double>(), out.data<double>(), grad.numel());
   } else {

@@ -92,8 +92,15 @@ class TorchrecCommOp : public ReqWaitOp {
   // Divides `grad` in place by the group size.
   void divide(Tensor& grad) const;
   // A new tensor holding `grad` divided by the group size: the copy and the division in one
-  // pass (float32 / float64, the same bits as a copy divided in place).
+  // pass (float32 / float64, the same bits as a copy divided in place). In peer_buffer's memory:
+  // it is what the gradient's collective sends.
   Tensor divided_copy(const Tensor& grad) const;
+  // An uninitialised buffer this op's collective sends from or receives into, which its peers
+  // read or write: in shared memory where the group's ranks share a host and it is above the
+  // shared-memory path's slots, so that the peers reach it by mapping instead of through the
+  // kernel (a gather's peers write their blocks straight into it); ordinary memory otherwise,
+  // and where no shared memory can be had.
+  Tensor peer_buffer(Shape shape, DType dtype) const;
 
  private:
   const char* name_;

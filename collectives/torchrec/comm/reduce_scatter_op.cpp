@@ -52,7 +52,7 @@ Work ReduceScatterGatherOp::reduce_scatter(CodecPass& pass, const Tensor& values
 Work ReduceScatterGatherOp::all_gather(CodecPass& pass, const Tensor& values,
                                        const std::vector<int64_t>& wire) {
   Tensor encoded = pass.encode(values);
-  received_ = empty({sum_of(wire)}, pass.wire_dtype());
+  received_ = peer_buffer({sum_of(wire)}, pass.wire_dtype());  // the peers write their blocks
   if (equal_) return ferry::all_gather(encoded, received_, group());
   return ferry::all_gather_v(encoded, received_, wire, group());
 }

@@ -6,6 +6,7 @@
 #include <ferry/autograd/function.h>
 #include <ferry/autograd/ops.h>
 #include <ferry/collectives/collectives.h>
+#include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/torchrec/torchrec.h>
 #include "tests/torchrec/comm_test_helpers.h"
 #include "tests/differentiable/spmd_gradcheck.h"
@@ -52,6 +53,23 @@ DG_CASE("torchrec alltoall_pooled, PooledEmbeddingsAllToAll's docs example: dims
                     2 * b + 5, 102 + b},
                    3, 3),
                g, "docs example output");
+}
+
+// A gather's output is where its peers write their blocks: on one host, above the shared-memory
+// path's slots, it lies in shared memory (they write it by mapping); elsewhere, and below, in
+// ordinary memory. Right values either way.
+DG_CASE("torchrec all_gather_base_pooled receives into shared memory on one host",
+        "[torchrec][all_gather_base_pooled]", 2) {
+  for (int64_t n : {int64_t{16}, int64_t{8192}}) {  // 64 B, 32 KiB of float32 per rank
+    Tensor x = full({n}, 1.0 + g.rank());
+    const Tensor y = all_gather_base_pooled(Variable(x), g).wait().value();
+    const bool want_shared = n * 4 > 16 * 1024 && g.impl().one_host();
+    expect(y.is_shared() == want_shared, g,
+           "output of " + std::to_string(n) + " floats per rank: is_shared " +
+               std::to_string(y.is_shared()) + ", expected " + std::to_string(want_shared));
+    expect(y.numel() == 2 * n && y.get_flat(0) == 1.0 && y.get_flat(2 * n - 1) == 2.0, g,
+           "gathered values");
+  }
 }
 
 DG_CASE("torchrec worked case: reduce_scatter_base_pooled", "[torchrec][worked]", 2) {
