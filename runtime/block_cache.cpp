@@ -2,6 +2,7 @@
 
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/shared_arena.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -337,6 +338,7 @@ bool kept_small(size_t nbytes) {
 }  // namespace
 
 void release_cached_blocks() {
+  detail::release_free_shared_pages();  // the shared arena's free blocks, likewise
   cache().clear();
   small_depot().clear();
   if (SmallBlocks::state() == SmallBlocks::State::kAlive) small_blocks().clear();

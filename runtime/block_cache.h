@@ -24,6 +24,7 @@
 namespace ferry {
 
 // Frees every cached block (torch.cuda.empty_cache's counterpart); tensors alive keep theirs.
+// The shared arena's free blocks give their pages back too (shared_arena.h).
 // Of the small blocks, those the calling thread keeps (other threads free theirs as they end).
 void release_cached_blocks();
 // Bytes held by the cache now, not counting blocks in use or the threads' small blocks.

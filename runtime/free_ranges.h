@@ -25,6 +25,12 @@ class FreeRanges {
   void give(Place at, size_t bytes);
   // Free ranges, in all regions (tests).
   size_t ranges() const { return by_size_.size(); }
+  // Calls f(region, offset, bytes) for every free range.
+  template <class F>
+  void for_each(F&& f) const {
+    for (size_t region = 0; region < by_offset_.size(); ++region)
+      for (const auto& [offset, bytes] : by_offset_[region]) f(region, offset, bytes);
+  }
 
  private:
   void add(size_t region, size_t offset, size_t bytes);

@@ -62,6 +62,19 @@ class SharedArena {
     in_use_ -= size;
   }
 
+  size_t release_free_pages() {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t bytes = 0;
+    free_.for_each([&](size_t c, size_t offset, size_t size) {
+      // Offsets and sizes are whole pages (kSharedGrain). A file system without hole punching
+      // keeps the pages: nothing lost but the memory.
+      if (fallocate(chunks_[c].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    static_cast<off_t>(offset), static_cast<off_t>(size)) == 0)
+        bytes += size;
+    });
+    return bytes;
+  }
+
   size_t count() const { return count_.load(std::memory_order_acquire); }
   const SharedChunk& chunk(size_t i) const { return chunks_[i]; }
   size_t in_use() {
@@ -147,5 +160,7 @@ bool in_shared_arena(const void* p, size_t bytes) {
 }
 
 size_t shared_bytes_in_use() { return SharedArena::get().in_use(); }
+
+size_t release_free_shared_pages() { return SharedArena::get().release_free_pages(); }
 
 }  // namespace ferry::detail

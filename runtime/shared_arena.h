@@ -58,5 +58,10 @@ const SharedChunk& shared_chunk(size_t i);
 bool in_shared_arena(const void* p, size_t bytes);
 // Bytes of blocks handed out and not given back (tests).
 size_t shared_bytes_in_use();
+// Hands the pages of every free block back to the system (release_cached_blocks calls it): a
+// freed block otherwise keeps its pages for the next request. The chunks stay mapped, here and
+// in the peers that mapped them; a block handed out later takes fresh zero pages as it is
+// touched. Returns the bytes of the ranges given back.
+size_t release_free_shared_pages();
 
 }  // namespace ferry::detail

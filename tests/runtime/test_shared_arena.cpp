@@ -1,6 +1,7 @@
 // Tensors in shared memory (Tensor::share_memory_, empty_shared; runtime/shared_arena.h): where
 // they lie, what moving a tensor there keeps, blocks given back and reused, and a chunk that
 // another process can open through /proc/<pid>/fd and map to see the same bytes.
+#include <ferry/runtime/block_cache.h>
 #include <ferry/runtime/free_ranges.h>
 #include <ferry/runtime/shared_arena.h>
 #include <ferry/runtime/tensor.h>
@@ -15,6 +16,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace ferry;
@@ -86,6 +88,39 @@ TEST_CASE("a freed shared block is given back", "[shared_arena]") {
     CHECK(detail::shared_bytes_in_use() == in_use + 6 * detail::kSharedGrain);
   }
   CHECK(detail::shared_bytes_in_use() == in_use);
+}
+
+// The pages a chunk's memory file holds now (st_blocks counts 512-byte units).
+size_t resident_bytes(const detail::SharedChunk& c) {
+  struct stat st {};
+  REQUIRE(fstat(c.fd, &st) == 0);
+  return static_cast<size_t>(st.st_blocks) * 512;
+}
+
+TEST_CASE("a freed block keeps its pages until release_cached_blocks gives them back",
+          "[shared_arena]") {
+  constexpr size_t kBytes = size_t{8} << 20;
+  size_t chunk = 0;
+  size_t before = 0;
+  {
+    Tensor t = empty_shared({static_cast<int64_t>(kBytes)}, DType::UInt8);
+    t.fill_(1);  // every page touched
+    while (chunk < detail::shared_chunk_count() &&
+           !(detail::shared_chunk(chunk).address <= reinterpret_cast<uintptr_t>(t.raw_data()) &&
+             reinterpret_cast<uintptr_t>(t.raw_data()) <
+                 detail::shared_chunk(chunk).address + detail::shared_chunk(chunk).bytes))
+      ++chunk;
+    REQUIRE(chunk < detail::shared_chunk_count());
+    before = resident_bytes(detail::shared_chunk(chunk));
+    CHECK(before >= kBytes);
+  }
+  CHECK(resident_bytes(detail::shared_chunk(chunk)) == before);  // kept for the next request
+  release_cached_blocks();
+  CHECK(resident_bytes(detail::shared_chunk(chunk)) + kBytes <= before);
+  // The block's place is handed out again, its pages fresh and zero.
+  Tensor again = empty_shared({static_cast<int64_t>(kBytes)}, DType::UInt8);
+  CHECK(again.get_flat(0) == 0);
+  CHECK(again.get_flat(static_cast<int64_t>(kBytes) - 1) == 0);
 }
 
 TEST_CASE("free ranges: best fit, the rest kept, neighbours merged when given back",
