@@ -2,6 +2,7 @@
 
 #include <ferry/backends/ucx/ucx_tag.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/object_pool.h>
 
 #include <limits.h>
 #include <sys/random.h>
@@ -133,8 +134,10 @@ CmaReadResult cma_read(uint32_t pid, uint64_t remote, void* local, size_t bytes)
 CmaReadResult cma_read_scattered(uint32_t pid, uint64_t remote, const ByteLayout& to) {
   // The pieces in order, as iovecs, at most IOV_MAX per call; the remote side is the one
   // contiguous range they fill. A partial read resumes at the piece and offset where it stopped.
-  thread_local std::vector<iovec> pieces;  // this thread's, kept: no allocation per read
-  pieces.clear();
+  // A list from this thread's spares (no allocation per read), safe to take from an exit
+  // handler, unlike a plain thread_local, which the main thread's exit destroys first.
+  ScopedSpare<std::vector<iovec>> spare;
+  std::vector<iovec>& pieces = *spare;
   for (const ByteRun& r : to.runs)
     for (size_t j = 0; r.block > 0 && j < r.count; ++j)
       pieces.push_back(iovec{to.base + r.offset + j * r.stride, r.block});

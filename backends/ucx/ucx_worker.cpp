@@ -4,6 +4,7 @@
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/idle_work.h>
 #include <ferry/runtime/log.h>
+#include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/wait_policy.h>
 
 #include <poll.h>
@@ -142,8 +143,12 @@ bool UcxWorker::wait_until(const std::function<bool()>& done, Clock::time_point 
     // Then block. sleepers_ goes up before the last check, under the lock, so a thread that
     // completes our request after the check sees a sleeper and signals.
     ucs_status_t armed;
-    // This thread's list, kept from sleep to sleep: a wait that sleeps allocates nothing.
-    thread_local std::vector<pollfd> fds;
+    // A list from this thread's spares, kept from sleep to sleep: a wait that sleeps allocates
+    // nothing. Not a plain thread_local: finalize() runs from an exit handler, after the main
+    // thread's thread_locals were destroyed, and its waits sleep too (a ScopedSpare then makes
+    // a list of its own).
+    ScopedSpare<std::vector<pollfd>> spare;
+    std::vector<pollfd>& fds = *spare;
     fds.assign(1, pollfd{event_fd_, POLLIN, 0});
     {
       std::lock_guard<std::mutex> lock(mu_);
