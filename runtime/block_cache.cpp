@@ -14,6 +14,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 // Under AddressSanitizer a kept small block is poisoned until it is handed out again, so that
 // a tensor's use after its storage died is still reported.
 #if defined(__SANITIZE_ADDRESS__)
@@ -38,6 +42,62 @@ namespace {
 constexpr std::align_val_t kAlign{detail::kBlockAlignment};
 
 size_t limit_from_environment() { return static_cast<size_t>(config().host_cache_mb) << 20; }
+
+// Blocks of at least detail::kHugeMinBytes are mapped here, 2 MiB-aligned, and marked for
+// transparent huge pages (block_cache.h says why). Read once: a block is released the way it
+// was acquired, which only its size tells.
+bool huge_blocks() {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  static const bool on = config().huge_pages;
+  return on;
+#else
+  return false;
+#endif
+}
+
+bool mapped_huge(size_t bytes) { return bytes >= detail::kHugeMinBytes && huge_blocks(); }
+
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+constexpr size_t kPageBytes = 4096;
+
+size_t mapped_length(size_t bytes) { return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes; }
+
+// `bytes` of zeroed memory starting on a huge page boundary. The mapping is the block's own
+// length (its last part, short of a huge page, stays in small pages: rounding it up would cost
+// up to 78% more memory in the 2.25 MiB class, and the cache's limit counts blocks' bytes).
+// Without huge pages to be had (THP off, none free) the kernel gives small ones.
+void* map_huge(size_t bytes) {
+  const size_t length = mapped_length(bytes);
+  const size_t span = length + detail::kHugePageBytes - kPageBytes;  // room to align the start
+  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (start + detail::kHugePageBytes - 1) & ~(detail::kHugePageBytes - 1);
+  if (first > start) ::munmap(p, first - start);
+  if (const size_t tail = start + span - (first + length); tail > 0)
+    ::munmap(reinterpret_cast<void*>(first + length), tail);
+  void* block = reinterpret_cast<void*>(first);
+  (void)::madvise(block, length, MADV_HUGEPAGE);  // refused (old kernel): small pages, no harm
+  return block;
+}
+#endif
+
+void* allocate(size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (mapped_huge(bytes)) return map_huge(bytes);
+#endif
+  return ::operator new(bytes, kAlign);
+}
+
+void deallocate(void* block, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (mapped_huge(bytes)) {
+    ::munmap(block, mapped_length(bytes));
+    return;
+  }
+#endif
+  ::operator delete(block, kAlign);
+}
 
 class BlockCache {
  public:
@@ -69,7 +129,7 @@ class BlockCache {
         return block;
       }
     }
-    return ::operator new(nbytes, kAlign);
+    return allocate(nbytes);
   }
 
   void release(void* block, size_t nbytes) {
@@ -93,7 +153,7 @@ class BlockCache {
         held_ += nbytes;
       }
     }
-    for (auto& [stamp, e] : evicted) ::operator delete(e.block, kAlign);
+    for (auto& [stamp, e] : evicted) deallocate(e.block, e.nbytes);
   }
 
   void clear() {
@@ -103,7 +163,7 @@ class BlockCache {
       all.swap(free_);
       held_ = 0;
     }
-    for (auto& [size, e] : all) ::operator delete(e.block, kAlign);
+    for (auto& [size, e] : all) deallocate(e.block, e.nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
     spare_nodes_.clear();
   }

@@ -15,8 +15,19 @@
 // class per thread (block_cache.cpp): aligned allocation in glibc is slow, and a steady
 // training step then makes no malloc call for its smaller tensors either.
 //
+// Blocks of at least kHugeMinBytes are mapped on their own, starting on a 2 MiB boundary, and
+// marked for transparent huge pages (madvise; hosts whose THP setting is "madvise", the common
+// default, give anonymous memory 4 KiB pages otherwise). The single-copy collectives read a
+// peer's buffer with process_vm_readv, which pins every page of it on every call: in a two-rank
+// 16 MiB all_reduce the pinning was 23% of the op's time. With 2 MiB pages the 16-64 MiB
+// all_reduce, all_gather, reduce_scatter and all_to_all of two MPI ranks took 0.51-0.86x the
+// time (memcpy and the reductions also miss the TLB less; docs/benchmarks.md). Smaller blocks
+// would have to be rounded up to a huge page, up to twice their memory, and 1 MiB collectives
+// gained nothing from that (glibc's hugetlb tunable, which does it).
+//
 //   FERRY_HOST_CACHE_MB  the most the cache holds, in MiB (default 256; 0 turns it off, and
 //                        the small blocks' lists too)
+//   FERRY_HUGE_PAGES     0: large blocks from malloc in small pages, as before (default 1)
 #pragma once
 
 #include <cstddef>
@@ -34,6 +45,9 @@ namespace detail {
 
 inline constexpr size_t kMinCachedBytes = size_t{128} << 10;
 inline constexpr size_t kBlockAlignment = 64;  // every block, cached or not
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+// Blocks of at least this many bytes (their size class's) start on a huge page boundary.
+inline constexpr size_t kHugeMinBytes = kHugePageBytes;
 
 // Blocks under kMinCachedBytes bypass the cache (they go to the threads' lists). release_block takes the size acquired.
 void* acquire_block(size_t nbytes);

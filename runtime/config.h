@@ -34,6 +34,7 @@ struct Config {
   bool progress_thread = true;                 // FERRY_PROGRESS_THREAD
   bool check = false;                          // FERRY_CHECK
   int64_t host_cache_mb = 256;                 // FERRY_HOST_CACHE_MB
+  bool huge_pages = true;                      // FERRY_HUGE_PAGES
   bool mpi_persistent = true;                  // FERRY_MPI_PERSISTENT
   bool mpi_exchange = true;                    // FERRY_MPI_EXCHANGE
   bool ucx_cma = true;                         // FERRY_UCX_CMA

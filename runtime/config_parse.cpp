@@ -28,6 +28,7 @@ const std::vector<SettingInfo>& known_settings() {
       {"FERRY_DEBUG_SUBSYS", "list of init, coll, transport, ucx, codec, torchrec, all", "",
        true},
       {"FERRY_HOST_CACHE_MB", "MiB, 0 to 2^30 - 1", "256", true},
+      {"FERRY_HUGE_PAGES", "boolean", "1", true},
       {"FERRY_BACKEND", "local, mpi, ucx", "", true},
       {"FERRY_MPI_PERSISTENT", "boolean", "1", true},
       {"FERRY_MPI_EXCHANGE", "boolean", "1", true},
@@ -203,6 +204,7 @@ Config read_config(const std::function<const char*(const char*)>& get) {
   if (const std::string v = text("FERRY_HOST_CACHE_MB"); !v.empty())
     c.host_cache_mb = integer_in("FERRY_HOST_CACHE_MB", v, 0, (int64_t{1} << 30) - 1,
                                  "a number of MiB (0 turns the cache off)");
+  c.huge_pages = boolean("FERRY_HUGE_PAGES", true);
   c.mpi_persistent = boolean("FERRY_MPI_PERSISTENT", true);
   c.mpi_exchange = boolean("FERRY_MPI_EXCHANGE", true);
   c.ucx_cma = boolean("FERRY_UCX_CMA", true);
@@ -251,9 +253,10 @@ std::string describe_settings(const Config& c) {
              ", FERRY_BACKEND=", c.backend.empty() ? "(automatic)" : c.backend, ", FERRY_ALGO=",
              c.algo.empty() ? "(table)" : c.algo, ", FERRY_DEBUG=", c.debug,
              ", FERRY_DEBUG_SUBSYS=", c.debug_subsys.empty() ? "(all)" : c.debug_subsys,
-             ", FERRY_HOST_CACHE_MB=", c.host_cache_mb, ", FERRY_PROGRESS_THREAD=",
-             on(c.progress_thread), ", FERRY_MPI_PERSISTENT=", on(c.mpi_persistent),
-             ", FERRY_MPI_EXCHANGE=", on(c.mpi_exchange), ", FERRY_UCX_CMA=", on(c.ucx_cma),
+             ", FERRY_HOST_CACHE_MB=", c.host_cache_mb, ", FERRY_HUGE_PAGES=", on(c.huge_pages),
+             ", FERRY_PROGRESS_THREAD=", on(c.progress_thread), ", FERRY_MPI_PERSISTENT=",
+             on(c.mpi_persistent), ", FERRY_MPI_EXCHANGE=", on(c.mpi_exchange),
+             ", FERRY_UCX_CMA=", on(c.ucx_cma),
              ", FERRY_UCX_CMA_MIN_BYTES=",
              c.ucx_cma_min_bytes == 0 ? std::string("(default)")
                                       : std::to_string(c.ucx_cma_min_bytes),

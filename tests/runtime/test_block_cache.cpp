@@ -1,11 +1,13 @@
 // The block caches under tensor storage (runtime/block_cache.h), at their default limit
 // (256 MiB; the suite does not set FERRY_HOST_CACHE_MB).
 #include <ferry/runtime/block_cache.h>
+#include <ferry/runtime/config.h>
 #include <ferry/runtime/tensor.h>
 
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -172,4 +174,39 @@ TEST_CASE("blocks over 4 KiB: a thread keeps at most 4 MiB of them", "[block_cac
   CHECK(detail::small_block_bytes_kept() <= size_t{4} << 20);
   release_cached_blocks();
   CHECK(detail::small_block_bytes_kept() == 0);
+}
+
+TEST_CASE("blocks of 2 MiB and more start on a huge page boundary and are reused as such",
+          "[block_cache]") {
+  // The suite does not set FERRY_HUGE_PAGES: on (every Linux build, whatever the host's THP
+  // setting, which only decides whether the kernel backs them with huge pages).
+#if defined(__linux__)
+  REQUIRE(config().huge_pages);
+  release_cached_blocks();
+  const auto aligned = [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % detail::kHugePageBytes == 0;
+  };
+  const void* first = nullptr;
+  {
+    // 2 MiB + 4: the 2.25 MiB class, mapped to its length (not rounded up to 4 MiB) and
+    // counted as such; every byte of it writable.
+    Tensor t = empty({int64_t{detail::kHugeMinBytes} + 4}, DType::UInt8);
+    first = t.raw_data();
+    CHECK(aligned(first));
+    std::memset(t.raw_data(), 1, size_t{9} << 18);
+  }
+  CHECK(cached_block_bytes() == size_t{9} << 18);
+  {
+    Tensor again = empty({int64_t{detail::kHugeMinBytes} + 100}, DType::UInt8);
+    CHECK(again.raw_data() == first);
+  }
+  for (const int64_t mib : {2, 3, 16, 64}) {
+    Tensor t = empty({mib << 18}, DType::Float32);
+    INFO(mib << " MiB");
+    CHECK(aligned(t.raw_data()));
+  }
+  // The cache's limit is counted in blocks' bytes; clearing it unmaps them all.
+  release_cached_blocks();
+  CHECK(cached_block_bytes() == 0);
+#endif
 }

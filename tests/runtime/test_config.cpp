@@ -63,6 +63,8 @@ TEST_CASE("config: values are case-insensitive and booleans take six spellings",
     CHECK_FALSE(parse({{"FERRY_UCX_CMA", no}}).ucx_cma);
   }
   CHECK(parse({{"FERRY_HOST_CACHE_MB", "0"}}).host_cache_mb == 0);
+  CHECK(parse({}).huge_pages);
+  CHECK_FALSE(parse({{"FERRY_HUGE_PAGES", "0"}}).huge_pages);
   CHECK(parse({{"FERRY_UCX_CMA_MIN_BYTES", "4096"}}).ucx_cma_min_bytes == 4096);
 }
 
