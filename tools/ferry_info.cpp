@@ -157,6 +157,7 @@ int run_main(int argc, char** argv) {
         {"FERRY_TIMELINE", or_else(c.timeline, "(off)")},
         {"FERRY_DEBUG_SUBSYS", or_else(c.debug_subsys, "(all)")},
         {"FERRY_HOST_CACHE_MB", std::to_string(c.host_cache_mb) + " MiB"},
+        {"FERRY_HUGE_PAGES", flag(c.huge_pages)},
         {"FERRY_BACKEND", or_else(c.backend, "(automatic: mpi under mpiexec, else local)")},
         {"FERRY_MPI_PERSISTENT", flag(c.mpi_persistent)},
         {"FERRY_MPI_EXCHANGE", flag(c.mpi_exchange)},
