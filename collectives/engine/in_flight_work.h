@@ -32,14 +32,18 @@ namespace ferry::detail {
 inline constexpr size_t kMaxKeptBuffers = 6;
 using KeptBuffers = std::array<std::shared_ptr<const void>, kMaxKeptBuffers>;
 
-// What a failure of an op started at issue means beyond the op.
+// What a failure of an op started at issue means beyond the op. Whether its buffers must also
+// be kept for the life of the process is a separate fact, InFlight::buffers_kept(), which an op
+// of any policy may answer yes: keeping them says nothing of whether the peers are told.
 enum class OnFailure {
   // A native collective: the group is poisoned, and the buffers are kept for the life of the
-  // process (the transport cannot withdraw a collective and may still write into them).
+  // process (the transport cannot withdraw a collective and may still write into them). The
+  // op stays in flight after a caller gave up on it (give_up), and the peers are not told
+  // (MPI, the one transport with native collectives, has no way to tell them).
   kPoisonKeepBuffers,
-  // A collective over posted point-to-point requests (withdrawn on failure): the group is
-  // poisoned and, unless every rank times out by itself, the peers are told at once, as a
-  // queued op does.
+  // A collective that can be given up on this rank (posted point-to-point requests, withdrawn;
+  // a shared-memory op, abandoned): the group is poisoned and, unless every rank times out by
+  // itself, the peers are told at once, as a queued op does.
   kPoisonTellPeers,
   // A send or a recv: only the op fails (it takes no sequence number; the collectives stay in
   // step).
@@ -62,8 +66,10 @@ class InFlight {
   // payloads) and returns the op's outputs.
   virtual std::vector<Tensor> finish() = 0;
   virtual OnFailure on_failure() const = 0;
-  // After a failure: whether a receive could not be withdrawn (OpContext::buffers_kept), so
-  // that the op's buffers must be kept for the rest of the process.
+  // After a failure: whether something may still write into the op's buffers, which must then
+  // be kept for the rest of the process: a receive that could not be withdrawn
+  // (OpContext::buffers_kept), or peers that accepted to write into its output (a shared-memory
+  // op). Independent of on_failure(): a shared-memory op that keeps them still tells its peers.
   virtual bool buffers_kept() const { return false; }
   // Whether a wait polls it for a few microseconds before setting up the full wait: a native
   // request mostly finishes within microseconds of being waited for. A point-to-point exchange
@@ -122,10 +128,11 @@ class InFlightWork : public WorkState, public InFlightNative {
 
   // What a wait that expired does to the op, before the waiter's TimeoutError: the group is
   // poisoned with `why`; then, as a queued op does in a poisoned group, an exchange that can be
-  // withdrawn gives up (its wait sees the poison within one slice) and tells the peers, so that
-  // they fail at once rather than at their deadline. A native collective cannot be withdrawn:
-  // it stays in flight for a later wait (or the group's end) to finish. A send or a recv
-  // withdraws its message instead (point_to_point.cpp).
+  // withdrawn (kPoisonTellPeers: posted requests, a shared-memory op) gives up (its wait sees
+  // the poison within one slice) and tells the peers, so that they fail at once rather than at
+  // their deadline, keeping its buffers if buffers_kept() says so. A native collective cannot be
+  // withdrawn: it stays in flight for a later wait (or the group's end) to finish. A send or a
+  // recv withdraws its message instead (point_to_point.cpp).
   virtual void give_up(const std::string& why);
 
   // For a Work with its own way of letting go (a send or a recv is withdrawn when dropped):

@@ -128,7 +128,7 @@ class ShmInFlight final : public InFlight, public Pooled {
   }
   // Peers write into this rank's output (a large gather or all_reduce that accepted): if the
   // op fails here, a peer that has not noticed yet may still write, so the buffers are kept
-  // for the process's life.
+  // for the process's life (buffers_kept).
   void keep_buffers_on_failure() { keep_on_failure_ = true; }
 
   // Otherwise the caller's buffers are only read by peers, and only until every peer said
@@ -136,9 +136,14 @@ class ShmInFlight final : public InFlight, public Pooled {
   // failure marked the group's segment before the Work fails (GroupShm::abandon), and a peer
   // checks that mark after its reads and before it says done: it fails its op rather than
   // completing it with the caller's new bytes. So nothing needs keeping for the process's life.
-  OnFailure on_failure() const override {
-    return keep_on_failure_ ? OnFailure::kPoisonKeepBuffers : OnFailure::kPoisonTellPeers;
-  }
+  bool buffers_kept() const override { return keep_on_failure_; }
+
+  // Every shared-memory op can be given up on this rank (its wait sees the group's poison and
+  // abandons the group's ops), and its peers are told, whether or not they write into its
+  // output: the segment reaches only their shared-memory waits, while the transport's notice
+  // fails their messages with this rank in the group too (a receive, a queued op), which would
+  // otherwise wait until their deadline, or for ever.
+  OnFailure on_failure() const override { return OnFailure::kPoisonTellPeers; }
   // A peer's part arrives within microseconds when it runs: poll before the full wait.
   bool polls_first() const override { return true; }
 

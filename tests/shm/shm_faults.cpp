@@ -4,9 +4,10 @@
 // raise PeerFailure naming it, well before the deadline; a rank that never issues an op makes
 // the others raise TimeoutError at the deadline, naming the op, its sequence number and the
 // absent rank; a rank held before its reads while a peer fails its op and writes over its
-// buffers raises PeerFailure rather than completing with those bytes; and after these,
-// /dev/shm holds no segment name, and no shared arena: a survivor unmaps a dead peer's arena
-// with the group, and an arena is never named in /dev/shm.
+// buffers raises PeerFailure rather than completing with those bytes; a rank whose caller gives
+// up on an op tells its peers through the transport, whether or not they write into its output;
+// and after these, /dev/shm holds no segment name, and no shared arena: a survivor unmaps a dead
+// peer's arena with the group, and an arena is never named in /dev/shm.
 #include <ferry/ferry.h>
 #include <ferry/collectives/engine/group_impl.h>
 #include <ferry/collectives/shm/shared_segment.h>
@@ -257,6 +258,58 @@ int released_while_read() {
   return c.status();
 }
 
+// World rank 0's caller gives up on a large all_reduce after 100 ms (Work::wait(ms)) that
+// rank 1 has not issued: rank 1 first waits for a message from rank 0 on the group, a receive,
+// which never looks at the segment. An op that fails for a reason other than its own deadline
+// tells its peers at once, through the transport as well as the segment, whether or not they
+// write into its output (a tensor in shared memory: its buffers are then kept too). So rank
+// 1's receive raises PeerFailure saying that rank 0 gave up on the group (after about 0.1 s;
+// its wait is bounded at 20 s, far beyond, so that a loaded machine's pauses of seconds do not
+// fail it), and the all_reduce it issues next raises PeerFailure rather than completing with a
+// rank that let go of it.
+int tell_peers() {
+  Group world = init();
+  Checks c(world.rank());
+  set_algorithm_override("all_reduce:shm");
+  for (const bool shared : {false, true}) {
+    const std::string form = shared ? "output in shared memory" : "output not shared";
+    Group g = world.split(0, world.rank());
+    Tensor t = shared ? empty_shared({100000}) : zeros({100000});  // above the slots
+    t.fill_(1.0);
+    const uint64_t written = detail::shm::single_copy_bytes().written;
+    all_reduce(t, g).wait();  // every rank in time: the group's probe, and the writes accepted
+    c.expect(t.get_flat(99999) == 2.0, form + ": the all_reduce before the failure sums");
+    c.expect((detail::shm::single_copy_bytes().written > written) == shared,
+             form + ": the peer writes into this rank's output only when it is shared");
+    t.fill_(1.0);
+    if (g.rank() == 0) {
+      Work w = all_reduce(t, g);
+      Caught e = capture([&] { w.wait(std::chrono::milliseconds(100)); });
+      c.expect(e.kind == "TimeoutError", form + ": rank 0's caller gives up, got " + e.kind);
+      c.expect(g.poisoned(), form + ": giving up poisons the group");
+      barrier(world).wait();  // until rank 1 checked what it saw
+    } else {
+      Tensor msg = zeros({1});
+      const auto t0 = Clock::now();
+      Caught e = capture([&] { recv(msg, 0, g).wait(std::chrono::milliseconds(20000)); });
+      std::fprintf(stderr, "[rank 1] %s: the receive from rank 0 raised after %.3f s %s: %s\n",
+                   form.c_str(), seconds_since(t0), e.kind.c_str(), e.what.c_str());
+      c.expect(e.kind == "PeerFailure" && contains(e.what, "gave up on group"),
+               form + ": the receive from rank 0 raises PeerFailure saying that it gave up, got '" +
+                   e.kind + "': " + e.what);
+      Caught next = capture([&] { all_reduce(t, g).wait(std::chrono::milliseconds(20000)); });
+      std::fprintf(stderr, "[rank 1] %s: the next all_reduce raised %s: %s\n", form.c_str(),
+                   next.kind.c_str(), next.what.c_str());
+      c.expect(next.kind == "PeerFailure",
+               form + ": the next all_reduce raises PeerFailure, got '" + next.kind + "': " +
+                   next.what);
+      barrier(world).wait();
+    }
+  }
+  finalize();
+  return c.status();
+}
+
 // Whether /dev/shm holds a name of a shared arena (it never should: arenas are memory files).
 bool arena_names_in_dev_shm() {
   bool found = false;
@@ -317,6 +370,16 @@ TEST_CASE("shm: a rank that reads a peer's buffers after that peer failed raises
   CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
 }
 
+TEST_CASE("shm: a rank whose caller gives up on an op tells its peers through the transport",
+          "[shm][process][failure]") {
+  auto exits = launch("tell", 2, "");
+  for (const auto& e : exits) {
+    INFO(run::describe(e));
+    CHECK((e.exited && e.status == 0));
+  }
+  CHECK_FALSE(detail::shm::SharedSegment::names_left_in_dev_shm());
+}
+
 TEST_CASE("shm: a rank that never issues an op makes the others time out", "[shm][process]") {
   auto exits = launch("timeout", 2, "");
   for (const auto& e : exits) {
@@ -334,6 +397,7 @@ int main(int argc, char** argv) {
       if (name == "timeout") return skip_an_op();
       if (name == "unreadable") return unreadable();
       if (name == "released") return released_while_read();
+      if (name == "tell") return tell_peers();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "child scenario '%s' failed: %s\n", name.c_str(), e.what());
       return 1;
