@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <stdexcept>
 #include <thread>
 
@@ -51,4 +52,28 @@ TEST_CASE("idle work: a piece that throws passes the exception on and is removed
   set_idle_work([]() -> bool { throw std::runtime_error("piece failed"); });
   CHECK_THROWS_WITH(run_idle_work(), "piece failed");
   CHECK_FALSE(run_idle_work());
+}
+
+// A thread's thread_locals are destroyed in the reverse order of their making. A wait from the
+// destructor of one made before the registration (as finalize() running from an exit handler,
+// after glibc destroyed the main thread's thread_locals) finds no idle work and runs none.
+TEST_CASE("idle work: none runs once the thread's registration is destroyed", "[idle_work]") {
+  static std::atomic<int> pieces{0};
+  static std::atomic<int> after_exit{-1};  // what run_idle_work answered from the destructor
+  struct Probe {
+    ~Probe() { after_exit = run_idle_work() ? 1 : 0; }
+  };
+  bool ran_while_alive = false;
+  std::thread([&] {
+    thread_local Probe probe;  // made before the registration: destroyed after it
+    (void)&probe;
+    set_idle_work([] {
+      ++pieces;
+      return true;
+    });
+    ran_while_alive = run_idle_work();
+  }).join();
+  CHECK(ran_while_alive);
+  CHECK(pieces == 1);
+  CHECK(after_exit == 0);
 }
