@@ -486,10 +486,14 @@ void GroupShm::check_peers_or_throw(const OpRef& op) {
   }
   const int ended = peers_.first_ended();
   if (ended >= 0) {
-    int32_t none = 0;
-    header()->ended.compare_exchange_strong(none, ended + 1);
+    // The death a rank recorded first is named: a peer that noticed it, failed its op and
+    // ended in turn is no cause, though it may come first in rank order.
+    int32_t recorded = 0;
+    const int dead = header()->ended.compare_exchange_strong(recorded, ended + 1)
+                         ? ended
+                         : recorded - 1;
     FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
-                who(ended), " ended while this rank waited for it in shared memory");
+                who(dead), " ended while this rank waited for it in shared memory");
   }
 }
 
