@@ -489,11 +489,9 @@ void GroupShm::check_peers_or_throw(const OpRef& op) {
     // The death a rank recorded first is named: a peer that noticed it, failed its op and
     // ended in turn is no cause, though it may come first in rank order.
     int32_t recorded = 0;
-    const int dead = header()->ended.compare_exchange_strong(recorded, ended + 1)
-                         ? ended
-                         : recorded - 1;
+    if (header()->ended.compare_exchange_strong(recorded, ended + 1)) recorded = ended + 1;
     FERRY_THROW(PeerFailure, op.name, " seq ", op.seq, " on ", describe_, ": ",
-                who(dead), " ended while this rank waited for it in shared memory");
+                who(recorded - 1), " ended while this rank waited for it in shared memory");
   }
 }
 
