@@ -6,17 +6,25 @@
 // in the cache (the design guide: memcpy runs 60-140 GB/s in cache, ~20 GB/s beyond), in rank
 // order, so every rank, and the direct exchange, get the same bits. A reduce_scatter is the
 // first half alone, each rank's slice its own block; a reduce, both halves with the second on
-// the root only.
+// the root only. The all_reduce writes lines its peers read at the last op: with ordinary or
+// streaming stores, whichever has been faster lately (store_chooser.h).
 #include <ferry/collectives/shm/shm_group.h>
 
 #include <ferry/collectives/engine/reduce_kernels.h>
 #include <ferry/runtime/error.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace ferry::detail::shm {
 namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 
 // Chunks of the reduction: two of them (the running sum and the next rank's piece) stay in a
 // core's 2 MiB L2 with room to spare.
@@ -58,6 +66,7 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
   std::memcpy(slot(rank_)->data[gather % kDepth], &mine, sizeof mine);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const bool streaming = stores_.of(count * dtype_size(dtype), in == out).next_streaming();
     for (uint32_t k : {n, gather}) {
       Pending& p = push(k, k == n ? Kind::ReduceSlice : Kind::GatherSlices);
       p.out = out;
@@ -65,6 +74,7 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
       p.dtype = dtype;
       p.reduce = reduce;
       p.gather = gather_here;
+      p.streaming = streaming;
       p.name = op.name;
     }
   }
@@ -95,7 +105,10 @@ void GroupShm::read_reduce_slice(const Pending& p) {
       count_single_copy(Way::Written, bytes);
     }
   }
-  reduce_range(p, b, first, last, static_cast<unsigned char*>(p.out) + first * elem, &targets_);
+  const uint64_t start = now_ns();
+  reduce_range(p, b, first, last, static_cast<unsigned char*>(p.out) + first * elem, &targets_,
+               p.streaming);
+  reduce_half_ns_ = now_ns() - start;
 }
 
 size_t GroupShm::max_listed_blocks() {
@@ -103,12 +116,14 @@ size_t GroupShm::max_listed_blocks() {
 }
 
 void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t last,
-                            unsigned char* out, const std::vector<unsigned char*>* copies) {
+                            unsigned char* out, const std::vector<unsigned char*>* copies,
+                            bool streaming) {
   const size_t elem = dtype_size(p.dtype);
   if (acc_.size() < kChunkBytes) {
     acc_.resize(kChunkBytes);
     chunk_.resize(kChunkBytes);
   }
+  if (streaming && sum_.size() < kChunkBytes) sum_.resize(kChunkBytes);
   const size_t per_chunk = std::max<size_t>(1, kChunkBytes / elem);
   LargeBuffers mine;
   std::memcpy(&mine, slot(rank_)->data[b], sizeof mine);
@@ -117,7 +132,8 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
   // copied aside first.
   const uintptr_t own_first = mine.in + first * elem, own_last = mine.in + last * elem;
   const auto to_first = reinterpret_cast<uintptr_t>(out);
-  const bool own_aside = own_first == to_first && rank_ >= 2;
+  // Streaming, the sum is made in sum_ and `out` written once at the chunk's end: no aside.
+  const bool own_aside = own_first == to_first && rank_ >= 2 && !streaming;
   if (own_aside && own_.size() < kChunkBytes) own_.resize(kChunkBytes);
   // Out of place (`out` holds none of this rank's input), a chunk's first peer piece is read
   // straight into `out` and summed there, instead of through a buffer of its own: the kernel's
@@ -125,7 +141,9 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
   // would first fetch each line of an `out` not in the cache from memory, a pass over the
   // output that in place costs nothing (those lines are this rank's own input, read anyway).
   // The operands and their order are unchanged: the same bits.
-  const bool into_out = to_first + (last - first) * elem <= own_first || to_first >= own_last;
+  // Streaming, no piece goes into `out`: its lines are written once, by streaming stores.
+  const bool into_out =
+      !streaming && (to_first + (last - first) * elem <= own_first || to_first >= own_last);
   // Where rank r's input holds this rank's block, as one buffer's start (LargeBuffers).
   auto their_in = [&](int r) {
     LargeBuffers theirs;
@@ -147,7 +165,8 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
   for (size_t at = first; at < last; at += per_chunk) {
     const size_t elems = std::min(per_chunk, last - at);
     const size_t bytes = elems * elem, offset = at * elem;
-    unsigned char* to = out + (at - first) * elem;
+    unsigned char* const dest = out + (at - first) * elem;
+    unsigned char* to = streaming ? sum_.data() : dest;
     if (own_aside)
       std::memcpy(own_.data(), reinterpret_cast<const void*>(mine.in + offset), bytes);
     // Rank 0's piece, then every other rank's combined in rank order, summed straight into
@@ -173,26 +192,58 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
       sum = to;
       to_free = false;
     }
-    if (size_ == 1 && sum != to) std::memmove(to, sum, bytes);
+    if (streaming) {
+      stream_copy(dest, sum, bytes);
+      count_single_copy(Way::Streamed, bytes);
+    } else if (size_ == 1 && sum != to) {
+      std::memmove(to, sum, bytes);
+    }
     // The finished chunk, still in the cache, into the peers' outputs that take it.
     if (copies != nullptr)
-      for (unsigned char* peer : *copies) std::memcpy(peer + (at - first) * elem, to, bytes);
+      for (unsigned char* peer : *copies) std::memcpy(peer + (at - first) * elem, sum, bytes);
   }
 }
 
 void GroupShm::read_gather_slices(const Pending& p) {
-  if (!p.gather) return;
+  const uint64_t start = now_ns();
   const size_t elem = dtype_size(p.dtype);
   const uint32_t b = p.n % kDepth;  // this half's copy of the addresses (see the start)
   auto* out = static_cast<unsigned char*>(p.out);
-  for (int k = 1; k < size_; ++k) {
+  LargeBuffers mine;
+  std::memcpy(&mine, slot(rank_)->data[b], sizeof mine);
+  // In place, the peers read the other slices of `out` as input in the first half: those
+  // lines are written with the chosen stores too. Out of place no peer reads them.
+  const bool streaming = p.streaming && mine.in == mine.out;
+  for (int k = 1; k < size_ && p.gather; ++k) {
     const int r = (rank_ + k) % size_;
     if (slot(r)->data[b][sizeof(LargeBuffers) + static_cast<size_t>(rank_)] == 1) continue;
     LargeBuffers theirs;
     std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
     const size_t first = slice_first(p.count, size_, r);
     const size_t last = slice_first(p.count, size_, r + 1);
-    copy_from(r, theirs.out + first * elem, out + first * elem, (last - first) * elem, p);
+    if (streaming)
+      stream_from(r, theirs.out + first * elem, out + first * elem, (last - first) * elem, p);
+    else
+      copy_from(r, theirs.out + first * elem, out + first * elem, (last - first) * elem, p);
+  }
+  stores_.of(p.count * elem, mine.in == mine.out)
+      .record(p.streaming, reduce_half_ns_ + (now_ns() - start), p.count * elem);
+}
+
+void GroupShm::stream_from(int r, uint64_t address, unsigned char* to, size_t bytes,
+                           const Pending& p) {
+  count_single_copy(Way::Streamed, bytes);
+  if (const unsigned char* from = mapped(r, address, bytes)) {
+    stream_copy(to, from, bytes);
+    count_single_copy(Way::Mapped, bytes);
+    return;
+  }
+  // The kernel's copy writes with ordinary stores: into a buffer in the cache, a chunk at a
+  // time, and on from there.
+  for (size_t at = 0; at < bytes; at += kChunkBytes) {
+    const size_t n = std::min(kChunkBytes, bytes - at);
+    read_peer(r, address + at, chunk_.data(), n, p);
+    stream_copy(to + at, chunk_.data(), n);
   }
 }
 

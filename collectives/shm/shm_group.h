@@ -30,6 +30,7 @@
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
+#include <ferry/collectives/shm/store_chooser.h>
 #include <ferry/runtime/dtype.h>
 
 #include <array>
@@ -207,6 +208,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     size_t first = 0;     // a reduce_scatter's block: its first element in the input
     bool gather = true;   // a large all_reduce's second half reads the slices
     bool small = false;   // an all_reduce whose inputs are in the slots' `small` (kSmallBytes)
+    bool streaming = false;  // a large all_reduce's writes use streaming stores (store_chooser.h)
     Clock::time_point started{};  // when this rank started it (the progress thread's first look)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
@@ -255,8 +257,12 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Reduces elements [first, last) of every rank's input (its address published in buffer `b`
   // of each slot) in rank order into `out`, which holds element `first` at its start, and
   // copies each finished chunk into `copies` (peers' outputs, at the same place; may be null).
+  // With `streaming`, the chunks are summed in a buffer of this process's and written into
+  // `out` with streaming stores.
   void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out,
-                    const std::vector<unsigned char*>* copies);
+                    const std::vector<unsigned char*>* copies, bool streaming = false);
+  // copy_from, writing `to` with streaming stores (through a buffer when the kernel reads).
+  void stream_from(int r, uint64_t address, unsigned char* to, size_t bytes, const Pending& p);
   // The collective that `p` is, for messages.
   static const char* name_of(const Pending& p);
   // Copies `bytes` at `address` of group rank r (this rank, or a peer's mapped arena: a plain
@@ -318,7 +324,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void abandon_locked(std::exception_ptr why);
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
-  std::vector<unsigned char> acc_, chunk_, own_;
+  std::vector<unsigned char> acc_, chunk_, own_, sum_;
+  // The large all_reduce's kind of stores, and the time its first half took (under mu_ only).
+  StoreChoosers stores_;
+  uint64_t reduce_half_ns_ = 0;
   // Per peer, where its input's slice lies mapped in this process, or null (under mu_ only).
   std::vector<const unsigned char*> direct_;
   // Where a large gather writes this rank's block, or a large all_reduce its finished slice

@@ -10,6 +10,7 @@
 #include "spmd_case.h"
 
 #include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/shm/peer_arenas.h>
 #include <ferry/collectives/shm/shared_segment.h>
 
 #include <catch2/catch.hpp>
@@ -102,6 +103,37 @@ void all_reduce_matches_direct(Group& world, Ctx& ctx) {
   }
 }
 
+// A large all_reduce writes its output with ordinary or streaming stores, whichever has been
+// faster lately (collectives/shm/store_chooser.h): its first op of a size and form with the
+// one, its second with the other, then a try of the other now and then. Both give the direct
+// exchange's bits, in place and out of place, and the streamed bytes show both ran.
+void all_reduce_either_stores(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());  // its own choices, made afresh
+  constexpr int64_t kCount = 70001;        // 273 KiB of float32: above the slots
+  for (bool in_place : {false, true}) {
+    const uint64_t streamed = ferry::detail::shm::single_copy_bytes().streamed;
+    for (int k = 0; k < 6; ++k) {
+      Gen gen(pattern_for(ReduceOp::Sum), DType::Float32, g.rank(), static_cast<uint64_t>(k));
+      Tensor in = make_tensor(gen, {kCount}, DType::Float32);
+      Tensor by_direct = reduced(g, in, ReduceOp::Sum, "direct");
+      Tensor by_shm = in_place ? snapshot(in) : reduced(g, in, ReduceOp::Sum, "shm");
+      if (in_place) {
+        ScopedAlgorithm o("all_reduce:shm");
+        ferry::all_reduce(by_shm, g).wait();
+      }
+      ctx.expect(same_bytes(by_shm, by_direct), [&] {
+        return where(g, in_place ? "in place" : "out of place") + " op " + std::to_string(k) +
+               ": shm and direct differ";
+      });
+    }
+    // The second op streamed this rank's slice at least (in place, the peers' too).
+    const uint64_t slice = kCount / static_cast<uint64_t>(g.size()) * 4;
+    ctx.expect(ferry::detail::shm::single_copy_bytes().streamed - streamed >= slice, [&] {
+      return where(g, in_place ? "in place" : "out of place") + ": no output was streamed";
+    });
+  }
+}
+
 void barrier_runs_in_shm(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   ScopedAlgorithm o("barrier:shm");
@@ -184,6 +216,8 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
 [[maybe_unused]] const bool registered =
     add("shm: all_reduce equals the direct exchange, every dtype and reduction",
         all_reduce_matches_direct) &&
+    add("shm: a large all_reduce by ordinary and streaming stores equals the direct exchange",
+        all_reduce_either_stores) &&
     add("shm: barrier", barrier_runs_in_shm) &&
     add("shm: all_to_all_single equals pairwise, equal blocks and split sizes",
         all_to_all_matches_pairwise) &&

@@ -1,0 +1,68 @@
+#include <ferry/collectives/shm/store_chooser.h>
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace ferry::detail::shm {
+
+void stream_copy(void* to, const void* from, size_t bytes) {
+#if defined(__SSE2__)
+  auto* d = static_cast<unsigned char*>(to);
+  const auto* s = static_cast<const unsigned char*>(from);
+  // Up to the first 16-byte boundary of the destination with an ordinary copy (the streaming
+  // store needs it aligned), then 64 bytes (a line) per step, then the tail.
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  }
+  std::memcpy(d, s, bytes);
+  // Streaming stores are not ordered with later stores: without the fence a peer could see
+  // the op's done flag before the data.
+  _mm_sfence();
+#else
+  std::memcpy(to, from, bytes);
+#endif
+}
+
+bool StoreChooser::next_streaming() {
+  const uint32_t op = ops_++;
+  // Each kind once first; then the kind in use, and the other at one op in kTryEvery.
+  if (cost_[0] == 0) return false;
+  if (cost_[1] == 0) return true;
+  const double other = cost_[streaming_ ? 0 : 1], in_use = cost_[streaming_ ? 1 : 0];
+  if (other < kSwitchBelow * in_use) streaming_ = !streaming_;
+  return op % kTryEvery == kTryEvery - 1 ? !streaming_ : streaming_;
+}
+
+void StoreChooser::record(bool streaming, uint64_t ns, size_t bytes) {
+  if (bytes == 0) return;
+  const double sample = static_cast<double>(ns) / static_cast<double>(bytes);
+  double& c = cost_[streaming ? 1 : 0];
+  if (c == 0) {
+    c = sample;
+    return;
+  }
+  // A quarter of the way to each sample of the kind in use, half of the way for the kind
+  // tried now and then (which must follow a change of costs within a few tries), and a sample
+  // counted at most as twice the cost: one slow op (a preemption) does not switch, where
+  // costs that did change move the average past the other's within a few ops.
+  const double weight = streaming == streaming_ ? 0.25 : 0.5;
+  c += weight * (std::min(sample, 2 * c) - c);
+}
+
+}  // namespace ferry::detail::shm

@@ -1,0 +1,60 @@
+// Which stores write a buffer that the peers on this host read last (internal).
+//
+// On some placements of a host's cores, a store into a cache line that another core has just
+// read costs many times a store into a line no other core holds: the writer must first take
+// the line back from the reader's cache, one line at a time. A large all_reduce writes such
+// lines at every op: its finished slice, which the peers read out of its output at the last
+// op, and, in place, the slices the peers read as input. Measured on a 2-vCPU host, 512 KiB
+// written after a peer read it: 52-230 us with ordinary stores, 18-19 us with streaming
+// (non-temporal) stores, which do not take the line first. On other placements of the same
+// host's cores the ordinary stores cost 6 us, and the streaming ones are the slower (the data
+// goes to memory, and the peer's read then comes from there: 48 against 19 us for a write and
+// the peer's read). The placement can change while a process runs, and nothing tells a
+// process which one it is on, so the choice is measured: the kind in use stays while the
+// other has not been clearly faster lately (kSwitchBelow of its cost), and the other is tried
+// at one op in kTryEvery to notice when the costs swap; for each size (in powers of two) and
+// form (in place or not) apart, since a cost per byte holds for one of them only. Either kind
+// gives the same bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::detail::shm {
+
+// Copies `bytes` from `from` to `to` with streaming stores where the CPU has them (else
+// memcpy), and fences them: once it returns, the stores are ordered before any later store
+// (such as the flag that tells the peers the data is there).
+void stream_copy(void* to, const void* from, size_t bytes);
+
+class StoreChooser {
+ public:
+  static constexpr uint32_t kTryEvery = 32;
+  static constexpr double kSwitchBelow = 0.8;
+
+  // Whether the next op writes with streaming stores.
+  bool next_streaming();
+  // One op's time for `bytes` with the kind of stores `streaming` says.
+  void record(bool streaming, uint64_t ns, size_t bytes);
+  // The cost per byte that decides, for each kind (0: not measured yet). For tests.
+  double cost(bool streaming) const { return cost_[streaming ? 1 : 0]; }
+
+ private:
+  double cost_[2] = {0, 0};  // ns per byte, a moving average
+  uint32_t ops_ = 0;
+  bool streaming_ = false;  // the kind in use
+};
+
+// A StoreChooser per size class and form of an op.
+class StoreChoosers {
+ public:
+  StoreChooser& of(size_t bytes, bool in_place) {
+    const size_t size_class = bytes == 0 ? 0 : 63 - static_cast<size_t>(__builtin_clzll(bytes));
+    return choosers_[size_class][in_place ? 1 : 0];
+  }
+
+ private:
+  StoreChooser choosers_[64][2];
+};
+
+}  // namespace ferry::detail::shm
