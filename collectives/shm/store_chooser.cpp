@@ -42,27 +42,23 @@ void stream_copy(void* to, const void* from, size_t bytes) {
 bool StoreChooser::next_streaming() {
   const uint32_t op = ops_++;
   // Each kind once first; then the kind in use, and the other at one op in kTryEvery.
-  if (cost_[0] == 0) return false;
-  if (cost_[1] == 0) return true;
-  const double other = cost_[streaming_ ? 0 : 1], in_use = cost_[streaming_ ? 1 : 0];
-  if (other < kSwitchBelow * in_use) streaming_ = !streaming_;
+  if (recorded_[0] == 0) return false;
+  if (recorded_[1] == 0) return true;
+  if (cost(!streaming_) < kSwitchBelow * cost(streaming_)) streaming_ = !streaming_;
   return op % kTryEvery == kTryEvery - 1 ? !streaming_ : streaming_;
 }
 
 void StoreChooser::record(bool streaming, uint64_t ns, size_t bytes) {
   if (bytes == 0) return;
-  const double sample = static_cast<double>(ns) / static_cast<double>(bytes);
-  double& c = cost_[streaming ? 1 : 0];
-  if (c == 0) {
-    c = sample;
-    return;
-  }
-  // A quarter of the way to each sample of the kind in use, half of the way for the kind
-  // tried now and then (which must follow a change of costs within a few tries), and a sample
-  // counted at most as twice the cost: one slow op (a preemption) does not switch, where
-  // costs that did change move the average past the other's within a few ops.
-  const double weight = streaming == streaming_ ? 0.25 : 0.5;
-  c += weight * (std::min(sample, 2 * c) - c);
+  const int k = streaming ? 1 : 0;
+  samples_[k][recorded_[k]++ % kSamples] = static_cast<double>(ns) / static_cast<double>(bytes);
+}
+
+double StoreChooser::cost(bool streaming) const {
+  const int k = streaming ? 1 : 0;
+  if (recorded_[k] == 0) return 0;
+  const double* last = samples_[k];
+  return *std::min_element(last, last + std::min<uint32_t>(recorded_[k], kSamples));
 }
 
 }  // namespace ferry::detail::shm

@@ -13,8 +13,10 @@
 // process which one it is on, so the choice is measured: the kind in use stays while the
 // other has not been clearly faster lately (kSwitchBelow of its cost), and the other is tried
 // at one op in kTryEvery to notice when the costs swap; for each size (in powers of two) and
-// form (in place or not) apart, since a cost per byte holds for one of them only. Either kind
-// gives the same bytes.
+// form (in place or not) apart, since a cost per byte holds for one of them only. A kind's
+// cost is the least of its last kSamples ops: a preemption, or a turn of another rank on the
+// same core, only ever makes an op slower, so one slow op decides nothing, where costs that
+// did change show within kSamples ops. Either kind gives the same bytes.
 #pragma once
 
 #include <cstddef>
@@ -31,16 +33,18 @@ class StoreChooser {
  public:
   static constexpr uint32_t kTryEvery = 32;
   static constexpr double kSwitchBelow = 0.8;
+  static constexpr int kSamples = 4;
 
   // Whether the next op writes with streaming stores.
   bool next_streaming();
   // One op's time for `bytes` with the kind of stores `streaming` says.
   void record(bool streaming, uint64_t ns, size_t bytes);
-  // The cost per byte that decides, for each kind (0: not measured yet). For tests.
-  double cost(bool streaming) const { return cost_[streaming ? 1 : 0]; }
+  // The cost per byte that decides, for each kind (0: not measured yet).
+  double cost(bool streaming) const;
 
  private:
-  double cost_[2] = {0, 0};  // ns per byte, a moving average
+  double samples_[2][kSamples] = {};  // ns per byte of each kind's last ops, 0: none yet
+  uint32_t recorded_[2] = {0, 0};
   uint32_t ops_ = 0;
   bool streaming_ = false;  // the kind in use
 };

@@ -128,8 +128,10 @@ void all_reduce_either_stores(Group& world, Ctx& ctx) {
     }
     // The second op streamed this rank's slice at least (in place, the peers' too).
     const uint64_t slice = kCount / static_cast<uint64_t>(g.size()) * 4;
-    ctx.expect(ferry::detail::shm::single_copy_bytes().streamed - streamed >= slice, [&] {
-      return where(g, in_place ? "in place" : "out of place") + ": no output was streamed";
+    const uint64_t now = ferry::detail::shm::single_copy_bytes().streamed - streamed;
+    ctx.expect(now >= slice, [&] {
+      return where(g, in_place ? "in place" : "out of place") + ": " + std::to_string(now) +
+             " B streamed, expected " + std::to_string(slice) + " at least";
     });
   }
 }
