@@ -224,11 +224,19 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
       .body = [&] { return detail::OpBody([input = Tensor(input), output, op, world,
                                            algo](OpContext& ctx) mutable {
     const bool in_place = input.raw_data() == output.raw_data();
-    Accumulation a(ctx, input, output, op, in_place);
     const size_t count = static_cast<size_t>(input.numel());
+    if (!uses_native_collectives(algo)) ctx.ran(Collective::AllReduce, algo);
+    // Shared memory widens 16-bit floats a chunk at a time instead (the same bits).
+    if (algo == Algorithm::SharedMemory &&
+        detail::accumulation_dtype(input.dtype()) != input.dtype() &&
+        detail::shm::all_reduce_widened(ctx, input.raw_data(), output.raw_data(), count,
+                                        input.dtype(), op)) {
+      output.bump_version();
+      return std::vector<Tensor>{};
+    }
+    Accumulation a(ctx, input, output, op, in_place);
     const char* in = static_cast<const char*>(a.in.raw_data());
     char* out = static_cast<char*>(a.out.raw_data());
-    if (!uses_native_collectives(algo)) ctx.ran(Collective::AllReduce, algo);
     switch (algo) {
       case Algorithm::Native:
       case Algorithm::Persistent:

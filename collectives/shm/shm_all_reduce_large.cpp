@@ -12,6 +12,7 @@
 
 #include <ferry/collectives/engine/reduce_kernels.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/tensor_detail.h>
 
 #include <algorithm>
 #include <chrono>
@@ -106,9 +107,22 @@ void GroupShm::read_reduce_slice(const Pending& p) {
     }
   }
   const uint64_t start = now_ns();
-  reduce_range(p, b, first, last, static_cast<unsigned char*>(p.out) + first * elem, &targets_,
-               p.streaming);
+  unsigned char* slice = static_cast<unsigned char*>(p.out) + first * elem;
+  if (accumulation_dtype(p.dtype) != p.dtype)
+    reduce_range_widened(p, b, first, last, slice, &targets_, p.streaming);
+  else
+    reduce_range(p, b, first, last, slice, &targets_, p.streaming);
   reduce_half_ns_ = now_ns() - start;
+}
+
+uint64_t GroupShm::peer_input(uint32_t b, int r) const {
+  LargeBuffers theirs;
+  std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
+  if (theirs.listed == 0) return theirs.in;
+  uint64_t base;
+  const size_t at = sizeof theirs + sizeof base * static_cast<size_t>(rank_);
+  std::memcpy(&base, slot(r)->data[b] + at, sizeof base);
+  return base;
 }
 
 size_t GroupShm::max_listed_blocks() {
@@ -144,16 +158,7 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
   // Streaming, no piece goes into `out`: its lines are written once, by streaming stores.
   const bool into_out =
       !streaming && (to_first + (last - first) * elem <= own_first || to_first >= own_last);
-  // Where rank r's input holds this rank's block, as one buffer's start (LargeBuffers).
-  auto their_in = [&](int r) {
-    LargeBuffers theirs;
-    std::memcpy(&theirs, slot(r)->data[b], sizeof theirs);
-    if (theirs.listed == 0) return theirs.in;
-    uint64_t base;
-    const size_t at = sizeof theirs + sizeof base * static_cast<size_t>(rank_);
-    std::memcpy(&base, slot(r)->data[b] + at, sizeof base);
-    return base;
-  };
+  auto their_in = [&](int r) { return peer_input(b, r); };
   // Each peer's slice, where it lies mapped in this process (its arena), else null: read
   // through the kernel a chunk at a time.
   direct_.assign(static_cast<size_t>(size_), nullptr);
@@ -201,6 +206,61 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
     // The finished chunk, still in the cache, into the peers' outputs that take it.
     if (copies != nullptr)
       for (unsigned char* peer : *copies) std::memcpy(peer + (at - first) * elem, sum, bytes);
+  }
+}
+
+void GroupShm::reduce_range_widened(const Pending& p, uint32_t b, size_t first, size_t last,
+                                    unsigned char* out,
+                                    const std::vector<unsigned char*>* copies, bool streaming) {
+  const size_t elem = dtype_size(p.dtype);
+  const size_t per_chunk = kChunkBytes / sizeof(float);
+  if (acc_.size() < kChunkBytes) {
+    acc_.resize(kChunkBytes);
+    chunk_.resize(kChunkBytes);
+  }
+  if (narrow_.size() < per_chunk * elem) narrow_.resize(per_chunk * elem);
+  auto* sum = reinterpret_cast<float*>(acc_.data());
+  auto* next = reinterpret_cast<float*>(chunk_.data());
+  const uint64_t own = peer_input(b, rank_);
+  direct_.assign(static_cast<size_t>(size_), nullptr);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    direct_[r] = mapped(r, peer_input(b, r) + first * elem, (last - first) * elem);
+    if (direct_[r] != nullptr) count_single_copy(Way::Mapped, (last - first) * elem);
+  }
+  const ReduceOp op = p.reduce == ReduceOp::Avg ? ReduceOp::Sum : p.reduce;
+  for (size_t at = first; at < last; at += per_chunk) {
+    const size_t elems = std::min(per_chunk, last - at);
+    const size_t bytes = elems * elem, offset = at * elem;
+    // Rank r's piece of the chunk, widened into `into`. In place, this rank's own piece is read
+    // before the chunk's result is written over it (at the end of the chunk).
+    auto widen = [&](int r, float* into) {
+      const unsigned char* piece = nullptr;
+      if (r == rank_) {
+        piece = reinterpret_cast<const unsigned char*>(own + offset);
+      } else if (direct_[r] != nullptr) {
+        piece = direct_[r] + (offset - first * elem);
+      } else {
+        read_peer(r, peer_input(b, r) + offset, narrow_.data(), bytes, p);
+        piece = narrow_.data();
+      }
+      convert_elements(piece, p.dtype, into, DType::Float32, static_cast<int64_t>(elems));
+    };
+    widen(0, sum);
+    for (int r = 1; r < size_; ++r) {
+      widen(r, next);
+      combine(sum, sum, next, elems, DType::Float32, op);
+    }
+    if (p.reduce == ReduceOp::Avg) divide(sum, elems, DType::Float32, size_);
+    unsigned char* const dest = out + (at - first) * elem;
+    unsigned char* rounded = streaming ? narrow_.data() : dest;
+    convert_elements(sum, DType::Float32, rounded, p.dtype, static_cast<int64_t>(elems));
+    if (streaming) {
+      stream_copy(dest, rounded, bytes);
+      count_single_copy(Way::Streamed, bytes);
+    }
+    if (copies != nullptr)
+      for (unsigned char* peer : *copies) std::memcpy(peer + (at - first) * elem, rounded, bytes);
   }
 }
 

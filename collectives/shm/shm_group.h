@@ -261,6 +261,14 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // `out` with streaming stores.
   void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out,
                     const std::vector<unsigned char*>* copies, bool streaming = false);
+  // reduce_range for float16 and bfloat16 (p.dtype), which the engine sums in float32: each
+  // chunk's pieces widened in the cache, summed, divided for Avg (p.reduce), rounded into `out`.
+  void reduce_range_widened(const Pending& p, uint32_t b, size_t first, size_t last,
+                            unsigned char* out, const std::vector<unsigned char*>* copies,
+                            bool streaming);
+  // Where rank r published its input for op buffer b, as the start of one buffer holding this
+  // rank's block at its place (a reduce_scatter's list form publishes each block's own).
+  uint64_t peer_input(uint32_t b, int r) const;
   // copy_from, writing `to` with streaming stores (through a buffer when the kernel reads).
   void stream_from(int r, uint64_t address, unsigned char* to, size_t bytes, const Pending& p);
   // The collective that `p` is, for messages.
@@ -324,7 +332,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void abandon_locked(std::exception_ptr why);
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
-  std::vector<unsigned char> acc_, chunk_, own_, sum_;
+  std::vector<unsigned char> acc_, chunk_, own_, sum_, narrow_;
   // The large all_reduce's kind of stores, and the time its first half took (under mu_ only).
   StoreChoosers stores_;
   uint64_t reduce_half_ns_ = 0;

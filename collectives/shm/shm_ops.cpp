@@ -295,6 +295,16 @@ void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType d
   run_to_the_end(*shm, n, ctx, ref);
 }
 
+bool all_reduce_widened(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
+                        ReduceOp op) {
+  if (count * dtype_size(dtype) <= kSlotBytes) return false;
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  if (!shm->peers_readable(ref)) return false;
+  run_to_the_end(*shm, shm->start_large_all_reduce(ref, in, out, count, dtype, op), ctx, ref);
+  return true;
+}
+
 std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx) {
   const OpRef ref = op_of(*ctx);
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);

@@ -33,6 +33,15 @@ std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const 
                                           Tensor& output, ReduceOp op);
 void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
                 ReduceOp op);
+// A float16 or bfloat16 all_reduce above kSlotBytes (its own bytes) by single copy, run to its
+// end: each rank widens every rank's piece of its slice to float32 a chunk at a time in the
+// cache, sums there in rank order, divides for Avg, and rounds once into `out`; the peers copy
+// the finished 16-bit slices. The bits of widening the whole tensors first (as the engine
+// does for every other path) with half the bytes between the ranks and no pass over float32
+// copies. False, having done nothing, where it does not apply (smaller, or the ranks cannot
+// read each other's memory: the same answer on every rank).
+bool all_reduce_widened(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
+                        ReduceOp op);
 
 std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx);
 void barrier(OpContext& ctx);
