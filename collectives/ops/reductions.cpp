@@ -123,6 +123,24 @@ detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
                                    Algorithm algo) {
   return [input, output, op, sizes = std::move(sizes), equal, world,
           algo](OpContext& ctx) mutable {
+    // The first element of this rank's block in `t` (its rows laid out as the input's).
+    auto own_first = [&](const Tensor& t) {
+      const size_t per_row =
+          t.dim() == 0 || t.size(0) == 0 ? 0 : static_cast<size_t>(t.numel() / t.size(0));
+      int64_t rows_before = 0;
+      for (int k = 0; k < ctx.rank(); ++k) rows_before += sizes[static_cast<size_t>(k)];
+      return static_cast<size_t>(rows_before) * per_row;
+    };
+    // Shared memory widens 16-bit floats a chunk at a time instead (the same bits).
+    if (algo == Algorithm::SharedMemory &&
+        detail::accumulation_dtype(input.dtype()) != input.dtype() &&
+        detail::shm::reduce_scatter_widened(
+            ctx, input.raw_data(), output.raw_data(), own_first(input),
+            static_cast<size_t>(output.numel()), static_cast<size_t>(input.numel()),
+            input.dtype(), op)) {
+      output.bump_version();
+      return std::vector<Tensor>{};
+    }
     // An output that is exactly our block of the input is fine: the algorithm reads that block
     // only in its last step, elementwise, while writing the result.
     Accumulation a(ctx, input, output, op, /*in_place=*/false);
@@ -144,13 +162,7 @@ detail::OpBody reduce_scatter_body(Tensor input, Tensor output, ReduceOp op,
       return std::vector<Tensor>{};
     }
     if (algo == Algorithm::SharedMemory) {  // records what ran itself
-      const size_t per_row = a.in.size(0) == 0
-                                 ? 0
-                                 : static_cast<size_t>(a.in.numel() / a.in.size(0));
-      int64_t rows_before = 0;
-      for (int k = 0; k < ctx.rank(); ++k) rows_before += sizes[static_cast<size_t>(k)];
-      detail::shm::reduce_scatter(ctx, a.in.raw_data(), a.out.raw_data(),
-                                  static_cast<size_t>(rows_before) * per_row,
+      detail::shm::reduce_scatter(ctx, a.in.raw_data(), a.out.raw_data(), own_first(a.in),
                                   static_cast<size_t>(a.out.numel()),
                                   static_cast<size_t>(a.in.numel()), a.spec.dtype, a.spec.op);
       a.finish(output, op, world);

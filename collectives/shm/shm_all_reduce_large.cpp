@@ -344,8 +344,11 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
 }
 
 void GroupShm::read_reduce_block(const Pending& p) {
-  reduce_range(p, p.n % kDepth, p.first, p.first + p.count, static_cast<unsigned char*>(p.out),
-               nullptr);
+  auto* out = static_cast<unsigned char*>(p.out);
+  if (accumulation_dtype(p.dtype) != p.dtype)
+    reduce_range_widened(p, p.n % kDepth, p.first, p.first + p.count, out, nullptr, false);
+  else
+    reduce_range(p, p.n % kDepth, p.first, p.first + p.count, out, nullptr);
 }
 
 }  // namespace ferry::detail::shm

@@ -399,6 +399,18 @@ void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, siz
   run_any_reduce_scatter(ctx, in, {}, out, first, count, total, dtype, op);
 }
 
+bool reduce_scatter_widened(OpContext& ctx, const void* in, void* out, size_t first,
+                            size_t count, size_t total, DType dtype, ReduceOp op) {
+  if (total * dtype_size(dtype) <= kSlotBytes) return false;
+  const OpRef ref = op_of(ctx);
+  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
+  if (!shm->peers_readable(ref)) return false;
+  ctx.ran(Collective::ReduceScatter, Algorithm::SharedMemory);
+  run_to_the_end(*shm, shm->start_reduce_scatter(ref, in, out, first, count, dtype, op), ctx,
+                 ref);
+  return true;
+}
+
 bool listed_reduce_scatter_fits(int ranks) {
   return static_cast<size_t>(ranks) <= GroupShm::max_listed_blocks();
 }

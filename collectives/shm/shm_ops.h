@@ -78,6 +78,12 @@ std::unique_ptr<InFlight> post_reduce_scatter(std::unique_ptr<OpContext> ctx, co
                                               size_t total, DType dtype, ReduceOp op);
 void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, size_t count,
                     size_t total, DType dtype, ReduceOp op);
+// The same for float16 and bfloat16 above kSlotBytes (their own bytes), run to its end, as
+// all_reduce_widened: each chunk of this rank's block widened in the cache, summed in float32,
+// divided for Avg, rounded once into `out`. False, having done nothing, where it does not
+// apply (the same answer on every rank).
+bool reduce_scatter_widened(OpContext& ctx, const void* in, void* out, size_t first,
+                            size_t count, size_t total, DType dtype, ReduceOp op);
 // The same with the input as W blocks lying anywhere (the list form; `blocks[r]` is rank r's
 // block, their bytes adding up to `total` elements), read where they lie: no copy of the blocks
 // put end to end, except where the ranks cannot read each other's memory. For at most

@@ -190,14 +190,12 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
         const std::string w = where(g, call.name) + " " + call.form + " " +
                               ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
         expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
-        // 16-bit floats reduce in float32 copies in the group's scratch, which lies in shared
-        // memory whatever the caller's tensors (private_16_bit_moves), but for the all_reduce,
-        // which reads the caller's tensors as the other dtypes do; a reduce's average runs on
-        // the group's worker, the others' slices in memory the op holds, which the root reads
-        // through the kernel.
-        if (is_reduction(call.c) && call.c != Collective::AllReduce &&
-            ferry::detail::accumulation_dtype(dt) != dt)
-          continue;
+        // A 16-bit reduce runs on float32 copies in the group's scratch, which lies in shared
+        // memory whatever the caller's tensors (private_16_bit_moves); the all_reduce and the
+        // reduce_scatter read the caller's tensors as for the other dtypes. A reduce's
+        // average runs on the group's worker, the others' slices in memory the op holds,
+        // which the root reads through the kernel.
+        if (call.c == Collective::Reduce && ferry::detail::accumulation_dtype(dt) != dt) continue;
         if (call.c == Collective::Reduce && op == ReduceOp::Avg) continue;
         const bool mapped = after.mapped + after.written > before.mapped + before.written;
         const bool by_kernel = after.by_kernel > before.by_kernel;
@@ -216,16 +214,15 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
 void all_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, false); }
 void rank_0_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, true); }
 
-// A 16-bit reduce_scatter widens private tensors into float32 copies in the group's scratch,
-// which on one host lies in shared memory: the peers read those copies by mapping, none through
-// the kernel. A 16-bit all_reduce widens a chunk at a time instead: it reads the peers' private
-// 16-bit tensors through the kernel, exactly its slice of each peer's input and the other
-// ranks' finished slices, and nothing by mapping. Either way the result is the point-to-point
-// algorithm's.
+// A 16-bit all_reduce or reduce_scatter widens a chunk at a time in the cache: it reads the
+// peers' private 16-bit tensors through the kernel, exactly its block of each peer's input (and
+// for the all_reduce the other ranks' finished slices), and nothing by mapping; the result is
+// the point-to-point algorithm's.
 void private_16_bit_moves(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   for (const Call& call : calls(g.size())) {
     if (call.c != Collective::AllReduce && call.c != Collective::ReduceScatter) continue;
+    const int W = g.size(), me = g.rank();
     for (DType dt : {DType::Float16, DType::BFloat16}) {
       for (ReduceOp op : ops_for(dt)) {
         Gen gen(pattern_for(op), dt, g.rank(), 11);
@@ -238,27 +235,21 @@ void private_16_bit_moves(Group& world, Ctx& ctx) {
         const std::string w = where(g, call.name) + " " + call.form + " " +
                               ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
         expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
-        if (call.c == Collective::AllReduce) {
-          const int W = g.size(), me = g.rank();
-          const uint64_t slice = (kCount * (me + 1) / W - kCount * me / W) * 2;
-          const uint64_t want = (W - 1) * slice + (kCount * 2 - slice);
-          ctx.expect(after.mapped == before.mapped && after.by_kernel - before.by_kernel == want,
-                     [&] {
-                       return w + ": expected " + std::to_string(want) +
-                              " B of 16-bit slices through the kernel, given " +
-                              std::to_string(after.mapped - before.mapped) +
-                              " B by mapping and " +
-                              std::to_string(after.by_kernel - before.by_kernel) +
-                              " B through the kernel";
-                     });
-          continue;
-        }
-        ctx.expect(after.mapped > before.mapped && after.by_kernel == before.by_kernel, [&] {
-          return w + ": expected the float32 copies read by mapping only, given " +
-                 std::to_string(after.mapped - before.mapped) + " B read and " +
-                 std::to_string(after.written - before.written) + " B written by mapping, " +
-                 std::to_string(after.by_kernel - before.by_kernel) + " B through the kernel";
-        });
+        // This rank's block: the all_reduce's slice of kCount, the reduce_scatter's output.
+        const uint64_t block = call.c == Collective::AllReduce
+                                   ? (kCount * (me + 1) / W - kCount * me / W) * 2
+                                   : static_cast<uint64_t>(kCount / W) * 2;
+        const uint64_t want = (W - 1) * block + (call.c == Collective::AllReduce
+                                                     ? kCount * 2 - block
+                                                     : 0);
+        ctx.expect(after.mapped == before.mapped && after.by_kernel - before.by_kernel == want,
+                   [&] {
+                     return w + ": expected " + std::to_string(want) +
+                            " B of 16-bit blocks through the kernel, given " +
+                            std::to_string(after.mapped - before.mapped) + " B by mapping and " +
+                            std::to_string(after.by_kernel - before.by_kernel) +
+                            " B through the kernel";
+                   });
       }
     }
   }
@@ -564,8 +555,8 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
         all_shared) &&
     add("shm: only rank 0's tensors shared: mapped from it, through the kernel from the others",
         rank_0_shared) &&
-    add("shm: 16-bit all_reduce reads its private 16-bit slices, reduce_scatter its float32 "
-        "copies by mapping",
+    add("shm: 16-bit all_reduce and reduce_scatter read private 16-bit blocks, widening in the "
+        "cache",
         private_16_bit_moves) &&
     add("shm: shared tensors in flight, and no peer arena mapped once the group is gone",
         in_flight_then_unmapped) &&
