@@ -377,8 +377,8 @@ void GroupShm::check_nobody_released(const Pending& p) {
     FERRY_THROW(PeerFailure, name_of(p), " (shm op ", p.n, ") on ", describe_, ": ",
                 who(dead - 1), " ended while this rank read from its peers");
   FERRY_THROW(PeerFailure, name_of(p), " (shm op ", p.n, ") on ", describe_, ": ",
-              who(released - 1), " failed the op and let go of its buffers while this rank read "
-              "them: the bytes read may be its caller's new ones, so the op fails here too");
+              who(released - 1), " failed the op while this rank read its buffers, which its "
+              "caller may have written since, so the op fails here too");
 }
 
 void GroupShm::progress() {
