@@ -2,12 +2,11 @@
 // launches in bucket order, finish(), and the agreement check at construction.
 #include <ferry/collectives/ddp/gradient_reducer.h>
 
-#include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/collectives.h>
 #include <ferry/collectives/engine/validator.h>
-#include <ferry/collectives/shm/shm_layout.h>
+#include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/shm/shm_ops.h>
 #include <ferry/runtime/error.h>
-#include <ferry/runtime/log.h>
 
 #include <cstring>
 #include <exception>
@@ -21,26 +20,13 @@ namespace ferry {
 
 namespace {
 
-// Whether the buckets of `group` lie in shared memory (empty_shared): where its ranks share a
-// host, the shared-memory path then reduces a peer's bucket where it lies instead of reading
-// it through the kernel. Buckets that fit the path's slots gain nothing, and cost a page.
-bool buckets_in_shared_memory(const Group& group) {
-  return group.size() > 1 && placement_of(group.host_layout()) == Placement::OneHost;
-}
-
-// A bucket's flat gradients, all zero: in shared memory when `shared` and the bucket is above
-// the slots (ordinary memory where none can be had: the path then reads through the kernel).
-Tensor bucket_buffer(const GradientBucketInfo& b, bool shared) {
-  if (shared && b.nbytes > static_cast<int64_t>(detail::shm::kSlotBytes)) {
-    try {
-      Tensor t = empty_shared({b.numel}, b.dtype);
-      t.fill_(0);
-      return t;
-    } catch (const Error& e) {
-      FERRY_LOG(Info, "ddp", "a gradient bucket stays in ordinary memory: ", e.what());
-    }
-  }
-  return zeros({b.numel}, b.dtype);
+// A bucket's flat gradients, all zero, where the all_reduce's peers reach them
+// (shm::empty_for_peers: in shared memory where the group's ranks share a host and the bucket
+// is above the slots, so that a peer reduces it where it lies).
+Tensor bucket_buffer(const GradientBucketInfo& b, const Group& group) {
+  Tensor t = detail::shm::empty_for_peers({b.numel}, b.dtype, group.impl(), "a gradient bucket");
+  t.fill_(0);
+  return t;
 }
 
 }  // namespace
@@ -311,8 +297,7 @@ GradientReducer::GradientReducer(std::vector<Variable> parameters, Group group,
     bucket.nbytes += bytes;
     if (cap <= 0 || bucket.nbytes >= cap) open.erase(it);
   }
-  const bool shared = buckets_in_shared_memory(s.group);
-  for (const GradientBucketInfo& b : s.buckets) s.buffers.push_back(bucket_buffer(b, shared));
+  for (const GradientBucketInfo& b : s.buckets) s.buffers.push_back(bucket_buffer(b, s.group));
   s.ready.assign(n, 0);
   s.had_grad.assign(n, 0);
   s.waiting.assign(s.buckets.size(), 0);

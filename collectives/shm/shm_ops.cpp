@@ -11,6 +11,7 @@
 
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/log.h>
 
 namespace ferry::detail::shm {
 namespace {
@@ -262,6 +263,18 @@ uint32_t start_any_reduce(GroupShm& shm, OpContext& ctx, const OpRef& ref, const
 }
 
 }  // namespace
+
+Tensor empty_for_peers(Shape shape, DType dtype, const GroupImpl& g, const char* why) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (g.size() > 1 && bytes > kSlotBytes && g.one_host()) {
+    try {
+      return empty_shared(shape, dtype);
+    } catch (const Error& e) {
+      FERRY_LOG(Info, "shm", why, " stays in ordinary memory: ", e.what());
+    }
+  }
+  return empty(std::move(shape), dtype);
+}
 
 void prepare_group(GroupImpl& g) {
   if (g.size() < 2 || !g.one_host()) return;

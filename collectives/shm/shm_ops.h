@@ -26,6 +26,13 @@ namespace ferry::detail::shm {
 // as SharedSegment::map_for_group does.
 void prepare_group(GroupImpl& g);
 
+// An uninitialised tensor that the peers of `g` will read or write in its collectives: in the
+// process's shared arena where the group's ranks share a host and it is above the slots, so
+// that the path reaches it by mapping instead of through the kernel (and a gather's peers
+// write their blocks straight into it); ordinary memory otherwise, and where the arena cannot
+// grow (said in the log at level info). `why`: what it is, for that line.
+Tensor empty_for_peers(Shape shape, DType dtype, const GroupImpl& g, const char* why);
+
 // all_reduce of any size: up to kSlotBytes through the segment's slots, above by single copy
 // from the peers' buffers (shm_all_reduce_large.cpp), or slot by slot where the ranks cannot
 // read each other's memory. Avg runs as a sum whose output is divided once the op is done.

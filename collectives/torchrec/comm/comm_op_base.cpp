@@ -2,7 +2,7 @@
 
 #include <ferry/collectives/differentiable/checks.h>
 #include <ferry/collectives/engine/group_impl.h>
-#include <ferry/collectives/shm/shm_layout.h>
+#include <ferry/collectives/shm/shm_ops.h>
 #include <ferry/collectives/torchrec/comm/comm_switches.h>
 #include <ferry/runtime/error.h>
 
@@ -51,16 +51,7 @@ void TorchrecCommOp::divide(Tensor& grad) const {
 }
 
 Tensor TorchrecCommOp::peer_buffer(Shape shape, DType dtype) const {
-  const int64_t n = shape_numel(shape);
-  if (world() > 1 && static_cast<size_t>(n) * dtype_size(dtype) > ferry::detail::shm::kSlotBytes &&
-      group_.impl().one_host()) {
-    try {
-      return empty_shared(std::move(shape), dtype);
-    } catch (const Error&) {
-      // Ordinary memory below: the peers read it through the kernel.
-    }
-  }
-  return empty(std::move(shape), dtype);
+  return ferry::detail::shm::empty_for_peers(std::move(shape), dtype, group_.impl(), name_);
 }
 
 Tensor TorchrecCommOp::divided_copy(const Tensor& grad) const {

@@ -96,10 +96,8 @@ class TorchrecCommOp : public ReqWaitOp {
   // it is what the gradient's collective sends.
   Tensor divided_copy(const Tensor& grad) const;
   // An uninitialised buffer this op's collective sends from or receives into, which its peers
-  // read or write: in shared memory where the group's ranks share a host and it is above the
-  // shared-memory path's slots, so that the peers reach it by mapping instead of through the
-  // kernel (a gather's peers write their blocks straight into it); ordinary memory otherwise,
-  // and where no shared memory can be had.
+  // read or write (shm::empty_for_peers: in shared memory where the group's ranks share a host
+  // and it is above the slots).
   Tensor peer_buffer(Shape shape, DType dtype) const;
 
  private:
