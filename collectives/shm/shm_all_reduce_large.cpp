@@ -32,7 +32,10 @@ uint64_t now_ns() {
 constexpr size_t kChunkBytes = 256 * 1024;
 
 // The addresses a rank publishes for its large all_reduce (in its buffers of both numbers),
-// and whether its peers may write their finished slices into its output. In the second
+// whether its peers may write their finished slices into its output, and on rank 0 whether the
+// op writes with streaming stores: every rank takes rank 0's choice, so that the time rank 0
+// measures is that of an op run one way throughout (its reads of the peers' slices cost what
+// their stores made them cost), which rank 0's chooser compares. In the second
 // number's buffer, after it, a byte per rank: 1 where this rank wrote its slice.
 // A reduce_scatter whose input is a list (`listed`) is followed by one word per rank r: where
 // element 0 of the input would lie were block r where it is (its address less the elements
@@ -42,6 +45,7 @@ struct LargeBuffers {
   uint64_t out;
   uint64_t accepts;
   uint64_t listed;
+  uint64_t streaming;
 };
 
 // Slice r of `count` elements among `ranks`: [first, first + size).
@@ -61,13 +65,17 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
   publish_arenas();
   // In the buffers of both numbers: the second half reads them after every rank is done with
   // the first, when a rank that ran ahead may already reuse the first's buffer for a later op.
+  bool streaming = false;
+  if (rank_ == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    streaming = stores_.of(count * dtype_size(dtype), in == out).next_streaming();
+  }
   LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out),
-                    accept_writes && gather_here ? 1u : 0u, 0};
+                    accept_writes && gather_here ? 1u : 0u, 0, streaming ? 1u : 0u};
   std::memcpy(slot(rank_)->data[n % kDepth], &mine, sizeof mine);
   std::memcpy(slot(rank_)->data[gather % kDepth], &mine, sizeof mine);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const bool streaming = stores_.of(count * dtype_size(dtype), in == out).next_streaming();
     for (uint32_t k : {n, gather}) {
       Pending& p = push(k, k == n ? Kind::ReduceSlice : Kind::GatherSlices);
       p.out = out;
@@ -75,7 +83,6 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
       p.dtype = dtype;
       p.reduce = reduce;
       p.gather = gather_here;
-      p.streaming = streaming;
       p.name = op.name;
     }
   }
@@ -106,12 +113,15 @@ void GroupShm::read_reduce_slice(const Pending& p) {
       count_single_copy(Way::Written, bytes);
     }
   }
+  LargeBuffers rank_0;
+  std::memcpy(&rank_0, slot(0)->data[b], sizeof rank_0);
+  streaming_ = rank_0.streaming == 1;
   const uint64_t start = now_ns();
   unsigned char* slice = static_cast<unsigned char*>(p.out) + first * elem;
   if (accumulation_dtype(p.dtype) != p.dtype)
-    reduce_range_widened(p, b, first, last, slice, &targets_, p.streaming);
+    reduce_range_widened(p, b, first, last, slice, &targets_, streaming_);
   else
-    reduce_range(p, b, first, last, slice, &targets_, p.streaming);
+    reduce_range(p, b, first, last, slice, &targets_, streaming_);
   reduce_half_ns_ = now_ns() - start;
 }
 
@@ -273,7 +283,7 @@ void GroupShm::read_gather_slices(const Pending& p) {
   std::memcpy(&mine, slot(rank_)->data[b], sizeof mine);
   // In place, the peers read the other slices of `out` as input in the first half: those
   // lines are written with the chosen stores too. Out of place no peer reads them.
-  const bool streaming = p.streaming && mine.in == mine.out;
+  const bool streaming = streaming_ && mine.in == mine.out;
   for (int k = 1; k < size_ && p.gather; ++k) {
     const int r = (rank_ + k) % size_;
     if (slot(r)->data[b][sizeof(LargeBuffers) + static_cast<size_t>(rank_)] == 1) continue;
@@ -286,8 +296,9 @@ void GroupShm::read_gather_slices(const Pending& p) {
     else
       copy_from(r, theirs.out + first * elem, out + first * elem, (last - first) * elem, p);
   }
-  stores_.of(p.count * elem, mine.in == mine.out)
-      .record(p.streaming, reduce_half_ns_ + (now_ns() - start), p.count * elem);
+  if (rank_ == 0)
+    stores_.of(p.count * elem, mine.in == mine.out)
+        .record(streaming_, reduce_half_ns_ + (now_ns() - start), p.count * elem);
 }
 
 void GroupShm::stream_from(int r, uint64_t address, unsigned char* to, size_t bytes,
@@ -319,7 +330,7 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
   publish_arenas();
   unsigned char* data = slot(rank_)->data[n % kDepth];
   LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out), 0,
-                    blocks.empty() ? 0u : 1u};
+                    blocks.empty() ? 0u : 1u, 0};
   uint64_t before = 0;  // bytes of the blocks ahead of block r
   for (size_t r = 0; r < blocks.size(); ++r) {
     // Unsigned: the start may lie below the address space's first byte, the sum wraps back.

@@ -208,7 +208,6 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     size_t first = 0;     // a reduce_scatter's block: its first element in the input
     bool gather = true;   // a large all_reduce's second half reads the slices
     bool small = false;   // an all_reduce whose inputs are in the slots' `small` (kSmallBytes)
-    bool streaming = false;  // a large all_reduce's writes use streaming stores (store_chooser.h)
     Clock::time_point started{};  // when this rank started it (the progress thread's first look)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
@@ -333,8 +332,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
   std::vector<unsigned char> acc_, chunk_, own_, sum_, narrow_;
-  // The large all_reduce's kind of stores, and the time its first half took (under mu_ only).
+  // The large all_reduce's kind of stores (rank 0's choice, which every rank takes), the
+  // current op's (its halves run in turn), and the time its first half took (under mu_ only).
   StoreChoosers stores_;
+  bool streaming_ = false;
   uint64_t reduce_half_ns_ = 0;
   // Per peer, where its input's slice lies mapped in this process, or null (under mu_ only).
   std::vector<const unsigned char*> direct_;
