@@ -135,6 +135,15 @@ uint64_t GroupShm::peer_input(uint32_t b, int r) const {
   return base;
 }
 
+void GroupShm::map_peer_slices(uint32_t b, uint64_t offset, size_t bytes) {
+  direct_.assign(static_cast<size_t>(size_), nullptr);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    direct_[r] = mapped(r, peer_input(b, r) + offset, bytes);
+    if (direct_[r] != nullptr) count_single_copy(Way::Mapped, bytes);
+  }
+}
+
 size_t GroupShm::max_listed_blocks() {
   return (kSlotBytes - sizeof(LargeBuffers)) / sizeof(uint64_t);
 }
@@ -168,15 +177,7 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
   // Streaming, no piece goes into `out`: its lines are written once, by streaming stores.
   const bool into_out =
       !streaming && (to_first + (last - first) * elem <= own_first || to_first >= own_last);
-  auto their_in = [&](int r) { return peer_input(b, r); };
-  // Each peer's slice, where it lies mapped in this process (its arena), else null: read
-  // through the kernel a chunk at a time.
-  direct_.assign(static_cast<size_t>(size_), nullptr);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    direct_[r] = mapped(r, their_in(r) + first * elem, (last - first) * elem);
-    if (direct_[r] != nullptr) count_single_copy(Way::Mapped, (last - first) * elem);
-  }
+  map_peer_slices(b, first * elem, (last - first) * elem);
   for (size_t at = first; at < last; at += per_chunk) {
     const size_t elems = std::min(per_chunk, last - at);
     const size_t bytes = elems * elem, offset = at * elem;
@@ -197,7 +198,7 @@ void GroupShm::reduce_range(const Pending& p, uint32_t b, size_t first, size_t l
       if (direct_[r] != nullptr) return direct_[r] + (offset - first * elem);
       unsigned char* into = to_free ? to : sum == chunk_.data() ? acc_.data() : chunk_.data();
       to_free = false;
-      read_peer(r, their_in(r) + offset, into, bytes, p);
+      read_peer(r, peer_input(b, r) + offset, into, bytes, p);
       return into;
     };
     const unsigned char* sum = piece(0, nullptr);
@@ -232,12 +233,7 @@ void GroupShm::reduce_range_widened(const Pending& p, uint32_t b, size_t first, 
   auto* sum = reinterpret_cast<float*>(acc_.data());
   auto* next = reinterpret_cast<float*>(chunk_.data());
   const uint64_t own = peer_input(b, rank_);
-  direct_.assign(static_cast<size_t>(size_), nullptr);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    direct_[r] = mapped(r, peer_input(b, r) + first * elem, (last - first) * elem);
-    if (direct_[r] != nullptr) count_single_copy(Way::Mapped, (last - first) * elem);
-  }
+  map_peer_slices(b, first * elem, (last - first) * elem);
   const ReduceOp op = p.reduce == ReduceOp::Avg ? ReduceOp::Sum : p.reduce;
   for (size_t at = first; at < last; at += per_chunk) {
     const size_t elems = std::min(per_chunk, last - at);

@@ -268,6 +268,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Where rank r published its input for op buffer b, as the start of one buffer holding this
   // rank's block at its place (a reduce_scatter's list form publishes each block's own).
   uint64_t peer_input(uint32_t b, int r) const;
+  // Sets direct_: each peer's bytes [offset, offset + bytes) of its input (peer_input), where
+  // they lie mapped in this process (its arena), else null (read through the kernel a chunk
+  // at a time).
+  void map_peer_slices(uint32_t b, uint64_t offset, size_t bytes);
   // copy_from, writing `to` with streaming stores (through a buffer when the kernel reads).
   void stream_from(int r, uint64_t address, unsigned char* to, size_t bytes, const Pending& p);
   // The collective that `p` is, for messages.

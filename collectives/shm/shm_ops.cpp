@@ -308,14 +308,27 @@ void all_reduce(OpContext& ctx, const void* in, void* out, size_t count, DType d
   run_to_the_end(*shm, n, ctx, ref);
 }
 
-bool all_reduce_widened(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
-                        ReduceOp op) {
-  if (count * dtype_size(dtype) <= kSlotBytes) return false;
+namespace {
+
+// A 16-bit op of `bytes` by single copy (`start(shm, ref)` starts it), run to its end, where
+// it is above the slots and the ranks can read each other's memory; else false, nothing done.
+template <class Start>
+bool run_widened(OpContext& ctx, size_t bytes, Start start) {
+  if (bytes <= kSlotBytes) return false;
   const OpRef ref = op_of(ctx);
   std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
   if (!shm->peers_readable(ref)) return false;
-  run_to_the_end(*shm, shm->start_large_all_reduce(ref, in, out, count, dtype, op), ctx, ref);
+  run_to_the_end(*shm, start(*shm, ref), ctx, ref);
   return true;
+}
+
+}  // namespace
+
+bool all_reduce_widened(OpContext& ctx, const void* in, void* out, size_t count, DType dtype,
+                        ReduceOp op) {
+  return run_widened(ctx, count * dtype_size(dtype), [&](GroupShm& shm, const OpRef& ref) {
+    return shm.start_large_all_reduce(ref, in, out, count, dtype, op);
+  });
 }
 
 std::unique_ptr<InFlight> post_barrier(std::unique_ptr<OpContext> ctx) {
@@ -414,14 +427,10 @@ void reduce_scatter(OpContext& ctx, const void* in, void* out, size_t first, siz
 
 bool reduce_scatter_widened(OpContext& ctx, const void* in, void* out, size_t first,
                             size_t count, size_t total, DType dtype, ReduceOp op) {
-  if (total * dtype_size(dtype) <= kSlotBytes) return false;
-  const OpRef ref = op_of(ctx);
-  std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
-  if (!shm->peers_readable(ref)) return false;
-  ctx.ran(Collective::ReduceScatter, Algorithm::SharedMemory);
-  run_to_the_end(*shm, shm->start_reduce_scatter(ref, in, out, first, count, dtype, op), ctx,
-                 ref);
-  return true;
+  return run_widened(ctx, total * dtype_size(dtype), [&](GroupShm& shm, const OpRef& ref) {
+    ctx.ran(Collective::ReduceScatter, Algorithm::SharedMemory);
+    return shm.start_reduce_scatter(ref, in, out, first, count, dtype, op);
+  });
 }
 
 bool listed_reduce_scatter_fits(int ranks) {
