@@ -51,6 +51,7 @@ UcxComm::UcxComm(std::unique_ptr<UcxWorker> worker, int rank, const std::vector<
       rank_(rank),
       side_(channel == UcxChannel::Side),
       dead_why_(peers.size()),
+      receives_wait_until_(peers.size()),
       unanswered_(peers.size(), false),
       cut_(peers.size(), false),
       watch_(rank, locals_of(peers), processes_of(peers)),
@@ -163,7 +164,10 @@ void UcxComm::post(const std::shared_ptr<UcxOp>& op, void* data) {
     // A receive still gets what a peer delivered before it ended or gave up (a peer that timed
     // out sent its part of the timeout diagnosis first: its peers must not call it silent);
     // nothing else goes to it, and nothing at all once its endpoint was cut.
-    if (op->is_send || cut_[op->peer] || !delivered(tag)) {
+    // A receive from a peer whose end was seen a moment ago waits with the others from it
+    // (peer_failed says why).
+    const bool waiting_out = receives_wait_until_[op->peer] != Clock::time_point{};
+    if (op->is_send || cut_[op->peer] || (!delivered(tag) && !waiting_out)) {
       finish(*op, failure);
       return;
     }
@@ -358,6 +362,11 @@ void UcxComm::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
 
 void UcxComm::before_sleep_locked() {
   for (int rank : watch_.take_dead()) peer_failed(rank, "its process ended");
+  const auto now = Clock::now();
+  for (int rank = 0; rank < size(); ++rank) {
+    const Clock::time_point until = receives_wait_until_[rank];
+    if (until != Clock::time_point{} && now >= until) fail_receives_from_dead_locked(rank);
+  }
 }
 
 void UcxComm::drain_locked() {
@@ -384,11 +393,25 @@ void UcxComm::peer_failed(int rank, const std::string& why) {
   }
   FERRY_LOG(Info, "ucx", "rank ", rank_, ": rank ", rank, " failed: ", why);
   // A peer that gave up on a group before it ended said why (its give-up message was taken in
-  // by the drain): that reason names the failure that started it all.
+  // by the drain): that reason names the failure that started it all. Sends to it fail now.
+  fail_pending([&](const UcxOp& op) { return op.peer == rank && op.is_send; },
+               [&](const UcxOp& op) { return failure_for(rank, op.tag.group); });
+  // Its receives wait a little longer. A message it sent before it ended can still be on its
+  // way even though the drain found nothing more: UCX's shared-memory queue into this process
+  // is one ring for all senders, read in the order the senders reserved their slots, and a
+  // live sender that reserved a slot before the dead one and was descheduled before it
+  // finished writing hides every later message until it runs again (a scheduler's time slice
+  // on a busy host). What is still missing once that time is over is lost with the peer.
+  receives_wait_until_[rank] = Clock::now() + kDeadPeerLastMessages;
+}
+
+void UcxComm::fail_receives_from_dead_locked(int rank) {
+  receives_wait_until_[rank] = Clock::time_point{};
+  drain_locked();
   fail_pending([&](const UcxOp& op) { return op.peer == rank; },
                [&](const UcxOp& op) { return failure_for(rank, op.tag.group); });
   // Receives whose data was moving when it died: its endpoint goes, and UCX with it lets go.
-  if (held_with_locked(rank, /*receives_only=*/true)) cut_off_locked(rank, why);
+  if (held_with_locked(rank, /*receives_only=*/true)) cut_off_locked(rank, dead_why_[rank]);
   // A receive UCX still holds after that (a rendezvous whose fragments were to come from the
   // dead process) would keep its op until the caller's deadline: a process that ended sends
   // nothing more, so the op fails now.

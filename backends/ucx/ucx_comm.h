@@ -201,9 +201,12 @@ class UcxComm final : public UcxSleepHook {
   template <class Hit, class MakeError>
   void fail_pending(Hit hit, MakeError error);
   // A peer ended or broke: first takes in everything it delivered (drain_locked), then fails
-  // what is still pending with it. `rank`'s process may be gone while its last messages wait
-  // in this rank's shared memory, unread.
+  // the sends to it at once and its receives kDeadPeerLastMessages later (the .cpp says why):
+  // `rank`'s process may be gone while its last messages wait in this rank's shared memory,
+  // unread.
   void peer_failed(int rank, const std::string& why);
+  // The end of that wait: fails the receives from `rank` still pending.
+  void fail_receives_from_dead_locked(int rank);
   void drain_locked();
   // Takes and drops the messages that arrived for receives never posted (a peer's data for a
   // collective this rank gave up on), so that UCX does not warn of them when the worker ends.
@@ -240,6 +243,11 @@ class UcxComm final : public UcxSleepHook {
   std::vector<ucp_ep_h> eps_;
   std::vector<PeerArg> peer_args_;
   std::vector<std::string> dead_why_;  // "" while the peer lives
+  // How long the receives from a peer that ended still wait for what it sent before (checked
+  // before every sleep, which lasts a sleep slice at most).
+  static constexpr auto kDeadPeerLastMessages = std::chrono::milliseconds(500);
+  // Per peer: until when its receives wait (peer_failed); zero when they do not.
+  std::vector<Clock::time_point> receives_wait_until_;
   bool closing_ = false;               // begin_closing() was called
   // Peers with which an op was withdrawn unfinished (a deadline expired, or the caller gave up
   // after another failure): their endpoints close with force at the end, since a flush would

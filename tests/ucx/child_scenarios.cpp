@@ -468,6 +468,7 @@ int run_child(const std::string& name) {
       {"cma", cma_paths},
       {"cma-mismatch", cma_mismatch},
       {"cma-withdrawn-send", cma_withdrawn_send},
+      {"last-message", last_message},
   };
   auto it = scenarios.find(name);
   if (it == scenarios.end()) {

@@ -9,6 +9,9 @@ namespace ucxtest {
 
 int run_child(const std::string& name);
 
+// A peer's last message, hidden from its receiver when the peer ends (last_message_scenario.cpp).
+int last_message();
+
 // Environment variable through which the parent passes a scenario's parameter.
 inline constexpr const char* kParamVar = "FERRY_UCX_TEST_PARAM";
 

@@ -84,6 +84,13 @@ TEST_CASE("ucx: a rank killed mid-collective makes the survivors raise PeerFailu
   CHECK((!exits[2].exited && exits[2].signal == SIGKILL && !exits[2].killed_by_us));
 }
 
+TEST_CASE("ucx: a peer's last message arrives though its receiver saw it end first",
+          "[ucx][process][failure]") {
+  // tests/ucx/last_message_scenario.cpp: rank 1 holds a slot of rank 0's shared-memory ring
+  // while rank 2 sends its message behind it and ends.
+  require_all_passed(run_scenario("last-message", 3, {{"FERRY_TIMEOUT", "30"}}));
+}
+
 TEST_CASE("ucx: large messages between ranks on one host are read from the sender's memory",
           "[ucx][process][cma]") {
   SECTION("2 ranks, shared memory") {
