@@ -256,7 +256,8 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   p.name = nullptr;
   p.first = 0;
   p.gather = true;
-  p.small = false;
+  p.small = p.sends_in_slot = false;
+  p.staged = nullptr;
   if (looked_at_late_) p.started = Clock::now();
   return p;
 }
@@ -420,10 +421,11 @@ void GroupShm::progress() {
     }
     // An all_to_all's peers read this rank's buffer: it is the caller's again only once they
     // all said done.
-    if (p.kind == Kind::AllToAll || p.kind == Kind::GatherSlices ||
+    if ((p.kind == Kind::AllToAll && !p.sends_in_slot) || p.kind == Kind::GatherSlices ||
         p.kind == Kind::ReduceBlock || p.kind == Kind::PullBlocks)
       for (int r = 0; r < size_; ++r)
         if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n)) return;
+    if (p.staged != nullptr) staging_.give(p.staged, p.staged_bytes);
     head_ += 1;
     completed_.store(p.n, std::memory_order_release);
     head_n_.store(head_ != tail_ ? ring_[head_ % kRing].n : 0, std::memory_order_release);

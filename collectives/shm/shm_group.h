@@ -30,6 +30,7 @@
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
+#include <ferry/collectives/shm/staging_blocks.h>
 #include <ferry/collectives/shm/store_chooser.h>
 #include <ferry/runtime/dtype.h>
 
@@ -208,6 +209,13 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     size_t first = 0;     // a reduce_scatter's block: its first element in the input
     bool gather = true;   // a large all_reduce's second half reads the slices
     bool small = false;   // an all_reduce whose inputs are in the slots' `small` (kSmallBytes)
+    // An all_to_all whose blocks for the peers lie in this rank's slot: no peer reads its
+    // buffers, so it completes once this rank read its own blocks.
+    bool sends_in_slot = false;
+    // An all_to_all's send blocks copied into the shared arena (start_all_to_all says why),
+    // given back to staging_ once the op completed (kept for good when it is abandoned).
+    void* staged = nullptr;
+    size_t staged_bytes = 0;
     Clock::time_point started{};  // when this rank started it (the progress thread's first look)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
@@ -348,6 +356,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::vector<unsigned char*> targets_;
   // A laid-out block's runs, fetched from the peer that sends it (read under mu_ only).
   std::vector<ByteRun> peer_runs_;
+  // The blocks this rank's all-to-alls copied their send blocks into, kept for the next ones
+  // (under mu_ only).
+  StagingBlocks staging_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed
 };
 

@@ -11,7 +11,7 @@
 // An op n of a rank moves through two counters of its slot:
 //   arrived = n  its part is published: its payload copied into data[n % kDepth] (all_reduce;
 //                small[n % kDepth], on the counters' line, up to kSmallBytes), or its buffer's
-//                address and block places written there (all_to_all);
+//                address and block places written there (all_to_all; small blocks themselves);
 //   done = n     it finished reading every peer's part of op n.
 // A rank may write data[n % kDepth] for op n only once every peer's `done` reached n - kDepth:
 // nobody reads the old payload any more. Depth 4 lets a rank run 3 ops ahead of the slowest
@@ -82,12 +82,15 @@ struct InputPiece {
 // A rank's all_to_all block as its peers read it, in its process: `bytes` at `address` when
 // `run_count` is 0, else laid out as the `run_count` runs (backends/byte_layout.h's ByteRun,
 // offsets from `address`) listed at `runs`, which the reader fetches first.
+// A block of at most a slot's spare room travels in the slot itself instead (run_count
+// kInSlot): its bytes at `address` from the start of the sender's data[n % kDepth].
 struct Block {
   uint64_t address;
   uint64_t bytes;
   uint64_t runs;
   uint64_t run_count;
 };
+inline constexpr uint64_t kInSlot = UINT64_MAX;
 
 struct alignas(kLine) Slot {
   // Written once at setup, before the rank confirms it mapped the segment.
