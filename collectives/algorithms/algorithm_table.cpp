@@ -83,12 +83,16 @@ constexpr size_t kStaged = 8 * 1024;
 // faster (2 ranks, ferry-bench --vs-mpi, against the rows below it; docs/transports.md): every
 // all_reduce (through the segment's slots up to 16 KiB, by single copy above: 64 KiB to
 // 16 MiB took 0.57-0.67 of MPICH's time, where MPI's exchange took 0.82-0.93 and UCX's ring
-// 0.60-0.78, the ring at par from 1 MiB), every barrier, all_to_all with equal blocks above
-// the persistent requests' 8 KiB (one copy by process_vm_readv instead of a message each way;
-// at 8 B the system call costs more than MPI's persistent request). The split-size and laid-out
-// all-to-alls ask with 0 bytes (their sizes differ across ranks) and so take shm only when
-// forced: alternating builds on the DLRM step (2 MPI ranks, batch 512) found the step no faster
-// with them on shm (slower in 10 of 13 rounds, by 2-10%).
+// 0.60-0.78, the ring at par from 1 MiB), every barrier, every all_to_all_single: small blocks
+// through the slots, larger ones by one copy from the sender's buffer (process_vm_readv, or a
+// mapping), a laid-out op's private blocks staged in shared memory first. With equal blocks,
+// 2 ranks, 4 alternated rounds against the persistent request and MPI's exchange: 8 B 0.9 us
+// against 1.1, 512 B 0.9 against 1.2, 4 KiB 1.0-1.2 against 1.6; above, the shm row as before.
+// The split-size and laid-out forms ask with 0 bytes (their sizes differ across ranks) and so
+// take the same row: torchrec's comm ops (3 alternated rounds, MPI) 512 B 3.3 -> 2.5 us,
+// 64 KiB 9.6 -> 8.0, pooled 1 MiB 79 -> 64 (UCX: 2.9 -> 2.4, 79 -> 67); the DLRM step the
+// same within its noise (2 MPI ranks, batch 512: 2.67 -> 2.70 ms, medians of 6 alternated
+// rounds, 3 of them faster).
 //
 // all_gather and broadcast (2 ranks, ferry-bench --vs-mpi, forced shm alternated with the
 // automatic choice; docs/transports.md). Without MPI's collectives (UCX), shm at every size:
@@ -162,9 +166,9 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       {kStaged, kAnyRanks, A::Persistent, 1, true},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_gather
-    {{{kStaged, kAnyRanks, A::Pairwise}, kShmAny, {kAnyBytes, kAnyRanks, A::Pairwise}},
-     {{kStaged, kAnyRanks, A::Persistent},
-      kShmAny,
+    {{kShmAny, {kStaged, kAnyRanks, A::Pairwise}, {kAnyBytes, kAnyRanks, A::Pairwise}},
+     {kShmAny,
+      {kStaged, kAnyRanks, A::Persistent},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_to_all
     {{kShmAny, {kAnyBytes, kAnyRanks, A::Tree}},

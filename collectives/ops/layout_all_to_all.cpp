@@ -472,10 +472,8 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   // Per-peer sizes differ freely; each message's byte count is checked by the transports.
   detail::OpSummary summary = detail::OpSummary::of(parts[0].input).sizes_may_differ();
   summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
-  // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all. So the
-  // shared-memory form runs only when forced (FERRY_ALGO=all_to_all:shm): on the DLRM step,
-  // whose pooled blocks land as 832-byte pieces (the kernel's copy pays for every piece), it
-  // measured no faster than the transports' paths.
+  // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all (on
+  // one host it answers shared memory at every size).
   const Algorithm algo =
       detail::algorithm_of(group, Collective::AllToAll, 0, detail::ShmForm::kHas);
   // On a transport without collectives of its own the parts post every message at once: the

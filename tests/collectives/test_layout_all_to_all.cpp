@@ -1,7 +1,9 @@
 // all_to_all_single with a layout per block: column blocks of a matrix (torchrec's pooled
 // layout), element-scattered blocks in a random order on both sides (seeded), zero-size blocks,
 // and the bad layouts the call must refuse before anything moves; each on the path the table
-// chooses and, for ranks on one host, on the shared-memory path forced.
+// chooses (for ranks on one host, the shared-memory path) and, for ranks on one host, on the
+// transports' own paths forced (UCX reads large scattered blocks straight into place; MPI's
+// take them in one call).
 #include "spmd_case.h"
 
 #include <ferry/collectives/engine/group_impl.h>
@@ -24,15 +26,23 @@ using ferry::StridedRun;
 int64_t cols(int from) { return 1 + from % 2 + (from == 2 ? 2 : 0); }
 int64_t batch(int receiver) { return receiver == 3 ? 0 : 1 + receiver; }
 
-// Runs `body` on the path the table chooses, then, where the ranks share a host, again with
-// the shared-memory path forced (which reads each block through both layouts at once; the
-// table takes it for these ops only when told to).
+// Runs `body` on the path the table chooses, then, where the ranks share a host (whose
+// all-to-alls the table gives the shared-memory path), again with the pairwise exchange forced,
+// whose messages the transport carries, and with MPI's own ways (its all-to-all call and its
+// point-to-point rounds), which groups across hosts take.
 template <class Body>
 void on_each_path(const Group& g, Body&& body) {
   body();
   if (!g.impl().one_host()) return;
-  ScopedAlgorithm shm("all_to_all:shm");
-  body();
+  std::vector<const char*> others = {"all_to_all:pairwise"};
+  if (g.impl().native() != nullptr) {
+    others.push_back("all_to_all:native");
+    others.push_back("all_to_all:exchange");
+  }
+  for (const char* algo : others) {
+    ScopedAlgorithm forced(algo);
+    body();
+  }
 }
 
 }  // namespace
