@@ -1,12 +1,12 @@
 // The all_to_all's single copy: each receiver reads its blocks straight out of its peers'
 // send buffers (by mapping where they lie in shared memory, else with process_vm_readv, as
 // MPICH does on one host). Only the block places go through the segment; the data moves once,
-// from the sender's tensor into the receiver's, with no staging copy on either side. Small
-// blocks are the exception: a rank whose blocks for its peers all fit its slot copies them
-// there, and its peers copy them out (two short copies and one hand-off beat a read of the
-// sender's memory and the hand-off that gives its buffer back). A laid-out block (a matrix's columns, a
+// from the sender's tensor into the receiver's. A laid-out block (a matrix's columns, a
 // permutation's segments) is read through both layouts at once: the call takes a list of
-// pieces on each side.
+// pieces on each side. Two exceptions (start_all_to_all): a rank whose blocks for its peers
+// all fit its slot copies them there, and its peers copy them out (two short copies and one
+// hand-off beat a read of the sender's memory and the hand-off that gives its buffer back);
+// and a laid-out op's larger private blocks are staged in the sender's shared arena.
 #include <ferry/collectives/shm/shm_group.h>
 
 #include <ferry/runtime/error.h>

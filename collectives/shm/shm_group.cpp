@@ -182,9 +182,9 @@ void GroupShm::advance(std::atomic<uint32_t> Slot::*counter, uint32_t value) {
   // Every wait on `arrived` or `done` is for all ranks' counter to reach some number, and this
   // rank's moves up from its old value: its store can only complete a wait for a number after
   // that value, and the weakest of those waits is for every rank at old + 1. So the sleepers
-  // are woken only when that holds. Where more ranks than cores share the host (4 ranks on 2 cores), the
-  // wakes of the ranks that arrive before the last would each put every sleeper on a core to
-  // find that it must sleep again. Of ranks that store at once, the last store's loads see the
+  // are woken only when that holds. Where more ranks than cores share the host, the wakes of
+  // the ranks that arrive before the last would each put every sleeper on a core to find that
+  // it must sleep again. Of ranks that store at once, the last store's loads see the
   // others' (all sequentially consistent), so the rank that completes a wait always wakes.
   std::atomic<uint32_t>& mine = slot(rank_)->*counter;
   const uint32_t first_new = mine.load(std::memory_order_relaxed) + 1;
@@ -249,15 +249,9 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   Pending& p = ring_[tail_ % kRing];
   if (head_ == tail_) head_n_.store(n, std::memory_order_release);
   tail_ += 1;
+  p = Pending{};  // every field as its default (the start sets what its op needs)
   p.n = n;
   p.kind = kind;
-  p.read = false;
-  p.in = nullptr;
-  p.name = nullptr;
-  p.first = 0;
-  p.gather = true;
-  p.small = p.sends_in_slot = false;
-  p.staged = nullptr;
   if (looked_at_late_) p.started = Clock::now();
   return p;
 }
