@@ -450,6 +450,7 @@ int run(int argc, char** argv) {
                  std::strerror(errno));
     status = 1;
   }
+  if (launcher) launcher->set_exit_status(status);
   return status;
 }
 

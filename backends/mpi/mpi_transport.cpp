@@ -6,6 +6,8 @@
 #include <ferry/backends/mpi/mpi_error.h>
 #include <ferry/backends/mpi/mpi_request.h>
 #include <ferry/backends/mpi/mpi_world.h>
+#include <ferry/backends/mpi_bootstrap.h>
+#include <ferry/runtime/progress.h>
 #include <ferry/runtime/error.h>
 #include <ferry/runtime/log.h>
 
@@ -195,6 +197,14 @@ class MpiTransport final : public Transport {
 
 }  // namespace
 }  // namespace detail
+
+void finalize_mpi_bounded(int exit_status) {
+  detail::stop_background_progress();
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  detail::finalize_within([] { MPI_Finalize(); }, std::chrono::seconds(10), rank, exit_status,
+                          "at the end of the program");
+}
 
 std::shared_ptr<Transport> make_mpi_transport(MPI_Comm comm) {
   int initialized = 0, finalized = 0;

@@ -21,4 +21,12 @@ namespace ferry {
 // over `comm` (it duplicates it).
 std::shared_ptr<Transport> make_mpi_transport(MPI_Comm comm);
 
+// MPI_Finalize for a program that initialized MPI itself, bounded as ferry::finalize() bounds
+// its own: MPICH over UCX's TCP (ranks on several hosts) sometimes never returns from it. Stops
+// ferry's progress thread first (it may call MPI) and flushes the output. Should MPI_Finalize not
+// return within 10 s, it says so on stderr, tells mpiexec that this rank ends on purpose and
+// ends the process with `exit_status`. Call it once, after the program's last use of MPI and of
+// ferry's groups over it.
+void finalize_mpi_bounded(int exit_status);
+
 }  // namespace ferry

@@ -48,6 +48,9 @@ class Launcher {
   virtual int world_size() const = 0;
   // Whether this process prints the header and the table (one process of an MPI job does).
   virtual bool reports() const { return true; }
+  // The status the process will end with, for a launcher that may have to end it itself (MPI's,
+  // when MPI_Finalize does not return). Until told, it assumes a failure.
+  virtual void set_exit_status(int status) { (void)status; }
   // The baseline for --vs-mpi on the calling rank, or null when the transport has none.
   // `nonblocking`: MPI_I<op> + MPI_Wait instead of the blocking call.
   virtual std::unique_ptr<Baseline> baseline(OpKind op, int64_t count, DType dtype,

@@ -197,8 +197,11 @@ class MpiLauncher : public Launcher {
   }
   ~MpiLauncher() override {
     MPI_Comm_free(&comm_);
-    MPI_Finalize();
+    // MPICH over UCX's TCP (ranks on several hosts) sometimes never returns from MPI_Finalize
+    // (seen under tools/hosts): bounded as ferry::finalize bounds it.
+    finalize_mpi_bounded(status_);
   }
+  void set_exit_status(int status) override { status_ = status; }
 
   int world_size() const override { return size_; }
   bool reports() const override { return rank_ == 0; }
@@ -231,6 +234,7 @@ class MpiLauncher : public Launcher {
   std::string transport_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
+  int status_ = 1;  // set_exit_status
   int size_ = 1;
 };
 
