@@ -38,8 +38,10 @@ using ferry::Collective;
 using ferry::detail::shm::single_copy_bytes;
 using ferry::detail::shm::SingleCopyBytes;
 
-// Elements per rank: above the slots, not a multiple of any group size, so slices are uneven.
-constexpr int64_t kCount = 30001;
+// Elements per rank: above the slots (for 16-bit elements, above 128 KiB, where an all_reduce
+// among more than 2 ranks widens in the cache), not a multiple of any group size, so slices
+// are uneven.
+constexpr int64_t kCount = 70001;
 
 // A copy of `t`, in shared memory when `shared`.
 Tensor placed(const Tensor& t, bool shared) {
@@ -217,7 +219,8 @@ void rank_0_shared(Group& world, Ctx& ctx) { shared_matches_other(world, ctx, tr
 // A 16-bit all_reduce or reduce_scatter widens a chunk at a time in the cache: it reads the
 // peers' private 16-bit tensors through the kernel, exactly its block of each peer's input (and
 // for the all_reduce the other ranks' finished slices), and nothing by mapping; the result is
-// the point-to-point algorithm's.
+// the point-to-point algorithm's. Among more than 2 ranks an all_reduce below 128 KiB widens
+// into float32 copies in shared memory instead, which it reads by mapping.
 void private_16_bit_moves(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   for (const Call& call : calls(g.size())) {
@@ -248,6 +251,26 @@ void private_16_bit_moves(Group& world, Ctx& ctx) {
                             " B of 16-bit blocks through the kernel, given " +
                             std::to_string(after.mapped - before.mapped) + " B by mapping and " +
                             std::to_string(after.by_kernel - before.by_kernel) +
+                            " B through the kernel";
+                   });
+        if (call.c != Collective::AllReduce || W <= 2) continue;
+        // Among more than 2 ranks, below 128 KiB (60 KB): float32 copies read by mapping.
+        constexpr int64_t kSmall = 30001;
+        Call small_call = call;
+        if (call.out_count != 0) small_call.out_count = kSmall;
+        const Tensor small = make_tensor(gen, {kSmall}, dt);
+        const SingleCopyBytes small_before = single_copy_bytes();
+        Tensor small_shm = run(small_call, g, small, op, /*shared=*/false, "shm");
+        const SingleCopyBytes small_after = single_copy_bytes();
+        Tensor small_other = run(small_call, g, small, op, false, call.other);
+        ctx.expect(same_bytes(small_shm, small_other), [&] { return w + ": small: shm differs"; });
+        ctx.expect(small_after.by_kernel == small_before.by_kernel &&
+                       small_after.mapped > small_before.mapped,
+                   [&] {
+                     return w + ": small: expected float32 copies read by mapping, given " +
+                            std::to_string(small_after.mapped - small_before.mapped) +
+                            " B by mapping and " +
+                            std::to_string(small_after.by_kernel - small_before.by_kernel) +
                             " B through the kernel";
                    });
       }
