@@ -156,7 +156,8 @@ void staged_ops_in_flight(Group& world, Ctx& ctx) {
   }
   {
     ScopedAlgorithm o("all_to_all:pairwise");
-    for (Pooled& p : by_pairwise) ferry::all_to_all_single(p.input, p.send, p.output, p.recv, g).wait();
+    for (Pooled& p : by_pairwise)
+      ferry::all_to_all_single(p.input, p.send, p.output, p.recv, g).wait();
   }
   {
     ScopedAlgorithm o("all_to_all:shm");

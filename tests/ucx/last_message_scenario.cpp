@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -188,7 +189,8 @@ int last_message() {
            "the message was hidden behind rank 1's slot for a while, took " +
                std::to_string(took) + " s");
     test::Caught never_came = test::capture([&] {
-      if (!recv_never->wait_until(deadline)) throw std::runtime_error("still pending at the deadline");
+      if (!recv_never->wait_until(deadline))
+        throw std::runtime_error("still pending at the deadline");
       recv_never->rethrow_if_failed();
     });
     const double total = seconds_since(t0);
