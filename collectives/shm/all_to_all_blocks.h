@@ -30,6 +30,10 @@ class AllToAllBlocks {
   // Part p's block for group rank r (send), or from it (receive).
   virtual BlockRef send(size_t part, int r) const = 0;
   virtual BlockRef recv(size_t part, int r) const = 0;
+  // Whether this rank's send blocks above a slot that lie in private memory are copied into
+  // its shared arena for the peers to map, rather than read through the kernel where they lie
+  // (shm_all_to_all.cpp says when each pays).
+  virtual bool stage_private_sends() const { return false; }
 };
 
 }  // namespace ferry::detail::shm

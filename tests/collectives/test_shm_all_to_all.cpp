@@ -86,7 +86,9 @@ struct Pooled {
   Tensor input, output;
   std::vector<BlockLayout> send, recv;
 };
-Pooled pooled(const Group& g, int64_t B, int64_t D, bool shared_input) {
+// With `columns` false each received block lands contiguous instead (a KJT part's way): the
+// op is laid out all the same.
+Pooled pooled(const Group& g, int64_t B, int64_t D, bool shared_input, bool columns = true) {
   const int W = g.size(), me = g.rank();
   Pooled p;
   p.input = shared_input ? ferry::empty_shared({B * W, D}) : ferry::empty({B * W, D});
@@ -95,7 +97,8 @@ Pooled pooled(const Group& g, int64_t B, int64_t D, bool shared_input) {
   p.output = ferry::full({B, W * D}, -1.0);
   for (int q = 0; q < W; ++q) {
     p.send.push_back({StridedRun{q * B * D, 1, B * D, 0}});
-    p.recv.push_back({StridedRun{q * D, B, D, W * D}});
+    p.recv.push_back(columns ? BlockLayout{StridedRun{q * D, B, D, W * D}}
+                             : BlockLayout{StridedRun{q * B * D, 1, B * D, 0}});
   }
   return p;
 }
@@ -103,12 +106,18 @@ Pooled pooled(const Group& g, int64_t B, int64_t D, bool shared_input) {
 void laid_out_blocks_staged(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   const int W = g.size();
-  // 512 x 16 floats: 32 KiB a peer (above a slot); 4 x 2: 32 B a peer (in the slot).
-  for (const bool shared_input : {false, true}) {
+  // 512 x 16 floats: 32 KiB a peer (above a slot); 4 x 2: 32 B a peer (in the slot). Blocks
+  // received as columns (scattered) or contiguous: a laid-out op stages either way.
+  struct Form {
+    bool columns, shared_input;
+  };
+  for (const Form f :
+       {Form{true, false}, Form{true, true}, Form{false, false}, Form{false, true}}) {
+    const bool columns = f.columns, shared_input = f.shared_input;
     for (const int64_t B : {int64_t{512}, int64_t{4}}) {
       const int64_t D = B == 512 ? 16 : 2;
       const uint64_t block = static_cast<uint64_t>(B * D * 4), peers = static_cast<uint64_t>(W - 1);
-      Pooled a = pooled(g, B, D, shared_input), b = pooled(g, B, D, shared_input);
+      Pooled a = pooled(g, B, D, shared_input, columns), b = pooled(g, B, D, shared_input, columns);
       {
         ScopedAlgorithm o("all_to_all:pairwise");
         ferry::all_to_all_single(a.input, a.send, a.output, a.recv, g).wait();
@@ -121,7 +130,8 @@ void laid_out_blocks_staged(Group& world, Ctx& ctx) {
       }
       const SingleCopyBytes after = single_copy_bytes();
       const std::string w = where(g, std::string(shared_input ? "shared" : "private") +
-                                         " input, " + std::to_string(block) + " B a peer");
+                                         " input, " + std::to_string(block) + " B a peer, " +
+                                         (columns ? "columns" : "contiguous"));
       ctx.expect(same_bytes(a.output, b.output), [&] { return w + ": shm and pairwise differ"; });
       if (!ran()) continue;
       const bool in_slot = B == 4;
