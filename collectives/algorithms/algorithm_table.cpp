@@ -91,8 +91,8 @@ constexpr size_t kStaged = 8 * 1024;
 // The split-size and laid-out forms ask with 0 bytes (their sizes differ across ranks) and so
 // take the same row: torchrec's comm ops (3 alternated rounds, MPI) 512 B 3.3 -> 2.5 us,
 // 64 KiB 9.6 -> 8.0, pooled 1 MiB 79 -> 64 (UCX: 2.9 -> 2.4, 79 -> 67); the DLRM step the
-// same within its noise (2 MPI ranks, batch 512: 2.67 -> 2.70 ms, medians of 6 alternated
-// rounds, 3 of them faster).
+// same within its noise (2 MPI ranks, batch 512, 10 alternated rounds: 2.68 -> 2.70 ms; the
+// loops scatter by +-3%).
 //
 // all_gather and broadcast (2 ranks, ferry-bench --vs-mpi, forced shm alternated with the
 // automatic choice; docs/transports.md). Without MPI's collectives (UCX), shm at every size:
