@@ -100,19 +100,43 @@ int cma_read_pieces(int pid, const Pieces& local, const Pieces& remote) {
   return flush();
 }
 
+// The bytes `count` runs span from their base, [lo, hi), and the bytes they hold; false when
+// a run's end or the total overflows (a peer's runs are read from its memory, unchecked).
+bool extent_of(const ByteRun* runs, size_t count, uint64_t& lo, uint64_t& hi, uint64_t& total) {
+  lo = UINT64_MAX, hi = 0, total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const ByteRun& run = runs[i];
+    if (run.count == 0 || run.block == 0) continue;
+    uint64_t last = 0, end = 0, bytes = 0;
+    if (__builtin_mul_overflow(run.count - 1, run.stride, &last) ||
+        __builtin_add_overflow(last, run.offset, &last) ||
+        __builtin_add_overflow(last, run.block, &end) ||
+        __builtin_mul_overflow(run.count, run.block, &bytes) ||
+        __builtin_add_overflow(total, bytes, &total))
+      return false;
+    lo = std::min<uint64_t>(lo, run.offset);
+    hi = std::max(hi, end);
+  }
+  return true;
+}
+
 size_t bytes_in(const BlockRef& b) { return b.runs.count == 0 ? b.bytes : bytes_of(b.runs); }
 
 // Whether all of block `b` lies in this process's shared arena (a peer can map it).
 bool in_arena(const BlockRef& b) {
   if (b.runs.count == 0) return b.bytes == 0 || in_shared_arena(b.span, b.bytes);
-  size_t lo = SIZE_MAX, hi = 0;
-  for (size_t i = 0; i < b.runs.count; ++i) {
-    const ByteRun& run = b.runs.runs[i];
-    if (run.count == 0 || run.block == 0) continue;
-    lo = std::min(lo, run.offset);
-    hi = std::max(hi, run.offset + (run.count - 1) * run.stride + run.block);
+  uint64_t lo = 0, hi = 0, total = 0;
+  if (!extent_of(b.runs.runs, b.runs.count, lo, hi, total)) return false;
+  return total == 0 || in_shared_arena(b.runs.base + lo, hi - lo);
+}
+
+// Block `b`'s bytes (`bytes` of them), one after the other at `to`.
+void pack_block(const BlockRef& b, uint64_t bytes, char* to) {
+  if (b.runs.count > 0) {
+    pack_runs(b.runs, to);
+  } else if (bytes > 0) {
+    std::memcpy(to, b.span, bytes);
   }
-  return lo >= hi || in_shared_arena(b.runs.base + lo, hi - lo);
 }
 
 }  // namespace
@@ -228,25 +252,17 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
   for (size_t p = 0; p < parts; ++p) {
     for (int q = 0; q < size_; ++q) {
       const BlockRef to = blocks.recv(p, q);
-      expects[p * w + static_cast<size_t>(q)] = to.runs.count == 0 ? to.bytes : bytes_of(to.runs);
+      expects[p * w + static_cast<size_t>(q)] = bytes_in(to);
       const BlockRef b = blocks.send(p, q);
       const uint64_t bytes = bytes_in(b);
       Block& out = places_out[p * w + static_cast<size_t>(q)];
       if (sends_in_slot && q != rank_) {
-        if (b.runs.count == 0) {
-          if (bytes > 0) std::memcpy(data + at, b.span, bytes);
-        } else {
-          pack_runs(b.runs, reinterpret_cast<char*>(data + at));
-        }
+        pack_block(b, bytes, reinterpret_cast<char*>(data + at));
         out = Block{at, bytes, 0, kInSlot};
         at += to_line(bytes);
       } else if (staged != nullptr && q != rank_ && !in_arena(b)) {
         char* to = staged + staged_at;
-        if (b.runs.count == 0) {
-          if (bytes > 0) std::memcpy(to, b.span, bytes);
-        } else {
-          pack_runs(b.runs, to);
-        }
+        pack_block(b, bytes, to);
         out = Block{reinterpret_cast<uintptr_t>(to), bytes, 0, 0};
         staged_at += to_line(bytes);
         count_single_copy(Way::Staged, bytes);
@@ -365,21 +381,8 @@ bool GroupShm::copy_mapped(int r, const RemoteBlock& from, const BlockRef& to) {
   // The bytes the runs span in the peer ([lo, hi) from its base), which must lie in one mapped
   // chunk; runs that overflow or hold other than the block's bytes go through the kernel,
   // whose reads check every piece.
-  uint64_t lo = UINT64_MAX, hi = 0, total = 0;
-  for (size_t i = 0; i < from.count; ++i) {
-    const ByteRun& run = from.runs[i];
-    if (run.count == 0 || run.block == 0) continue;
-    uint64_t last = 0, end = 0, bytes = 0;
-    if (__builtin_mul_overflow(run.count - 1, run.stride, &last) ||
-        __builtin_add_overflow(last, run.offset, &last) ||
-        __builtin_add_overflow(last, run.block, &end) ||
-        __builtin_mul_overflow(run.count, run.block, &bytes) ||
-        __builtin_add_overflow(total, bytes, &total))
-      return false;
-    lo = std::min<uint64_t>(lo, run.offset);
-    hi = std::max(hi, end);
-  }
-  if (total != from.bytes) return false;
+  uint64_t lo = 0, hi = 0, total = 0;
+  if (!extent_of(from.runs, from.count, lo, hi, total) || total != from.bytes) return false;
   if (total == 0) return true;
   const unsigned char* at = mapped(r, from.base + lo, hi - lo);
   if (at == nullptr) return false;
