@@ -255,8 +255,6 @@ class QueuedBlocks final : public detail::shm::AllToAllBlocks, public detail::Po
   }
   // The shared-memory path's view: blocks numbered as queued_blocks adds them.
   size_t parts() const override { return parts_; }
-  // torchrec's all-to-alls, scattered or not: staged (shm_all_to_all.cpp).
-  bool stage_private_sends() const override { return true; }
   detail::shm::BlockRef send(size_t part, int r) const override {
     return ref(lists_.blocks[(2 * part) * world_ + static_cast<size_t>(r)]);
   }

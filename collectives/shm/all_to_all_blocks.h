@@ -3,9 +3,9 @@
 // An all_to_all_single moves one block per rank and side; the laid-out all-to-alls (torchrec's
 // pooled embeddings, whose blocks are columns of a matrix, and the KJT's several parts) move
 // one per part, rank and side, and a block may be a list of strided runs rather than one span.
-// The shared-memory path reads each peer's block straight out of the peer's tensor into this
-// rank's, through both layouts at once (process_vm_readv takes a scatter list on each side):
-// one copy, with no packing on the sender nor unpacking on the receiver.
+// The shared-memory path moves each block straight from the sender's tensor into the
+// receiver's, through both layouts at once (the sender writes it, or the receiver reads it:
+// shm_all_to_all.cpp): one copy, with no packing on the sender nor unpacking on the receiver.
 #pragma once
 
 #include <ferry/backends/byte_layout.h>
@@ -30,10 +30,6 @@ class AllToAllBlocks {
   // Part p's block for group rank r (send), or from it (receive).
   virtual BlockRef send(size_t part, int r) const = 0;
   virtual BlockRef recv(size_t part, int r) const = 0;
-  // Whether this rank's send blocks above a slot that lie in private memory are copied into
-  // its shared arena for the peers to map, rather than read through the kernel where they lie
-  // (shm_all_to_all.cpp says when each pays).
-  virtual bool stage_private_sends() const { return false; }
 };
 
 }  // namespace ferry::detail::shm

@@ -22,7 +22,6 @@ std::atomic<uint64_t> g_written_bytes{0};
 std::atomic<uint64_t> g_kernel_bytes{0};
 std::atomic<uint64_t> g_streamed_bytes{0};
 std::atomic<uint64_t> g_in_slot_bytes{0};
-std::atomic<uint64_t> g_staged_bytes{0};
 
 // Why a chunk could not be mapped, and whether that lasts: a descriptor this rank may not
 // open (EACCES, EPERM), a process or descriptor gone (ENOENT), a memory file other than the
@@ -75,8 +74,7 @@ SingleCopyBytes single_copy_bytes() {
           g_written_bytes.load(std::memory_order_relaxed),
           g_kernel_bytes.load(std::memory_order_relaxed),
           g_streamed_bytes.load(std::memory_order_relaxed),
-          g_in_slot_bytes.load(std::memory_order_relaxed),
-          g_staged_bytes.load(std::memory_order_relaxed)};
+          g_in_slot_bytes.load(std::memory_order_relaxed)};
 }
 
 void count_single_copy(Way way, size_t bytes) {
@@ -84,7 +82,6 @@ void count_single_copy(Way way, size_t bytes) {
                                    : way == Way::Written ? g_written_bytes
                                    : way == Way::Kernel  ? g_kernel_bytes
                                    : way == Way::InSlot  ? g_in_slot_bytes
-                                   : way == Way::Staged  ? g_staged_bytes
                                                          : g_streamed_bytes;
   counter.fetch_add(bytes, std::memory_order_relaxed);
 }

@@ -29,22 +29,20 @@
 namespace ferry::detail::shm {
 
 // Bytes the large shared-memory ops of this process moved between peers' buffers and its own
-// so far, by way: through a mapped peer arena (read, or a gather's block written into a
-// peer's output), or read through the kernel (process_vm_readv); and, apart, the bytes its
-// large all_reduces wrote into their outputs with streaming stores (store_chooser.h), and
-// what the all_to_all moved through slots and staging. For tests and tools.
+// so far, by way: through a mapped peer arena (read, or a block written into a peer's
+// output), or through the kernel (process_vm_readv, or an all_to_all's process_vm_writev);
+// and, apart, the bytes its large all_reduces wrote into their outputs with streaming stores
+// (store_chooser.h), and what the all_to_all moved through slots. For tests and tools.
 struct SingleCopyBytes {
   uint64_t mapped = 0;     // read from a peer's mapped arena
   uint64_t written = 0;    // written into a peer's mapped output
-  uint64_t by_kernel = 0;  // read through the kernel
+  uint64_t by_kernel = 0;  // read (or written) through the kernel
   uint64_t streamed = 0;   // written into this rank's output with streaming stores
-  // An all_to_all's: small blocks copied out of a peer's slot, and the private send blocks of
-  // a laid-out one that this rank copied into its shared arena for its peers (shm_all_to_all).
+  // An all_to_all's small blocks copied out of a peer's slot (shm_all_to_all.cpp).
   uint64_t in_slot = 0;
-  uint64_t staged = 0;
 };
 SingleCopyBytes single_copy_bytes();
-enum class Way { Mapped, Written, Kernel, Streamed, InSlot, Staged };
+enum class Way { Mapped, Written, Kernel, Streamed, InSlot };
 // Counts `bytes` moved `way`.
 void count_single_copy(Way way, size_t bytes);
 

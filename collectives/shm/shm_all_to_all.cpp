@@ -1,12 +1,11 @@
-// The all_to_all's single copy: each receiver reads its blocks straight out of its peers'
-// send buffers (by mapping where they lie in shared memory, else with process_vm_readv, as
-// MPICH does on one host). Only the block places go through the segment; the data moves once,
-// from the sender's tensor into the receiver's. A laid-out block (a matrix's columns, a
-// permutation's segments) is read through both layouts at once: the call takes a list of
-// pieces on each side. Two exceptions (start_all_to_all): a rank whose blocks for its peers
-// all fit its slot copies them there, and its peers copy them out (two short copies and one
-// hand-off beat a read of the sender's memory and the hand-off that gives its buffer back);
-// and a laid-out op's larger private blocks are staged in the sender's shared arena.
+// The all_to_all's single copy: each block moves once, from the sender's tensor into the
+// receiver's, through both layouts at once (a laid-out block, a matrix's columns or a
+// permutation's segments, is a list of pieces on each side). Only the block places go through
+// the segment. A receive block that lies in the receiver's shared arena is written by its
+// sender (the receiver accepts it, and publishes its layout in its slot); any other is read by
+// its receiver straight out of the sender's buffer, by mapping where it lies in shared memory,
+// else with process_vm_readv (as MPICH does on one host). Blocks for peers that all fit the
+// sender's slot travel in it instead (start_all_to_all says why).
 #include <ferry/collectives/shm/shm_group.h>
 
 #include <ferry/runtime/error.h>
@@ -68,15 +67,17 @@ struct IoList {
   }
 };
 
-// Reads the bytes of `remote` (in process `pid`) into `local`, in order, both holding as many
-// bytes: a call per 1024 pieces of either side (or per kReadChunk). 0, or the errno of the
-// failure (EFAULT for a short read, which only a failure makes).
-int cma_read_pieces(int pid, const Pieces& local, const Pieces& remote) {
+// Copies the bytes of `remote` (in process `pid`) into `local`, or with `write` those of
+// `local` into `remote`, in order, both holding as many bytes: a call per 1024 pieces of either
+// side (or per kReadChunk). 0, or the errno of the failure (EFAULT for a short copy, which only
+// a failure makes).
+int cma_copy_pieces(int pid, const Pieces& local, const Pieces& remote, bool write = false) {
   IoList to, from;
   size_t batch = 0;
   auto flush = [&]() -> int {
     while (batch > 0) {
-      const ssize_t got = process_vm_readv(pid, to.v, to.n, from.v, from.n, 0);
+      const ssize_t got = write ? process_vm_writev(pid, to.v, to.n, from.v, from.n, 0)
+                                : process_vm_readv(pid, to.v, to.n, from.v, from.n, 0);
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) return errno;
       if (static_cast<size_t>(got) != batch) return EFAULT;
@@ -121,6 +122,12 @@ bool extent_of(const ByteRun* runs, size_t count, uint64_t& lo, uint64_t& hi, ui
 }
 
 size_t bytes_in(const BlockRef& b) { return b.runs.count == 0 ? b.bytes : bytes_of(b.runs); }
+
+// The receive places in a slot's op buffer `data` of an all_to_all of `parts` parts among `w`
+// ranks: after its send places.
+const RecvPlace* recv_places(const unsigned char* data, size_t parts, size_t w) {
+  return reinterpret_cast<const RecvPlace*>(reinterpret_cast<const Block*>(data) + parts * w);
+}
 
 // Whether all of block `b` lies in this process's shared arena (a peer can map it).
 bool in_arena(const BlockRef& b) {
@@ -191,7 +198,7 @@ bool GroupShm::peers_readable(const OpRef& op) {
 }
 
 uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks,
-                                    const char* name) {
+                                    const char* name, bool* accepted) {
   const size_t parts = blocks.parts();
   FERRY_CHECK(all_to_all_fits(parts, size_), InvalidArgument, op.name, ": ", parts,
               " part(s) among ", size_, " ranks have more block places than a shared-memory slot "
@@ -199,19 +206,53 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
   const uint32_t n = begin(op);
   sign(n, op);
   // This rank's blocks for part p and rank q at [p * W + q]: where they lie in this process;
-  // then the bytes it expects from each, so that every rank can check every pair.
+  // then where it receives each, so that every rank can check every pair; then the layouts of
+  // the receive blocks it lets its peers write.
   const size_t w = static_cast<size_t>(size_);
   unsigned char* data = slot(rank_)->data[n % kDepth];
   auto* places_out = reinterpret_cast<Block*>(data);
-  auto* expects = reinterpret_cast<uint64_t*>(places_out + parts * w);
+  auto* places_in = reinterpret_cast<RecvPlace*>(places_out + parts * w);
+  auto* runs_out = reinterpret_cast<ByteRun*>(places_in + parts * w);
+  auto to_line = [](size_t bytes) { return (bytes + kLine - 1) & ~(kLine - 1); };
+  // A receive block in this rank's shared arena is written by its sender, which reads its own
+  // block where it lies: one copy, where reading it would need a copy into shared memory first
+  // (or the kernel's read, which pays per piece of a scattered block on either side, and per
+  // page). Only an op whose Work keeps its buffers if it fails accepts (`accepted`): a peer
+  // that has not noticed the failure may still write.
+  size_t runs_used = 0;
+  bool any_accepted = false;
+  const size_t runs_room = (kSlotBytes - parts * w * (sizeof(Block) + sizeof(RecvPlace))) /
+                           sizeof(ByteRun);
+  for (size_t p = 0; p < parts; ++p) {
+    for (int q = 0; q < size_; ++q) {
+      const BlockRef to = blocks.recv(p, q);
+      RecvPlace& place = places_in[p * w + static_cast<size_t>(q)];
+      place = RecvPlace{bytes_in(to), 0, 0, 0, 0, 0};
+      if (accepted == nullptr || q == rank_ || place.bytes == 0 || !in_arena(to) ||
+          to.runs.count > runs_room - runs_used)
+        continue;
+      place.accepts = 1;
+      if (to.runs.count == 0) {
+        place.address = reinterpret_cast<uintptr_t>(to.span);
+      } else {
+        place.address = reinterpret_cast<uintptr_t>(to.runs.base);
+        place.runs_at = static_cast<uint32_t>(runs_used);
+        place.run_count = static_cast<uint32_t>(to.runs.count);
+        std::memcpy(runs_out + runs_used, to.runs.runs, to.runs.count * sizeof(ByteRun));
+        runs_used += to.runs.count;
+      }
+      any_accepted = true;
+    }
+  }
+  if (accepted != nullptr) *accepted = any_accepted;
   // When every block for a peer fits the room left after those, the blocks go into the slot
   // too (each at a line's start): the peers copy them from there, nobody reads this rank's
   // buffers, and the op completes without waiting for its peers to say they read them. A
   // small all-to-all then costs two copies of its bytes and one hand-off, not a read of each
   // peer's memory and a second hand-off. Each rank decides for its own blocks; a reader takes
   // every block from where its sender published it.
-  auto to_line = [](size_t bytes) { return (bytes + kLine - 1) & ~(kLine - 1); };
-  const size_t first_free = to_line(parts * w * (sizeof(Block) + sizeof(uint64_t)));
+  const size_t first_free =
+      to_line(reinterpret_cast<unsigned char*>(runs_out + runs_used) - data);
   size_t in_slot = first_free;
   for (size_t p = 0; p < parts && in_slot <= kSlotBytes; ++p) {
     for (int q = 0; q < size_; ++q) {
@@ -221,38 +262,9 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
     }
   }
   const bool sends_in_slot = in_slot <= kSlotBytes;
-  // Larger blocks of a laid-out all-to-all (blocks.stage_private_sends(): torchrec's) that lie
-  // in this process's private memory are copied once into its shared arena, where the peers
-  // map them. The kernel's read (process_vm_readv) pays for every piece of a scattered block,
-  // on either side, which cost more than this copy and a plain one out of the mapping together
-  // (the pooled rows, 256 B pieces, 1 MiB among 2 ranks: 124 us against 64), and on the DLRM
-  // step, whose KJT blocks are fresh tensors every step, even the contiguous ones were faster
-  // staged (2 MPI ranks, batch 512, 4 alternated rounds: 2.64 ms staged, 2.78 read through the
-  // kernel). The plain all_to_all_single reads where they lie: with the same buffers every
-  // time the kernel's one copy beats two (1 MiB: 54 us against 61, 16 MiB: 1.3 ms against 2.0).
-  // Where the arena cannot grow, the peers read through the kernel as before.
-  const bool stage = !sends_in_slot && blocks.stage_private_sends();
-  size_t staged_bytes = 0;
-  for (size_t p = 0; p < parts && stage; ++p) {
-    for (int q = 0; q < size_; ++q) {
-      const BlockRef b = blocks.send(p, q);
-      if (q != rank_ && !in_arena(b)) staged_bytes += to_line(bytes_in(b));
-    }
-  }
-  char* staged = nullptr;
-  if (staged_bytes > 0) {
-    try {
-      std::lock_guard<std::mutex> lock(mu_);
-      staged = static_cast<char*>(staging_.take(staged_bytes, op.name, &staged_bytes));
-    } catch (const Error& e) {
-      FERRY_LOG(Info, "shm", describe_, ": ", op.name, "'s blocks stay where they are: ", e.what());
-    }
-  }
-  size_t at = first_free, staged_at = 0;
+  size_t at = first_free;
   for (size_t p = 0; p < parts; ++p) {
     for (int q = 0; q < size_; ++q) {
-      const BlockRef to = blocks.recv(p, q);
-      expects[p * w + static_cast<size_t>(q)] = bytes_in(to);
       const BlockRef b = blocks.send(p, q);
       const uint64_t bytes = bytes_in(b);
       Block& out = places_out[p * w + static_cast<size_t>(q)];
@@ -260,12 +272,6 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
         pack_block(b, bytes, reinterpret_cast<char*>(data + at));
         out = Block{at, bytes, 0, kInSlot};
         at += to_line(bytes);
-      } else if (staged != nullptr && q != rank_ && !in_arena(b)) {
-        char* to = staged + staged_at;
-        pack_block(b, bytes, to);
-        out = Block{reinterpret_cast<uintptr_t>(to), bytes, 0, 0};
-        staged_at += to_line(bytes);
-        count_single_copy(Way::Staged, bytes);
       } else if (b.runs.count == 0) {
         out = Block{reinterpret_cast<uintptr_t>(b.span), bytes, 0, 0};
       } else {
@@ -280,10 +286,9 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
     p.blocks = &blocks;
     p.name = name;
     p.sends_in_slot = sends_in_slot;
-    p.staged = staged;
-    p.staged_bytes = staged_bytes;
+    p.accepts = any_accepted;
   }
-  publish_arenas();  // after the staging's block, which may lie in a chunk made just now
+  publish_arenas();  // the peers map the receive blocks they write, which may lie in new chunks
   arrive(n);
   return n;
 }
@@ -310,26 +315,28 @@ void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const 
   count_single_copy(Way::Kernel, bytes);
 }
 
-void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p) {
+void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p, bool writing) {
   const char* op = name_of(p);
+  const char* moved = writing ? "wrote into" : "read from";
   // A peer that failed on another rank's death lets go of its buffers, or exits: name the
   // rank that died, or the one that gave up, before the one whose memory went.
   const int32_t dead = header()->ended.load(std::memory_order_acquire);
   if (dead != 0)
     FERRY_THROW(PeerFailure, op, " (shm op ", p.n, ") on ", describe_, ": ", who(dead - 1),
-                " ended while this rank read from its peers");
+                " ended while this rank ", moved, " its peers");
   const int32_t gave_up = header()->gave_up.load(std::memory_order_acquire);
   if (gave_up != 0 && gave_up - 1 != rank_)
     FERRY_THROW(PeerFailure, op, " (shm op ", p.n, ") on ", describe_, ": ", who(gave_up - 1),
-                " gave up on the group while this rank read from its peers");
+                " gave up on the group while this rank ", moved, " its peers");
   if (err == ESRCH || peers_.first_ended() == r) {
     int32_t none = 0;
     header()->ended.compare_exchange_strong(none, r + 1);
     FERRY_THROW(PeerFailure, op, " (shm op ", p.n, ") on ", describe_, ": ", who(r),
-                " ended while this rank read from it");
+                " ended while this rank ", moved, " it");
   }
-  FERRY_THROW(TransportError, op, " (shm op ", p.n, ") on ", describe_, ": reading ", bytes,
-              " B of ", who(r), "'s buffer failed: ", std::strerror(err));
+  FERRY_THROW(TransportError, op, " (shm op ", p.n, ") on ", describe_, ": ",
+              writing ? "writing " : "reading ", bytes, " B of ", who(r),
+              "'s buffer failed: ", std::strerror(err));
 }
 
 void GroupShm::check_block_sizes(const Pending& p) const {
@@ -338,19 +345,17 @@ void GroupShm::check_block_sizes(const Pending& p) const {
   for (int r = 0; r < size_; ++r) {
     const auto* sends = reinterpret_cast<const Block*>(slot(r)->data[b]);
     for (int q = 0; q < size_; ++q) {
-      const auto* expects =
-          reinterpret_cast<const uint64_t*>(reinterpret_cast<const Block*>(slot(q)->data[b]) +
-                                            parts * w);
+      const RecvPlace* expects = recv_places(slot(q)->data[b], parts, w);
       for (size_t part = 0; part < parts; ++part) {
         const uint64_t sent = sends[part * w + static_cast<size_t>(q)].bytes;
-        const uint64_t expected = expects[part * w + static_cast<size_t>(r)];
+        const uint64_t expected = expects[part * w + static_cast<size_t>(r)].bytes;
         if (sent != expected)
           FERRY_THROW(MismatchError, name_of(p), " (shm op ", p.n, ") on ", describe_,
                       ": ", who(r), " sends ", sent, " B", parts > 1 ? " of a part" : "", " to ",
                       who(q), ", which expects ", expected,
                       " B from it: the ranks' ", p.name ? "sizes" : "split sizes or layouts",
                       " do not match (found by "
-                      "every rank before any data was read)");
+                      "every rank before any data moved)");
       }
     }
   }
@@ -358,23 +363,77 @@ void GroupShm::check_block_sizes(const Pending& p) const {
 
 void GroupShm::read_all_to_all(const Pending& p) {
   const uint32_t b = p.n % kDepth;
-  const size_t parts = p.blocks->parts();
+  const size_t parts = p.blocks->parts(), w = static_cast<size_t>(size_);
+  const size_t me = static_cast<size_t>(rank_);
   // Every pair's sizes, on every rank alike: all of them raise the same MismatchError.
   check_block_sizes(p);
-  // Starting after this rank: two ranks do not read the same peer at the same moment.
+  const auto* mine = reinterpret_cast<const Block*>(slot(rank_)->data[b]);
+  const RecvPlace* accepted_here = recv_places(slot(rank_)->data[b], parts, w);
+  // Starting after this rank: two ranks do not read or write the same peer at the same moment.
   for (int k = 0; k < size_; ++k) {
     const int r = (rank_ + k) % size_;
+    const size_t peer = static_cast<size_t>(r);
     const auto* places = reinterpret_cast<const Block*>(slot(r)->data[b]);
+    const RecvPlace* theirs = recv_places(slot(r)->data[b], parts, w);
     for (size_t part = 0; part < parts; ++part) {
-      const Block& from = places[part * static_cast<size_t>(size_) + static_cast<size_t>(rank_)];
+      const Block& from = places[part * w + me];
       const BlockRef to = p.blocks->recv(part, r);
-      if (from.bytes == 0) continue;
-      if (r == rank_)
-        copy_own(p.blocks->send(part, r), to);
-      else
-        read_block(r, from, to, p);
+      if (r == rank_) {
+        if (from.bytes > 0) copy_own(p.blocks->send(part, r), to);
+        continue;
+      }
+      // Who moves a block is plain to both ranks from what they published: its sender writes
+      // it where its receiver accepts it and it did not travel in the sender's slot; else
+      // its receiver reads it.
+      const Block& sent = mine[part * w + peer];
+      if (sent.bytes > 0 && sent.run_count != kInSlot && theirs[part * w + me].accepts == 1)
+        write_block(r, theirs[part * w + me], p.blocks->send(part, r), p);
+      const bool written_here =
+          from.run_count != kInSlot && accepted_here[part * w + peer].accepts == 1;
+      if (from.bytes > 0 && !written_here) read_block(r, from, to, p);
     }
   }
+}
+
+void GroupShm::write_block(int r, const RecvPlace& to, const BlockRef& from, const Pending& p) {
+  // The receiver's layout, copied into its slot; its runs, read from its slot, are checked
+  // as a sender's are (copy_mapped), and must hold the bytes this rank sends.
+  const size_t w = static_cast<size_t>(size_), parts = p.blocks->parts();
+  ByteRun whole{0, 1, to.bytes, 0};
+  const ByteRun* runs = &whole;
+  size_t count = 1;
+  if (to.run_count > 0) {
+    const auto* listed = reinterpret_cast<const ByteRun*>(
+        recv_places(slot(r)->data[p.n % kDepth], parts, w) + parts * w);
+    const size_t room = (kSlotBytes - parts * w * (sizeof(Block) + sizeof(RecvPlace))) /
+                        sizeof(ByteRun);
+    FERRY_CHECK(to.runs_at <= room && to.run_count <= room - to.runs_at, TransportError,
+                name_of(p), " (shm op ", p.n, ") on ", describe_, ": ", who(r),
+                " published a receive layout of ", to.run_count, " runs at ", to.runs_at,
+                " that its slot cannot hold (internal error)");
+    runs = listed + to.runs_at;
+    count = to.run_count;
+  }
+  uint64_t lo = 0, hi = 0, total = 0;
+  FERRY_CHECK(extent_of(runs, count, lo, hi, total) && total == to.bytes, TransportError,
+              name_of(p), " (shm op ", p.n, ") on ", describe_, ": ", who(r),
+              " published a receive layout that does not hold the ", to.bytes,
+              " B it expects (internal error)");
+  if (total == 0) return;
+  ByteRun from_whole{0, 1, from.bytes, 0};
+  const ByteRunsRef source =
+      from.runs.count > 0 ? from.runs : ByteRunsRef{from.span, &from_whole, 1};
+  if (unsigned char* at =
+          arenas_.find_writable(r, *slot(r), peers_.pid(r), to.address + lo, hi - lo, describe_)) {
+    copy_runs(source, ByteRunsRef{reinterpret_cast<char*>(at) - lo, runs, count});
+    count_single_copy(Way::Written, total);
+    return;
+  }
+  const Pieces local{reinterpret_cast<uintptr_t>(source.base), source.runs, source.count};
+  const int err = cma_copy_pieces(peers_.pid(r), local, Pieces{to.address, runs, count},
+                                  /*write=*/true);
+  if (err != 0) fail_read(r, err, total, p, /*writing=*/true);
+  count_single_copy(Way::Kernel, total);
 }
 
 bool GroupShm::copy_mapped(int r, const RemoteBlock& from, const BlockRef& to) {
@@ -424,7 +483,7 @@ void GroupShm::read_block(int r, const Block& from, const BlockRef& to, const Pe
                            ? Pieces{reinterpret_cast<uintptr_t>(to.span), &to_whole, 1}
                            : Pieces{reinterpret_cast<uintptr_t>(to.runs.base), to.runs.runs,
                                     to.runs.count};
-  const int err = cma_read_pieces(peers_.pid(r), local, remote);
+  const int err = cma_copy_pieces(peers_.pid(r), local, remote);
   if (err != 0) fail_read(r, err, from.bytes, p);
   count_single_copy(Way::Kernel, from.bytes);
 }

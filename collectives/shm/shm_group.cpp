@@ -413,13 +413,13 @@ void GroupShm::progress() {
       p.read = true;
       advance(&Slot::done, p.n);
     }
-    // An all_to_all's peers read this rank's buffer: it is the caller's again only once they
-    // all said done.
-    if ((p.kind == Kind::AllToAll && !p.sends_in_slot) || p.kind == Kind::GatherSlices ||
-        p.kind == Kind::ReduceBlock || p.kind == Kind::PullBlocks)
+    // An all_to_all's peers read this rank's buffer, or write into its outputs: they are the
+    // caller's again only once they all said done.
+    if ((p.kind == Kind::AllToAll && (!p.sends_in_slot || p.accepts)) ||
+        p.kind == Kind::GatherSlices || p.kind == Kind::ReduceBlock ||
+        p.kind == Kind::PullBlocks)
       for (int r = 0; r < size_; ++r)
         if (!reached(slot(r)->done.load(std::memory_order_acquire), p.n)) return;
-    if (p.staged != nullptr) staging_.give(p.staged, p.staged_bytes);
     head_ += 1;
     completed_.store(p.n, std::memory_order_release);
     head_n_.store(head_ != tail_ ? ring_[head_ % kRing].n : 0, std::memory_order_release);

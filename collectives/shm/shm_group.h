@@ -30,7 +30,6 @@
 #include <ferry/collectives/shm/shared_segment.h>
 #include <ferry/collectives/shm/shm_layout.h>
 #include <ferry/collectives/shm/shm_wait.h>
-#include <ferry/collectives/shm/staging_blocks.h>
 #include <ferry/collectives/shm/store_chooser.h>
 #include <ferry/runtime/dtype.h>
 
@@ -106,16 +105,20 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // waits for all of them). Throws as a wait does.
   bool peers_readable(const OpRef& op);
   // Whether an all_to_all of `parts` parts among `ranks` ranks fits a slot: per part and rank,
-  // a block's place and the bytes expected from it.
+  // a block's place and where the block from that rank goes.
   static constexpr bool all_to_all_fits(size_t parts, int ranks) {
-    return parts * static_cast<size_t>(ranks) * (sizeof(Block) + sizeof(uint64_t)) <= kSlotBytes;
+    return parts * static_cast<size_t>(ranks) * (sizeof(Block) + sizeof(RecvPlace)) <=
+           kSlotBytes;
   }
   // Starts an all_to_all by reading peers' memory (peers_readable() said yes): this rank's
   // block of each part for rank q is blocks.send(part, q); it receives rank p's into
   // blocks.recv(part, p). `blocks` (and the runs it lists) must stay until the op completed.
-  // `name`: the collective the messages name (null: all_to_all_single).
+  // `name`: the collective the messages name (null: all_to_all_single). With `accepted`, the
+  // peers may write their blocks into this rank's receive blocks that lie in its shared arena
+  // (`*accepted` says whether any did: the op's Work must then keep its buffers for the life
+  // of the process if it fails); without, every block is read by this rank.
   uint32_t start_all_to_all(const OpRef& op, const AllToAllBlocks& blocks,
-                            const char* name = nullptr);
+                            const char* name = nullptr, bool* accepted = nullptr);
 
   // The bytes of a gather's block that one slot carries (after the piece's place).
   static constexpr size_t kGatherPiece = kSlotBytes - 3 * sizeof(uint64_t);
@@ -212,10 +215,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     // An all_to_all whose blocks for the peers lie in this rank's slot: no peer reads its
     // buffers, so it completes once this rank read its own blocks.
     bool sends_in_slot = false;
-    // An all_to_all's send blocks copied into the shared arena (start_all_to_all says why),
-    // given back to staging_ once the op completed (kept for good when it is abandoned).
-    void* staged = nullptr;
-    size_t staged_bytes = 0;
+    // An all_to_all that lets peers write blocks into its outputs: it completes once every
+    // peer said done, whatever the way of its own sends.
+    bool accepts = false;
     Clock::time_point started{};  // when this rank started it (the progress thread's first look)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
@@ -241,6 +243,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void check_block_sizes(const Pending& p) const;
   // Reads rank r's block `from` (published in its slot) into this rank's block `to`.
   void read_block(int r, const Block& from, const BlockRef& to, const Pending& p);
+  // Writes this rank's block `from` into rank r's receive block `to` (which r accepts), by
+  // mapping r's arena, else through the kernel (process_vm_writev).
+  void write_block(int r, const RecvPlace& to, const BlockRef& from, const Pending& p);
   // A peer's block as read_block finds it: `count` runs over `base` in the peer's process
   // (a whole block is one run), holding `bytes`.
   struct RemoteBlock {
@@ -311,9 +316,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void give_up();
   // Reads `bytes` at `address` of group rank r's process into `to` (process_vm_readv).
   void read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
-  // Throws what a failed read of rank r's memory (errno `err`) means: the peer ended, or gave
-  // up, or the read itself failed.
-  [[noreturn]] void fail_read(int r, int err, size_t bytes, const Pending& p);
+  // Throws what a failed read of rank r's memory (errno `err`), or with `writing` a failed
+  // write into it, means: the peer ended, or gave up, or the access itself failed.
+  [[noreturn]] void fail_read(int r, int err, size_t bytes, const Pending& p,
+                              bool writing = false);
   // This rank's own block of an all_to_all, copied from its send layout into its receive one.
   static void copy_own(const BlockRef& from, const BlockRef& to);
   std::string who(int r) const;
@@ -356,9 +362,6 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   std::vector<unsigned char*> targets_;
   // A laid-out block's runs, fetched from the peer that sends it (read under mu_ only).
   std::vector<ByteRun> peer_runs_;
-  // The blocks this rank's all-to-alls copied their send blocks into, kept for the next ones
-  // (under mu_ only).
-  StagingBlocks staging_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed
 };
 

@@ -92,6 +92,19 @@ struct Block {
 };
 inline constexpr uint64_t kInSlot = UINT64_MAX;
 
+// Where a rank receives a peer's all_to_all block: the `bytes` it expects and, when `accepts`
+// is 1, where the sender may write them itself: at `address` in the receiver's process (its
+// shared arena), whole when `run_count` is 0, else laid out as the `run_count` runs copied
+// into the receiver's slot from ByteRun index `runs_at` (after the op's places).
+struct RecvPlace {
+  uint64_t bytes;
+  uint64_t address;
+  uint32_t runs_at;
+  uint32_t run_count;
+  uint32_t accepts;
+  uint32_t pad;
+};
+
 struct alignas(kLine) Slot {
   // Written once at setup, before the rank confirms it mapped the segment.
   int32_t pid;

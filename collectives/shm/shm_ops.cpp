@@ -357,9 +357,12 @@ std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx,
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   if (!single_copy_fits(*shm, blocks->parts(), ref)) return nullptr;
   ctx->ran(Collective::AllToAll, Algorithm::SharedMemory);
-  const uint32_t n = shm->start_all_to_all(ref, *blocks);
-  return std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref,
-                                       std::move(blocks));
+  bool accepted = false;
+  const uint32_t n = shm->start_all_to_all(ref, *blocks, nullptr, &accepted);
+  auto started = std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref,
+                                               std::move(blocks));
+  if (accepted) started->keep_buffers_on_failure();
+  return started;
 }
 
 bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks) {

@@ -2,10 +2,10 @@
 // by detail::shm::single_copy_bytes on the rank that moves them:
 //  - a rank whose blocks for its peers all fit its slot copies them there, and each peer copies
 //    its block out of the slot (`in_slot` on the reader), whatever the other ranks do;
-//  - larger contiguous blocks in private memory are read where they lie, through the kernel;
-//  - larger private blocks of a laid-out all-to-all (any scattered block) are copied once into
-//    the sender's shared arena (`staged` on the sender) and read from there by mapping;
-//  - blocks already in shared memory are read by mapping, never staged.
+//  - a larger block whose receive block lies in the receiver's shared memory is written there
+//    by its sender (`written` on the sender), laid out or not;
+//  - any other larger block is read by its receiver where it lies: by mapping when the send
+//    block is in shared memory (`mapped`), else through the kernel (`by_kernel`).
 // Each result is compared with the pairwise exchange's. The counters are per process: these
 // cases run under mpiexec and the UCX launcher (one process per rank), on one host.
 #include "checks.h"
@@ -72,11 +72,11 @@ void small_blocks_in_slots(Group& world, Ctx& ctx) {
   const uint64_t want_slot = small_peers * small * 4, want_read = me == 0 ? 0 : big * 4;
   const uint64_t slot = after.in_slot - before.in_slot;
   const uint64_t read = (after.by_kernel - before.by_kernel) + (after.mapped - before.mapped);
-  ctx.expect(slot == want_slot && read == want_read && after.staged == before.staged, [&] {
+  ctx.expect(slot == want_slot && read == want_read && after.written == before.written, [&] {
     return w + ": expected " + std::to_string(want_slot) + " B out of slots and " +
-           std::to_string(want_read) + " B read where they lie, none staged; given " +
+           std::to_string(want_read) + " B read where they lie, none written; given " +
            std::to_string(slot) + ", " + std::to_string(read) + " and " +
-           std::to_string(after.staged - before.staged);
+           std::to_string(after.written - before.written);
   });
 }
 
@@ -87,14 +87,16 @@ struct Pooled {
   std::vector<BlockLayout> send, recv;
 };
 // With `columns` false each received block lands contiguous instead (a KJT part's way): the
-// op is laid out all the same.
-Pooled pooled(const Group& g, int64_t B, int64_t D, bool shared_input, bool columns = true) {
+// op is laid out all the same. Either tensor in shared memory or not.
+Pooled pooled(const Group& g, int64_t B, int64_t D, bool shared_input, bool shared_output,
+              bool columns = true) {
   const int W = g.size(), me = g.rank();
   Pooled p;
   p.input = shared_input ? ferry::empty_shared({B * W, D}) : ferry::empty({B * W, D});
   for (int64_t i = 0; i < p.input.numel(); ++i)
     p.input.set_flat(i, 100000.0 * me + static_cast<double>(i));
-  p.output = ferry::full({B, W * D}, -1.0);
+  p.output = shared_output ? ferry::empty_shared({B, W * D}) : ferry::empty({B, W * D});
+  p.output.fill_(-1.0);
   for (int q = 0; q < W; ++q) {
     p.send.push_back({StridedRun{q * B * D, 1, B * D, 0}});
     p.recv.push_back(columns ? BlockLayout{StridedRun{q * D, B, D, W * D}}
@@ -103,21 +105,30 @@ Pooled pooled(const Group& g, int64_t B, int64_t D, bool shared_input, bool colu
   return p;
 }
 
-void laid_out_blocks_staged(Group& world, Ctx& ctx) {
+// Every form of a laid-out all_to_all: blocks received as columns (scattered) or contiguous;
+// the input and the output in shared memory or not, on every rank alike or (`mixed`) the
+// output shared on rank 0 only; blocks above a slot or in it.
+void laid_out_blocks_written_or_read(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
-  const int W = g.size();
-  // 512 x 16 floats: 32 KiB a peer (above a slot); 4 x 2: 32 B a peer (in the slot). Blocks
-  // received as columns (scattered) or contiguous: a laid-out op stages either way.
+  const int W = g.size(), me = g.rank();
   struct Form {
-    bool columns, shared_input;
+    bool columns, shared_input, shared_output, mixed;
   };
-  for (const Form f :
-       {Form{true, false}, Form{true, true}, Form{false, false}, Form{false, true}}) {
-    const bool columns = f.columns, shared_input = f.shared_input;
+  std::vector<Form> forms;
+  for (const bool columns : {true, false})
+    for (const bool shared_input : {false, true})
+      for (const bool shared_output : {false, true})
+        forms.push_back({columns, shared_input, shared_output, false});
+  forms.push_back({true, false, true, true});
+  forms.push_back({false, true, true, true});
+  for (const Form& f : forms) {
+    // 512 x 16 floats: 32 KiB a peer (above a slot); 4 x 2: 32 B a peer (in the slot).
     for (const int64_t B : {int64_t{512}, int64_t{4}}) {
       const int64_t D = B == 512 ? 16 : 2;
       const uint64_t block = static_cast<uint64_t>(B * D * 4), peers = static_cast<uint64_t>(W - 1);
-      Pooled a = pooled(g, B, D, shared_input, columns), b = pooled(g, B, D, shared_input, columns);
+      auto output_shared_on = [&](int r) { return f.shared_output && (!f.mixed || r == 0); };
+      Pooled a = pooled(g, B, D, f.shared_input, output_shared_on(me), f.columns);
+      Pooled b = pooled(g, B, D, f.shared_input, output_shared_on(me), f.columns);
       {
         ScopedAlgorithm o("all_to_all:pairwise");
         ferry::all_to_all_single(a.input, a.send, a.output, a.recv, g).wait();
@@ -129,40 +140,55 @@ void laid_out_blocks_staged(Group& world, Ctx& ctx) {
         ferry::all_to_all_single(b.input, b.send, b.output, b.recv, g).wait();
       }
       const SingleCopyBytes after = single_copy_bytes();
-      const std::string w = where(g, std::string(shared_input ? "shared" : "private") +
-                                         " input, " + std::to_string(block) + " B a peer, " +
-                                         (columns ? "columns" : "contiguous"));
+      const char* output = f.mixed           ? "rank 0's output shared"
+                           : f.shared_output ? "shared output"
+                                             : "private output";
+      const std::string w =
+          where(g, std::string(f.shared_input ? "shared" : "private") + " input, " + output +
+                       ", " + std::to_string(block) + " B a peer, " +
+                       (f.columns ? "columns" : "contiguous"));
       ctx.expect(same_bytes(a.output, b.output), [&] { return w + ": shm and pairwise differ"; });
       if (!ran()) continue;
-      const bool in_slot = B == 4;
-      const uint64_t want_staged = in_slot || shared_input ? 0 : peers * block;
-      const uint64_t want_mapped = in_slot ? 0 : peers * block;
-      const uint64_t want_slot = in_slot ? peers * block : 0;
-      const uint64_t staged = after.staged - before.staged, mapped = after.mapped - before.mapped;
-      const uint64_t slot = after.in_slot - before.in_slot;
+      // This rank writes its block into every peer whose output is shared, and reads from
+      // every peer if its own output is not.
+      uint64_t want_written = 0, want_read = 0, want_slot = 0;
+      if (B == 4) {
+        want_slot = peers * block;
+      } else {
+        for (int q = 0; q < W; ++q)
+          if (q != me && output_shared_on(q)) want_written += block;
+        if (!output_shared_on(me)) want_read = peers * block;
+      }
+      const uint64_t want_mapped = f.shared_input ? want_read : 0;
+      const uint64_t want_kernel = f.shared_input ? 0 : want_read;
+      const uint64_t written = after.written - before.written;
+      const uint64_t mapped = after.mapped - before.mapped;
       const uint64_t kernel = after.by_kernel - before.by_kernel;
-      ctx.expect(staged == want_staged && mapped == want_mapped && slot == want_slot &&
-                     kernel == 0,
+      const uint64_t slot = after.in_slot - before.in_slot;
+      ctx.expect(written == want_written && mapped == want_mapped && kernel == want_kernel &&
+                     slot == want_slot,
                  [&] {
-                   return w + ": expected staged " + std::to_string(want_staged) + ", mapped " +
-                          std::to_string(want_mapped) + ", in slots " +
-                          std::to_string(want_slot) + ", by the kernel 0; given " +
-                          std::to_string(staged) + ", " + std::to_string(mapped) + ", " +
-                          std::to_string(slot) + ", " + std::to_string(kernel);
+                   return w + ": expected written " + std::to_string(want_written) +
+                          ", mapped " + std::to_string(want_mapped) + ", by the kernel " +
+                          std::to_string(want_kernel) + ", in slots " +
+                          std::to_string(want_slot) + "; given " + std::to_string(written) +
+                          ", " + std::to_string(mapped) + ", " + std::to_string(kernel) + ", " +
+                          std::to_string(slot);
                  });
     }
   }
 }
 
-// Several laid-out all-to-alls in flight at once, past the segment's depth, with staged and
-// in-slot blocks mixed: each result as the pairwise exchange's.
-void staged_ops_in_flight(Group& world, Ctx& ctx) {
+// Several laid-out all-to-alls in flight at once, past the segment's depth, with written,
+// read and in-slot blocks mixed: each result as the pairwise exchange's.
+void ops_in_flight(Group& world, Ctx& ctx) {
   Group g = world.split(0, world.rank());
   std::vector<Pooled> by_shm, by_pairwise;
-  for (int i = 0; i < 10; ++i) {
-    const int64_t B = i % 2 == 0 ? 256 + 32 * i : 3;
-    by_shm.push_back(pooled(g, B, 16, false));
-    by_pairwise.push_back(pooled(g, B, 16, false));
+  for (int i = 0; i < 12; ++i) {
+    const int64_t B = i % 3 == 0 ? 3 : 256 + 32 * i;
+    const bool shared_output = i % 3 == 1;
+    by_shm.push_back(pooled(g, B, 16, false, shared_output));
+    by_pairwise.push_back(pooled(g, B, 16, false, shared_output));
   }
   {
     ScopedAlgorithm o("all_to_all:pairwise");
@@ -189,9 +215,11 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
     add("shm: all_to_all blocks that fit the sender's slot travel in it, larger ones are read "
         "where they lie",
         small_blocks_in_slots) &&
-    add("shm: a laid-out all_to_all's private blocks above a slot are staged in shared memory",
-        laid_out_blocks_staged) &&
-    add("shm: laid-out all_to_alls in flight past the segment's depth, staged and in slots",
-        staged_ops_in_flight);
+    add("shm: a laid-out all_to_all's blocks above a slot are written by their senders into "
+        "receive blocks in shared memory, else read by their receivers",
+        laid_out_blocks_written_or_read) &&
+    add("shm: laid-out all_to_alls in flight past the segment's depth, written, read and in "
+        "slots",
+        ops_in_flight);
 
 }  // namespace

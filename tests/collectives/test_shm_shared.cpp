@@ -57,7 +57,7 @@ Tensor placed(const Tensor& t, bool shared) {
 // block (Root); a reduce's ranks read their slices of every input, and the root reads the
 // others' finished slices from memory their ops hold, unless they wrote them into its output
 // (ToRoot).
-enum class Moves { Pull, Push, Root, ToRoot };
+enum class Moves { Pull, Push, Exchange, Root, ToRoot };
 
 // What one collective is run on: its input, and a fresh output of `out_count` elements (none:
 // in place), both shared or not.
@@ -106,7 +106,8 @@ std::vector<Call> calls(int W) {
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
          ferry::reduce(in, g.rank() == 0 ? out : Tensor(), 0, g, op).wait();
        }},
-      {"all_to_all", "single", "pairwise", Collective::AllToAll, kCount / W * W, Moves::Pull,
+      // Each block written by its sender into a shared output, else read by its receiver.
+      {"all_to_all", "single", "pairwise", Collective::AllToAll, kCount / W * W, Moves::Exchange,
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
          ferry::all_to_all_single(in.narrow(0, 0, out.numel()), out, g).wait();
        }},
@@ -138,6 +139,13 @@ std::pair<Want, Want> expected_ways(Moves moves, int me, int W, bool only_rank_0
       // peers all wrote to it while none accepted its own block moves nothing itself.
       if (!only_rank_0) return {Want::Either, Want::No};
       // Rank 0's peers write to it or it reads theirs; they read its block and each other's.
+      if (me == 0) return {Want::No, Want::Either};
+      return {Want::Yes, want(W > 2)};
+    case Moves::Exchange:
+      // Every rank writes into every shared output, or reads by mapping where its op did not
+      // accept (queued). Only rank 0's shared: its peers write into it, or it reads their
+      // private blocks; they read its block by mapping and each other's through the kernel.
+      if (!only_rank_0) return {Want::Yes, Want::No};
       if (me == 0) return {Want::No, Want::Either};
       return {Want::Yes, want(W > 2)};
     case Moves::ToRoot:

@@ -258,52 +258,59 @@ int released_while_read() {
   return c.status();
 }
 
-// World rank 0's caller gives up on a large all_reduce after 100 ms (Work::wait(ms)) that
-// rank 1 has not issued: rank 1 first waits for a message from rank 0 on the group, a receive,
+// World rank 0's caller gives up on a large all_reduce (then all_to_all) after 100 ms
+// (Work::wait(ms)) that rank 1 has not issued: rank 1 first waits for a message from rank 0 on the group, a receive,
 // which never looks at the segment. An op that fails for a reason other than its own deadline
 // tells its peers at once, through the transport as well as the segment, whether or not they
 // write into its output (a tensor in shared memory: its buffers are then kept too). So rank
 // 1's receive raises PeerFailure saying that rank 0 gave up on the group (after about 0.1 s;
 // its wait is bounded at 20 s, far beyond, so that a loaded machine's pauses of seconds do not
-// fail it), and the all_reduce it issues next raises PeerFailure rather than completing with a
-// rank that let go of it.
+// fail it), and the op it issues next raises PeerFailure rather than completing with a rank
+// that let go of it.
 int tell_peers() {
   Group world = init();
   Checks c(world.rank());
-  set_algorithm_override("all_reduce:shm");
-  for (const bool shared : {false, true}) {
-    const std::string form = shared ? "output in shared memory" : "output not shared";
-    Group g = world.split(0, world.rank());
-    Tensor t = shared ? empty_shared({100000}) : zeros({100000});  // above the slots
-    t.fill_(1.0);
-    const uint64_t written = detail::shm::single_copy_bytes().written;
-    all_reduce(t, g).wait();  // every rank in time: the group's probe, and the writes accepted
-    c.expect(t.get_flat(99999) == 2.0, form + ": the all_reduce before the failure sums");
-    c.expect((detail::shm::single_copy_bytes().written > written) == shared,
-             form + ": the peer writes into this rank's output only when it is shared");
-    t.fill_(1.0);
-    if (g.rank() == 0) {
-      Work w = all_reduce(t, g);
-      Caught e = capture([&] { w.wait(std::chrono::milliseconds(100)); });
-      c.expect(e.kind == "TimeoutError", form + ": rank 0's caller gives up, got " + e.kind);
-      c.expect(g.poisoned(), form + ": giving up poisons the group");
-      barrier(world).wait();  // until rank 1 checked what it saw
-    } else {
-      Tensor msg = zeros({1});
-      const auto t0 = Clock::now();
-      Caught e = capture([&] { recv(msg, 0, g).wait(std::chrono::milliseconds(20000)); });
-      std::fprintf(stderr, "[rank 1] %s: the receive from rank 0 raised after %.3f s %s: %s\n",
-                   form.c_str(), seconds_since(t0), e.kind.c_str(), e.what.c_str());
-      c.expect(e.kind == "PeerFailure" && contains(e.what, "gave up on group"),
-               form + ": the receive from rank 0 raises PeerFailure saying that it gave up, got '" +
-                   e.kind + "': " + e.what);
-      Caught next = capture([&] { all_reduce(t, g).wait(std::chrono::milliseconds(20000)); });
-      std::fprintf(stderr, "[rank 1] %s: the next all_reduce raised %s: %s\n", form.c_str(),
-                   next.kind.c_str(), next.what.c_str());
-      c.expect(next.kind == "PeerFailure",
-               form + ": the next all_reduce raises PeerFailure, got '" + next.kind + "': " +
-                   next.what);
-      barrier(world).wait();
+  set_algorithm_override("all_reduce:shm,all_to_all:shm");
+  for (const bool a2a : {false, true}) {
+    for (const bool shared : {false, true}) {
+      const std::string form = std::string(a2a ? "all_to_all, " : "all_reduce, ") +
+                               (shared ? "output in shared memory" : "output not shared");
+      Group g = world.split(0, world.rank());
+      Tensor t = shared ? empty_shared({100000}) : zeros({100000});  // above the slots
+      Tensor out = shared ? empty_shared({100000}) : zeros({100000});
+      // The all_reduce in place; the all_to_all from `out` into `t` (50000 floats a rank).
+      auto issue = [&] { return a2a ? all_to_all_single(out, t, g) : all_reduce(t, g); };
+      t.fill_(1.0);
+      out.fill_(2.0);
+      const uint64_t written = detail::shm::single_copy_bytes().written;
+      issue().wait();  // every rank in time: the group's probe, and the writes accepted
+      c.expect(t.get_flat(99999) == 2.0, form + ": the op before the failure moves its bytes");
+      c.expect((detail::shm::single_copy_bytes().written > written) == shared,
+               form + ": the peer writes into this rank's output only when it is shared");
+      t.fill_(1.0);
+      if (g.rank() == 0) {
+        Work w = issue();
+        Caught e = capture([&] { w.wait(std::chrono::milliseconds(100)); });
+        c.expect(e.kind == "TimeoutError", form + ": rank 0's caller gives up, got " + e.kind);
+        c.expect(g.poisoned(), form + ": giving up poisons the group");
+        barrier(world).wait();  // until rank 1 checked what it saw
+      } else {
+        Tensor msg = zeros({1});
+        const auto t0 = Clock::now();
+        Caught e = capture([&] { recv(msg, 0, g).wait(std::chrono::milliseconds(20000)); });
+        std::fprintf(stderr, "[rank 1] %s: the receive from rank 0 raised after %.3f s %s: %s\n",
+                     form.c_str(), seconds_since(t0), e.kind.c_str(), e.what.c_str());
+        c.expect(e.kind == "PeerFailure" && contains(e.what, "gave up on group"),
+                 form + ": the receive from rank 0 raises PeerFailure saying that it gave "
+                        "up, got '" + e.kind + "': " + e.what);
+        Caught next = capture([&] { issue().wait(std::chrono::milliseconds(20000)); });
+        std::fprintf(stderr, "[rank 1] %s: the next op raised %s: %s\n", form.c_str(),
+                     next.kind.c_str(), next.what.c_str());
+        c.expect(next.kind == "PeerFailure",
+                 form + ": the next op raises PeerFailure, got '" + next.kind + "': " +
+                     next.what);
+        barrier(world).wait();
+      }
     }
   }
   finalize();

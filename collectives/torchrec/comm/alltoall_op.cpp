@@ -45,7 +45,7 @@ Work AllToAllCommOp::exchange(CodecPass& pass, const Tensor& values,
               ": internal: the encoded send buffer holds ", wire.numel(),
               " elements, the wire splits ", list_str(send_wire), " add up to ",
               sum_of(send_wire));
-  received = empty({sum_of(recv_wire)}, pass.wire_dtype());
+  received = peer_buffer({sum_of(recv_wire)}, pass.wire_dtype());  // the peers write into it
   return ferry::all_to_all_single(wire, received, recv_wire, send_wire, group());
 }
 
@@ -66,7 +66,7 @@ Work AllToAllCommOp::launch(const std::vector<Tensor>& inputs) {
   if (forward_pass_->passthrough()) placement_ = placement(inputs);
   if (placement_) {
     input_shape_ = inputs[0].shape();
-    placed_ = empty(placement_->output_shape, dtype);
+    placed_ = peer_buffer(placement_->output_shape, dtype);
     return ferry::all_to_all_single(inputs[0], placement_->send, placed_, placement_->recv,
                                     group());
   }
@@ -96,7 +96,7 @@ Work AllToAllCommOp::launch_gradient(const std::vector<Tensor>& grad_outputs) {
       divides_in_gradient_send() && backward_pass_->passthrough() && gradient_divides();
   placed_gradient_ = placement_ && backward_pass_->passthrough() && !divided_before_send_;
   if (placed_gradient_) {
-    placed_ = empty(input_shape_, grad_outputs[0].dtype());
+    placed_ = peer_buffer(input_shape_, grad_outputs[0].dtype());
     return ferry::all_to_all_single(grad_outputs[0], placement_->recv, placed_,
                                     placement_->send, group());
   }

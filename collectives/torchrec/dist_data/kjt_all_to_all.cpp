@@ -1,6 +1,7 @@
 #include <ferry/collectives/torchrec/dist_data/kjt_all_to_all.h>
 
 #include <ferry/collectives/collectives.h>
+#include <ferry/collectives/shm/shm_ops.h>
 #include <ferry/collectives/torchrec/sparse/jagged_kernels.h>
 #include <ferry/collectives/torchrec/sparse/kjt_dist.h>
 #include <ferry/collectives/torchrec/utils/format.h>
@@ -325,7 +326,10 @@ struct KjtA2aState : KjtA2aLists {
                 : std::vector<LayoutAllToAllPart>();
     parts.resize(uniform ? labels.size() : 0);
     for (size_t l = 0; l < labels.size(); ++l) {
-      out.push_back(empty({detail::sum_of(output_splits[l])}, send[l].dtype()));
+      // In shared memory on one host (above a slot): the peers write their segments into it.
+      out.push_back(ferry::detail::shm::empty_for_peers({detail::sum_of(output_splits[l])},
+                                                        send[l].dtype(), group.impl(),
+                                                        "the KJT all-to-all's output"));
       if (!uniform) {
         phase2.push_back(all_to_all_single(send[l], out.back(), output_splits[l],
                                            input_splits[l], group));
