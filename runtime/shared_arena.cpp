@@ -37,7 +37,19 @@ class SharedArena {
                 kMaxSharedBlock >> 40, " TiB)");
     const size_t size = round_up(std::max<size_t>(nbytes, 1), kSharedGrain);
     std::lock_guard<std::mutex> lock(mu_);
+    for (Kept& k : kept_) {
+      if (k.size != size) continue;
+      k.size = 0;
+      in_use_ += size;
+      return reinterpret_cast<void*>(k.address);
+    }
     std::optional<FreeRanges::Place> at = free_.take(size);
+    if (!at) {
+      // The kept blocks back in the free ranges, coalesced, before the arena grows.
+      for (Kept& k : kept_)
+        if (k.size != 0) give_back(k);
+      at = free_.take(size);
+    }
     if (!at) {
       grow(size, op);
       at = free_.take(size);
@@ -58,12 +70,24 @@ class SharedArena {
                 "(internal error): ", nbytes, " B at ", block);
       return;
     }
-    free_.give({c, at - chunks_[c].address}, size);
     in_use_ -= size;
+    // Kept whole in place of the block kept longest (which goes back to the free ranges).
+    Kept* slot = &kept_[0];
+    for (Kept& k : kept_) {
+      if (k.size == 0) {
+        slot = &k;
+        break;
+      }
+      if (k.when < slot->when) slot = &k;
+    }
+    if (slot->size != 0) give_back(*slot);
+    *slot = Kept{at, size, c, ++released_};
   }
 
   size_t release_free_pages() {
     std::lock_guard<std::mutex> lock(mu_);
+    for (Kept& k : kept_)
+      if (k.size != 0) give_back(k);
     size_t bytes = 0;
     free_.for_each([&](size_t c, size_t offset, size_t size) {
       // Offsets and sizes are whole pages (kSharedGrain). A file system without hole punching
@@ -132,7 +156,25 @@ class SharedArena {
               ", fd ", fd, ")");
   }
 
+  // A freed block kept whole for the next request of its size (`size` 0: none), and when it
+  // was freed (the count of releases then).
+  struct Kept {
+    uintptr_t address = 0;
+    size_t size = 0;
+    size_t chunk = 0;
+    uint64_t when = 0;
+  };
+  static constexpr size_t kKeptBlocks = 16;
+
+  // Returns a kept block to the free ranges. mu_ held.
+  void give_back(Kept& k) {
+    free_.give({k.chunk, k.address - chunks_[k.chunk].address}, k.size);
+    k.size = 0;
+  }
+
   std::mutex mu_;
+  std::array<Kept, kKeptBlocks> kept_{};
+  uint64_t released_ = 0;
   std::array<SharedChunk, kMaxSharedChunks> chunks_{};
   std::atomic<size_t> count_{0};
   size_t total_ = 0;   // bytes of every chunk

@@ -12,7 +12,10 @@
 // peer that learned a chunk once keeps its mapping. A chunk is at least kMinSharedChunk (the
 // memory file takes pages only as they are touched) and at least the arena's size so far, so a
 // process never needs more than a few. Blocks are carved best-fit in pages and coalesced when
-// freed; a freed block keeps its pages for the next request (as the block cache does).
+// freed; a freed block keeps its pages for the next request (as the block cache does). The
+// carving's bookkeeping allocates on the heap, so the last few blocks freed are kept whole
+// and handed out again for a request of their size: a training step asks for the same sizes
+// at every step and then allocates nothing for them.
 //
 // Memory files have no name in /dev/shm: nothing is left there on any exit, a crash included;
 // the memory is freed when the last process that maps a chunk unmaps it or ends.

@@ -150,6 +150,31 @@ TEST_CASE("free ranges: best fit, the rest kept, neighbours merged when given ba
   CHECK((whole->region == 0 && whole->offset == 0));
 }
 
+TEST_CASE("a freed block is handed out again for its size; kept blocks merge before the arena "
+          "grows",
+          "[shared_arena]") {
+  const size_t chunks = detail::shared_chunk_count();
+  void* a = detail::acquire_shared_block(100000, "test");
+  void* b = detail::acquire_shared_block(100000, "test");
+  detail::release_shared_block(a, 100000);
+  CHECK(detail::acquire_shared_block(99000, "test") == a);  // the same pages: 25 of them
+  void* c = detail::acquire_shared_block(20000, "test");
+  CHECK(c != a);
+  detail::release_shared_block(a, 99000);
+  detail::release_shared_block(b, 100000);
+  detail::release_shared_block(c, 20000);
+  // The whole first chunk asked for, every block freed: the kept blocks go back to the free
+  // ranges first, merged with their neighbours, and the arena does not grow. (The file's
+  // earlier cases free what they take and make no second chunk; a later one does.)
+  REQUIRE(detail::shared_bytes_in_use() == 0);
+  REQUIRE(chunks == 1);
+  const size_t whole_chunk = detail::shared_chunk(0).bytes;
+  void* whole = detail::acquire_shared_block(whole_chunk, "test");
+  CHECK(detail::shared_chunk_count() == 1);
+  CHECK(whole == reinterpret_cast<void*>(detail::shared_chunk(0).address));
+  detail::release_shared_block(whole, whole_chunk);
+}
+
 TEST_CASE("a request larger than the free ranges makes a new chunk", "[shared_arena]") {
   const size_t chunks = detail::shared_chunk_count();
   Tensor big = empty_shared({int64_t{80} << 20}, DType::UInt8);  // more than a 64 MiB chunk
