@@ -84,8 +84,9 @@ constexpr size_t kStaged = 8 * 1024;
 // all_reduce (through the segment's slots up to 16 KiB, by single copy above: 64 KiB to
 // 16 MiB took 0.57-0.67 of MPICH's time, where MPI's exchange took 0.82-0.93 and UCX's ring
 // 0.60-0.78, the ring at par from 1 MiB), every barrier, every all_to_all_single: small blocks
-// through the slots, larger ones by one copy from the sender's buffer (process_vm_readv, or a
-// mapping), a laid-out op's private blocks staged in shared memory first. With equal blocks,
+// through the slots, larger ones by one copy: written by the sender where the receive block
+// lies in shared memory, else read from the sender's buffer (process_vm_readv, or a
+// mapping). With equal blocks,
 // 2 ranks, 4 alternated rounds against the persistent request and MPI's exchange: 8 B 0.9 us
 // against 1.1, 512 B 0.9 against 1.2, 4 KiB 1.0-1.2 against 1.6; above, the shm row as before.
 // The split-size and laid-out forms ask with 0 bytes (their sizes differ across ranks) and so

@@ -12,6 +12,7 @@
 #include <ferry/runtime/log.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <sys/uio.h>
@@ -135,6 +136,26 @@ bool in_arena(const BlockRef& b) {
   uint64_t lo = 0, hi = 0, total = 0;
   if (!extent_of(b.runs.runs, b.runs.count, lo, hi, total)) return false;
   return total == 0 || in_shared_arena(b.runs.base + lo, hi - lo);
+}
+
+// Copies the bytes of `from` into `to` (as many), piece by piece, with streaming stores; the
+// caller fences them (stream_fence) before it tells anyone they are there.
+void stream_runs(const ByteRunsRef& from, const ByteRunsRef& to) {
+  RunCursor<uintptr_t> f(reinterpret_cast<uintptr_t>(from.base), from.runs, from.count);
+  RunCursor<uintptr_t> t(reinterpret_cast<uintptr_t>(to.base), to.runs, to.count);
+  while (!f.done() && !t.done()) {
+    const size_t n = std::min(f.left_in_block(), t.left_in_block());
+    stream_copy_unfenced(reinterpret_cast<void*>(t.at()), reinterpret_cast<const void*>(f.at()),
+                         n);
+    f.advance(n);
+    t.advance(n);
+  }
+}
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
 }
 
 // Block `b`'s bytes (`bytes` of them), one after the other at `to`.
@@ -369,6 +390,21 @@ void GroupShm::read_all_to_all(const Pending& p) {
   check_block_sizes(p);
   const auto* mine = reinterpret_cast<const Block*>(slot(rank_)->data[b]);
   const RecvPlace* accepted_here = recv_places(slot(rank_)->data[b], parts, w);
+  // The blocks this rank writes into its peers' outputs, with ordinary or streaming stores:
+  // whichever wrote the op's size faster lately (store_chooser.h; a peer reads those lines
+  // next, and on some placements of the cores an ordinary store into a line the peer read
+  // last takes many times a streaming one, on others the streaming ones are the slower).
+  uint64_t push_bytes = 0;
+  for (int r = 0; r < size_; ++r) {
+    const RecvPlace* theirs = recv_places(slot(r)->data[b], parts, w);
+    for (size_t part = 0; part < parts && r != rank_; ++part) {
+      const Block& sent = mine[part * w + static_cast<size_t>(r)];
+      if (sent.bytes > 0 && sent.run_count != kInSlot && theirs[part * w + me].accepts == 1)
+        push_bytes += sent.bytes;
+    }
+  }
+  const bool streaming = push_bytes > 0 && push_stores_.of(push_bytes, false).next_streaming();
+  uint64_t push_ns = 0;
   // Starting after this rank: two ranks do not read or write the same peer at the same moment.
   for (int k = 0; k < size_; ++k) {
     const int r = (rank_ + k) % size_;
@@ -386,16 +422,22 @@ void GroupShm::read_all_to_all(const Pending& p) {
       // it where its receiver accepts it and it did not travel in the sender's slot; else
       // its receiver reads it.
       const Block& sent = mine[part * w + peer];
-      if (sent.bytes > 0 && sent.run_count != kInSlot && theirs[part * w + me].accepts == 1)
-        write_block(r, theirs[part * w + me], p.blocks->send(part, r), p);
+      if (sent.bytes > 0 && sent.run_count != kInSlot && theirs[part * w + me].accepts == 1) {
+        const uint64_t start = now_ns();
+        write_block(r, theirs[part * w + me], p.blocks->send(part, r), p, streaming);
+        push_ns += now_ns() - start;
+      }
       const bool written_here =
           from.run_count != kInSlot && accepted_here[part * w + peer].accepts == 1;
       if (from.bytes > 0 && !written_here) read_block(r, from, to, p);
     }
   }
+  if (streaming) stream_fence();
+  if (push_bytes > 0) push_stores_.of(push_bytes, false).record(streaming, push_ns, push_bytes);
 }
 
-void GroupShm::write_block(int r, const RecvPlace& to, const BlockRef& from, const Pending& p) {
+void GroupShm::write_block(int r, const RecvPlace& to, const BlockRef& from, const Pending& p,
+                           bool streaming) {
   // The receiver's layout, copied into its slot; its runs, read from its slot, are checked
   // as a sender's are (copy_mapped), and must hold the bytes this rank sends.
   const size_t w = static_cast<size_t>(size_), parts = p.blocks->parts();
@@ -425,7 +467,12 @@ void GroupShm::write_block(int r, const RecvPlace& to, const BlockRef& from, con
       from.runs.count > 0 ? from.runs : ByteRunsRef{from.span, &from_whole, 1};
   if (unsigned char* at =
           arenas_.find_writable(r, *slot(r), peers_.pid(r), to.address + lo, hi - lo, describe_)) {
-    copy_runs(source, ByteRunsRef{reinterpret_cast<char*>(at) - lo, runs, count});
+    const ByteRunsRef dest{reinterpret_cast<char*>(at) - lo, runs, count};
+    if (streaming) {
+      stream_runs(source, dest);
+    } else {
+      copy_runs(source, dest);
+    }
     count_single_copy(Way::Written, total);
     return;
   }

@@ -244,8 +244,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Reads rank r's block `from` (published in its slot) into this rank's block `to`.
   void read_block(int r, const Block& from, const BlockRef& to, const Pending& p);
   // Writes this rank's block `from` into rank r's receive block `to` (which r accepts), by
-  // mapping r's arena, else through the kernel (process_vm_writev).
-  void write_block(int r, const RecvPlace& to, const BlockRef& from, const Pending& p);
+  // mapping r's arena (with streaming stores, unfenced, when `streaming`), else through the
+  // kernel (process_vm_writev).
+  void write_block(int r, const RecvPlace& to, const BlockRef& from, const Pending& p,
+                   bool streaming);
   // A peer's block as read_block finds it: `count` runs over `base` in the peer's process
   // (a whole block is one run), holding `bytes`.
   struct RemoteBlock {
@@ -353,6 +355,9 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // The large all_reduce's kind of stores (rank 0's choice, which every rank takes), the
   // current op's (its halves run in turn), and the time its first half took (under mu_ only).
   StoreChoosers stores_;
+  // The all_to_all's kind of stores for the blocks it writes into its peers' outputs, this
+  // rank's own choice (under mu_ only).
+  StoreChoosers push_stores_;
   bool streaming_ = false;
   uint64_t reduce_half_ns_ = 0;
   // Per peer, where its input's slice lies mapped in this process, or null (under mu_ only).

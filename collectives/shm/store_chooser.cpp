@@ -10,6 +10,19 @@
 namespace ferry::detail::shm {
 
 void stream_copy(void* to, const void* from, size_t bytes) {
+  stream_copy_unfenced(to, from, bytes);
+  stream_fence();
+}
+
+void stream_fence() {
+#if defined(__SSE2__)
+  // Streaming stores are not ordered with later stores: without the fence a peer could see
+  // the op's done flag before the data.
+  _mm_sfence();
+#endif
+}
+
+void stream_copy_unfenced(void* to, const void* from, size_t bytes) {
 #if defined(__SSE2__)
   auto* d = static_cast<unsigned char*>(to);
   const auto* s = static_cast<const unsigned char*>(from);
@@ -31,9 +44,6 @@ void stream_copy(void* to, const void* from, size_t bytes) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
   }
   std::memcpy(d, s, bytes);
-  // Streaming stores are not ordered with later stores: without the fence a peer could see
-  // the op's done flag before the data.
-  _mm_sfence();
 #else
   std::memcpy(to, from, bytes);
 #endif

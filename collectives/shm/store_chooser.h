@@ -28,6 +28,9 @@ namespace ferry::detail::shm {
 // memcpy), and fences them: once it returns, the stores are ordered before any later store
 // (such as the flag that tells the peers the data is there).
 void stream_copy(void* to, const void* from, size_t bytes);
+// stream_copy without the fence, for many pieces in a row; stream_fence() after the last.
+void stream_copy_unfenced(void* to, const void* from, size_t bytes);
+void stream_fence();
 
 class StoreChooser {
  public:
