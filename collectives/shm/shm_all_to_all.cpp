@@ -124,10 +124,17 @@ bool extent_of(const ByteRun* runs, size_t count, uint64_t& lo, uint64_t& hi, ui
 
 size_t bytes_in(const BlockRef& b) { return b.runs.count == 0 ? b.bytes : bytes_of(b.runs); }
 
-// The receive places in a slot's op buffer `data` of an all_to_all of `parts` parts among `w`
-// ranks: after its send places.
+// An all_to_all of `parts` parts among `w` ranks in a slot's op buffer `data`: the send places,
+// then the receive places, then the runs of the accepted receive blocks (at most
+// accepted_runs_room(parts, w)), then the blocks that travel in the slot.
 const RecvPlace* recv_places(const unsigned char* data, size_t parts, size_t w) {
   return reinterpret_cast<const RecvPlace*>(reinterpret_cast<const Block*>(data) + parts * w);
+}
+const ByteRun* accepted_runs(const unsigned char* data, size_t parts, size_t w) {
+  return reinterpret_cast<const ByteRun*>(recv_places(data, parts, w) + parts * w);
+}
+size_t accepted_runs_room(size_t parts, size_t w) {
+  return (kSlotBytes - parts * w * (sizeof(Block) + sizeof(RecvPlace))) / sizeof(ByteRun);
 }
 
 // Whether all of block `b` lies in this process's shared arena (a peer can map it).
@@ -232,8 +239,8 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
   const size_t w = static_cast<size_t>(size_);
   unsigned char* data = slot(rank_)->data[n % kDepth];
   auto* places_out = reinterpret_cast<Block*>(data);
-  auto* places_in = reinterpret_cast<RecvPlace*>(places_out + parts * w);
-  auto* runs_out = reinterpret_cast<ByteRun*>(places_in + parts * w);
+  auto* places_in = const_cast<RecvPlace*>(recv_places(data, parts, w));
+  auto* runs_out = const_cast<ByteRun*>(accepted_runs(data, parts, w));
   auto to_line = [](size_t bytes) { return (bytes + kLine - 1) & ~(kLine - 1); };
   // A receive block in this rank's shared arena is written by its sender, which reads its own
   // block where it lies: one copy, where reading it would need a copy into shared memory first
@@ -242,8 +249,7 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
   // that has not noticed the failure may still write.
   size_t runs_used = 0;
   bool any_accepted = false;
-  const size_t runs_room = (kSlotBytes - parts * w * (sizeof(Block) + sizeof(RecvPlace))) /
-                           sizeof(ByteRun);
+  const size_t runs_room = accepted_runs_room(parts, w);
   for (size_t p = 0; p < parts; ++p) {
     for (int q = 0; q < size_; ++q) {
       const BlockRef to = blocks.recv(p, q);
@@ -332,11 +338,11 @@ const unsigned char* GroupShm::mapped(int r, uint64_t address, size_t bytes) {
 
 void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p) {
   const int err = cma_read(peers_.pid(r), address, to, bytes);
-  if (err != 0) fail_read(r, err, bytes, p);
+  if (err != 0) fail_access(r, err, bytes, p);
   count_single_copy(Way::Kernel, bytes);
 }
 
-void GroupShm::fail_read(int r, int err, size_t bytes, const Pending& p, bool writing) {
+void GroupShm::fail_access(int r, int err, size_t bytes, const Pending& p, bool writing) {
   const char* op = name_of(p);
   const char* moved = writing ? "wrote into" : "read from";
   // A peer that failed on another rank's death lets go of its buffers, or exits: name the
@@ -445,10 +451,8 @@ void GroupShm::write_block(int r, const RecvPlace& to, const BlockRef& from, con
   const ByteRun* runs = &whole;
   size_t count = 1;
   if (to.run_count > 0) {
-    const auto* listed = reinterpret_cast<const ByteRun*>(
-        recv_places(slot(r)->data[p.n % kDepth], parts, w) + parts * w);
-    const size_t room = (kSlotBytes - parts * w * (sizeof(Block) + sizeof(RecvPlace))) /
-                        sizeof(ByteRun);
+    const ByteRun* listed = accepted_runs(slot(r)->data[p.n % kDepth], parts, w);
+    const size_t room = accepted_runs_room(parts, w);
     FERRY_CHECK(to.runs_at <= room && to.run_count <= room - to.runs_at, TransportError,
                 name_of(p), " (shm op ", p.n, ") on ", describe_, ": ", who(r),
                 " published a receive layout of ", to.run_count, " runs at ", to.runs_at,
@@ -479,7 +483,7 @@ void GroupShm::write_block(int r, const RecvPlace& to, const BlockRef& from, con
   const Pieces local{reinterpret_cast<uintptr_t>(source.base), source.runs, source.count};
   const int err = cma_copy_pieces(peers_.pid(r), local, Pieces{to.address, runs, count},
                                   /*write=*/true);
-  if (err != 0) fail_read(r, err, total, p, /*writing=*/true);
+  if (err != 0) fail_access(r, err, total, p, /*writing=*/true);
   count_single_copy(Way::Kernel, total);
 }
 
@@ -531,7 +535,7 @@ void GroupShm::read_block(int r, const Block& from, const BlockRef& to, const Pe
                            : Pieces{reinterpret_cast<uintptr_t>(to.runs.base), to.runs.runs,
                                     to.runs.count};
   const int err = cma_copy_pieces(peers_.pid(r), local, remote);
-  if (err != 0) fail_read(r, err, from.bytes, p);
+  if (err != 0) fail_access(r, err, from.bytes, p);
   count_single_copy(Way::Kernel, from.bytes);
 }
 
