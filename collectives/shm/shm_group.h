@@ -321,7 +321,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Throws what a failed read of rank r's memory (errno `err`), or with `writing` a failed
   // write into it, means: the peer ended, or gave up, or the access itself failed.
   [[noreturn]] void fail_access(int r, int err, size_t bytes, const Pending& p,
-                              bool writing = false);
+                                bool writing = false);
   // This rank's own block of an all_to_all, copied from its send layout into its receive one.
   static void copy_own(const BlockRef& from, const BlockRef& to);
   std::string who(int r) const;
