@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,102 @@ void ops_in_flight(Group& world, Ctx& ctx) {
                [&] { return where(g, "op " + std::to_string(i)) + ": shm and pairwise differ"; });
 }
 
+// Random all-to-alls, eight in flight at a time: per pair a block of none, a few or up to 9000
+// floats (in the slot or above it), each rank's output in shared memory or not (drawn per op
+// and rank, so that some peers write into it and others are read), by split sizes or through
+// the pooled layout (columns, or contiguous blocks); each result as the pairwise exchange's.
+// Every rank draws the same numbers.
+void random_ops_in_flight(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  std::mt19937_64 rng(20261201);
+  const SingleCopyBytes before = single_copy_bytes();
+  const uint64_t shm_runs = runs(g, Collective::AllToAll, Algorithm::SharedMemory);
+  struct Split {
+    Tensor in, out;
+    std::vector<int64_t> in_splits, out_splits;
+  };
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Split> by_shm, by_pairwise;
+    std::vector<Pooled> laid_shm, laid_pairwise;
+    for (int i = 0; i < 8; ++i) {
+      const bool shared_output = (rng() >> me) & 1;
+      if (i % 2 == 1) {
+        const int64_t B = static_cast<int64_t>(1 + rng() % 600);
+        const int64_t D = static_cast<int64_t>(1 + rng() % 24);
+        const bool shared_input = rng() % 2 == 0, columns = rng() % 2 == 0;
+        laid_shm.push_back(pooled(g, B, D, shared_input, shared_output, columns));
+        laid_pairwise.push_back(pooled(g, B, D, false, false, columns));
+        continue;
+      }
+      // rows[s][r]: what rank s sends rank r.
+      std::vector<std::vector<int64_t>> rows(W, std::vector<int64_t>(W, 0));
+      for (auto& from : rows)
+        for (int64_t& n : from) {
+          const uint64_t kind = rng() % 4;
+          n = kind == 0 ? 0 : static_cast<int64_t>(rng() % (kind == 1 ? 50 : 9000));
+        }
+      auto make = [&](bool shared) {
+        Split o;
+        for (int r = 0; r < W; ++r) {
+          o.in_splits.push_back(rows[me][r]);
+          o.out_splits.push_back(rows[r][me]);
+        }
+        o.in = ferry::empty({sum_of(o.in_splits)});
+        for (int64_t k = 0; k < o.in.numel(); ++k)
+          o.in.set_flat(k, 1e6 * me + 1000.0 * round + static_cast<double>(k));
+        o.out = shared ? ferry::empty_shared({sum_of(o.out_splits)})
+                       : ferry::empty({sum_of(o.out_splits)});
+        o.out.fill_(-1.0);
+        return o;
+      };
+      by_shm.push_back(make(shared_output));
+      by_pairwise.push_back(make(false));
+    }
+    {
+      ScopedAlgorithm o("all_to_all:pairwise");
+      for (Split& s : by_pairwise)
+        ferry::all_to_all_single(s.in, s.out, s.out_splits, s.in_splits, g).wait();
+      for (Pooled& p : laid_pairwise)
+        ferry::all_to_all_single(p.input, p.send, p.output, p.recv, g).wait();
+    }
+    {
+      ScopedAlgorithm o("all_to_all:shm");
+      std::vector<Work> works;
+      for (size_t i = 0; i < by_shm.size(); ++i) {
+        Split& s = by_shm[i];
+        works.push_back(ferry::all_to_all_single(s.in, s.out, s.out_splits, s.in_splits, g));
+        Pooled& p = laid_shm[i];
+        works.push_back(ferry::all_to_all_single(p.input, p.send, p.output, p.recv, g));
+      }
+      for (Work& w : works) w.wait();
+    }
+    for (size_t i = 0; i < by_shm.size(); ++i) {
+      const std::string w = where(g, "round " + std::to_string(round) + ", op " +
+                                         std::to_string(i));
+      ctx.expect(same_bytes(by_shm[i].out, by_pairwise[i].out),
+                 [&] { return w + " (split sizes): shm and pairwise differ"; });
+      ctx.expect(same_bytes(laid_shm[i].output, laid_pairwise[i].output),
+                 [&] { return w + " (laid out): shm and pairwise differ"; });
+    }
+  }
+  // Across the group, some blocks were written by their senders and some read by their
+  // receivers (unless the ranks cannot read each other's memory: no shm ran then).
+  if (runs(g, Collective::AllToAll, Algorithm::SharedMemory) == shm_runs) return;
+  const SingleCopyBytes after = single_copy_bytes();
+  Tensor moved = ferry::full({2}, 0.0, ferry::DType::Float64);
+  moved.set_flat(0, static_cast<double>(after.written - before.written));
+  moved.set_flat(1, static_cast<double>((after.mapped - before.mapped) +
+                                        (after.by_kernel - before.by_kernel)));
+  ferry::all_reduce(moved, g).wait();
+  ctx.expect(moved.get_flat(0) > 0 && moved.get_flat(1) > 0, [&] {
+    return where(g, "the random ops") + ": expected bytes both written and read across the "
+                                         "group; given " +
+           std::to_string(moved.get_flat(0)) + " written, " + std::to_string(moved.get_flat(1)) +
+           " read";
+  });
+}
+
 bool add(const char* name, void (*body)(Group&, Ctx&)) {
   return register_spmd_case(name, "[shm]", body, not_one_host);
 }
@@ -220,6 +317,9 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
         laid_out_blocks_written_or_read) &&
     add("shm: laid-out all_to_alls in flight past the segment's depth, written, read and in "
         "slots",
-        ops_in_flight);
+        ops_in_flight) &&
+    add("shm: random all_to_alls in flight, outputs shared on some ranks, against the pairwise "
+        "exchange",
+        random_ops_in_flight);
 
 }  // namespace
