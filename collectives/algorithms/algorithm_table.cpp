@@ -99,13 +99,22 @@ constexpr size_t kStaged = 8 * 1024;
 // automatic choice; docs/transports.md). Without MPI's collectives (UCX), shm at every size:
 // all_gather 8 B 1.72-2.00 of MPICH's time against the ring's 2.36-2.38, 64 KiB to 16 MiB
 // 0.54-1.00 against 1.00-1.73; broadcast at or below the tree (1 MiB 65-68 us against 98-132).
-// With them, all_gather up to 4 MiB of output (8 B 1.84-2.30 of MPICH's time against the
-// persistent request's 2.28-2.52, 64 KiB 0.53-0.63 against the exchange's 0.80-0.82, 1 MiB
-// 0.86-0.96 against 1.03-1.23; at 16 MiB the two swap places from run to run), and broadcast
-// above the persistent request's 8 KiB up to 1 MiB (64 KiB 5.1-5.4 us against the exchange's
-// 5.8-6.2; 1 MiB 62-65 us against 70-75 when timed alone, 120-130 against 69-106 beside
-// all_gather: the least sure row; at 8 B the persistent request is faster, 1.07 us against
-// 1.24, and from 2 MiB the exchange is at par or ahead).
+// With them, all_gather at every size (8 B 1.84-2.30 of MPICH's time against the persistent
+// request's 2.28-2.52, 64 KiB 0.53-0.63 against the exchange's 0.80-0.82, 1 MiB 0.86-0.96
+// against 1.03-1.23), and broadcast above the persistent request's 8 KiB (64 KiB 5.1-5.4 us
+// against the exchange's 5.8-6.2; 1 MiB 62-65 us against 70-75 when timed alone; at 8 B the
+// persistent request is faster, 1.07 us against 1.24). Above 4 MiB of all_gather output and
+// 1 MiB of broadcast these rows were the exchange's until the large gather wrote into shared
+// outputs: forced, alternated, medians of 3 rounds, out / in place in us, private tensors then
+// shared ones (ferry-bench --op all_gather --sizes 16M,64M --memory both), 2 ranks: 16 MiB
+// shm 872 / 374 against the exchange's 909 / 378, shared 740 / 250 against 1792 / 809; 64 MiB
+// 4859 / 2118 against 4907 / 2142, shared 4765 / 2562 against 7474 / 5796 (2 more runs each
+// gave the same order); on 4 ranks (2 cores) 16 MiB at par private
+// (2710-2898 / 1936-2086 against 2647-3162 / 2090-2201), shared 3086-3263 / 2373-2437 against
+// 4979-6521 / 4033-4285. Broadcast in place, 2 ranks: 2 MiB 89-90 against 93-95 us (shared
+// 44-45 against 172-173), 16 MiB 960-982 against 1052 (shared 869-926 against 2772-2976); 4
+// ranks against MPI's call: 2 MiB 275-303 against 610-2439, 16 MiB 2168-2507 against
+// 3929-4292 (shared 3242-3628 against 8992-11700).
 //
 // reduce_scatter and reduce (the same runs with --op reduce_scatter,reduce): with MPI's
 // collectives shm at every size (reduce_scatter 8 B 1.18-1.34 of MPICH's time against the
@@ -134,8 +143,6 @@ constexpr size_t kStaged = 8 * 1024;
 // (medians 0.57-0.87 of the ring's time), at 64 and 256 KiB 0.70-0.79, at par at 4 KiB.
 // Timings on simulated hosts: docs/hosts.md.
 constexpr size_t kShmSlotBytes = 16 * 1024;  // collectives/shm/shm_layout.h's kSlotBytes
-constexpr size_t kShmGatherMpi = size_t{4} << 20;  // all of the output: an in_all row
-constexpr size_t kShmBroadcastMpi = size_t{1} << 20;
 using A = Algorithm;
 constexpr Rule kShmAny{kAnyBytes, kAnyRanks, A::SharedMemory, 1, false, true};
 constexpr Rule kHierarchicalAny{kAnyBytes, kAnyRanks, A::Hierarchical, 1, false, false, true};
@@ -163,7 +170,7 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // reduce_scatter
     {{kShmAny, kHierarchicalAny, {kAnyBytes, kAnyRanks, A::Ring}},
-     {{kShmGatherMpi, kAnyRanks, A::SharedMemory, 1, true, true},
+     {kShmAny,
       {kStaged, kAnyRanks, A::Persistent, 1, true},
       {kAnyBytes, 4, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_gather
@@ -174,7 +181,7 @@ constexpr std::array<Automatic, kCollectiveCount> kAutomaticRules = {{
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // all_to_all
     {{kShmAny, {kAnyBytes, kAnyRanks, A::Tree}},
      {{kStaged, kAnyRanks, A::Persistent},
-      {kShmBroadcastMpi, kAnyRanks, A::SharedMemory, 1, false, true},
+      kShmAny,
       {kAnyBytes, 2, A::Exchange, 2},
       {kAnyBytes, kAnyRanks, A::Native}}},                                    // broadcast
     {{{kAnyBytes, kAnyRanks, A::Linear}}, {{kAnyBytes, kAnyRanks, A::Native}}},  // gather

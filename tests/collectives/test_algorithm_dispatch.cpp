@@ -438,21 +438,20 @@ TEST_CASE("algorithm table: the automatic choice for ranks on one host", "[algor
       {C::AllToAll, 8 << 10, 2, S, S},
       {C::AllToAll, (8 << 10) + 1, 2, S, S},
       {C::AllToAll, 4 << 20, 8, S, S},
-      // all_gather asks per rank's input; with MPI's collectives shm up to 4 MiB of output.
+      // all_gather (per rank's input): shm at every size, with or without MPI's collectives.
       {C::AllGather, 8, 2, S, S},
       {C::AllGather, 2 << 20, 2, S, S},
-      {C::AllGather, (2 << 20) + 1, 2, S, A::Exchange},
-      {C::AllGather, 1 << 20, 4, S, S},
-      {C::AllGather, (1 << 20) + 1, 4, S, A::Exchange},
-      {C::AllGather, 4 << 20, 8, S, A::Native},
-      // broadcast: with MPI's collectives, the persistent request up to 8 KiB, shm to 1 MiB.
+      {C::AllGather, (2 << 20) + 1, 2, S, S},
+      {C::AllGather, (1 << 20) + 1, 4, S, S},
+      {C::AllGather, 4 << 20, 8, S, S},
+      // broadcast: with MPI's collectives, the persistent request up to 8 KiB, shm above.
       {C::Broadcast, 8, 2, S, A::Persistent},
       {C::Broadcast, 8 << 10, 3, S, A::Persistent},
       {C::Broadcast, (8 << 10) + 1, 3, S, S},
       {C::Broadcast, 64 << 10, 2, S, S},
       {C::Broadcast, 1 << 20, 8, S, S},
-      {C::Broadcast, (1 << 20) + 1, 2, S, A::Exchange},
-      {C::Broadcast, 4 << 20, 3, S, A::Native},
+      {C::Broadcast, (1 << 20) + 1, 2, S, S},
+      {C::Broadcast, 16 << 20, 3, S, S},
       // reduce_scatter (per rank's whole input): shm at every size, with or without MPI's
       // collectives.
       {C::ReduceScatter, 8, 2, S, S},
