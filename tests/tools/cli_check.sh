@@ -62,7 +62,7 @@ for tool in "$@"; do
         "$tool"
       expect 0 "^barrier  *native|persistent|dissemination|shm  *shm if ranks on one host; else dissemination  *shm if ranks on one host; else persistent; else native  *-" \
         "$tool"
-      expect 0 "^broadcast  *native|persistent|exchange|tree|shm  *shm if ranks on one host; else tree  *persistent if <= 8 KiB; shm if <= 1 MiB and ranks on one host; exchange if 2 ranks; else native  *native" \
+      expect 0 "^broadcast  *native|persistent|exchange|tree|shm  *shm if ranks on one host; else tree  *persistent if <= 8 KiB; shm if ranks on one host; exchange if 2 ranks; else native  *native" \
         env FERRY_ALGO=broadcast:native "$tool"
       # Switched off, a way's rows leave the automatic choice.
       expect 0 "^barrier  *native|persistent|dissemination|shm  *shm if ranks on one host; else dissemination  *shm if ranks on one host; else native  *-" \
