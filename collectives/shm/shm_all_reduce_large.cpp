@@ -21,12 +21,6 @@
 namespace ferry::detail::shm {
 namespace {
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
 // Chunks of the reduction: two of them (the running sum and the next rank's piece) stay in a
 // core's 2 MiB L2 with room to spare.
 constexpr size_t kChunkBytes = 256 * 1024;

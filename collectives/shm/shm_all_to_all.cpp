@@ -12,7 +12,6 @@
 #include <ferry/runtime/log.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include <sys/uio.h>
@@ -145,6 +144,12 @@ bool in_arena(const BlockRef& b) {
   return total == 0 || in_shared_arena(b.runs.base + lo, hi - lo);
 }
 
+// Whether a block its sender published as `sent` is written by the sender into its receiver,
+// which published `to` for it (else the receiver reads it): plain to both ranks.
+bool written_by_sender(const Block& sent, const RecvPlace& to) {
+  return sent.bytes > 0 && sent.run_count != kInSlot && to.accepts == 1;
+}
+
 // Copies the bytes of `from` into `to` (as many), piece by piece, with streaming stores; the
 // caller fences them (stream_fence) before it tells anyone they are there.
 void stream_runs(const ByteRunsRef& from, const ByteRunsRef& to) {
@@ -157,12 +162,6 @@ void stream_runs(const ByteRunsRef& from, const ByteRunsRef& to) {
     f.advance(n);
     t.advance(n);
   }
-}
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
 }
 
 // Block `b`'s bytes (`bytes` of them), one after the other at `to`.
@@ -405,8 +404,7 @@ void GroupShm::read_all_to_all(const Pending& p) {
     const RecvPlace* theirs = recv_places(slot(r)->data[b], parts, w);
     for (size_t part = 0; part < parts && r != rank_; ++part) {
       const Block& sent = mine[part * w + static_cast<size_t>(r)];
-      if (sent.bytes > 0 && sent.run_count != kInSlot && theirs[part * w + me].accepts == 1)
-        push_bytes += sent.bytes;
+      if (written_by_sender(sent, theirs[part * w + me])) push_bytes += sent.bytes;
     }
   }
   const bool streaming = push_bytes > 0 && push_stores_.of(push_bytes, false).next_streaming();
@@ -424,18 +422,16 @@ void GroupShm::read_all_to_all(const Pending& p) {
         if (from.bytes > 0) copy_own(p.blocks->send(part, r), to);
         continue;
       }
-      // Who moves a block is plain to both ranks from what they published: its sender writes
-      // it where its receiver accepts it and it did not travel in the sender's slot; else
-      // its receiver reads it.
+      // Its sender writes a block where its receiver accepts it and it did not travel in the
+      // sender's slot; else its receiver reads it.
       const Block& sent = mine[part * w + peer];
-      if (sent.bytes > 0 && sent.run_count != kInSlot && theirs[part * w + me].accepts == 1) {
+      if (written_by_sender(sent, theirs[part * w + me])) {
         const uint64_t start = now_ns();
         write_block(r, theirs[part * w + me], p.blocks->send(part, r), p, streaming);
         push_ns += now_ns() - start;
       }
-      const bool written_here =
-          from.run_count != kInSlot && accepted_here[part * w + peer].accepts == 1;
-      if (from.bytes > 0 && !written_here) read_block(r, from, to, p);
+      if (from.bytes > 0 && !written_by_sender(from, accepted_here[part * w + peer]))
+        read_block(r, from, to, p);
     }
   }
   if (streaming) stream_fence();

@@ -22,6 +22,7 @@
 // did change show within kSamples ops. Either kind gives the same bytes.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,6 +35,13 @@ void stream_copy(void* to, const void* from, size_t bytes);
 // stream_copy without the fence, for many pieces in a row; stream_fence() after the last.
 void stream_copy_unfenced(void* to, const void* from, size_t bytes);
 void stream_fence();
+
+// A steady clock's nanoseconds, for the times a chooser records.
+inline uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 
 class StoreChooser {
  public:

@@ -53,7 +53,8 @@ Tensor placed(const Tensor& t, bool shared) {
 
 // How a collective's ranks move bytes between processes: each reads its peers' buffers
 // (Pull); a gather's ranks write their blocks into the peers' outputs that are shared and read
-// the other blocks (Push); a broadcast from rank 0 is a gather in which only the root has a
+// the other blocks (Push), as an all_to_all's do, each of which sends a block (Exchange); a
+// broadcast from rank 0 is a gather in which only the root has a
 // block (Root); a reduce's ranks read their slices of every input, and the root reads the
 // others' finished slices from memory their ops hold, unless they wrote them into its output
 // (ToRoot).
@@ -106,7 +107,6 @@ std::vector<Call> calls(int W) {
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp op) {
          ferry::reduce(in, g.rank() == 0 ? out : Tensor(), 0, g, op).wait();
        }},
-      // Each block written by its sender into a shared output, else read by its receiver.
       {"all_to_all", "single", "pairwise", Collective::AllToAll, kCount / W * W, Moves::Exchange,
        [](const Tensor& in, Tensor& out, const Group& g, ReduceOp) {
          ferry::all_to_all_single(in.narrow(0, 0, out.numel()), out, g).wait();
@@ -119,33 +119,27 @@ enum class Want { No, Yes, Either };
 
 bool meets(Want want, bool taken) { return want == Want::Either || taken == (want == Want::Yes); }
 
-const char* describe(Want want) {
-  return want == Want::Yes ? "yes" : want == Want::No ? "no" : "either";
-}
-
+const char* describe(Want w) { return w == Want::Yes ? "yes" : w == Want::No ? "no" : "either"; }
 Want want(bool yes) { return yes ? Want::Yes : Want::No; }
 
 // Whether rank `me` of `W` moves bytes to or from its peers by mapping (first) and reads
-// through the kernel (second), every rank's buffers shared or only rank 0's. A gather's rank
-// accepts writes into its output only when its op was started at issue, which an op queued
-// behind the one before it is not (a matter of timing): so whether a peer wrote its block or
-// the rank read it is known only where no shared output could take the write.
+// through the kernel (second), every rank's buffers shared or only rank 0's. A rank accepts
+// writes into its output only when its op started at issue, which an op queued behind the
+// one before it did not (timing): whether a peer wrote its block or the rank read it is
+// known only where no shared output could take the write.
 std::pair<Want, Want> expected_ways(Moves moves, int me, int W, bool only_rank_0) {
   switch (moves) {
     case Moves::Pull:
       return {want(!only_rank_0 || me != 0), want(only_rank_0 && (me == 0 || W > 2))};
+    case Moves::Exchange:
+      // Every output shared: each rank moves its own block to every peer by mapping at least.
+      if (!only_rank_0) return {Want::Yes, Want::No};
+      [[fallthrough]];
     case Moves::Push:
       // Every output shared: each block moves by mapping, written or read, though a rank whose
       // peers all wrote to it while none accepted its own block moves nothing itself.
       if (!only_rank_0) return {Want::Either, Want::No};
       // Rank 0's peers write to it or it reads theirs; they read its block and each other's.
-      if (me == 0) return {Want::No, Want::Either};
-      return {Want::Yes, want(W > 2)};
-    case Moves::Exchange:
-      // Every rank writes into every shared output, or reads by mapping where its op did not
-      // accept (queued). Only rank 0's shared: its peers write into it, or it reads their
-      // private blocks; they read its block by mapping and each other's through the kernel.
-      if (!only_rank_0) return {Want::Yes, Want::No};
       if (me == 0) return {Want::No, Want::Either};
       return {Want::Yes, want(W > 2)};
     case Moves::ToRoot:
