@@ -82,8 +82,7 @@ AsyncRequest<Variable> launch(const Variable& x, std::vector<int64_t> output_spl
                               std::vector<int64_t> input_splits, const Group& group) {
   auto op = std::make_shared<AllToAllSingleOp>(group, std::move(output_splits),
                                                std::move(input_splits));
-  return launch_async(std::move(op), {x}).transform<Variable>(
-      [](std::vector<Variable> outputs) { return outputs[0]; });
+  return launch_async_first(std::move(op), {x});
 }
 
 }  // namespace

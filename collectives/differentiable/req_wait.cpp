@@ -222,23 +222,31 @@ class DroppedWaitFunction final : public RequestNode {
   }
 };
 
-// What the Awaitable of a request holds: its wait, and what to do when it is dropped unwaited.
+// What the Awaitable of a request holds (its shared state holds the handle itself: one
+// block per request): its wait, and what to do when it is dropped unwaited. Moved only into
+// that state; a moved-from handle has no placeholder and does nothing when destroyed.
 class RequestHandle {
  public:
   RequestHandle(std::shared_ptr<ReqWaitCore> core, Variable placeholder, DType dtype)
       : core_(std::move(core)), placeholder_(std::move(placeholder)), dtype_(dtype) {}
-  RequestHandle(const RequestHandle&) = delete;
-  RequestHandle& operator=(const RequestHandle&) = delete;
+  RequestHandle(RequestHandle&&) = default;
+  RequestHandle& operator=(RequestHandle&&) = delete;
+
+  const std::shared_ptr<ReqWaitCore>& core() const { return core_; }
 
   std::vector<Variable> wait() {
     FERRY_CHECK(!waited_, InvalidArgument, core_->op().describe(),
                 ": this request was waited for already; a request is waited for once (its "
                 "wait records the node that completes the collective), so keep the outputs of "
                 "the first wait");
-    detail::ScopedSpare<std::vector<Variable>> inputs;  // the thread's list: none allocated
-    inputs->push_back(placeholder_);
-    std::vector<Variable> outputs =
-        ferry::apply(detail::make_pooled<WaitFunction>(core_, dtype_), *inputs);
+    std::vector<Variable> outputs;
+    if (!placeholder_.defined()) {
+      outputs = unrecorded_wait();
+    } else {
+      detail::ScopedSpare<std::vector<Variable>> inputs;  // the thread's list: none allocated
+      inputs->push_back(placeholder_);
+      outputs = ferry::apply(detail::make_pooled<WaitFunction>(core_, dtype_), *inputs);
+    }
     waited_ = true;
     placeholder_ = Variable();
     return outputs;
@@ -262,10 +270,44 @@ class RequestHandle {
   }
 
  private:
+  // The wait of a request whose Req node was not recorded: its Wait node would record nothing
+  // either (its one input, the placeholder, is undefined), so the wait is run as apply() runs
+  // an unrecorded node, without the node: the outputs as variables that require no grad.
+  std::vector<Variable> unrecorded_wait() {
+    std::vector<Tensor> values;
+    {
+      NoGradGuard no_grad;
+      values = core_->wait();
+    }
+    std::vector<Variable> outputs = detail::VariableListSpares::take();
+    outputs.reserve(values.size());
+    for (Tensor& t : values) outputs.push_back(t.defined() ? Variable(std::move(t)) : Variable());
+    values.clear();
+    detail::TensorListSpares::give(std::move(values));
+    return outputs;
+  }
+
   std::shared_ptr<ReqWaitCore> core_;
   Variable placeholder_;
   DType dtype_;
   bool waited_ = false;
+};
+
+// The awaitables' waits: every output, or the one output of a one-output op (its emptied
+// list handed back to the thread's spares).
+struct AllOutputs {
+  RequestHandle handle;
+  std::vector<Variable> operator()() { return handle.wait(); }
+};
+struct FirstOutput {
+  RequestHandle handle;
+  Variable operator()() {
+    std::vector<Variable> outputs = handle.wait();
+    Variable first = std::move(outputs.at(0));
+    outputs.clear();
+    detail::VariableListSpares::give(std::move(outputs));
+    return first;
+  }
 };
 
 DType placeholder_dtype(const std::vector<Variable>& inputs) {
@@ -275,19 +317,43 @@ DType placeholder_dtype(const std::vector<Variable>& inputs) {
   return DType::Float32;
 }
 
-}  // namespace
-
-AsyncRequest<std::vector<Variable>> launch_async(std::shared_ptr<ReqWaitOp> op,
-                                                 const std::vector<Variable>& inputs) {
+// Runs the Req step and returns the handle. A launch that records nothing (no input requires
+// grad, or grad mode is off) calls the op as apply() would call the Req node, without the node:
+// its placeholder would be undefined anyway.
+RequestHandle launch_handle(std::shared_ptr<ReqWaitOp> op, const std::vector<Variable>& inputs) {
   FERRY_CHECK(op != nullptr, InvalidArgument, "launch_async: the op is null");
   // The request's objects come from the thread's pools (object_pool.h): a call makes and drops
   // the same few every time.
   auto core = detail::make_pooled<ReqWaitCore>(std::move(op));
   const DType dtype = placeholder_dtype(inputs);
+  if (!detail::should_record(inputs)) {
+    detail::ScopedSpare<std::vector<Tensor>> values;
+    values->reserve(inputs.size());
+    for (const Variable& v : inputs) values->push_back(v.defined() ? v.value() : Tensor());
+    NoGradGuard no_grad;
+    core->launch(*values);
+    return RequestHandle(std::move(core), Variable(), dtype);
+  }
   Variable req = detail::apply_first(detail::make_pooled<ReqFunction>(core, dtype), inputs);
-  auto handle = detail::make_pooled<RequestHandle>(core, std::move(req), dtype);
+  return RequestHandle(std::move(core), std::move(req), dtype);
+}
+
+}  // namespace
+
+AsyncRequest<std::vector<Variable>> launch_async(std::shared_ptr<ReqWaitOp> op,
+                                                 const std::vector<Variable>& inputs) {
+  RequestHandle handle = launch_handle(std::move(op), inputs);
+  std::shared_ptr<ReqWaitCore> core = handle.core();
   return AsyncRequest<std::vector<Variable>>(
-      Awaitable<std::vector<Variable>>([handle] { return handle->wait(); }), std::move(core));
+      Awaitable<std::vector<Variable>>(AllOutputs{std::move(handle)}), std::move(core));
+}
+
+AsyncRequest<Variable> launch_async_first(std::shared_ptr<ReqWaitOp> op,
+                                          const std::vector<Variable>& inputs) {
+  RequestHandle handle = launch_handle(std::move(op), inputs);
+  std::shared_ptr<ReqWaitCore> core = handle.core();
+  return AsyncRequest<Variable>(Awaitable<Variable>(FirstOutput{std::move(handle)}),
+                                std::move(core));
 }
 
 }  // namespace ferry

@@ -124,4 +124,9 @@ class AsyncRequest : public Awaitable<T> {
 AsyncRequest<std::vector<Variable>> launch_async(std::shared_ptr<ReqWaitOp> op,
                                                  const std::vector<Variable>& inputs);
 
+// launch_async for an op with one output: wait() gives that output (as transform would, in one
+// shared state instead of two).
+AsyncRequest<Variable> launch_async_first(std::shared_ptr<ReqWaitOp> op,
+                                          const std::vector<Variable>& inputs);
+
 }  // namespace ferry

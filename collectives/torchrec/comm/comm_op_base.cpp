@@ -93,10 +93,8 @@ Awaitable<std::vector<Variable>> run_comm_op(std::shared_ptr<TorchrecCommOp> op,
 
 Awaitable<Variable> run_comm_op_single(std::shared_ptr<TorchrecCommOp> op,
                                        const std::vector<Variable>& inputs) {
-  const bool sync = get_use_sync_collectives();
-  Awaitable<std::vector<Variable>> all = run(std::move(op), inputs, sync);
-  if (sync) return NoWait<Variable>(first_of(all.wait()));
-  return Awaitable<Variable>([all]() mutable { return first_of(all.wait()); });
+  if (!get_use_sync_collectives()) return launch_async_first(std::move(op), inputs);
+  return NoWait<Variable>(first_of(run(std::move(op), inputs, true).wait()));
 }
 
 void check_input(const Variable& x, const Group& group, const char* op) {
