@@ -8,10 +8,6 @@
 
 namespace ferry {
 
-size_t dtype_size(DType t) {
-  return visit_dtype(t, []<class T>() { return sizeof(T); });
-}
-
 const char* dtype_name(DType t) {
   switch (t) {
     case DType::Float32: return "float32";

@@ -19,7 +19,8 @@ inline constexpr DType kAllDTypes[] = {DType::Float32, DType::Float64, DType::Fl
                                        DType::BFloat16, DType::Int32, DType::Int64,
                                        DType::UInt8};
 
-size_t dtype_size(DType t);
+// Inline: every tensor's size in bytes asks it, several times per collective.
+inline size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "float32", "float64", "float16", "bfloat16", "int32", ...
 // Parses the names dtype_name produces (also "f32", "fp16", "bf16", ... short forms);
 // throws InvalidArgument for anything else.
@@ -50,6 +51,10 @@ decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::UInt8: return f.template operator()<uint8_t>();
   }
   return f.template operator()<float>();  // unreachable: every enumerator is handled above
+}
+
+inline size_t dtype_size(DType t) {
+  return visit_dtype(t, []<class T>() { return sizeof(T); });
 }
 
 }  // namespace ferry

@@ -106,23 +106,17 @@ Tensor Tensor::from_blob(void* data, Shape shape, DType dtype) {
 }
 
 void Tensor::check_defined(const char* what) const {
-  FERRY_CHECK(defined(), InvalidArgument, what, ": the tensor is undefined");
+  if (!defined()) undefined(what);
+}
+
+void Tensor::undefined(const char* what) const {
+  FERRY_THROW(InvalidArgument, what, ": the tensor is undefined");
 }
 
 void Tensor::check_dtype(DType wanted, const char* what) const {
   check_defined(what);
   FERRY_CHECK(dtype_ == wanted, InvalidArgument, what, ": tensor has dtype ", dtype_name(dtype_),
               " but ", dtype_name(wanted), " was requested");
-}
-
-DType Tensor::dtype() const {
-  check_defined("Tensor::dtype");
-  return dtype_;
-}
-
-const Shape& Tensor::shape() const {
-  check_defined("Tensor::shape");
-  return shape_;
 }
 
 int64_t Tensor::dim() const {
@@ -137,18 +131,6 @@ int64_t Tensor::size(int64_t d) const {
               " is out of range for a tensor of rank ", rank, " ", shape_str(shape_));
   return shape_[static_cast<size_t>(d < 0 ? d + rank : d)];
 }
-
-int64_t Tensor::numel() const {
-  check_defined("Tensor::numel");
-  return shape_numel(shape_);
-}
-
-size_t Tensor::element_size() const {
-  check_defined("Tensor::element_size");
-  return dtype_size(dtype_);
-}
-
-size_t Tensor::nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
 
 void* Tensor::raw_data() {
   check_defined("Tensor::raw_data");

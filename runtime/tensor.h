@@ -47,14 +47,30 @@ class Tensor {
   // exists. No copy is made.
   static Tensor from_blob(void* data, Shape shape, DType dtype);
 
+  // The accessors a collective asks many times per call are inline (each was a call into the
+  // library); on an undefined tensor they throw, as every accessor does.
   bool defined() const { return storage_ != nullptr; }
-  DType dtype() const;
-  const Shape& shape() const;
+  DType dtype() const {
+    if (!defined()) undefined("Tensor::dtype");
+    return dtype_;
+  }
+  const Shape& shape() const {
+    if (!defined()) undefined("Tensor::shape");
+    return shape_;
+  }
   int64_t dim() const;
   int64_t size(int64_t d) const;  // negative d counts from the back
-  int64_t numel() const;
-  size_t element_size() const;
-  size_t nbytes() const;  // numel() * element_size()
+  int64_t numel() const {
+    if (!defined()) undefined("Tensor::numel");
+    int64_t n = 1;
+    for (int64_t d : shape_) n *= d;
+    return n;
+  }
+  size_t element_size() const {
+    if (!defined()) undefined("Tensor::element_size");
+    return dtype_size(dtype_);
+  }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
 
   void* raw_data();
   const void* raw_data() const;
@@ -130,6 +146,7 @@ class Tensor {
  private:
   Tensor(std::shared_ptr<detail::Storage> storage, size_t offset, Shape shape, DType dtype);
   void check_defined(const char* what) const;
+  [[noreturn]] void undefined(const char* what) const;  // throws InvalidArgument
   void check_dtype(DType wanted, const char* what) const;
 
   std::shared_ptr<detail::Storage> storage_;

@@ -27,21 +27,22 @@ size_t check_layouts(const detail::Validator& v, const Tensor& t,
     v.fail(detail::str(name, " must hold one layout per rank (", world, "), given ",
                        layouts.size()));
   size_t own = 0;
+  const int64_t numel = t.numel();
   for (size_t k = 0; k < layouts.size(); ++k) {
     for (size_t i = 0; i < layouts[k].size(); ++i) {
       const StridedRun& r = layouts[k][i];
       auto bad = [&](const char* what) {
         v.fail(detail::str(name, "[", k, "][", i, "] = {offset ", r.offset, ", count ", r.count,
                            ", length ", r.length, ", stride ", r.stride, "}: ", what,
-                           " (the tensor has ", t.numel(), " elements)"));
+                           " (the tensor has ", numel, " elements)"));
       };
       if (r.offset < 0 || r.count < 0 || r.length < 0 || r.stride < 0)
         bad("every field must be >= 0");
       if (r.count == 0 || r.length == 0) continue;
       // The last piece ends at offset + (count - 1) * stride + length; compared in steps that
       // cannot overflow for any int64 fields.
-      const int64_t room = t.numel() - r.offset;
-      if (r.offset > t.numel() || r.length > room ||
+      const int64_t room = numel - r.offset;
+      if (r.offset > numel || r.length > room ||
           (r.count > 1 && r.stride > 0 && (room - r.length) / r.stride < r.count - 1))
         bad("it reaches past the end of the tensor");
       if (k == static_cast<size_t>(rank))
