@@ -197,7 +197,7 @@ const Automatic& automatic_rules(Collective c) { return kAutomaticRules[static_c
 // The algorithms each collective has: the transport's own ways first, then point-to-point.
 const std::vector<Algorithm>& algorithms_of(Collective c) {
   static const std::array<std::vector<Algorithm>, kCollectiveCount> table = {{
-      {A::Native, A::Persistent, A::Exchange, A::Ring, A::Tree, A::RecursiveDoubling, A::Direct,
+      {A::Native, A::Persistent, A::Exchange, A::Ring, A::RecursiveDoubling, A::Direct,
        A::SharedMemory, A::Hierarchical},
       {A::Native, A::Tree, A::SharedMemory},
       {A::Native, A::Persistent, A::Exchange, A::Ring, A::SharedMemory, A::Hierarchical},

@@ -81,9 +81,6 @@ void tree_broadcast(OpContext& ctx, char* buf, size_t bytes, int root);
 // `out` receives the reduction on root; elsewhere it is ignored (may be null).
 void tree_reduce(OpContext& ctx, const char* in, char* out, size_t count, int root,
                  const ReduceSpec& spec);
-// tree_reduce to rank 0, then tree_broadcast; `out` may be `in`.
-void tree_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
-                     const ReduceSpec& spec);
 
 // ---- recursive doubling (log2(W) exchange rounds of the whole payload; the latency-optimal
 // all_reduce for small payloads) ----

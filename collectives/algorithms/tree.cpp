@@ -59,14 +59,4 @@ void tree_reduce(OpContext& ctx, const char* in, char* out, size_t count, int ro
   ctx.wait_all();
 }
 
-void tree_all_reduce(OpContext& ctx, const char* in, char* out, size_t count,
-                     const ReduceSpec& spec) {
-  // Non-roots pass `out` too: tree_reduce only writes `out` on the root, and the broadcast then
-  // fills it everywhere. When out == in on the root, the reduction writes over the input it has
-  // already read (combine reads a and b before writing each element).
-  tree_reduce(ctx, in, out, count, 0, spec);
-  ctx.next_phase();
-  tree_broadcast(ctx, out, count * spec.elem_bytes(), 0);
-}
-
 }  // namespace ferry::detail

@@ -257,7 +257,6 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
             native_all_reduce(ctx.group(), algo, in, out, count, a.spec.dtype, a.spec.op),
             {input, output});
         break;
-      case Algorithm::Tree: detail::tree_all_reduce(ctx, in, out, count, a.spec); break;
       case Algorithm::Direct: detail::direct_all_reduce(ctx, in, out, count, a.spec); break;
       case Algorithm::RecursiveDoubling:
         detail::recursive_doubling_all_reduce(ctx, in, out, count, a.spec);

@@ -124,7 +124,7 @@ TEST_CASE("config: numbers are plain decimals; hex, inf, nan, blanks and signs a
 
 TEST_CASE("config: FERRY_ALGO gives each collective at most one algorithm", "[config]") {
   const ferry::Collective ar = ferry::Collective::AllReduce;
-  ferry::set_algorithm_override("all_reduce:tree");
+  ferry::set_algorithm_override("all_reduce:direct");
   try {
     ferry::set_algorithm_override("all_reduce:ring,all_reduce:recursive_doubling");
     FAIL("two algorithms for all_reduce were accepted");
@@ -135,7 +135,7 @@ TEST_CASE("config: FERRY_ALGO gives each collective at most one algorithm", "[co
     CHECK(msg.find("'all_reduce:recursive_doubling'") != std::string::npos);
   }
   // A refused spec changes nothing.
-  CHECK(ferry::choose_algorithm(ar, 1 << 20, 4, false) == ferry::Algorithm::Tree);
+  CHECK(ferry::choose_algorithm(ar, 1 << 20, 4, false) == ferry::Algorithm::Direct);
   CHECK_THROWS_AS(
       ferry::set_algorithm_override("all_reduce:ring,broadcast:tree,all_reduce:direct"),
       ferry::InvalidArgument);

@@ -55,7 +55,7 @@ for tool in "$@"; do
       # The table: per collective its algorithms and both automatic choices (without and with
       # collectives of the transport's own); an override shows.
       # shm (shared memory) first, for ranks that share a host.
-      expect 0 "^all_reduce  *native|persistent|exchange|ring|tree|recursive_doubling|direct|shm|hierarchical  *shm if ranks on one host; direct if <= 4 KiB" \
+      expect 0 "^all_reduce  *native|persistent|exchange|ring|recursive_doubling|direct|shm|hierarchical  *shm if ranks on one host; direct if <= 4 KiB" \
         "$tool"
       # The hierarchical all_reduce, for ranks on several hosts some of which hold several.
       expect 0 "^all_reduce .*; hierarchical if ranks on several hosts, some sharing one; else ring " \
