@@ -310,10 +310,11 @@ class QueuedBlocks final : public detail::shm::AllToAllBlocks, public detail::Po
 };
 
 // Every part's blocks, numbered [part][side][rank] (side 0 sends, 1 receives; see the two
-// functions below), and the parts' tensors kept, inputs and outputs in turn.
-QueuedBlocks queued_blocks(const PartRef* parts, size_t num_parts, int world) {
+// functions below), and, when `keep`, the parts' tensors kept, inputs and outputs in turn (an
+// op started at issue has its Work keep them instead).
+QueuedBlocks queued_blocks(const PartRef* parts, size_t num_parts, int world, bool keep = true) {
   QueuedBlocks blocks(num_parts, world);
-  for (size_t p = 0; p < num_parts; ++p) {
+  for (size_t p = 0; keep && p < num_parts; ++p) {
     blocks.keep(parts[p].input);
     blocks.keep(parts[p].output);
   }
@@ -497,8 +498,8 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   };
   // Where the ranks cannot read each other's memory, the pairwise exchange over the same context.
   auto post_shm = [&](std::unique_ptr<OpContext> ctx) -> std::unique_ptr<detail::InFlight> {
-    std::unique_ptr<detail::shm::AllToAllBlocks> blocks =
-        std::make_unique<QueuedBlocks>(queued_blocks(parts, num_parts, group.size()));
+    std::unique_ptr<detail::shm::AllToAllBlocks> blocks = std::make_unique<QueuedBlocks>(
+        queued_blocks(parts, num_parts, group.size(), /*keep=*/false));
     if (auto started = detail::shm::post_all_to_all(ctx, blocks)) {
       for (size_t p = 0; p < num_parts; ++p) Tensor(parts[p].output).bump_version();
       return started;
