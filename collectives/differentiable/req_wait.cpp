@@ -9,7 +9,9 @@
 #include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/small_vector.h>
 
+#include <array>
 #include <cstddef>
+#include <iterator>
 #include <mutex>
 
 namespace ferry {
@@ -154,8 +156,15 @@ class RequestNode : public Function {
 
  protected:
   // The placeholder linking the Req node to the nodes that consume it: one element of a
-  // floating dtype, so that it can carry a (meaningless) gradient back to the Req node.
-  Tensor placeholder() const { return zeros({1}, dtype_); }
+  // floating dtype, so that it can carry a (meaningless) gradient back to the Req node. One
+  // per dtype and thread, shared by every request: nothing writes a placeholder (its value is
+  // never read, and the tape sums gradients out of place), so none is allocated per call.
+  Tensor placeholder() const {
+    static thread_local std::array<Tensor, std::size(kAllDTypes)> kept;
+    Tensor& t = kept[static_cast<size_t>(dtype_)];
+    if (!t.defined()) t = zeros({1}, dtype_);
+    return t;
+  }
   // The placeholder (or nothing) as a node's one result, in a list from this thread's spares:
   // the tape hands such lists back, so a call allocates none.
   std::vector<Tensor> placeholder_list(bool with_placeholder) const {

@@ -60,6 +60,10 @@ Tensor permute_segments(const Tensor& rows, int64_t d, const std::vector<int64_t
 struct SequencePlan {
   std::vector<int64_t> lengths;  // lengths_after_sparse_data_all2all's values
   bool permuted = false;         // the lists below hold a permutation
+  // forward_recat and backward_recat hold a pair already checked (a permutation and its
+  // inverse): a call whose recat tensors hold the same values skips the checks. torchrec's
+  // SequenceEmbeddingsAllToAll makes its recat tensors once and passes them every batch.
+  bool recat_checked = false;
   std::vector<int64_t> forward_recat, backward_recat;
   std::vector<int64_t> segment_rows;           // before the forward permutation
   std::vector<int64_t> permuted_segment_rows;  // after it (torchrec's permuted lengths)
@@ -198,21 +202,36 @@ void read_permutation(const Tensor& recat, const char* name, int64_t n, const Gr
   }
 }
 
+// Whether integer tensor `t` holds exactly `values`.
+bool holds(const Tensor& t, const std::vector<int64_t>& values) {
+  if (!t.defined() || !is_integer(t) || t.numel() != static_cast<int64_t>(values.size()))
+    return false;
+  if (t.dtype() == DType::Int64)
+    return std::equal(values.begin(), values.end(), t.data<int64_t>());
+  return std::equal(values.begin(), values.end(), t.data<int32_t>());
+}
+
 // The plan's permutation, from the info and plan.lengths, for an input of `rows` rows.
 void read_segment_permutation(const All2AllSequenceInfo& info, int64_t rows, const Group& group,
                               SequencePlan& plan) {
   const int64_t n = info.forward_recat_tensor.numel();
-  read_permutation(info.forward_recat_tensor, "forward_recat_tensor", n, group,
-                   plan.forward_recat, plan.scratch);
-  FERRY_CHECK(info.backward_recat_tensor.defined(), InvalidArgument, where(kSequence, group),
-              ": forward_recat_tensor is given but backward_recat_tensor is not");
-  read_permutation(info.backward_recat_tensor, "backward_recat_tensor", n, group,
-                   plan.backward_recat, plan.scratch);
-  for (int64_t q = 0; q < n; ++q) {
-    FERRY_CHECK(plan.backward_recat[plan.forward_recat[q]] == q, InvalidArgument,
-                where(kSequence, group), ": backward_recat_tensor ", list_str(plan.backward_recat),
-                " is not the inverse of forward_recat_tensor ", list_str(plan.forward_recat),
-                " (the backward would not be the forward's transpose)");
+  if (!plan.recat_checked || !holds(info.forward_recat_tensor, plan.forward_recat) ||
+      !holds(info.backward_recat_tensor, plan.backward_recat)) {
+    plan.recat_checked = false;
+    read_permutation(info.forward_recat_tensor, "forward_recat_tensor", n, group,
+                     plan.forward_recat, plan.scratch);
+    FERRY_CHECK(info.backward_recat_tensor.defined(), InvalidArgument, where(kSequence, group),
+                ": forward_recat_tensor is given but backward_recat_tensor is not");
+    read_permutation(info.backward_recat_tensor, "backward_recat_tensor", n, group,
+                     plan.backward_recat, plan.scratch);
+    for (int64_t q = 0; q < n; ++q) {
+      FERRY_CHECK(plan.backward_recat[plan.forward_recat[q]] == q, InvalidArgument,
+                  where(kSequence, group), ": backward_recat_tensor ",
+                  list_str(plan.backward_recat), " is not the inverse of forward_recat_tensor ",
+                  list_str(plan.forward_recat),
+                  " (the backward would not be the forward's transpose)");
+    }
+    plan.recat_checked = true;
   }
   const std::vector<int64_t>& len = plan.lengths;
   if (info.variable_batch_size) {
