@@ -45,10 +45,25 @@ class Shape {
     assign(first, last);
   }
 
-  Shape(const Shape& other) { assign(other.begin(), other.end()); }
+  // A shape of up to kInline dims is copied as its whole inline array, a few moves with no
+  // call: tensors are copied tens of times per collective.
+  Shape(const Shape& other) {
+    if (other.heap_) {
+      assign(other.begin(), other.end());
+    } else {
+      std::copy(std::begin(other.inline_), std::end(other.inline_), inline_);
+      size_ = other.size_;
+    }
+  }
   Shape(Shape&& other) noexcept { take(std::move(other)); }
   Shape& operator=(const Shape& other) {
-    if (this != &other) assign(other.begin(), other.end());
+    if (this == &other) return *this;
+    if (other.heap_ || heap_) {
+      assign(other.begin(), other.end());
+    } else {
+      std::copy(std::begin(other.inline_), std::end(other.inline_), inline_);
+      size_ = other.size_;
+    }
     return *this;
   }
   Shape& operator=(Shape&& other) noexcept {
@@ -143,7 +158,12 @@ class Shape {
   }
 
   friend bool operator==(const Shape& a, const Shape& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+    if (a.size_ != b.size_) return false;
+    const int64_t* x = a.data();
+    const int64_t* y = b.data();
+    for (size_t i = 0; i < a.size_; ++i)  // a few dims: no call into memcmp
+      if (x[i] != y[i]) return false;
+    return true;
   }
   friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
   friend bool operator<(const Shape& a, const Shape& b) {
@@ -167,7 +187,7 @@ class Shape {
     } else {
       heap_.reset();
       capacity_ = kInline;
-      std::copy(other.inline_, other.inline_ + other.size_, inline_);
+      std::copy(std::begin(other.inline_), std::end(other.inline_), inline_);
     }
     size_ = other.size_;
     other.capacity_ = kInline;

@@ -88,8 +88,6 @@ size_t checked_narrow_dim(const char* op, const Shape& shape, int64_t dim, int64
 
 }  // namespace
 
-Tensor::Tensor() = default;
-
 Tensor::Tensor(std::shared_ptr<detail::Storage> storage, size_t offset, Shape shape, DType dtype)
     : storage_(std::move(storage)), offset_(offset), shape_(std::move(shape)), dtype_(dtype) {}
 
@@ -119,17 +117,9 @@ void Tensor::check_dtype(DType wanted, const char* what) const {
               " but ", dtype_name(wanted), " was requested");
 }
 
-int64_t Tensor::dim() const {
-  check_defined("Tensor::dim");
-  return static_cast<int64_t>(shape_.size());
-}
-
-int64_t Tensor::size(int64_t d) const {
-  check_defined("Tensor::size");
-  const int64_t rank = dim();
-  FERRY_CHECK(d >= -rank && d < rank, InvalidArgument, "Tensor::size: dim ", d,
-              " is out of range for a tensor of rank ", rank, " ", shape_str(shape_));
-  return shape_[static_cast<size_t>(d < 0 ? d + rank : d)];
+void Tensor::size_out_of_range(int64_t d) const {
+  FERRY_THROW(InvalidArgument, "Tensor::size: dim ", d, " is out of range for a tensor of rank ",
+              dim(), " ", shape_str(shape_));
 }
 
 void* Tensor::raw_data() {

@@ -41,7 +41,7 @@ struct Storage;
 
 class Tensor {
  public:
-  Tensor();  // an undefined tensor: defined() is false, every other accessor throws
+  Tensor() = default;  // an undefined tensor: defined() is false, every other accessor throws
 
   // Wraps memory the caller owns; the caller keeps it alive and contiguous while any view of it
   // exists. No copy is made.
@@ -58,8 +58,16 @@ class Tensor {
     if (!defined()) undefined("Tensor::shape");
     return shape_;
   }
-  int64_t dim() const;
-  int64_t size(int64_t d) const;  // negative d counts from the back
+  int64_t dim() const {
+    if (!defined()) undefined("Tensor::dim");
+    return static_cast<int64_t>(shape_.size());
+  }
+  int64_t size(int64_t d) const {  // negative d counts from the back
+    if (!defined()) undefined("Tensor::size");
+    const auto rank = static_cast<int64_t>(shape_.size());
+    if (d < -rank || d >= rank) size_out_of_range(d);
+    return shape_[static_cast<size_t>(d < 0 ? d + rank : d)];
+  }
   int64_t numel() const {
     if (!defined()) undefined("Tensor::numel");
     int64_t n = 1;
@@ -147,6 +155,7 @@ class Tensor {
   Tensor(std::shared_ptr<detail::Storage> storage, size_t offset, Shape shape, DType dtype);
   void check_defined(const char* what) const;
   [[noreturn]] void undefined(const char* what) const;  // throws InvalidArgument
+  [[noreturn]] void size_out_of_range(int64_t d) const;  // throws InvalidArgument
   void check_dtype(DType wanted, const char* what) const;
 
   std::shared_ptr<detail::Storage> storage_;

@@ -59,11 +59,14 @@ Tensor permute_segments(const Tensor& rows, int64_t d, const std::vector<int64_t
 // building them anew cost about twenty allocations per call.
 struct SequencePlan {
   std::vector<int64_t> lengths;  // lengths_after_sparse_data_all2all's values
-  bool permuted = false;         // the lists below hold a permutation
+  bool permuted = false;         // the lists below hold a permutation that moves something
   // forward_recat and backward_recat hold a pair already checked (a permutation and its
   // inverse): a call whose recat tensors hold the same values skips the checks. torchrec's
   // SequenceEmbeddingsAllToAll makes its recat tensors once and passes them every batch.
   bool recat_checked = false;
+  // The checked recat is 0, 1, 2, ...: segments stay in place (torchrec's recat for one
+  // feature per rank), so the op moves them as if it had none.
+  bool recat_identity = false;
   std::vector<int64_t> forward_recat, backward_recat;
   std::vector<int64_t> segment_rows;           // before the forward permutation
   std::vector<int64_t> permuted_segment_rows;  // after it (torchrec's permuted lengths)
@@ -231,6 +234,8 @@ void read_segment_permutation(const All2AllSequenceInfo& info, int64_t rows, con
                   list_str(plan.forward_recat),
                   " (the backward would not be the forward's transpose)");
     }
+    plan.recat_identity = true;
+    for (int64_t q = 0; q < n; ++q) plan.recat_identity &= plan.forward_recat[q] == q;
     plan.recat_checked = true;
   }
   const std::vector<int64_t>& len = plan.lengths;
@@ -254,7 +259,7 @@ void read_segment_permutation(const All2AllSequenceInfo& info, int64_t rows, con
   plan.permuted_segment_rows.clear();
   for (int64_t q = 0; q < n; ++q)
     plan.permuted_segment_rows.push_back(plan.segment_rows[plan.forward_recat[q]]);
-  plan.permuted = true;
+  plan.permuted = !plan.recat_identity;
 }
 
 // The info read and checked into a plan from this thread's spares.
