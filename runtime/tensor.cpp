@@ -297,7 +297,8 @@ Tensor Tensor::reshape(Shape shape) const {
 
 Tensor Tensor::flatten() const {
   check_defined("Tensor::flatten");
-  return reshape({numel()});
+  if (shape_.size() == 1) return *this;  // the same view (a codec-less pass flattens each block)
+  return Tensor(storage_, offset_, Shape{numel()}, dtype_);
 }
 
 Tensor Tensor::select(int64_t index) const {
