@@ -11,8 +11,8 @@
 //
 // Two processes (this one and a child) on a shared mapping, each pinned to one of two CPUs: the
 // child reads buffer X whenever it is its turn; the parent times its write of X right after the
-// child read it, and its write of Y, which the child never reads. Both spin on a flag while they
-// wait, with a deadline, so run it on two otherwise idle CPUs.
+// child read it, and its write of Y, which the child never reads. Each waits for the other's
+// turn on a flag (a short spin, then yielding), with a deadline; run it on two idle CPUs.
 #include "tools/cli/args.h"
 
 #include <sched.h>
@@ -61,10 +61,13 @@ bool choose_cpus(Options& o) {
   return o.cpu_a >= 0 && o.cpu_b >= 0 && o.cpu_a != o.cpu_b;
 }
 
-// Spins until `turn` holds `want`; false at the deadline.
+// Waits until `turn` holds `want`; false at the deadline. Spins a little (the other side
+// answers within microseconds when it has its CPU), then yields at every look, so a CPU shared
+// with other work is not held.
 bool await(const std::atomic<int>& turn, int want, Clock::time_point deadline) {
   for (int i = 0;; ++i) {
     if (turn.load(std::memory_order_acquire) == want) return true;
+    if (i >= 4096) sched_yield();
     if ((i & 1023) == 0 && Clock::now() >= deadline) return false;
   }
 }
