@@ -212,14 +212,7 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
   input_values.clear();
   detail::ThreadSpares<std::vector<Tensor>, 8>::give(std::move(input_values));
 
-  if (!recording) {
-    std::vector<Variable> plain = detail::VariableListSpares::take();
-    plain.reserve(outputs.size());
-    for (Tensor& t : outputs) plain.push_back(t.defined() ? Variable(std::move(t)) : Variable());
-    outputs.clear();
-    detail::TensorListSpares::give(std::move(outputs));
-    return plain;
-  }
+  if (!recording) return detail::plain_variables(std::move(outputs));
 
   for (const Tensor& t : ctx->to_save_)
     ctx->saved_.push_back(detail::save_argument(fn.get(), t, inputs, outputs));
@@ -243,6 +236,15 @@ std::vector<Variable> apply(std::shared_ptr<Function> fn, const std::vector<Vari
 }
 
 namespace detail {
+
+std::vector<Variable> plain_variables(std::vector<Tensor> values) {
+  std::vector<Variable> plain = VariableListSpares::take();
+  plain.reserve(values.size());
+  for (Tensor& t : values) plain.push_back(t.defined() ? Variable(std::move(t)) : Variable());
+  values.clear();
+  TensorListSpares::give(std::move(values));
+  return plain;
+}
 
 Variable apply_first(std::shared_ptr<Function> fn, const std::vector<Variable>& inputs) {
   std::vector<Variable> outputs = ferry::apply(std::move(fn), inputs);

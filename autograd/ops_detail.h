@@ -31,6 +31,9 @@ using TensorListSpares = ThreadSpares<std::vector<Tensor>, 8>;
 // The variable lists the same way: connect() makes its outputs' list from these, and callers
 // that take only the first output (apply_first) hand it back.
 using VariableListSpares = ThreadSpares<std::vector<Variable>>;
+// An unrecorded call's results as variables that require no grad (undefined stay undefined), in
+// a list from VariableListSpares; `values`' emptied list goes to TensorListSpares.
+std::vector<Variable> plain_variables(std::vector<Tensor> values);
 // apply(fn, inputs)[0], the list of outputs handed back to VariableListSpares.
 Variable apply_first(std::shared_ptr<Function> fn, const std::vector<Variable>& inputs);
 

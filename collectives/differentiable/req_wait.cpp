@@ -288,12 +288,7 @@ class RequestHandle {
       NoGradGuard no_grad;
       values = core_->wait();
     }
-    std::vector<Variable> outputs = detail::VariableListSpares::take();
-    outputs.reserve(values.size());
-    for (Tensor& t : values) outputs.push_back(t.defined() ? Variable(std::move(t)) : Variable());
-    values.clear();
-    detail::TensorListSpares::give(std::move(values));
-    return outputs;
+    return detail::plain_variables(std::move(values));
   }
 
   std::shared_ptr<ReqWaitCore> core_;
