@@ -36,11 +36,48 @@ char* contiguous_span(const ByteRunsRef& l) {
   return only->count == 1 || only->stride == only->block ? l.base + only->offset : nullptr;
 }
 
+// The pieces of a strided run (a column block of a row-major matrix: an embedding table's
+// columns in a pooled all-to-all's output) are copied last first when they are short. Copying
+// upwards, the hardware prefetcher also fetches the lines between the pieces, which nobody
+// touches; downwards it does not. Measured on one core of this project's AMD EPYC host, 512 KiB
+// in pieces of 256 B every 512 B: 13.3 us upwards, 10.6 downwards, as one contiguous memcpy of
+// the same bytes; 2 MiB: 58 against 49. Beyond 2 MiB per run, and for pieces above 256 B, the
+// order made no difference or downwards was the slower.
+constexpr size_t kDescendingMaxPiece = 256;
+constexpr size_t kDescendingMaxBytes = size_t{2} << 20;
+// Pieces shorter than this are copied inline, 32 bytes at a time, not by a call to memcpy each:
+// at 64 B pieces the calls took twice the bytes' copy (512 KiB every 128 B: 22.4 us against
+// 11.1, and 10.4 for one memcpy), and downwards was faster at every size measured (up to 8 MiB).
+constexpr size_t kInlineMaxPiece = 127;
+
+// `n` bytes, n <= kInlineMaxPiece.
+inline void copy_short(char* to, const char* from, size_t n) {
+  size_t k = 0;
+  for (; k + 32 <= n; k += 32) __builtin_memcpy(to + k, from + k, 32);
+  if (k < n) std::memcpy(to + k, from + k, n - k);
+}
+
+// `count` pieces of `block` bytes, `stride` apart at `p` and packed at `span`, last first.
+template <bool kIntoLayout>
+void copy_pieces_downwards(char* p, char* span, size_t block, size_t stride, size_t count) {
+  p += (count - 1) * stride;
+  span += (count - 1) * block;
+  for (size_t j = 0; j < count; ++j, p -= stride, span -= block) {
+    char* to = kIntoLayout ? p : span;
+    const char* from = kIntoLayout ? span : p;
+    if (block <= kInlineMaxPiece) {
+      copy_short(to, from, block);
+    } else {
+      std::memcpy(to, from, block);
+    }
+  }
+}
+
 // Copies between a layout and one contiguous span, a run at a time. The common shapes (a column
 // block of a row-major matrix, a list of segments) have one side contiguous; this loop keeps a
 // piece's address in registers, where the general walk recomputes it through the run list after
 // every memcpy (which may alias it). At 128-byte pieces the walk took 2.4x a plain memcpy of the
-// same bytes; this takes about 1.3x.
+// same bytes.
 template <bool kIntoLayout>
 void copy_span(const ByteRunsRef& l, char* span) {
   for (const ByteRun& r : std::span(l.runs, l.count)) {
@@ -54,6 +91,12 @@ void copy_span(const ByteRunsRef& l, char* span) {
       continue;
     }
     const size_t block = r.block, stride = r.stride;
+    if (block <= kInlineMaxPiece ||
+        (block <= kDescendingMaxPiece && r.count * block <= kDescendingMaxBytes)) {
+      copy_pieces_downwards<kIntoLayout>(p, span, block, stride, r.count);
+      span += r.count * block;
+      continue;
+    }
     for (size_t j = 0; j < r.count; ++j, p += stride, span += block) {
       if constexpr (kIntoLayout) std::memcpy(p, span, block);
       else std::memcpy(span, p, block);

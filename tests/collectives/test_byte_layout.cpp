@@ -93,3 +93,26 @@ TEST_CASE("byte layouts copy, pack and unpack every byte in order", "[byte_layou
     CHECK(unpacked == want_unpacked);
   }
 }
+
+TEST_CASE("strided pieces of every length copy to and from one span", "[byte_layout]") {
+  // Short pieces are copied inline and last first, middling ones by memcpy last first, long
+  // ones first first (byte_layout.cpp): each length on each side of those bounds, both ways.
+  for (size_t block : {1, 16, 31, 32, 33, 64, 100, 127, 128, 200, 256, 257, 1000}) {
+    for (size_t count : {1, 2, 7}) {
+      const size_t stride = block * 2 + 3, bytes = block * count;
+      std::vector<char> packed(bytes), strided((count - 1) * stride + block + 5, 0);
+      for (size_t i = 0; i < bytes; ++i) packed[i] = static_cast<char>(1 + (i * 7 + block) % 250);
+      const ByteLayout columns{strided.data(), {ByteRun{2, count, block, stride}}};
+      std::vector<char> want(strided.size(), 0);
+      for (size_t j = 0; j < count; ++j)
+        std::copy_n(packed.data() + j * block, block, want.data() + 2 + j * stride);
+
+      ferry::unpack_layout(packed.data(), columns);
+      INFO(count << " pieces of " << block << " B");
+      CHECK(strided == want);
+      std::vector<char> back(bytes, 0);
+      ferry::pack_layout(columns, back.data());
+      CHECK(back == packed);
+    }
+  }
+}
