@@ -2,6 +2,7 @@
 
 #include <ferry/runtime/config.h>
 #include <ferry/runtime/error.h>
+#include <ferry/runtime/huge_arena.h>
 #include <ferry/runtime/shared_arena.h>
 
 #include <cstdint>
@@ -82,9 +83,15 @@ void* map_huge(size_t bytes) {
 }
 #endif
 
+// Blocks of 128 KiB up to 2 MiB share huge pages in the huge page arena (huge_arena.h).
+bool in_huge_arena(size_t bytes) {
+  return bytes >= detail::kHugeArenaMinBytes && bytes < detail::kHugeMinBytes && huge_blocks();
+}
+
 void* allocate(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (mapped_huge(bytes)) return map_huge(bytes);
+  if (in_huge_arena(bytes)) return detail::acquire_huge_arena_block(bytes);
 #endif
   return ::operator new(bytes, kAlign);
 }
@@ -95,6 +102,7 @@ void deallocate(void* block, size_t bytes) {
     ::munmap(block, mapped_length(bytes));
     return;
   }
+  if (in_huge_arena(bytes)) return detail::release_huge_arena_block(block, bytes);
 #endif
   ::operator delete(block, kAlign);
 }
@@ -400,6 +408,7 @@ bool kept_small(size_t nbytes) {
 void release_cached_blocks() {
   detail::release_free_shared_pages();  // the shared arena's free blocks, likewise
   cache().clear();
+  detail::release_free_huge_arena_pages();  // and the huge page arena's, the cache's included
   small_depot().clear();
   if (SmallBlocks::state() == SmallBlocks::State::kAlive) small_blocks().clear();
 }

@@ -20,7 +20,7 @@ std::optional<FreeRanges::Place> FreeRanges::take(size_t bytes) {
   return at;
 }
 
-void FreeRanges::give(Place at, size_t bytes) {
+FreeRanges::Range FreeRanges::give(Place at, size_t bytes) {
   std::map<size_t, size_t>& ranges = by_offset_[at.region];
   size_t offset = at.offset;
   auto next = ranges.lower_bound(offset);
@@ -37,6 +37,7 @@ void FreeRanges::give(Place at, size_t bytes) {
     erase(at.region, next);
   }
   add(at.region, offset, bytes);
+  return Range{Place{at.region, offset}, bytes};
 }
 
 void FreeRanges::add(size_t region, size_t offset, size_t bytes) {

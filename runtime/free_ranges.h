@@ -21,8 +21,14 @@ class FreeRanges {
   void add_region(size_t region, size_t bytes);
   // The start of the smallest free range that holds `bytes` (its rest stays free), or none.
   std::optional<Place> take(size_t bytes);
+  // A free range: where it starts and its bytes.
+  struct Range {
+    Place at;
+    size_t bytes;
+  };
   // Gives back `bytes` at `at`, taken before; merged with the free ranges on either side.
-  void give(Place at, size_t bytes);
+  // Returns the free range it is now part of.
+  Range give(Place at, size_t bytes);
   // Free ranges, in all regions (tests).
   size_t ranges() const { return by_size_.size(); }
   // Calls f(region, offset, bytes) for every free range.
