@@ -24,8 +24,9 @@
 // time (memcpy and the reductions also miss the TLB less; docs/benchmarks.md). Blocks of
 // 128 KiB up to 2 MiB share huge pages, carved from the regions of the huge page arena
 // (huge_arena.h) rather than each rounded up to one: the same ops on two MPI ranks' ordinary
-// tensors took 0.55-0.75x the time at 128 KiB-1 MiB (1 MiB all_gather 42 -> 23 us in place,
-// all_to_all 54 -> 34, reduce_scatter 58 -> 36, all_reduce 113 -> 75 out of place).
+// tensors took 0.52-1.0x the time at 128 KiB-1 MiB, most rows 0.6-0.75x (1 MiB all_gather 41
+// -> 21 us in place, all_to_all 57 -> 36, reduce_scatter 59 -> 36, all_reduce 117 -> 75 out of
+// place).
 //
 //   FERRY_HOST_CACHE_MB  the most the cache holds, in MiB (default 256; 0 turns it off, and
 //                        the small blocks' lists too)
