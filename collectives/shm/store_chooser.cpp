@@ -51,15 +51,20 @@ void stream_copy_unfenced(void* to, const void* from, size_t bytes) {
 
 bool StoreChooser::next_streaming() {
   const uint32_t op = ops_++;
-  // Each kind once first; then the kind in use, and the other at one op in kTryEvery.
+  // Each kind until it has a cost first; then the kind in use, and the other for the last
+  // kTryRun ops of every kTryEvery.
   if (recorded_[0] == 0) return false;
   if (recorded_[1] == 0) return true;
   if (cost(!streaming_) < kSwitchBelow * cost(streaming_)) streaming_ = !streaming_;
-  return op % kTryEvery == kTryEvery - 1 ? !streaming_ : streaming_;
+  return op % kTryEvery >= kTryEvery - kTryRun ? !streaming_ : streaming_;
 }
 
 void StoreChooser::record(bool streaming, uint64_t ns, size_t bytes) {
   if (bytes == 0) return;
+  const bool after_same_kind = ran_ && ran_streaming_ == streaming;
+  ran_ = true;
+  ran_streaming_ = streaming;
+  if (!after_same_kind) return;
   const int k = streaming ? 1 : 0;
   samples_[k][recorded_[k]++ % kSamples] = static_cast<double>(ns) / static_cast<double>(bytes);
 }

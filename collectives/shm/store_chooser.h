@@ -15,11 +15,17 @@
 // the peer's read). The placement can change while a process runs, and nothing tells a
 // process which one it is on, so the choice is measured: the kind in use stays while the
 // other has not been clearly faster lately (kSwitchBelow of its cost), and the other is tried
-// at one op in kTryEvery to notice when the costs swap; for each size (in powers of two) and
-// form (in place or not) apart, since a cost per byte holds for one of them only. A kind's
-// cost is the least of its last kSamples ops: a preemption, or a turn of another rank on the
-// same core, only ever makes an op slower, so one slow op decides nothing, where costs that
-// did change show within kSamples ops. Either kind gives the same bytes.
+// for kTryRun ops in a row in every kTryEvery to notice when the costs swap; for each size (in
+// powers of two) and form (in place or not) apart, since a cost per byte holds for one of them
+// only. A kind's cost is the least of its last kSamples ops: a preemption, or a turn of another
+// rank on the same core, only ever makes an op slower, so one slow op decides nothing, where
+// costs that did change show within kSamples ops. Only an op that follows one of the same kind
+// counts: the first after a change of kind pays for, or profits from, where the last op's
+// stores left the lines (in memory after streaming ones, in a cache after ordinary ones), which
+// the kind's own ops in a row do not; counted, a try of ordinary stores after a run of
+// streaming ones looked faster than it was, and the kinds took turns (a 1 MiB pooled
+// all-to-all's writes into its peers' columns: a third of the ops streamed, at the cost of
+// the slower kind throughout). Either kind gives the same bytes.
 #pragma once
 
 #include <chrono>
@@ -46,12 +52,14 @@ inline uint64_t now_ns() {
 class StoreChooser {
  public:
   static constexpr uint32_t kTryEvery = 32;
+  static constexpr uint32_t kTryRun = 2;
   static constexpr double kSwitchBelow = 0.8;
   static constexpr int kSamples = 4;
 
   // Whether the next op writes with streaming stores.
   bool next_streaming();
-  // One op's time for `bytes` with the kind of stores `streaming` says.
+  // One op's time for `bytes` with the kind of stores `streaming` says; the ops of a size and
+  // form are recorded in the order they were chosen (counted only after one of the same kind).
   void record(bool streaming, uint64_t ns, size_t bytes);
   // The cost per byte that decides, for each kind (0: not measured yet).
   double cost(bool streaming) const;
@@ -61,6 +69,8 @@ class StoreChooser {
   uint32_t recorded_[2] = {0, 0};
   uint32_t ops_ = 0;
   bool streaming_ = false;  // the kind in use
+  bool ran_ = false;        // an op was recorded, of the kind below
+  bool ran_streaming_ = false;
 };
 
 // A StoreChooser per size class and form of an op.
