@@ -29,19 +29,22 @@ TEST_CASE("make_pooled: a dropped object's block is reused by the next one of it
           "[object_pool]") {
   std::thread([] {
     CHECK(pool_blocks_kept() == 0);
+    // The first object may bring a batch of blocks from the depot with it, when an earlier case
+    // left some there: counted from after it.
     auto a = make_pooled<Payload>();
     a->words[3] = 7;
     const void* where = a.get();
+    const size_t kept = pool_blocks_kept();
     a.reset();
     if (kBypassed) {
       CHECK(pool_blocks_kept() == 0);
       return;
     }
-    CHECK(pool_blocks_kept() == 1);
+    CHECK(pool_blocks_kept() == kept + 1);
     auto b = make_pooled<Payload>();
     CHECK(static_cast<const void*>(b.get()) == where);
     CHECK(b->words[3] == 0);  // constructed afresh
-    CHECK(pool_blocks_kept() == 0);
+    CHECK(pool_blocks_kept() == kept);
   }).join();
 }
 

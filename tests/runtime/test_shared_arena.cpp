@@ -164,14 +164,14 @@ TEST_CASE("a freed block is handed out again for its size; kept blocks merge bef
   detail::release_shared_block(b, 100000);
   detail::release_shared_block(c, 20000);
   // The whole first chunk asked for, every block freed: the kept blocks go back to the free
-  // ranges first, merged with their neighbours, and the arena does not grow. (The file's
-  // earlier cases free what they take and make no second chunk; a later one does.)
+  // ranges first, merged with their neighbours, and the arena does not grow. In the file's
+  // order the first chunk is the only one, and the block is that chunk; run after a case that
+  // made a larger chunk (Catch's --order rand), the block may come from that one instead.
   REQUIRE(detail::shared_bytes_in_use() == 0);
-  REQUIRE(chunks == 1);
   const size_t whole_chunk = detail::shared_chunk(0).bytes;
   void* whole = detail::acquire_shared_block(whole_chunk, "test");
-  CHECK(detail::shared_chunk_count() == 1);
-  CHECK(whole == reinterpret_cast<void*>(detail::shared_chunk(0).address));
+  CHECK(detail::shared_chunk_count() == chunks);
+  if (chunks == 1) CHECK(whole == reinterpret_cast<void*>(detail::shared_chunk(0).address));
   detail::release_shared_block(whole, whole_chunk);
 }
 
