@@ -66,27 +66,13 @@ size_t mapped_length(size_t bytes) { return (bytes + kPageBytes - 1) / kPageByte
 // `bytes` of zeroed memory starting on a huge page boundary. The mapping is the block's own
 // length (its last part, short of a huge page, stays in small pages: rounding it up would cost
 // up to 78% more memory in the 2.25 MiB class, and the cache's limit counts blocks' bytes).
-// Without huge pages to be had (THP off, none free) the kernel gives small ones.
-void* map_huge(size_t bytes) {
-  const size_t length = mapped_length(bytes);
-  const size_t span = length + detail::kHugePageBytes - kPageBytes;  // room to align the start
-  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t first = (start + detail::kHugePageBytes - 1) & ~(detail::kHugePageBytes - 1);
-  if (first > start) ::munmap(p, first - start);
-  if (const size_t tail = start + span - (first + length); tail > 0)
-    ::munmap(reinterpret_cast<void*>(first + length), tail);
-  void* block = reinterpret_cast<void*>(first);
-  (void)::madvise(block, length, MADV_HUGEPAGE);  // refused (old kernel): small pages, no harm
-  return block;
-}
-#endif
+void* map_huge(size_t bytes) { return detail::map_on_huge_pages(mapped_length(bytes)); }
 
 // Blocks of 128 KiB up to 2 MiB share huge pages in the huge page arena (huge_arena.h).
 bool in_huge_arena(size_t bytes) {
   return bytes >= detail::kHugeArenaMinBytes && bytes < detail::kHugeMinBytes && huge_blocks();
 }
+#endif
 
 void* allocate(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)

@@ -102,17 +102,7 @@ class HugeArena {
   // size so far (a process has a few), starting on a huge page. mu_ held.
   void grow(size_t size) {
     const size_t bytes = std::max({round_up(size, kHugePageBytes), kMinHugeRegion, total_});
-    const size_t span = bytes + kHugePageBytes - kPageBytes;  // room to align the start
-    void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    const auto start = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t first = round_up(start, kHugePageBytes);
-    if (first > start) ::munmap(p, first - start);
-    if (const size_t tail = start + span - (first + bytes); tail > 0)
-      ::munmap(reinterpret_cast<void*>(first + bytes), tail);
-#ifdef MADV_HUGEPAGE
-    (void)::madvise(reinterpret_cast<void*>(first), bytes, MADV_HUGEPAGE);  // refused: small pages
-#endif
+    const auto first = reinterpret_cast<uintptr_t>(map_on_huge_pages(bytes));
     free_.add_region(regions_.size(), bytes);
     regions_.push_back(Region{first, bytes});
     total_ += bytes;
@@ -133,6 +123,21 @@ class HugeArena {
 };
 
 }  // namespace
+
+void* map_on_huge_pages(size_t length) {
+  const size_t span = length + kHugePageBytes - kPageBytes;  // room to align the start
+  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = round_up(start, kHugePageBytes);
+  if (first > start) ::munmap(p, first - start);
+  if (const size_t tail = start + span - (first + length); tail > 0)
+    ::munmap(reinterpret_cast<void*>(first + length), tail);
+#ifdef MADV_HUGEPAGE
+  (void)::madvise(reinterpret_cast<void*>(first), length, MADV_HUGEPAGE);  // refused: small pages
+#endif
+  return reinterpret_cast<void*>(first);
+}
 
 void* acquire_huge_arena_block(size_t nbytes) { return HugeArena::get().acquire(nbytes); }
 

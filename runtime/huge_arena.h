@@ -33,6 +33,11 @@ void* acquire_huge_arena_block(size_t nbytes);
 // Gives back a block acquire_huge_arena_block returned for the same `nbytes`.
 void release_huge_arena_block(void* block, size_t nbytes);
 
+// `length` bytes (whole pages) of zeroed private memory starting on a huge page boundary and
+// marked for transparent huge pages; where the kernel has none to give (THP off, none free),
+// small pages. Unmapped with munmap. Throws std::bad_alloc when it cannot be mapped.
+void* map_on_huge_pages(size_t length);
+
 // Bytes of blocks handed out and not given back, and of the regions mapped (tests).
 size_t huge_arena_bytes_in_use();
 size_t huge_arena_region_bytes();

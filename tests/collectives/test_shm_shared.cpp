@@ -194,15 +194,14 @@ void shared_matches_other(Group& world, Ctx& ctx, bool only_rank_0) {
         const std::string w = where(g, call.name) + " " + call.form + " " +
                               ferry::dtype_name(dt) + " " + ferry::reduce_op_name(op);
         expect_as_other(ctx, g, w, call.c, ran, by_shm, by_other, call.other);
-        // A 16-bit reduce runs on float32 copies in the group's scratch, in shared memory
-        // whatever the caller's tensors (private_16_bit_moves); the all_reduce and reduce_scatter
-        // read the caller's tensors as for other dtypes. A reduce's average runs on the group's
-        // worker, the others' slices in memory the op holds, which the root reads by the kernel.
+        // A 16-bit reduce runs on float32 copies in the group's scratch, shared whatever the
+        // caller's tensors (private_16_bit_moves; all_reduce and reduce_scatter read the
+        // caller's); a reduce's average runs on the worker, on slices read through the kernel.
         if (call.c == Collective::Reduce && ferry::detail::accumulation_dtype(dt) != dt) continue;
         if (call.c == Collective::Reduce && op == ReduceOp::Avg) continue;
         const bool mapped = after.mapped + after.written > before.mapped + before.written;
         const bool by_kernel = after.by_kernel > before.by_kernel;
-        // (Structured bindings are captured by name: clang before 16 cannot capture them.)
+        // The bindings are captured by name: clang before 16 cannot capture them.
         ctx.expect(meets(by_mapping, mapped) && meets(by_kernel_wanted, by_kernel),
                    [&, by_mapping = by_mapping, by_kernel_wanted = by_kernel_wanted] {
           return w + ": expected bytes by mapping " + describe(by_mapping) +
