@@ -49,6 +49,19 @@ Storage::~Storage() {
     release_block(data_, nbytes_ == 0 ? kAlignment : nbytes_);
 }
 
+std::shared_ptr<Storage> move_to_fresh_memory(Storage& s) noexcept {
+  if (!s.owned_ || s.nbytes_ == 0) return nullptr;
+  try {
+    std::shared_ptr<Storage> fresh = s.shared_ ? Storage::allocate_shared(s.nbytes_)
+                                               : Storage::allocate(s.nbytes_);
+    std::memcpy(fresh->data_, s.data_, s.nbytes_);
+    std::swap(fresh->data_, s.data_);  // `fresh` now owns the old memory
+    return fresh;
+  } catch (...) {
+    return nullptr;  // the old memory stays, kept for the process's life by the caller
+  }
+}
+
 int64_t checked_numel(const Shape& shape, const char* op) {
   int64_t n = 1;
   for (int64_t d : shape) {

@@ -37,6 +37,14 @@ struct Storage {
   std::atomic<uint64_t> version_{0};
 };
 
+// Moves the bytes of storage `s`, which ferry owns, to fresh memory of the same kind (shared or
+// not), as Tensor::share_memory_ moves them, every view of `s` following, and returns the old
+// memory as a storage of its own: for an op that failed while its peers may still write into
+// its output, which keeps the old memory for the life of the process (keep_until_exit), so that
+// a late write reaches neither the caller's tensors nor memory given to another. Null, nothing
+// moved, for memory the caller owns (from_blob) or when no memory could be had.
+std::shared_ptr<Storage> move_to_fresh_memory(Storage& s) noexcept;
+
 // Product of the dims; throws InvalidArgument naming `op` for a negative dim or int64 overflow.
 int64_t checked_numel(const Shape& shape, const char* op);
 

@@ -22,6 +22,7 @@ std::atomic<uint64_t> g_written_bytes{0};
 std::atomic<uint64_t> g_kernel_bytes{0};
 std::atomic<uint64_t> g_streamed_bytes{0};
 std::atomic<uint64_t> g_in_slot_bytes{0};
+std::atomic<uint64_t> g_kernel_written_bytes{0};
 
 // Why a chunk could not be mapped, and whether that lasts: a descriptor this rank may not
 // open (EACCES, EPERM), a process or descriptor gone (ENOENT), a memory file other than the
@@ -74,10 +75,15 @@ SingleCopyBytes single_copy_bytes() {
           g_written_bytes.load(std::memory_order_relaxed),
           g_kernel_bytes.load(std::memory_order_relaxed),
           g_streamed_bytes.load(std::memory_order_relaxed),
-          g_in_slot_bytes.load(std::memory_order_relaxed)};
+          g_in_slot_bytes.load(std::memory_order_relaxed),
+          g_kernel_written_bytes.load(std::memory_order_relaxed)};
 }
 
 void count_single_copy(Way way, size_t bytes) {
+  if (way == Way::KernelWritten) {  // counted in both
+    g_kernel_written_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    way = Way::Kernel;
+  }
   std::atomic<uint64_t>& counter = way == Way::Mapped    ? g_mapped_bytes
                                    : way == Way::Written ? g_written_bytes
                                    : way == Way::Kernel  ? g_kernel_bytes

@@ -40,9 +40,10 @@ struct SingleCopyBytes {
   uint64_t streamed = 0;   // written into this rank's output with streaming stores
   // An all_to_all's small blocks copied out of a peer's slot (shm_all_to_all.cpp).
   uint64_t in_slot = 0;
+  uint64_t written_by_kernel = 0;  // of by_kernel, the bytes written into a peer's memory
 };
 SingleCopyBytes single_copy_bytes();
-enum class Way { Mapped, Written, Kernel, Streamed, InSlot };
+enum class Way { Mapped, Written, Kernel, Streamed, InSlot, KernelWritten };
 // Counts `bytes` moved `way`.
 void count_single_copy(Way way, size_t bytes);
 

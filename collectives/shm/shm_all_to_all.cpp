@@ -341,6 +341,16 @@ void GroupShm::read_peer(int r, uint64_t address, void* to, size_t bytes, const 
   count_single_copy(Way::Kernel, bytes);
 }
 
+void GroupShm::write_peer(int r, uint64_t address, const void* from, size_t bytes,
+                          const Pending& p) {
+  const ByteRun whole{0, 1, bytes, 0};
+  const Pieces local{reinterpret_cast<uintptr_t>(from), &whole, 1};
+  const int err = cma_copy_pieces(peers_.pid(r), local, Pieces{address, &whole, 1},
+                                  /*write=*/true);
+  if (err != 0) fail_access(r, err, bytes, p, /*writing=*/true);
+  count_single_copy(Way::KernelWritten, bytes);
+}
+
 void GroupShm::fail_access(int r, int err, size_t bytes, const Pending& p, bool writing) {
   const char* op = name_of(p);
   const char* moved = writing ? "wrote into" : "read from";
@@ -480,7 +490,7 @@ void GroupShm::write_block(int r, const RecvPlace& to, const BlockRef& from, con
   const int err = cma_copy_pieces(peers_.pid(r), local, Pieces{to.address, runs, count},
                                   /*write=*/true);
   if (err != 0) fail_access(r, err, total, p, /*writing=*/true);
-  count_single_copy(Way::Kernel, total);
+  count_single_copy(Way::KernelWritten, total);
 }
 
 bool GroupShm::copy_mapped(int r, const RemoteBlock& from, const BlockRef& to) {

@@ -145,8 +145,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // `gather_here` this rank reads no slice in the second half (a reduce's ranks other than the
   // root: their `out` only holds their own slice, for the root to read).
   // With `accept_writes` (only where a failed op keeps `out` for the life of the process),
-  // peers write their finished slices into `out` when it lies in shared memory, instead of
-  // this rank reading them.
+  // peers write their finished slices into `out` instead of this rank reading them: by mapping
+  // where it lies in shared memory, else through the kernel.
   uint32_t start_large_all_reduce(const OpRef& op, const void* in, void* out, size_t count,
                                   DType dtype, ReduceOp reduce, bool gather_here = true,
                                   bool accept_writes = false);
@@ -268,18 +268,28 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void check_gather_sizes(const Pending& p) const;
   void read_push_blocks(const Pending& p);
   void read_pull_blocks(const Pending& p);
+  // Where a large all_reduce writes its finished slice in a peer's output: at `mapped` in this
+  // process, or, where null, at `address` of rank `rank`'s memory through the kernel.
+  struct SliceTarget {
+    unsigned char* mapped;
+    int rank;
+    uint64_t address;
+  };
   // Reduces elements [first, last) of every rank's input (its address published in buffer `b`
   // of each slot) in rank order into `out`, which holds element `first` at its start, and
   // copies each finished chunk into `copies` (peers' outputs, at the same place; may be null).
   // With `streaming`, the chunks are summed in a buffer of this process's and written into
   // `out` with streaming stores.
   void reduce_range(const Pending& p, uint32_t b, size_t first, size_t last, unsigned char* out,
-                    const std::vector<unsigned char*>* copies, bool streaming = false);
+                    const std::vector<SliceTarget>* copies, bool streaming = false);
   // reduce_range for float16 and bfloat16 (p.dtype), which the engine sums in float32: each
   // chunk's pieces widened in the cache, summed, divided for Avg (p.reduce), rounded into `out`.
   void reduce_range_widened(const Pending& p, uint32_t b, size_t first, size_t last,
-                            unsigned char* out, const std::vector<unsigned char*>* copies,
+                            unsigned char* out, const std::vector<SliceTarget>* copies,
                             bool streaming);
+  // A finished chunk of `bytes` at `from` into every target, `offset` bytes into its slice.
+  void copy_finished(const std::vector<SliceTarget>& copies, size_t offset,
+                     const unsigned char* from, size_t bytes, const Pending& p);
   // Where rank r published its input for op buffer b, as the start of one buffer holding this
   // rank's block at its place (a reduce_scatter's list form publishes each block's own).
   uint64_t peer_input(uint32_t b, int r) const;
@@ -318,6 +328,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void give_up();
   // Reads `bytes` at `address` of group rank r's process into `to` (process_vm_readv).
   void read_peer(int r, uint64_t address, void* to, size_t bytes, const Pending& p);
+  // Writes `bytes` from `from` at `address` of group rank r's process (process_vm_writev).
+  void write_peer(int r, uint64_t address, const void* from, size_t bytes, const Pending& p);
   // Throws what a failed read of rank r's memory (errno `err`), or with `writing` a failed
   // write into it, means: the peer ended, or gave up, or the access itself failed.
   [[noreturn]] void fail_access(int r, int err, size_t bytes, const Pending& p,
@@ -362,9 +374,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   uint64_t reduce_half_ns_ = 0;
   // Per peer, where its input's slice lies mapped in this process, or null (under mu_ only).
   std::vector<const unsigned char*> direct_;
-  // Where a large gather writes this rank's block, or a large all_reduce its finished slice
-  // (read under mu_ only).
+  // Where a large gather writes this rank's block (read under mu_ only).
   std::vector<unsigned char*> targets_;
+  // Where a large all_reduce writes its finished slice (read under mu_ only).
+  std::vector<SliceTarget> slice_targets_;
   // A laid-out block's runs, fetched from the peer that sends it (read under mu_ only).
   std::vector<ByteRun> peer_runs_;
   uint32_t head_ = 0, tail_ = 0;  // ring_[head_ % kRing] is the oldest op not completed

@@ -4,6 +4,7 @@
 #include <ferry/collectives/shm/shm_group.h>
 #include <ferry/runtime/object_pool.h>
 #include <ferry/runtime/shared_arena.h>
+#include <ferry/runtime/tensor_detail.h>
 
 #include <algorithm>
 #include <cstring>
@@ -60,15 +61,25 @@ std::shared_ptr<GroupShm> shm_of(OpContext& ctx, const OpRef& ref) {
 
 char* data_at(Tensor& t, size_t offset) { return static_cast<char*>(t.raw_data()) + offset; }
 
+// Whether `t`'s memory is ferry's own, not the caller's (from_blob): keep_alive() hands out its
+// storage.
+bool owns_memory(const Tensor& t) {
+  return static_cast<const Storage*>(t.keep_alive().get())->owned_;
+}
+
 // Whether an op started at issue lets peers write into this rank's output (`*accepted`: it
 // does, its output lying in shared memory), which its Work then keeps for the life of the
 // process if the op fails: a peer that has not noticed the failure yet may still write. The
 // forms run on a context pass none.
 struct PeerWrites {
   bool accepted = false;
+  // The output is memory ferry allocated, private to this process: a large all_reduce's peers
+  // write their slices into it through the kernel (process_vm_writev), which keeping it for the
+  // process's life makes safe, where the caller's own memory (from_blob) could not be kept.
+  bool private_owned = false;
   // Whether an output of `bytes` at `out` takes them; records the answer.
   bool accept(const void* out, size_t bytes) {
-    accepted = in_shared_arena(out, std::max<size_t>(bytes, 1));
+    accepted = private_owned || in_shared_arena(out, std::max<size_t>(bytes, 1));
     return accepted;
   }
 };
@@ -113,12 +124,15 @@ class ShmInFlight final : public InFlight, public Pooled {
   };
   void average_when_done(const Average& a) { average_ = a; }
 
-  bool test() override { return shm_->test(n_); }
+  bool test() override {
+    return moving_output_on_failure([&] { return shm_->test(n_); });
+  }
   bool poll_until(Clock::time_point deadline) override {
-    return shm_->wait(n_, std::min(deadline, op_.deadline), op_);
+    return moving_output_on_failure(
+        [&] { return shm_->wait(n_, std::min(deadline, op_.deadline), op_); });
   }
   void wait_to_the_end(GroupImpl&, const char*, uint64_t, Clock::time_point) override {
-    run_to_the_end(*shm_, n_, *ctx_, op_);
+    moving_output_on_failure([&] { run_to_the_end(*shm_, n_, *ctx_, op_); });
   }
   std::vector<Tensor> finish() override {
     if (average_.out != nullptr) {
@@ -131,6 +145,13 @@ class ShmInFlight final : public InFlight, public Pooled {
   // op fails here, a peer that has not noticed yet may still write, so the buffers are kept
   // for the process's life (buffers_kept).
   void keep_buffers_on_failure() { keep_on_failure_ = true; }
+  // And where the output is `out` (an all_reduce's), it moves to fresh memory when the op
+  // fails, before the failure reaches the caller: a late write lands in the old memory, which
+  // nothing reads, and never in the caller's tensor (move_to_fresh_memory).
+  void move_output_on_failure(const Tensor& out) {
+    keep_on_failure_ = true;
+    written_output_ = out.keep_alive();
+  }
 
   // Otherwise the caller's buffers are only read by peers, and only until every peer said
   // done. A failed op's peers may still be reading them (a stopped peer that resumes), but the
@@ -154,8 +175,23 @@ class ShmInFlight final : public InFlight, public Pooled {
   std::unique_ptr<OpContext> ctx_;
   OpRef op_;
   std::unique_ptr<AllToAllBlocks> blocks_;  // an all_to_all's, read until the op completed
+  template <class F>
+  auto moving_output_on_failure(F run) -> decltype(run()) {
+    if (!written_output_) return run();
+    try {
+      return run();
+    } catch (...) {
+      const auto* storage = static_cast<const Storage*>(written_output_.get());
+      if (std::shared_ptr<Storage> old = move_to_fresh_memory(const_cast<Storage&>(*storage)))
+        keep_until_exit(std::move(old));
+      written_output_.reset();
+      throw;
+    }
+  }
+
   Average average_;
   bool keep_on_failure_ = false;
+  std::shared_ptr<const void> written_output_;  // its storage, while peers may write into it
 };
 
 // Whether the single copy can carry an all-to-all of `parts` parts: the ranks read each other's
@@ -291,12 +327,13 @@ std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const 
   const bool average = op == ReduceOp::Avg;
   const size_t count = static_cast<size_t>(input.numel());
   PeerWrites writes;
+  writes.private_owned = owns_memory(output);
   const uint32_t n = start_any_all_reduce(*shm, *ctx, ref, input.raw_data(), output.raw_data(),
                                           count, input.dtype(), average ? ReduceOp::Sum : op,
                                           &writes);
   auto started = std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref);
   if (average) started->average_when_done({output.raw_data(), count, input.dtype()});
-  if (writes.accepted) started->keep_buffers_on_failure();
+  if (writes.accepted) started->move_output_on_failure(output);
   return started;
 }
 

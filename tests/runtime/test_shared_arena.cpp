@@ -5,6 +5,7 @@
 #include <ferry/runtime/free_ranges.h>
 #include <ferry/runtime/shared_arena.h>
 #include <ferry/runtime/tensor.h>
+#include <ferry/runtime/tensor_detail.h>
 
 #include <catch2/catch.hpp>
 
@@ -65,6 +66,44 @@ TEST_CASE("share_memory_ moves the bytes for the tensor and its views, once", "[
   CHECK(t.raw_data() == now);
   row.fill_(-1);  // a view writes the moved storage
   CHECK(t.get_flat(700) == -1);
+}
+
+// What a shared-memory op whose peers may still write into its output does when it fails
+// (collectives/shm/shm_ops.cpp): the tensor and its views move to fresh memory of the same kind
+// with the same bytes, and the old memory is handed back as a storage of its own, which the op
+// keeps for the process's life (while held, the next tensors of that size get other memory);
+// the caller's own memory stays where it is.
+TEST_CASE("move_to_fresh_memory moves a tensor's bytes and hands back the old memory",
+          "[shared_arena]") {
+  auto storage_of = [](const Tensor& t) -> detail::Storage& {
+    return const_cast<detail::Storage&>(*static_cast<const detail::Storage*>(t.keep_alive().get()));
+  };
+  for (const bool shared : {false, true}) {
+    INFO((shared ? "in shared memory" : "private"));
+    Tensor t = arange(100000, DType::Float32);  // 400 KB: a block of the huge page arena
+    if (shared) t.share_memory_();
+    Tensor tail = t.narrow(0, 99990, 10);
+    const void* was = t.raw_data();
+    std::shared_ptr<detail::Storage> old_memory = detail::move_to_fresh_memory(storage_of(t));
+    REQUIRE(old_memory != nullptr);
+    CHECK(old_memory->data_ == was);
+    CHECK(old_memory->shared_ == shared);
+    CHECK(t.raw_data() != was);
+    CHECK(t.is_shared() == shared);
+    CHECK(equal(t, arange(100000, DType::Float32)));
+    tail.fill_(-1);  // the view follows
+    CHECK(t.get_flat(99995) == -1);
+    // While the old memory is held, tensors of its size get other memory.
+    std::vector<Tensor> next;
+    for (int i = 0; i < 4; ++i) {
+      next.push_back(shared ? empty_shared({100000}) : empty({100000}));
+      CHECK(next.back().raw_data() != was);
+    }
+  }
+  std::vector<float> mine(16, 1.0f);
+  Tensor blob = Tensor::from_blob(mine.data(), {16}, DType::Float32);
+  CHECK(detail::move_to_fresh_memory(storage_of(blob)) == nullptr);
+  CHECK(blob.raw_data() == mine.data());
 }
 
 TEST_CASE("share_memory_ refuses memory the caller owns", "[shared_arena]") {

@@ -262,7 +262,8 @@ int released_while_read() {
 // (Work::wait(ms)) that rank 1 has not issued: rank 1 first waits for a message from rank 0 on the group, a receive,
 // which never looks at the segment. An op that fails for a reason other than its own deadline
 // tells its peers at once, through the transport as well as the segment, whether or not they
-// write into its output (a tensor in shared memory: its buffers are then kept too). So rank
+// write into its output (the all_reduce's in either placement, the all_to_all's in shared
+// memory: its buffers are then kept too). So rank
 // 1's receive raises PeerFailure saying that rank 0 gave up on the group (after about 0.1 s;
 // its wait is bounded at 20 s, far beyond, so that a loaded machine's pauses of seconds do not
 // fail it), and the op it issues next raises PeerFailure rather than completing with a rank
@@ -282,11 +283,18 @@ int tell_peers() {
       auto issue = [&] { return a2a ? all_to_all_single(out, t, g) : all_reduce(t, g); };
       t.fill_(1.0);
       out.fill_(2.0);
-      const uint64_t written = detail::shm::single_copy_bytes().written;
+      const detail::shm::SingleCopyBytes before = detail::shm::single_copy_bytes();
       issue().wait();  // every rank in time: the group's probe, and the writes accepted
       c.expect(t.get_flat(99999) == 2.0, form + ": the op before the failure moves its bytes");
-      c.expect((detail::shm::single_copy_bytes().written > written) == shared,
-               form + ": the peer writes into this rank's output only when it is shared");
+      const detail::shm::SingleCopyBytes after = detail::shm::single_copy_bytes();
+      // The all_reduce's peer writes its slice into this rank's output, by mapping where it is
+      // shared and else through the kernel; the all_to_all's only where it is shared.
+      c.expect((after.written > before.written) == shared,
+               form + ": the peer writes by mapping only into an output in shared memory");
+      if (!a2a && !shared)
+        c.expect(after.written_by_kernel - before.written_by_kernel == 50000 * sizeof(float),
+                 form + ": this rank writes its finished slice into the peer's output "
+                        "through the kernel");
       t.fill_(1.0);
       if (g.rank() == 0) {
         Work w = issue();
