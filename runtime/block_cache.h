@@ -21,7 +21,7 @@
 // peer's buffer with process_vm_readv, which pins every page of it on every call: in a two-rank
 // 16 MiB all_reduce the pinning was 23% of the op's time. With 2 MiB pages the 16-64 MiB
 // all_reduce, all_gather, reduce_scatter and all_to_all of two MPI ranks took 0.51-0.86x the
-// time (memcpy and the reductions also miss the TLB less; docs/benchmarks.md). Blocks of
+// time (memcpy and the reductions also miss the TLB less; docs/shm-benchmarks.md). Blocks of
 // 128 KiB up to 2 MiB share huge pages, carved from the regions of the huge page arena
 // (huge_arena.h) rather than each rounded up to one: the same ops on two MPI ranks' ordinary
 // tensors took 0.52-1.0x the time at 128 KiB-1 MiB, most rows 0.6-0.75x (1 MiB all_gather 41
