@@ -68,9 +68,10 @@ bool owns_memory(const Tensor& t) {
 }
 
 // Whether an op started at issue lets peers write into this rank's output (`*accepted`: it
-// does, its output lying in shared memory), which its Work then keeps for the life of the
-// process if the op fails: a peer that has not noticed the failure yet may still write. The
-// forms run on a context pass none.
+// does, its output lying in shared memory, or an all_reduce's in memory ferry owns), which its
+// Work then keeps for the life of the process if the op fails, moved away from the caller's
+// tensor where it can be (ShmInFlight::move_output_on_failure): a peer that has not noticed
+// the failure yet may still write. The forms run on a context pass none.
 struct PeerWrites {
   bool accepted = false;
   // The output is memory ferry allocated, private to this process: a large all_reduce's peers
