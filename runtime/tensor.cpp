@@ -49,6 +49,11 @@ Storage::~Storage() {
     release_block(data_, nbytes_ == 0 ? kAlignment : nbytes_);
 }
 
+std::shared_ptr<Storage> storage_of(const Tensor& t) {
+  // keep_alive() hands out the storage; the tensor's own handle is private.
+  return std::static_pointer_cast<Storage>(std::const_pointer_cast<void>(t.keep_alive()));
+}
+
 std::shared_ptr<Storage> move_to_fresh_memory(Storage& s) noexcept {
   if (!s.owned_ || s.nbytes_ == 0) return nullptr;
   try {

@@ -13,6 +13,10 @@
 #include <memory>
 #include <vector>
 
+namespace ferry {
+class Tensor;
+}
+
 namespace ferry::detail {
 
 struct Storage {
@@ -37,6 +41,8 @@ struct Storage {
   std::atomic<uint64_t> version_{0};
 };
 
+// The storage of `t` (every view of it shares one).
+std::shared_ptr<Storage> storage_of(const Tensor& t);
 // Moves the bytes of storage `s`, which ferry owns, to fresh memory of the same kind (shared or
 // not), as Tensor::share_memory_ moves them, every view of `s` following, and returns the old
 // memory as a storage of its own: for an op that failed while its peers may still write into

@@ -61,12 +61,6 @@ std::shared_ptr<GroupShm> shm_of(OpContext& ctx, const OpRef& ref) {
 
 char* data_at(Tensor& t, size_t offset) { return static_cast<char*>(t.raw_data()) + offset; }
 
-// Whether `t`'s memory is ferry's own, not the caller's (from_blob): keep_alive() hands out its
-// storage.
-bool owns_memory(const Tensor& t) {
-  return static_cast<const Storage*>(t.keep_alive().get())->owned_;
-}
-
 // Whether an op started at issue lets peers write into this rank's output (`*accepted`: it
 // does, its output lying in shared memory, or an all_reduce's in memory ferry owns), which its
 // Work then keeps for the life of the process if the op fails, moved away from the caller's
@@ -154,7 +148,7 @@ class ShmInFlight final : public InFlight, public Pooled {
   // nothing reads, and never in the caller's tensor (move_to_fresh_memory).
   void move_output_on_failure(const Tensor& out) {
     keep_on_failure_ = true;
-    written_output_ = out.keep_alive();
+    written_output_ = storage_of(out);
   }
 
   // Otherwise the caller's buffers are only read by peers, and only until every peer said
@@ -185,8 +179,7 @@ class ShmInFlight final : public InFlight, public Pooled {
     try {
       return run();
     } catch (...) {
-      const auto* storage = static_cast<const Storage*>(written_output_.get());
-      if (std::shared_ptr<Storage> old = move_to_fresh_memory(const_cast<Storage&>(*storage)))
+      if (std::shared_ptr<Storage> old = move_to_fresh_memory(*written_output_))
         keep_until_exit(std::move(old));
       written_output_.reset();
       throw;
@@ -195,7 +188,7 @@ class ShmInFlight final : public InFlight, public Pooled {
 
   Average average_;
   bool keep_on_failure_ = false;
-  std::shared_ptr<const void> written_output_;  // its storage, while peers may write into it
+  std::shared_ptr<Storage> written_output_;  // its storage, while peers may write into it
 };
 
 // Whether the single copy can carry an all-to-all of `parts` parts: the ranks read each other's
@@ -331,7 +324,7 @@ std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const 
   const bool average = op == ReduceOp::Avg;
   const size_t count = static_cast<size_t>(input.numel());
   PeerWrites writes;
-  writes.private_owned = owns_memory(output);
+  writes.private_owned = storage_of(output)->owned_;
   const uint32_t n = start_any_all_reduce(*shm, *ctx, ref, input.raw_data(), output.raw_data(),
                                           count, input.dtype(), average ? ReduceOp::Sum : op,
                                           &writes);

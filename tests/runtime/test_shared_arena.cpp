@@ -75,16 +75,13 @@ TEST_CASE("share_memory_ moves the bytes for the tensor and its views, once", "[
 // the caller's own memory stays where it is.
 TEST_CASE("move_to_fresh_memory moves a tensor's bytes and hands back the old memory",
           "[shared_arena]") {
-  auto storage_of = [](const Tensor& t) -> detail::Storage& {
-    return const_cast<detail::Storage&>(*static_cast<const detail::Storage*>(t.keep_alive().get()));
-  };
   for (const bool shared : {false, true}) {
     INFO((shared ? "in shared memory" : "private"));
     Tensor t = arange(100000, DType::Float32);  // 400 KB: a block of the huge page arena
     if (shared) t.share_memory_();
     Tensor tail = t.narrow(0, 99990, 10);
     const void* was = t.raw_data();
-    std::shared_ptr<detail::Storage> old_memory = detail::move_to_fresh_memory(storage_of(t));
+    std::shared_ptr<detail::Storage> old_memory = detail::move_to_fresh_memory(*detail::storage_of(t));
     REQUIRE(old_memory != nullptr);
     CHECK(old_memory->data_ == was);
     CHECK(old_memory->shared_ == shared);
@@ -102,7 +99,7 @@ TEST_CASE("move_to_fresh_memory moves a tensor's bytes and hands back the old me
   }
   std::vector<float> mine(16, 1.0f);
   Tensor blob = Tensor::from_blob(mine.data(), {16}, DType::Float32);
-  CHECK(detail::move_to_fresh_memory(storage_of(blob)) == nullptr);
+  CHECK(detail::move_to_fresh_memory(*detail::storage_of(blob)) == nullptr);
   CHECK(blob.raw_data() == mine.data());
 }
 
