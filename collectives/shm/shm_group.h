@@ -363,7 +363,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void abandon_locked(std::exception_ptr why);
   std::array<Pending, kRing> ring_;
   // A large all_reduce's chunks in flight through the reduction (read under mu_ only).
-  std::vector<unsigned char> acc_, chunk_, own_, sum_, narrow_;
+  std::vector<unsigned char> acc_, chunk_, sum_, narrow_;
   // The large all_reduce's kind of stores (rank 0's choice, which every rank takes), the
   // current op's (its halves run in turn), and the time its first half took (under mu_ only).
   StoreChoosers stores_;
