@@ -39,6 +39,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <span>
 #include <vector>
 
@@ -365,7 +366,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Storage on a cache line's boundary, as tensors are (a std::vector's lies 16 bytes past
   // one): the kernel's copy into a buffer whose offset within a line differs from its source's
   // runs slower on this host's CPUs, and so do the combine's loads that straddle two lines.
-  // In-place reductions, which read their peers' pieces into these buffers, took 0.74-0.91x
+  // In-place reductions, which read their peers' pieces into these buffers, took 0.74-0.95x
   // the time at 2 ranks and 0.71-0.94x at 4 once aligned (4 alternated rounds, 1-64 MiB).
   template <class T>
   struct LineAligned {
