@@ -413,6 +413,10 @@ int run(int argc, char** argv) {
           return;  // every rank saw the same verdict, so all stop here together
         }
       }
+      if (!opts.differentiable) {
+        const CopyBandwidth copy = copy_bandwidth(world, sync);
+        if (sweep.report) sweep.report->end_copy_bandwidth(copy);
+      }
     });
     if (!all_ok) {
       std::fprintf(stderr, "ferry-bench: check failed: stopped before timing a wrong result\n");

@@ -9,11 +9,13 @@ usage: bench_json_check.py FERRY_BENCH [PLOT_SCRIPT]
 2. The same sweep with --test-corrupt N (N output elements overwritten after the run that is
    counted) must report exactly N wrong elements in every row and exit 1: the column compares
    real outputs rather than passing by construction.
+   The clean run's table also gives the copy bandwidth behind x_ideal at its start and end.
 3. With PLOT_SCRIPT: tools/plot_bench.py draws the JSON into a PNG (exit 77, skipped, when
    matplotlib is not installed).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -73,6 +75,18 @@ with tempfile.TemporaryDirectory() as tmp:
     check(forms.get("barrier") == {"out"}, "one barrier row (it moves no bytes)")
     check(len(doc["rows"]) == 2 * (4 * 2 + 3) + 1, f"23 rows, got {len(doc['rows'])}")
     check("#wrong" in p.stdout, "the table has a #wrong column")
+    # The copy rate behind x_ideal, measured at the start and again at the end (it drifts),
+    # the end's line after the last table, with the ratio of the two as printed.
+    start = re.search(r"^# ideal: copy bandwidth ([0-9.]+) GB/s per rank", p.stdout, re.M)
+    end = re.search(r"^# ideal at the end: copy bandwidth ([0-9.]+) GB/s per rank, "
+                    r"([0-9.]+)x the start's", p.stdout, re.M)
+    check(start is not None and end is not None,
+          f"the copy bandwidth at the start and at the end: {p.stdout[-400:]}")
+    if start and end:
+        check(end.start() > p.stdout.rfind("# mean busbw"), "the end's line after the last table")
+        a, b, ratio = float(start.group(1)), float(end.group(1)), float(end.group(2))
+        check(a > 0 and b > 0 and abs(ratio - b / a) <= 0.01 + 0.01 * b / a,
+              f"the end's ratio {ratio} is {b} / {a}")
 
     bad = os.path.join(tmp, "bad.json")
     p, doc = run(["--test-corrupt", "5", "--op", "all_reduce,all_gather,reduce_scatter,"

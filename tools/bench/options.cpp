@@ -272,7 +272,7 @@ cli::Parser make_parser(Options& o, bool& ops_given, std::string& codec_text) {
               })
       .epilog("ideal(us), x_ideal: the time the op's bytes need at the copy bandwidth measured\n"
               "at the start of the run (every rank copying 64 MiB at once, per rank), and time\n"
-              "/ that. The bytes are what one rank must read plus write, / 2 (a memcpy reads\n"
+              "/ that (measured again at the end and printed beside it: it drifts). The bytes are what one rank must read plus write, / 2 (a memcpy reads\n"
               "and writes each byte), every input read once where it lies and every output\n"
               "written once, the work split evenly; S = size, W ranks: all_reduce, all_to_all S;\n"
               "reduce_scatter, reduce (S + S/W)/2; all_gather (S/W + S)/2 out of place, S/2 in\n"

@@ -61,6 +61,14 @@ void Report::set_copy_bandwidth(const CopyBandwidth& bw) {
   std::fflush(stdout);
 }
 
+void Report::end_copy_bandwidth(const CopyBandwidth& bw) {
+  if (setup_.differentiable || copy_bps_ <= 0 || bw.together <= 0) return;
+  std::printf("#\n# ideal at the end: copy bandwidth %.2f GB/s per rank, %.2fx the start's; "
+              "against it every x_ideal above would be %.2fx what it is\n",
+              bw.together / 1e9, bw.together / copy_bps_, bw.together / copy_bps_);
+  std::fflush(stdout);
+}
+
 void Report::begin_op(OpKind op) {
   busbw_sum_ = 0;
   rows_ = 0;

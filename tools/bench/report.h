@@ -57,6 +57,9 @@ class Report {
   // The copy bandwidths that ideal_us is measured against (its `together`), printed as a
   // header line; rows before it get no ideal_us.
   void set_copy_bandwidth(const CopyBandwidth& bw);
+  // The same measured again after the last op, printed beside the start's: the machine's copy
+  // rate drifts, and every x_ideal moves with it (the rows keep the start's).
+  void end_copy_bandwidth(const CopyBandwidth& bw);
   void begin_op(OpKind op);
   // Prints `row` with its ideal_us filled in, and keeps it.
   void row(const Row& row);
