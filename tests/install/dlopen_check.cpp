@@ -4,6 +4,7 @@
 // build's initial_exec_tls option: a library built with its thread-locals in the initial-exec
 // model cannot be opened after the program started (glibc keeps too little static TLS for its
 // 11 KiB), and the README says so; one built with -Dinitial_exec_tls=false can.
+#include <ferry/autograd/grad_mode.h>
 #include <ferry/runtime/version.h>
 
 #include <dlfcn.h>
@@ -66,7 +67,8 @@ int main(int argc, char** argv) {
          std::string("version ") + version() + ", headers " + FERRY_VERSION_STRING);
   // The grad mode is a thread-local: off in this thread while the guard lives, on in another.
   expect(grad_enabled(), "grad mode off at start");
-  alignas(16) unsigned char guard[16];  // NoGradGuard holds one bool
+  // Room for a NoGradGuard, its size from the header (the program only declares the class).
+  alignas(ferry::NoGradGuard) unsigned char guard[sizeof(ferry::NoGradGuard)];
   guard_on(guard);
   expect(!grad_enabled(), "grad mode on inside a NoGradGuard");
   bool other_thread = false;
