@@ -37,7 +37,7 @@ struct SingleCopyBytes {
   uint64_t mapped = 0;     // read from a peer's mapped arena
   uint64_t written = 0;    // written into a peer's mapped output
   uint64_t by_kernel = 0;  // read (or written) through the kernel
-  uint64_t streamed = 0;   // written into this rank's output with streaming stores
+  uint64_t streamed = 0;   // written with streaming stores (this rank's output, or a peer's)
   // An all_to_all's small blocks copied out of a peer's slot (shm_all_to_all.cpp).
   uint64_t in_slot = 0;
   uint64_t written_by_kernel = 0;  // of by_kernel, the bytes written into a peer's memory

@@ -14,6 +14,7 @@
 // no peer wrote for it out of their owners' buffers (a mapping, or the kernel), and the op
 // completes once every rank is done, since peers read this rank's block until then.
 #include <ferry/collectives/shm/shm_group.h>
+#include <ferry/collectives/shm/store_chooser.h>
 
 #include <ferry/runtime/error.h>
 
@@ -132,11 +133,27 @@ void GroupShm::read_push_blocks(const Pending& p) {
       count_single_copy(Way::Written, bytes);
     }
   }
+  // Where the outputs of all the ranks together outgrow the cache (each output is the sum of
+  // its places), streaming stores: an ordinary store would first read each output line from
+  // memory. Shared 64 MiB all_gathers took 0.78-0.81x the time at 2 and 4 ranks; below the
+  // cache's size streaming took up to 2.5x, the outputs then coming from memory.
+  size_t output_bytes = 0;
+  for (int r = 0; r < size_; ++r) output_bytes += my_places[r].bytes;
+  const bool streaming = writes_outgrow_cache(output_bytes * static_cast<size_t>(size_));
   // A piece at a time, so that the block is read from memory once and its copies come out of
   // the cache.
   for (size_t at = 0; at < bytes; at += kPushChunk) {
     const size_t n = std::min(kPushChunk, bytes - at);
-    for (unsigned char* to : targets_) std::memcpy(to + at, own + at, n);
+    for (unsigned char* to : targets_) {
+      if (streaming)
+        stream_copy_unfenced(to + at, own + at, n);
+      else
+        std::memcpy(to + at, own + at, n);
+    }
+  }
+  if (streaming) {
+    stream_fence();
+    count_single_copy(Way::Streamed, bytes * targets_.size());
   }
 }
 

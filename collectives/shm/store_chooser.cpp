@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -48,6 +50,50 @@ void stream_copy_unfenced(void* to, const void* from, size_t bytes) {
   std::memcpy(to, from, bytes);
 #endif
 }
+
+namespace {
+
+// "32768K" -> 33554432; 0 for anything else.
+size_t parse_cache_size(const std::string& text) {
+  size_t value = 0, i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i)
+    value = value * 10 + static_cast<size_t>(text[i] - '0');
+  if (i == 0) return 0;
+  if (i == text.size()) return value;
+  switch (text[i]) {
+    case 'K': return value << 10;
+    case 'M': return value << 20;
+    case 'G': return value << 30;
+    default: return 0;
+  }
+}
+
+size_t read_last_level_cache_bytes() {
+  size_t bytes = 0;
+  int best_level = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+    std::ifstream level_file(dir + "/level"), type_file(dir + "/type"), size_file(dir + "/size");
+    int level = 0;
+    std::string type, size;
+    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) break;
+    if (type == "Instruction" || level < best_level) continue;
+    best_level = level;
+    bytes = parse_cache_size(size);
+  }
+  return bytes;
+}
+
+std::atomic<size_t>& cache_bytes() {
+  static std::atomic<size_t> bytes{read_last_level_cache_bytes()};
+  return bytes;
+}
+
+}  // namespace
+
+size_t last_level_cache_bytes() { return cache_bytes().load(std::memory_order_relaxed); }
+
+size_t set_last_level_cache_bytes_for_testing(size_t bytes) { return cache_bytes().exchange(bytes); }
 
 bool StoreChooser::next_streaming() {
   const uint32_t op = ops_++;

@@ -28,6 +28,7 @@
 // the slower kind throughout). Either kind gives the same bytes.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,23 @@ void stream_copy(void* to, const void* from, size_t bytes);
 // stream_copy without the fence, for many pieces in a row; stream_fence() after the last.
 void stream_copy_unfenced(void* to, const void* from, size_t bytes);
 void stream_fence();
+
+// The bytes of the largest cache the CPUs running this process share (the last level: L3 on
+// most hosts), read once from /sys/devices/system/cpu/cpu0/cache; 0 when that cannot be read
+// (sysconf's answer is not used: on virtual machines it can be the whole socket's cache,
+// which the guest does not have to itself).
+size_t last_level_cache_bytes();
+// Makes last_level_cache_bytes() answer `bytes` from now on; returns what it answered before
+// (tests: to take the streaming stores at sizes they can afford).
+size_t set_last_level_cache_bytes_for_testing(size_t bytes);
+
+// Whether an op whose writes on this host come to `bytes` in all should write with streaming
+// stores: when they outgrow the last-level cache, none of the lines written is still cached
+// when its reader comes to it, and an ordinary store first reads each line it writes.
+inline bool writes_outgrow_cache(size_t bytes) {
+  const size_t cache = last_level_cache_bytes();
+  return cache > 0 && bytes > cache;
+}
 
 // A steady clock's nanoseconds, for the times a chooser records.
 inline uint64_t now_ns() {

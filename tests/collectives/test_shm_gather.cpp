@@ -3,13 +3,16 @@
 // with set_algorithm_override, must give the bytes the point-to-point algorithms give (the ring,
 // the tree), through the slots and by single copy, in place and out of place, with
 // GroupImpl::runs showing that shm ran; ops left in flight past the segment's depth complete;
-// calls that differ across ranks raise MismatchError on every rank before any byte lands. As
+// calls that differ across ranks raise MismatchError on every rank before any byte lands; gathers
+// whose outputs outgrow the cache write with streaming stores and give the same bytes. As
 // test_shm.cpp: only where the group's ranks share a host (the mpiexec and UCX suites).
 #include "checks.h"
 #include "shm_checks.h"
 #include "spmd_case.h"
 
 #include <ferry/collectives/engine/group_impl.h>
+#include <ferry/collectives/shm/peer_arenas.h>
+#include <ferry/collectives/shm/store_chooser.h>
 
 #include <catch2/catch.hpp>
 
@@ -34,13 +37,15 @@ std::vector<int64_t> counts_for(DType dt) {
 }
 
 // all_gather of `in` forced to `algo`; in place: `in` is first copied to its block of the
-// output, which is then the input.
-Tensor gathered(const Group& g, const Tensor& in, bool in_place, const char* algo) {
+// output, which is then the input. `shared`: the output in shared memory (peers write there).
+Tensor gathered(const Group& g, const Tensor& in, bool in_place, const char* algo,
+                bool shared = false) {
   ScopedAlgorithm o(std::string("all_gather:") + algo);
   Shape shape = in.shape();
   const int64_t rows = shape[0];
   shape[0] *= g.size();
-  Tensor out = ferry::zeros(shape, in.dtype());
+  Tensor out = shared ? ferry::empty_shared(shape, in.dtype()) : ferry::empty(shape, in.dtype());
+  out.fill_(0);
   if (in_place) {
     Tensor own = out.narrow(0, g.rank() * rows, rows);
     own.copy_(in);
@@ -142,6 +147,63 @@ void broadcast_matches_tree(Group& world, Ctx& ctx) {
   }
 }
 
+// A large gather whose outputs outgrow the last-level cache writes with streaming stores
+// (shm_gather_large.cpp): with the cache taken as 4 KiB, every gather above the slots does,
+// into its own output and into peers' shared outputs, at offsets that are not a multiple of
+// 16 bytes too (the stores' aligned body, and the ordinary copies of its head and tail).
+void streamed_gathers_match(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  struct SmallCache {
+    size_t before = ferry::detail::shm::set_last_level_cache_bytes_for_testing(4096);
+    ~SmallCache() { ferry::detail::shm::set_last_level_cache_bytes_for_testing(before); }
+  } small;
+  using ferry::detail::shm::single_copy_bytes;
+  for (DType dt : {DType::Float32, DType::Float16}) {
+    const auto elem = static_cast<int64_t>(ferry::dtype_size(dt));
+    for (int64_t n : {16384 / elem + 1, int64_t{70001}}) {
+      for (bool in_place : {false, true}) {
+        for (bool shared : {false, true}) {
+          Gen gen(pattern_for(ReduceOp::Sum), dt, g.rank(), static_cast<uint64_t>(n + 11));
+          Tensor in = make_tensor(gen, {n}, dt);
+          const uint64_t ran = runs(g, Collective::AllGather, Algorithm::SharedMemory);
+          const auto before = single_copy_bytes();
+          Tensor by_shm = gathered(g, in, in_place, "shm", shared);
+          const auto after = single_copy_bytes();
+          Tensor by_ring = gathered(g, in, in_place, "ring");
+          const std::string w = where(g, "streamed " + shape_string({n})) + " " +
+                                ferry::dtype_name(dt) + (in_place ? " in place" : "") +
+                                (shared ? " shared" : "");
+          expect_as_other(ctx, g, w, Collective::AllGather, ran, by_shm, by_ring, "ring");
+          // Every byte this rank stored streams: its block into its own output (out of place)
+          // and into each peer that took it (peers write into a shared output of an op started
+          // at issue; one queued behind another op reads its blocks itself).
+          const uint64_t own = in_place ? 0 : static_cast<uint64_t>(n * elem);
+          const uint64_t into_peers = after.written - before.written;
+          const uint64_t streamed = after.streamed - before.streamed;
+          ctx.expect(streamed == own + into_peers, [&] {
+            return w + ": " + std::to_string(streamed) + " B written with streaming stores, " +
+                   "expected " + std::to_string(own) + " into its own output and " +
+                   std::to_string(into_peers) + " into its peers'";
+          });
+        }
+      }
+    }
+  }
+  // A broadcast from the last rank into shared outputs: the root writes every peer's copy.
+  const int root = g.size() - 1;
+  Gen gen(pattern_for(ReduceOp::Sum), DType::Float32, root, 5);
+  Tensor values = make_tensor(gen, {50001}, DType::Float32);
+  Tensor t = ferry::empty_shared(values.shape(), values.dtype());
+  if (g.rank() == root) t.copy_(values);
+  else t.fill_(0);
+  {
+    ScopedAlgorithm o("broadcast:shm");
+    ferry::broadcast(t, root, g).wait();
+  }
+  ctx.expect(same_bytes(t, values), [&] { return where(g, "streamed broadcast") + ": not the "
+                                                "root's values"; });
+}
+
 // More ops in flight than the segment's depth, small and large, all_gathers and broadcasts
 // interleaved, waited for in reverse.
 void gathers_in_flight(Group& world, Ctx& ctx) {
@@ -214,6 +276,8 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
     add("shm: all_gather_v equals the ring, empty ranks, exchanged sizes",
         all_gather_v_matches_ring) &&
     add("shm: broadcast equals the tree, every dtype", broadcast_matches_tree) &&
+    add("shm: gathers that outgrow the cache, with streaming stores, equal the ring",
+        streamed_gathers_match) &&
     add("shm: gathers in flight past the segment's depth", gathers_in_flight) &&
     add("shm: gathers whose calls differ raise MismatchError first", mismatches_found_first);
 
