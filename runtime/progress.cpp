@@ -280,6 +280,8 @@ void wake_background_progress_after(std::chrono::microseconds after) {
   driver().wake_at(Clock::now() + after);
 }
 
+void wake_background_progress_at(Clock::time_point at) { driver().wake_at(at); }
+
 void stop_background_progress() { driver().stop(); }
 
 uint64_t background_progress_rounds() { return driver().rounds(); }

@@ -79,6 +79,8 @@ void wake_background_progress();
 // thread is not woken for it sooner. Each wake-up of the thread took a core from a rank. Asks
 // share the earliest one's round: a poller whose work is not due yet then asks again.
 void wake_background_progress_after(std::chrono::microseconds after);
+// The same for a round at `at` (a caller that has read the clock already: no second read).
+void wake_background_progress_at(std::chrono::steady_clock::time_point at);
 
 // Stops the thread and forgets what it watched (pollers stay registered); a later watch or wake
 // starts it again. Called before MPI_Finalize: nothing may test an MPI request during or after

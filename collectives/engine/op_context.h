@@ -73,6 +73,8 @@ class OpContext : public Pooled {
   const char* op() const { return op_; }
   uint64_t seq() const { return seq_; }
   Clock::time_point deadline() const { return deadline_; }
+  // When the op was issued: the clock read its deadline was taken from.
+  Clock::time_point started_at() const { return start_; }
 
   // `peer` is a group rank; `step` tells the messages of one op apart (a pair of ranks that
   // exchanges several messages in one op gives each its own step). Every buffer passed here

@@ -76,7 +76,7 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t k : {n, gather}) {
-      Pending& p = push(k, k == n ? Kind::ReduceSlice : Kind::GatherSlices);
+      Pending& p = push(k, k == n ? Kind::ReduceSlice : Kind::GatherSlices, op.issued);
       p.out = out;
       p.count = count;
       p.dtype = dtype;
@@ -85,7 +85,7 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
       p.name = op.name;
     }
   }
-  arrive(gather);  // both halves: the gather waits for the slices, not for an arrival
+  arrive(gather, op.issued);  // both halves: the gather waits for the slices, not for an arrival
   return gather;
 }
 
@@ -343,7 +343,7 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
   std::memcpy(data, &mine, sizeof mine);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Pending& p = push(n, Kind::ReduceBlock);
+    Pending& p = push(n, Kind::ReduceBlock, op.issued);
     p.out = out;
     p.first = first;
     p.count = count;
@@ -351,7 +351,7 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
     p.reduce = reduce;
     p.name = op.name;
   }
-  arrive(n);
+  arrive(n, op.issued);
   return n;
 }
 

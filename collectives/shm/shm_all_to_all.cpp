@@ -308,14 +308,14 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Pending& p = push(n, Kind::AllToAll);
+    Pending& p = push(n, Kind::AllToAll, op.issued);
     p.blocks = &blocks;
     p.name = name;
     p.sends_in_slot = sends_in_slot;
     p.accepts = any_accepted;
   }
   publish_arenas();  // the peers map the receive blocks they write, which may lie in new chunks
-  arrive(n);
+  arrive(n, op.issued);
   return n;
 }
 

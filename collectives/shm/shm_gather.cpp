@@ -44,13 +44,13 @@ uint32_t GroupShm::start_gather(const OpRef& op, const GatherBlocks& blocks, siz
   for (int r = 0; r < size_; ++r) total += blocks.bytes(r);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Pending& p = push(n, Kind::Gather);
+    Pending& p = push(n, Kind::Gather, op.issued);
     p.out = blocks.out();
     p.in = blocks.own();
     p.count = total;
     p.name = op.name;
   }
-  arrive(n);
+  arrive(n, op.issued);
   return n;
 }
 

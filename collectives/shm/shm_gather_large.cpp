@@ -80,12 +80,12 @@ uint32_t GroupShm::start_large_gather(const OpRef& op, const GatherBlocks& block
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t k : {n, pull}) {
-      Pending& p = push(k, k == n ? Kind::PushBlocks : Kind::PullBlocks);
+      Pending& p = push(k, k == n ? Kind::PushBlocks : Kind::PullBlocks, op.issued);
       p.blocks = &blocks;
       p.name = op.name;
     }
   }
-  arrive(pull);  // both halves: the second waits for every first, not for an arrival
+  arrive(pull, op.issued);  // both halves: the second waits for every first, not for an arrival
   return pull;
 }
 

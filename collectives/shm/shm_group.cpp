@@ -197,7 +197,7 @@ void GroupShm::advance(std::atomic<uint32_t> Slot::*counter, uint32_t value) {
   futex_wake_all(&h->epoch);
 }
 
-void GroupShm::arrive(uint32_t n) {
+void GroupShm::arrive(uint32_t n, Clock::time_point issued) {
   advance(&Slot::arrived, n);
   // The progress thread reads for this rank when its thread waits on something else. Every op
   // wakes it (one atomic store and load while it is awake): a wake skipped because the thread
@@ -206,7 +206,7 @@ void GroupShm::arrive(uint32_t n) {
   // (runtime/progress.cpp), so a stream of ops does not keep it polling back to back. Where the
   // ranks fill the cores, the round comes kFirstLook later.
   if (looked_at_late_) {
-    wake_background_progress_after(kFirstLook);
+    wake_background_progress_at(issued + kFirstLook);
   } else {
     wake_background_progress();
   }
@@ -243,7 +243,7 @@ uint32_t GroupShm::begin(const OpRef& op) {
   return n;
 }
 
-GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
+GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind, Clock::time_point issued) {
   FERRY_CHECK(tail_ - head_ < kRing, Error, "shared memory of ", describe_, ": more than ",
               kRing, " ops started and not completed (internal error)");
   Pending& p = ring_[tail_ % kRing];
@@ -252,7 +252,7 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind) {
   p = Pending{};  // every field as its default (the start sets what its op needs)
   p.n = n;
   p.kind = kind;
-  if (looked_at_late_) p.started = Clock::now();
+  p.started = issued;
   return p;
 }
 
@@ -287,9 +287,9 @@ uint32_t GroupShm::start_barrier(const OpRef& op) {
   sign(n, op);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    push(n, Kind::Barrier);
+    push(n, Kind::Barrier, op.issued);
   }
-  arrive(n);
+  arrive(n, op.issued);
   return n;
 }
 
@@ -309,7 +309,7 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, std::span<const InputPiece>
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Pending& p = push(n, Kind::AllReduce);
+    Pending& p = push(n, Kind::AllReduce, op.issued);
     p.small = small;
     p.out = out;
     p.first = first;
@@ -317,7 +317,7 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, std::span<const InputPiece>
     p.dtype = dtype;
     p.reduce = reduce;
   }
-  arrive(n);
+  arrive(n, op.issued);
   return n;
 }
 

@@ -56,6 +56,9 @@ struct OpRef {
   // The op's context, asked between a slow wait's slices whether a peer entered finalize
   // without issuing the op (OpContext::departed_peer); null while the group is being made.
   const OpContext* ctx = nullptr;
+  // When the op was issued (the clock read that its deadline came from): the progress thread's
+  // first look is timed from it, so that starting an op reads the clock once.
+  Clock::time_point issued{};
 };
 
 // For tests: a group made while this is on (its segment's probe) answers that its ranks cannot
@@ -219,7 +222,7 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
     // An all_to_all that lets peers write blocks into its outputs: it completes once every
     // peer said done, whatever the way of its own sends.
     bool accepts = false;
-    Clock::time_point started{};  // when this rank started it (the progress thread's first look)
+    Clock::time_point started{};  // when this rank issued it (the progress thread's first look)
   };
   static constexpr uint32_t kRing = 2 * kDepth;
 
@@ -227,8 +230,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   Slot* slot(int r) const { return slot_of(segment_.base(), r); }
   // Takes op number n and waits until its buffer is free (every rank done with op n - kDepth).
   uint32_t begin(const OpRef& op);
-  // Appends op `p` (its number taken by begin) to the ring. mu_ held.
-  Pending& push(uint32_t n, Kind kind);
+  // Appends op `p` (its number taken by begin) to the ring, issued at `issued`. mu_ held.
+  Pending& push(uint32_t n, Kind kind, Clock::time_point issued);
   // Advances this rank's started ops as far as the peers allow. mu_ held.
   void progress();
   // Whether an op of `kind` reads its peers' own buffers (not the segment's slots).
@@ -315,8 +318,8 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   // Stores `value` into this rank's `counter` (`arrived` or `done`, which only grow) and wakes
   // the sleepers when every rank's counter has reached its old value + 1, if anyone sleeps.
   void advance(std::atomic<uint32_t> Slot::*counter, uint32_t value);
-  // Publishes `arrived` = n (the op's part is in place).
-  void arrive(uint32_t n);
+  // Publishes `arrived` = n (the op's part is in place) of an op issued at `issued`.
+  void arrive(uint32_t n, Clock::time_point issued);
   // Writes op n's call into this rank's slot (before publishing `arrived`).
   void sign(uint32_t n, const OpRef& op);
   // Throws MismatchError when a rank called another collective as its op `p.n`.

@@ -37,7 +37,7 @@ uint32_t shm_check(const Fingerprint& f, uint32_t check) {
 // leaving the diagnosis window to OpContext::fail_timeout_waiting_for.
 OpRef op_of(const OpContext& ctx) {
   return OpRef{ctx.op(), ctx.seq(), ctx.give_up(), &ctx.fingerprint(),
-               shm_check(ctx.fingerprint(), ctx.check()), &ctx};
+               shm_check(ctx.fingerprint(), ctx.check()), &ctx, ctx.started_at()};
 }
 
 // Waits for op n on `shm` under the op's deadline; at it, the engine's diagnosis of the ranks
@@ -312,7 +312,7 @@ Tensor empty_for_peers(Shape shape, DType dtype, const GroupImpl& g, const char*
 void prepare_group(GroupImpl& g) {
   if (g.size() < 2 || !g.one_host()) return;
   const Clock::time_point deadline = Clock::now() + default_timeout();
-  GroupShm::of(g, OpRef{"making the group", g.sequence_number(), deadline, nullptr, 0});
+  GroupShm::of(g, OpRef{"making the group", g.sequence_number(), deadline, nullptr, 0, nullptr, Clock::now()});
 }
 
 std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,
