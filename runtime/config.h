@@ -76,10 +76,13 @@ namespace detail {
 // (Work::wait(milliseconds::max())) waits that long, which is forever for a job, and a
 // negative one is already past. Twice the largest default timeout plus now stays far inside
 // the clock's range (about 292 years of nanoseconds since boot).
-inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
+inline std::chrono::steady_clock::time_point deadline_after(
+    std::chrono::milliseconds timeout, std::chrono::steady_clock::time_point now) {
   if (timeout <= std::chrono::milliseconds::zero()) return now;
   return now + std::min(timeout, 2 * kMaxTimeout);
+}
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return deadline_after(timeout, std::chrono::steady_clock::now());
 }
 
 // The configuration `get` (a getenv) describes; throws InvalidArgument for a bad value.

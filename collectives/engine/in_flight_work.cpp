@@ -174,7 +174,8 @@ bool InFlightWork::progress(Mover who, std::chrono::milliseconds timeout,
   // to a small collective) completes without the clock reads and set-up of a wait. Only an op
   // whose wait polls first anyway (a native request, shared memory).
   if (test(/*only_if_polled=*/true)) return true;
-  if (wait(deadline_after(timeout))) return true;
+  const Clock::time_point now = Clock::now();  // one read for the deadline and the quick poll
+  if (wait(deadline_after(timeout, now), now)) return true;
   give_up(expired_wait(timeout));
   return false;
 }
@@ -194,7 +195,7 @@ bool InFlightWork::test(bool only_if_polled) {
   return true;
 }
 
-bool InFlightWork::wait(Clock::time_point deadline) {
+bool InFlightWork::wait(Clock::time_point deadline, Clock::time_point now) {
   DriveLock drive(*this);
   bool completed = false;
   if (!lock_drive(drive, deadline, completed)) return completed;
@@ -204,7 +205,7 @@ bool InFlightWork::wait(Clock::time_point deadline) {
   }
   try {
     if (pending_->polls_first() &&
-        pending_->poll_until(std::min({deadline, deadline_, Clock::now() + kQuickPoll}))) {
+        pending_->poll_until(std::min({deadline, deadline_, now + kQuickPoll}))) {
       settle();
       return true;
     }

@@ -148,8 +148,8 @@ class InFlightWork : public WorkState, public InFlightNative {
   // announced failure.
   bool test(bool only_if_polled = false);
   // Drives the op (or waits while another thread does) until it completed (true) or
-  // `deadline` (false).
-  bool wait(Clock::time_point deadline);
+  // `deadline` (false); `now`: the clock read the deadline came from.
+  bool wait(Clock::time_point deadline, Clock::time_point now);
   // Takes the drive lock, or returns early: true with `drive` held, or false when the op
   // completed meanwhile (`completed`) or `deadline` passed.
   bool lock_drive(DriveLock& drive, Clock::time_point deadline, bool& completed);
