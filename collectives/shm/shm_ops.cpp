@@ -311,8 +311,9 @@ Tensor empty_for_peers(Shape shape, DType dtype, const GroupImpl& g, const char*
 
 void prepare_group(GroupImpl& g) {
   if (g.size() < 2 || !g.one_host()) return;
-  const Clock::time_point deadline = Clock::now() + default_timeout();
-  GroupShm::of(g, OpRef{"making the group", g.sequence_number(), deadline, nullptr, 0, nullptr, Clock::now()});
+  const Clock::time_point now = Clock::now();
+  GroupShm::of(g, OpRef{"making the group", g.sequence_number(), now + default_timeout(), nullptr,
+                        0, nullptr, now});
 }
 
 std::unique_ptr<InFlight> post_all_reduce(std::unique_ptr<OpContext> ctx, const Tensor& input,

@@ -189,13 +189,16 @@ void streamed_gathers_match(Group& world, Ctx& ctx) {
       }
     }
   }
-  // A broadcast from the last rank into shared outputs: the root writes every peer's copy.
+  // A broadcast from the last rank into shared outputs, which the root writes where the peers
+  // take its writes, with streaming stores too.
   const int root = g.size() - 1;
   Gen gen(pattern_for(ReduceOp::Sum), DType::Float32, root, 5);
   Tensor values = make_tensor(gen, {50001}, DType::Float32);
   Tensor t = ferry::empty_shared(values.shape(), values.dtype());
-  if (g.rank() == root) t.copy_(values);
-  else t.fill_(0);
+  if (g.rank() == root)
+    t.copy_(values);
+  else
+    t.fill_(0);
   {
     ScopedAlgorithm o("broadcast:shm");
     ferry::broadcast(t, root, g).wait();
