@@ -1,6 +1,7 @@
 #include <ferry/collectives/shm/store_chooser.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <string>

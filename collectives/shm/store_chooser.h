@@ -28,7 +28,6 @@
 // the slower kind throughout). Either kind gives the same bytes.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
