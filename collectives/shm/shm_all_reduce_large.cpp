@@ -59,8 +59,6 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
                                           bool gather_here, bool accept_writes) {
   const uint32_t n = begin(op);
   const uint32_t gather = begin(op);
-  sign(n, op);
-  sign(gather, op);
   publish_arenas();
   // In the buffers of both numbers: the second half reads them after every rank is done with
   // the first, when a rank that ran ahead may already reuse the first's buffer for a later op.
@@ -85,6 +83,8 @@ uint32_t GroupShm::start_large_all_reduce(const OpRef& op, const void* in, void*
       p.name = op.name;
     }
   }
+  sign(n, op);
+  sign(gather, op);
   arrive(gather, op.issued);  // both halves: the gather waits for the slices, not for an arrival
   return gather;
 }
@@ -327,7 +327,6 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
               Error, op.name, ": ", blocks.size(), " input blocks for ", size_,
               " ranks (internal error: the op should have chosen another path)");
   const uint32_t n = begin(op);
-  sign(n, op);
   publish_arenas();
   unsigned char* data = slot(rank_)->data[n % kDepth];
   LargeBuffers mine{reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(out), 0,
@@ -351,6 +350,7 @@ uint32_t GroupShm::start_reduce_scatter(const OpRef& op, const void* in, void* o
     p.reduce = reduce;
     p.name = op.name;
   }
+  sign(n, op);
   arrive(n, op.issued);
   return n;
 }

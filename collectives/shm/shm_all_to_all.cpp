@@ -231,7 +231,6 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
               " part(s) among ", size_, " ranks have more block places than a shared-memory slot "
               "holds");
   const uint32_t n = begin(op);
-  sign(n, op);
   // This rank's blocks for part p and rank q at [p * W + q]: where they lie in this process;
   // then where it receives each, so that every rank can check every pair; then the layouts of
   // the receive blocks it lets its peers write.
@@ -315,6 +314,7 @@ uint32_t GroupShm::start_all_to_all(const OpRef& op, const AllToAllBlocks& block
     p.accepts = any_accepted;
   }
   publish_arenas();  // the peers map the receive blocks they write, which may lie in new chunks
+  sign(n, op);
   arrive(n, op.issued);
   return n;
 }

@@ -34,7 +34,6 @@ uint32_t GroupShm::start_gather(const OpRef& op, const GatherBlocks& blocks, siz
   const size_t mine = blocks.bytes(rank_);
   const size_t bytes = at < mine ? std::min(kGatherPiece, mine - at) : 0;
   const uint32_t n = begin(op);
-  sign(n, op);
   unsigned char* data = slot(rank_)->data[n % kDepth];
   const PieceHeader header{mine, at, bytes};
   std::memcpy(data, &header, sizeof header);
@@ -50,6 +49,7 @@ uint32_t GroupShm::start_gather(const OpRef& op, const GatherBlocks& blocks, siz
     p.count = total;
     p.name = op.name;
   }
+  sign(n, op);
   arrive(n, op.issued);
   return n;
 }

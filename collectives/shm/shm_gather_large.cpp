@@ -62,8 +62,6 @@ uint32_t GroupShm::start_large_gather(const OpRef& op, const GatherBlocks& block
               "chosen another way)");
   const uint32_t n = begin(op);
   const uint32_t pull = begin(op);
-  sign(n, op);
-  sign(pull, op);
   publish_arenas();
   const BlockRef own = blocks.send(0, rank_);
   const GatherHeader mine{reinterpret_cast<uintptr_t>(own.span), own.bytes,
@@ -85,6 +83,8 @@ uint32_t GroupShm::start_large_gather(const OpRef& op, const GatherBlocks& block
       p.name = op.name;
     }
   }
+  sign(n, op);
+  sign(pull, op);
   arrive(pull, op.issued);  // both halves: the second waits for every first, not for an arrival
   return pull;
 }

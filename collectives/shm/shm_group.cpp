@@ -259,8 +259,8 @@ GroupShm::Pending& GroupShm::push(uint32_t n, Kind kind, Clock::time_point issue
 void GroupShm::sign(uint32_t n, const OpRef& op) {
   Slot* me = slot(rank_);
   const uint32_t b = n % kDepth;
-  me->call[b] = call_word(op.check, op.seq);
   std::memcpy(me->fingerprint[b], op.fingerprint, sizeof(Fingerprint));
+  me->call[b] = call_word(op.check, op.seq);  // last: on the counter line (see sign's callers)
 }
 
 void GroupShm::compare_calls(const Pending& p) {
@@ -284,11 +284,11 @@ void GroupShm::compare_calls(const Pending& p) {
 
 uint32_t GroupShm::start_barrier(const OpRef& op) {
   const uint32_t n = begin(op);
-  sign(n, op);
   {
     std::lock_guard<std::mutex> lock(mu_);
     push(n, Kind::Barrier, op.issued);
   }
+  sign(n, op);
   arrive(n, op.issued);
   return n;
 }
@@ -300,13 +300,7 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, std::span<const InputPiece>
   FERRY_CHECK(bytes <= kSlotBytes, Error, op.name, ": ", bytes, " B through shared memory, at "
               "most ", kSlotBytes, " (internal error: the op should have chosen another path)");
   const uint32_t n = begin(op);
-  sign(n, op);
   const bool small = bytes <= kSmallBytes;
-  unsigned char* to = small ? slot(rank_)->small[n % kDepth] : slot(rank_)->data[n % kDepth];
-  for (const InputPiece& piece : in) {
-    if (piece.bytes > 0) std::memcpy(to, piece.data, piece.bytes);
-    to += piece.bytes;
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending& p = push(n, Kind::AllReduce, op.issued);
@@ -317,6 +311,13 @@ uint32_t GroupShm::start_all_reduce(const OpRef& op, std::span<const InputPiece>
     p.dtype = dtype;
     p.reduce = reduce;
   }
+  // The payload after the ring's lock, as the call (sign): a small one shares the counter line.
+  unsigned char* to = small ? slot(rank_)->small[n % kDepth] : slot(rank_)->data[n % kDepth];
+  for (const InputPiece& piece : in) {
+    if (piece.bytes > 0) std::memcpy(to, piece.data, piece.bytes);
+    to += piece.bytes;
+  }
+  sign(n, op);
   arrive(n, op.issued);
   return n;
 }

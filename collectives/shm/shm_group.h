@@ -320,7 +320,10 @@ class GroupShm : public std::enable_shared_from_this<GroupShm> {
   void advance(std::atomic<uint32_t> Slot::*counter, uint32_t value);
   // Publishes `arrived` = n (the op's part is in place) of an op issued at `issued`.
   void arrive(uint32_t n, Clock::time_point issued);
-  // Writes op n's call into this rank's slot (before publishing `arrived`).
+  // Writes op n's call into this rank's slot. Every start signs (and writes a small payload)
+  // after its push, just before it arrives: the call word, the small payload and `arrived`
+  // share the line a waiting peer keeps reading, and stores to it on both sides of the ring's
+  // lock took that line from the peer twice per op instead of once.
   void sign(uint32_t n, const OpRef& op);
   // Throws MismatchError when a rank called another collective as its op `p.n`.
   void compare_calls(const Pending& p);
