@@ -10,7 +10,7 @@
 //
 // An op n of a rank moves through two counters of its slot:
 //   arrived = n  its part is published: its payload copied into data[n % kDepth] (all_reduce;
-//                small[n % kDepth], on the counters' line, up to kSmallBytes), or its buffer's
+//                small[n % kDepth], on the line of `arrived`, up to kSmallBytes), or its buffer's
 //                address and block places written there (all_to_all; small blocks themselves);
 //   done = n     it finished reading every peer's part of op n.
 // A rank may write data[n % kDepth] for op n only once every peer's `done` reached n - kDepth:
@@ -31,7 +31,7 @@ inline constexpr uint32_t kDepth = 4;
 // The payload per rank and op that the all_reduce copies through the segment (the algorithm
 // table's shm rows stay at or below it); 4 of them a rank, so a group of 4 maps 265 KiB.
 inline constexpr size_t kSlotBytes = 16 * 1024;
-inline constexpr uint64_t kMagic = 0x6665727279736d32ull;  // "ferrysm2"
+inline constexpr uint64_t kMagic = 0x6665727279736d33ull;  // "ferrysm3"
 inline constexpr size_t kFingerprintBytes = 128;
 // The largest all_reduce input carried on a slot's counter line (Slot::small): an 8 B
 // all_reduce (two float32, one float64) is then one line per rank and hand-off.
@@ -111,7 +111,6 @@ struct alignas(kLine) Slot {
   std::atomic<uint32_t> cma;   // 0 not probed yet, 1 this rank reads peers by CMA, 2 it cannot
   uint64_t segment_address;    // where this rank mapped the segment (for the CMA probe)
   alignas(kLine) std::atomic<uint32_t> arrived;
-  std::atomic<uint32_t> done;
   // Op n's call, written before `arrived` = n, on the line the peers read anyway: call_word() of
   // the hash of its fingerprint (engine/fingerprint.h's check_hash) and its sequence number.
   // Every rank compares them before it reads op n's data, as the tags of the point-to-point
@@ -123,6 +122,11 @@ struct alignas(kLine) Slot {
   // Written for op n before `arrived` = n, and, as data[n % kDepth], only once every rank is done
   // with op n - kDepth.
   unsigned char small[kDepth][kSmallBytes];
+  // On a line of its own: a waiting peer reads `arrived` until this rank arrives, which leaves
+  // that line shared, whereas `done` is read only when a buffer comes round again (every
+  // kDepth - 1 ops, begin()) or by the ops whose peers read this rank's buffers. On the
+  // counters' line, each op's store of `done` had to take the line back from the peer first.
+  alignas(kLine) std::atomic<uint32_t> done;
   // The whole fingerprint, read only to describe a mismatch.
   alignas(kLine) unsigned char fingerprint[kDepth][kFingerprintBytes];
   // The rank's shared-arena chunks (runtime/shared_arena.h) that its peers may map, in its
@@ -135,7 +139,7 @@ struct alignas(kLine) Slot {
 };
 
 static_assert(offsetof(Slot, small) + sizeof(Slot::small) - offsetof(Slot, arrived) <= kLine,
-              "a slot's counters, calls and small inputs share one cache line");
+              "a slot's arrival counter, calls and small inputs share one cache line");
 
 inline size_t segment_bytes(int ranks) {
   return sizeof(Header) + static_cast<size_t>(ranks) * sizeof(Slot);
