@@ -125,6 +125,8 @@ struct Exchange {
   std::vector<size_t> recv_bytes;
 };
 void pairwise_all_to_all(OpContext& ctx, const Exchange& x);
+// The same, posted without waiting (the op's Work waits; `x`'s lists may go once this returns).
+void post_pairwise_all_to_all(OpContext& ctx, const Exchange& x);
 // The same exchange of contiguous blocks, posted without waiting (the op's Work waits): block
 // k of `send` (bytes send_bytes[k] at send_offset[k]) goes to rank k, the block from rank k
 // lands at recv + recv_offset[k]; the own block is copied here. The arrays hold one entry per

@@ -8,6 +8,11 @@
 namespace ferry::detail {
 
 void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
+  post_pairwise_all_to_all(ctx, x);
+  ctx.wait_all();
+}
+
+void post_pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   const int n = ctx.size(), r = ctx.rank();
   // All pairs are posted at once, in pairwise order so that no rank is everyone's first target.
   for (int s = 1; s < n; ++s) {
@@ -18,7 +23,6 @@ void pairwise_all_to_all(OpContext& ctx, const Exchange& x) {
   // Our own block moves while the peers' are under way (no other block overlaps it).
   if (x.recv_bytes[r] > 0 && x.recv[r] != x.send[r])
     std::memcpy(x.recv[r], x.send[r], x.recv_bytes[r]);
-  ctx.wait_all();
 }
 
 void post_pairwise_all_to_all(OpContext& ctx, const char* send, const size_t* send_offset,

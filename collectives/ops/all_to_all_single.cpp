@@ -158,7 +158,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   // Equal blocks are as large on every rank; split lists ask with 0 bytes, as the ranks' sizes
   // differ and the table must answer alike on all (their shared-memory form runs when forced).
   const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll,
-                                              equal ? input.nbytes() : 0, detail::ShmForm::kHas);
+                                              equal ? input.nbytes() : 0);
   auto start = [&](NativeCollectives&) {
     output.bump_version();
     return native_all_to_all_single(group.impl(), algo, input, output, input_split_sizes,

@@ -1,5 +1,5 @@
-// broadcast, all_gather(_v), all_to_all of lists, gather, scatter, barrier (all_to_all_single
-// with split sizes: all_to_all_single.cpp; with layouts: layout_all_to_all.cpp).
+// broadcast, all_gather(_v), gather, scatter, barrier (all_to_all_single with split sizes:
+// all_to_all_single.cpp; with layouts: layout_all_to_all.cpp; of lists: list_all_to_all.cpp).
 #include <ferry/collectives/algorithm_table.h>
 #include <ferry/collectives/algorithms/algorithms.h>
 #include <ferry/collectives/engine/engine.h>
@@ -92,8 +92,7 @@ Work broadcast(Tensor tensor, int root, const Group& group) {
   detail::Validator v("broadcast", group);
   v.root(root);
   v.defined(tensor, "tensor");
-  const Algorithm algo = detail::algorithm_of(group, Collective::Broadcast, tensor.nbytes(),
-                                              detail::ShmForm::kHas);
+  const Algorithm algo = detail::algorithm_of(group, Collective::Broadcast, tensor.nbytes());
   auto start = [&](NativeCollectives&) {
     if (group.rank() != root) tensor.bump_version();
     return native_broadcast(group.impl(), algo, tensor, root);
@@ -293,62 +292,6 @@ Work all_gather_v(const Tensor& input, const Group& group) {
   }); }});
 }
 
-Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-                const Group& group) {
-  detail::Validator v("all_to_all", group);
-  if (inputs.empty() || !inputs[0].defined())
-    v.fail("inputs must hold one defined tensor per rank");
-  const DType dtype = inputs[0].dtype();
-  v.tensor_list(inputs, "inputs", dtype);
-  v.tensor_list(outputs, "outputs", dtype);
-  const int me = group.rank();
-  if (inputs[me].nbytes() != outputs[me].nbytes())
-    v.fail(detail::str("inputs[", me, "] and outputs[", me, "] (the block a rank keeps) must ",
-                       "have the same size, given ", shape_str(inputs[me].shape()), " and ",
-                       shape_str(outputs[me].shape())));
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    for (size_t j = 0; j < inputs.size(); ++j)
-      v.no_overlap(inputs[j], "an input", outputs[i], "an output");
-    for (size_t j = i + 1; j < outputs.size(); ++j)
-      v.no_overlap(outputs[i], "an output", outputs[j], "another output");
-  }
-  // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
-  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
-  return detail::issue(group, {
-      .name = "all_to_all",
-      .what = detail::OpSummary::of_lists(dtype),
-      .body = [&] { return detail::OpBody([inputs = std::vector<Tensor>(inputs),
-                                           outputs = std::vector<Tensor>(outputs),
-                         algo](OpContext& ctx) mutable {
-    detail::Exchange x;
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      x.send.push_back(data_of(inputs[k]));
-      x.send_bytes.push_back(inputs[k].nbytes());
-      x.recv.push_back(data_of(outputs[k]));
-      x.recv_bytes.push_back(outputs[k].nbytes());
-    }
-    if (uses_native_collectives(algo)) {
-      std::vector<const void*> send(x.send.begin(), x.send.end());
-      std::vector<void*> recv(x.recv.begin(), x.recv.end());
-      std::vector<Tensor> keep = inputs;
-      keep.insert(keep.end(), outputs.begin(), outputs.end());
-      ctx.wait_native(detail::call_native(ctx.group(), Collective::AllToAll, algo,
-                                          [&](NativeCollectives& native, NativePath& path) {
-                                            return native.all_to_all(send, x.send_bytes, recv,
-                                                                     x.recv_bytes, path);
-                                          }),
-                      std::move(keep));
-    } else if (algo == Algorithm::Pairwise) {
-      ctx.ran(Collective::AllToAll, algo);
-      detail::pairwise_all_to_all(ctx, x);
-    } else {
-      detail::no_such_algorithm(Collective::AllToAll, algo);
-    }
-    for (Tensor& t : outputs) t.bump_version();
-    return outputs;
-  }); }});
-}
-
 Work gather(const Tensor& input, const std::vector<Tensor>& outputs, int root,
             const Group& group) {
   detail::Validator v("gather", group);
@@ -446,7 +389,7 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
   const Algorithm algo =
-      detail::algorithm_of(group, Collective::Barrier, 0, detail::ShmForm::kHas);
+      detail::algorithm_of(group, Collective::Barrier, 0);
   // The one native call, at issue or queued.
   auto native_barrier = [algo](detail::GroupImpl& g) {
     return detail::call_native(g, Collective::Barrier, algo,

@@ -28,20 +28,12 @@ inline int64_t elements_per_row(const Tensor& t) {
   return n;
 }
 
-// Whether the form of a collective that asks has a shared-memory path: all_reduce, reduce,
-// reduce_scatter (every form), barrier, all_to_all_single, all_gather (every form) and
-// broadcast do; the other forms of a collective the table may give shm (the all-to-all of
-// lists) take the table's choice without it.
-enum class ShmForm : bool { kNone = false, kHas = true };
-
-inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes,
-                              ShmForm form = ShmForm::kNone) {
+// The table's choice for `c` on `group`. Every form of a collective the table may give shared
+// memory has a path there (all_reduce, reduce, reduce_scatter, all_gather, broadcast, barrier,
+// and all_to_all single, laid out and of lists); gather and scatter are never given it.
+inline Algorithm algorithm_of(const Group& group, Collective c, size_t bytes) {
   const GroupImpl& g = group.impl();
-  const Algorithm a =
-      choose_algorithm(c, bytes, group.size(), g.native() != nullptr, g.placement());
-  if (a == Algorithm::SharedMemory && form == ShmForm::kNone)
-    return automatic_algorithm(c, bytes, group.size(), g.native() != nullptr);
-  return a;
+  return choose_algorithm(c, bytes, group.size(), g.native() != nullptr, g.placement());
 }
 
 // The table's choice among the transport's own ways, as the transport is told it.

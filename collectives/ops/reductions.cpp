@@ -199,8 +199,7 @@ Work all_reduce(const Tensor& input, Tensor output, const Group& group, ReduceOp
   v.reduce_op(op, input.dtype());
   const int world = group.size();
   // Chosen when issued, from what every rank agrees on, so all ranks run the same algorithm.
-  const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes(),
-                                              detail::ShmForm::kHas);
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllReduce, input.nbytes());
   const bool as_is = natively_reducible(input.dtype(), op);
   // Avg starts natively too (a sum, then the division), when no widening is needed.
   const bool average =
@@ -289,7 +288,7 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
   }
   const int world = group.size();
   const Algorithm algo =
-      detail::algorithm_of(group, Collective::Reduce, input.nbytes(), detail::ShmForm::kHas);
+      detail::algorithm_of(group, Collective::Reduce, input.nbytes());
   auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
     if (is_root) output.bump_version();
     return detail::shm::post_reduce(std::move(ctx), input.raw_data(),
@@ -349,8 +348,7 @@ Work reduce_scatter_v(const Tensor& input, Tensor output, const std::vector<int6
   v.no_overlap(input, "input", output, "output", own_block);
   const int world = group.size();
   const size_t per_row = input.size(0) == 0 ? 0 : static_cast<size_t>(input.numel() / input.size(0));
-  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes(),
-                                              detail::ShmForm::kHas);
+  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
   auto start_native = [&](NativeCollectives&) {
     output.bump_version();
     return native_reduce_scatter(group.impl(), algo, input.raw_data(), output.raw_data(), sizes,
@@ -408,8 +406,7 @@ Work reduce_scatter(const Tensor& input, Tensor output, const Group& group, Redu
   v.shape_with_rows_is(output, "output", input.shape(), rows);
   if (output.overlaps(input))  // only our own block of the input may be the output
     v.no_overlap(input, "input", output, "output", input.narrow(0, group.rank() * rows, rows));
-  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes(),
-                                              detail::ShmForm::kHas);
+  const Algorithm algo = detail::algorithm_of(group, Collective::ReduceScatter, input.nbytes());
   auto start = [&](NativeCollectives&) {
     output.bump_version();
     return native_reduce_scatter(group.impl(), algo, input.raw_data(), output.raw_data(), {}, 0,
@@ -477,7 +474,7 @@ Work reduce_scatter(const std::vector<Tensor>& inputs, Tensor output, const Grou
   // bytes, and gets the same answer).
   const Algorithm algo =
       detail::algorithm_of(group, Collective::ReduceScatter,
-                           static_cast<size_t>(total) * row_bytes(first), detail::ShmForm::kHas);
+                           static_cast<size_t>(total) * row_bytes(first));
   const bool shm = algo == Algorithm::SharedMemory &&
                    detail::shm::listed_reduce_scatter_fits(group.size());
   if ((algo != Algorithm::Ring && algo != Algorithm::Hierarchical && !shm) ||

@@ -387,25 +387,27 @@ void barrier(OpContext& ctx) {
 }
 
 std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx,
-                                          std::unique_ptr<AllToAllBlocks>& blocks) {
+                                          std::unique_ptr<AllToAllBlocks>& blocks,
+                                          const char* name, bool let_peers_write) {
   const OpRef ref = op_of(*ctx);
   std::shared_ptr<GroupShm> shm = shm_of(*ctx, ref);
   if (!single_copy_fits(*shm, blocks->parts(), ref)) return nullptr;
   ctx->ran(Collective::AllToAll, Algorithm::SharedMemory);
   bool accepted = false;
-  const uint32_t n = shm->start_all_to_all(ref, *blocks, nullptr, &accepted);
+  const uint32_t n =
+      shm->start_all_to_all(ref, *blocks, name, let_peers_write ? &accepted : nullptr);
   auto started = std::make_unique<ShmInFlight>(std::move(shm), n, std::move(ctx), ref,
                                                std::move(blocks));
   if (accepted) started->keep_buffers_on_failure();
   return started;
 }
 
-bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks) {
+bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks, const char* name) {
   const OpRef ref = op_of(ctx);
   std::shared_ptr<GroupShm> shm = shm_of(ctx, ref);
   if (!single_copy_fits(*shm, blocks.parts(), ref)) return false;
   ctx.ran(Collective::AllToAll, Algorithm::SharedMemory);
-  run_to_the_end(*shm, shm->start_all_to_all(ref, blocks), ctx, ref);
+  run_to_the_end(*shm, shm->start_all_to_all(ref, blocks, name), ctx, ref);
   return true;
 }
 

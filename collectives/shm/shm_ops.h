@@ -57,11 +57,18 @@ void barrier(OpContext& ctx);
 // its blocks out of its peers' tensors into its own. Null when the ranks cannot read each
 // other's memory, or the blocks are too many for the segment's slot (every rank gets the same
 // answer): `blocks` is not taken then, and the caller takes the pairwise exchange, over the same
-// context, and records that. Started, the op owns `blocks` until it completed.
+// context, and records that. Started, the op owns `blocks` until it completed. `name`: the
+// collective its messages name (null: all_to_all_single). Peers write their blocks into this
+// rank's receive blocks that lie in shared memory, unless `let_peers_write` is false: an op
+// whose Work cannot keep its outputs for the life of the process should it fail (the list
+// form's, whose outputs `blocks` holds) then reads every block it receives itself.
 std::unique_ptr<InFlight> post_all_to_all(std::unique_ptr<OpContext>& ctx,
-                                          std::unique_ptr<AllToAllBlocks>& blocks);
-// Run to completion; false (nothing done) where post_all_to_all would return null.
-bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks);
+                                          std::unique_ptr<AllToAllBlocks>& blocks,
+                                          const char* name = nullptr,
+                                          bool let_peers_write = true);
+// Run to completion, every block this rank receives read by it; false (nothing done) where
+// post_all_to_all would return null.
+bool all_to_all(OpContext& ctx, const AllToAllBlocks& blocks, const char* name = nullptr);
 
 // A gather (all_gather, all_gather_v, broadcast: `c`, as recorded): blocks of up to a slot go
 // through the segment's slots, larger ones by single copy between the tensors (written into

@@ -141,11 +141,10 @@ int fitting_ops(Collective c, Algorithm a, int ops, const Group& g) {
 
 // Shared memory carries all_reduce, reduce, reduce_scatter, all_gather, broadcast and barrier
 // in every form run_forms issues (all small: through the slots, which need no reading of the
-// peers' memory); of the all-to-alls, all_to_all_single with and without split lists and with
-// layouts (the list form takes the table's choice without shm), or none of them where the
-// ranks cannot read each other's memory (then the pairwise exchange does).
+// peers' memory); the all-to-alls, every form of them, or none where the ranks cannot read
+// each other's memory (then the pairwise exchange does).
 bool shm_count_fits(Collective c, uint64_t ran, int ops) {
-  if (c == Collective::AllToAll) return ran == 3 || ran == 0;
+  if (c == Collective::AllToAll) return ran == static_cast<uint64_t>(ops) || ran == 0;
   return ran == static_cast<uint64_t>(ops);
 }
 
@@ -227,13 +226,9 @@ Algorithm automatic_for(Collective c, const Group& g) {
 void expect_all_to_all_automatic(Ctx& ctx, const Group& g) {
   ferry::detail::GroupImpl& impl = g.impl();
   const Collective c = Collective::AllToAll;
-  // `has_shm`: the form has a shared-memory path; one without takes the table's choice
-  // without its shm rows (ops/dispatch.h).
-  auto check = [&](const char* form, size_t bytes, auto&& issue, bool has_shm = true) {
-    Algorithm want = ferry::choose_algorithm(c, bytes, g.size(), impl.native() != nullptr,
-                                             impl.one_host());
-    if (want == Algorithm::SharedMemory && !has_shm)
-      want = ferry::automatic_algorithm(c, bytes, g.size(), impl.native() != nullptr);
+  auto check = [&](const char* form, size_t bytes, auto&& issue) {
+    const Algorithm want = ferry::choose_algorithm(c, bytes, g.size(), impl.native() != nullptr,
+                                                   impl.one_host());
     std::vector<uint64_t> before(ferry::kAlgorithmCount);
     for (size_t a = 0; a < ferry::kAlgorithmCount; ++a)
       before[a] = impl.runs(c, static_cast<Algorithm>(a));
@@ -262,7 +257,7 @@ void expect_all_to_all_automatic(Ctx& ctx, const Group& g) {
   };
   check("with equal blocks", 37 * sizeof(float), form(start_all_to_all_single, 1));
   check("with split lists", 0, form(start_all_to_all_single_v, 2));
-  check("of lists", 0, form(start_all_to_all, 3), /*has_shm=*/false);
+  check("of lists", 0, form(start_all_to_all, 3));
   check("with layouts", 0, [&] { layout_all_to_all(ctx, g); });
 }
 

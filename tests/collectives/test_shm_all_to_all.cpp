@@ -304,6 +304,82 @@ void random_ops_in_flight(Group& world, Ctx& ctx) {
   });
 }
 
+// The all_to_all of tensor lists: per pair a block of none, a few or up to 9000 rows, whose
+// output has another shape than its input (only the bytes agree); inputs and outputs in shared
+// memory or not; eight in flight at once. Each result as the pairwise exchange's, each Work's
+// outputs the list given, and no block written by its sender, even into a shared output: a
+// list's receiver reads every block itself (its Work could not keep the outputs for the life
+// of the process if the op failed while a peer wrote). Every rank draws the same numbers.
+void tensor_lists(Group& world, Ctx& ctx) {
+  Group g = world.split(0, world.rank());
+  const int W = g.size(), me = g.rank();
+  std::mt19937_64 rng(20261202);
+  struct Lists {
+    std::vector<Tensor> in, out;
+  };
+  std::vector<Lists> by_shm, by_pairwise;
+  for (int op = 0; op < 8; ++op) {
+    // rows[s][r]: what rank s sends rank r, `cols` floats a row.
+    std::vector<std::vector<int64_t>> rows(W, std::vector<int64_t>(W, 0));
+    for (auto& from : rows)
+      for (int64_t& n : from) {
+        const uint64_t kind = rng() % 4;
+        n = kind == 0 ? 0 : static_cast<int64_t>(rng() % (kind == 1 ? 50 : 9000));
+      }
+    const int64_t cols = static_cast<int64_t>(1 + rng() % 3);
+    const bool shared_in = rng() % 2 == 0, shared_out = (rng() >> me) & 1;
+    auto make = [&](bool in_shared, bool out_shared) {
+      Lists l;
+      for (int r = 0; r < W; ++r) {
+        const Shape in_shape{rows[me][r], cols}, out_shape{rows[r][me] * cols};
+        l.in.push_back(in_shared && rows[me][r] > 0 ? ferry::empty_shared(in_shape)
+                                                     : ferry::empty(in_shape));
+        for (int64_t k = 0; k < l.in.back().numel(); ++k)
+          l.in.back().set_flat(k, 1e6 * me + 1e4 * r + 10.0 * static_cast<double>(k) + op);
+        l.out.push_back(out_shared && rows[r][me] > 0 ? ferry::empty_shared(out_shape)
+                                                       : ferry::empty(out_shape));
+        l.out.back().fill_(-1.0);
+      }
+      return l;
+    };
+    by_shm.push_back(make(shared_in, shared_out));
+    by_pairwise.push_back(make(false, false));
+  }
+  {
+    ScopedAlgorithm o("all_to_all:pairwise");
+    for (Lists& l : by_pairwise) ferry::all_to_all(l.in, l.out, g).wait();
+  }
+  const SingleCopyBytes before = single_copy_bytes();
+  const uint64_t shm_runs = runs(g, Collective::AllToAll, Algorithm::SharedMemory);
+  std::vector<Work> works;
+  for (Lists& l : by_shm) works.push_back(ferry::all_to_all(l.in, l.out, g));  // the table's
+  for (Work& w : works) w.wait();
+  const SingleCopyBytes after = single_copy_bytes();
+  for (size_t i = 0; i < by_shm.size(); ++i) {
+    const std::string w = where(g, "op " + std::to_string(i));
+    const std::vector<Tensor>& given = works[i].outputs();
+    bool same_list = given.size() == by_shm[i].out.size();
+    for (size_t k = 0; same_list && k < given.size(); ++k)
+      same_list = given[k].raw_data() == by_shm[i].out[k].raw_data();
+    ctx.expect(same_list, [&] { return w + ": the Work's outputs are not the list given"; });
+    for (int r = 0; r < W; ++r)
+      ctx.expect(same_bytes(by_shm[i].out[r], by_pairwise[i].out[r]), [&] {
+        return w + ", block from rank " + std::to_string(r) + ": shm and pairwise differ";
+      });
+  }
+  // The table takes shm for the lists on one host (unless the ranks cannot read each other's
+  // memory: the pairwise exchange ran then, recorded as such).
+  const uint64_t ran = runs(g, Collective::AllToAll, Algorithm::SharedMemory) - shm_runs;
+  ctx.expect(ran == by_shm.size() || ran == 0, [&] {
+    return where(g, "the lists") + ": shm ran " + std::to_string(ran) + " of " +
+           std::to_string(by_shm.size()) + " times";
+  });
+  ctx.expect(after.written == before.written, [&] {
+    return where(g, "the lists") + ": " + std::to_string(after.written - before.written) +
+           " B written by senders into lists' outputs";
+  });
+}
+
 bool add(const char* name, void (*body)(Group&, Ctx&)) {
   return register_spmd_case(name, "[shm]", body, not_one_host);
 }
@@ -320,6 +396,9 @@ bool add(const char* name, void (*body)(Group&, Ctx&)) {
         ops_in_flight) &&
     add("shm: random all_to_alls in flight, outputs shared on some ranks, against the pairwise "
         "exchange",
-        random_ops_in_flight);
+        random_ops_in_flight) &&
+    add("shm: all_to_alls of tensor lists in flight, each block read by its receiver, against "
+        "the pairwise exchange",
+        tensor_lists);
 
 }  // namespace
