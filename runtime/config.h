@@ -37,6 +37,7 @@ struct Config {
   bool huge_pages = true;                      // FERRY_HUGE_PAGES
   bool mpi_persistent = true;                  // FERRY_MPI_PERSISTENT
   bool mpi_exchange = true;                    // FERRY_MPI_EXCHANGE
+  bool shm_peer_reads = true;                  // FERRY_SHM_PEER_READS
   bool ucx_cma = true;                         // FERRY_UCX_CMA
   uint64_t ucx_cma_min_bytes = 0;              // FERRY_UCX_CMA_MIN_BYTES (0: the transport's)
   bool ucx_peer_errors = true;                 // FERRY_UCX_ERROR_HANDLING: peer (true), none

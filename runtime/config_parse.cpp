@@ -33,6 +33,7 @@ const std::vector<SettingInfo>& known_settings() {
       {"FERRY_MPI_PERSISTENT", "boolean", "1", true},
       {"FERRY_MPI_EXCHANGE", "boolean", "1", true},
       {"FERRY_PROGRESS_THREAD", "boolean", "1", true},
+      {"FERRY_SHM_PEER_READS", "boolean", "1", true},
       {"FERRY_UCX_CMA", "boolean", "1", true},
       {"FERRY_UCX_CMA_MIN_BYTES", "bytes, at least 1024", "65536", true},
       {"FERRY_UCX_ERROR_HANDLING", "peer, none", "peer", true},
@@ -207,6 +208,7 @@ Config read_config(const std::function<const char*(const char*)>& get) {
   c.huge_pages = boolean("FERRY_HUGE_PAGES", true);
   c.mpi_persistent = boolean("FERRY_MPI_PERSISTENT", true);
   c.mpi_exchange = boolean("FERRY_MPI_EXCHANGE", true);
+  c.shm_peer_reads = boolean("FERRY_SHM_PEER_READS", true);
   c.ucx_cma = boolean("FERRY_UCX_CMA", true);
   if (const std::string v = text("FERRY_UCX_CMA_MIN_BYTES"); !v.empty())
     c.ucx_cma_min_bytes = static_cast<uint64_t>(integer_in(
@@ -256,7 +258,7 @@ std::string describe_settings(const Config& c) {
              ", FERRY_HOST_CACHE_MB=", c.host_cache_mb, ", FERRY_HUGE_PAGES=", on(c.huge_pages),
              ", FERRY_PROGRESS_THREAD=", on(c.progress_thread), ", FERRY_MPI_PERSISTENT=",
              on(c.mpi_persistent), ", FERRY_MPI_EXCHANGE=", on(c.mpi_exchange),
-             ", FERRY_UCX_CMA=", on(c.ucx_cma),
+             ", FERRY_SHM_PEER_READS=", on(c.shm_peer_reads), ", FERRY_UCX_CMA=", on(c.ucx_cma),
              ", FERRY_UCX_CMA_MIN_BYTES=",
              c.ucx_cma_min_bytes == 0 ? std::string("(default)")
                                       : std::to_string(c.ucx_cma_min_bytes),

@@ -206,7 +206,9 @@ void GroupShm::probe_peers() {
   }
   if (!mine)
     FERRY_LOG(Info, "shm", describe_, ": cannot read peers' memory (", why,
-              "): all_to_all takes the pairwise exchange");
+              "): all-to-alls take the pairwise exchange, the large ops go through the shared "
+              "segment a piece at a time (where Yama's ptrace_scope is 1, FERRY_SHM_PEER_READS=1 "
+              "lifts it; a container may need CAP_SYS_PTRACE)");
   publish(slot(rank_)->cma, mine ? 1 : 2);
 }
 
