@@ -11,10 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include <cerrno>
-
 #include <sched.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 namespace ferry::detail::shm {
@@ -35,29 +32,6 @@ constexpr auto kFirstLook = std::chrono::milliseconds(10);
 constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 
 static_assert(sizeof(Fingerprint) <= kFingerprintBytes);
-
-// Where the kernel's Yama module restricts ptrace to a process's descendants (ptrace_scope 1,
-// Ubuntu's default), it refuses this process's peers (its siblings under mpiexec) the reads of
-// its memory that the single copy makes (process_vm_readv), and the large ops then go through
-// the slots a piece at a time (1.2-2.8x the time at 1-64 MiB, 2 ranks). PR_SET_PTRACER_ANY
-// lifts that for this process, as Open MPI does for its single copy: asked once per process,
-// when this rank maps its first segment (so before any peer probes it), unless
-// FERRY_SHM_PEER_READS=0. Without Yama the call fails with EINVAL and nothing changes; a
-// stricter scope (2, 3) or a container that forbids ptrace is not lifted by it.
-void allow_peer_reads() {
-  static const bool asked = [] {
-    if (!config().shm_peer_reads) return false;
-    if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0) {
-      FERRY_LOG(Info, "shm", "Yama restricts ptrace on this host: any process of this user may "
-                "now read this one's memory (prctl PR_SET_PTRACER_ANY; FERRY_SHM_PEER_READS=0 "
-                "leaves the host's policy alone)");
-    } else if (errno != EINVAL) {
-      FERRY_LOG(Info, "shm", "prctl(PR_SET_PTRACER_ANY) failed: ", std::strerror(errno));
-    }
-    return true;
-  }();
-  (void)asked;
-}
 
 // set_pause_before_reads_for_testing's hook.
 std::atomic<void (*)(const char*)> g_pause_before_reads{nullptr};

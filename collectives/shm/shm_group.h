@@ -61,6 +61,10 @@ struct OpRef {
   Clock::time_point issued{};
 };
 
+// Lets any process of this user read this one's memory where Yama's ptrace_scope 1 would
+// refuse its peers the single copy's reads (unless FERRY_SHM_PEER_READS=0); once per process,
+// before this rank confirms its first segment (shm_all_to_all.cpp says why).
+void allow_peer_reads();
 // For tests: a group made while this is on (its segment's probe) answers that its ranks cannot
 // read each other's memory, as where Yama or a container forbids it, so that the fallbacks run
 // on a host that allows the reads. Every rank must set it alike around making the group.
