@@ -199,6 +199,58 @@ bool bench_case(OpKind op, int64_t count, Place place, Memory memory, const Swee
   return true;
 }
 
+// The copy bandwidths behind the rows' ideal_us, both medians of a few copies of
+// kIdealCopyBytes: every rank copying its own buffer at once, the rate a collective's ranks
+// each get while they all move bytes, as they do in every op, and, for comparison, rank 0
+// copying alone while the others wait (0 elsewhere). Where the ranks share a host (and so its
+// clock), a copy's time runs from the first rank's start to the last rank's end: with more
+// ranks than cores the ranks take turns, and a rank that times only its own copy, run at a
+// whole core's speed while the others wait, would count its turn as the rate each gets (at 4
+// ranks on 2 cores such runs measured 8.2 GB/s per rank where the others measured 3.8-4.7). On
+// several hosts each copy's time is the slowest rank's own. Without `alone`, only the first.
+CopyBandwidth copy_bandwidth(const Group& world, RankSync& sync, bool alone = true) {
+  constexpr int kCopies = 5;
+  CopyBandwidth bw;
+  MemcpyCase copy(kIdealCopyBytes);
+  copy.time_one_seconds();  // the pages' first touch by the copy itself
+  auto rate = [](const std::vector<double>& seconds) {
+    const double median = summarize(seconds).median;
+    return median > 0 ? static_cast<double>(kIdealCopyBytes) / median : 0;
+  };
+  auto seconds_now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const HostLayout hosts = world.host_layout();
+  const bool one_host = !hosts.known || hosts.hosts.size() <= 1;
+  // Per copy: this rank's own time, and its start (negated: the maximum over ranks of the
+  // negated starts is the first start) and end on the host's clock.
+  std::vector<double> own(kCopies), starts_negated(kCopies), ends(kCopies);
+  for (int i = 0; i < kCopies; ++i) {
+    sync.all_of(true);
+    const double start = seconds_now();
+    own[static_cast<size_t>(i)] = copy.time_one_seconds();
+    ends[static_cast<size_t>(i)] = seconds_now();
+    starts_negated[static_cast<size_t>(i)] = -start;
+  }
+  std::vector<double> together;
+  if (one_host) {
+    const std::vector<double> first = sync.max_over_ranks(starts_negated);
+    const std::vector<double> last = sync.max_over_ranks(ends);
+    for (size_t i = 0; i < last.size(); ++i) together.push_back(last[i] + first[i]);
+  } else {
+    together = sync.max_over_ranks(own);
+  }
+  bw.together = rate(together);
+  if (alone && world.rank() == 0) {
+    std::vector<double> seconds;
+    for (int i = 0; i < kCopies; ++i) seconds.push_back(copy.time_one_seconds());
+    bw.alone = rate(seconds);
+  }
+  sync.all_of(true);
+  return bw;
+}
+
 // Every rank returns the same: false when any rank's result was wrong.
 bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& sync) {
   const Options& o = sweep.opts;
@@ -208,6 +260,10 @@ bool bench_collective(OpKind op, const Sweep& sweep, Group& world, RankSync& syn
     const int64_t count = element_count(op, bytes, o.dtype, world.size());
     if (count == previous_count) continue;  // rounding down made it the previous size again
     previous_count = count;
+    // The rate of this moment for the size's x_now (every rank decides alike: it copies too).
+    const bool now = !o.differentiable && op != OpKind::Barrier && bytes >= kNowFromBytes;
+    const CopyBandwidth rate = now ? copy_bandwidth(world, sync, /*alone=*/false) : CopyBandwidth{};
+    if (sweep.report) sweep.report->set_copy_now(rate);
     for (Place place : places_to_time(op, o))
       for (Memory memory : memories_to_time(o))
         if (!bench_case(op, count, place, memory, sweep, world, sync)) return false;
@@ -256,58 +312,6 @@ bool bench_memcpy(const Sweep& sweep, Group& world, RankSync& sync) {
   }
   if (sweep.report) sweep.report->end_op();
   return true;
-}
-
-// The copy bandwidths behind the rows' ideal_us, both medians of a few copies of
-// kIdealCopyBytes: every rank copying its own buffer at once, the rate a collective's ranks
-// each get while they all move bytes, as they do in every op, and, for comparison, rank 0
-// copying alone while the others wait (0 elsewhere). Where the ranks share a host (and so its
-// clock), a copy's time runs from the first rank's start to the last rank's end: with more
-// ranks than cores the ranks take turns, and a rank that times only its own copy, run at a
-// whole core's speed while the others wait, would count its turn as the rate each gets (at 4
-// ranks on 2 cores such runs measured 8.2 GB/s per rank where the others measured 3.8-4.7). On
-// several hosts each copy's time is the slowest rank's own.
-CopyBandwidth copy_bandwidth(const Group& world, RankSync& sync) {
-  constexpr int kCopies = 5;
-  CopyBandwidth bw;
-  MemcpyCase copy(kIdealCopyBytes);
-  copy.time_one_seconds();  // the pages' first touch by the copy itself
-  auto rate = [](const std::vector<double>& seconds) {
-    const double median = summarize(seconds).median;
-    return median > 0 ? static_cast<double>(kIdealCopyBytes) / median : 0;
-  };
-  auto seconds_now = [] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
-  const HostLayout hosts = world.host_layout();
-  const bool one_host = !hosts.known || hosts.hosts.size() <= 1;
-  // Per copy: this rank's own time, and its start (negated: the maximum over ranks of the
-  // negated starts is the first start) and end on the host's clock.
-  std::vector<double> own(kCopies), starts_negated(kCopies), ends(kCopies);
-  for (int i = 0; i < kCopies; ++i) {
-    sync.all_of(true);
-    const double start = seconds_now();
-    own[static_cast<size_t>(i)] = copy.time_one_seconds();
-    ends[static_cast<size_t>(i)] = seconds_now();
-    starts_negated[static_cast<size_t>(i)] = -start;
-  }
-  std::vector<double> together;
-  if (one_host) {
-    const std::vector<double> first = sync.max_over_ranks(starts_negated);
-    const std::vector<double> last = sync.max_over_ranks(ends);
-    for (size_t i = 0; i < last.size(); ++i) together.push_back(last[i] + first[i]);
-  } else {
-    together = sync.max_over_ranks(own);
-  }
-  bw.together = rate(together);
-  if (world.rank() == 0) {
-    std::vector<double> alone;
-    for (int i = 0; i < kCopies; ++i) alone.push_back(copy.time_one_seconds());
-    bw.alone = rate(alone);
-  }
-  sync.all_of(true);
-  return bw;
 }
 
 std::string sizes_str(const Options& o, const std::vector<size_t>& sizes) {

@@ -10,7 +10,9 @@ usage: bench_json_check.py FERRY_BENCH [PLOT_SCRIPT]
    counted) must report exactly N wrong elements in every row and exit 1: the column compares
    real outputs rather than passing by construction.
    The clean run's table also gives the copy bandwidth behind x_ideal at its start and end.
-3. With PLOT_SCRIPT: tools/plot_bench.py draws the JSON into a PNG (exit 77, skipped, when
+3. A sweep across 1 MiB measures the copy bandwidth again before each size from 1 MiB up:
+   those rows, and only those, have an x_now, which is x_ideal scaled by the two rates.
+4. With PLOT_SCRIPT: tools/plot_bench.py draws the JSON into a PNG (exit 77, skipped, when
    matplotlib is not installed).
 """
 import json
@@ -87,6 +89,28 @@ with tempfile.TemporaryDirectory() as tmp:
         a, b, ratio = float(start.group(1)), float(end.group(1)), float(end.group(2))
         check(a > 0 and b > 0 and abs(ratio - b / a) <= 0.01 + 0.01 * b / a,
               f"the end's ratio {ratio} is {b} / {a}")
+
+    now = os.path.join(tmp, "now.json")
+    p, doc = run(["--op", "all_reduce,all_gather", "--sizes", "256K,1M,2M"], now)
+    check(p.returncode == 0, f"run across 1 MiB exits 0, got {p.returncode}: {p.stderr[-500:]}")
+    check(len(doc["rows"]) == 12, f"12 rows, got {len(doc['rows'])}")
+    asked = (256 << 10, 1 << 20, 2 << 20)
+
+    def size_asked(r):  # all_gather's rows round the size down to whole blocks of 3 ranks
+        return min(asked, key=lambda s: abs(s - r["bytes"]))
+
+    for r in doc["rows"]:
+        has_now = "x_now" in r
+        check(has_now == (size_asked(r) >= 1 << 20),
+              f"{r['op']} {r['bytes']} B: x_now from 1 MiB up only, given {r.get('x_now')}")
+        if has_now:
+            check(r["x_now"] > 0 and r["x_ideal"] > 0, f"{r['op']} {r['bytes']} B: both > 0")
+    # x_now / x_ideal is the start's rate / the moment's: one factor per op and size.
+    for op in ("all_reduce", "all_gather"):
+        for size in asked[1:]:
+            factors = {round(r["x_now"] / r["x_ideal"], 3) for r in doc["rows"]
+                       if r["op"] == op and size_asked(r) == size}
+            check(len(factors) == 1, f"{op} {size} B: one rate for the size's rows: {factors}")
 
     bad = os.path.join(tmp, "bad.json")
     p, doc = run(["--test-corrupt", "5", "--op", "all_reduce,all_gather,reduce_scatter,"

@@ -92,6 +92,7 @@ void row(std::ostringstream& os, const Row& r) {
   if (r.ideal_us > 0)
     os << ", \"ideal_us\": " << number(r.ideal_us)
        << ", \"x_ideal\": " << number(r.time.median * 1e6 / r.ideal_us);
+  if (r.now_ideal_us > 0) os << ", \"x_now\": " << number(r.time.median * 1e6 / r.now_ideal_us);
   if (r.baseline) {
     const double ratio = r.baseline->median > 0 ? r.time.median / r.baseline->median : NAN;
     os << ", \"baseline_time_us\": " << stats(*r.baseline) << ", \"ratio\": " << number(ratio);

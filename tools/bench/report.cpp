@@ -25,7 +25,8 @@ Report::Report(Setup setup, std::FILE* csv) : setup_(std::move(setup)), csv_(csv
   if (csv_) {
     std::fprintf(csv_,
                  "op,transport,world_size,dtype,bytes,count,algorithm,time_us_median,time_us_min,"
-                 "time_us_max,algbw_gbps,busbw_gbps,mpi_time_us_median,ratio,place,wrong,ideal_us,x_ideal\n");
+                 "time_us_max,algbw_gbps,busbw_gbps,mpi_time_us_median,ratio,place,wrong,ideal_us,x_ideal,"
+                 "x_now\n");
     std::fflush(csv_);
   }
 }
@@ -56,8 +57,10 @@ void Report::set_copy_bandwidth(const CopyBandwidth& bw) {
   std::printf("# ideal: copy bandwidth %.2f GB/s per rank, every rank copying %zu MiB at once "
               "(rank 0 alone: %.2f GB/s); ideal(us) = the bytes a rank must read and write for "
               "the op, / 2 (a memcpy reads and writes each byte; ferry-bench --help), at that "
-              "rate; x_ideal = time / ideal\n",
-              bw.together / 1e9, kIdealCopyBytes >> 20, bw.alone / 1e9);
+              "rate; x_ideal = time / ideal\n"
+              "# x_now: time / the ideal at the copy bandwidth measured again just before the "
+              "row's size (from %zu MiB up: the rate drifts within a run)\n",
+              bw.together / 1e9, kIdealCopyBytes >> 20, bw.alone / 1e9, kNowFromBytes >> 20);
   std::fflush(stdout);
 }
 
@@ -80,7 +83,7 @@ void Report::begin_op(OpKind op) {
   if (setup_.vs_mpi || setup_.differentiable)
     std::printf(" %11s %7s %10s", setup_.differentiable ? "raw(us)" : "mpi(us)", "ratio",
                 "added(us)");
-  std::printf(" %10s %8s\n", "ideal(us)", "x_ideal");
+  std::printf(" %10s %8s %6s\n", "ideal(us)", "x_ideal", "x_now");
   std::fflush(stdout);
 }
 
@@ -89,6 +92,8 @@ void Report::row(const Row& given) {
   const double ideal = ideal_bytes(r.op, r.bytes, setup_.world_size, r.place);
   r.ideal_us = copy_bps_ > 0 && !setup_.differentiable && ideal > 0 ? ideal / copy_bps_ * 1e6 : 0;
   const double x_ideal = r.ideal_us > 0 ? r.time.median * 1e6 / r.ideal_us : 0;
+  r.now_ideal_us = r.ideal_us > 0 && copy_now_bps_ > 0 ? ideal / copy_now_bps_ * 1e6 : 0;
+  const double x_now = r.now_ideal_us > 0 ? r.time.median * 1e6 / r.now_ideal_us : 0;
   const std::string wrong = r.wrong < 0 ? "-" : std::to_string(r.wrong);
   std::printf("  %13zu %12lld %-18s %5s %6d %11.3f %11.3f %11.3f %12.3f %12.3f %7s", r.bytes,
               static_cast<long long>(r.count), r.algorithm.c_str(), place_name(r.place), r.iters,
@@ -101,9 +106,13 @@ void Report::row(const Row& given) {
   else if (setup_.vs_mpi)
     std::printf(" %11s %7s %10s", "-", "-", "-");  // in place: MPI is timed out of place only
   if (r.ideal_us > 0)
-    std::printf(" %10.3f %8.2f\n", r.ideal_us, x_ideal);
+    std::printf(" %10.3f %8.2f", r.ideal_us, x_ideal);
   else
-    std::printf(" %10s %8s\n", "-", "-");
+    std::printf(" %10s %8s", "-", "-");
+  if (x_now > 0)
+    std::printf(" %6.2f\n", x_now);
+  else
+    std::printf(" %6s\n", "-");
   std::fflush(stdout);
   if (csv_) {
     std::fprintf(csv_, "%s,%s,%d,%s,%zu,%lld,%s,%.3f,%.3f,%.3f,%.4f,%.4f,", op_name(r.op),
@@ -116,9 +125,13 @@ void Report::row(const Row& given) {
       std::fprintf(csv_, ",,");
     std::fprintf(csv_, "%s,%s,", place_name(r.place), r.wrong < 0 ? "" : wrong.c_str());
     if (r.ideal_us > 0)
-      std::fprintf(csv_, "%.3f,%.4f\n", r.ideal_us, x_ideal);
+      std::fprintf(csv_, "%.3f,%.4f,", r.ideal_us, x_ideal);
     else
-      std::fprintf(csv_, ",\n");
+      std::fprintf(csv_, ",,");
+    if (x_now > 0)
+      std::fprintf(csv_, "%.4f\n", x_now);
+    else
+      std::fprintf(csv_, "\n");
     std::fflush(csv_);
   }
   busbw_sum_ += r.busbw_gbps;

@@ -35,7 +35,15 @@ struct Row {
   // The time the op's bytes need at the run's copy bandwidth (ops.h's ideal_bytes); 0: none
   // (barrier, --differentiable, no bandwidth measured). Filled by Report::row.
   double ideal_us = 0;
+  // The same at the copy bandwidth measured just before this row's size (kNowFromBytes and
+  // up); 0: not measured. Filled by Report::row.
+  double now_ideal_us = 0;
 };
+
+// From this size up, ferry-bench measures the copy bandwidth again before each size's rows:
+// the host's rate drifts (by half within one run, here), and the rows where bytes, not the
+// per-op cost, make the time are compared with the rate of their moment as well.
+inline constexpr size_t kNowFromBytes = size_t{1} << 20;
 
 // Fills the bandwidth fields of `row` from its time (GB = 1e9 bytes, as nccl-tests).
 void set_bandwidth(Row& row, int world_size);
@@ -60,6 +68,8 @@ class Report {
   // The same measured again after the last op, printed beside the start's: the machine's copy
   // rate drifts, and every x_ideal moves with it (the rows keep the start's).
   void end_copy_bandwidth(const CopyBandwidth& bw);
+  // The copy bandwidth measured just before the next rows (their x_now); a zero one: none.
+  void set_copy_now(const CopyBandwidth& bw) { copy_now_bps_ = bw.together; }
   void begin_op(OpKind op);
   // Prints `row` with its ideal_us filled in, and keeps it.
   void row(const Row& row);
@@ -73,6 +83,7 @@ class Report {
   Setup setup_;
   std::FILE* csv_;
   double copy_bps_ = 0;
+  double copy_now_bps_ = 0;
   double busbw_sum_ = 0;
   int rows_ = 0;
   std::vector<Row> all_rows_;
