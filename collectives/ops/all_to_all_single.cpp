@@ -156,7 +156,7 @@ Work all_to_all_single(const Tensor& input, Tensor output,
   detail::OpSummary summary = detail::OpSummary::of(input);
   if (!equal) summary.rows_may_differ(elements_per_row(input));
   // Equal blocks are as large on every rank; split lists ask with 0 bytes, as the ranks' sizes
-  // differ and the table must answer alike on all (their shared-memory form runs when forced).
+  // differ and the table must answer alike on all (on one host it answers shared memory).
   const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll,
                                               equal ? input.nbytes() : 0);
   auto start = [&](NativeCollectives&) {

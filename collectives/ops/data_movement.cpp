@@ -388,8 +388,7 @@ Work scatter(const std::vector<Tensor>& inputs, Tensor output, int root, const G
 
 Work barrier(const Group& group) {
   detail::Validator v("barrier", group);
-  const Algorithm algo =
-      detail::algorithm_of(group, Collective::Barrier, 0);
+  const Algorithm algo = detail::algorithm_of(group, Collective::Barrier, 0);
   // The one native call, at issue or queued.
   auto native_barrier = [algo](detail::GroupImpl& g) {
     return detail::call_native(g, Collective::Barrier, algo,

@@ -476,8 +476,7 @@ Work layout_all_to_all(const PartRef* parts, size_t num_parts, const Group& grou
   summary.with_note(num_parts == 1 ? " with layouts" : " with layouts, several parts");
   // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all (on
   // one host it answers shared memory at every size).
-  const Algorithm algo =
-      detail::algorithm_of(group, Collective::AllToAll, 0);
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
   // On a transport without collectives of its own the parts post every message at once: the
   // op starts at issue, reading the layouts as they are (the Work keeps the parts' tensors
   // alive), and nothing of them is copied for a queued body. Through shared memory it starts at

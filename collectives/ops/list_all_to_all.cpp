@@ -117,8 +117,7 @@ Work all_to_all(const std::vector<Tensor>& inputs, const std::vector<Tensor>& ou
       v.no_overlap(outputs[i], "an output", outputs[j], "another output");
   }
   // Asked with 0 bytes: the ranks' sizes differ, and the table must answer alike on all.
-  const Algorithm algo =
-      detail::algorithm_of(group, Collective::AllToAll, 0);
+  const Algorithm algo = detail::algorithm_of(group, Collective::AllToAll, 0);
   std::vector<Tensor> outs = outputs;  // the post bumps their versions
   auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
     return post_shm_all_to_all(std::move(ctx), inputs, outs);

@@ -287,8 +287,7 @@ Work reduce(const Tensor& input, Tensor output, int root, const Group& group, Re
     v.no_overlap(input, "input", output, "output", input);
   }
   const int world = group.size();
-  const Algorithm algo =
-      detail::algorithm_of(group, Collective::Reduce, input.nbytes());
+  const Algorithm algo = detail::algorithm_of(group, Collective::Reduce, input.nbytes());
   auto post_shm = [&](std::unique_ptr<OpContext> ctx) {
     if (is_root) output.bump_version();
     return detail::shm::post_reduce(std::move(ctx), input.raw_data(),
