@@ -56,6 +56,44 @@ std::string Fingerprint::describe() const {
   return str(name, " (seq ", seq, ")");
 }
 
+// "all_reduce of 4096 float32 (sum)", "broadcast of 64 bytes from root 1", "all_gather of 16
+// bytes per rank", "reduce_scatter of 2 float32 (sum) per rank": a call as the MPI transport's
+// key check names it, so a mismatch reads alike whichever path found it (MPI moves the
+// data-movement ops' blocks as bytes, and counts an equal reduce_scatter's block). `ranks`: the
+// group's size.
+std::string short_call(const Fingerprint& f, int ranks) {
+  const std::string op(f.op, strnlen(f.op, sizeof f.op));
+  std::string s = op;
+  const bool movement = f.has_reduce_op == 0 && (op == "broadcast" || op == "all_gather");
+  int64_t count = f.agreed;
+  bool per_rank = op == "all_gather" && count >= 0;
+  if (op == "reduce_scatter" && count >= 0 && f.ndim >= 1 && ranks > 0 &&
+      f.dims[0] % ranks == 0) {
+    OpSummary equal;
+    equal.with_equal_splits(ranks, f.dims[0] / ranks);
+    if (equal.splits == f.splits) {
+      count /= ranks;
+      per_rank = true;
+    }
+  }
+  if (f.has_tensor != 0 || f.lists != 0) {
+    if (movement && count >= 0)
+      s += str(" of ", count * static_cast<int64_t>(dtype_size(static_cast<DType>(f.dtype))),
+               " bytes");
+    else
+      s += (count >= 0 ? str(" of ", count, " ") : std::string(" of ")) +
+           dtype_name(static_cast<DType>(f.dtype));
+  }
+  if (f.has_reduce_op != 0) s += str(" (", reduce_op_name(static_cast<ReduceOp>(f.reduce_op)), ")");
+  if (per_rank) s += " per rank";
+  if (f.root >= 0)
+    s += str(op == "broadcast" || op == "scatter" ? " from root "
+             : op == "reduce" || op == "gather"   ? " to root "
+                                                  : " root ",
+             f.root);
+  return s;
+}
+
 namespace {
 
 // What the ranks must agree on, as opposed to how each rank called it: all_to_all (lists) and

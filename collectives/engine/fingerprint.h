@@ -58,6 +58,11 @@ struct Fingerprint {
   std::string describe() const;
 };
 
+// "all_reduce of 4096 float32 (sum)", "all_gather of 16 bytes per rank": the call in the words
+// of the MPI transport's key check (the shared-memory path's mismatches name it so too).
+// `ranks`: the group's size.
+std::string short_call(const Fingerprint& f, int ranks);
+
 // Null when `a` and `b` are the same call; otherwise what differs ("the reduce op", ...). A
 // malformed fingerprint differs from every other one.
 const char* fingerprint_difference(const Fingerprint& a, const Fingerprint& b);
